@@ -1,0 +1,47 @@
+"""Shared helpers: run a cell in-process and read its result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def has_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: none is present here (run on a GPU machine; see docs/results/gpu-validation.md)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def run_cell(tmp_path):
+    """run_cell(**knobs) -> (exit code, result dict): the harness in this process."""
+    from feedbench.runner import run
+
+    counter = iter(range(1000))
+
+    def _run(**knobs):
+        out = tmp_path / f"cell{next(counter)}"
+        code = run(knobs, str(out))
+        with open(out / "result.json") as f:
+            return code, json.load(f)
+
+    return _run
+
+
+def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m feedbench ARGS` in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "feedbench", *args], capture_output=True, text=True, cwd=cwd, timeout=300)

@@ -1,0 +1,48 @@
+"""Calibration against known ground truth: a sleep model and a per-sample delay.
+
+With compute C ms per step and a loader of W workers each taking B*d ms per
+batch, a batch arrives every B*d/max(W,1) ms. Without workers loading and
+compute run in series; with workers they overlap:
+  W = 0: step = B*d + C,            stall = B*d / step
+  W > 0: step = max(C, B*d/W),      stall = max(0, B*d/W - C) / step
+"""
+
+from __future__ import annotations
+
+import pytest
+
+BATCH, DELAY_MS = 4, 16.0  # 64 ms to load one batch in one worker: fixed per-step costs (~2 ms) stay small
+LOAD_MS = BATCH * DELAY_MS
+
+
+def expected(compute_ms: float, workers: int) -> tuple[float, float]:
+    if workers == 0:
+        step = LOAD_MS + compute_ms
+        return step, 100 * LOAD_MS / step
+    interval = LOAD_MS / workers
+    step = max(compute_ms, interval)
+    return step, 100 * max(0.0, interval - compute_ms) / step
+
+
+CASES = {  # compute time as a multiple of the loader's batch interval
+    "loader-bound": 0.4,
+    "balanced": 0.9,
+    "compute-bound": 2.0,
+}
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("case", list(CASES))
+def test_throughput_and_stall_match_analytic_values(run_cell, case, workers):
+    compute_ms = CASES[case] * LOAD_MS / max(workers, 1)
+    step_ms, stall_pct = expected(compute_ms, workers)
+    code, result = run_cell(
+        scenario="train", model="sleep", compute_ms=compute_ms, dataset="synthetic", image_size=8,
+        sample_delay_ms=DELAY_MS, batch_size=BATCH, num_workers=workers, steps=25, warmup_steps=5,
+        num_samples=4096,
+    )
+    assert code == 0, result["error"]
+    metrics = result["metrics"]
+    samples_per_s = BATCH / (step_ms / 1000)
+    assert metrics["samples_per_s"] == pytest.approx(samples_per_s, rel=0.05), (case, workers, metrics["step_ms"])
+    assert metrics["stall_pct"] == pytest.approx(stall_pct, abs=3), (case, workers, metrics["phases"])

@@ -1,0 +1,69 @@
+"""Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from .knobs import KNOBS
+
+
+def _load_cell(path: str | None, overrides: list[str]) -> dict:
+    raw = {}
+    if path:
+        with open(path) as f:
+            raw = yaml.safe_load(f) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: a cell file must be a mapping of knob: value")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected KNOB=VALUE")
+        raw[key.strip()] = yaml.safe_load(value)
+    return raw
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="feedbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one cell and write DIR/result.json and DIR/steps.csv")
+    run.add_argument("cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)")
+    run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
+    run.add_argument("--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)")
+    images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
+    images.add_argument("dir")
+    images.add_argument("--count", type=int, default=1000)
+    images.add_argument("--size", type=int, default=256)
+    images.add_argument("--classes", type=int, default=10)
+    images.add_argument("--seed", type=int, default=0)
+    sub.add_parser("knobs", help="list every knob with its default and allowed values")
+    args = parser.parse_args(argv)
+
+    if args.command == "knobs":
+        for knob in KNOBS.values():
+            print(f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}")
+        return 0
+    if args.command == "make-images":
+        from .images import make_images
+
+        try:
+            n = make_images(args.dir, args.count, args.size, args.classes, args.seed)
+        except ValueError as error:
+            print(f"feedbench: error: make-images: {error}", file=sys.stderr)
+            return 2
+        print(f"wrote {n} JPEG files under {args.dir}/train")
+        return 0
+    try:
+        raw = _load_cell(args.cell, args.set)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        print(f"feedbench: error: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    from .runner import run as run_cell
+
+    return run_cell(raw, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

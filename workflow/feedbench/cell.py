@@ -1,0 +1,88 @@
+"""A cell: one point of the experiment matrix, validated and resolved.
+
+Validation turns bad input into one line (KnobError). Resolution adapts the
+knobs to the machine where PyTorch would refuse a combination, and records
+each adaptation so the result says what really ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .knobs import KNOBS, LABELS, KnobError, defaults
+from .models import check_model_name
+
+Cell = dataclasses.make_dataclass(
+    "Cell",
+    [
+        (name, Any, dataclasses.field(default_factory=(lambda v=knob.default: list(v) if isinstance(v, list) else v)))
+        for name, knob in KNOBS.items()
+    ]
+    + [(label, Any, dataclasses.field(default=None)) for label in LABELS],
+    frozen=True,
+)
+Cell.__doc__ = "The knobs of one cell (see knobs.KNOBS for meanings and defaults)."
+
+
+def parse_cell(raw: dict[str, Any]) -> Cell:
+    """Validate a mapping of knobs (missing ones take their defaults)."""
+    if not isinstance(raw, dict):
+        raise KnobError(f"a cell must be a mapping of knob: value, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(KNOBS) - set(LABELS))
+    if unknown:
+        raise KnobError(f"unknown knob '{unknown[0]}'; allowed: {', '.join(sorted(KNOBS))}")
+    values = defaults()
+    for name, value in raw.items():
+        values[name] = value if name in LABELS else KNOBS[name].check(value)
+    sizes = values["transfer_sizes"]
+    if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        raise KnobError(f"knob 'transfer_sizes': value {sizes!r} is not allowed; allowed: a non-empty list of byte counts > 0")
+    check_model_name(values["model"])
+    scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
+    if dataset in ("images", "cifar10", "cifar100") and not values["data_dir"] and not values["download"]:
+        raise KnobError(
+            f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder"
+            + (" (make one with: python -m feedbench make-images DIR)" if dataset == "images" else " (or download: true)")
+        )
+    if scenario in ("train", "compute") and model == "none":
+        raise KnobError(f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, lstm, resnet18, ...)")
+    if model == "lstm" and dataset != "tokens" and scenario in ("train", "compute"):
+        raise KnobError(f"knob 'dataset': value '{dataset}' is not allowed with model 'lstm'; allowed: tokens")
+    if dataset == "tokens" and model not in ("lstm", "sleep", "none"):
+        raise KnobError(f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none")
+    return Cell(**values)
+
+
+def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
+    """Fit the cell to this machine; return it with the list of adjustments made."""
+    notes: list[str] = []
+    changes: dict[str, Any] = {}
+    if cell.device == "cuda" and not cuda_available:
+        raise KnobError("knob 'device': value 'cuda' is not available (torch.cuda.is_available() is False); allowed: auto, cpu")
+    device = "cuda" if cell.device == "cuda" or (cell.device == "auto" and cuda_available) else "cpu"
+    changes["device"] = device
+    if cell.num_workers == 0:
+        for name, neutral in (("prefetch_factor", None), ("persistent_workers", False), ("multiprocessing_context", None), ("in_order", True)):
+            if getattr(cell, name) != neutral:
+                changes[name] = neutral
+                notes.append(f"{name}={getattr(cell, name)} ignored: it needs num_workers > 0")
+    if device == "cpu":
+        if cell.pin_memory:
+            changes["pin_memory"] = False
+            notes.append("pin_memory=true ignored: no accelerator to pin for")
+        if cell.device_prefetch == "stream":
+            notes.append("device_prefetch=stream is a pass-through on CPU: there is no copy to overlap")
+        if cell.timing == "events":
+            notes.append("timing=events uses the host clock on CPU, where every phase is synchronous")
+    if cell.channels_last and cell.model in ("mlp", "lstm", "sleep", "none"):
+        changes["channels_last"] = False
+        notes.append(f"channels_last=true ignored: model '{cell.model}' takes no images")
+    if cell.amp != "off" and cell.model in ("sleep", "none"):
+        changes["amp"] = "off"
+        notes.append(f"amp={cell.amp} ignored: model '{cell.model}' does no arithmetic")
+    return dataclasses.replace(cell, **changes), notes
+
+
+def cell_dict(cell: Cell) -> dict[str, Any]:
+    return dataclasses.asdict(cell)

@@ -1,0 +1,177 @@
+"""The input pipeline: dataset registry, per-sample delay and the DataLoader of a cell."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from .knobs import KnobError
+from .models import input_kind
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+
+
+def sample_shape(cell) -> tuple[int, ...]:
+    return (cell.input_size,) if input_kind(cell.model) == "vector" else (3, cell.image_size, cell.image_size)
+
+
+def _generator(seed: int, index: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + index)
+
+
+class SyntheticDataset(Dataset):
+    """Tensors made in __getitem__, deterministically from (seed, index): CPU work per sample."""
+
+    def __init__(self, num_samples: int, shape: tuple[int, ...], num_classes: int | None, seed: int):
+        self.num_samples, self.shape, self.num_classes, self.seed = num_samples, shape, num_classes, seed
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int):
+        g = _generator(self.seed, index)
+        x = torch.randn(self.shape, generator=g)
+        if self.num_classes is None:
+            return x, torch.randn((1,), generator=g)
+        return x, int(torch.randint(self.num_classes, (), generator=g))
+
+
+class TokenDataset(Dataset):
+    """Variable-length token sequences (next-token targets); lengths fixed per index."""
+
+    def __init__(self, num_samples: int, seq_len: int, spread: float, vocab_size: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        low, high = max(2, round(seq_len * (1 - spread))), max(2, round(seq_len * (1 + spread)))
+        self.lengths = torch.randint(low, high + 1, (num_samples,), generator=g)
+        self.vocab_size, self.seed = vocab_size, seed
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, index: int):
+        seq = torch.randint(1, self.vocab_size, (int(self.lengths[index]) + 1,), generator=_generator(self.seed, index))
+        return seq[:-1], seq[1:]
+
+
+def pad_tokens(samples: list[tuple[torch.Tensor, torch.Tensor]]):
+    """Collate token sequences: (inputs [B, T], targets [B, T], true lengths [B]), padded with 0."""
+    inputs = torch.nn.utils.rnn.pad_sequence([s[0] for s in samples], batch_first=True)
+    targets = torch.nn.utils.rnn.pad_sequence([s[1] for s in samples], batch_first=True)
+    return inputs, targets, torch.tensor([len(s[0]) for s in samples])
+
+
+class Delayed(Dataset):
+    """Adds a fixed cost to every __getitem__: sleeps until delay_ms after the call began."""
+
+    def __init__(self, dataset: Dataset, delay_ms: float):
+        self.dataset, self.delay_s = dataset, delay_ms / 1000
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        deadline = time.perf_counter() + self.delay_s
+        sample = self.dataset[index]
+        remaining = deadline - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+        return sample
+
+
+def _need_dir(cell, how: str) -> str:
+    path = cell.data_dir
+    if not path or not os.path.isdir(path):
+        raise KnobError(f"knob 'data_dir': dataset '{cell.dataset}' needs an existing folder, {path!r} is not one; {how}")
+    return path
+
+
+def _images(cell) -> Dataset:
+    import torchvision
+    from torchvision import transforms as T
+
+    root = _need_dir(cell, f"make one with: python -m feedbench make-images {cell.data_dir or 'DIR'}")
+    if os.path.isdir(os.path.join(root, "train")):
+        root = os.path.join(root, "train")
+    transform = T.Compose(
+        [T.RandomResizedCrop(cell.image_size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    )
+    try:
+        return torchvision.datasets.ImageFolder(root, transform=transform)
+    except FileNotFoundError as error:
+        raise KnobError(f"knob 'data_dir': {error}; make one with: python -m feedbench make-images DIR") from None
+
+
+def _cifar(cell) -> Dataset:
+    import torchvision
+    from torchvision import transforms as T
+
+    if cell.download:
+        os.makedirs(cell.data_dir, exist_ok=True)
+    root = _need_dir(cell, "point it at a CIFAR root or set download: true")
+    cls = torchvision.datasets.CIFAR10 if cell.dataset == "cifar10" else torchvision.datasets.CIFAR100
+    transform = T.Compose([T.ToTensor(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
+    try:
+        return cls(root=root, train=True, download=cell.download, transform=transform)
+    except RuntimeError as error:  # torchvision: "Dataset not found or corrupted. You can use download=True ..."
+        raise KnobError(f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path") from None
+
+
+def _synthetic(cell) -> Dataset:
+    classes = None if input_kind(cell.model) == "vector" else cell.num_classes
+    return SyntheticDataset(cell.num_samples, sample_shape(cell), classes, cell.seed)
+
+
+def _memory(cell) -> Dataset:
+    """All samples made up front and kept in RAM, as in the prefetch study."""
+    g = torch.Generator().manual_seed(cell.seed)
+    x = torch.randn((cell.num_samples, *sample_shape(cell)), generator=g)
+    if input_kind(cell.model) == "vector":
+        return TensorDataset(x, torch.randn((cell.num_samples, 1), generator=g))
+    return TensorDataset(x, torch.randint(cell.num_classes, (cell.num_samples,), generator=g))
+
+
+def _tokens(cell) -> Dataset:
+    return TokenDataset(cell.num_samples, cell.seq_len, cell.seq_len_spread, cell.vocab_size, cell.seed)
+
+
+DATASETS: dict[str, Callable] = {
+    "synthetic": _synthetic,
+    "memory": _memory,
+    "images": _images,
+    "cifar10": _cifar,
+    "cifar100": _cifar,
+    "tokens": _tokens,
+}
+
+
+def build_dataset(cell) -> Dataset:
+    dataset = DATASETS[cell.dataset](cell)
+    return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
+
+
+def build_loader(cell, dataset: Dataset) -> DataLoader:
+    """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve()."""
+    options = {}
+    if cell.num_workers > 0:
+        options = dict(
+            prefetch_factor=cell.prefetch_factor,
+            persistent_workers=cell.persistent_workers,
+            multiprocessing_context=cell.multiprocessing_context,
+            in_order=cell.in_order,
+        )
+    return DataLoader(
+        dataset,
+        batch_size=cell.batch_size,
+        shuffle=cell.shuffle,
+        num_workers=cell.num_workers,
+        pin_memory=cell.pin_memory,
+        drop_last=len(dataset) >= cell.batch_size,
+        collate_fn=pad_tokens if cell.dataset == "tokens" else None,
+        generator=torch.Generator().manual_seed(cell.seed),
+        **options,
+    )

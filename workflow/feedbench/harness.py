@@ -1,0 +1,182 @@
+"""One cell's measured loop: wait for data, copy it, forward, backward, optimizer step.
+
+The flow is flat on purpose (read it top to bottom like a training script):
+set up, warm up, synchronise, measure `steps` steps, synchronise, read the
+clocks. Host timestamps mark iteration starts; GPU phases come from the
+PhaseClock, read once after the window.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .data import build_dataset, build_loader
+from .models import build_model, loss_function
+from .prefetch import StreamPrefetcher, batch_bytes, to_device
+from .timing import PhaseClock, synchronize
+
+PHASES = {"train": ("h2d", "fwd", "bwd", "opt"), "compute": ("fwd", "bwd", "opt"), "loader": ()}
+
+
+@dataclass
+class Measurement:
+    """What the loop has measured so far; kept when the loop dies half-way."""
+
+    step_starts: list[float] = field(default_factory=list)
+    waits_ms: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    h2d_bytes: int = 0
+    copy_events: list = field(default_factory=list)
+    window_end: float | None = None
+    time_to_first_batch_s: float | None = None
+    cuda_init_s: float | None = None
+    clock: PhaseClock | None = None
+
+    def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
+        """Per-step ms of each phase and of the whole step, for completed steps only.
+
+        A step is complete once the next one started (or the window closed);
+        after a crash the device clocks may be unreadable: then only host phases.
+        """
+        ends = self.step_starts[1:] + ([self.window_end] if self.window_end is not None else [])
+        n = len(ends)
+        table = {"wait": self.waits_ms[:n]}
+        if device_readable and self.clock is not None and self.clock.phases:
+            self.clock.steps = self.clock.steps[:n]
+            table.update(self.clock.read())
+            if self.copy_events:  # stream prefetcher on a GPU: the copy ran on its own stream
+                table["h2d"] = [start.elapsed_time(end) for start, end in self.copy_events[:n]]
+        table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts, ends)]
+        return table
+
+
+def _epochs(loader):
+    """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent)."""
+    while True:
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            raise RuntimeError("the loader yields no batch: the dataset is smaller than batch_size")
+
+
+def cuda_init(device: torch.device) -> float | None:
+    """Create the CUDA context up front, so no measured phase pays for it."""
+    if device.type != "cuda":
+        return None
+    start = time.perf_counter()
+    torch.cuda.init()
+    torch.empty(1, device=device)
+    torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None) -> None:
+    """Run warm-up and the measured window of a train, compute or loader cell, filling `m`."""
+    torch.manual_seed(cell.seed)
+    dataset = build_dataset(cell)
+    loader = build_loader(cell, dataset)
+    steps = cell.epochs * len(loader) if cell.epochs else cell.steps
+    model = None
+    if cell.scenario != "loader":
+        model = build_model(cell).to(device)
+        if cell.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
+        scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
+        loss_fn = loss_function(cell.model)
+        autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
+
+    def train_step(batch, clock: PhaseClock) -> None:
+        inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = loss_fn(model(inputs), batch)
+        clock.mark()
+        scaler.scale(loss).backward()
+        clock.mark()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        clock.mark()
+
+    prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
+    start = time.perf_counter()
+    batches = iter(_epochs(loader))
+    if prefetch:
+        batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True)
+    resident = None
+    if cell.scenario == "compute":  # one batch made once and kept on the device
+        first = next(batches)
+        resident_tokens = int(first[2].sum()) if cell.dataset == "tokens" else None
+        resident = to_device(first, device, non_blocking=False)
+        m.time_to_first_batch_s = time.perf_counter() - start
+
+    phases = PHASES[cell.scenario]
+    warm = PhaseClock("naive", device, phases)
+    m.clock = PhaseClock(cell.timing, device, phases)
+    for i in range(cell.warmup_steps + steps):
+        measuring = i >= cell.warmup_steps
+        if i == cell.warmup_steps:
+            synchronize(device)
+            if monitor is not None:
+                monitor.start()
+        clock = m.clock if measuring else warm
+        t_start = time.perf_counter()
+        item = resident if resident is not None else next(batches)
+        t_ready = time.perf_counter()
+        if m.time_to_first_batch_s is None:
+            m.time_to_first_batch_s = t_ready - start
+        host, batch, events = item if prefetch else (item, None, None)
+        if measuring:
+            m.step_starts.append(t_start)
+            m.waits_ms.append((t_ready - t_start) * 1000)
+            m.samples.append(len(host[0]))
+            if cell.dataset == "tokens":
+                m.tokens.append(resident_tokens if resident is not None else int(host[2].sum()))
+            if cell.scenario == "train":
+                m.h2d_bytes += batch_bytes(host)
+            if events is not None:
+                m.copy_events.append(events)
+        if cell.scenario == "loader":
+            continue
+        clock.start_step()
+        if cell.scenario == "train":
+            if not prefetch:
+                batch = to_device(host, device, cell.non_blocking)
+            clock.mark()
+        train_step(batch if batch is not None else host, clock)
+    synchronize(device)
+    m.window_end = time.perf_counter()
+    if monitor is not None and monitor.is_alive():
+        monitor.stop()
+
+    if cell.profile and out_dir is not None and model is not None:
+        _profile(cell, device, batches, prefetch, train_step, out_dir, resident)
+
+
+def _profile(cell, device, batches, prefetch, train_step, out_dir, resident) -> None:
+    """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    null = PhaseClock("naive", device, PHASES[cell.scenario])
+    with profile(activities=activities) as prof:
+        for _ in range(cell.profile_steps):
+            null.start_step()
+            if resident is not None:
+                batch = resident
+            else:
+                item = next(batches)
+                batch = item[1] if prefetch else to_device(item, device, cell.non_blocking)
+                null.mark()
+            train_step(batch, null)
+        synchronize(device)
+    tmp = os.path.join(out_dir, ".trace.json.tmp")
+    prof.export_chrome_trace(tmp)
+    os.replace(tmp, os.path.join(out_dir, "trace.json"))

@@ -1,0 +1,136 @@
+"""The knobs of one cell: names, types, defaults and allowed values.
+
+One table serves the command line, the validation of a cell and the
+documentation, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class KnobError(ValueError):
+    """A bad knob value: the message is one line naming knob, value and choices."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    type: type | tuple[type, ...]
+    default: Any
+    help: str
+    choices: tuple | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = False
+
+    def allowed(self) -> str:
+        if self.choices is not None:
+            return ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices)
+        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+            self.type if isinstance(self.type, type) else float, "a number"
+        )
+        if self.type is list:
+            kind = "a list"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f">= {self.minimum:g}")
+        if self.maximum is not None:
+            bounds.append(f"<= {self.maximum:g}")
+        text = kind + (" " + " and ".join(bounds) if bounds else "")
+        return text + (" or null" if self.nullable else "")
+
+    def check(self, value: Any) -> Any:
+        """Return the value, normalised, or raise KnobError."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise KnobError(f"knob '{self.name}': value null is not allowed; allowed: {self.allowed()}")
+        expected = self.type
+        ok = isinstance(value, expected) and not (isinstance(value, bool) and expected in (int, float, (int, float)))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise KnobError(f"knob '{self.name}': value {value!r} has the wrong type; allowed: {self.allowed()}")
+        if self.choices is not None and value not in self.choices:
+            raise KnobError(f"knob '{self.name}': value {value!r} is not allowed; allowed: {self.allowed()}")
+        if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
+            raise KnobError(f"knob '{self.name}': value {value!r} is out of range; allowed: {self.allowed()}")
+        return value
+
+
+SCENARIOS = ("train", "loader", "compute", "transfer")
+DATASETS = ("synthetic", "memory", "images", "cifar10", "cifar100", "tokens")
+TIMINGS = ("events", "sync", "naive")
+AMP = ("off", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+DEVICE_PREFETCH = ("none", "stream")
+MP_CONTEXTS = ("fork", "spawn", "forkserver")
+LSTM_IMPLS = ("fused", "cell")
+
+# 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
+DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in [
+        # What runs.
+        Knob("scenario", str, "train", "train | loader (loader alone) | compute (data resident on the device) | transfer (H2D GB/s)", SCENARIOS),
+        Knob("device", str, "auto", "auto picks cuda when available", DEVICES),
+        Knob("steps", int, 50, "measured steps (ignored when epochs is set)", minimum=1),
+        Knob("epochs", int, None, "measured epochs; overrides steps with epochs x batches per epoch", minimum=1, nullable=True),
+        Knob("warmup_steps", int, 5, "steps run before the measured window, excluded from every metric", minimum=0),
+        Knob("seed", int, 0, "seed of data generation, shuffling and model init", minimum=0),
+        # Data.
+        Knob("dataset", str, "synthetic", "where samples come from", DATASETS),
+        Knob("data_dir", str, None, "root of images (ImageNet layout) or CIFAR", nullable=True),
+        Knob("download", bool, False, "let torchvision download CIFAR into data_dir"),
+        Knob("num_samples", int, 2048, "dataset length for synthetic, memory and tokens", minimum=1),
+        Knob("image_size", int, 224, "side of generated or cropped images", minimum=8),
+        Knob("input_size", int, 4096, "features per sample for the mlp", minimum=1),
+        Knob("num_classes", int, 1000, "classes of generated labels and classifiers", minimum=1),
+        Knob("sample_delay_ms", float, 0.0, "extra cost per sample in __getitem__", minimum=0),
+        Knob("seq_len", int, 100, "mean sequence length of tokens", minimum=2),
+        Knob("seq_len_spread", float, 0.5, "tokens: lengths are uniform in seq_len x (1 +- spread)", minimum=0, maximum=0.95),
+        Knob("vocab_size", int, 1000, "tokens and lstm vocabulary", minimum=4),
+        # Loader.
+        Knob("batch_size", int, 64, "samples per step", minimum=1),
+        Knob("num_workers", int, 0, "DataLoader worker processes", minimum=0),
+        Knob("pin_memory", bool, False, "DataLoader pins batches in page-locked memory"),
+        Knob("non_blocking", bool, False, "asynchronous host-to-device copies"),
+        Knob("prefetch_factor", int, None, "batches loaded ahead per worker (needs workers)", minimum=1, nullable=True),
+        Knob("persistent_workers", bool, False, "keep workers alive across epochs (needs workers)"),
+        Knob("multiprocessing_context", str, None, "how workers start (needs workers)", MP_CONTEXTS, nullable=True),
+        Knob("in_order", bool, True, "deliver batches in order (False lets fast workers go first)"),
+        Knob("shuffle", bool, True, "shuffle the dataset every epoch"),
+        Knob("device_prefetch", str, "none", "none | stream: copy the next batches on a side stream", DEVICE_PREFETCH),
+        Knob("prefetch_depth", int, 1, "batches the stream prefetcher keeps in flight", minimum=1),
+        # Model and step.
+        Knob("model", str, "mlp", "none, mlp, sleep, lstm or a torchvision classification model (resnet18, resnet50, ...)"),
+        Knob("hidden_layers", int, 1, "mlp: hidden Linear+ReLU layers", minimum=0),
+        Knob("width", int, 4096, "mlp: width of hidden layers", minimum=1),
+        Knob("compute_ms", float, 10.0, "sleep: compute time per step", minimum=0),
+        Knob("lstm_impl", str, "fused", "lstm: fused nn.LSTM or a step-by-step LSTMCell loop", LSTM_IMPLS),
+        Knob("lstm_layers", int, 2, "lstm: layers", minimum=1),
+        Knob("embedding_dim", int, 128, "lstm: embedding size", minimum=1),
+        Knob("hidden_size", int, 128, "lstm: hidden units", minimum=1),
+        Knob("lr", float, 0.01, "SGD learning rate", minimum=0),
+        Knob("momentum", float, 0.0, "SGD momentum", minimum=0, maximum=1),
+        Knob("amp", str, "off", "autocast dtype of forward", AMP),
+        Knob("channels_last", bool, False, "channels-last memory format for image models"),
+        # Measurement.
+        Knob("timing", str, "events", "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)", TIMINGS),
+        Knob("profile", bool, False, "write a torch.profiler Chrome trace of profile_steps extra steps"),
+        Knob("profile_steps", int, 5, "steps traced when profile is on", minimum=1),
+        Knob("monitor_interval_s", float, 0.5, "sampling period of the GPU/CPU/memory monitor", minimum=0.01),
+        Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy"),
+    ]
+}
+
+# Knobs a cell may carry that only name it (set by the workflow, unused by the harness).
+LABELS = ("experiment", "cell", "repeat")
+
+
+def defaults() -> dict[str, Any]:
+    return {name: (list(k.default) if isinstance(k.default, list) else k.default) for name, k in KNOBS.items()}

@@ -1,0 +1,46 @@
+"""Metrics of a measured window, from per-step phase durations."""
+
+from __future__ import annotations
+
+import statistics
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize(steps: dict[str, list[float]], window_s: float, samples: int, tokens: int | None, h2d_bytes: int) -> dict:
+    """steps: per-phase ms lists including 'step'; window_s: synchronised wall time of the window."""
+    step = steps["step"]
+    total_step = sum(step)
+    phases = {}
+    for name, values in steps.items():
+        if name == "step" or not values:
+            continue
+        phases[name] = {
+            "median_ms": statistics.median(values),
+            "mean_ms": statistics.fmean(values),
+            "share": sum(values) / total_step if total_step else None,
+        }
+    h2d_ms = sum(steps.get("h2d", []))
+    return {
+        "steps": len(step),
+        "samples": samples,
+        "window_s": window_s,
+        "samples_per_s": samples / window_s if window_s else None,
+        "tokens_per_s": tokens / window_s if tokens is not None and window_s else None,
+        "step_ms": {
+            "median": statistics.median(step),
+            "p10": _quantile(step, 0.1),
+            "p90": _quantile(step, 0.9),
+            "mean": statistics.fmean(step),
+            "std": statistics.stdev(step) if len(step) > 1 else 0.0,
+        },
+        "phases": phases,
+        "stall_pct": 100 * sum(steps.get("wait", [])) / total_step if total_step else None,
+        "h2d_gb_per_s": h2d_bytes / (h2d_ms / 1000) / 1e9 if h2d_ms > 0 and h2d_bytes else None,
+    }

@@ -1,0 +1,127 @@
+"""Model registry: the models a cell can train, and the loss each one uses."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .knobs import KnobError
+
+OWN_MODELS = ("none", "mlp", "sleep", "lstm")
+
+
+@functools.cache
+def torchvision_models() -> tuple[str, ...]:
+    import torchvision
+
+    return tuple(torchvision.models.list_models(module=torchvision.models))
+
+
+def check_model_name(name: str) -> None:
+    if name in OWN_MODELS or name in torchvision_models():
+        return
+    raise KnobError(
+        f"knob 'model': value {name!r} is not known; allowed: {', '.join(OWN_MODELS)} "
+        f"or a torchvision classification model ({', '.join(torchvision_models()[:6])}, ...)"
+    )
+
+
+def input_kind(model: str) -> str:
+    """What samples the model eats: vector, tokens, or image (also for none/sleep)."""
+    return {"mlp": "vector", "lstm": "tokens"}.get(model, "image")
+
+
+class MLP(nn.Sequential):
+    """The prefetch study's model: Linear+ReLU stacks on wide vectors, one output."""
+
+    def __init__(self, input_size: int, width: int, hidden_layers: int):
+        layers: list[nn.Module] = [nn.Linear(input_size, width), nn.ReLU()]
+        for _ in range(hidden_layers):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        layers.append(nn.Linear(width, 1))
+        super().__init__(*layers)
+
+
+class SleepModel(nn.Module):
+    """A fixed compute time per step, for calibration: sleeps on the host, or spins the GPU."""
+
+    def __init__(self, compute_ms: float):
+        super().__init__()
+        self.compute_ms = compute_ms
+        self.weight = nn.Parameter(torch.ones(()))
+        self._cycles_per_ms: float | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            torch.cuda._sleep(int(self.compute_ms * self._gpu_cycles_per_ms()))
+        else:
+            time.sleep(self.compute_ms / 1000)
+        return self.weight * x.float().mean()
+
+    def _gpu_cycles_per_ms(self) -> float:
+        if self._cycles_per_ms is None:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            cycles = 10_000_000
+            torch.cuda._sleep(cycles)  # warm the kernel up
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_ms = cycles / start.elapsed_time(end)
+        return self._cycles_per_ms
+
+
+class TokenLSTM(nn.Module):
+    """Embedding, a multi-layer LSTM (fused nn.LSTM or an LSTMCell loop), and a vocabulary head."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, layers: int, impl: str):
+        super().__init__()
+        self.impl = impl
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
+        if impl == "fused":
+            self.lstm = nn.LSTM(embedding_dim, hidden_size, layers, batch_first=True)
+        else:
+            sizes = [embedding_dim] + [hidden_size] * (layers - 1)
+            self.cells = nn.ModuleList(nn.LSTMCell(size, hidden_size) for size in sizes)
+        self.head = nn.Linear(hidden_size, vocab_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens)
+        if self.impl == "fused":
+            x, _ = self.lstm(x)
+        else:
+            for cell in self.cells:
+                h = c = x.new_zeros(x.shape[0], cell.hidden_size)
+                outputs = []
+                for t in range(x.shape[1]):
+                    h, c = cell(x[:, t], (h, c))
+                    outputs.append(h)
+                x = torch.stack(outputs, dim=1)
+        return self.head(x)
+
+
+def build_model(cell) -> nn.Module:
+    if cell.model == "mlp":
+        return MLP(cell.input_size, cell.width, cell.hidden_layers)
+    if cell.model == "sleep":
+        return SleepModel(cell.compute_ms)
+    if cell.model == "lstm":
+        return TokenLSTM(cell.vocab_size, cell.embedding_dim, cell.hidden_size, cell.lstm_layers, cell.lstm_impl)
+    import torchvision
+
+    return torchvision.models.get_model(cell.model, weights=None, num_classes=cell.num_classes)
+
+
+def loss_function(model: str) -> Callable[[torch.Tensor, tuple], torch.Tensor]:
+    """loss(output, batch): batch is (inputs, targets[, lengths])."""
+    if model == "sleep":
+        return lambda out, batch: out
+    if model == "mlp":
+        return lambda out, batch: nn.functional.mse_loss(out.float(), batch[1])
+    if model == "lstm":
+        return lambda out, batch: nn.functional.cross_entropy(out.float().flatten(0, 1), batch[1].flatten(), ignore_index=0)
+    return lambda out, batch: nn.functional.cross_entropy(out.float(), batch[1])

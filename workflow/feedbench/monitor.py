@@ -1,0 +1,86 @@
+"""A sampling thread: GPU utilisation and memory (NVML), host CPU, trainer RSS, workers' PSS/USS.
+
+Sampling runs beside the measured loop at a low rate so it does not compete
+with it; a missing GPU or NVML is a note in the result, not an error.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+
+import psutil
+
+
+class NVML:
+    """The GPU of this process through nvidia-ml-py, or a note saying why not."""
+
+    def __init__(self, index: int | None):
+        self.handle, self.note = None, None
+        if index is None:
+            self.note = "no GPU in use: GPU utilisation and memory not sampled"
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.pynvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception as error:  # library missing, driver missing, no permission
+            self.note = f"NVML unavailable ({type(error).__name__}: {error}): GPU utilisation not sampled"
+
+    def sample(self) -> dict[str, float]:
+        if self.handle is None:
+            return {}
+        util = self.pynvml.nvmlDeviceGetUtilizationRates(self.handle)
+        memory = self.pynvml.nvmlDeviceGetMemoryInfo(self.handle)
+        return {"gpu_util_pct": float(util.gpu), "gpu_mem_used_mb": memory.used / 2**20}
+
+
+def _workers_memory(process: psutil.Process) -> dict[str, float]:
+    pss = uss = 0.0
+    for child in process.children(recursive=True):
+        try:
+            info = child.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        pss += getattr(info, "pss", info.rss)
+        uss += info.uss
+    return {"workers_pss_mb": pss / 2**20, "workers_uss_mb": uss / 2**20}
+
+
+class Monitor(threading.Thread):
+    """Samples until stop(); summary() gives mean and max of each series."""
+
+    def __init__(self, interval_s: float, gpu_index: int | None):
+        super().__init__(daemon=True, name="feedbench-monitor")
+        self.interval_s = interval_s
+        self.nvml = NVML(gpu_index)
+        self.process = psutil.Process()
+        self.samples: list[dict[str, float]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        psutil.cpu_percent(None)
+        self.process.cpu_percent(None)
+        while not self._halt.wait(self.interval_s):
+            sample = {
+                "host_cpu_pct": psutil.cpu_percent(None),
+                "trainer_cpu_pct": self.process.cpu_percent(None),
+                "trainer_rss_mb": self.process.memory_info().rss / 2**20,
+            }
+            sample.update(_workers_memory(self.process))
+            sample.update(self.nvml.sample())
+            self.samples.append(sample)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+    def summary(self) -> dict:
+        series: dict[str, list[float]] = {}
+        for sample in self.samples:
+            for key, value in sample.items():
+                series.setdefault(key, []).append(value)
+        stats = {key: {"mean": statistics.fmean(v), "max": max(v)} for key, v in series.items()}
+        return {"interval_s": self.interval_s, "samples": len(self.samples), "stats": stats, "notes": [self.nvml.note] if self.nvml.note else []}

@@ -1,0 +1,56 @@
+"""The result of one cell: written atomically as result.json (+ steps.csv), versioned by a JSON schema."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from importlib import resources
+
+SCHEMA_VERSION = 1
+
+
+def schema() -> dict:
+    return json.loads(resources.files(__package__).joinpath("schemas/result.schema.json").read_text())
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write to a temporary file beside the target, then rename: readers never see half a file."""
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_result(out_dir: str, result: dict) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "result.json")
+    atomic_write(path, json.dumps(result, indent=2, default=str) + "\n")
+    return path
+
+
+def write_rows(out_dir: str, rows: list[dict], name: str = "steps.csv") -> str | None:
+    """One CSV row per measured step (or per timed copy for the transfer probe)."""
+    if not rows:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name)
+    tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    return name
+
+
+def step_rows(table: dict[str, list[float]], samples: list[int], tokens: list[int]) -> list[dict]:
+    rows = []
+    for i in range(len(table["step"])):
+        row = {"step": i}
+        row.update({f"{name}_ms": round(values[i], 6) for name, values in table.items()})
+        row["samples"] = samples[i]
+        if tokens:
+            row["tokens"] = tokens[i]
+        rows.append(row)
+    return rows
