@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from .knobs import KNOBS
+from .knobs import KNOBS, markdown_table
 
 
 def _load_cell(path: str | None, overrides: list[str]) -> dict:
@@ -38,9 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     images.add_argument("--size", type=int, default=256)
     images.add_argument("--classes", type=int, default=10)
     images.add_argument("--seed", type=int, default=0)
-    sub.add_parser("knobs", help="list every knob with its default and allowed values")
+    knobs = sub.add_parser("knobs", help="list every knob with its default and allowed values")
+    knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/harness.md")
     args = parser.parse_args(argv)
 
+    if args.command == "knobs" and args.markdown:
+        print(markdown_table(), end="")
+        return 0
     if args.command == "knobs":
         for knob in KNOBS.values():
             print(f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}")

@@ -32,6 +32,8 @@ class Measurement:
     tokens: list[int] = field(default_factory=list)
     h2d_bytes: int = 0
     copy_events: list = field(default_factory=list)
+    completed: int = 0
+    last_done: float | None = None
     window_end: float | None = None
     time_to_first_batch_s: float | None = None
     cuda_init_s: float | None = None
@@ -40,11 +42,14 @@ class Measurement:
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
 
-        A step is complete once the next one started (or the window closed);
-        after a crash the device clocks may be unreadable: then only host phases.
+        A step ends where the next one starts; the last one where the window
+        closed (synchronised) or, after a crash, where its host work finished.
+        After a crash the device clocks may be unreadable: then only host phases.
         """
-        ends = self.step_starts[1:] + ([self.window_end] if self.window_end is not None else [])
-        n = len(ends)
+        n = self.completed
+        ends = self.step_starts[1 : n + 1]
+        if len(ends) < n:
+            ends.append(self.window_end if self.window_end is not None else self.last_done)
         table = {"wait": self.waits_ms[:n]}
         if device_readable and self.clock is not None and self.clock.phases:
             self.clock.steps = self.clock.steps[:n]
@@ -143,14 +148,16 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
                 m.h2d_bytes += batch_bytes(host)
             if events is not None:
                 m.copy_events.append(events)
-        if cell.scenario == "loader":
-            continue
-        clock.start_step()
-        if cell.scenario == "train":
-            if not prefetch:
-                batch = to_device(host, device, cell.non_blocking)
-            clock.mark()
-        train_step(batch if batch is not None else host, clock)
+        if cell.scenario != "loader":
+            clock.start_step()
+            if cell.scenario == "train":
+                if not prefetch:
+                    batch = to_device(host, device, cell.non_blocking)
+                clock.mark()
+            train_step(batch if batch is not None else host, clock)
+        if measuring:
+            m.completed += 1
+            m.last_done = time.perf_counter()
     synchronize(device)
     m.window_end = time.perf_counter()
     if monitor is not None and monitor.is_alive():

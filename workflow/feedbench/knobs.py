@@ -134,3 +134,12 @@ LABELS = ("experiment", "cell", "repeat")
 
 def defaults() -> dict[str, Any]:
     return {name: (list(k.default) if isinstance(k.default, list) else k.default) for name, k in KNOBS.items()}
+
+
+def markdown_table() -> str:
+    """The knob reference as a Markdown table (docs/harness.md embeds it; a test keeps them equal)."""
+    lines = ["| knob | default | allowed | meaning |", "|---|---|---|---|"]
+    for k in KNOBS.values():
+        default = "null" if k.default is None else str(k.default).lower() if isinstance(k.default, bool) else str(k.default)
+        lines.append(f"| `{k.name}` | `{default}` | {k.allowed()} | {k.help.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"

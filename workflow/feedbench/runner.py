@@ -8,6 +8,7 @@ completed), so a matrix never loses a cell silently.
 from __future__ import annotations
 
 import datetime
+import os
 import signal
 import sys
 import time
@@ -50,7 +51,7 @@ def _loop_metrics(cell, m: Measurement) -> tuple[dict, list[dict]]:
     n = len(table["step"])
     metrics: dict = {"steps": n}
     if n:
-        window_s = (m.window_end if m.window_end is not None else m.step_starts[n]) - m.step_starts[0]
+        window_s = sum(table["step"]) / 1000  # first step's start to last step's end
         tokens = sum(m.tokens[:n]) if m.tokens else None
         metrics = summarize(table, window_s, sum(m.samples[:n]), tokens, m.h2d_bytes if m.window_end is not None else 0)
     metrics["time_to_first_batch_s"] = m.time_to_first_batch_s
@@ -60,6 +61,7 @@ def _loop_metrics(cell, m: Measurement) -> tuple[dict, list[dict]]:
 
 def run(raw: dict, out_dir: str) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
+    os.makedirs(out_dir, exist_ok=True)
     started, t0 = _now(), time.perf_counter()
     result: dict = {"schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": None, "adjustments": [], "error": None}
     try:

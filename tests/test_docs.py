@@ -1,0 +1,15 @@
+"""Documentation that must stay in line with the code."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from conftest import ROOT
+from feedbench.knobs import markdown_table
+
+
+def test_knob_table_in_docs_matches_knobs():
+    text = open(os.path.join(ROOT, "docs", "harness.md")).read()
+    table = re.search(r"<!-- knobs:begin[^>]*-->\n(.*)<!-- knobs:end -->", text, re.S).group(1)
+    assert table == markdown_table(), "regenerate with: python -m feedbench knobs --markdown"

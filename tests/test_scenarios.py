@@ -1,0 +1,154 @@
+"""Every scenario, dataset and model family runs and writes a result that validates against the schema."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jsonschema
+import pytest
+
+from feedbench.images import make_images
+from feedbench.result import schema
+
+TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1)
+
+
+def validate(result: dict) -> None:
+    jsonschema.validate(result, schema())
+
+
+@pytest.fixture(scope="module")
+def image_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("images")
+    make_images(str(root), count=32, size=40, classes=4)
+    return root
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        pytest.param(dict(TINY_MLP, dataset="synthetic"), id="train-mlp-synthetic"),
+        pytest.param(dict(TINY_MLP, dataset="memory", num_workers=1, prefetch_factor=3, persistent_workers=True), id="train-mlp-memory-worker"),
+        pytest.param(dict(TINY_MLP, scenario="compute"), id="compute-mlp"),
+        pytest.param(dict(scenario="loader", model="none", image_size=16, batch_size=8, steps=4, num_workers=2, in_order=False), id="loader"),
+        pytest.param(dict(model="resnet18", image_size=32, num_classes=10, batch_size=4, steps=2, warmup_steps=1, amp="bf16", channels_last=True), id="resnet18-bf16-channels-last"),
+        pytest.param(dict(TINY_MLP, amp="fp16"), id="mlp-fp16-gradscaler"),
+        pytest.param(dict(TINY_MLP, timing="sync", epochs=1, num_samples=24), id="epochs-sync"),
+        pytest.param(dict(TINY_MLP, timing="naive", multiprocessing_context="spawn", num_workers=1), id="naive-spawn"),
+        pytest.param(dict(model="lstm", dataset="tokens", lstm_impl="fused", seq_len=12, vocab_size=50, embedding_dim=8, hidden_size=8, batch_size=4, steps=3, warmup_steps=1), id="lstm-fused"),
+        pytest.param(dict(model="lstm", dataset="tokens", lstm_impl="cell", seq_len=12, vocab_size=50, embedding_dim=8, hidden_size=8, batch_size=4, steps=3, warmup_steps=1), id="lstm-cell"),
+    ],
+)
+def test_cell_runs_and_validates(run_cell, knobs):
+    code, result = run_cell(**knobs)
+    assert code == 0, result["error"]
+    validate(result)
+    metrics = result["metrics"]
+    assert result["status"] == "ok" and metrics["samples_per_s"] > 0
+    assert metrics["steps"] == (3 if knobs.get("epochs") else knobs["steps"])
+    assert metrics["time_to_first_batch_s"] > 0
+    if knobs.get("dataset") == "tokens":
+        assert metrics["tokens_per_s"] > metrics["samples_per_s"]
+
+
+def test_images_dataset_decodes_real_jpegs(run_cell, image_dir):
+    code, result = run_cell(dataset="images", data_dir=str(image_dir), model="resnet18", image_size=32, num_classes=4,
+                            batch_size=8, steps=3, warmup_steps=1, num_workers=2)
+    assert code == 0, result["error"]
+    validate(result)
+    assert result["metrics"]["samples"] == 24
+
+
+def test_tokens_count_true_lengths(run_cell, tmp_path):
+    code, result = run_cell(model="lstm", dataset="tokens", seq_len=10, seq_len_spread=0.5, vocab_size=30, embedding_dim=4,
+                            hidden_size=4, batch_size=4, steps=5, warmup_steps=0, shuffle=False)
+    assert code == 0
+    out = [p for p in tmp_path.iterdir() if (p / "steps.csv").exists()][0]
+    rows = list(csv.DictReader(open(out / "steps.csv")))
+    from feedbench.data import TokenDataset
+
+    lengths = TokenDataset(2048, 10, 0.5, 30, 0).lengths
+    assert [int(r["tokens"]) for r in rows] == [int(lengths[4 * i : 4 * i + 4].sum()) for i in range(5)]
+
+
+def test_transfer_probe(run_cell):
+    code, result = run_cell(scenario="transfer", transfer_sizes=[65536, 1048576], steps=3, warmup_steps=1)
+    assert code == 0, result["error"]
+    validate(result)
+    sizes = result["metrics"]["transfer"]["by_size"]
+    assert [s["size_bytes"] for s in sizes] == [65536, 1048576]
+    assert all(s["median_gb_per_s"] > 0 for s in sizes)
+
+
+def test_profile_writes_chrome_trace(run_cell, tmp_path):
+    code, result = run_cell(**TINY_MLP, profile=True, profile_steps=2)
+    assert code == 0
+    trace = next(tmp_path.glob("*/trace.json"))
+    assert "traceEvents" in json.loads(trace.read_text())
+    assert result["files"]["trace"] == "trace.json"
+
+
+def test_warmup_excluded_and_steps_csv_matches(run_cell, tmp_path):
+    code, result = run_cell(**dict(TINY_MLP, steps=7, warmup_steps=3))
+    rows = list(csv.DictReader(open(next(tmp_path.glob("*/steps.csv")))))
+    assert len(rows) == 7 == result["metrics"]["steps"]
+    assert {"wait_ms", "h2d_ms", "fwd_ms", "bwd_ms", "opt_ms", "step_ms", "samples"} <= set(rows[0])
+    assert sum(float(r["step_ms"]) for r in rows) == pytest.approx(result["metrics"]["window_s"] * 1000, rel=1e-6)
+
+
+def test_provenance_is_an_allow_list(run_cell, monkeypatch):
+    monkeypatch.setenv("FEEDBENCH_TEST_SECRET", "hunter2")
+    code, result = run_cell(**TINY_MLP)
+    assert "hunter2" not in json.dumps(result)
+    assert {"host", "cpu", "torch", "torchvision", "python", "git_commit"} <= set(result["provenance"])
+
+
+def test_monitor_samples_and_notes_missing_gpu(run_cell):
+    code, result = run_cell(model="sleep", compute_ms=20, image_size=8, batch_size=2, steps=10, warmup_steps=0,
+                            num_workers=1, monitor_interval_s=0.02)
+    monitor = result["monitor"]
+    assert monitor["samples"] >= 3
+    assert monitor["stats"]["trainer_rss_mb"]["max"] > 10
+    assert monitor["stats"]["workers_pss_mb"]["max"] > 0
+    if not result["provenance"]["gpu"]:
+        assert any("no GPU" in note for note in monitor["notes"])
+
+
+def test_crash_inside_loop_writes_failed_result_keeping_measured_steps(run_cell, tmp_path):
+    root = tmp_path / "images"
+    make_images(str(root), count=16, size=32, classes=2)
+    victims = sorted((root / "train").rglob("*.JPEG"))
+    victims[-1].write_bytes(b"not a jpeg at all")  # the last sample read (no shuffle) is corrupt
+    code, result = run_cell(dataset="images", data_dir=str(root), model="resnet18", image_size=16, num_classes=2,
+                            batch_size=2, steps=8, warmup_steps=1, shuffle=False, num_workers=1)
+    assert code == 1
+    validate(result)
+    assert result["status"] == "failed"
+    assert result["error"]["type"] in ("UnidentifiedImageError", "RuntimeError")
+    assert "cannot identify image file" in result["error"]["message"] + result["error"]["traceback"]
+    assert result["metrics"]["steps"] == 6  # steps 1..6 finished; the 7th batch holds the corrupt file
+
+
+def test_sigterm_writes_failed_result(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep",
+                             "--set", "compute_ms=50", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=10000"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if time.time() > deadline - 50:  # a few seconds in: measuring by now
+            break
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 1
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed" and result["error"]["type"] == "Terminated"
+    assert result["metrics"]["steps"] > 0
