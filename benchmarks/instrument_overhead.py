@@ -60,7 +60,7 @@ def bare_loop(cell, device: torch.device) -> float:
 
 def instrumented_loop(cell, device: torch.device) -> float:
     m = Measurement()
-    measure(cell, device, m, monitor=Monitor(cell.monitor_interval_s, 0 if device.type == "cuda" else None))
+    measure(cell, device, m, monitor=Monitor(cell.monitor_interval_s, device))
     return sum(m.samples) / (m.window_end - m.step_starts[0])
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import pytest
 import torch
 
 from conftest import cli
 from feedbench.cell import parse_cell, resolve
 from feedbench.knobs import KnobError
+from feedbench.result import schema
 
 
 @pytest.mark.parametrize(
@@ -74,7 +78,9 @@ def test_cli_bad_knob_exits_2_with_one_line_and_writes_failed_result(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == ["feedbench: error: knob 'num_workers': value -3 is out of range; allowed: an integer >= 0"]
-    assert '"status": "failed"' in (tmp_path / "out" / "result.json").read_text()
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    jsonschema.validate(result, schema())
+    assert result["status"] == "failed" and result["cell"] is None
 
 
 def test_cli_unreadable_cell_file_is_one_line(tmp_path):

@@ -152,3 +152,34 @@ def test_sigterm_writes_failed_result(tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "failed" and result["error"]["type"] == "Terminated"
     assert result["metrics"]["steps"] > 0
+
+
+def test_killed_worker_writes_failed_result(tmp_path):
+    import psutil
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep",
+                             "--set", "compute_ms=20", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000",
+                             "--set", "num_workers=1"], stderr=subprocess.PIPE, text=True)
+    parent = psutil.Process(proc.pid)
+    deadline = time.time() + 60
+    while time.time() < deadline and not parent.children():
+        time.sleep(0.2)
+    time.sleep(2)
+    for worker in parent.children(recursive=True):
+        worker.kill()
+    assert proc.wait(timeout=60) == 1
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed"
+    # PyTorch reports the death as "worker ... exited unexpectedly" or, when the batch was
+    # half-received from the dead worker, as a reset connection; either way it is recorded.
+    assert any(text in result["error"]["message"] for text in ("exited unexpectedly", "killed by signal", "Connection reset by peer"))
+    assert "dataloader" in result["error"]["traceback"].lower() or "reductions" in result["error"]["traceback"]
+    assert result["metrics"]["steps"] > 0
+
+
+def test_out_of_memory_writes_failed_result(run_cell):
+    code, result = run_cell(model="mlp", input_size=2**20, width=2**20, batch_size=2, steps=2)  # a 4 TiB weight
+    assert code == 1
+    assert result["status"] == "failed"
+    assert "allocate" in result["error"]["message"]

@@ -10,14 +10,19 @@ import statistics
 import threading
 
 import psutil
+import torch
 
 
 class NVML:
-    """The GPU of this process through nvidia-ml-py, or a note saying why not."""
+    """The GPU of this process through nvidia-ml-py, or a note saying why not.
 
-    def __init__(self, index: int | None):
+    The GPU is found by UUID: CUDA's index differs from NVML's wherever
+    CUDA_VISIBLE_DEVICES is set, as it is in every Slurm job.
+    """
+
+    def __init__(self, device: torch.device | None):
         self.handle, self.note = None, None
-        if index is None:
+        if device is None or device.type != "cuda":
             self.note = "no GPU in use: GPU utilisation and memory not sampled"
             return
         try:
@@ -25,7 +30,8 @@ class NVML:
 
             pynvml.nvmlInit()
             self.pynvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = str(torch.cuda.get_device_properties(device).uuid)
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
         except Exception as error:  # library missing, driver missing, no permission
             self.note = f"NVML unavailable ({type(error).__name__}: {error}): GPU utilisation not sampled"
 
@@ -52,10 +58,10 @@ def _workers_memory(process: psutil.Process) -> dict[str, float]:
 class Monitor(threading.Thread):
     """Samples until stop(); summary() gives mean and max of each series."""
 
-    def __init__(self, interval_s: float, gpu_index: int | None):
+    def __init__(self, interval_s: float, device: torch.device | None):
         super().__init__(daemon=True, name="feedbench-monitor")
         self.interval_s = interval_s
-        self.nvml = NVML(gpu_index)
+        self.nvml = NVML(device)
         self.process = psutil.Process()
         self.samples: list[dict[str, float]] = []
         self._halt = threading.Event()

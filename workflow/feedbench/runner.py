@@ -67,12 +67,13 @@ def run(raw: dict, out_dir: str) -> int:
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
-        result.update(error={"type": "KnobError", "message": str(error)}, started_at=started, finished_at=_now())
+        any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        result.update(error={"type": "KnobError", "message": str(error)}, provenance=provenance(any_device), started_at=started, finished_at=_now())
         write_result(out_dir, result)
         print(f"feedbench: error: {error}", file=sys.stderr)
         return 2
     device = torch.device(cell.device)
-    result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing})
+    result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=provenance(device))
     for note in notes:
         print(f"feedbench: note: {note}", file=sys.stderr)
 
@@ -87,8 +88,7 @@ def run(raw: dict, out_dir: str) -> int:
             result["metrics"] = {"transfer": summary, "cuda_init_s": m.cuda_init_s}
             result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
         else:
-            gpu_index = (device.index if device.index is not None else torch.cuda.current_device()) if device.type == "cuda" else None
-            monitor = Monitor(cell.monitor_interval_s, gpu_index)
+            monitor = Monitor(cell.monitor_interval_s, device)
             measure(cell, device, m, out_dir, monitor)
         result["status"] = "ok"
     except KnobError as error:  # found while building the cell (a dataset path, say)
@@ -96,6 +96,9 @@ def run(raw: dict, out_dir: str) -> int:
         print(f"feedbench: error: {error}", file=sys.stderr)
         code = 2
     except (Exception, Terminated, KeyboardInterrupt) as error:
+        # A dead loader worker makes PyTorch's SIGCHLD handler raise at every later
+        # SIGCHLD: keep it quiet while the failure is recorded, then put it back.
+        sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         result["error"] = _error(error)
         print(f"feedbench: cell failed: {result['error']['type']}: {result['error']['message']}", file=sys.stderr)
         code = 1
@@ -107,7 +110,8 @@ def run(raw: dict, out_dir: str) -> int:
             result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
             result["monitor"] = monitor.summary() if monitor is not None else None
         result["files"] = {"steps": write_rows(out_dir, rows), "trace": "trace.json" if cell.profile and result["status"] == "ok" and cell.scenario in ("train", "compute") else None}
-        result["provenance"] = provenance(device)
         result.update(started_at=started, finished_at=_now(), duration_s=time.perf_counter() - t0)
         write_result(out_dir, result)
+    if code == 1:
+        signal.signal(signal.SIGCHLD, sigchld)
     return code
