@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)")
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
     run.add_argument("--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)")
+    run.add_argument("--as-rank", action="store_true", help="run as one rank started by torchrun or srun (set by the launcher)")
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -64,9 +65,28 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, yaml.YAMLError) as error:
         print(f"feedbench: error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
-    from .runner import run as run_cell
+    return run_or_launch(raw, args.out, args.as_rank)
 
-    return run_cell(raw, args.out)
+
+def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False) -> int:
+    """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
+    import torch
+
+    from .cell import parse_cell, resolve, world_size
+    from .distributed import world_from_env
+    from .knobs import KnobError
+    from .launch import launch
+    from .runner import run
+
+    if as_rank:
+        return run(raw, out_dir, world_from_env())
+    try:
+        cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
+    except KnobError:
+        return run(raw, out_dir)  # writes the failed result and prints the one line
+    if world_size(cell) > 1:
+        return launch(raw, cell, notes, out_dir)
+    return run(raw, out_dir)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
 from .knobs import KNOBS, LABELS, KnobError, defaults
 from .models import check_model_name
 
@@ -51,7 +53,19 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         raise KnobError(f"knob 'dataset': value '{dataset}' is not allowed with model 'lstm'; allowed: tokens")
     if dataset == "tokens" and model not in ("lstm", "sleep", "none"):
         raise KnobError(f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none")
+    parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
+    if parallel == "none" and (gpus > 1 or nodes > 1):
+        raise KnobError(f"knob 'parallel': value 'none' is not allowed with gpus_per_node={gpus}, nodes={nodes}; allowed: dp, ddp, independent")
+    if parallel == "dp" and nodes > 1:
+        raise KnobError(f"knob 'nodes': value {nodes} is not allowed with parallel 'dp' (one process); allowed: 1, or parallel ddp / independent")
+    if parallel != "none" and scenario in ("loader", "transfer"):
+        raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
     return Cell(**values)
+
+
+def world_size(cell: Cell) -> int:
+    """Processes the cell runs as: one per GPU for ddp and independent, one for dp and none."""
+    return cell.nodes * cell.gpus_per_node if cell.parallel in ("ddp", "independent") else 1
 
 
 def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
@@ -75,6 +89,10 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
             notes.append("device_prefetch=stream is a pass-through on CPU: there is no copy to overlap")
         if cell.timing == "events":
             notes.append("timing=events uses the host clock on CPU, where every phase is synchronous")
+    if cell.parallel == "dp" and device == "cpu" and cell.gpus_per_node > 1:
+        notes.append(f"parallel=dp on CPU runs one replica on batch_size x {cell.gpus_per_node}: DataParallel needs GPUs")
+    if device == "cuda" and cell.parallel == "dp" and cell.gpus_per_node > torch.cuda.device_count():
+        raise KnobError(f"knob 'gpus_per_node': value {cell.gpus_per_node} is more than the {torch.cuda.device_count()} GPU(s) visible; allowed: 1 to {torch.cuda.device_count()}")
     if cell.channels_last and cell.model in ("mlp", "lstm", "sleep", "none"):
         changes["channels_last"] = False
         notes.append(f"channels_last=true ignored: model '{cell.model}' takes no images")

@@ -7,7 +7,7 @@ import time
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from .knobs import KnobError
 from .models import input_kind
@@ -154,8 +154,16 @@ def build_dataset(cell) -> Dataset:
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
 
 
-def build_loader(cell, dataset: Dataset) -> DataLoader:
-    """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve()."""
+def build_loader(cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
+    """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
+
+    With several ranks each reads its own shard (DistributedSampler); with dp
+    one process feeds all GPUs, so its batch is batch_size x gpus_per_node.
+    """
+    sampler = None
+    if world_size > 1:
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True)
+    batch_size = cell.batch_size * (cell.gpus_per_node if cell.parallel == "dp" else 1)
     options = {}
     if cell.num_workers > 0:
         options = dict(
@@ -166,11 +174,12 @@ def build_loader(cell, dataset: Dataset) -> DataLoader:
         )
     return DataLoader(
         dataset,
-        batch_size=cell.batch_size,
-        shuffle=cell.shuffle,
+        batch_size=batch_size,
+        shuffle=cell.shuffle if sampler is None else False,
+        sampler=sampler,
         num_workers=cell.num_workers,
         pin_memory=cell.pin_memory,
-        drop_last=len(dataset) >= cell.batch_size,
+        drop_last=len(dataset) >= batch_size * world_size,
         collate_fn=pad_tokens if cell.dataset == "tokens" else None,
         generator=torch.Generator().manual_seed(cell.seed),
         **options,

@@ -8,16 +8,37 @@ PhaseClock, read once after the window.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from .data import build_dataset, build_loader
+from .distributed import World
 from .models import build_model, loss_function
 from .prefetch import StreamPrefetcher, batch_bytes, to_device
 from .timing import PhaseClock, synchronize
+
+class Terminated(Exception):
+    """SIGTERM arrived (a scheduler's time limit or cancel)."""
+
+
+# Set by the SIGTERM handler; the loop checks it at each step. Raising from the
+# handler itself could interrupt the recording of an earlier failure.
+STOP = threading.Event()
+
+
+def check_stop() -> None:
+    if STOP.is_set():
+        raise Terminated("terminated by SIGTERM (time limit reached or job cancelled)")
+
 
 PHASES = {"train": ("h2d", "fwd", "bwd", "opt"), "compute": ("fwd", "bwd", "opt"), "loader": ()}
 
@@ -35,6 +56,7 @@ class Measurement:
     completed: int = 0
     last_done: float | None = None
     window_end: float | None = None
+    comm: dict | None = None
     time_to_first_batch_s: float | None = None
     cuda_init_s: float | None = None
     clock: PhaseClock | None = None
@@ -62,7 +84,9 @@ class Measurement:
 
 def _epochs(loader):
     """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent)."""
-    while True:
+    for epoch in itertools.count():
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
         empty = True
         for batch in loader:
             empty = False
@@ -82,17 +106,27 @@ def cuda_init(device: torch.device) -> float | None:
     return time.perf_counter() - start
 
 
-def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None) -> None:
+def wrap_parallel(model: nn.Module, cell, device: torch.device) -> nn.Module:
+    """ddp: gradients all-reduced across ranks; dp: one process splits each batch over its GPUs."""
+    if cell.parallel == "ddp":
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if cell.parallel == "dp" and device.type == "cuda" and cell.gpus_per_node > 1:
+        return nn.DataParallel(model, device_ids=list(range(cell.gpus_per_node)))
+    return model  # none, independent (replicas that never talk), dp on CPU
+
+
+def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World()) -> None:
     """Run warm-up and the measured window of a train, compute or loader cell, filling `m`."""
     torch.manual_seed(cell.seed)
     dataset = build_dataset(cell)
-    loader = build_loader(cell, dataset)
+    loader = build_loader(cell, dataset, world.rank, world.world_size)
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     model = None
     if cell.scenario != "loader":
         model = build_model(cell).to(device)
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
+        model = wrap_parallel(model, cell, device)
         optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
         scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         loss_fn = loss_function(cell.model)
@@ -132,6 +166,7 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
             if monitor is not None:
                 monitor.start()
         clock = m.clock if measuring else warm
+        check_stop()
         t_start = time.perf_counter()
         item = resident if resident is not None else next(batches)
         t_ready = time.perf_counter()
@@ -163,8 +198,38 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
     if monitor is not None and monitor.is_alive():
         monitor.stop()
 
+    if cell.parallel == "ddp" and cell.comm_probe_steps:
+        m.comm = _comm_probe(cell, device, model, batches, prefetch, resident, train_step)
     if cell.profile and out_dir is not None and model is not None:
         _profile(cell, device, batches, prefetch, train_step, out_dir, resident)
+
+
+def _comm_probe(cell, device, model, batches, prefetch, resident, train_step) -> dict:
+    """The exposed cost of gradient all-reduce: the same steps with and without DDP's sync.
+
+    One batch kept on the device, so data loading does not blur the comparison.
+    """
+    if resident is None:
+        item = next(batches)
+        resident = item[1] if prefetch else to_device(item, device, non_blocking=False)
+    null = PhaseClock("naive", device, PHASES["compute"])
+
+    def timed(no_sync: bool) -> float:
+        times = []
+        for _ in range(cell.comm_probe_steps):
+            check_stop()
+            synchronize(device)
+            start = time.perf_counter()
+            null.start_step()
+            with model.no_sync() if no_sync else contextlib.nullcontext():
+                train_step(resident, null)
+            synchronize(device)
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+    with_sync, without_sync = timed(False), timed(True)
+    return {"steps": cell.comm_probe_steps, "step_ms_sync": with_sync, "step_ms_no_sync": without_sync,
+            "comm_share": max(0.0, 1 - without_sync / with_sync) if with_sync > 0 else None}
 
 
 def _profile(cell, device, batches, prefetch, train_step, out_dir, resident) -> None:

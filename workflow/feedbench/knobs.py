@@ -68,6 +68,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DEVICE_PREFETCH = ("none", "stream")
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
 LSTM_IMPLS = ("fused", "cell")
+PARALLEL = ("none", "dp", "ddp", "independent")
 
 # 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
 DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
@@ -106,6 +107,11 @@ KNOBS: dict[str, Knob] = {
         Knob("shuffle", bool, True, "shuffle the dataset every epoch"),
         Knob("device_prefetch", str, "none", "none | stream: copy the next batches on a side stream", DEVICE_PREFETCH),
         Knob("prefetch_depth", int, 1, "batches the stream prefetcher keeps in flight", minimum=1),
+        # Parallelism.
+        Knob("parallel", str, "none", "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent (replicas, no gradient exchange)", PARALLEL),
+        Knob("gpus_per_node", int, 1, "GPUs per node (processes on gloo without GPUs); batch_size is per GPU", minimum=1),
+        Knob("nodes", int, 1, "nodes (ddp, independent); emulated on localhost outside Slurm", minimum=1),
+        Knob("comm_probe_steps", int, 10, "ddp: steps with and without gradient sync after the window, for the communication share (0: off)", minimum=0),
         # Model and step.
         Knob("model", str, "mlp", "none, mlp, sleep, lstm or a torchvision classification model (resnet18, resnet50, ...)"),
         Knob("hidden_layers", int, 1, "mlp: hidden Linear+ReLU layers", minimum=0),

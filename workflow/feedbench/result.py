@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import os
 from importlib import resources
 
 SCHEMA_VERSION = 1
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def schema() -> dict:
@@ -22,9 +27,9 @@ def atomic_write(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_result(out_dir: str, result: dict) -> str:
+def write_result(out_dir: str, result: dict, name: str = "result.json") -> str:
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "result.json")
+    path = os.path.join(out_dir, name)
     atomic_write(path, json.dumps(result, indent=2, default=str) + "\n")
     return path
 

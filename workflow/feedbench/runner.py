@@ -7,7 +7,6 @@ completed), so a matrix never loses a cell silently.
 
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import sys
@@ -17,25 +16,18 @@ import traceback
 import torch
 
 from .cell import cell_dict, parse_cell, resolve
-from .harness import Measurement, cuda_init, measure
+from .distributed import World, finish, gather, init, rank_device
+from .harness import STOP, Measurement, Terminated, cuda_init, measure
 from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
 from .provenance import provenance
-from .result import SCHEMA_VERSION, step_rows, write_result, write_rows
+from .result import SCHEMA_VERSION, now, step_rows, write_result, write_rows
 from .transfer import probe
 
 
-class Terminated(Exception):
-    """SIGTERM arrived (a scheduler's time limit or cancel)."""
-
-
 def _on_sigterm(signum, frame):
-    raise Terminated("terminated by SIGTERM (time limit reached or job cancelled)")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    STOP.set()
 
 
 def _error(exc: BaseException) -> dict:
@@ -59,37 +51,75 @@ def _loop_metrics(cell, m: Measurement) -> tuple[dict, list[dict]]:
     return metrics, step_rows(table, m.samples, m.tokens)
 
 
-def run(raw: dict, out_dir: str) -> int:
+def _combine_ranks(own: dict, ranks: list[dict]) -> dict:
+    """Rank 0's metrics, plus the job-wide throughput and every rank's summary."""
+    metrics = dict(own)
+    per_rank = [
+        {"rank": r["rank"], "node": r["node"], "samples": r["metrics"].get("samples", 0), "window_s": r["metrics"].get("window_s"),
+         "samples_per_s": r["metrics"].get("samples_per_s"), "step_ms_median": r["metrics"].get("step_ms", {}).get("median"),
+         "stall_pct": r["metrics"].get("stall_pct"),
+         "phases_median_ms": {k: v["median_ms"] for k, v in r["metrics"].get("phases", {}).items()},
+         "comm": r["comm"]}
+        for r in ranks
+    ]
+    slowest = max(per_rank, key=lambda r: r["window_s"] or 0)
+    window_s = slowest["window_s"]
+    metrics.update(
+        world_size=len(ranks),
+        samples=sum(r["samples"] for r in per_rank),
+        samples_per_s=sum(r["samples"] for r in per_rank) / window_s if window_s else None,
+        tokens_per_s=sum(r["metrics"]["tokens_per_s"] * r["metrics"]["window_s"] for r in ranks) / window_s
+        if window_s and own.get("tokens_per_s") is not None else None,
+        slowest_rank=slowest["rank"],
+        ranks=per_rank,
+    )
+    comms = [r["comm"]["comm_share"] for r in per_rank if r["comm"] and r["comm"]["comm_share"] is not None]
+    if comms:
+        metrics["comm_share"] = max(comms)
+    return metrics
+
+
+def run(raw: dict, out_dir: str, world: World = World()) -> int:
+    """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
+
+    Rank 0 writes result.json; any rank that fails also writes ranks/rank<k>.json
+    with its error, for the launcher to name the rank that brought the cell down.
+    """
+    STOP.clear()
     signal.signal(signal.SIGTERM, _on_sigterm)
     os.makedirs(out_dir, exist_ok=True)
-    started, t0 = _now(), time.perf_counter()
+    started, t0 = now(), time.perf_counter()
     result: dict = {"schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": None, "adjustments": [], "error": None}
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
         any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        result.update(error={"type": "KnobError", "message": str(error)}, provenance=provenance(any_device), started_at=started, finished_at=_now())
+        result.update(error={"type": "KnobError", "message": str(error)}, provenance=provenance(any_device), started_at=started, finished_at=now())
         write_result(out_dir, result)
         print(f"feedbench: error: {error}", file=sys.stderr)
         return 2
-    device = torch.device(cell.device)
+    device = rank_device(cell.device, world) if world.distributed else torch.device(cell.device)
     result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=provenance(device))
-    for note in notes:
-        print(f"feedbench: note: {note}", file=sys.stderr)
+    if world.rank == 0:
+        for note in notes:
+            print(f"feedbench: note: {note}", file=sys.stderr)
 
     m = Measurement()
     monitor = None
     rows: list[dict] = []
     code = 0
+    sigchld = None
     try:
         m.cuda_init_s = cuda_init(device)
+        if world.distributed or cell.parallel == "ddp":
+            init(world, device)
         if cell.scenario == "transfer":
             rows, summary = probe(cell, device)
             result["metrics"] = {"transfer": summary, "cuda_init_s": m.cuda_init_s}
             result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
         else:
             monitor = Monitor(cell.monitor_interval_s, device)
-            measure(cell, device, m, out_dir, monitor)
+            measure(cell, device, m, out_dir if world.rank == 0 else None, monitor, world)
         result["status"] = "ok"
     except KnobError as error:  # found while building the cell (a dataset path, say)
         result["error"] = {"type": "KnobError", "message": str(error)}
@@ -100,7 +130,7 @@ def run(raw: dict, out_dir: str) -> int:
         # SIGCHLD: keep it quiet while the failure is recorded, then put it back.
         sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         result["error"] = _error(error)
-        print(f"feedbench: cell failed: {result['error']['type']}: {result['error']['message']}", file=sys.stderr)
+        print(f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: {result['error']['type']}: {result['error']['message']}", file=sys.stderr)
         code = 1
     finally:
         if monitor is not None and monitor.is_alive():
@@ -109,9 +139,21 @@ def run(raw: dict, out_dir: str) -> int:
             result["metrics"], rows = _loop_metrics(cell, m)
             result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
             result["monitor"] = monitor.summary() if monitor is not None else None
-        result["files"] = {"steps": write_rows(out_dir, rows), "trace": "trace.json" if cell.profile and result["status"] == "ok" and cell.scenario in ("train", "compute") else None}
-        result.update(started_at=started, finished_at=_now(), duration_s=time.perf_counter() - t0)
-        write_result(out_dir, result)
-    if code == 1:
+            if m.comm:
+                result["metrics"]["comm"] = m.comm
+        result.update(started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0)
+        if world.distributed:
+            result["rank"] = {"rank": world.rank, "node": world.node_rank, "world_size": world.world_size}
+            if code:
+                write_result(os.path.join(out_dir, "ranks"), result, f"rank{world.rank}.json")
+        if code == 0 and world.distributed:
+            ranks = gather({"rank": world.rank, "node": world.node_rank, "metrics": result["metrics"], "comm": m.comm})
+            result["metrics"] = _combine_ranks(result["metrics"], ranks)
+        if world.rank == 0:
+            result["files"] = {"steps": write_rows(out_dir, rows), "trace": "trace.json" if cell.profile and result["status"] == "ok" and cell.scenario in ("train", "compute") else None}
+            write_result(out_dir, result)
+        if code == 0:
+            finish()
+    if sigchld is not None:
         signal.signal(signal.SIGCHLD, sigchld)
     return code

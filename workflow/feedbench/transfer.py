@@ -11,6 +11,8 @@ import time
 
 import torch
 
+from .harness import check_stop
+
 
 def probe(cell, device: torch.device) -> tuple[list[dict], dict]:
     """Return one row per timed copy and the summary (median GB/s per size and pinning)."""
@@ -23,6 +25,7 @@ def probe(cell, device: torch.device) -> tuple[list[dict], dict]:
             dst = torch.empty(size, dtype=torch.uint8, device=device)
             timings = []
             for rep in range(cell.warmup_steps + cell.steps):
+                check_stop()
                 if device.type == "cuda":
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()

@@ -1,0 +1,121 @@
+"""Multi-process cells on this machine: the "GPUs" are processes on gloo, nodes are emulated on localhost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jsonschema
+import psutil
+import pytest
+
+from feedbench.result import schema
+
+MLP = ["--set", "model=mlp", "--set", "input_size=64", "--set", "width=64", "--set", "batch_size=16", "--set", "warmup_steps=2"]
+
+
+def run(out, *knobs: str, steps: int = 10) -> tuple[int, dict, str]:
+    proc = subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), *MLP, "--set", f"steps={steps}", *knobs],
+                          capture_output=True, text=True, timeout=300)
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, schema())
+    return proc.returncode, result, proc.stderr
+
+
+def test_ddp_two_ranks_gathers_every_rank(tmp_path):
+    code, result, _ = run(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    assert code == 0, result["error"]
+    metrics = result["metrics"]
+    assert metrics["world_size"] == 2 and [r["rank"] for r in metrics["ranks"]] == [0, 1]
+    assert metrics["samples"] == 2 * 10 * 16
+    assert metrics["samples_per_s"] == pytest.approx(metrics["samples"] / max(r["window_s"] for r in metrics["ranks"]))
+    assert 0 <= metrics["comm_share"] <= 1
+    assert all(r["comm"]["step_ms_sync"] > 0 for r in metrics["ranks"])
+
+
+def test_independent_replicas_on_two_emulated_nodes(tmp_path):
+    """torchrun with two nodes on localhost: a static rendezvous, GROUP_RANK 0 and 1."""
+    code, result, _ = run(tmp_path, "--set", "parallel=independent", "--set", "gpus_per_node=2", "--set", "nodes=2")
+    assert code == 0, result["error"]
+    ranks = result["metrics"]["ranks"]
+    assert [(r["rank"], r["node"]) for r in ranks] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    assert all(r["comm"] is None for r in ranks)
+
+
+def test_ddp_across_two_emulated_nodes(tmp_path):
+    code, result, _ = run(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=1", "--set", "nodes=2", steps=5)
+    assert code == 0, result["error"]
+    assert {r["node"] for r in result["metrics"]["ranks"]} == {0, 1}
+
+
+def test_ddp_of_one_rank_runs_without_a_launcher(run_cell):
+    code, result = run_cell(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="ddp", comm_probe_steps=3)
+    assert code == 0, result["error"]
+    assert result["metrics"]["comm"]["steps"] == 3
+    assert "world_size" not in result["metrics"]
+
+
+def test_dp_on_cpu_runs_one_replica_on_the_whole_batch(run_cell):
+    code, result = run_cell(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="dp", gpus_per_node=2)
+    assert code == 0
+    assert result["metrics"]["samples"] == 4 * 16
+    assert "parallel=dp on CPU runs one replica on batch_size x 2: DataParallel needs GPUs" in result["adjustments"]
+
+
+def _start(out, *knobs):
+    return subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep", "--set", "compute_ms=20",
+                             "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000", *knobs],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _ranks(launcher: psutil.Process, count: int) -> list[psutil.Process]:
+    """The rank processes (feedbench run --as-rank) under the launcher, once they are all up and measuring."""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        ranks = [p for p in launcher.children(recursive=True) if "--as-rank" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+        if len(ranks) == count:
+            time.sleep(4)  # past start-up and warm-up
+            return sorted(ranks, key=lambda p: int(p.environ().get("RANK", -1)))
+        time.sleep(0.3)
+    raise AssertionError("ranks did not start")
+
+
+def test_a_rank_that_dies_fails_the_cell_naming_it(tmp_path):
+    launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    ranks = _ranks(psutil.Process(launcher.pid), 2)
+    ranks[1].kill()
+    assert launcher.wait(timeout=120) == 1
+    result = json.loads((tmp_path / "result.json").read_text())
+    jsonschema.validate(result, schema())
+    assert result["status"] == "failed"
+    # Rank 1 died by SIGKILL and wrote nothing. Rank 0 either saw the broken group and said so, or hung
+    # in a collective until torchrun killed it; then torchrun's root cause names rank 1.
+    message = result["error"]["message"]
+    assert message.startswith("rank(s) 1 exited without a report (killed?); rank 0 failed: ") or (
+        message.startswith("rank(s) 0, 1 exited without a report (killed?); rank 1 exited with code -9 (SIGKILL) first")), message
+
+
+def test_a_node_that_fails_fails_the_cell(tmp_path):
+    launcher = _start(tmp_path, "--set", "parallel=independent", "--set", "gpus_per_node=1", "--set", "nodes=2")
+    parent = psutil.Process(launcher.pid)
+    _ranks(parent, 2)
+    node1 = [p for p in parent.children() if "--node-rank=1" in p.cmdline()][0]
+    os.killpg(node1.pid, signal.SIGKILL)  # the node's agent and its rank vanish at once
+    assert launcher.wait(timeout=120) == 1
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "failed"
+
+
+def test_time_limit_sigterm_fails_the_cell(tmp_path):
+    launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    _ranks(psutil.Process(launcher.pid), 2)
+    launcher.send_signal(signal.SIGTERM)  # what Slurm sends at the time limit
+    assert launcher.wait(timeout=120) == 1
+    result = json.loads((tmp_path / "result.json").read_text())
+    jsonschema.validate(result, schema())
+    assert result["status"] == "failed"
+    assert result["error"] == {"type": "Terminated", "message": "terminated by SIGTERM (time limit reached or job cancelled)", "traceback": ""}

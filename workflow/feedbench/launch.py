@@ -1,0 +1,149 @@
+"""Start the ranks of a multi-process cell and make sure one result says what happened.
+
+Locally one torchrun per node (several nodes are emulated on localhost with a
+static rendezvous at 127.0.0.1), so every path of a multi-node cell runs on one
+machine. Whatever the ranks do, rank 0 dying with SIGKILL included, the
+launcher leaves a result.json that names the rank that brought the cell down.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import torch
+import yaml
+
+from .cell import cell_dict, world_size
+from .provenance import provenance
+from .result import SCHEMA_VERSION, now, write_result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_commands(cell, cell_path: str, out_dir: str, port: int) -> list[list[str]]:
+    """One torchrun per (emulated) node, all meeting at 127.0.0.1:port."""
+    return [
+        [sys.executable, "-m", "torch.distributed.run", f"--nnodes={cell.nodes}", f"--nproc-per-node={cell.gpus_per_node}",
+         f"--node-rank={node}", "--master-addr=127.0.0.1", f"--master-port={port}",
+         "-m", "feedbench", "run", cell_path, "--out", out_dir, "--as-rank"]
+        for node in range(cell.nodes)
+    ]
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _rank_reports(out_dir: str) -> list[dict]:
+    reports = []
+    for path in glob.glob(os.path.join(out_dir, "ranks", "rank*.json")):
+        with open(path) as f:
+            reports.append(json.load(f))
+    return sorted(reports, key=lambda r: r["rank"]["rank"])
+
+
+def torchrun_root_cause(logs: list[str]) -> str | None:
+    """torchrun's own "Root Cause (first observed failure)" of a node's log, as one phrase."""
+    for log in logs:
+        text = _tail(log, 400)
+        found = re.search(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n", text, re.S)
+        if found:
+            rank, code, _, sig = found.groups()
+            return f"rank {rank} exited with code {code}" + (f" ({sig})" if sig else "") + " first"
+    return None
+
+
+def describe_failure(out_dir: str, world: int, codes: list[int], first_node: int | None, terminated: bool, logs: list[str]) -> dict:
+    """One error naming the cause: the rank that raised, the rank or node that vanished, or the time limit."""
+    reports = _rank_reports(out_dir)
+    silent = sorted(set(range(world)) - {r["rank"]["rank"] for r in reports})
+    raised = [r for r in reports if r["error"]["type"] != "Terminated"]
+    vanished = f"rank(s) {', '.join(map(str, silent))} exited without a report (killed?); " if silent and not terminated else ""
+    if terminated:
+        return {"type": "Terminated", "message": "terminated by SIGTERM (time limit reached or job cancelled)", "traceback": ""}
+    if raised:
+        first = raised[0]
+        return dict(first["error"], message=f"{vanished}rank {first['rank']['rank']} failed: {first['error']['message']}")
+    cause = torchrun_root_cause(logs)
+    if cause is None:
+        cause = f"node {first_node} exited with code {codes[first_node]}" if first_node is not None else f"ranks exited with codes {codes}"
+    return {"type": "RankExited", "message": f"{vanished}{cause}; the other ranks were stopped",
+            "traceback": "".join(_tail(log) for log in logs)[-4000:]}
+
+
+def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
+    started = now()
+    result_path, ranks_dir = os.path.join(out_dir, "result.json"), os.path.join(out_dir, "ranks")
+    if os.path.exists(result_path):  # a stale result must not pass for this run's
+        os.remove(result_path)
+    shutil.rmtree(ranks_dir, ignore_errors=True)
+    os.makedirs(ranks_dir)
+    cell_path = os.path.join(ranks_dir, "cell.yaml")
+    with open(cell_path, "w") as f:
+        yaml.safe_dump(raw, f)
+    print(f"feedbench: launching {world_size(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}", file=sys.stderr)
+    port = free_port()
+    procs, logs = [], []
+    for node, command in enumerate(torchrun_commands(cell, cell_path, out_dir, port)):
+        log = os.path.join(out_dir, "ranks", f"node{node}.log")
+        logs.append(log)
+        procs.append(subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True))
+
+    def stop_all():
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+
+    terminated = False
+
+    def on_sigterm(signum, frame):  # a scheduler's time limit: every rank gets it, then the result is written
+        nonlocal terminated
+        terminated = True
+        stop_all()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    first_node = None
+    try:
+        while any(p.poll() is None for p in procs):
+            for node, p in enumerate(procs):
+                if p.poll() not in (None, 0) and first_node is None:  # like srun --kill-on-bad-exit
+                    first_node = node
+                    stop_all()
+            time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    codes = [p.returncode for p in procs]
+
+    result = None
+    if os.path.exists(result_path):
+        with open(result_path) as f:
+            result = json.load(f)
+    if result is not None and result["status"] == "ok" and not any(codes):
+        return 0
+
+    if result is None:  # rank 0 died before it could write
+        reports = _rank_reports(out_dir)
+        result = {"schema_version": SCHEMA_VERSION, "requested": raw, "cell": cell_dict(cell), "adjustments": notes, "metrics": {"steps": 0},
+                  "provenance": reports[0]["provenance"] if reports else provenance(torch.device("cpu")), "started_at": started, "finished_at": now()}
+    result["status"] = "failed"
+    result["error"] = describe_failure(out_dir, world_size(cell), codes, first_node, terminated, logs)
+    write_result(out_dir, result)
+    print(f"feedbench: cell failed: {result['error']['message']}", file=sys.stderr)
+    return 2 if result["error"]["type"] == "KnobError" else 1
