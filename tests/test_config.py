@@ -1,0 +1,156 @@
+"""The config side: the default matrix, the schema vs the README, the conda envs vs pyproject,
+and bad configs stopping Snakemake before any job with one line."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from conftest import ROOT
+from feedbench.knobs import KNOBS
+from feedbench.matrix import build_cells
+
+SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
+# Run the workflow, never a job: they belong to the machine that drives Snakemake.
+ENGINE = {"snakemake", "snakemake-executor-plugin-slurm"}
+
+
+def load(path: str):
+    with open(os.path.join(ROOT, path)) as f:
+        return yaml.safe_load(f)
+
+
+def test_default_config_is_the_matrix_of_the_issue():
+    config = load("config/config.yaml")
+    validate(config, SCHEMA)
+    cells = build_cells(config, "results/data/images")
+    by = {}
+    for cell in cells:
+        by.setdefault(cell.experiment, []).append(cell)
+    assert config["defaults"]["repeats"] == 3
+    workers = by["workers"]
+    assert {(c.knobs["num_workers"], c.knobs["pin_memory"]) for c in workers} == {(w, p) for w in (0, 1, 2) for p in (False, True)}
+    assert all(c.knobs["dataset"] == "images" and c.knobs["data_dir"] == "results/data/images" for c in workers)
+    prefetch = by["prefetch"]
+    assert {(c.knobs["device_prefetch"], c.knobs["hidden_layers"]) for c in prefetch} == {(d, h) for d in ("none", "stream") for h in (1, 4)}
+    assert all(c.knobs["model"] == "mlp" and c.knobs["dataset"] == "memory" for c in prefetch)
+    assert {c.knobs["scenario"] for c in by["compute"]} == {"compute"}
+    assert {c.knobs["scenario"] for c in by["transfer"]} == {"transfer"}
+
+
+def schema_keys(node: dict, prefix: str, defs: dict) -> dict[str, dict]:
+    """Dotted config keys of the schema -> their schema, down to knob mappings (which `python -m feedbench knobs` documents)."""
+    if "$ref" in node and node["$ref"] != "#/$defs/knobs":
+        node = {**defs[node["$ref"].split("/")[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    keys = {}
+    for name, sub in (node.get("properties") or {}).items():
+        key = f"{prefix}.{name}" if prefix else name
+        keys[key] = sub
+        keys.update(schema_keys(sub, key, defs))
+    if isinstance(node.get("additionalProperties"), dict) and prefix == "experiments":
+        keys.update(schema_keys(node["additionalProperties"], f"{prefix}.<name>", defs))
+    for branch in node.get("oneOf", []):
+        keys.update(schema_keys(branch.get("items", branch), prefix, defs))
+    return keys
+
+
+def readme_reference() -> dict[str, list[str]]:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    section = text.split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \|(.*)\|$", section, re.M)
+    return {key: [cell.strip() for cell in rest.split("|")] for key, rest in rows}
+
+
+def test_readme_reference_lists_every_key_of_the_schema_with_its_default():
+    schema = load("config/schema.yaml")
+    keys = schema_keys(schema, "", schema["$defs"])
+    reference = readme_reference()
+    assert set(reference) == set(keys), "README's configuration reference and config/schema.yaml disagree"
+    for key, sub in keys.items():
+        if "default" in sub:
+            shown = yaml.safe_dump(sub["default"], default_flow_style=True).strip().removesuffix("...").strip()
+            assert reference[key][1] == f"`{shown}`", f"{key}: README says {reference[key][1]}, the schema's default is {shown}"
+        if key in schema.get("required", []):
+            assert reference[key][1] == "required", key
+
+
+def test_config_accepts_exactly_the_knobs_of_the_harness():
+    """Knob names and values are checked against feedbench.knobs.KNOBS (not listed in the schema), so they cannot drift."""
+    every = {name: knob.default for name, knob in KNOBS.items()}
+    config = {"defaults": dict(every), "experiments": {"all": {"base": dict(every), "matrix": {name: [value] for name, value in every.items()}}}}
+    validate(config, SCHEMA)
+    (cell,) = build_cells(config)
+    assert cell.knobs == every
+    assert "enum" not in yaml.safe_load(open(SCHEMA))["$defs"]["knob"]
+
+
+def requirement_name(line: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", line, maxsplit=1)[0].lower()
+
+
+def test_conda_envs_follow_pyproject():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        declared = {requirement_name(d): d for d in tomllib.load(f)["project"]["dependencies"]}
+    used: set[str] = set()
+    for name in sorted(os.listdir(os.path.join(ROOT, "envs"))):
+        env = load(os.path.join("envs", name))
+        pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+        for line in pip:
+            assert requirement_name(line) in declared, f"envs/{name}: {line} is not a dependency in pyproject.toml"
+            assert line == declared[requirement_name(line)], f"envs/{name}: {line} but pyproject.toml says {declared[requirement_name(line)]}"
+            used.add(requirement_name(line))
+    assert set(declared) - ENGINE - used == set(), "dependencies of pyproject.toml that no env installs"
+
+
+def test_every_conda_env_is_used_by_a_rule():
+    rules = "".join(open(os.path.join(ROOT, "workflow", "rules", f)).read() for f in os.listdir(os.path.join(ROOT, "workflow", "rules")))
+    referenced = set(re.findall(r'"\.\./\.\./envs/([\w.-]+)"', rules))
+    assert referenced == set(os.listdir(os.path.join(ROOT, "envs")))
+
+
+# Bad configs, through Snakemake itself: one line, before any job starts.
+BAD = {
+    "unknown key": ({"experiments": {"w": {"base": {}, "titel": "x"}}},
+                    "bad config: experiments.w.titel: unknown key; allowed: base, exclude, include, matrix, plot, title"),
+    "unknown knob": ({"experiments": {"w": {"base": {"num_wokers": 2}}}},
+                     "bad config: experiments.w.base.num_wokers: unknown knob (did you mean num_workers?); allowed: "),
+    "wrong type": ({"experiments": {"w": {"base": {"batch_size": "64"}}}},
+                   "bad config: experiments.w.base.batch_size: value '64' has the wrong type; allowed: an integer >= 1"),
+    "level out of range": ({"experiments": {"w": {"matrix": {"num_workers": [0, -1]}}}},
+                           "bad config: experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0"),
+    "unknown model": ({"experiments": {"w": {"matrix": {"model": ["mlp", "resnet999"]}}}},
+                      "bad config: experiments.w.matrix.model: value 'resnet999' is not known; allowed: none, mlp, sleep, lstm or a torchvision"),
+    "unknown dataset": ({"experiments": {"w": {"base": {"dataset": "imagenet"}}}},
+                        "bad config: experiments.w.base.dataset: value 'imagenet' is not allowed; allowed: synthetic, memory, images,"),
+    "axis without levels": ({"experiments": {"w": {"matrix": {"num_workers": []}}}},
+                            "bad config: experiments.w.matrix.num_workers: value [] has no levels; allowed: at least 1"),
+    "name unfit for a path": ({"experiments": {"../w": {"base": {}}}},
+                              "bad config: experiments: name '../w' is not fit for a path; allowed: letters, digits, _ and - (not first)"),
+    "missing data_dir": ({"experiments": {"w": {"base": {"dataset": "images", "data_dir": "no/such/folder"}}}},
+                         "bad config: experiments.w.base.data_dir: value 'no/such/folder' does not exist; allowed: an existing folder"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
+    config, message = BAD[case]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(path), "--cores", "2"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode != 0
+    lines = [line for line in (run.stderr + run.stdout).splitlines() if line.startswith("bad config:")]
+    assert len(lines) == 1 and lines[0].startswith(message), run.stderr[-2000:]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()

@@ -1,0 +1,173 @@
+"""The Snakemake workflow for real: a tiny config in a temporary directory, then what reruns when something changes.
+
+Every test runs a copy of the workflow (Snakefile, rules, scripts, the feedbench
+package, schema, profile) so that editing the harness of the copy exercises the
+code trigger without touching the source tree, and edits made elsewhere in the
+tree meanwhile cannot disturb the run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow  # real Snakemake runs: about a minute for the module
+
+COPIED = ["Snakefile", "config", "profiles", "envs", "report", "workflow"]
+
+TINY = {
+    "defaults": {"repeats": 2, "steps": 3, "warmup_steps": 1, "device": "cpu"},
+    "images": {"count": 16, "size": 32, "classes": 2},
+    "experiments": {
+        "loader": {
+            "title": "Workers on tiny JPEGs",
+            "base": {"scenario": "loader", "dataset": "images", "image_size": 16, "batch_size": 4},
+            "matrix": {"num_workers": [0, 1]},
+            "plot": {"x": "num_workers", "y": "samples_per_s", "kind": "line"},
+        },
+        "mlp": {
+            "title": "A tiny mlp, and a cell that fails",
+            "base": {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 32},
+            "matrix": {"hidden_layers": [1]},
+            # Valid config, but no CIFAR in the folder: the harness fails this cell at run time.
+            "include": [{"dataset": "cifar10", "data_dir": "empty"}],
+            "plot": [{"x": "hidden_layers", "kind": "bar"}, {"x": "hidden_layers", "kind": "phases"}],
+        },
+    },
+}
+CELLS = {
+    "loader": ["num_workers-0", "num_workers-1"],
+    "mlp": ["hidden_layers-1", "hidden_layers-1_data_dir-empty_dataset-cifar10"],
+}
+
+
+def copy_workflow(dest, source: str = ROOT) -> str:
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".snakemake", "results", "logs")
+    for name in COPIED:
+        src = os.path.join(source, name)
+        (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, os.path.join(dest, name), **({"ignore": ignore} if os.path.isdir(src) else {}))
+    return str(dest)
+
+
+def snakemake(workflow: str, workdir, config: dict, *args: str) -> subprocess.CompletedProcess:
+    """`snakemake` on the copy, in workdir, with `config` as the only configfile."""
+    path = os.path.join(workdir, "config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
+               "--configfile", path, "--cores", "2", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def planned(workflow: str, workdir, config: dict) -> set[str]:
+    """The cells (experiment/cell/rep<k>) a dry run would measure."""
+    run = snakemake(workflow, workdir, config, "--dry-run")
+    assert run.returncode == 0, run.stderr + run.stdout
+    return set(re.findall(r"output: results/cells/(\S+)/result\.json", run.stdout))
+
+
+def everything(config: dict) -> set[str]:
+    return {f"{e}/{c}/rep{k}" for e, cells in CELLS.items() for c in cells for k in range(1, config["defaults"]["repeats"] + 1)}
+
+
+def changed(config: dict, **edits) -> dict:
+    """A deep copy of config with experiments.<name> keys replaced: changed(c, mlp={"base": {...}})."""
+    config = json.loads(json.dumps(config))
+    for name, keys in edits.items():
+        config["experiments"][name].update(keys)
+    return config
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    """The workflow copy and a working directory where the tiny config has run to the report."""
+    workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    workdir = tmp_path_factory.mktemp("run")
+    (workdir / "empty").mkdir()
+    run = snakemake(workflow, workdir, TINY)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return workflow, workdir
+
+
+def test_runs_end_to_end_and_writes_every_output(done):
+    workflow, workdir = done
+    for key in everything(TINY):
+        folder = workdir / "results" / "cells" / key
+        result = json.loads((folder / "result.json").read_text())
+        experiment, cell, rep = key.split("/")
+        assert result["cell"]["experiment"] == experiment and result["cell"]["cell"] == cell and result["cell"]["repeat"] == int(rep[3:])
+        assert yaml.safe_load((folder / "cell.yaml").read_text())["cell"] == cell
+        assert (folder / "benchmark.tsv").read_text().startswith("s\th:m:s")
+        assert (workdir / "logs" / "bench" / f"{key}.log").exists()
+        assert result["status"] == ("failed" if "cifar10" in cell else "ok"), result.get("error")
+    assert len(list((workdir / "results" / "data" / "images" / "train").glob("*/*.JPEG"))) == 16
+    rows = list(csv.DictReader(open(workdir / "results" / "summary.csv")))
+    assert sorted((r["experiment"], r["cell"], r["repeat"], r["status"]) for r in rows) == sorted(
+        (k.split("/")[0], k.split("/")[1], k.split("/")[2][3:], "failed" if "cifar10" in k else "ok") for k in everything(TINY)
+    )
+    for name in TINY["experiments"]:
+        assert (workdir / "results" / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    html = (workdir / "results" / "report" / "index.html").read_text()
+    assert "Workers on tiny JPEGs" in html
+    assert "hidden_layers-1_data_dir-empty_dataset-cifar10" in html and "cifar10 not found" in html  # the failure, listed
+
+
+def test_nothing_changed_means_nothing_to_do(done):
+    workflow, workdir = done
+    run = snakemake(workflow, workdir, TINY, "--dry-run")
+    assert run.returncode == 0 and "Nothing to be done" in run.stdout, run.stdout
+
+
+def test_adding_a_level_runs_only_the_new_cells(done):
+    workflow, workdir = done
+    config = changed(TINY, loader={"matrix": {"num_workers": [0, 1, 2]}})
+    assert planned(workflow, workdir, config) == {"loader/num_workers-2/rep1", "loader/num_workers-2/rep2"}
+
+
+def test_changing_a_knob_of_one_experiment_reruns_only_its_cells(done):
+    workflow, workdir = done
+    config = changed(TINY, mlp={"base": {**TINY["experiments"]["mlp"]["base"], "batch_size": 4}})
+    assert planned(workflow, workdir, config) == {k for k in everything(TINY) if k.startswith("mlp/")}
+
+
+def test_changing_a_default_reruns_every_cell(done):
+    workflow, workdir = done
+    config = json.loads(json.dumps(TINY))
+    config["defaults"]["steps"] = 4
+    assert planned(workflow, workdir, config) == everything(TINY)
+
+
+def test_changing_the_harness_code_reruns_the_cells(done, tmp_path):
+    workflow, workdir = done
+    edited = copy_workflow(tmp_path, source=workflow)
+    assert planned(edited, workdir, TINY) == set()  # same code elsewhere: nothing to do
+    with open(os.path.join(edited, "workflow", "feedbench", "metrics.py"), "a") as f:
+        f.write("\n# an edit of the harness\n")
+    assert planned(edited, workdir, TINY) == everything(TINY)
+
+
+def test_changing_a_module_the_harness_does_not_run_reruns_no_cell(done, tmp_path):
+    workflow, workdir = done
+    edited = copy_workflow(tmp_path, source=workflow)
+    with open(os.path.join(edited, "workflow", "feedbench", "matrix.py"), "a") as f:
+        f.write("\n# an edit of the workflow's own module\n")
+    assert planned(edited, workdir, TINY) == set()
+
+
+def test_snakemake_report_builds(done, tmp_path):
+    workflow, workdir = done
+    out = tmp_path / "report.html"
+    run = snakemake(workflow, workdir, TINY, "--report", str(out))
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert out.stat().st_size > 0

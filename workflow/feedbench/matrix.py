@@ -1,0 +1,270 @@
+"""From a validated config to the list of cells the workflow runs.
+
+An experiment is a `base` (fixed knobs), a `matrix` (axes -> levels, whose
+Cartesian product gives the cells), an optional `exclude` (partial mappings
+that remove matching product cells) and an optional `include` (extra cells,
+added after the exclusions). Every cell starts from the config's `defaults`.
+
+A cell id names the knobs that vary in its experiment, `<knob>-<value>_...`:
+the matrix axes in the order written, then, for an include, the knobs it sets
+beyond the axes (sorted). Adding a level to an axis therefore never changes
+the id of an existing cell. The experiment's baseline is its first cell: the
+first level of every axis (or the first include when there is no matrix).
+
+Knob values are checked by the harness itself (feedbench.cell.parse_cell) on
+every expanded cell, so the workflow and the harness cannot disagree; errors
+come back as one line naming the config key path the value came from.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import itertools
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .knobs import KNOBS, KnobError
+
+# A name fit for a folder: also the pattern of config/schema.yaml's experiment names.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+# Keys of `defaults` that are not knobs.
+NOT_KNOBS = ("repeats",)
+MAX_ID_LENGTH = 200
+
+
+class ConfigError(ValueError):
+    """A bad config: the message is one line naming the key path, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of an experiment: the knobs it sets and where each came from in the config."""
+
+    experiment: str
+    id: str
+    knobs: dict[str, Any]
+    sources: dict[str, str] = field(repr=False)
+    baseline: bool = False
+
+    def labelled(self, repeat: int) -> dict[str, Any]:
+        """The knobs plus the labels the harness copies into its result."""
+        return {**self.knobs, "experiment": self.experiment, "cell": self.id, "repeat": repeat}
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return "+".join(format_value(v) for v in value)
+    return str(value)
+
+
+def cell_id(knobs: dict[str, Any], keys: list[str]) -> str:
+    """`<knob>-<value>_...` for `keys` (a knob left out shows its default), sanitised for a path; `base` when nothing varies."""
+    if not keys:
+        return "base"
+    text = "_".join(f"{key}-{format_value(knobs[key] if key in knobs else KNOBS[key].default)}" for key in keys)
+    text = re.sub(r"[^A-Za-z0-9._+-]+", "+", text)
+    if len(text) > MAX_ID_LENGTH:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        text = f"{text[: MAX_ID_LENGTH - 13]}~{digest}"
+    return text
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _path(*parts: Any) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def knob_error(error: KnobError, sources: dict[str, str]) -> ConfigError:
+    """Rewrite the harness's `knob 'x': ...` as `<key path of x>: ...`."""
+    message = str(error)
+    match = re.match(r"knob '(\w+)': (.*)$", message)
+    if match and match.group(1) in sources:
+        return ConfigError(f"{sources[match.group(1)]}: {match.group(2)}")
+    return ConfigError(f"{next(iter(sources.values()), 'config')}: {message}")
+
+
+def check_names(mapping: dict, where: str, extra: tuple[str, ...] = ()) -> None:
+    """Every key of a knob mapping must be a knob of the harness (KNOBS)."""
+    for name in mapping:
+        if name not in KNOBS and name not in extra:
+            allowed = sorted(KNOBS) + list(extra)
+            close = difflib.get_close_matches(str(name), allowed, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{_path(where, name)}: unknown knob{hint}; allowed: {', '.join(allowed)}")
+
+
+def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: str | None = None) -> list[Cell]:
+    """The cells of one experiment, in order: the product (less exclusions), then the includes."""
+    where = _path("experiments", name)
+    check_names(defaults, "defaults", NOT_KNOBS)
+    for key in ("base", "matrix"):
+        check_names(experiment.get(key) or {}, _path(where, key))
+    for key in ("exclude", "include"):
+        for i, mapping in enumerate(experiment.get(key) or []):
+            check_names(mapping, _path(where, key, i))
+    base_knobs = {k: v for k, v in defaults.items() if k not in NOT_KNOBS}
+    sources = {k: _path("defaults", k) for k in base_knobs}
+    base_knobs.update(experiment.get("base") or {})
+    sources.update({k: _path(where, "base", k) for k in experiment.get("base") or {}})
+    axes = experiment.get("matrix") or {}
+    for axis, levels in axes.items():
+        if not isinstance(levels, list) or not levels:
+            raise ConfigError(f"{_path(where, 'matrix', axis)}: value {levels!r} has no levels; allowed: a non-empty list")
+    raw: list[tuple[dict, dict, list[str], str | None]] = []  # knobs, sources, id keys, include path
+    if axes:
+        for levels in itertools.product(*axes.values()):
+            knobs = {**base_knobs, **dict(zip(axes, levels))}
+            raw.append((knobs, {**sources, **{a: _path(where, "matrix", a) for a in axes}}, list(axes), None))
+    excludes = experiment.get("exclude") or []
+    for i, partial in enumerate(excludes):
+        kept = [r for r in raw if not all(_same(r[0].get(k, KNOBS[k].default), v) for k, v in partial.items())]
+        if len(kept) == len(raw):
+            raise ConfigError(f"{_path(where, 'exclude', i)}: value {partial!r} matches no cell of the matrix; allowed: a mapping of axis levels")
+        raw = kept
+    if axes and not any(all(_same(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
+        raise ConfigError(f"{_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions that keep it")
+    for i, extra in enumerate(experiment.get("include") or []):
+        knobs = {**base_knobs, **extra}
+        keys = list(axes) + sorted(k for k in extra if k not in axes)
+        raw.append((knobs, {**sources, **{k: _path(where, "include", i, k) for k in extra}}, keys, _path(where, "include", i)))
+    if not raw:
+        raw.append((base_knobs, sources, [], None))
+
+    cells: list[Cell] = []
+    seen: dict[str, tuple[dict, str]] = {}
+    for index, (knobs, knob_sources, keys, origin) in enumerate(raw):
+        if images_dir and knobs.get("dataset") == "images" and not knobs.get("data_dir"):
+            knobs = {**knobs, "data_dir": images_dir}
+            knob_sources = {**knob_sources, "data_dir": "images"}
+        ident = cell_id(knobs, keys)
+        if ident in seen:
+            first_knobs, first_origin = seen[ident]
+            what = "duplicates" if first_knobs == knobs else "has the same id as"
+            raise ConfigError(f"{origin or where}: {what} cell '{ident}' ({first_origin}); allowed: cells that differ")
+        seen[ident] = (knobs, origin or _path(where, "matrix"))
+        cells.append(Cell(name, ident, knobs, knob_sources, baseline=index == 0))
+    return cells
+
+
+def check_cell(cell: Cell, images_dir: str | None = None) -> None:
+    """Knob-level checks by the harness, plus: a data_dir the user gave must exist."""
+    from .cell import parse_cell  # imports torch: only when cells are checked
+
+    try:
+        parse_cell(cell.labelled(1))
+    except KnobError as error:
+        raise knob_error(error, cell.sources) from None
+    data_dir = cell.knobs.get("data_dir")
+    if data_dir and data_dir != images_dir and not os.path.isdir(data_dir):
+        hint = " (make one with: python -m feedbench make-images DIR, or leave data_dir out to generate one)" if cell.knobs.get("dataset") == "images" else ""
+        raise ConfigError(f"{cell.sources.get('data_dir', 'data_dir')}: value {data_dir!r} does not exist; allowed: an existing folder{hint}")
+
+
+def build_cells(config: dict, images_dir: str | None = None, check: bool = True) -> list[Cell]:
+    """Every cell of every experiment of a schema-validated config, checked by the harness."""
+    cells: list[Cell] = []
+    defaults = config.get("defaults") or {}
+    for name, experiment in (config.get("experiments") or {}).items():
+        if not re.match(NAME_PATTERN, name):
+            raise ConfigError(f"{_path('experiments', name)}: name {name!r} is not fit for a path; allowed: letters, digits, _ and - (not first)")
+        expanded = expand_experiment(name, experiment, defaults, images_dir)
+        if check:
+            for cell in expanded:
+                check_cell(cell, images_dir)
+        cells.extend(expanded)
+    return cells
+
+
+def baseline(cells: list[Cell], experiment: str) -> Cell:
+    """The experiment's baseline cell: the first level of every axis."""
+    return next(c for c in cells if c.experiment == experiment and c.baseline)
+
+
+def needs_images(cells: list[Cell], images_dir: str) -> bool:
+    return any(c.knobs.get("data_dir") == images_dir for c in cells)
+
+
+def schema_error(error) -> str:
+    """One line from a jsonschema ValidationError: key path, value, what is allowed."""
+    path = _path(*error.absolute_path) if error.absolute_path else ""
+    kind, value = error.validator, error.instance
+    if "propertyNames" in error.relative_schema_path and kind == "pattern":
+        return f"{path}: name {value!r} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+    if kind in ("oneOf", "anyOf") and error.context:
+        # The branch that fits the value's shape says what is wrong (a spec vs a list of specs).
+        fitting = [e for e in error.context if e.validator != "type" or e.relative_path]
+        return schema_error(max(fitting or error.context, key=lambda e: len(e.absolute_path)))
+    if kind in ("additionalProperties", "unevaluatedProperties"):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(value) - set(known)) if isinstance(value, dict) else []
+        return f"{_path(path, unknown[0]) if unknown else path or 'config'}: unknown key; allowed: {', '.join(known) or 'no keys'}"
+    path = path or "config"
+    if kind == "type":
+        allowed = "a non-empty list of levels" if len(error.absolute_path) == 4 and error.absolute_path[2] == "matrix" else _type_text(error.validator_value)
+        return f"{path}: value {value!r} has the wrong type; allowed: {allowed}"
+    if kind == "enum":
+        return f"{path}: value {value!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+    if kind in ("minItems", "minProperties"):
+        what = "no levels" if "matrix" in path else "too few entries"
+        return f"{path}: value {value!r} has {what}; allowed: at least {error.validator_value}"
+    if kind in ("minimum", "maximum"):
+        return f"{path}: value {value!r} is out of range; allowed: {'>=' if kind == 'minimum' else '<='} {error.validator_value}"
+    if kind == "required":
+        return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
+    return f"{path}: {error.message.splitlines()[0]}"
+
+
+def _type_text(types) -> str:
+    names = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false", "object": "a mapping", "array": "a list", "null": "null"}
+    types = types if isinstance(types, list) else [types]
+    return " or ".join(names.get(t, t) for t in types)
+
+
+# What `python -m feedbench run` and `make-images` execute: __main__ and everything it imports.
+HARNESS_ENTRY = "__main__"
+
+
+def harness_files(package_dir: str) -> list[str]:
+    """The package's modules reachable from __main__ by relative imports (read with ast,
+    lazy imports inside functions included), __init__, and the package's data files."""
+    found: set[str] = set()
+    todo = [HARNESS_ENTRY, "__init__"]
+    while todo:
+        name = todo.pop()
+        path = os.path.join(package_dir, f"{name}.py")
+        if name in found or not os.path.isfile(path):
+            continue
+        found.add(name)
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo += [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
+    files = [os.path.join(package_dir, f"{name}.py") for name in found]
+    for folder, _, names in os.walk(package_dir):
+        files += [os.path.join(folder, n) for n in names if not n.endswith((".py", ".pyc"))]
+    return sorted(files)
+
+
+def harness_fingerprint(package_dir: str) -> str:
+    """sha256 over the harness files (names and contents): the bench rule's `params.harness`."""
+    digest = hashlib.sha256()
+    for path in harness_files(package_dir):
+        digest.update(os.path.relpath(path, package_dir).encode() + b"\0")
+        with open(path, "rb") as f:
+            digest.update(f.read() + b"\0")
+    return digest.hexdigest()[:16]

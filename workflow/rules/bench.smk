@@ -1,0 +1,43 @@
+# One job per cell and repeat: write the cell's knobs (params.cell) to
+# cell.yaml and run the harness on it. The knobs and the harness fingerprint
+# are params, so Snakemake's params trigger reruns exactly the cells whose
+# knobs or harness code changed.
+
+
+rule bench:
+    input:
+        unpack(cell_inputs),
+    output:
+        result="results/cells/{experiment}/{cell}/rep{repeat}/result.json",
+    params:
+        cell=cell_knobs,
+        harness=HARNESS,
+        dir="results/cells/{experiment}/{cell}/rep{repeat}",
+    log:
+        "logs/bench/{experiment}/{cell}/rep{repeat}.log",
+    benchmark:
+        "results/cells/{experiment}/{cell}/rep{repeat}/benchmark.tsv"
+    threads: cell_threads
+    resources:
+        cpus_per_task=cell_threads,
+        mem_mb=cell_mem_mb,
+        runtime=30,
+        gpu=cell_gpus,
+        nodes=cell_nodes,
+        bench_slots=1,
+    conda:
+        "../../envs/feedbench.yaml"
+    shell:
+        # Exit 1 (the cell failed) and 2 (bad input) come with a result.json
+        # saying status: failed: the job succeeds, so the matrix goes on and the
+        # report lists the failure. Anything else (killed, no result) fails the job.
+        """
+        rm -f {params.dir}/steps.csv {params.dir}/trace.json
+        printf '%s\\n' {params.cell:q} > {params.dir}/cell.yaml
+        code=0
+        python -m feedbench run {params.dir}/cell.yaml --out {params.dir} > {log} 2>&1 || code=$?
+        if [ "$code" -gt 2 ] || [ ! -s {output.result} ]; then
+            echo "feedbench exited $code without a result; see {log}" >&2
+            exit 1
+        fi
+        """

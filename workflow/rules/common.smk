@@ -1,0 +1,114 @@
+# Config validation, matrix expansion and the helpers the rules call.
+# Everything that decides something lives here, in named functions: the rules
+# only wire files together.
+
+import hashlib
+import json
+import os
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+# The workflow runs the feedbench package that sits beside this Snakefile
+# (workflow/feedbench), here and in every job (PYTHONPATH is inherited), so a
+# copy of the workflow runs its own harness.
+PACKAGE_ROOT = os.path.join(workflow.basedir, "workflow")
+if PACKAGE_ROOT not in sys.path:
+    sys.path.insert(0, PACKAGE_ROOT)
+if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+
+from feedbench.knobs import KNOBS
+from feedbench.matrix import ConfigError, build_cells, harness_fingerprint, schema_error
+
+IMAGES_DIR = "results/data/images"
+
+
+wildcard_constraints:
+    experiment=r"[A-Za-z0-9][A-Za-z0-9_-]*",
+    cell=r"[^/]+",
+    repeat=r"\d+",
+
+
+def validated_config(config):
+    """Fill defaults from config/schema.yaml and check every cell; one line on error."""
+    try:
+        validate(config, os.path.join(workflow.basedir, "config", "schema.yaml"))
+    except WorkflowError as error:
+        if error.__context__ is None or not hasattr(error.__context__, "absolute_path"):
+            raise
+        raise WorkflowError(f"bad config: {schema_error(error.__context__)}") from None
+    try:
+        cells = build_cells(config, IMAGES_DIR)
+    except ConfigError as error:
+        raise WorkflowError(f"bad config: {error}") from None
+    return {(cell.experiment, cell.id): cell for cell in cells}
+
+
+CELLS = validated_config(config)
+REPEATS = config["defaults"]["repeats"]
+HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
+RESULTS = [
+    f"results/cells/{experiment}/{cell}/rep{repeat}/result.json"
+    for (experiment, cell) in CELLS
+    for repeat in range(1, REPEATS + 1)
+]
+PLOTS = [f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")]
+
+
+def config_hash():
+    """sha256 of the validated config (defaults filled in): names the run in the report."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cell_of(wildcards):
+    key = (wildcards.experiment, wildcards.cell)
+    if key not in CELLS:
+        raise WorkflowError(f"no cell '{wildcards.cell}' in experiment '{wildcards.experiment}' of the config")
+    return CELLS[key]
+
+
+def cell_knobs(wildcards):
+    """The knobs of the job as one JSON text (also valid YAML): the bench rule's `params.cell`."""
+    return json.dumps(cell_of(wildcards).labelled(int(wildcards.repeat)), sort_keys=True)
+
+
+def cell_inputs(wildcards):
+    """The generated image folder, for cells that read it."""
+    return {"images": IMAGES_DIR} if cell_of(wildcards).knobs.get("data_dir") == IMAGES_DIR else {}
+
+
+# Resources from the cell (README: "Resources of a cell"). Knobs a cell does not
+# set take the harness's defaults (feedbench.knobs.KNOBS).
+def knob(wildcards, name):
+    cell = cell_of(wildcards)
+    return cell.knobs[name] if name in cell.knobs else KNOBS[name].default
+
+
+def cell_threads(wildcards):
+    """Per node: every rank (gpus_per_node) plus its loader workers. Snakemake caps it at --cores."""
+    return (knob(wildcards, "num_workers") + 1) * knob(wildcards, "gpus_per_node")
+
+
+def cell_mem_mb(wildcards, threads):
+    """2 GiB per rank, 1 GiB per loader worker."""
+    ranks = knob(wildcards, "gpus_per_node")
+    return 2048 * ranks + 1024 * (threads - ranks)
+
+
+def cell_gpus(wildcards):
+    """GPUs per node when the cell may use them (device cuda or auto), else 0."""
+    return knob(wildcards, "gpus_per_node") if knob(wildcards, "device") in ("cuda", "auto") else 0
+
+
+def cell_nodes(wildcards):
+    return knob(wildcards, "nodes")
+
+
+def plot_spec(wildcards):
+    return config["experiments"][wildcards.experiment]["plot"]
+
+
+def plot_title(wildcards):
+    return config["experiments"][wildcards.experiment].get("title", wildcards.experiment)

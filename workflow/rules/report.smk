@@ -1,0 +1,57 @@
+# Results -> tidy summary -> one SVG per experiment with a plot spec -> one
+# self-contained HTML report. The three are also marked for `snakemake --report`.
+
+
+rule aggregate:
+    input:
+        results=RESULTS,
+    output:
+        summary=report(
+            "results/summary.csv",
+            caption="../../report/captions/summary.rst",
+            category="Summary",
+        ),
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/aggregate.py"
+
+
+rule plot:
+    input:
+        summary="results/summary.csv",
+    output:
+        svg=report(
+            "results/plots/{experiment}.svg",
+            caption="../../report/captions/plot.rst",
+            category="Plots",
+            labels={"experiment": "{experiment}"},
+        ),
+    params:
+        experiment="{experiment}",
+        spec=plot_spec,
+        title=plot_title,
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/plot.py"
+
+
+rule report:
+    input:
+        summary="results/summary.csv",
+        plots=PLOTS,
+        results=RESULTS,
+    output:
+        html=report(
+            "results/report/index.html",
+            caption="../../report/captions/report.rst",
+            category="Report",
+        ),
+    params:
+        config=config,
+        config_hash=config_hash(),
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/report.py"
