@@ -1,10 +1,11 @@
-# Two entry points for a fresh machine:  make test   (set up, run the tests)
+# Two entry points for a fresh machine:  make run    (set up, run the default matrix, print the report's path)
+#                                        make test   (set up, run the tests)
 # The virtual environment is made once and refreshed when pyproject.toml changes.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup test
+.PHONY: setup test run
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,5 +15,23 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-test: setup
+# The default matrix (config/config.yaml) with the workflow profile profiles/default.
+# Jobs find the venv's python first on PATH. Extra arguments: make run SNAKEMAKE_ARGS='--configfile my.yaml'.
+CORES ?= all
+run: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+	@echo "Report: $(CURDIR)/results/report/index.html"
+
+test: setup system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Chromium for the browser test: Debian's package, never a downloaded browser.
+# Installed only when missing and we are root; otherwise one line says what to install.
+.PHONY: system-deps
+system-deps:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	else \
+		echo "system-deps: the browser test needs Chromium (Debian: sudo apt-get install chromium); it is skipped until then"; \
+	fi

@@ -1,0 +1,159 @@
+"""Open a page in headless Chromium and report what a reader's browser would see.
+
+Chromium is driven through its DevTools protocol over a pipe
+(--remote-debugging-pipe: JSON messages separated by NUL on file descriptors
+3 and 4), so no websocket client, no Playwright and no downloaded browser are
+needed: Debian's `chromium` package and the standard library suffice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe"]
+
+# Every <svg> in a <figure>: its drawn size and how many shapes it holds.
+FIGURES_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg')).map(svg => {
+  const box = svg.getBoundingClientRect();
+  return {width: box.width, height: box.height, shapes: svg.querySelectorAll('path, rect, image, text, use').length};
+}))"""
+
+
+def find_chromium() -> str | None:
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@dataclass
+class PageReport:
+    requests: list[str] = field(default_factory=list)
+    failed_loads: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+    figures: list[dict] = field(default_factory=list)
+    screenshot: str | None = None
+
+
+class DevTools:
+    """A Chromium process and its DevTools pipe: send a command, wait for its answer, keep the events."""
+
+    def __init__(self, binary: str, timeout_s: float = 60):
+        self.timeout_s = timeout_s
+        self.profile = tempfile.mkdtemp(prefix="feedbench-chromium-")
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+        # bash moves our pipe ends to the descriptors Chromium expects, 3 (commands) and 4 (answers);
+        # not sh: dash only redirects single-digit descriptors.
+        self.process = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w}', binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._buffer = b""
+        self._next_id = 0
+        self.events: list[dict] = []
+
+    def _read(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._from_browser], [], [], left)[0]:
+                raise TimeoutError("Chromium did not answer in time")
+            chunk = os.read(self._from_browser, 1 << 20)
+            if not chunk:
+                raise RuntimeError(f"Chromium closed its DevTools pipe (exit code {self.process.poll()})")
+            self._buffer += chunk
+        message, _, self._buffer = self._buffer.partition(b"\0")
+        return json.loads(message)
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            answer = self._read(deadline)
+            if answer.get("id") == self._next_id:
+                if "error" in answer:
+                    raise RuntimeError(f"{method}: {answer['error']}")
+                return answer.get("result", {})
+            self.events.append(answer)
+
+    def wait_for(self, method: str) -> dict:
+        deadline = time.monotonic() + self.timeout_s
+        seen = 0
+        while True:
+            for event in self.events[seen:]:
+                if event.get("method") == method:
+                    return event
+            seen = len(self.events)
+            self.events.append(self._read(deadline))
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def inspect(page: str, screenshot: str | None = None, binary: str | None = None, width: int = 1280) -> PageReport:
+    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors and figure sizes."""
+    browser = DevTools(binary or find_chromium())
+    try:
+        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Network", "Runtime", "Log"):
+            browser.send(f"{domain}.enable", session=session)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        navigation = browser.send("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
+        report = PageReport()
+        if navigation.get("errorText"):
+            report.failed_loads.append(f"{page}: {navigation['errorText']}")
+        browser.wait_for("Page.loadEventFired")
+        report.figures = json.loads(browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)["result"]["value"])
+        if screenshot:
+            size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
+            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                          "clip": {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}}, session=session)
+            os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
+            with open(screenshot, "wb") as f:
+                f.write(base64.b64decode(shot["data"]))
+            report.screenshot = screenshot
+        urls = {}
+        for event in browser.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Network.requestWillBeSent":
+                urls[params["requestId"]] = params["request"]["url"]
+                report.requests.append(params["request"]["url"])
+            elif method == "Network.loadingFailed":
+                reason = params.get("blockedReason") or params.get("errorText")
+                report.failed_loads.append(f"{urls.get(params['requestId'], params['requestId'])}: {reason}")
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                report.console_errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            elif method == "Runtime.exceptionThrown":
+                report.console_errors.append(params["exceptionDetails"].get("text", "exception"))
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                report.console_errors.append(f"{params['entry'].get('source')}: {params['entry'].get('text')}")
+        return report
+    finally:
+        browser.close()

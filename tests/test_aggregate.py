@@ -1,0 +1,122 @@
+"""The summary: one tidy row per cell x repeat, from real harness results, failures included."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pandas as pd
+import pytest
+from real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
+
+from feedbench.aggregate import load_results, read_summary, write_summary
+from feedbench.knobs import KNOBS
+
+
+@pytest.fixture(scope="module")
+def summary(real_matrix, tmp_path_factory):  # noqa: F811
+    path = str(tmp_path_factory.mktemp("summary") / "summary.csv")
+    write_summary(load_results(real_matrix.paths), path)
+    return read_summary(path)
+
+
+def test_one_row_per_cell_and_repeat_with_labels_knobs_and_metrics(summary, real_matrix):  # noqa: F811
+    assert len(summary) == len(real_matrix.paths) == 2 * len(cells(EXPERIMENTS)) + 1
+    assert not summary.duplicated(["experiment", "cell", "repeat"]).any()
+    for column in ["experiment", "cell", "repeat", "status", "error_type", "error_message", *KNOBS,
+                   "samples_per_s", "tokens_per_s", "step_ms_median", "step_ms_p10", "step_ms_p90", "stall_pct", "h2d_gb_per_s",
+                   "time_to_first_batch_s", "cuda_init_s", "wait_ms", "wait_share", "fwd_ms", "bwd_ms", "opt_ms", "h2d_share", "host", "gpu"]:
+        assert column in summary, column
+    assert set(summary["experiment"]) == set(EXPERIMENTS) | {"broken"}
+    assert sorted(summary.loc[summary["experiment"] == "train", "repeat"].unique()) == [0, 1]
+
+
+def test_metrics_are_the_results_own_numbers(summary, real_matrix):  # noqa: F811
+    by_path = summary.set_index("result")
+    for path in real_matrix.paths[:-1]:
+        with open(path) as f:
+            result = json.load(f)
+        row = by_path.loc[path]
+        assert row["status"] == result["status"] == "ok"
+        metrics = result["metrics"]
+        if "transfer" in metrics:
+            for point in metrics["transfer"]["by_size"]:
+                column = f"transfer_gb_per_s_{'pinned' if point['pinned'] else 'pageable'}_{point['size_bytes']}"
+                assert row[column] == pytest.approx(point["median_gb_per_s"])
+            continue
+        assert row["samples_per_s"] == pytest.approx(metrics["samples_per_s"])
+        assert row["step_ms_median"] == pytest.approx(metrics["step_ms"]["median"])
+        assert row["stall_pct"] == pytest.approx(metrics["stall_pct"])
+        assert row["wait_share"] == pytest.approx(metrics["phases"]["wait"]["share"])
+        assert row["num_workers"] == result["cell"]["num_workers"]
+        for name, stats in result["monitor"]["stats"].items():
+            assert row[f"{name}_mean"] == pytest.approx(stats["mean"])
+
+
+def test_transfer_columns_only_on_transfer_rows(summary):
+    transfer = summary["scenario"] == "transfer"
+    assert summary.loc[transfer, "transfer_peak_gb_per_s_pageable"].notna().all()
+    assert summary.loc[~transfer, "transfer_peak_gb_per_s_pageable"].isna().all()
+    assert summary.loc[transfer, "samples_per_s"].isna().all()
+
+
+def test_failed_cell_is_kept_with_its_error(summary):
+    failed = summary[summary["status"] == "failed"]
+    assert list(failed["cell"]) == ["dataset-truncated"]
+    row = failed.iloc[0]
+    assert row["error_type"] == "OSError" and "runcated" in row["error_message"]
+    assert row["model"] == "resnet18" and row["dataset"] == "images"
+
+
+def test_adjusted_knobs_are_as_ran_and_requested_is_kept(summary):
+    """On a CPU the harness runs pin_memory=true unpinned: the knob column says what ran, `requested` what was asked."""
+    row = summary[summary["cell"] == "num_workers-0_pin_memory-true"].iloc[0]
+    if row["device"] == "cuda":
+        pytest.skip("pinning is honoured on a GPU: nothing is adjusted")
+    assert not row["pin_memory"]
+    assert json.loads(row["requested"])["pin_memory"] is True
+    assert "pin_memory" in row["adjustments"]
+
+
+def test_labels_fall_back_to_the_workflow_path(run_cell, tmp_path):
+    """A result without labels (run by hand) is named by where the workflow keeps it."""
+    code, result = run_cell(model="none", scenario="loader", image_size=16, batch_size=8, steps=3, warmup_steps=0)
+    assert code == 0 and result["cell"]["experiment"] is None
+    target = tmp_path / "results" / "cells" / "by-hand" / "batch_size-8" / "rep3" / "result.json"
+    target.parent.mkdir(parents=True)
+    shutil.copy(tmp_path / "cell0" / "result.json", target)
+    row = load_results([str(target)]).iloc[0]
+    assert (row["experiment"], row["cell"], row["repeat"]) == ("by-hand", "batch_size-8", 3)
+
+
+def test_invalid_cell_keeps_the_requested_knobs(run_cell, tmp_path):
+    code, result = run_cell(batch_size=0, experiment="bad", cell="batch_size-0", repeat=0)
+    assert code == 2 and result["cell"] is None
+    row = load_results([str(tmp_path / "cell0" / "result.json")]).iloc[0]
+    assert (row["experiment"], row["cell"], row["status"], row["error_type"]) == ("bad", "batch_size-0", "failed", "KnobError")
+    assert row["batch_size"] == 0 and "batch_size" in row["error_message"]
+
+
+def test_unreadable_result_is_a_failed_row_not_a_crash(real_matrix, tmp_path):  # noqa: F811
+    # Crafted: a result.json cut short, as a killed writer without atomic rename would leave it.
+    broken = tmp_path / "cells" / "e" / "c" / "rep0" / "result.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"schema_version": 1, "status": ')
+    frame = load_results([real_matrix.paths[0], str(broken)])
+    row = frame[frame["cell"] == "c"].iloc[0]
+    assert row["status"] == "failed" and row["error_type"] == "JSONDecodeError" and str(broken) in row["error_message"]
+    assert (frame["status"] == "ok").sum() == 1
+
+
+def test_write_summary_is_atomic_and_round_trips(summary, tmp_path):
+    path = tmp_path / "deep" / "summary.csv"
+    write_summary(summary, str(path))
+    assert os.listdir(path.parent) == ["summary.csv"]
+    again = read_summary(str(path))
+    pd.testing.assert_frame_equal(again, summary, check_dtype=False)
+
+
+def test_no_results_gives_an_empty_table_with_the_columns():
+    frame = load_results([])
+    assert frame.empty and {"experiment", "cell", "repeat", "status", "num_workers"} <= set(frame.columns)

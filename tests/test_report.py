@@ -1,0 +1,146 @@
+"""The HTML report from real results: verdict first, escaped, self-contained, failures and provenance shown."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from html.parser import HTMLParser
+
+import pytest
+from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+
+from feedbench.aggregate import load_results, read_summary, write_summary
+from feedbench.plots import plot_experiment
+from feedbench.report import UnsafeSVG, inline_svg, write_report
+from feedbench.verdict import summarize_experiment
+
+EVIL = "<script>alert(1)</script>"
+
+
+class Links(HTMLParser):
+    """Every tag and every src/href value of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags, self.links = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.links += [value for name, value in attrs if name in ("src", "href", "xlink:href") and value]
+
+
+def make_report(root, paths, config, name="index.html") -> str:
+    summary = os.path.join(root, "summary.csv")
+    write_summary(load_results(paths), summary)
+    frame = read_summary(summary)
+    svgs = []
+    for experiment, spec in config["experiments"].items():
+        svg = os.path.join(root, "plots", f"{experiment}.svg")
+        plot_experiment(frame, experiment, spec["plot"], svg, spec.get("title", ""))
+        svgs.append(svg)
+    html = os.path.join(root, "report", name)
+    write_report(summary, svgs, paths, config, "c0ffee42", html)
+    with open(html) as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def config():
+    # The experiment's title and a knob value carry markup: both must come out as text.
+    experiments = json.loads(json.dumps(EXPERIMENTS))
+    experiments["train"]["title"] = EVIL
+    experiments["broken"] = {"title": "A dataset with a truncated JPEG", "base": {"dataset": "images"}, "matrix": {"model": ["resnet18"]},
+                             "plot": {"x": "model", "y": "samples_per_s", "kind": "bar"}}
+    return {"defaults": {"steps": 6, "note": EVIL}, "experiments": experiments}
+
+
+@pytest.fixture(scope="module")
+def html(real_matrix, config, tmp_path_factory):  # noqa: F811
+    return make_report(str(tmp_path_factory.mktemp("report")), real_matrix.paths, config)
+
+
+def test_markup_in_titles_and_config_is_escaped(html):
+    assert EVIL not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    page = Links()
+    page.feed(html)
+    assert "script" not in page.tags
+
+
+def test_nothing_is_loaded_from_outside_the_file(html):
+    page = Links()
+    page.feed(html)
+    assert page.links, "the page has in-document links (nav, figures)"
+    outside = [link for link in page.links if not (link.startswith("#") or link.startswith("data:image/"))]
+    assert outside == []
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "<link" not in html and "@import" not in html
+    assert not re.search(r"url\(\s*['\"]?(?!#)", html)  # CSS and SVG refer only to ids in the page
+    assert "default-src 'none'" in html  # and the browser is told to refuse any request
+
+
+def test_verdict_comes_first_with_best_speedup_and_bound(html, real_matrix, config):  # noqa: F811
+    verdict, first_experiment = html.index('id="verdict"'), html.index('id="exp-')
+    assert verdict < first_experiment < html.index('id="failed"') < html.index('id="provenance"')
+    summary = load_results(real_matrix.paths)
+    found = summarize_experiment(summary[summary["experiment"] == "train"], config["experiments"]["train"]["matrix"])
+    section = html[verdict:first_experiment]
+    assert f"{found['speedup']:.2f}×" in section
+    assert found["best"]["cell"] in section
+    assert f"bound-{found['best']['bound']}" in section
+    assert "10 % of each step" in section  # the rule is stated, with its threshold
+
+
+def test_each_experiment_has_its_figure_and_table(html, config):
+    for name in config["experiments"]:
+        start = html.index(f'id="exp-{name}"')
+        section = html[start:html.index("</section>", start)]
+        assert "<svg" in section
+        if name != "broken":
+            assert "95 % interval" in section and "<table" in section
+    assert html.count("<figure>") == len(config["experiments"])
+
+
+def test_failed_cells_are_listed_with_the_end_of_their_error(html, real_matrix):  # noqa: F811
+    with open(real_matrix.failing) as f:
+        error = json.load(f)["error"]
+    failed = html[html.index('id="failed"'):html.index('id="provenance"')]
+    assert "dataset-truncated" in failed and "OSError" in failed
+    last_line = error["traceback"].strip().splitlines()[-1]
+    assert last_line.replace("'", "&#39;").replace('"', "&#34;") in failed
+
+
+def test_provenance_shows_the_allow_list(html, real_matrix):  # noqa: F811
+    with open(real_matrix.paths[0]) as f:
+        provenance = json.load(f)["provenance"]
+    section = html[html.index('id="provenance"'):]
+    assert "c0ffee42" in section
+    for field in ("torch", "torchvision", "python", "host", "cpu", "git_commit"):
+        assert f"<th>{field}</th>" in section
+        if provenance[field] is not None:
+            assert str(provenance[field]) in section
+    assert "<th>snakemake</th>" in section
+    assert "PATH" not in section and "HOME" not in section  # never the environment
+
+
+def test_unsafe_svg_is_refused():
+    # Crafted SVGs: what our matplotlib output never contains and inline_svg must refuse.
+    base = '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">{}</svg>'
+    for body in ["<script>alert(1)</script>", '<rect onload="alert(1)"/>', '<image xlink:href="https://example.com/x.png"/>',
+                 '<a href="javascript:alert(1)"><text>x</text></a>', "<foreignObject><div/></foreignObject>",
+                 '<rect style="fill: url(https://example.com/p.svg#x)"/>', "<style>@import 'https://example.com/a.css';</style>"]:
+        with pytest.raises(UnsafeSVG):
+            inline_svg(base.format(body))
+    assert str(inline_svg('<?xml version="1.0"?>\n' + base.format('<use xlink:href="#a" clip-path="url(#p1)"/><style>*{stroke-linecap: butt}</style>'))).startswith("<svg")
+
+
+def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_path):  # noqa: F811
+    summary = tmp_path / "summary.csv"
+    write_summary(load_results(real_matrix.paths), str(summary))
+    html = tmp_path / "index.html"
+    write_report(str(summary), [], real_matrix.paths, {}, "none", str(html))
+    text = html.read_text()
+    for name in ("loader", "train", "transfer", "broken"):
+        assert f'id="exp-{name}"' in text
+    assert "no baseline" in text

@@ -1,0 +1,115 @@
+"""Intervals over repeats, the baseline, the best cell, its speedup and what bounds it."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+
+from feedbench.aggregate import load_results
+from feedbench.verdict import (DATA_STALL_PCT, TRANSFER_SHARE, baseline_cell, cell_table, classify, interval,
+                               summarize_experiment, t975)
+
+
+@pytest.fixture(scope="module")
+def summary(real_matrix):  # noqa: F811
+    return load_results(real_matrix.paths)
+
+
+def test_t_interval_of_known_values():
+    # Crafted values: mean 2, sd 1, n 3 -> half width t(0.975, 2) / sqrt(3).
+    stats = interval([1.0, 3.0, 2.0])
+    assert (stats.n, stats.median, stats.mean) == (3, 2.0, 2.0)
+    assert stats.high - stats.mean == pytest.approx(4.303 / math.sqrt(3), rel=1e-4)
+    assert stats.mean - stats.low == pytest.approx(stats.high - stats.mean)
+
+
+def test_interval_ignores_missing_values_and_needs_two():
+    assert interval([5.0, None, float("nan")]) == interval([5.0])
+    one = interval([5.0])
+    assert (one.n, one.median, one.low, one.high) == (1, 5.0, None, None)
+    assert interval([]).n == 0
+
+
+def test_t_quantiles_fall_towards_the_normal_one():
+    values = [t975(df) for df in range(1, 200)]
+    assert values[0] == 12.706 and values[-1] == 1.960
+    assert all(a >= b for a, b in zip(values, values[1:]))
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+@pytest.mark.parametrize("scenario, stall, h2d, prefetch, bound", [
+    ("train", DATA_STALL_PCT, 0.5, "none", "data"),            # the stall wins over the copy
+    ("train", DATA_STALL_PCT - 0.1, TRANSFER_SHARE, "none", "transfer"),
+    ("train", 1.0, 0.5, "stream", "compute"),                  # an overlapped copy bounds nothing by its share
+    ("train", 1.0, TRANSFER_SHARE / 2, "none", "compute"),
+    ("train", None, None, "none", "compute"),
+    ("loader", 99.0, None, "none", "ceiling"),
+    ("compute", 0.0, None, "none", "ceiling"),
+    ("transfer", None, None, "none", "ceiling"),
+])
+def test_bound_rule(scenario, stall, h2d, prefetch, bound):
+    # Crafted shares at and around the documented thresholds.
+    found, why = classify(scenario, stall, h2d, prefetch)
+    assert found == bound and why
+
+
+def test_a_slow_sample_makes_a_real_training_cell_data_bound(summary):
+    """0.5 ms per sample x 32 samples per batch dwarfs a 64-wide MLP step: the measured stall must say data."""
+    table = cell_table(summary[summary["experiment"] == "train"]).set_index("cell")
+    for cell in ("hidden_layers-1_sample_delay_ms-0.5", "hidden_layers-4_sample_delay_ms-0.5"):
+        assert table.loc[cell, "stall_pct"] >= DATA_STALL_PCT
+        assert table.loc[cell, "bound"] == "data"
+    assert set(cell_table(summary[summary["experiment"] == "loader"])["bound"]) == {"ceiling"}
+
+
+def test_baseline_is_the_first_level_of_every_axis_as_requested(summary):
+    loader = summary[summary["experiment"] == "loader"]
+    # On a CPU both num_workers-0 cells ran unpinned: only the requested knobs tell them apart.
+    assert baseline_cell(loader, EXPERIMENTS["loader"]["matrix"]) == "num_workers-0_pin_memory-false"
+    assert baseline_cell(loader, {"num_workers": [1], "pin_memory": [True]}) == "num_workers-1_pin_memory-true"
+    assert baseline_cell(loader, {"num_workers": [7]}) is None
+    assert baseline_cell(loader, None) is None
+    train = summary[summary["experiment"] == "train"]
+    assert baseline_cell(train, EXPERIMENTS["train"]["matrix"]) == "hidden_layers-1_sample_delay_ms-0.0"
+
+
+def test_best_cell_and_speedup_agree_with_pandas(summary):
+    rows = summary[summary["experiment"] == "train"]
+    found = summarize_experiment(rows, EXPERIMENTS["train"]["matrix"])
+    medians = rows[rows["status"] == "ok"].groupby("cell")["samples_per_s"].median()
+    assert found["metric"] == "samples_per_s"
+    assert found["best"]["cell"] == medians.idxmax()
+    assert found["speedup"] == pytest.approx(medians.max() / medians["hidden_layers-1_sample_delay_ms-0.0"])
+    best, base = found["best"], found["baseline"]
+    assert found["clear"] == (best["cell"] != base["cell"] and best["low"] > base["high"])
+    assert found["knobs"] == ["hidden_layers", "sample_delay_ms"]  # matrix order
+
+
+def test_transfer_experiment_is_judged_by_peak_bandwidth(summary):
+    found = summarize_experiment(summary[summary["experiment"] == "transfer"], EXPERIMENTS["transfer"]["matrix"])
+    assert found["metric"] == "transfer_peak_gb_per_s"
+    assert found["best"]["median"] > 0 and found["speedup"] == 1.0 and not found["clear"]
+
+
+def test_failed_experiment_and_failed_baseline_say_so(summary):
+    broken = summarize_experiment(summary[summary["experiment"] == "broken"], {"model": ["resnet18"]})
+    assert broken["best"] is None and "no cell" in broken["note"]
+    assert broken["cells"].iloc[0]["bound"] == "failed"
+    # Crafted: the baseline's repeats marked failed, as a crash would leave them.
+    rows = summary[summary["experiment"] == "train"].copy()
+    rows.loc[rows["cell"] == "hidden_layers-1_sample_delay_ms-0.0", "status"] = "failed"
+    found = summarize_experiment(rows, EXPERIMENTS["train"]["matrix"])
+    assert found["speedup"] is None and "did not finish" in found["note"]
+    assert found["best"] is not None
+
+
+def test_values_read_back_from_csv_still_match_config_levels(summary, tmp_path):
+    path = tmp_path / "s.csv"
+    summary.to_csv(path, index=False)
+    again = pd.read_csv(path)
+    assert baseline_cell(again[again["experiment"] == "loader"], {"num_workers": [0], "pin_memory": [False]}) == "num_workers-0_pin_memory-false"
+    assert baseline_cell(again[again["experiment"] == "train"], {"sample_delay_ms": [0.5], "hidden_layers": [4]}) == "hidden_layers-4_sample_delay_ms-0.5"

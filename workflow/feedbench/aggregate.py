@@ -1,0 +1,130 @@
+"""Flatten cell results into one tidy table: one row per cell x repeat.
+
+The summary is the product the plots, the report and any notebook start from,
+so it keeps failed cells (with their error) beside measured ones: nothing
+is dropped on the way from result.json to summary.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from .knobs import KNOBS
+from .result import atomic_write
+
+LABELS = ["experiment", "cell", "repeat"]
+STATUS = ["status", "error_type", "error_message", "adjustments"]
+PHASES = ["wait", "h2d", "fwd", "bwd", "opt", "gpu_idle"]
+PROVENANCE = ["host", "gpu"]
+
+
+def _labels(result: dict, path: str) -> dict:
+    """experiment, cell, repeat from the cell's labels, else from results/cells/<experiment>/<cell>/rep<k>/result.json."""
+    parts = os.path.normpath(path).split(os.sep)
+    from_path = {}
+    if len(parts) >= 4 and parts[-1] == "result.json" and parts[-2].startswith("rep") and parts[-2][3:].isdigit():
+        from_path = {"experiment": parts[-4], "cell": parts[-3], "repeat": int(parts[-2][3:])}
+    labels = {}
+    for name in LABELS:
+        value = (result.get("cell") or {}).get(name)
+        if value is None:
+            value = (result.get("requested") or {}).get(name)
+        labels[name] = value if value is not None else from_path.get(name)
+    return labels
+
+
+def _knobs(result: dict) -> dict:
+    """Every knob as it ran (as requested when the cell did not validate); lists as JSON text."""
+    knobs = result.get("cell") or result.get("requested") or {}
+    row = {}
+    for name in KNOBS:
+        value = knobs.get(name)
+        row[name] = json.dumps(value) if isinstance(value, list) else value
+    return row
+
+
+def _metrics(result: dict) -> dict:
+    metrics = result.get("metrics") or {}
+    step = metrics.get("step_ms") or {}
+    row = {
+        "samples_per_s": metrics.get("samples_per_s"),
+        "tokens_per_s": metrics.get("tokens_per_s"),
+        "step_ms_median": step.get("median"),
+        "step_ms_p10": step.get("p10"),
+        "step_ms_p90": step.get("p90"),
+        "stall_pct": metrics.get("stall_pct"),
+        "h2d_gb_per_s": metrics.get("h2d_gb_per_s"),
+        "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
+        "cuda_init_s": metrics.get("cuda_init_s"),
+        "measured_steps": metrics.get("steps"),
+        "world_size": metrics.get("world_size"),
+        "comm_share": metrics.get("comm_share"),
+        "timing_effective": (result.get("timing") or {}).get("effective"),
+        "duration_s": result.get("duration_s"),
+    }
+    phases = metrics.get("phases") or {}
+    for phase in PHASES:
+        row[f"{phase}_ms"] = (phases.get(phase) or {}).get("median_ms")
+        row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
+    transfer = metrics.get("transfer")
+    if transfer:
+        row["transfer_method"] = transfer.get("method")
+        row["transfer_peak_gb_per_s_pinned"] = transfer.get("peak_gb_per_s_pinned")
+        row["transfer_peak_gb_per_s_pageable"] = transfer.get("peak_gb_per_s_pageable")
+        for point in transfer.get("by_size", []):
+            kind = "pinned" if point["pinned"] else "pageable"
+            row[f"transfer_gb_per_s_{kind}_{point['size_bytes']}"] = point.get("median_gb_per_s")
+    for name, stats in ((result.get("monitor") or {}).get("stats") or {}).items():
+        row[f"{name}_mean"] = stats.get("mean")
+    return row
+
+
+def result_row(result: dict, path: str) -> dict:
+    """One summary row from one result.json (already parsed)."""
+    error = result.get("error") or {}
+    provenance = result.get("provenance") or {}
+    return {
+        **_labels(result, path),
+        "status": result.get("status"),
+        "error_type": error.get("type"),
+        "error_message": error.get("message"),
+        "adjustments": "; ".join(result.get("adjustments") or []) or None,
+        **_knobs(result),
+        **_metrics(result),
+        **{name: provenance.get(name) for name in PROVENANCE},
+        # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
+        "requested": json.dumps({k: v for k, v in (result.get("requested") or {}).items() if k not in LABELS}, sort_keys=True, default=str),
+        "result": path,
+    }
+
+
+def load_results(paths: list[str]) -> pd.DataFrame:
+    """Read every result.json into the tidy summary, sorted by experiment, cell, repeat.
+
+    An unreadable file becomes a failed row naming the file, not an exception:
+    one bad cell must not hide the rest of the matrix.
+    """
+    rows = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                result = json.load(f)
+        except (OSError, ValueError) as error:
+            result = {"status": "failed", "error": {"type": type(error).__name__, "message": f"{path}: {error}"}}
+        rows.append(result_row(result, str(path)))
+    # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
+    frame = pd.DataFrame(rows, columns=None if rows else [*LABELS, *STATUS, *KNOBS])
+    return frame.sort_values(LABELS, kind="stable", na_position="last").reset_index(drop=True)
+
+
+def write_summary(frame: pd.DataFrame, path: str) -> None:
+    """Write the summary CSV atomically (a reader never sees half a table)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write(path, frame.to_csv(index=False))
+
+
+def read_summary(path: str) -> pd.DataFrame:
+    return pd.read_csv(path)

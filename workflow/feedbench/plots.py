@@ -1,0 +1,231 @@
+"""One SVG per experiment from the summary, drawn as its `plot` spec asks.
+
+A spec is {x, y, hue, kind} (or a list of them: one axes each, stacked):
+    line     y against x, one line per series, error bars from the repeats;
+    bar      grouped bars, one bar per series at each x, error bars from the repeats;
+    phases   one stacked bar per cell: median ms of wait, h2d, fwd, bwd, opt
+             (y is not used), with the median step time and its interval as a marker;
+    heatmap  median y as colour, x along the columns, the series along the rows.
+A series is the hue knob plus every other knob that varies in the experiment
+(except x), so cells are never pooled silently. Points are medians of the
+repeats, error bars their 95 % interval (see verdict.py).
+
+Transfer experiments (every cell scenario=transfer) are plotted from the
+per-size columns: GB/s against copy size, one line per pinning (and cell),
+whatever x and y their spec names (say x: size_bytes, y: gb_per_s, hue: pinned).
+
+Figures are built with matplotlib's object API (no pyplot state) and saved
+with text as SVG <text> (escaped by matplotlib, no font files) and a hash salt
+per experiment, so element ids differ between the SVGs of one report and the
+output is the same from run to run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .verdict import natural_order, interval, varying_knobs
+
+KINDS = ("line", "bar", "phases", "heatmap")
+PHASES = ("wait", "h2d", "fwd", "bwd", "opt", "gpu_idle")
+PHASE_COLOURS = {"wait": "#d62728", "h2d": "#ff7f0e", "fwd": "#1f77b4", "bwd": "#2ca02c", "opt": "#9467bd", "gpu_idle": "#7f7f7f"}
+TRANSFER_COLUMN = re.compile(r"transfer_gb_per_s_(pinned|pageable)_(\d+)$")
+
+UNITS = [  # (pattern of a column name, axis label); the first match wins
+    (r"samples_per_s$", "samples/s"),
+    (r"tokens_per_s$", "tokens/s"),
+    (r"gb_per_s", "GB/s"),
+    (r"_pct(_mean)?$", "%"),
+    (r"_share$", "share of step"),
+    (r"_ms(_median|_p10|_p90)?$", "ms"),
+    (r"_mb(_mean)?$", "MB"),
+    (r"_s$", "s"),
+    (r"^size_bytes$", "bytes"),
+]
+
+
+def axis_label(column: str) -> str:
+    """'samples_per_s' -> 'samples per s [samples/s]': the name and its unit."""
+    for pattern, unit in UNITS:
+        if re.search(pattern, column):
+            return f"{column.replace('_', ' ')} [{unit}]"
+    return column.replace("_", " ")
+
+
+def transfer_long(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per-size transfer columns -> one row per cell, repeat, size and pinning (columns size_bytes, pinned, gb_per_s)."""
+    keep = [c for c in rows.columns if not TRANSFER_COLUMN.match(c)]
+    long = rows.melt(id_vars=keep, value_vars=[c for c in rows.columns if TRANSFER_COLUMN.match(c)], var_name="series_column", value_name="gb_per_s")
+    parts = long["series_column"].str.extract(TRANSFER_COLUMN)
+    long["pinned"] = parts[0] == "pinned"
+    long["size_bytes"] = parts[1].astype(int)
+    return long.drop(columns="series_column").dropna(subset=["gb_per_s"])
+
+
+def _bytes(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:g} {unit}"
+        size /= 1024
+    return f"{size:g} TiB"
+
+
+def _ordered(values) -> list:
+    """Distinct values, numerically sorted when they all are numbers, else in first-seen order."""
+    distinct = list(dict.fromkeys(v for v in values if not pd.isna(v)))
+    try:
+        return sorted(distinct, key=float)
+    except (TypeError, ValueError):
+        return distinct
+
+
+def _series(data: pd.DataFrame, x: str, hue: str | None, knobs: list[str]) -> list[str]:
+    keys = [hue] if hue and hue in data else []
+    return keys + [k for k in knobs if k not in (x, hue) and k in data and data[k].astype(str).nunique() > 1]
+
+
+def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
+    """Median and interval of y over repeats for each series and x."""
+    rows = []
+    for key, group in data.groupby(keys + [x], sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        stats = interval(group[y])
+        if stats.n:
+            rows.append({**dict(zip(keys + [x], key)), "median": stats.median,
+                         "below": max(stats.median - stats.low, 0) if stats.low is not None else 0.0,
+                         "above": max(stats.high - stats.median, 0) if stats.high is not None else 0.0})
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(keys + [x], key=natural_order, kind="stable") if rows else frame
+
+
+def _label(keys: list[str], values) -> str:
+    values = values if isinstance(values, tuple) else (values,)
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, values)) or None
+
+
+def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: str) -> None:
+    xs = _ordered(stats[x])
+    numeric = kind == "line" and all(pd.api.types.is_number(v) and not pd.api.types.is_bool(v) for v in xs)
+    position = {v: (float(v) if numeric else i) for i, v in enumerate(xs)}
+    groups = list(stats.groupby(keys, sort=False)) if keys else [((), stats)]
+    width = 0.8 / max(len(groups), 1)
+    for i, (values, group) in enumerate(groups):
+        group = group.assign(_pos=group[x].map(position)).sort_values("_pos")
+        yerr = [group["below"], group["above"]]
+        if kind == "line":
+            ax.errorbar(group["_pos"], group["median"], yerr=yerr, marker="o", capsize=3, label=_label(keys, values))
+        else:
+            offset = (i - (len(groups) - 1) / 2) * width
+            ax.bar(group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=_label(keys, values))
+    if not numeric:
+        ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+    elif len(xs) <= 12:
+        ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
+    if x == "size_bytes":
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [_bytes(v) for v in xs], rotation=30)
+
+
+def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
+    order = [x] + keys
+    ranks = {k: {v: i for i, v in enumerate(_ordered(data[k]))} for k in order}
+    cells = sorted(data.groupby(order, sort=False, dropna=False), key=lambda item: [ranks[k].get(v, -1) for k, v in zip(order, item[0])])
+    present = [p for p in PHASES if f"{p}_ms" in data and data[f"{p}_ms"].notna().any()]
+    bottoms = [0.0] * len(cells)
+    for phase in present:
+        heights = [float(group[f"{phase}_ms"].median()) if group[f"{phase}_ms"].notna().any() else 0.0 for _, group in cells]
+        ax.bar(range(len(cells)), heights, bottom=bottoms, color=PHASE_COLOURS[phase], label=phase)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    steps = [interval(group["step_ms_median"]) for _, group in cells]
+    ax.errorbar(range(len(cells)), [s.median for s in steps], marker="_", markersize=18, color="black", linestyle="none", capsize=3, label="step (median)",
+                yerr=[[max(s.median - s.low, 0) if s.low is not None else 0 for s in steps], [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps]])
+    ax.set_xticks(range(len(cells)), ["\n".join(f"{k}={v}" for k, v in zip(order, values)) for values, _ in cells], fontsize="small")
+    ax.set_ylabel("median time per step [ms]")
+    ax.set_ylim(bottom=0)
+
+
+def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> None:
+    stats = stats.assign(_row=[_label(keys, tuple(r)) or y for r in stats[keys].itertuples(index=False)] if keys else y)
+    grid = stats.pivot_table(index="_row", columns=x, values="median", aggfunc="first", sort=False)
+    grid = grid.reindex(columns=_ordered(grid.columns))
+    values = grid.to_numpy(dtype=float)
+    image = ax.imshow(values, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), list(grid.index))
+    for (i, j), value in pd.DataFrame(values).stack().items():
+        light = image.norm(value) > 0.5  # viridis is light at the top: dark text there
+        ax.text(j, i, f"{value:.3g}", ha="center", va="center", color="black" if light else "white", fontsize="small")
+    ax.figure.colorbar(image, ax=ax, label=axis_label(y))
+    ax.set_xlabel(axis_label(x))
+
+
+def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
+    """Draw one spec on one axes from the experiment's summary rows."""
+    kind = spec.get("kind", "line")
+    if kind not in KINDS:
+        raise ValueError(f"plot kind {kind!r} is not one of {', '.join(KINDS)}")
+    knobs = varying_knobs(rows)
+    data = rows[rows["status"] == "ok"]
+    x, y, hue = spec.get("x"), spec.get("y", "samples_per_s"), spec.get("hue")
+    if "scenario" in rows and len(rows) and (rows["scenario"] == "transfer").all():
+        # A probe has its own axes, whatever the spec names: bandwidth against copy size.
+        data, x, y, kind = transfer_long(data), "size_bytes", "gb_per_s", "line" if kind == "phases" else kind
+        hue, knobs = hue if hue in data else "pinned", knobs + ["pinned"]
+    missing = [c for c in (x, y) if c not in data] if kind != "phases" else [c for c in (x,) if c not in data]
+    keys = _series(data, x, hue, knobs) if not missing else []
+    stats = _stats(data, keys, x, y) if not missing and not data.empty and kind != "phases" else None
+    why = None
+    if data.empty:
+        why = "no cell of this experiment finished"
+    elif missing:
+        why = f"no column {', '.join(map(str, missing))} in the summary"
+    elif stats is not None and stats.empty:
+        why = f"no value of {y} in this experiment"
+    if why:
+        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    if kind == "phases":
+        _draw_phases(ax, data, keys, x)
+    elif kind == "heatmap":
+        _draw_heatmap(ax, stats, keys, x, y)
+    else:
+        _draw_lines_or_bars(ax, stats, keys, x, kind)
+        ax.set_xlabel(axis_label(x))
+        ax.set_ylabel(axis_label(y))
+        ax.set_ylim(bottom=0)
+    if kind != "heatmap" and ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    ax.set_title(spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}"), fontsize="medium")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figure:
+    """A figure with one axes per spec, titled with the experiment's title."""
+    specs = spec if isinstance(spec, list) else [spec]
+    fig = Figure(figsize=(7.5, 3.8 * len(specs)), layout="constrained")
+    for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False)[:, 0], specs):
+        draw(ax, rows, one)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def save_svg(fig: Figure, path: str, salt: str) -> None:
+    """Write the SVG atomically; text stays text and ids are salted by experiment."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        fig.savefig(tmp, format="svg", metadata={"Date": None})
+    os.replace(tmp, path)
+
+
+def plot_experiment(summary: pd.DataFrame, experiment: str, spec: dict | list[dict], svg: str, title: str = "") -> None:
+    """The plot rule's work: the rows of one experiment -> its SVG."""
+    rows = summary[summary["experiment"] == experiment]
+    save_svg(figure(rows, spec, title or experiment), svg, salt=experiment)

@@ -1,0 +1,205 @@
+"""Render the summary, the plots and the results' provenance into one self-contained HTML file.
+
+Self-contained means: CSS and SVG inline, no request to any network, so the
+file can be mailed, archived or published as it is. Every value goes through
+Jinja's autoescape; the only markup inserted as is are our own matplotlib
+SVGs, and only after `inline_svg` has checked that they carry no script, no
+event handler and no link outside the document.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import re
+import xml.etree.ElementTree as ET
+from importlib import metadata
+
+import jinja2
+import numpy as np
+import pandas as pd
+import yaml
+from markupsafe import Markup
+
+from . import verdict as analysis
+from .result import atomic_write
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "report", "templates")
+
+# What the report says about where results came from: an allow-list, never the whole environment.
+PROVENANCE = ["host", "os", "cpu", "cpu_count", "ram_gb", "gpu", "gpu_count", "driver", "cuda", "cudnn",
+              "torch", "torchvision", "python", "feedbench", "git_commit", "slurm_job_id"]
+ERROR_LINES = 8
+
+_FORBIDDEN_TAGS = {"script", "foreignobject", "iframe", "object", "embed"}
+_OUTSIDE_CSS = re.compile(r"@import|url\(\s*['\"]?(?!#)", re.I)  # CSS may only point at ids of the page
+
+
+class UnsafeSVG(ValueError):
+    """An SVG that would run code or load something if inlined."""
+
+
+def inline_svg(text: str) -> Markup:
+    """Our matplotlib SVG as markup for the page: the prolog dropped, checked to be inert."""
+    start = text.find("<svg")
+    if start < 0:
+        raise UnsafeSVG("no <svg> element")
+    svg = text[start:]
+    for element in ET.fromstring(svg).iter():
+        tag = element.tag.rsplit("}", 1)[-1].lower()
+        if tag in _FORBIDDEN_TAGS:
+            raise UnsafeSVG(f"<{tag}> is not allowed in an inline figure")
+        for name, value in element.attrib.items():
+            local = name.rsplit("}", 1)[-1].lower()
+            if local.startswith("on"):
+                raise UnsafeSVG(f"event handler attribute {local} is not allowed")
+            if local == "href" and not (value.startswith("#") or value.startswith("data:image/")):
+                raise UnsafeSVG(f"link {value!r} leaves the document")
+            if _OUTSIDE_CSS.search(value):
+                raise UnsafeSVG(f"style {value!r} refers outside the document")
+        if element.text and _OUTSIDE_CSS.search(element.text) and tag == "style":
+            raise UnsafeSVG("a <style> of the figure refers outside the document")
+    return Markup(svg)
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A number for people: about `digits` significant figures, thousands separated, no exponent above 1; '–' when missing."""
+    if isinstance(value, str):
+        return value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value)).lower()
+    if isinstance(value, numbers.Integral):
+        return f"{value:,}"
+    if abs(value) >= 1:
+        decimals = max(digits - len(str(int(abs(value)))), 0)
+        return f"{value:,.{decimals}f}"
+    return f"{value:.{digits}g}"
+
+
+def _knob_text(cell: dict | pd.Series, knobs: list[str]) -> str:
+    return ", ".join(f"{k}={fmt(cell[k])}" for k in knobs) or "(the only cell)"
+
+
+def _error_tail(path: str | None, fallback: str | None) -> str:
+    """The last lines of a failed cell's traceback (or its message when it has none)."""
+    try:
+        with open(path) as f:
+            error = json.load(f).get("error") or {}
+    except (OSError, TypeError, ValueError):
+        error = {}
+    text = error.get("traceback") or error.get("message") or fallback or "no error recorded"
+    return "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
+
+
+def provenance(paths: list[str]) -> dict[str, list[str]]:
+    """Each allow-listed field with the distinct values the results report (several hosts show as several values)."""
+    values: dict[str, set] = {name: set() for name in PROVENANCE}
+    span = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                result = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for name in PROVENANCE:
+            value = (result.get("provenance") or {}).get(name)
+            if value is not None:
+                values[name].add(str(value))
+        span += [t for t in (result.get("started_at"), result.get("finished_at")) if t]
+    out = {name: sorted(v) or ["–"] for name, v in values.items()}  # every field shown, '–' where no result knows it
+    try:
+        out["snakemake"] = [metadata.version("snakemake")]
+    except metadata.PackageNotFoundError:
+        pass
+    if span:
+        out["cells ran"] = [f"{min(span)} to {max(span)}"]
+    return out
+
+
+def _experiments(summary: pd.DataFrame, config: dict) -> list[tuple[str, dict]]:
+    """Experiments in config order, then any the summary has that the config does not name."""
+    declared = dict((config or {}).get("experiments") or {})
+    for name in summary["experiment"].dropna().unique():
+        declared.setdefault(str(name), {})
+    return list(declared.items())
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """DataFrame rows as dicts with None where pandas has NaN, so templates test one kind of missing."""
+    return [{k: (None if not isinstance(v, (list, dict, str)) and pd.isna(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
+    """What one experiment's section and its verdict line show."""
+    context = {"name": name, "title": spec.get("title") or name, "base": spec.get("base") or {}, "matrix": spec.get("matrix") or {},
+               "svg": svg, "cells": [], "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
+               "baseline_id": None, "note": "no result for this experiment", "adjusted": []}
+    if rows.empty:
+        return context
+    # A declared experiment without a matrix has one cell, its own baseline; an undeclared one has no known baseline.
+    found = analysis.summarize_experiment(rows, spec.get("matrix") or {} if spec else None)
+    best, base = found["best"], found["baseline"]
+    context.update(
+        cells=_records(found["cells"]), metric=found["metric"], unit=unit(found["metric"]), knobs=found["knobs"],
+        best_id=best["cell"] if best else None, baseline_id=base["cell"] if base else None, note=found["note"],
+        adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]]) if "adjustments" in rows else [],
+    )
+    if best is not None:
+        context["verdict"] = {
+            "best": _knob_text(best, found["knobs"]), "best_median": best["median"], "speedup": found["speedup"], "beyond_noise": found["clear"],
+            "baseline": _knob_text(base, found["knobs"]) if base else None, "baseline_median": base["median"] if base else None,
+            "bound": best["bound"], "why": best["why"], "baseline_bound": base["bound"] if base else None,
+        }
+    return context
+
+
+def unit(metric: str) -> str:
+    return {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}.get(metric, "")
+def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: dict, config_hash: str) -> dict:
+    """The template's context: verdicts, sections, failures and provenance."""
+    figures = {os.path.splitext(os.path.basename(p))[0]: p for p in svgs}
+    experiments = []
+    for name, spec in _experiments(summary, config):
+        svg = None
+        if name in figures:
+            with open(figures[name]) as f:
+                svg = inline_svg(f.read())
+        experiments.append(experiment_context(name, spec, summary[summary["experiment"] == name], svg))
+    failed = summary[summary["status"] != "ok"]
+    failures = [{"experiment": r["experiment"], "cell": r["cell"], "repeat": r["repeat"], "type": r["error_type"],
+                 "message": r["error_message"], "tail": _error_tail(r.get("result"), r["error_message"])}
+                for r in failed.to_dict("records")]
+    return {
+        "experiments": experiments,
+        "failures": failures,
+        "counts": {"rows": len(summary), "ok": int((summary["status"] == "ok").sum()), "failed": len(failed),
+                   "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0]},
+        "provenance": provenance(results),
+        "config_hash": config_hash,
+        "config_yaml": yaml.safe_dump(config or {}, sort_keys=False, default_flow_style=None),
+        "rule": {"stall_pct": analysis.DATA_STALL_PCT, "transfer_pct": 100 * analysis.TRANSFER_SHARE},
+    }
+
+
+def environment(templates: str = TEMPLATES) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = fmt
+    return env
+
+
+def render(context: dict, templates: str = TEMPLATES) -> str:
+    return environment(templates).get_template("report.html.j2").render(**context)
+
+
+def write_report(summary_csv: str, svgs: list[str], results: list[str], config: dict, config_hash: str, html: str,
+                 templates: str = TEMPLATES) -> None:
+    """The report rule's work: summary + plots + results -> one HTML file, written atomically."""
+    summary = pd.read_csv(summary_csv)
+    os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
+    atomic_write(html, render(build(summary, svgs, results, config, config_hash), templates))
+

@@ -1,0 +1,209 @@
+"""From the summary to answers: per-cell intervals, the baseline, the best cell, and what bounds it.
+
+Statistics over repeats
+    The centre is the median of the repeats (robust to one slow repeat). The
+    95 % interval is Student's t interval of the mean, mean +- t(0.975, n-1) *
+    sd / sqrt(n): with the 3 to 5 repeats a benchmark can afford, a bootstrap
+    has too few distinct resamples to mean anything, while the t interval is
+    honest about how little 3 numbers say (it is wide). For n <= 6 the median
+    always lies inside it. One repeat gives no interval.
+
+Bound classification (of a `train` cell, from the medians over its repeats)
+    data      stall_pct >= 10: the trainer waits on the loader for at least
+              10 % of each step (removing a 10 % stall gains at most 1.11x, so
+              below that the input pipeline is not worth tuning);
+    transfer  else the host-to-device copy takes >= 10 % of the step, counted
+              only when the copy runs on the compute stream (device_prefetch
+              none): a side-stream copy overlaps compute and bounds nothing by
+              its share;
+    compute   otherwise: the model itself is the limit.
+    Loader, compute and transfer cells are ceilings, not training runs: they
+    are labelled `ceiling` and never classified.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .knobs import KNOBS
+
+DATA_STALL_PCT = 10.0
+TRANSFER_SHARE = 0.10
+
+# Two-sided 95 % critical values of Student's t, t(0.975, df), from the standard table.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+         20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
+         29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t975(df: int) -> float:
+    """t(0.975, df); between tabulated values the next lower df is used (a slightly wider, safe interval)."""
+    if df < 1:
+        raise ValueError("an interval needs at least 2 values")
+    if df > 120:
+        return 1.960
+    return _T975[max(k for k in _T975 if k <= df)]
+
+
+@dataclass(frozen=True)
+class Interval:
+    n: int
+    median: float | None
+    mean: float | None
+    low: float | None
+    high: float | None
+
+
+def interval(values) -> Interval:
+    """Median, mean and 95 % t interval of the mean over the finite values given."""
+    finite = [float(v) for v in values if v is not None and not pd.isna(v) and math.isfinite(float(v))]
+    n = len(finite)
+    if n == 0:
+        return Interval(0, None, None, None, None)
+    mean = statistics.fmean(finite)
+    if n == 1:
+        return Interval(1, finite[0], mean, None, None)
+    half = t975(n - 1) * statistics.stdev(finite) / math.sqrt(n)
+    return Interval(n, statistics.median(finite), mean, mean - half, mean + half)
+
+
+def classify(scenario: str, stall_pct: float | None, h2d_share: float | None, device_prefetch: str | None) -> tuple[str, str]:
+    """(bound, why) for one cell from the medians of its repeats; the rule is in the module docstring."""
+    if scenario != "train":
+        return "ceiling", f"a {scenario} cell measures a ceiling, not a training run"
+    stall = None if stall_pct is None or pd.isna(stall_pct) else float(stall_pct)
+    h2d = None if h2d_share is None or pd.isna(h2d_share) else float(h2d_share)
+    if stall is not None and stall >= DATA_STALL_PCT:
+        return "data", f"waits on the loader {stall:.0f} % of each step (>= {DATA_STALL_PCT:.0f} %)"
+    if h2d is not None and device_prefetch != "stream" and h2d >= TRANSFER_SHARE:
+        return "transfer", f"host-to-device copy takes {100 * h2d:.0f} % of each step (>= {100 * TRANSFER_SHARE:.0f} %)"
+    stall_text = "unknown" if stall is None else f"{stall:.0f} %"
+    return "compute", f"stall {stall_text} < {DATA_STALL_PCT:.0f} % and the copy is not the limit"
+
+
+def objective(rows: pd.DataFrame) -> str:
+    """The throughput a configuration is judged by (higher is better)."""
+    if "scenario" in rows and (rows["scenario"] == "transfer").all():
+        return "transfer_peak_gb_per_s"
+    if "tokens_per_s" in rows and rows["tokens_per_s"].notna().any():
+        return "tokens_per_s"
+    return "samples_per_s"
+
+
+def with_objectives(rows: pd.DataFrame) -> pd.DataFrame:
+    """Add transfer_peak_gb_per_s: the best of pinned and pageable, the transfer cell's one number."""
+    rows = rows.copy()
+    peaks = [c for c in ("transfer_peak_gb_per_s_pinned", "transfer_peak_gb_per_s_pageable") if c in rows]
+    rows["transfer_peak_gb_per_s"] = rows[peaks].max(axis=1) if peaks else float("nan")
+    return rows
+
+
+def varying_knobs(rows: pd.DataFrame, first: list[str] | tuple = ()) -> list[str]:
+    """Knobs whose value differs between the cells of an experiment (not between repeats of a cell); `first` (the matrix axes) lead."""
+    per_cell = rows.groupby("cell", sort=False).first()
+    order = [k for k in first if k in KNOBS] + [k for k in KNOBS if k not in first]
+    return [k for k in order if k in per_cell and k != "seed" and per_cell[k].astype(str).nunique() > 1]
+
+
+def _norm(value) -> str:
+    """One spelling per value, so config levels match values read back from the CSV (True == 'True' == true, 4 == 4.0)."""
+    if isinstance(value, list):
+        return json.dumps(value)
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return str(bool(value)).lower()
+    try:
+        return repr(float(value))
+    except (TypeError, ValueError):
+        return str(value).strip().lower()
+
+
+def baseline_cell(rows: pd.DataFrame, matrix: dict | None) -> str | None:
+    """The cell whose knobs take the first level of every matrix axis (None when there is no such cell or no matrix known).
+
+    Knobs are compared as requested, not as ran: on a CPU a pin_memory=true
+    cell runs unpinned, yet it is not the baseline.
+    """
+    if matrix is None:
+        return None
+    if not matrix:  # no axes: the experiment's only cell is its baseline
+        cells = rows["cell"].unique()
+        return cells[0] if len(cells) == 1 else None
+    requested = rows["requested"].map(json.loads) if "requested" in rows else pd.Series([{}] * len(rows), index=rows.index)
+    match = pd.Series(True, index=rows.index)
+    for axis, levels in matrix.items():
+        if not levels or (axis not in rows and not requested.map(lambda r: axis in r).any()):
+            return None
+        as_ran = rows[axis] if axis in rows else pd.Series(None, index=rows.index)
+        values = [r[axis] if axis in r else v for r, v in zip(requested, as_ran)]
+        match &= pd.Series([_norm(v) for v in values], index=rows.index) == _norm(levels[0])
+    cells = rows.loc[match, "cell"].unique()
+    return cells[0] if len(cells) else None
+
+
+def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame:
+    """One row per cell of one experiment: its knobs that vary, repeats, the objective's interval, phases and bound."""
+    rows = with_objectives(rows)
+    metric = objective(rows)
+    knobs = varying_knobs(rows, axes)
+    table = []
+    for cell, group in rows.groupby("cell", sort=False):
+        ok = group[group["status"] == "ok"]
+        first = group.iloc[0]
+        stats = interval(ok[metric]) if len(ok) else Interval(0, None, None, None, None)
+        median = lambda column: ok[column].median() if column in ok and ok[column].notna().any() else None  # noqa: E731
+        bound, why = classify(first.get("scenario"), median("stall_pct"), median("h2d_share"), first.get("device_prefetch"))
+        table.append({
+            "cell": cell,
+            **{k: first[k] for k in knobs},
+            "repeats": len(group),
+            "failed": int((group["status"] != "ok").sum()),
+            "metric": metric,
+            "median": stats.median, "mean": stats.mean, "low": stats.low, "high": stats.high, "n": stats.n,
+            "step_ms": median("step_ms_median"),
+            "stall_pct": median("stall_pct"),
+            "h2d_share": median("h2d_share"),
+            "bound": bound if stats.n else "failed",
+            "why": why if stats.n else "no repeat of this cell finished",
+        })
+    table = pd.DataFrame(table)
+    return table.sort_values(knobs, key=natural_order, kind="stable").reset_index(drop=True) if knobs else table
+
+
+def natural_order(column: pd.Series) -> pd.Series:
+    """Sort key: numbers by value (16 before 128), anything else by its text."""
+    numbers = pd.to_numeric(column, errors="coerce")
+    return numbers if numbers.notna().all() else column.astype(str)
+
+
+def summarize_experiment(rows: pd.DataFrame, matrix: dict | None) -> dict:
+    """The verdict of one experiment: its best cell, the speedup over the baseline, and what bounds the best cell."""
+    axes = list(matrix or {})
+    cells = cell_table(rows, axes)
+    measured = cells[cells["median"].notna()]
+    base_id = baseline_cell(rows, matrix)
+    verdict = {"metric": objective(with_objectives(rows)), "knobs": varying_knobs(rows, axes), "cells": cells,
+               "best": None, "baseline": None, "speedup": None, "clear": False, "note": None}
+    if measured.empty:
+        verdict["note"] = "no cell of this experiment finished"
+        return verdict
+    best = measured.loc[measured["median"].astype(float).idxmax()]
+    verdict["best"] = best.to_dict()
+    base = cells[cells["cell"] == base_id]
+    if base_id is None:
+        verdict["note"] = "no baseline: no cell takes the first level of every matrix axis"
+    elif base["median"].isna().all():
+        verdict["note"] = f"no speedup: the baseline cell {base_id} did not finish"
+    else:
+        base = base.iloc[0]
+        verdict["baseline"] = base.to_dict()
+        verdict["speedup"] = float(best["median"]) / float(base["median"]) if base["median"] else None
+        # The gain is clear when the two 95 % intervals do not overlap.
+        verdict["clear"] = bool(best["cell"] != base["cell"] and best["low"] is not None and base["high"] is not None
+                                and not pd.isna(best["low"]) and not pd.isna(base["high"]) and best["low"] > base["high"])
+    return verdict

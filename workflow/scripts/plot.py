@@ -1,0 +1,13 @@
+"""Snakemake `script:` of rule plot: summary -> results/plots/<experiment>.svg (see feedbench.plots)."""
+
+from feedbench.aggregate import read_summary
+from feedbench.plots import plot_experiment
+
+snakemake = globals()["snakemake"]  # injected by Snakemake
+plot_experiment(
+    read_summary(snakemake.input.summary),
+    snakemake.params.experiment,
+    snakemake.params.spec,
+    snakemake.output.svg,
+    title=snakemake.params.get("title", ""),
+)
