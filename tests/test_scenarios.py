@@ -183,3 +183,29 @@ def test_out_of_memory_writes_failed_result(run_cell):
     assert code == 1
     assert result["status"] == "failed"
     assert "allocate" in result["error"]["message"]
+
+
+def test_record_failure_for_a_harness_killed_without_a_result(tmp_path):
+    out = tmp_path / "out"
+    cell = tmp_path / "cell.yaml"
+    cell.write_text("model: sleep\ncompute_ms: 20\nimage_size: 8\nbatch_size: 2\nsteps: 100000\n")
+    log = tmp_path / "harness.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", str(cell), "--out", str(out)], stdout=f, stderr=subprocess.STDOUT)
+        time.sleep(5)
+        proc.kill()  # SIGKILL: the harness gets no chance to write anything
+        code = proc.wait(timeout=30)
+    assert not (out / "result.json").exists()
+    rec = subprocess.run([sys.executable, "-m", "feedbench", "record-failure", str(out), "--exit-code", str(128 - code),
+                          "--cell", str(cell), "--log", str(log)], capture_output=True, text=True, timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    result = json.loads((out / "result.json").read_text())
+    validate(result)
+    assert result["status"] == "failed" and result["error"]["type"] == "Killed"
+    assert result["error"]["message"] == "the harness exited with code 137 (signal SIGKILL) without writing a result"
+    assert result["requested"]["model"] == "sleep"
+
+
+def test_torch_threads_knob_is_applied_and_recorded(run_cell):
+    code, result = run_cell(**TINY_MLP, torch_threads=1)
+    assert code == 0 and result["torch_threads"] == 1

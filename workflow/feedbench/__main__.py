@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import yaml
@@ -39,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     images.add_argument("--size", type=int, default=256)
     images.add_argument("--classes", type=int, default=10)
     images.add_argument("--seed", type=int, default=0)
+    failure = sub.add_parser("record-failure", help="write a failed result for a harness that died without one")
+    failure.add_argument("out")
+    failure.add_argument("--exit-code", type=int, required=True)
+    failure.add_argument("--cell", help="the cell YAML the harness was given")
+    failure.add_argument("--log", help="the harness's log, whose tail becomes the traceback")
     knobs = sub.add_parser("knobs", help="list every knob with its default and allowed values")
     knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/harness.md")
     args = parser.parse_args(argv)
@@ -49,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "knobs":
         for knob in KNOBS.values():
             print(f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}")
+        return 0
+    if args.command == "record-failure":
+        from .runner import record_failure
+
+        if os.path.exists(os.path.join(args.out, "result.json")):
+            return 0  # the harness wrote its own result: it knows better
+        raw = _load_cell(args.cell, []) if args.cell and os.path.exists(args.cell) else {}
+        record_failure(args.out, raw, args.exit_code, args.log)
         return 0
     if args.command == "make-images":
         from .images import make_images

@@ -79,6 +79,23 @@ def _combine_ranks(own: dict, ranks: list[dict]) -> dict:
     return metrics
 
 
+def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> None:
+    """A result for a harness that died without writing one (SIGKILL, the OOM killer, a crash at import)."""
+    signal_name = ""
+    if exit_code < 0 or exit_code > 128:
+        number = -exit_code if exit_code < 0 else exit_code - 128
+        signal_name = f" (signal {signal.Signals(number).name})" if number in signal.Signals._value2member_map_ else ""
+    tail = ""
+    if log and os.path.exists(log):
+        with open(log, errors="replace") as f:
+            tail = "".join(f.readlines()[-30:])
+    write_result(out_dir, {
+        "schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": None, "adjustments": [],
+        "error": {"type": "Killed" if signal_name else "Crashed", "message": f"the harness exited with code {exit_code}{signal_name} without writing a result", "traceback": tail[-4000:]},
+        "metrics": {"steps": 0}, "provenance": provenance(torch.device("cpu")), "started_at": now(), "finished_at": now(),
+    })
+
+
 def run(raw: dict, out_dir: str, world: World = World()) -> int:
     """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
 
@@ -104,6 +121,9 @@ def run(raw: dict, out_dir: str, world: World = World()) -> int:
         for note in notes:
             print(f"feedbench: note: {note}", file=sys.stderr)
 
+    if cell.torch_threads:
+        torch.set_num_threads(cell.torch_threads)
+    result["torch_threads"] = torch.get_num_threads()
     m = Measurement()
     monitor = None
     rows: list[dict] = []
