@@ -104,10 +104,21 @@ def test_a_node_that_fails_fails_the_cell(tmp_path):
     parent = psutil.Process(launcher.pid)
     _ranks(parent, 2)
     node1 = [p for p in parent.children() if "--node-rank=1" in p.cmdline()][0]
-    os.killpg(node1.pid, signal.SIGKILL)  # the node's agent and its rank vanish at once
+    for proc in [node1, *node1.children(recursive=True)]:  # the node's agent and its rank vanish at once
+        proc.kill()
     assert launcher.wait(timeout=120) == 1
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "failed"
+    assert "node 1 exited with code -9" in result["error"]["message"] or "rank 1 exited" in result["error"]["message"], result["error"]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or []) and p.pid != launcher.pid]
+
+
+def test_no_rank_outlives_its_launcher(tmp_path):
+    launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    _ranks(psutil.Process(launcher.pid), 2)
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=120)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
 
 
 def test_time_limit_sigterm_fails_the_cell(tmp_path):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import torch
 import yaml
 
@@ -106,10 +107,25 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
         logs.append(log)
         procs.append(subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True))
 
-    def stop_all():
+    # Every rank ever seen under a torchrun: torchrun starts ranks in sessions of
+    # their own, so a rank whose torchrun died must still be found and stopped.
+    seen: dict[int, psutil.Process] = {}
+
+    def note_ranks():
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
+            try:
+                for child in psutil.Process(p.pid).children(recursive=True):
+                    seen.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                pass
+
+    def stop_all():
+        note_ranks()
+        for proc in [*seen.values(), *(psutil.Process(p.pid) for p in procs if p.poll() is None)]:
+            try:
+                proc.terminate()
+            except psutil.NoSuchProcess:
+                pass
 
     terminated = False
 
@@ -122,6 +138,7 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
     first_node = None
     try:
         while any(p.poll() is None for p in procs):
+            note_ranks()
             for node, p in enumerate(procs):
                 if p.poll() not in (None, 0) and first_node is None:  # like srun --kill-on-bad-exit
                     first_node = node
@@ -129,6 +146,9 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
             time.sleep(0.2)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _, orphans = psutil.wait_procs([r for r in seen.values() if r.is_running()], timeout=30)
+        for orphan in orphans:  # still there after SIGTERM and a grace period
+            orphan.kill()
     codes = [p.returncode for p in procs]
 
     result = None
