@@ -27,8 +27,10 @@ test: setup system-deps
 
 # Chromium for the browser test: Debian's package, never a downloaded browser.
 # Installed only when missing and we are root; otherwise one line says what to install.
+# Slurm, munge, slurmdbd and MariaDB for the cluster tests (tests/slurm/install.sh, the same rule).
 .PHONY: system-deps
 system-deps:
+	@bash tests/slurm/install.sh
 	@if [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \

@@ -1,0 +1,87 @@
+"""The workflow through `snakemake --profile profiles/slurm` on the localhost Slurm cluster.
+
+The shipped profile, with only what a site would change given on the command
+line (partition, account, a short status interval). Every cell must reach the
+cluster through sbatch, which accounting (sacct) shows, and the run must end
+with the summary and the report.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from test_workflow import copy_workflow
+
+pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+TINY = {
+    "defaults": {"repeats": 1, "steps": 3, "warmup_steps": 1, "device": "cpu"},
+    "experiments": {
+        "mlp": {
+            "title": "A tiny mlp on the Slurm cluster",
+            "base": {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 32},
+            "matrix": {"hidden_layers": [1, 2]},
+            "plot": {"x": "hidden_layers", "kind": "bar"},
+        },
+    },
+}
+CELLS = ["hidden_layers-1", "hidden_layers-2"]
+
+
+@pytest.fixture(scope="module")
+def run(slurm_cluster, tmp_path_factory):
+    """The tiny matrix run to the report through profiles/slurm; (workdir, snakemake's process)."""
+    workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    workdir = tmp_path_factory.mktemp("slurm-run")
+    config = workdir / "config.yaml"
+    config.write_text(yaml.safe_dump(TINY, sort_keys=False))
+    # Jobs inherit this environment (sbatch --export=ALL): the venv's python first.
+    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    command = [
+        sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
+        "--configfile", str(config),
+        "--profile", os.path.join(workflow, "profiles", "slurm"),
+        # What a site adapts, on the command line (it replaces the profile's default-resources).
+        "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}", "runtime=10", "mem_mb=500",
+        "--slurm-init-seconds-before-status-checks", "2",
+        "--slurm-keep-successful-logs",
+    ]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    return workdir, proc
+
+
+def test_workflow_completes_through_the_slurm_profile(run):
+    workdir, proc = run
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    rows = list(csv.DictReader(open(workdir / "results" / "summary.csv")))
+    assert sorted((r["experiment"], r["cell"], r["status"]) for r in rows) == [("mlp", cell, "ok") for cell in CELLS]
+    html = (workdir / "results" / "report" / "index.html").read_text()
+    assert "A tiny mlp on the Slurm cluster" in html
+
+
+def test_every_cell_went_through_sbatch(slurm_cluster, run):
+    workdir, proc = run
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    # The plugin names every job of a run after the run's id and puts the rule
+    # and wildcards in the job comment; sacct has them from slurmdbd.
+    [run_id] = {line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line}
+    fields = "JobID,State,Submit,End,Comment"
+    out = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields).stdout
+    jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if line]
+    assert jobs, f"sacct knows no job named {run_id}"
+    bench = [job for job in jobs if job["Comment"].startswith("rule_bench_")]
+    assert sorted(job["Comment"] for job in bench) == sorted(f"rule_bench_wildcards_mlp_{cell}_1" for cell in CELLS), jobs
+    assert {job["State"] for job in jobs} == {"COMPLETED"}, jobs
+    # The rest of the matrix (aggregate, plots, report) ran on the cluster too.
+    assert {"rule_aggregate", "rule_report"} <= {job["Comment"].split("_wildcards_")[0] for job in jobs}, jobs
+    # Cells are queued together: the workflow profile's one-cell-at-a-time
+    # limit (bench_slots) counts per job on a cluster (set-resource-scopes).
+    assert max(job["Submit"] for job in bench) < min(job["End"] for job in bench), bench
