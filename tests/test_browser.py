@@ -31,7 +31,9 @@ def test_report_loads_cleanly_and_draws_every_figure(real_matrix, config, tmp_pa
     assert len(page.figures) == len(config["experiments"])
     for figure in page.figures:  # the broken experiment's figure holds only its note: a text, still drawn
         assert figure["width"] > 100 and figure["height"] > 100 and figure["shapes"] > 0, figure
-    assert sum(figure["shapes"] > 50 for figure in page.figures) == len(page.figures) - 1
+    # A drawn plot has axes, ticks, labels and marks (dozens of shapes; how many depends on the data);
+    # the broken experiment's figure holds only its note (a few).
+    assert sum(figure["shapes"] > 10 for figure in page.figures) == len(page.figures) - 1
     with open(screenshot, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(screenshot) > 20_000
