@@ -9,6 +9,7 @@ with the summary and the report.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -31,9 +32,15 @@ TINY = {
             "matrix": {"hidden_layers": [1, 2]},
             "plot": {"x": "hidden_layers", "kind": "bar"},
         },
+        "ddp": {
+            "title": "ddp with 2 gloo GPUs x 2 nodes",
+            "base": {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 64,
+                     "parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "comm_probe_steps": 2},
+            "plot": {"x": "nodes", "kind": "bar"},
+        },
     },
 }
-CELLS = ["hidden_layers-1", "hidden_layers-2"]
+CELLS = [("ddp", "base"), ("mlp", "hidden_layers-1"), ("mlp", "hidden_layers-2")]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +59,8 @@ def run(slurm_cluster, tmp_path_factory):
         # What a site adapts, on the command line (it replaces the profile's default-resources).
         "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}", "runtime=10", "mem_mb=500",
         "--slurm-init-seconds-before-status-checks", "2",
+        # The test nodes have 4000 MB: less than the 2 GiB per rank a bench job asks for by default.
+        "--set-resources", "bench:mem_mb=1000",
         "--slurm-keep-successful-logs",
     ]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
@@ -62,9 +71,19 @@ def test_workflow_completes_through_the_slurm_profile(run):
     workdir, proc = run
     assert proc.returncode == 0, proc.stderr[-6000:]
     rows = list(csv.DictReader(open(workdir / "results" / "summary.csv")))
-    assert sorted((r["experiment"], r["cell"], r["status"]) for r in rows) == [("mlp", cell, "ok") for cell in CELLS]
+    assert sorted((r["experiment"], r["cell"], r["status"]) for r in rows) == [(e, cell, "ok") for e, cell in CELLS]
     html = (workdir / "results" / "report" / "index.html").read_text()
     assert "A tiny mlp on the Slurm cluster" in html
+
+
+def test_ddp_cell_ran_four_ranks_on_two_nodes_through_srun(run):
+    workdir, proc = run
+    result = json.loads((workdir / "results" / "cells" / "ddp" / "base" / "rep1" / "result.json").read_text())
+    assert result["status"] == "ok", result["error"]
+    ranks = result["metrics"]["ranks"]
+    assert [(r["rank"], r["node"]) for r in ranks] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    assert result["provenance"]["slurm_job_id"]
+    assert (workdir / "results" / "cells" / "ddp" / "base" / "rep1" / "ranks" / "srun.log").exists()
 
 
 def test_every_cell_went_through_sbatch(slurm_cluster, run):
@@ -78,7 +97,7 @@ def test_every_cell_went_through_sbatch(slurm_cluster, run):
     jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if line]
     assert jobs, f"sacct knows no job named {run_id}"
     bench = [job for job in jobs if job["Comment"].startswith("rule_bench_")]
-    assert sorted(job["Comment"] for job in bench) == sorted(f"rule_bench_wildcards_mlp_{cell}_1" for cell in CELLS), jobs
+    assert sorted(job["Comment"] for job in bench) == sorted(f"rule_bench_wildcards_{e}_{cell}_1" for e, cell in CELLS), jobs
     assert {job["State"] for job in jobs} == {"COMPLETED"}, jobs
     # The rest of the matrix (aggregate, plots, report) ran on the cluster too.
     assert {"rule_aggregate", "rule_report"} <= {job["Comment"].split("_wildcards_")[0] for job in jobs}, jobs

@@ -49,6 +49,8 @@ def init(world: World, device: torch.device, timeout_s: float = 300) -> None:
     """Join the process group (MASTER_ADDR/MASTER_PORT from the launcher's environment)."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if "MASTER_ADDR" not in os.environ and "SLURM_LAUNCH_NODE_IPADDR" in os.environ:
+        os.environ["MASTER_ADDR"] = os.environ["SLURM_LAUNCH_NODE_IPADDR"]  # under srun: the launcher's node
     init_method = None
     if world.world_size == 1 and "MASTER_ADDR" not in os.environ:  # a ddp cell of one rank, started directly
         with socket.socket() as s:

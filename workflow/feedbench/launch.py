@@ -1,7 +1,9 @@
 """Start the ranks of a multi-process cell and make sure one result says what happened.
 
-Locally one torchrun per node (several nodes are emulated on localhost with a
-static rendezvous at 127.0.0.1), so every path of a multi-node cell runs on one
+Inside a Slurm job, one srun starts a task per GPU on every node of the
+allocation (the bench rule asks for them with mpi="srun"). Elsewhere one
+torchrun per node (several nodes are emulated on localhost with a static
+rendezvous at 127.0.0.1), so every path of a multi-node cell runs on one
 machine. Whatever the ranks do, rank 0 dying with SIGKILL included, the
 launcher leaves a result.json that names the rank that brought the cell down.
 """
@@ -44,6 +46,19 @@ def torchrun_commands(cell, cell_path: str, out_dir: str, port: int) -> list[lis
     ]
 
 
+def in_slurm_job() -> bool:
+    return "SLURM_JOB_ID" in os.environ and shutil.which("srun") is not None
+
+
+def srun_command(cell, cell_path: str, out_dir: str) -> list[str]:
+    """One task per GPU (or per gloo "GPU") on each node; a task that dies stops the step."""
+    command = ["srun", f"--nodes={cell.nodes}", f"--ntasks={world_size(cell)}", f"--ntasks-per-node={cell.gpus_per_node}",
+               f"--cpus-per-task={cell.num_workers + 1}", "--kill-on-bad-exit=1"]
+    if cell.device != "cpu" and torch.cuda.is_available():
+        command.append("--gpus-per-task=1")
+    return command + [sys.executable, "-m", "feedbench", "run", cell_path, "--out", out_dir, "--as-rank"]
+
+
 def _tail(path: str, lines: int = 30) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -71,7 +86,7 @@ def torchrun_root_cause(logs: list[str]) -> str | None:
     return None
 
 
-def describe_failure(out_dir: str, world: int, codes: list[int], first_node: int | None, terminated: bool, logs: list[str]) -> dict:
+def describe_failure(out_dir: str, world: int, codes: list[int], first: int | None, names: list[str], terminated: bool, logs: list[str]) -> dict:
     """One error naming the cause: the rank that raised, the rank or node that vanished, or the time limit."""
     reports = _rank_reports(out_dir)
     silent = sorted(set(range(world)) - {r["rank"]["rank"] for r in reports})
@@ -84,7 +99,7 @@ def describe_failure(out_dir: str, world: int, codes: list[int], first_node: int
         return dict(first["error"], message=f"{vanished}rank {first['rank']['rank']} failed: {first['error']['message']}")
     cause = torchrun_root_cause(logs)
     if cause is None:
-        cause = f"node {first_node} exited with code {codes[first_node]}" if first_node is not None else f"ranks exited with codes {codes}"
+        cause = f"{names[first]} exited with code {codes[first]}" if first is not None else f"ranks exited with codes {codes}"
     return {"type": "RankExited", "message": f"{vanished}{cause}; the other ranks were stopped",
             "traceback": "".join(_tail(log) for log in logs)[-4000:]}
 
@@ -100,12 +115,17 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
     with open(cell_path, "w") as f:
         yaml.safe_dump(raw, f)
     print(f"feedbench: launching {world_size(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}", file=sys.stderr)
-    port = free_port()
+    env = dict(os.environ, MASTER_PORT=str(free_port()))  # the rendezvous listens here, on this (the first) node
+    if in_slurm_job():
+        names, commands = ["srun"], [srun_command(cell, cell_path, out_dir)]
+    else:
+        commands = torchrun_commands(cell, cell_path, out_dir, int(env["MASTER_PORT"]))
+        names = [f"node {node}" for node in range(len(commands))]
     procs, logs = [], []
-    for node, command in enumerate(torchrun_commands(cell, cell_path, out_dir, port)):
-        log = os.path.join(out_dir, "ranks", f"node{node}.log")
+    for name, command in zip(names, commands):
+        log = os.path.join(out_dir, "ranks", name.replace(" ", "") + ".log")
         logs.append(log)
-        procs.append(subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=env))
 
     # Every rank ever seen under a torchrun: torchrun starts ranks in sessions of
     # their own, so a rank whose torchrun died must still be found and stopped.
@@ -163,7 +183,7 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
         result = {"schema_version": SCHEMA_VERSION, "requested": raw, "cell": cell_dict(cell), "adjustments": notes, "metrics": {"steps": 0},
                   "provenance": reports[0]["provenance"] if reports else provenance(torch.device("cpu")), "started_at": started, "finished_at": now()}
     result["status"] = "failed"
-    result["error"] = describe_failure(out_dir, world_size(cell), codes, first_node, terminated, logs)
+    result["error"] = describe_failure(out_dir, world_size(cell), codes, first_node, names, terminated, logs)
     write_result(out_dir, result)
     print(f"feedbench: cell failed: {result['error']['message']}", file=sys.stderr)
     return 2 if result["error"]["type"] == "KnobError" else 1

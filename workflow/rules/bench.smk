@@ -19,11 +19,15 @@ rule bench:
         "results/cells/{experiment}/{cell}/rep{repeat}/benchmark.tsv"
     threads: cell_threads
     resources:
-        cpus_per_task=cell_threads,
+        cpus_per_task=cell_cpus_per_task,
         mem_mb=cell_mem_mb,
         runtime=30,
         gpu=cell_gpus,
         nodes=cell_nodes,
+        tasks=cell_tasks,
+        tasks_per_node=cell_tasks_per_node,
+        tasks_per_gpu=cell_tasks_per_gpu,
+        mpi=cell_mpi,
         bench_slots=1,
     conda:
         "../../envs/feedbench.yaml"

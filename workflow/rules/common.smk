@@ -97,9 +97,45 @@ def cell_mem_mb(wildcards, threads):
     return 2048 * ranks + 1024 * (threads - ranks)
 
 
+def cell_ranks(wildcards):
+    """Processes of the cell: one per GPU for ddp and independent, else one."""
+    parallel = knob(wildcards, "parallel")
+    return knob(wildcards, "nodes") * knob(wildcards, "gpus_per_node") if parallel in ("ddp", "independent") else 1
+
+
+def cell_cpus_per_task(wildcards):
+    """Slurm's --cpus-per-task: a rank and its loader workers (the whole cell when it is one process)."""
+    return knob(wildcards, "num_workers") + 1 if cell_ranks(wildcards) > 1 else cell_threads(wildcards)
+
+
 def cell_gpus(wildcards):
-    """GPUs per node when the cell may use them (device cuda or auto), else 0."""
-    return knob(wildcards, "gpus_per_node") if knob(wildcards, "device") in ("cuda", "auto") else 0
+    """GPUs of the whole job when the cell may use them (device cuda or auto), else 0."""
+    if knob(wildcards, "device") not in ("cuda", "auto"):
+        return 0
+    return knob(wildcards, "gpus_per_node") * knob(wildcards, "nodes")
+
+
+def cell_tasks(wildcards):
+    """Slurm tasks of the whole job, when one per node (or one in all) says it; else 0 (unset).
+
+    Several ranks per node go through tasks_per_node instead, so that Slurm
+    cannot pack 3 of 4 ranks on one node: the plugin takes one or the other.
+    """
+    return cell_ranks(wildcards) if knob(wildcards, "gpus_per_node") == 1 or cell_ranks(wildcards) == 1 else 0
+
+
+def cell_tasks_per_node(wildcards):
+    return knob(wildcards, "gpus_per_node") if not cell_tasks(wildcards) else 0
+
+
+def cell_tasks_per_gpu(wildcards):
+    """One rank per GPU; 0 (unset) without GPUs or for dp, whose one process drives them all."""
+    return 1 if cell_gpus(wildcards) and cell_ranks(wildcards) > 1 else 0
+
+
+def cell_mpi(wildcards):
+    """'srun' for multi-process cells: the job's shell runs once and the launcher starts the ranks with srun."""
+    return "srun" if cell_ranks(wildcards) > 1 else ""
 
 
 def cell_nodes(wildcards):
