@@ -77,6 +77,11 @@ def planned(workflow: str, workdir, config: dict) -> set[str]:
     return set(re.findall(r"output: results/cells/(\S+)/result\.json", run.stdout))
 
 
+def failed_cells(config: dict) -> set[str]:
+    """The cells of TINY that fail by design: every run retries them (retry_failed)."""
+    return {k for k in everything(config) if "cifar10" in k}
+
+
 def everything(config: dict) -> set[str]:
     return {f"{e}/{c}/rep{k}" for e, cells in CELLS.items() for c in cells for k in range(1, config["defaults"]["repeats"] + 1)}
 
@@ -123,16 +128,48 @@ def test_runs_end_to_end_and_writes_every_output(done):
     assert "hidden_layers-1_data_dir-empty_dataset-cifar10" in html and "cifar10 not found" in html  # the failure, listed
 
 
-def test_nothing_changed_means_nothing_to_do(done):
+def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):
     workflow, workdir = done
-    run = snakemake(workflow, workdir, TINY, "--dry-run")
+    assert planned(workflow, workdir, TINY) == failed_cells(TINY)
+    assert planned(workflow, workdir, dict(TINY, retry_failed=False)) == set()
+    ok_only = changed(TINY, mlp={"include": []}, loader={})  # the config without its failing cell
+    workdir_ok = workdir.parent / "run-ok"
+    # (a separate run of the all-ok matrix: nothing changed means nothing at all to do)
+    workdir_ok.mkdir(exist_ok=True)
+    first = snakemake(workflow, workdir_ok, ok_only)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run = snakemake(workflow, workdir_ok, ok_only, "--dry-run")
     assert run.returncode == 0 and "Nothing to be done" in run.stdout, run.stdout
+
+
+def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
+    """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone, then it stays done."""
+    from feedbench.images import make_images
+
+    (tmp_path / "workflow").mkdir()
+    workflow = copy_workflow(tmp_path / "workflow")
+    workdir = tmp_path / "run"
+    (workdir / "imgs").mkdir(parents=True)
+    config = changed(TINY, mlp={"include": [{"scenario": "loader", "dataset": "images", "data_dir": "imgs", "image_size": 16, "batch_size": 4}]})
+    config["experiments"] = {"mlp": config["experiments"]["mlp"]}
+    config["defaults"] = dict(config["defaults"], repeats=1)
+    assert snakemake(workflow, workdir, config).returncode == 0
+    cell = "mlp/hidden_layers-1_batch_size-4_data_dir-imgs_dataset-images_image_size-16_scenario-loader/rep1"
+    result = workdir / "results" / "cells" / cell / "result.json"
+    assert json.loads(result.read_text())["status"] == "failed"
+    assert planned(workflow, workdir, config) == {cell}
+    make_images(str(workdir / "imgs"), count=8, size=24, classes=2)
+    rerun = snakemake(workflow, workdir, config)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert re.findall(r"output: results/cells/(\S+)/result\.json", rerun.stdout + rerun.stderr) == [cell]
+    assert json.loads(result.read_text())["status"] == "ok"
+    assert planned(workflow, workdir, config) == set()
 
 
 def test_adding_a_level_runs_only_the_new_cells(done):
     workflow, workdir = done
     config = changed(TINY, loader={"matrix": {"num_workers": [0, 1, 2]}})
-    assert planned(workflow, workdir, config) == {"loader/num_workers-2/rep1", "loader/num_workers-2/rep2"}
+    assert planned(workflow, workdir, config) == {"loader/num_workers-2/rep1", "loader/num_workers-2/rep2"} | failed_cells(TINY)
 
 
 def test_changing_a_knob_of_one_experiment_reruns_only_its_cells(done):
@@ -151,7 +188,7 @@ def test_changing_a_default_reruns_every_cell(done):
 def test_changing_the_harness_code_reruns_the_cells(done, tmp_path):
     workflow, workdir = done
     edited = copy_workflow(tmp_path, source=workflow)
-    assert planned(edited, workdir, TINY) == set()  # same code elsewhere: nothing to do
+    assert planned(edited, workdir, TINY) == failed_cells(TINY)  # same code elsewhere: only the retries
     with open(os.path.join(edited, "workflow", "feedbench", "metrics.py"), "a") as f:
         f.write("\n# an edit of the harness\n")
     assert planned(edited, workdir, TINY) == everything(TINY)
@@ -162,7 +199,7 @@ def test_changing_a_module_the_harness_does_not_run_reruns_no_cell(done, tmp_pat
     edited = copy_workflow(tmp_path, source=workflow)
     with open(os.path.join(edited, "workflow", "feedbench", "matrix.py"), "a") as f:
         f.write("\n# an edit of the workflow's own module\n")
-    assert planned(edited, workdir, TINY) == set()
+    assert planned(edited, workdir, TINY) == failed_cells(TINY)
 
 
 def test_snakemake_report_builds(done, tmp_path):

@@ -13,6 +13,7 @@ import os
 import pandas as pd
 
 from .knobs import KNOBS
+from .knobs import LABELS as CELL_LABELS
 from .result import atomic_write
 
 LABELS = ["experiment", "cell", "repeat"]
@@ -96,7 +97,7 @@ def result_row(result: dict, path: str) -> dict:
         **_metrics(result),
         **{name: provenance.get(name) for name in PROVENANCE},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
-        "requested": json.dumps({k: v for k, v in (result.get("requested") or {}).items() if k not in LABELS}, sort_keys=True, default=str),
+        "requested": json.dumps({k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS}, sort_keys=True, default=str),
         "result": path,
     }
 

@@ -135,8 +135,9 @@ KNOBS: dict[str, Knob] = {
     ]
 }
 
-# Knobs a cell may carry that only name it (set by the workflow, unused by the harness).
-LABELS = ("experiment", "cell", "repeat")
+# Keys a cell may carry that only name it (set by the workflow, unused by the harness):
+# where it belongs, and which attempt at it this is (see workflow/rules/common.smk).
+LABELS = ("experiment", "cell", "repeat", "attempt")
 
 
 def defaults() -> dict[str, Any]:

@@ -69,9 +69,30 @@ def cell_of(wildcards):
     return CELLS[key]
 
 
+def attempt(result_path):
+    """Which attempt at a cell and repeat this run makes: the retry of failed cells.
+
+    A measured result keeps the attempt it ran as, so its params (which carry
+    the attempt) are unchanged and Snakemake leaves it alone; a failed one asks
+    for a new attempt, named after the failure, so the params trigger reruns
+    exactly the failed cells. A dry run sees the same: nothing is moved or
+    deleted to make a retry happen.
+    """
+    try:
+        with open(result_path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return "first"
+    if result.get("status") == "ok" or not config["retry_failed"]:
+        return (result.get("cell") or result.get("requested") or {}).get("attempt", "first")
+    return f"retry-after-{result.get('finished_at')}"
+
+
 def cell_knobs(wildcards):
     """The knobs of the job as one JSON text (also valid YAML): the bench rule's `params.cell`."""
-    return json.dumps(cell_of(wildcards).labelled(int(wildcards.repeat)), sort_keys=True)
+    path = f"results/cells/{wildcards.experiment}/{wildcards.cell}/rep{wildcards.repeat}/result.json"
+    knobs = dict(cell_of(wildcards).labelled(int(wildcards.repeat)), attempt=attempt(path))
+    return json.dumps(knobs, sort_keys=True)
 
 
 def cell_inputs(wildcards):
