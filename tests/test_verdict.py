@@ -113,3 +113,28 @@ def test_values_read_back_from_csv_still_match_config_levels(summary, tmp_path):
     again = pd.read_csv(path)
     assert baseline_cell(again[again["experiment"] == "loader"], {"num_workers": [0], "pin_memory": [False]}) == "num_workers-0_pin_memory-false"
     assert baseline_cell(again[again["experiment"] == "train"], {"sample_delay_ms": [0.5], "hidden_layers": [4]}) == "hidden_layers-4_sample_delay_ms-0.5"
+
+
+def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
+    """Real ddp cells on gloo "GPUs": 1 and 2 ranks; efficiency = speedup / (GPUs / 1)."""
+    import subprocess
+    import sys
+
+    from feedbench.aggregate import load_results
+    from feedbench.verdict import summarize_experiment
+
+    paths = []
+    for gpus in (1, 2):
+        out = tmp_path / f"gpus-{gpus}" / "rep1"
+        subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=mlp", "--set", "input_size=32",
+                        "--set", "width=32", "--set", "batch_size=8", "--set", "steps=5", "--set", "warmup_steps=1",
+                        "--set", "parallel=ddp", "--set", f"gpus_per_node={gpus}", "--set", "experiment=scaling",
+                        "--set", f"cell=gpus_per_node-{gpus}", "--set", "repeat=1"], check=True, capture_output=True, timeout=300)
+        paths.append(str(out / "result.json"))
+    verdict = summarize_experiment(load_results(paths), {"gpus_per_node": [1, 2]})
+    cells = verdict["cells"].set_index("cell")
+    assert list(cells["gpus"]) == [1, 2]
+    assert cells.loc["gpus_per_node-1", "efficiency"] == pytest.approx(1.0)
+    two = cells.loc["gpus_per_node-2"]
+    assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
+    assert two["speedup"] == pytest.approx(two["median"] / cells.loc["gpus_per_node-1", "median"])

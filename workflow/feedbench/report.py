@@ -137,7 +137,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     """What one experiment's section and its verdict line show."""
     context = {"name": name, "title": spec.get("title") or name, "base": spec.get("base") or {}, "matrix": spec.get("matrix") or {},
                "svg": svg, "cells": [], "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
-               "baseline_id": None, "note": "no result for this experiment", "adjusted": []}
+               "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False}
     if rows.empty:
         return context
     # A declared experiment without a matrix has one cell, its own baseline; an undeclared one has no known baseline.
@@ -147,6 +147,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         cells=_records(found["cells"]), metric=found["metric"], unit=unit(found["metric"]), knobs=found["knobs"],
         best_id=best["cell"] if best else None, baseline_id=base["cell"] if base else None, note=found["note"],
         adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]]) if "adjustments" in rows else [],
+        has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
+        has_efficiency="efficiency" in found["cells"],
     )
     if best is not None:
         context["verdict"] = {

@@ -168,11 +168,31 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
             "step_ms": median("step_ms_median"),
             "stall_pct": median("stall_pct"),
             "h2d_share": median("h2d_share"),
+            "gpus": gpu_count(first),
             "bound": bound if stats.n else "failed",
             "why": why if stats.n else "no repeat of this cell finished",
         })
     table = pd.DataFrame(table)
     return table.sort_values(knobs, key=natural_order, kind="stable").reset_index(drop=True) if knobs else table
+
+
+def gpu_count(row) -> int:
+    """GPUs (or gloo "GPUs") a cell trains on: gpus_per_node x nodes unless it is one plain process."""
+    if row.get("parallel") in (None, "none") or pd.isna(row.get("parallel")):
+        return 1
+    nodes = row.get("nodes") if row.get("parallel") != "dp" else 1
+    return int(row.get("gpus_per_node") or 1) * int(nodes if nodes is not None and not pd.isna(nodes) else 1)
+
+
+def add_scaling(cells: pd.DataFrame, base: dict) -> pd.DataFrame:
+    """Speedup of every cell over the baseline; and, where the GPU count varies, the scaling
+    efficiency: speedup / (GPUs / the baseline's GPUs), 1.0 being the ideal line."""
+    cells = cells.copy()
+    base_median = float(base["median"])
+    cells["speedup"] = [float(m) / base_median if m is not None and not pd.isna(m) and base_median else None for m in cells["median"]]
+    if cells["gpus"].nunique() > 1:
+        cells["efficiency"] = [s / (g / base["gpus"]) if s is not None else None for s, g in zip(cells["speedup"], cells["gpus"])]
+    return cells
 
 
 def natural_order(column: pd.Series) -> pd.Series:
@@ -202,6 +222,7 @@ def summarize_experiment(rows: pd.DataFrame, matrix: dict | None) -> dict:
     else:
         base = base.iloc[0]
         verdict["baseline"] = base.to_dict()
+        verdict["cells"] = add_scaling(cells, verdict["baseline"])
         verdict["speedup"] = float(best["median"]) / float(base["median"]) if base["median"] else None
         # The gain is clear when the two 95 % intervals do not overlap.
         verdict["clear"] = bool(best["cell"] != base["cell"] and best["low"] is not None and base["high"] is not None
