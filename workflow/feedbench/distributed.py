@@ -38,6 +38,13 @@ def world_from_env(env=os.environ) -> World:
     return World()
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on now, on this host (for a rendezvous started here)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def rank_device(device_type: str, world: World) -> torch.device:
     if device_type != "cuda":
         return torch.device("cpu")
@@ -53,9 +60,7 @@ def init(world: World, device: torch.device, timeout_s: float = 300) -> None:
         os.environ["MASTER_ADDR"] = os.environ["SLURM_LAUNCH_NODE_IPADDR"]  # under srun: the launcher's node
     init_method = None
     if world.world_size == 1 and "MASTER_ADDR" not in os.environ:  # a ddp cell of one rank, started directly
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            init_method = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+        init_method = f"tcp://127.0.0.1:{free_port()}"
     dist.init_process_group(
         init_method=init_method,
         backend="nccl" if device.type == "cuda" else "gloo",

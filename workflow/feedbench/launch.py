@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,14 +25,9 @@ import torch
 import yaml
 
 from .cell import cell_dict, world_size
+from .distributed import free_port
 from .provenance import provenance
-from .result import SCHEMA_VERSION, now, write_result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .result import SCHEMA_VERSION, now, tail, write_result
 
 
 def torchrun_commands(cell, cell_path: str, out_dir: str, port: int) -> list[list[str]]:
@@ -59,14 +53,6 @@ def srun_command(cell, cell_path: str, out_dir: str) -> list[str]:
     return command + [sys.executable, "-m", "feedbench", "run", cell_path, "--out", out_dir, "--as-rank"]
 
 
-def _tail(path: str, lines: int = 30) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return ""
-
-
 def _rank_reports(out_dir: str) -> list[dict]:
     reports = []
     for path in glob.glob(os.path.join(out_dir, "ranks", "rank*.json")):
@@ -78,7 +64,7 @@ def _rank_reports(out_dir: str) -> list[dict]:
 def torchrun_root_cause(logs: list[str]) -> str | None:
     """torchrun's own "Root Cause (first observed failure)" of a node's log, as one phrase."""
     for log in logs:
-        text = _tail(log, 400)
+        text = tail(log, 400)
         found = re.search(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n", text, re.S)
         if found:
             rank, code, _, sig = found.groups()
@@ -101,7 +87,7 @@ def describe_failure(out_dir: str, world: int, codes: list[int], first: int | No
     if cause is None:
         cause = f"{names[first]} exited with code {codes[first]}" if first is not None else f"ranks exited with codes {codes}"
     return {"type": "RankExited", "message": f"{vanished}{cause}; the other ranks were stopped",
-            "traceback": "".join(_tail(log) for log in logs)[-4000:]}
+            "traceback": "".join(tail(log) for log in logs)[-4000:]}
 
 
 def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:

@@ -15,6 +15,15 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def tail(path: str | None, lines: int = 30) -> str:
+    """The last lines of a log, or '' when there is none."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except (OSError, TypeError):
+        return ""
+
+
 def schema() -> dict:
     return json.loads(resources.files(__package__).joinpath("schemas/result.schema.json").read_text())
 

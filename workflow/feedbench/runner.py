@@ -22,7 +22,7 @@ from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
 from .provenance import provenance
-from .result import SCHEMA_VERSION, now, step_rows, write_result, write_rows
+from .result import SCHEMA_VERSION, now, step_rows, tail, write_result, write_rows
 from .transfer import probe
 
 
@@ -31,8 +31,8 @@ def _on_sigterm(signum, frame):
 
 
 def _error(exc: BaseException) -> dict:
-    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {"type": type(exc).__name__, "message": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, "traceback": "".join(tail)[-4000:]}
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {"type": type(exc).__name__, "message": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, "traceback": "".join(lines)[-4000:]}
 
 
 def _loop_metrics(cell, m: Measurement) -> tuple[dict, list[dict]]:
@@ -85,13 +85,9 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
     if exit_code < 0 or exit_code > 128:
         number = -exit_code if exit_code < 0 else exit_code - 128
         signal_name = f" (signal {signal.Signals(number).name})" if number in signal.Signals._value2member_map_ else ""
-    tail = ""
-    if log and os.path.exists(log):
-        with open(log, errors="replace") as f:
-            tail = "".join(f.readlines()[-30:])
     write_result(out_dir, {
         "schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": None, "adjustments": [],
-        "error": {"type": "Killed" if signal_name else "Crashed", "message": f"the harness exited with code {exit_code}{signal_name} without writing a result", "traceback": tail[-4000:]},
+        "error": {"type": "Killed" if signal_name else "Crashed", "message": f"the harness exited with code {exit_code}{signal_name} without writing a result", "traceback": tail(log)[-4000:]},
         "metrics": {"steps": 0}, "provenance": provenance(torch.device("cpu")), "started_at": now(), "finished_at": now(),
     })
 
