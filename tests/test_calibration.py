@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-BATCH, DELAY_MS = 4, 16.0  # 64 ms to load one batch in one worker: fixed per-step costs (~2 ms) stay small
+BATCH, DELAY_MS = 4, 32.0  # 128 ms to load one batch in one worker: fixed per-step costs (~1-2 ms) stay small
 LOAD_MS = BATCH * DELAY_MS
 
 
@@ -38,7 +38,7 @@ def test_throughput_and_stall_match_analytic_values(run_cell, case, workers):
     step_ms, stall_pct = expected(compute_ms, workers)
     code, result = run_cell(
         scenario="train", model="sleep", compute_ms=compute_ms, dataset="synthetic", image_size=8,
-        sample_delay_ms=DELAY_MS, batch_size=BATCH, num_workers=workers, steps=25, warmup_steps=5,
+        sample_delay_ms=DELAY_MS, batch_size=BATCH, num_workers=workers, steps=20, warmup_steps=4,
         num_samples=4096,
     )
     assert code == 0, result["error"]
