@@ -27,7 +27,7 @@ import yaml
 from .cell import cell_dict, world_size
 from .distributed import free_port
 from .provenance import provenance
-from .result import SCHEMA_VERSION, now, tail, write_result
+from .result import failed_result, now, tail, write_result
 
 
 def torchrun_commands(cell, cell_path: str, out_dir: str, port: int) -> list[list[str]]:
@@ -166,8 +166,8 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
 
     if result is None:  # rank 0 died before it could write
         reports = _rank_reports(out_dir)
-        result = {"schema_version": SCHEMA_VERSION, "requested": raw, "cell": cell_dict(cell), "adjustments": notes, "metrics": {"steps": 0},
-                  "provenance": reports[0]["provenance"] if reports else provenance(torch.device("cpu")), "started_at": started, "finished_at": now()}
+        result = failed_result(raw, cell_dict(cell), notes)
+        result.update(provenance=reports[0]["provenance"] if reports else provenance(torch.device("cpu")), started_at=started, finished_at=now())
     result["status"] = "failed"
     result["error"] = describe_failure(out_dir, world_size(cell), codes, first_node, names, terminated, logs)
     write_result(out_dir, result)

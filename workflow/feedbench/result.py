@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import io
 import json
 import os
 from importlib import resources
@@ -13,6 +14,12 @@ SCHEMA_VERSION = 1
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def failed_result(raw: dict, cell: dict | None = None, adjustments: list[str] | None = None) -> dict:
+    """The fields every result has, for a cell that has not (yet) succeeded: status failed, nothing measured."""
+    return {"schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": cell, "adjustments": adjustments or [],
+            "error": None, "metrics": {"steps": 0}}
 
 
 def tail(path: str | None, lines: int = 30) -> str:
@@ -48,13 +55,11 @@ def write_rows(out_dir: str, rows: list[dict], name: str = "steps.csv") -> str |
     if not rows:
         return None
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, name)
-    tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(os.path.join(out_dir, name), text.getvalue())
     return name
 
 

@@ -22,7 +22,7 @@ from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
 from .provenance import provenance
-from .result import SCHEMA_VERSION, now, step_rows, tail, write_result, write_rows
+from .result import failed_result, now, step_rows, tail, write_result, write_rows
 from .transfer import probe
 
 
@@ -85,11 +85,12 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
     if exit_code < 0 or exit_code > 128:
         number = -exit_code if exit_code < 0 else exit_code - 128
         signal_name = f" (signal {signal.Signals(number).name})" if number in signal.Signals._value2member_map_ else ""
-    write_result(out_dir, {
-        "schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": None, "adjustments": [],
-        "error": {"type": "Killed" if signal_name else "Crashed", "message": f"the harness exited with code {exit_code}{signal_name} without writing a result", "traceback": tail(log)[-4000:]},
-        "metrics": {"steps": 0}, "provenance": provenance(torch.device("cpu")), "started_at": now(), "finished_at": now(),
-    })
+    result = failed_result(raw)
+    result.update(
+        error={"type": "Killed" if signal_name else "Crashed", "message": f"the harness exited with code {exit_code}{signal_name} without writing a result", "traceback": tail(log)[-4000:]},
+        provenance=provenance(torch.device("cpu")), started_at=now(), finished_at=now(),
+    )
+    write_result(out_dir, result)
 
 
 def run(raw: dict, out_dir: str, world: World = World()) -> int:
@@ -102,7 +103,7 @@ def run(raw: dict, out_dir: str, world: World = World()) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     os.makedirs(out_dir, exist_ok=True)
     started, t0 = now(), time.perf_counter()
-    result: dict = {"schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": None, "adjustments": [], "error": None}
+    result = failed_result(raw)
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
