@@ -63,9 +63,13 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
     return Cell(**values)
 
 
+def ranks(parallel: str, nodes: int, gpus_per_node: int) -> int:
+    """Processes a cell runs as: one per GPU for ddp and independent, one for dp and none."""
+    return nodes * gpus_per_node if parallel in ("ddp", "independent") else 1
+
+
 def world_size(cell: Cell) -> int:
-    """Processes the cell runs as: one per GPU for ddp and independent, one for dp and none."""
-    return cell.nodes * cell.gpus_per_node if cell.parallel in ("ddp", "independent") else 1
+    return ranks(cell.parallel, cell.nodes, cell.gpus_per_node)
 
 
 def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:

@@ -19,6 +19,7 @@ if PACKAGE_ROOT not in sys.path:
 if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
 
+from feedbench.cell import ranks
 from feedbench.knobs import KNOBS
 from feedbench.matrix import ConfigError, build_cells, harness_fingerprint, schema_error
 
@@ -119,9 +120,8 @@ def cell_mem_mb(wildcards, threads):
 
 
 def cell_ranks(wildcards):
-    """Processes of the cell: one per GPU for ddp and independent, else one."""
-    parallel = knob(wildcards, "parallel")
-    return knob(wildcards, "nodes") * knob(wildcards, "gpus_per_node") if parallel in ("ddp", "independent") else 1
+    """Processes of the cell, by the harness's own rule."""
+    return ranks(knob(wildcards, "parallel"), knob(wildcards, "nodes"), knob(wildcards, "gpus_per_node"))
 
 
 def cell_cpus_per_task(wildcards):
