@@ -61,6 +61,8 @@ def _metrics(result: dict) -> dict:
         "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
         "cuda_init_s": metrics.get("cuda_init_s"),
         "measured_steps": metrics.get("steps"),
+        "window_s": metrics.get("window_s"),
+        "page_cache_effective": (result.get("page_cache") or {}).get("effective"),
         "world_size": metrics.get("world_size"),
         "comm_share": metrics.get("comm_share"),
         "timing_effective": (result.get("timing") or {}).get("effective"),

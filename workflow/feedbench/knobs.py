@@ -69,6 +69,7 @@ DEVICE_PREFETCH = ("none", "stream")
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
 LSTM_IMPLS = ("fused", "cell")
 PARALLEL = ("none", "dp", "ddp", "independent")
+PAGE_CACHE = ("asis", "warm", "cold")
 
 # 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
 DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
@@ -91,6 +92,7 @@ KNOBS: dict[str, Knob] = {
         Knob("image_size", int, 224, "side of generated or cropped images", minimum=8),
         Knob("input_size", int, 4096, "features per sample for the mlp", minimum=1),
         Knob("num_classes", int, 1000, "classes of generated labels and classifiers", minimum=1),
+        Knob("page_cache", str, "asis", "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: drop_caches as root, else posix_fadvise)", PAGE_CACHE),
         Knob("sample_delay_ms", float, 0.0, "extra cost per sample in __getitem__", minimum=0),
         Knob("seq_len", int, 100, "mean sequence length of tokens", minimum=2),
         Knob("seq_len_spread", float, 0.5, "tokens: lengths are uniform in seq_len x (1 +- spread)", minimum=0, maximum=0.95),

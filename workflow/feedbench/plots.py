@@ -22,6 +22,7 @@ output is the same from run to run.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 
@@ -29,6 +30,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .result import atomic_write
 from .verdict import natural_order, interval, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
@@ -216,13 +218,18 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
     return fig
 
 
-def save_svg(fig: Figure, path: str, salt: str) -> None:
-    """Write the SVG atomically; text stays text and ids are salted by experiment."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+def svg_text(fig: Figure, salt: str) -> str:
+    """The figure as SVG text: text stays text, ids are salted (unique within a page), no date (same output run to run)."""
+    buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
-        fig.savefig(tmp, format="svg", metadata={"Date": None})
-    os.replace(tmp, path)
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def save_svg(fig: Figure, path: str, salt: str) -> None:
+    """Write the SVG atomically."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write(path, svg_text(fig, salt))
 
 
 def plot_experiment(summary: pd.DataFrame, experiment: str, spec: dict | list[dict], svg: str, title: str = "") -> None:

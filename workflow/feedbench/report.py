@@ -24,6 +24,8 @@ import yaml
 from markupsafe import Markup
 
 from . import verdict as analysis
+from . import views
+from .plots import svg_text
 from .result import atomic_write
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "report", "templates")
@@ -136,7 +138,7 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
     """What one experiment's section and its verdict line show."""
     context = {"name": name, "title": spec.get("title") or name, "base": spec.get("base") or {}, "matrix": spec.get("matrix") or {},
-               "svg": svg, "cells": [], "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
+               "svg": svg, "view": None, "cells": [], "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
                "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False}
     if rows.empty:
         return context
@@ -161,16 +163,36 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
 
 def unit(metric: str) -> str:
     return {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}.get(metric, "")
-def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: dict, config_hash: str) -> dict:
-    """The template's context: verdicts, sections, failures and provenance."""
+def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str]) -> dict | None:
+    """The experiment's study view (feedbench.views), with the published table beside it, ready for the template."""
+    if not spec.get("view"):
+        return None
+    reference_name = spec.get("reference") or spec["view"]
+    reference = views.read_reference(references[reference_name]) if reference_name in references else None
+    view = views.builder(spec["view"])(rows, reference, spec)
+    return {
+        "name": view.name, "paragraphs": [p.strip() for p in view.text.strip().split("\n\n") if p.strip()],
+        "tables": view.tables, "verdict": view.verdict,
+        "notes": view.notes + ([] if reference is not None or not spec.get("reference") else [f"no published table {reference_name}.csv was given to the report"]),
+        "svg": inline_svg(svg_text(view.figure, salt=f"{name}-view")) if view.figure is not None else None,
+    }
+
+
+def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: dict, config_hash: str,
+          references: list[str] = ()) -> dict:
+    """The template's context: verdicts, sections, study views, failures and provenance."""
     figures = {os.path.splitext(os.path.basename(p))[0]: p for p in svgs}
+    tables = {os.path.splitext(os.path.basename(p))[0]: p for p in references}
     experiments = []
     for name, spec in _experiments(summary, config):
         svg = None
         if name in figures:
             with open(figures[name]) as f:
                 svg = inline_svg(f.read())
-        experiments.append(experiment_context(name, spec, summary[summary["experiment"] == name], svg))
+        rows = summary[summary["experiment"] == name]
+        context = experiment_context(name, spec, rows, svg)
+        context["view"] = study_view(name, spec, rows, tables)
+        experiments.append(context)
     failed = summary[summary["status"] != "ok"]
     failures = [{"experiment": r["experiment"], "cell": r["cell"], "repeat": r["repeat"], "type": r["error_type"],
                  "message": r["error_message"], "tail": _error_tail(r.get("result"), r["error_message"])}
@@ -199,9 +221,9 @@ def render(context: dict, templates: str = TEMPLATES) -> str:
 
 
 def write_report(summary_csv: str, svgs: list[str], results: list[str], config: dict, config_hash: str, html: str,
-                 templates: str = TEMPLATES) -> None:
-    """The report rule's work: summary + plots + results -> one HTML file, written atomically."""
+                 templates: str = TEMPLATES, references: list[str] = ()) -> None:
+    """The report rule's work: summary + plots + results (+ published tables) -> one HTML file, written atomically."""
     summary = pd.read_csv(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    atomic_write(html, render(build(summary, svgs, results, config, config_hash), templates))
+    atomic_write(html, render(build(summary, svgs, results, config, config_hash, references), templates))
 

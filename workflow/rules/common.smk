@@ -56,6 +56,26 @@ RESULTS = [
     for repeat in range(1, REPEATS + 1)
 ]
 PLOTS = [f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")]
+# Published tables shown beside the study views: report/references/<name>.csv (README there).
+REFERENCES_DIR = os.path.join(workflow.basedir, "report", "references")
+
+
+def reference_tables(experiments):
+    """The CSVs the report needs: each view's `reference` (default: the view's name, when that table exists)."""
+    paths = set()
+    for name, spec in experiments.items():
+        if not spec.get("view"):
+            continue
+        path = os.path.join(REFERENCES_DIR, f"{spec.get('reference') or spec['view']}.csv")
+        if os.path.exists(path):
+            paths.add(path)
+        elif spec.get("reference"):
+            known = ", ".join(sorted(f[:-4] for f in os.listdir(REFERENCES_DIR) if f.endswith(".csv")))
+            raise WorkflowError(f"bad config: experiments.{name}.reference: no table {path}; allowed: {known}")
+    return sorted(paths)
+
+
+REFERENCES = reference_tables(config["experiments"])
 
 
 def config_hash():

@@ -42,6 +42,7 @@ rule report:
         summary="results/summary.csv",
         plots=PLOTS,
         results=RESULTS,
+        references=REFERENCES,
     output:
         html=report(
             "results/report/index.html",

@@ -1,4 +1,4 @@
-"""Snakemake `script:` of rule report: summary + plots + results -> results/report/index.html (see feedbench.report)."""
+"""Snakemake `script:` of rule report: summary + plots + results + published tables -> results/report/index.html (see feedbench.report)."""
 
 import os
 
@@ -14,4 +14,5 @@ write_report(
     snakemake.output.html,
     # The templates live beside the workflow (report/templates), not inside the installed package.
     templates=os.path.join(snakemake.scriptdir, "..", "..", "report", "templates"),
+    references=list(snakemake.input.get("references", [])),
 )
