@@ -100,6 +100,12 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     if cell.channels_last and cell.model in ("mlp", "lstm", "sleep", "none"):
         changes["channels_last"] = False
         notes.append(f"channels_last=true ignored: model '{cell.model}' takes no images")
+    if cell.page_cache != "asis" and (cell.dataset != "images" or cell.scenario in ("compute", "transfer")):
+        changes["page_cache"] = "asis"
+        why = (f"scenario '{cell.scenario}' reads no files in its window" if cell.dataset == "images"
+               else f"dataset '{cell.dataset}' is read into memory when built" if cell.dataset.startswith("cifar")
+               else f"dataset '{cell.dataset}' reads no files")
+        notes.append(f"page_cache={cell.page_cache} ignored: {why}")
     if cell.amp != "off" and cell.model in ("sleep", "none"):
         changes["amp"] = "off"
         notes.append(f"amp={cell.amp} ignored: model '{cell.model}' does no arithmetic")

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from .cache import prepare as prepare_page_cache
 from .data import build_dataset, build_loader
 from .distributed import World
 from .models import build_model, loss_function
@@ -60,6 +61,7 @@ class Measurement:
     time_to_first_batch_s: float | None = None
     cuda_init_s: float | None = None
     clock: PhaseClock | None = None
+    page_cache: dict | None = None
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -119,6 +121,7 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
     """Run warm-up and the measured window of a train, compute or loader cell, filling `m`."""
     torch.manual_seed(cell.seed)
     dataset = build_dataset(cell)
+    m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     loader = build_loader(cell, dataset, world.rank, world.world_size)
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     model = None

@@ -156,6 +156,9 @@ def run(raw: dict, out_dir: str, world: World = World()) -> int:
             result["metrics"], rows = _loop_metrics(cell, m)
             result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
             result["monitor"] = monitor.summary() if monitor is not None else None
+            result["page_cache"] = m.page_cache
+            if m.page_cache and m.page_cache["note"]:
+                result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]
             if m.comm:
                 result["metrics"]["comm"] = m.comm
         result.update(started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0)
