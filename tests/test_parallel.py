@@ -129,4 +129,4 @@ def test_time_limit_sigterm_fails_the_cell(tmp_path):
     result = json.loads((tmp_path / "result.json").read_text())
     jsonschema.validate(result, schema())
     assert result["status"] == "failed"
-    assert result["error"] == {"type": "Terminated", "message": "terminated by SIGTERM (time limit reached or job cancelled)", "traceback": ""}
+    assert result["error"] == {"type": "Terminated", "message": "terminated by SIGTERM (job cancelled, or a scheduler's time limit)", "traceback": ""}

@@ -104,3 +104,50 @@ def test_every_cell_went_through_sbatch(slurm_cluster, run):
     # Cells are queued together: the workflow profile's one-cell-at-a-time
     # limit (bench_slots) counts per job on a cluster (set-resource-scopes).
     assert max(job["Submit"] for job in bench) < min(job["End"] for job in bench), bench
+
+
+# A cell that would run for minutes, in jobs given one minute of runtime.
+LONG = {
+    "defaults": {"repeats": 1, "warmup_steps": 1, "device": "cpu"},
+    "experiments": {
+        "limit": {
+            "title": "A cell longer than its job's runtime",
+            "base": {"scenario": "train", "dataset": "memory", "model": "sleep", "input_size": 16, "batch_size": 8, "num_samples": 64, "steps": 3},
+            "matrix": {"compute_ms": [10, 1000]},
+            "include": [{"compute_ms": 1000, "steps": 10000}],
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def timed_out(slurm_cluster, tmp_path_factory):
+    """LONG through profiles/slurm with `runtime=1` (minute) for every cell: (workdir, snakemake's process)."""
+    workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    workdir = tmp_path_factory.mktemp("slurm-limit")
+    (workdir / "config.yaml").write_text(yaml.safe_dump(LONG, sort_keys=False))
+    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    command = [
+        sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
+        "--configfile", str(workdir / "config.yaml"), "--profile", os.path.join(workflow, "profiles", "slurm"),
+        "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}", "runtime=10", "mem_mb=500",
+        "--slurm-init-seconds-before-status-checks", "2",
+        "--set-resources", "bench:mem_mb=1000", "bench:runtime=1",
+    ]  # fmt: skip
+    return workdir, subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slurm_cluster, timed_out):
+    workdir, proc = timed_out
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    rows = {r["cell"]: r for r in csv.DictReader(open(workdir / "results" / "summary.csv"))}
+    assert {cell: row["status"] for cell, row in rows.items()} == {"compute_ms-10": "ok", "compute_ms-1000": "ok", "compute_ms-1000_steps-10000": "failed"}
+    long = rows["compute_ms-1000_steps-10000"]
+    # One minute of runtime: the cell stops itself 30 s in, with the steps it measured.
+    assert long["error_type"] == "Terminated" and long["error_message"].startswith("time limit of 30 s reached"), long
+    assert int(float(long["measured_steps"])) > 5
+    [run_id] = {line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line}
+    out = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", "State,Timelimit,Comment").stdout
+    bench = [line.split("|") for line in out.splitlines() if "rule_bench_" in line]
+    assert len(bench) == 3 and {(state, limit) for state, limit, _ in bench} == {("COMPLETED", "00:01:00")}, out
+    assert "Failed cells" in (workdir / "results" / "report" / "index.html").read_text()

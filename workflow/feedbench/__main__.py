@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
     run.add_argument("--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)")
     run.add_argument("--as-rank", action="store_true", help="run as one rank started by torchrun or srun (set by the launcher)")
+    run.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop the cell after this long and record it as failed (the bench rule derives it from the job's runtime)")
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -79,10 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, yaml.YAMLError) as error:
         print(f"feedbench: error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
-    return run_or_launch(raw, args.out, args.as_rank)
+    if args.time_limit is not None and args.time_limit <= 0:
+        print(f"feedbench: error: --time-limit: value {args.time_limit:g} is not allowed; allowed: seconds > 0", file=sys.stderr)
+        return 2
+    return run_or_launch(raw, args.out, args.as_rank, args.time_limit)
 
 
-def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False) -> int:
+def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False, time_limit: float | None = None) -> int:
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 
@@ -99,8 +103,8 @@ def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False) -> int:
     except KnobError:
         return run(raw, out_dir)  # writes the failed result and prints the one line
     if world_size(cell) > 1:
-        return launch(raw, cell, notes, out_dir)
-    return run(raw, out_dir)
+        return launch(raw, cell, notes, out_dir, time_limit)
+    return run(raw, out_dir, time_limit=time_limit)
 
 
 if __name__ == "__main__":

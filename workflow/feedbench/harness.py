@@ -12,7 +12,6 @@ import contextlib
 import itertools
 import os
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -25,21 +24,8 @@ from .data import build_dataset, build_loader
 from .distributed import World
 from .models import build_model, loss_function
 from .prefetch import StreamPrefetcher, batch_bytes, to_device
+from .stop import check_stop
 from .timing import PhaseClock, synchronize
-
-class Terminated(Exception):
-    """SIGTERM arrived (a scheduler's time limit or cancel)."""
-
-
-# Set by the SIGTERM handler; the loop checks it at each step. Raising from the
-# handler itself could interrupt the recording of an earlier failure.
-STOP = threading.Event()
-
-
-def check_stop() -> None:
-    if STOP.is_set():
-        raise Terminated("terminated by SIGTERM (time limit reached or job cancelled)")
-
 
 PHASES = {"train": ("h2d", "fwd", "bwd", "opt"), "compute": ("fwd", "bwd", "opt"), "loader": ()}
 

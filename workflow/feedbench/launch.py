@@ -28,6 +28,7 @@ from .cell import cell_dict, world_size
 from .distributed import free_port
 from .provenance import provenance
 from .result import failed_result, now, tail, write_result
+from .stop import SIGTERM_REASON, TimeLimit
 
 
 def torchrun_commands(cell, cell_path: str, out_dir: str, port: int) -> list[list[str]]:
@@ -72,14 +73,14 @@ def torchrun_root_cause(logs: list[str]) -> str | None:
     return None
 
 
-def describe_failure(out_dir: str, world: int, codes: list[int], first: int | None, names: list[str], terminated: bool, logs: list[str]) -> dict:
+def describe_failure(out_dir: str, world: int, codes: list[int], first: int | None, names: list[str], terminated: str | None, logs: list[str]) -> dict:
     """One error naming the cause: the rank that raised, the rank or node that vanished, or the time limit."""
     reports = _rank_reports(out_dir)
     silent = sorted(set(range(world)) - {r["rank"]["rank"] for r in reports})
     raised = [r for r in reports if r["error"]["type"] != "Terminated"]
     vanished = f"rank(s) {', '.join(map(str, silent))} exited without a report (killed?); " if silent and not terminated else ""
     if terminated:
-        return {"type": "Terminated", "message": "terminated by SIGTERM (time limit reached or job cancelled)", "traceback": ""}
+        return {"type": "Terminated", "message": terminated, "traceback": ""}
     if raised:
         first = raised[0]
         return dict(first["error"], message=f"{vanished}rank {first['rank']['rank']} failed: {first['error']['message']}")
@@ -90,7 +91,8 @@ def describe_failure(out_dir: str, world: int, codes: list[int], first: int | No
             "traceback": "".join(tail(log) for log in logs)[-4000:]}
 
 
-def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
+def launch(raw: dict, cell, notes: list[str], out_dir: str, time_limit: float | None = None) -> int:
+    """Start the ranks, wait for them, and write the cell's result if rank 0 could not (or the cell failed)."""
     started = now()
     result_path, ranks_dir = os.path.join(out_dir, "result.json"), os.path.join(out_dir, "ranks")
     if os.path.exists(result_path):  # a stale result must not pass for this run's
@@ -133,14 +135,15 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
             except psutil.NoSuchProcess:
                 pass
 
-    terminated = False
+    terminated = None  # why the ranks were told to stop, if they were
 
-    def on_sigterm(signum, frame):  # a scheduler's time limit: every rank gets it, then the result is written
+    def stop(reason: str) -> None:  # every rank gets SIGTERM, then the result is written
         nonlocal terminated
-        terminated = True
+        terminated = terminated or reason
         stop_all()
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop(SIGTERM_REASON))
+    limit = TimeLimit(time_limit, on_expiry=stop)
     first_node = None
     try:
         while any(p.poll() is None for p in procs):
@@ -151,6 +154,7 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str) -> int:
                     stop_all()
             time.sleep(0.2)
     finally:
+        limit.cancel()
         signal.signal(signal.SIGTERM, previous)
         _, orphans = psutil.wait_procs([r for r in seen.values() if r.is_running()], timeout=30)
         for orphan in orphans:  # still there after SIGTERM and a grace period

@@ -17,17 +17,14 @@ import torch
 
 from .cell import cell_dict, parse_cell, resolve
 from .distributed import World, finish, gather, init, rank_device
-from .harness import STOP, Measurement, Terminated, cuda_init, measure
+from .harness import Measurement, cuda_init, measure
 from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
 from .provenance import provenance
 from .result import failed_result, now, step_rows, tail, write_result, write_rows
+from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
 from .transfer import probe
-
-
-def _on_sigterm(signum, frame):
-    STOP.set()
 
 
 def _error(exc: BaseException) -> dict:
@@ -35,10 +32,14 @@ def _error(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, "traceback": "".join(lines)[-4000:]}
 
 
-def _loop_metrics(cell, m: Measurement) -> tuple[dict, list[dict]]:
-    try:
-        table = m.step_table(device_readable=True)
-    except Exception:  # device clocks unreadable after a device error: keep the host-side phases
+def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, list[dict]]:
+    table = None
+    if device_readable:
+        try:
+            table = m.step_table(device_readable=True)
+        except Exception:  # device clocks unreadable after a device error: keep the host-side phases
+            pass
+    if table is None:
         table = m.step_table(device_readable=False)
     n = len(table["step"])
     metrics: dict = {"steps": n}
@@ -93,23 +94,40 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
     write_result(out_dir, result)
 
 
-def run(raw: dict, out_dir: str, world: World = World()) -> int:
+def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None) -> int:
     """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
 
     Rank 0 writes result.json; any rank that fails also writes ranks/rank<k>.json
     with its error, for the launcher to name the rank that brought the cell down.
+    With a time limit (seconds) the cell stops itself then, as on SIGTERM.
     """
-    STOP.clear()
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    clear()
+    signal.signal(signal.SIGTERM, on_sigterm)
     os.makedirs(out_dir, exist_ok=True)
     started, t0 = now(), time.perf_counter()
     result = failed_result(raw)
+    m = Measurement()
+
+    def stuck(reason: str) -> None:
+        """Still inside one step grace_s() after the time limit: record what was measured and end the process."""
+        try:
+            result["metrics"] = _loop_metrics(m, device_readable=False)[0]  # the device may be what is stuck
+        except Exception:  # the loop is mid-step: keep the skeleton's metrics
+            pass
+        result.update(status="failed", started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0,
+                      error={"type": "Terminated", "message": f"{reason}; still inside one step {grace_s(time_limit):g} s later, so the process was ended", "traceback": ""})
+        write_result(out_dir, result)
+        print(f"feedbench: cell failed: {result['error']['message']}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    limit = TimeLimit(time_limit, on_stuck=stuck)
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
         any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         result.update(error={"type": "KnobError", "message": str(error)}, provenance=provenance(any_device), started_at=started, finished_at=now())
         write_result(out_dir, result)
+        limit.cancel()
         print(f"feedbench: error: {error}", file=sys.stderr)
         return 2
     device = rank_device(cell.device, world) if world.distributed else torch.device(cell.device)
@@ -121,7 +139,6 @@ def run(raw: dict, out_dir: str, world: World = World()) -> int:
     if cell.torch_threads:
         torch.set_num_threads(cell.torch_threads)
     result["torch_threads"] = torch.get_num_threads()
-    m = Measurement()
     monitor = None
     rows: list[dict] = []
     code = 0
@@ -153,7 +170,7 @@ def run(raw: dict, out_dir: str, world: World = World()) -> int:
         if monitor is not None and monitor.is_alive():
             monitor.stop()
         if cell.scenario != "transfer":
-            result["metrics"], rows = _loop_metrics(cell, m)
+            result["metrics"], rows = _loop_metrics(m)
             result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
             result["monitor"] = monitor.summary() if monitor is not None else None
             result["page_cache"] = m.page_cache
@@ -172,6 +189,7 @@ def run(raw: dict, out_dir: str, world: World = World()) -> int:
         if world.rank == 0:
             result["files"] = {"steps": write_rows(out_dir, rows), "trace": "trace.json" if cell.profile and result["status"] == "ok" and cell.scenario in ("train", "compute") else None}
             write_result(out_dir, result)
+        limit.cancel()
         if code == 0:
             finish()
     if sigchld is not None:

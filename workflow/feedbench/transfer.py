@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from .harness import check_stop
+from .stop import check_stop
 
 
 def probe(cell, device: torch.device) -> tuple[list[dict], dict]:

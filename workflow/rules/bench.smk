@@ -36,11 +36,15 @@ rule bench:
         # saying status: failed. A harness killed before it could write one
         # (SIGKILL, the OOM killer) gets one from record-failure. Either way the
         # job succeeds, so the matrix goes on and the report lists the failure.
+        # The cell stops itself a margin (a tenth, at least 30 s) before the
+        # job's runtime: a job killed by Slurm at its limit loses its result.
         """
         rm -f {params.dir}/steps.csv {params.dir}/trace.json
         printf '%s\\n' {params.cell:q} > {params.dir}/cell.yaml
+        runtime_s=$(( {resources.runtime} * 60 ))
+        margin_s=$(( runtime_s / 10 > 30 ? runtime_s / 10 : 30 ))
         code=0
-        python -m feedbench run {params.dir}/cell.yaml --out {params.dir} > {log} 2>&1 || code=$?
+        python -m feedbench run {params.dir}/cell.yaml --out {params.dir} --time-limit $(( runtime_s - margin_s )) > {log} 2>&1 || code=$?
         if [ ! -s {output.result} ]; then
             python -m feedbench record-failure {params.dir} --exit-code $code --cell {params.dir}/cell.yaml --log {log}
         fi
