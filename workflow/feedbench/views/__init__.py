@@ -91,3 +91,46 @@ def median_by(rows: pd.DataFrame, keys: list[str], values: list[str]) -> pd.Data
         if v not in frame:
             frame[v] = None
     return frame
+
+
+# Helpers of the scaling, nmt and datastall views.
+
+def with_gpus(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a `gpus` column: the GPUs each cell trains on (feedbench.verdict.gpu_count)."""
+    from ..verdict import gpu_count
+
+    return rows.assign(gpus=[gpu_count(r) for r in rows.to_dict("records")] if len(rows) else pd.Series(dtype=int))
+
+
+def unfinished(rows: pd.DataFrame, keys: list[str]) -> list[str]:
+    """A note per cell none of whose repeats finished, named by its keys (those cells are missing from the view's tables)."""
+    finished = set(measured(rows)["cell"]) if "cell" in rows else set()
+    lost = rows[~rows["cell"].isin(finished)].drop_duplicates("cell") if "cell" in rows else rows.iloc[0:0]
+    return [f"no repeat of {', '.join(f'{k}={r[k]}' for k in keys if k in r)} finished ({r.get('error_type') or 'failed'}): "
+            "it is missing from the tables (see Failed cells)" for r in lost.to_dict("records")]
+
+
+# Helpers of the prefetch, workers and breakdown views.
+
+def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
+    """The rows with `knobs` as the workflow asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet belongs in its column."""
+    import json  # here, not at the top: the top of this module is shared with other views
+
+    if "requested" not in rows or rows.empty:
+        return rows
+    asked = [json.loads(text) if isinstance(text, str) else {} for text in rows["requested"]]
+    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k])] for k in knobs if k in rows})
+
+
+def cpu_only(rows: pd.DataFrame) -> bool:
+    """True when measured rows exist and none ran on a GPU (no `gpu` in their provenance)."""
+    ok = measured(rows)
+    return not ok.empty and ("gpu" not in ok or ok["gpu"].isna().all())
+
+
+def common_notes(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict, name: str) -> list[str]:
+    """Notes a view owes its reader when nothing was measured or no published table was given."""
+    notes = [] if not measured(rows).empty else ["No cell of this experiment measured anything: the measured tables are empty."]
+    if reference is None and not spec.get("reference"):  # when the spec names one, the report itself says it is missing
+        notes.append(f"No published table (report/references/{name}.csv) was given to the report: only measured numbers are shown.")
+    return notes

@@ -1,0 +1,99 @@
+"""Study view `prefetch`: time with and without the stream prefetcher per epochs x hidden layers (Ray's auto pipeline, STUDIES.md section 1)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished
+
+KEYS = ["epochs", "hidden_layers"]
+
+TEXT = """\
+Ray's example trains an MLP (4096 inputs, hidden_layers x Linear(4096) + ReLU) on 50 batches of 4096 synthetic \
+samples per epoch and times all epochs with and without its auto pipeline, which copies batch k+1 to the GPU on a \
+side stream while batch k computes. Here each cell times the same epochs after warm-up (window_s, the median of the \
+repeats); speedup = time without the prefetcher / time with it.
+
+The original's source is pageable memory, so its non_blocking copies block the host and overlap little: that is why \
+it gains only a few per cent. The cells with pin_memory=true feed the prefetcher from pinned memory, where the copy \
+can run beside the compute: they show what the overlap is worth.
+
+Times belong to the machine they were measured on (each table names it); speedups compare across machines."""
+
+
+def _source(pin) -> str:
+    return "pinned" if pin is True or str(pin).lower() == "true" else "pageable"
+
+
+def _ours(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
+    """Median window time per (source, epochs, hidden layers, other knobs of the matrix) without and with the prefetcher."""
+    rows = as_requested(rows, ["pin_memory", "device_prefetch"])
+    rows = rows.assign(source=[_source(p) for p in rows["pin_memory"]])
+    times = median_by(rows, ["source", *KEYS, *others, "device_prefetch"], ["window_s"])
+    wide = times.set_index(["source", *KEYS, *others, "device_prefetch"])["window_s"].astype(float).unstack("device_prefetch")
+    wide = wide.reindex(columns=["none", "stream"]).reset_index().rename(columns={"none": "without_s", "stream": "with_s"})
+    wide[KEYS] = wide[KEYS].apply(pd.to_numeric).astype("Int64")  # epochs is empty when a cell counts steps
+    return wide.assign(speedup=wide["without_s"] / wide["with_s"])
+
+
+def _published(reference: pd.DataFrame) -> pd.DataFrame:
+    wide = reference.pivot_table(index=KEYS, columns="device_prefetch", values="seconds", aggfunc="first").reset_index()
+    wide = wide.rename(columns={"none": "without_s", "stream": "with_s"})
+    return wide.assign(speedup=wide["without_s"] / wide["with_s"])
+
+
+def _figure(side: pd.DataFrame, series: dict[str, str]) -> Figure:
+    """Speedup per hidden layers, one axes per epochs: the published bars beside ours."""
+    epochs = list(side["epochs"].drop_duplicates())
+    fig = Figure(figsize=(3.2 * max(len(epochs), 1) + 1, 4.0), layout="constrained")
+    axes = fig.subplots(1, max(len(epochs), 1), sharey=True, squeeze=False)[0]
+    for ax, n in zip(axes, epochs):
+        part = side[side["epochs"].eq(n) if not pd.isna(n) else side["epochs"].isna()]
+        width = 0.8 / len(series)
+        for i, (column, label) in enumerate(series.items()):
+            gain = part[column].astype(float) - 1.0  # bars grow from 1 (no gain): up is faster with the prefetcher
+            ax.bar([j + (i - (len(series) - 1) / 2) * width for j in range(len(part))], gain, bottom=1.0, width=width, label=label)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(part)), [str(h) for h in part["hidden_layers"]])
+        ax.set_xlabel("hidden layers")
+        ax.set_title(f"epochs = {n if not pd.isna(n) else 'steps'}", fontsize="medium")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("speedup (without / with prefetch)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(series), fontsize="small")
+    return fig
+
+
+def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
+    others = [k for k in spec.get("matrix") or {} if k not in (*KEYS, "pin_memory", "device_prefetch") and k in rows]
+    ours = _ours(rows, others)
+    here = hardware(rows)
+    view = View("prefetch", TEXT, notes=common_notes(rows, reference, spec, "prefetch") + unfinished(rows, [*KEYS, "device_prefetch", "pin_memory"]))
+    view.tables.append(Table.of(ours.rename(columns={"without_s": "time without prefetch [s]", "with_s": "time with stream prefetch [s]"}),
+                                f"Measured on {here}: median time of the measured epochs (window_s) and speedup"))
+    side = ours.set_index([*KEYS, *others, "source"])["speedup"].unstack("source").reindex(columns=["pageable", "pinned"]).reset_index()
+    side = side.rename(columns={"pageable": "measured, pageable source", "pinned": "measured, pinned source"})
+    series = {"measured, pageable source": f"ours, pageable source ({here})", "measured, pinned source": f"ours, pinned source ({here})"}
+    if reference is not None:
+        theirs = _published(reference)
+        where = ", ".join(reference["hardware"].astype(str).unique())
+        view.tables.append(Table.of(theirs.rename(columns={"with_s": "time with auto pipeline [s]", "without_s": "time without [s]"}),
+                                    f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, one run each"))
+        side = theirs[[*KEYS, "speedup"]].rename(columns={"speedup": f"published ({where})"}).merge(side, on=KEYS, how="outer")
+        series = {f"published ({where})": f"published ({where})", **series}
+    side = side.sort_values([*KEYS, *others], ignore_index=True)
+    view.tables.insert(0, Table.of(side, "Speedup of the stream prefetcher (time without / time with), published and measured side by side"))
+    if side[list(series)].notna().any().any():
+        view.figure = _figure(side, series)
+    measured_speedups = ours.dropna(subset=["speedup"])
+    if len(measured_speedups):
+        ranges = [f"{lo:.2f}{f'–{hi:.2f}' if f'{hi:.2f}' != f'{lo:.2f}' else ''}× from a {source} source" for source, (lo, hi) in
+                  measured_speedups.groupby("source")["speedup"].agg(["min", "max"]).iterrows()]
+        published = f" (published: {theirs['speedup'].min():.2f}–{theirs['speedup'].max():.2f}×)" if reference is not None else ""
+        view.verdict = f"The stream prefetcher speeds the measured epochs up {' and '.join(ranges)}{published}."
+    if not (ours["source"] == "pinned").any() and len(ours):
+        view.notes.append("No pin_memory=true cell: the pinned-source speedup, where the overlap really pays, is not measured.")
+    if cpu_only(rows):
+        view.notes.append("Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs there, "
+                          "so these speedups say nothing about overlapping copies with compute.")
+    return view

@@ -1,0 +1,131 @@
+"""Study view `scaling`: ResNet-50 data-parallel throughput against GPUs and nodes (pytorch_throughput, STUDIES.md section 3)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from . import Table, View, hardware, measured, unfinished, with_gpus
+
+KEYS = ["gpus", "nodes", "parallel"]
+
+TEXT = """\
+Throughput of data-parallel training against the number of GPUs and nodes, as pytorch_throughput measured ResNet-50 \
+(32 synthetic images per GPU, data already on the GPU): overall samples/s, the speedup over the experiment's one-GPU \
+cell and the scaling efficiency (speedup / GPUs, 1 = the ideal line). DataParallel runs in one process on one node, \
+DDP one process per GPU across nodes.
+
+Speedups and efficiencies compare across machines; samples/s do not, so each absolute number carries the hardware it \
+was measured on. The published numbers come from K80 GPUs on AWS p2.8xlarge instances.
+
+Forward and backward throughput: ours from CUDA events (fwd = batch / fwd time, bwd = batch / (backward + optimizer \
+time), batch = per-GPU batch x GPUs). The original timed them with time.time() and no synchronisation, so its split \
+is not meaningful (only the sum holds); timing=naive cells, when the experiment has them, reproduce that method beside ours."""
+
+
+def _cells(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (timing, GPUs, nodes, parallel): medians over the finished repeats, with fwd/bwd throughput per repeat."""
+    ok = with_gpus(measured(rows))
+    ok = ok.assign(
+        nodes=ok["nodes"].where(ok["parallel"].isin(["ddp", "independent"]), 1).astype(int),
+        fwd_samples_per_s=1000 * ok["batch_size"] * ok["gpus"] / ok["fwd_ms"],
+        bwd_samples_per_s=1000 * ok["batch_size"] * ok["gpus"] / (ok["bwd_ms"] + ok["opt_ms"]),
+    )
+    values = ["samples_per_s", "fwd_samples_per_s", "bwd_samples_per_s"]
+    return ok.groupby(["timing", *KEYS])[values].median().reset_index().sort_values(["timing", *KEYS], ignore_index=True)
+
+
+def _with_speedup(cells: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Speedup over the one-GPU cell (parallel=none first when there are several) and efficiency = speedup / GPUs."""
+    ones = cells[cells["gpus"] == 1].sort_values("parallel", key=lambda p: p != "none", kind="stable")
+    if ones.empty:
+        return cells.assign(speedup=None, efficiency=None), None
+    base = ones.iloc[0]
+    speedup = cells["samples_per_s"] / base["samples_per_s"]
+    return cells.assign(speedup=speedup, efficiency=speedup / cells["gpus"]), f"parallel={base['parallel']}"
+
+
+def _figure(cells: pd.DataFrame, base_label: str | None, reference: pd.DataFrame | None, ours: str) -> Figure:
+    fig = Figure(figsize=(7.5, 10), layout="constrained")
+    throughput, speedup, efficiency = fig.subplots(3, 1)
+    gpus = sorted(set(cells["gpus"]) | (set(reference["gpus"]) if reference is not None else set()) | {1})
+    for parallel, group in cells.groupby("parallel", sort=False):
+        throughput.plot(group["gpus"], group["samples_per_s"], marker="o", label=f"measured, parallel={parallel}")
+        if base_label:
+            speedup.plot(group["gpus"], group["speedup"], marker="o", label=f"measured, parallel={parallel}")
+            efficiency.plot(group["gpus"], group["efficiency"], marker="o", label=f"measured, parallel={parallel}")
+    if base_label:
+        base = cells.loc[cells["speedup"] == 1, "samples_per_s"].iloc[0]
+        measured_gpus = sorted(set(cells["gpus"]))
+        throughput.plot(measured_gpus, [base * g for g in measured_gpus], "k--", label="ideal (one-GPU cell x GPUs)")
+    if reference is not None:
+        speedup.plot(reference["gpus"], reference["speedup"], marker="s", linestyle=":", label="published (K80)")
+        efficiency.plot(reference["gpus"], reference["speedup"] / reference["gpus"], marker="s", linestyle=":", label="published (K80)")
+    speedup.plot(gpus, gpus, "k--", label="ideal")
+    efficiency.plot(gpus, [1.0] * len(gpus), "k--", label="ideal")
+    throughput.set_title(f"measured throughput on {ours}", fontsize="medium")
+    throughput.set_ylabel("samples/s")
+    speedup.set_ylabel("speedup over 1 GPU")
+    efficiency.set_ylabel("efficiency (speedup / GPUs)")
+    speedup.set_yscale("log", base=2)
+    speedup.set_yticks(gpus, [str(g) for g in gpus])
+    efficiency.set_ylim(0, 1.1)
+    for ax in (throughput, speedup, efficiency):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(gpus, [str(g) for g in gpus])
+        ax.set_xlabel("GPUs")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return fig
+
+
+def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
+    ours = hardware(rows)
+    view = View("scaling", TEXT, notes=unfinished(rows, ["gpus_per_node", "nodes", "parallel", "timing"]))
+    cells = _cells(rows)
+    # The table's numbers come from one timing mode (events, else sync, else naive); naive cells go beside them in the split.
+    timing = next((t for t in ("events", "sync", "naive") if (cells["timing"] == t).any()), "events")
+    main, base_label = _with_speedup(cells[cells["timing"] == timing].drop(columns="timing").reset_index(drop=True))
+    naive = cells[cells["timing"] == "naive"] if timing != "naive" else cells.iloc[0:0]
+    if not len(main):
+        view.notes.insert(0, "no cell of this experiment finished: nothing to show")
+    elif base_label is None:
+        view.notes.insert(0, "no one-GPU cell finished: speedups and efficiencies cannot be computed")
+    main = main.assign(ideal_speedup=main["gpus"].astype(float))
+    view.tables.append(Table.of(
+        main[[*KEYS, "samples_per_s", "speedup", "ideal_speedup", "efficiency"]].rename(columns={
+            "gpus": "GPUs", "samples_per_s": "samples/s", "ideal_speedup": "ideal speedup"}),
+        f"Measured on {ours}: median over repeats; speedup over the one-GPU cell ({base_label or 'none finished'})"))
+
+    split = main[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s"]].rename(columns={
+        "fwd_samples_per_s": f"fwd samples/s ({timing})", "bwd_samples_per_s": f"bwd samples/s ({timing})"})
+    if len(naive):
+        split = split.merge(naive[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s"]].rename(columns={
+            "fwd_samples_per_s": "fwd samples/s (naive)", "bwd_samples_per_s": "bwd samples/s (naive)"}), on=KEYS, how="outer")
+    elif timing == "naive":
+        view.notes.append("every cell ran with timing=naive: like the original's, this fwd/bwd split is unsynchronised and not meaningful")
+    else:
+        view.notes.append("no timing=naive cell in this experiment: the original's unsynchronised fwd/bwd split is not reproduced")
+    view.tables.append(Table.of(split.rename(columns={"gpus": "GPUs"}),
+                                f"Forward and backward throughput measured on {ours}: timing={timing} beside unsynchronised host timing (naive)"))
+
+    if reference is None:
+        view.notes.append("no published table: the measured numbers stand alone")
+    else:
+        published = reference.assign(efficiency=reference["speedup"] / reference["gpus"])
+        side = main[["gpus", "parallel", "speedup", "efficiency"]].merge(
+            published[["gpus", "parallel", "speedup", "efficiency"]], on="gpus", how="outer", suffixes=(" measured", " published"))
+        view.tables.append(Table.of(side.rename(columns={"gpus": "GPUs"}),
+                                    "Speedup and efficiency side by side, measured and published (these compare across machines)"))
+        view.tables.append(Table.of(published.rename(columns={"efficiency": "efficiency (speedup / gpus)"}),
+                                    f"Published: {', '.join(dict.fromkeys(reference['source']))}, each number on the hardware of its row"))
+
+    if base_label is not None:
+        top = main.sort_values(["gpus", "speedup"]).iloc[-1]
+        text = f"at {top['gpus']} GPUs ({top['parallel']}, {top['nodes']} node(s)) the measured speedup is {top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}"
+        if reference is not None and (reference["gpus"] == top["gpus"]).any():
+            pub = reference[reference["gpus"] == top["gpus"]].iloc[0]
+            text += f"; published on {pub['hardware']}: {pub['speedup']:.2f}x, {pub['speedup'] / pub['gpus']:.0%}"
+        view.verdict = text[0].upper() + text[1:]
+    view.figure = _figure(main, base_label, reference, ours) if len(main) else None
+    return view

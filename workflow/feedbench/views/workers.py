@@ -1,0 +1,111 @@
+"""Study view `workers`: steady-state samples/s per loader worker count beside the time to the first batch (CIFAR-100 notebook, STUDIES.md section 2)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinished
+
+TEXT = """\
+The CIFAR-100 notebook profiled only the first batch of a fresh DataLoader and its .to(device), once per worker \
+count, and read a speedup of more than 300x from 1 to 8 workers. A first batch is mostly start-up: worker processes \
+starting and, in the notebook's first run (1 worker), the CUDA context created inside the first .to(): the profiler \
+put 5.338 s of that run's 5.366 s in aten::to.
+
+Here the two are apart: samples/s and the time per batch come from the steady state after warm-up, the time to the \
+first batch is measured from the loader's creation, and the CUDA context is created before either and timed on its \
+own (cuda_init_s). The ratio of first to steady batch shows how far a first-batch measurement is from the throughput \
+a training run gets.
+
+Times and samples/s belong to the machine they were measured on; the speedups over the baseline worker count compare \
+across machines."""
+
+
+def _relative(frame: pd.DataFrame, column: str, others: list[str], base: int, faster_is_higher: bool) -> pd.Series:
+    """Each row's speedup over the row with num_workers == base among those with the same other knobs."""
+    at_base = frame[column].where(frame["num_workers"] == base)
+    reference = at_base.groupby([frame[k] for k in others], dropna=False).transform("max") if others else at_base.max()
+    return frame[column] / reference if faster_is_higher else reference / frame[column]
+
+
+def _baseline(counts) -> int | None:
+    counts = sorted(set(counts))
+    return 1 if 1 in counts else (counts[0] if counts else None)
+
+
+def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, here: str, where: str) -> Figure:
+    fig = Figure(figsize=(9, 4.6), layout="constrained")
+    steady, first = fig.subplots(1, 2)
+    groups = list(ours.groupby(others, dropna=False)) if others else [((), ours)]
+    for values, group in groups:
+        label = ", ".join(f"{k}={v}" for k, v in zip(others, values if isinstance(values, tuple) else (values,))) or "ours"
+        steady.plot(group["num_workers"], group["samples_per_s"], marker="o", label=label)
+        first.plot(group["num_workers"], group["first_batch_ms"], marker="o", label=f"first batch, {label}")
+    if ours["cuda_init_ms"].notna().any():
+        first.plot(ours["num_workers"], ours["cuda_init_ms"], marker="x", linestyle="none", color="black", label="CUDA init, apart")
+    if theirs is not None:
+        first.plot(theirs["num_workers"], theirs["data_load_ms"], marker="s", linestyle="--", color="grey", label=f"published data_load ({where})")
+    steady.set_title(f"steady state ({here})", fontsize="medium")
+    steady.set_ylabel("samples/s")
+    steady.set_ylim(bottom=0)
+    first.set_title("first batch", fontsize="medium")
+    first.set_ylabel("ms (log)")
+    first.set_yscale("log")
+    for ax in (steady, first):
+        ax.set_xlabel("num_workers")
+        ax.set_xscale("symlog", base=2, linthresh=1)
+        ticks = sorted(set(ours["num_workers"]) | (set(theirs["num_workers"]) if theirs is not None else set()))
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    return fig
+
+
+def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
+    others = [k for k in spec.get("matrix") or {} if k != "num_workers" and k in rows]
+    ours = median_by(rows, ["num_workers", *others], ["samples_per_s", "step_ms_median", "time_to_first_batch_s", "cuda_init_s"])
+    ours = ours.assign(num_workers=ours["num_workers"].astype(int), samples_per_s=ours["samples_per_s"].astype(float),
+                       steady_ms=ours["step_ms_median"].astype(float), first_batch_ms=1000 * ours["time_to_first_batch_s"].astype(float),
+                       cuda_init_ms=1000 * ours["cuda_init_s"].astype(float))
+    base = _baseline(ours["num_workers"])
+    ours = ours.assign(first_over_steady=ours["first_batch_ms"] / ours["steady_ms"],
+                       steady_speedup=_relative(ours, "samples_per_s", others, base, True),
+                       first_batch_speedup=_relative(ours, "first_batch_ms", others, base, False))
+    here = hardware(rows)
+    view = View("workers", TEXT, notes=common_notes(rows, reference, spec, "workers") + unfinished(rows, ["num_workers", *others]))
+    view.tables.append(Table.of(
+        ours[["num_workers", *others, "samples_per_s", "steady_ms", "first_batch_ms", "cuda_init_ms", "first_over_steady"]].rename(columns={
+            "samples_per_s": "samples/s (steady state)", "steady_ms": "ms per batch (steady state)", "first_batch_ms": "first batch [ms]",
+            "cuda_init_ms": "CUDA init [ms], apart", "first_over_steady": "first batch / steady batch"}),
+        f"Measured on {here}: medians over the repeats"))
+    side = ours[["num_workers", *others, "first_batch_speedup", "steady_speedup"]].rename(columns={
+        "first_batch_speedup": f"measured first-batch speedup vs {base}", "steady_speedup": f"measured steady-state speedup vs {base}"})
+    theirs, where = None, ""
+    if reference is not None:
+        where, their_base = ", ".join(reference["hardware"].astype(str).unique()), _baseline(reference["num_workers"])
+        theirs = reference.sort_values("num_workers", ignore_index=True)
+        theirs["speedup"] = theirs.loc[theirs["num_workers"] == their_base, "data_load_ms"].max() / theirs["data_load_ms"]
+        view.tables.append(Table.of(theirs[["num_workers", "data_load_ms", "h2d_memcpy_us", "speedup"]].rename(columns={
+            "data_load_ms": "first batch + .to() [ms]", "h2d_memcpy_us": "H2D copy [µs]", "speedup": f"speedup vs {their_base}"}),
+            f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler time of the first batch only"))
+        side = theirs[["num_workers", "speedup"]].rename(columns={"speedup": f"published first-batch speedup vs {their_base}"}).merge(
+            side, on="num_workers", how="outer").sort_values(["num_workers", *others], ignore_index=True)
+    view.tables.insert(0, Table.of(side, "Speedup over the baseline worker count: the published first batch beside our first batch and steady state"))
+    if len(ours) or theirs is not None:
+        view.figure = _figure(ours, others, theirs, here, where)
+    if ours["samples_per_s"].notna().any():
+        best = ours.loc[ours["samples_per_s"].idxmax()]
+        view.verdict = (f"Steady state: {int(best['num_workers'])} workers load the most ({best['samples_per_s']:.0f} samples/s, "
+                        f"{best['steady_speedup']:.2f}× {base} worker(s))")
+        if ours["first_batch_ms"].notna().any():
+            first = ours.loc[ours["first_batch_ms"].idxmin()]
+            view.verdict += f"; the first batch alone would pick {int(first['num_workers'])} workers ({first['first_batch_speedup']:.2f}×)"
+        if ours["cuda_init_ms"].notna().any():
+            view.verdict += f"; creating the CUDA context took {ours['cuda_init_ms'].median():.0f} ms, apart from both"
+        view.verdict += "."
+    if cpu_only(rows):
+        view.notes.append("Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up the notebook "
+                          "counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first batch is worker start-up alone.")
+    return view
