@@ -16,11 +16,14 @@ speedups and efficiencies compare across machines, samples per second do not.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
 from typing import Callable
 
 import pandas as pd
 from matplotlib.figure import Figure
+
+from ..verdict import gpu_count
 
 # The views, by name; each lives in its own module of this package and registers its builder.
 NAMES = ("prefetch", "workers", "scaling", "nmt", "breakdown", "datastall")
@@ -93,12 +96,10 @@ def median_by(rows: pd.DataFrame, keys: list[str], values: list[str]) -> pd.Data
     return frame
 
 
-# Helpers of the scaling, nmt and datastall views.
+# Helpers several views share.
 
 def with_gpus(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows with a `gpus` column: the GPUs each cell trains on (feedbench.verdict.gpu_count)."""
-    from ..verdict import gpu_count
-
     return rows.assign(gpus=[gpu_count(r) for r in rows.to_dict("records")] if len(rows) else pd.Series(dtype=int))
 
 
@@ -110,12 +111,8 @@ def unfinished(rows: pd.DataFrame, keys: list[str]) -> list[str]:
             "it is missing from the tables (see Failed cells)" for r in lost.to_dict("records")]
 
 
-# Helpers of the prefetch, workers and breakdown views.
-
 def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
     """The rows with `knobs` as the workflow asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet belongs in its column."""
-    import json  # here, not at the top: the top of this module is shared with other views
-
     if "requested" not in rows or rows.empty:
         return rows
     asked = [json.loads(text) if isinstance(text, str) else {} for text in rows["requested"]]
