@@ -7,7 +7,13 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The default matrix, unless configfiles are given (`--configfile
+# config/presets/nmt.yaml`): then they alone are the config, so a preset never
+# inherits the default experiments. `--config key=value` merges over whichever
+# it is. Jobs get the same configfiles, so they see the same config.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

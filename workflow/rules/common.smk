@@ -2,13 +2,14 @@
 # Everything that decides something lives here, in named functions: the rules
 # only wire files together.
 
+import copy
 import hashlib
 import json
 import os
 import sys
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
+from snakemake.utils import update_config, validate
 
 # The workflow runs the feedbench package that sits beside this Snakefile
 # (workflow/feedbench), here and in every job (PYTHONPATH is inherited), so a
@@ -32,6 +33,19 @@ wildcard_constraints:
     repeat=r"\d+",
 
 
+def sized(config):
+    """`size: small` deep-merges the config's `small` fragment over it (dicts merge, lists and scalars replace).
+
+    A preset runs at its study's size by default; `--config size=small` runs the
+    same experiments small enough for a CPU in minutes. The merge comes before
+    validation, so the small config is checked like any other.
+    """
+    size = config.get("size", "full")
+    if size == "small" and isinstance(config.get("small"), dict):
+        update_config(config, copy.deepcopy(config["small"]))
+    return config
+
+
 def validated_config(config):
     """Fill defaults from config/schema.yaml and check every cell; one line on error."""
     try:
@@ -47,7 +61,7 @@ def validated_config(config):
     return {(cell.experiment, cell.id): cell for cell in cells}
 
 
-CELLS = validated_config(config)
+CELLS = validated_config(sized(config))
 REPEATS = config["defaults"]["repeats"]
 HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
 RESULTS = [

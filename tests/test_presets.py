@@ -1,0 +1,168 @@
+"""The study presets (config/presets/*.yaml): each validates at full size on its own, and runs small on this CPU.
+
+The fast tests dry-run every preset at its study's size in a copy of the
+workflow: the config validates (every cell checked by the harness's table of
+knobs) and only the preset's own experiment is planned, never the default
+matrix of config/config.yaml. The slow ones run each preset for real with
+`--config size=small` and check the cells, the study view in the report and,
+where the study published numbers, its table beside ours.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from test_workflow import copy_workflow
+
+PRESETS = ["prefetch", "workers", "scaling", "nmt", "breakdown", "datastall"]
+DEFAULT_EXPERIMENTS = {"workers", "prefetch", "compute", "transfer"}  # config/config.yaml
+# Cells of a small run allowed to fail, with why (none: every small cell must measure).
+EXPECTED_FAILURES: dict[str, str] = {}
+
+
+def load_preset(name: str) -> dict:
+    with open(os.path.join(ROOT, "config", "presets", f"{name}.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def snakemake(workflow: str, workdir, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`snakemake` of the workflow copy in workdir (its profiles/default applies, as in a checkout)."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir), "--cores", "2", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def preset_args(workflow: str, name: str) -> list[str]:
+    return ["--configfile", os.path.join(workflow, "config", "presets", f"{name}.yaml")]
+
+
+def planned(run: subprocess.CompletedProcess) -> list[str]:
+    """experiment/cell/rep<k> of every bench job of a dry run."""
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
+    return re.findall(r"output: results/cells/(\S+)/result\.json", run.stdout)
+
+
+def expected_cells(config: dict) -> set[str]:
+    """experiment/cell of a config, by the workflow's own matrix builder (no harness checks: no torch, no folders)."""
+    from feedbench.matrix import build_cells
+
+    return {f"{c.experiment}/{c.id}" for c in build_cells(config, "results/data/images", check=False)}
+
+
+def small(config: dict) -> dict:
+    """The config as `size: small` makes it (the merge of workflow/rules/common.smk)."""
+    from snakemake.utils import update_config
+
+    config = json.loads(json.dumps(config))
+    update_config(config, config["small"])
+    return config
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    return copy_workflow(tmp_path_factory.mktemp("workflow"))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_is_one_experiment_named_like_its_file_with_its_view_and_a_small_switch(name):
+    config = load_preset(name)
+    assert list(config["experiments"]) == [name]
+    assert config["experiments"][name]["view"] == name
+    assert config.get("size", "full") == "full"
+    assert config["small"]["experiments"].keys() <= {name}, "the small fragment shrinks the preset's own experiment"
+    reference = os.path.join(ROOT, "report", "references", f"{name}.csv")
+    assert os.path.exists(reference) or name == "datastall", f"no published table {reference}"
+    # Small mode keeps the axes (so cell ids keep their shape) and stays on the CPU.
+    full_axes = list(config["experiments"][name].get("matrix") or {})
+    assert list(small(config)["experiments"][name].get("matrix") or {}) == full_axes
+    assert small(config)["defaults"]["device"] == "cpu"
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_validates_at_full_size_without_the_default_config(workflow, tmp_path, name):
+    """A dry run of the study's protocol: every cell passes the checks, and only the preset's experiment is planned."""
+    config = load_preset(name)
+    jobs = planned(snakemake(workflow, tmp_path, *preset_args(workflow, name), "--dry-run"))
+    repeats = config["defaults"]["repeats"]
+    assert {j.split("/")[0] for j in jobs} == {name}, "the default experiments of config/config.yaml leaked into the preset"
+    assert sorted(jobs) == sorted(f"{c}/rep{k}" for c in expected_cells(config) for k in range(1, repeats + 1))
+
+
+def test_config_alone_starts_from_the_default_config(workflow):
+    """`--config key=value` without a configfile merges over config/config.yaml (a checkout: the workdir is the workflow)."""
+    with open(os.path.join(workflow, "config", "config.yaml")) as f:
+        default = yaml.safe_load(f)
+    jobs = planned(snakemake(workflow, workflow, "--dry-run", "--config", "size=small"))
+    assert {j.split("/")[0] for j in jobs} == DEFAULT_EXPERIMENTS == set(default["experiments"])
+    assert len(jobs) == len(expected_cells(default)) * default["defaults"]["repeats"]
+
+
+def test_size_small_merges_the_fragment_before_validation(workflow, tmp_path):
+    """Mappings merge, lists replace; the small config is validated like any other."""
+    config = load_preset("scaling")
+    jobs = planned(snakemake(workflow, tmp_path, *preset_args(workflow, "scaling"), "--dry-run", "--config", "size=small"))
+    assert sorted(jobs) == sorted(f"{c}/rep1" for c in expected_cells(small(config)))
+    assert "scaling/parallel-ddp_nodes-2_gpus_per_node-1_timing-events/rep1" in jobs
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**config, "small": {"defaults": {"repeats": 0}}}))
+    run = snakemake(workflow, tmp_path, "--configfile", str(bad), "--dry-run", "--config", "size=small")
+    assert run.returncode != 0 and "bad config: defaults.repeats: value 0 is out of range" in run.stderr + run.stdout
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump({**config, "small": {"experiment": {}}}))
+    run = snakemake(workflow, tmp_path, "--configfile", str(typo), "--dry-run")
+    assert run.returncode != 0 and "bad config: small: value 'experiment' is not allowed; allowed: defaults, images" in run.stderr + run.stdout
+
+
+def published_hardware(name: str) -> str | None:
+    """The hardware of the study's first published row, as the report prints it (escaped)."""
+    path = os.path.join(ROOT, "report", "references", f"{name}.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        return html.escape(next(rows)["hardware"], quote=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_runs_small_on_a_cpu_and_its_view_renders(workflow, tmp_path, name):
+    config = small(load_preset(name))
+    run = snakemake(workflow, tmp_path, *preset_args(workflow, name), "--config", "size=small")
+    assert run.returncode == 0, run.stderr[-4000:]
+    cells = expected_cells(config)
+    repeats = config["defaults"]["repeats"]
+    for cell in cells:
+        for k in range(1, repeats + 1):
+            with open(tmp_path / "results" / "cells" / cell / f"rep{k}" / "result.json") as f:
+                result = json.load(f)
+            if cell in EXPECTED_FAILURES:
+                assert result["status"] == "failed", cell
+                continue
+            assert result["status"] == "ok", f"{cell}: {result.get('error')}"
+            assert result["cell"]["device"] == "cpu"
+    with open(tmp_path / "results" / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(cells) * repeats
+    page = (tmp_path / "results" / "report" / "index.html").read_text()
+    assert f'id="view-{name}"' in page
+    assert html.escape(config["experiments"][name]["title"], quote=False) in page
+    hardware = published_hardware(name)
+    if hardware:
+        assert hardware in page, f"the published table of {name} is not in the report"
+    if name == "datastall":  # a cold cache that could not be made is said so, never passed off as one
+        cold = [r for r in rows if r["page_cache"] == "cold"]
+        assert cold
+        if any(r["page_cache_effective"] != "cold" for r in cold):
+            assert "the cold cache could not be made" in page
+    if name == "nmt":
+        assert all(float(r["tokens_per_s"]) > 0 for r in rows)
