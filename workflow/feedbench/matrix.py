@@ -169,7 +169,7 @@ def check_cell(cell: Cell, images_dir: str | None = None) -> None:
     except KnobError as error:
         raise knob_error(error, cell.sources) from None
     data_dir = cell.knobs.get("data_dir")
-    if data_dir and data_dir != images_dir and not os.path.isdir(data_dir):
+    if data_dir and data_dir != images_dir and not os.path.isdir(data_dir) and not cell.knobs.get("download"):  # download makes it
         hint = " (make one with: python -m feedbench make-images DIR, or leave data_dir out to generate one)" if cell.knobs.get("dataset") == "images" else ""
         raise ConfigError(f"{cell.sources.get('data_dir', 'data_dir')}: value {data_dir!r} does not exist; allowed: an existing folder{hint}")
 
