@@ -147,7 +147,7 @@ def test_bad_configs_give_one_line_with_the_key_path(config, message):
 def test_defaults_are_filled_in_by_the_schema():
     config = {"experiments": {"w": {"base": {"scenario": "loader"}}}}
     validate(config, SCHEMA)
-    assert config["defaults"] == {"repeats": 3}
+    assert config["defaults"] == {"repeats": 3, "torch_threads": 1}
     assert config["images"] == {"count": 512, "size": 64, "classes": 10, "seed": 0}
     assert config["experiments"]["w"]["matrix"] == {} and config["experiments"]["w"]["include"] == []
 
