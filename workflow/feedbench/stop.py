@@ -35,10 +35,6 @@ def request_stop(reason: str) -> None:
     STOP.set()
 
 
-def reason() -> str:
-    return _reason[0]
-
-
 def clear() -> None:
     STOP.clear()
     _reason[0] = SIGTERM_REASON
