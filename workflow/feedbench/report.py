@@ -167,13 +167,12 @@ def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, 
     """The experiment's study view (feedbench.views), with the published table beside it, ready for the template."""
     if not spec.get("view"):
         return None
-    reference_name = spec.get("reference") or spec["view"]
-    reference = views.read_reference(references[reference_name]) if reference_name in references else None
-    view = views.builder(spec["view"])(rows, reference, spec)
+    name_of_table = views.reference_name(spec)
+    reference = views.read_reference(references[name_of_table]) if name_of_table in references else None
+    view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
     return {
         "name": view.name, "paragraphs": [p.strip() for p in view.text.strip().split("\n\n") if p.strip()],
-        "tables": view.tables, "verdict": view.verdict,
-        "notes": view.notes + ([] if reference is not None or not spec.get("reference") else [f"no published table {reference_name}.csv was given to the report"]),
+        "tables": view.tables, "verdict": view.verdict, "notes": view.notes,
         "svg": inline_svg(svg_text(view.figure, salt=f"{name}-view")) if view.figure is not None else None,
     }
 

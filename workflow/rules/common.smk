@@ -80,6 +80,7 @@ def reference_tables(experiments):
     for name, spec in experiments.items():
         if not spec.get("view"):
             continue
+        # As feedbench.views.reference_name, not imported: pandas and matplotlib would slow every parse of the Snakefile.
         path = os.path.join(REFERENCES_DIR, f"{spec.get('reference') or spec['view']}.csv")
         if os.path.exists(path):
             paths.add(path)

@@ -64,6 +64,11 @@ def builder(name: str) -> Builder:
     return importlib.import_module(f"{__name__}.{name}").build
 
 
+def reference_name(spec: dict) -> str:
+    """The published table an experiment's view shows: its `reference`, else the view's own name."""
+    return spec.get("reference") or spec["view"]
+
+
 def read_reference(path: str) -> pd.DataFrame:
     """A published table (report/references/<name>.csv); lines starting with # are comments."""
     return pd.read_csv(path, comment="#")
@@ -128,6 +133,6 @@ def cpu_only(rows: pd.DataFrame) -> bool:
 def common_notes(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict, name: str) -> list[str]:
     """Notes a view owes its reader when nothing was measured or no published table was given."""
     notes = [] if not measured(rows).empty else ["No cell of this experiment measured anything: the measured tables are empty."]
-    if reference is None and not spec.get("reference"):  # when the spec names one, the report itself says it is missing
-        notes.append(f"No published table (report/references/{name}.csv) was given to the report: only measured numbers are shown.")
+    if reference is None:
+        notes.append(f"No published table (report/references/{spec.get('reference') or name}.csv) was given to the report: only measured numbers are shown.")
     return notes
