@@ -136,6 +136,12 @@ BAD = {
                               "bad config: experiments: name '../w' is not fit for a path; allowed: letters, digits, _ and - (not first)"),
     "missing data_dir": ({"experiments": {"w": {"base": {"dataset": "images", "data_dir": "no/such/folder"}}}},
                          "bad config: experiments.w.base.data_dir: value 'no/such/folder' does not exist; allowed: an existing folder"),
+    "unknown published table": ({"experiments": {"w": {"view": "prefetch", "reference": "nosuch", "base": {}}}},
+                                "bad config: experiments.w.reference: no table "),
+    "unknown size": ({"size": "medium", "experiments": {"w": {"base": {}}}},
+                     "bad config: size: value 'medium' is not allowed; allowed: full, small"),
+    "unknown key in small": ({"small": {"experimants": {}}, "experiments": {"w": {"base": {}}}},
+                             "bad config: small: value 'experimants' is not allowed; allowed: defaults, images, retry_failed, experiments"),
 }
 
 
