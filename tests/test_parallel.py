@@ -72,11 +72,19 @@ def _start(out, *knobs):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def _cmdline(process: psutil.Process) -> list[str]:
+    """Its command line, or [] for a process that exited since it was listed (torchrun starts short-lived helpers)."""
+    try:
+        return process.cmdline()
+    except psutil.NoSuchProcess:
+        return []
+
+
 def _ranks(launcher: psutil.Process, count: int) -> list[psutil.Process]:
     """The rank processes (feedbench run --as-rank) under the launcher, once they are all up and measuring."""
     deadline = time.time() + 120
     while time.time() < deadline:
-        ranks = [p for p in launcher.children(recursive=True) if "--as-rank" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+        ranks = [p for p in launcher.children(recursive=True) if "--as-rank" in (line := _cmdline(p)) and "torch.distributed.run" not in line]
         if len(ranks) == count:
             time.sleep(4)  # past start-up and warm-up
             return sorted(ranks, key=lambda p: int(p.environ().get("RANK", -1)))
