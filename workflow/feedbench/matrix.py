@@ -51,8 +51,8 @@ class Cell:
     baseline: bool = False
 
     def labelled(self, repeat: int) -> dict[str, Any]:
-        """The knobs plus the labels the harness copies into its result."""
-        return {**self.knobs, "experiment": self.experiment, "cell": self.id, "repeat": repeat}
+        """The knobs plus the labels the harness copies into its result (the baseline travels to the summary this way)."""
+        return {**self.knobs, "experiment": self.experiment, "cell": self.id, "repeat": repeat, "baseline": self.baseline}
 
 
 def format_value(value: Any) -> str:
