@@ -83,3 +83,17 @@ def test_anonymize_withholds_the_host_and_every_absolute_path(real_matrix, confi
     text = html.split("<main", 1)[1]
     assert not [line for line in text.splitlines() if "/work/" in line or "/home/" in line or "/tmp/" in line]
     assert read_summary(os.path.join(tmp_path, "summary.csv"))["host"].notna().all()  # the summary itself keeps what was measured
+
+
+def test_the_config_key_defaults_to_false_and_refuses_other_values():
+    from snakemake.utils import validate
+
+    from feedbench.matrix import schema_error
+
+    schema = os.path.join(os.path.dirname(__file__), "..", "config", "schema.yaml")
+    config = {"experiments": {"e": {}}}
+    validate(config, schema)
+    assert config["report"] == {"anonymize": False}
+    with pytest.raises(Exception) as raised:
+        validate({"experiments": {"e": {}}, "report": {"anonymize": "yes"}}, schema)
+    assert schema_error(raised.value.__context__) == "report.anonymize: value 'yes' has the wrong type; allowed: true or false"
