@@ -37,7 +37,8 @@ def test_the_parser_would_refuse_the_title():
 @pytest.mark.parametrize("kind", ["line", "bar", "phases", "heatmap"])
 def test_every_kind_of_plot_draws_user_text_literally(summary, tmp_path, kind):
     # Crafted: a column whose values carry math as the hue, so it reaches tick labels, legends and heatmap rows.
-    rows = summary[summary["experiment"] == "train"].assign(label=lambda r: r["sample_delay_ms"].map({0.0: "$x^2$", 0.5: MATH}))
+    rows = summary[summary["experiment"] == "train"]
+    rows = rows.assign(label=rows["sample_delay_ms"].map({0.0: "$x^2$", 0.5: MATH}))
     spec = {"x": "hidden_layers", "y": "samples_per_s", "hue": "label", "kind": kind, "title": MATH}
     svg = os.path.join(tmp_path, f"{kind}.svg")
     plot_experiment(rows, "train", spec, svg, title=f"{MATH} ($1 per sample)")

@@ -144,4 +144,5 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
     for name in ("loader", "train", "transfer", "broken"):
         assert f'id="exp-{name}"' in text
     # The baseline comes with the results (their `baseline` label), not from the config.
-    assert "no baseline" not in text and re.search(r"baseline (hidden_layers=1, sample_delay_ms=0|sample_delay_ms=0, hidden_layers=1):", text)
+    assert "no baseline" not in text
+    assert re.search(r"baseline (hidden_layers=1, sample_delay_ms=0|sample_delay_ms=0, hidden_layers=1):", text)

@@ -167,13 +167,15 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     steps = [interval(group["step_ms_median"]) for _, group in cells]
     ax.errorbar(range(len(cells)), [s.median for s in steps], marker="_", markersize=18, color="black", linestyle="none", capsize=3, label="step (median)",
                 yerr=[[max(s.median - s.low, 0) if s.low is not None else 0 for s in steps], [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps]])
-    ax.set_xticks(range(len(cells)), [plain("\n".join(f"{k}={v}" for k, v in zip(order, values))) for values, _ in cells], fontsize="small")
+    labels = [plain("\n".join(f"{k}={v}" for k, v in zip(order, values))) for values, _ in cells]
+    ax.set_xticks(range(len(cells)), labels, fontsize="small")
     ax.set_ylabel("median time per step [ms]")
     ax.set_ylim(bottom=0)
 
 
 def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> None:
-    stats = stats.assign(_row=[_label(keys, tuple(r)) or plain(y) for r in stats[keys].itertuples(index=False)] if keys else plain(y))
+    rows = [_label(keys, tuple(r)) or plain(y) for r in stats[keys].itertuples(index=False)] if keys else plain(y)
+    stats = stats.assign(_row=rows)
     grid = stats.pivot_table(index="_row", columns=x, values="median", aggfunc="first", sort=False)
     grid = grid.reindex(columns=_ordered(grid.columns))
     values = grid.to_numpy(dtype=float)
@@ -224,7 +226,8 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
         ax.set_ylim(bottom=0)
     if kind != "heatmap" and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
-    ax.set_title(plain(spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}")), fontsize="medium")
+    title = spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}")
+    ax.set_title(plain(title), fontsize="medium")
     ax.grid(axis="y", alpha=0.3)
 
 

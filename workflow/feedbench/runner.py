@@ -125,13 +125,15 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
         any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        result.update(error={"type": "KnobError", "message": str(error)}, provenance=machine_facts(any_device), started_at=started, finished_at=now())
+        result.update(error={"type": "KnobError", "message": str(error)}, provenance=machine_facts(any_device),
+                      started_at=started, finished_at=now())
         write_result(out_dir, result)
         limit.cancel()
         print(f"feedbench: error: {error}", file=sys.stderr)
         return 2
     device = rank_device(cell.device, world) if world.distributed else torch.device(cell.device)
-    result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device))
+    result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing},
+                  provenance=machine_facts(device))
     if world.rank == 0:
         for note in notes:
             print(f"feedbench: note: {note}", file=sys.stderr)

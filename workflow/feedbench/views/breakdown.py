@@ -71,7 +71,8 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
             height = part[column].astype(float).fillna(0.0)
             ax.bar(range(len(part)), height, bottom=bottom, color=colour, label=label)
             bottom = bottom + height
-        labels = [plain("\n".join([f"pin={str(r['pin_memory']).lower()}", f"nb={str(r['non_blocking']).lower()}", *(f"{k}={r[k]}" for k in others)]))
+        labels = [plain("\n".join([f"pin={str(r['pin_memory']).lower()}", f"nb={str(r['non_blocking']).lower()}",
+                                   *(f"{k}={r[k]}" for k in others)]))
                   for r in part.to_dict("records")]
         ax.set_xticks(range(len(part)), labels, fontsize="small")
         ax.set_title(f"{timing}: {TIMINGS.get(timing, '')}", fontsize="medium")
@@ -95,7 +96,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         said = reference.assign(pin_memory=[_flag(v) for v in reference["pin_memory"]], non_blocking=[_flag(v) for v in reference["non_blocking"]],
                                 explanation=reference["item"].map(EXPLAIN).where(~reference["item"].duplicated()))
         pooled = f" (median over {', '.join(others)})" if others else ""
-        at = table.groupby(KEYS)[list(PARTS)].median()  # our number for the statement's case, at its timing and with CUDA events
+        # Our number for the statement's case, at its timing and with CUDA events.
+        at = table.groupby(KEYS)[list(PARTS)].median()
         said["measured at this timing [ms]"] = [at[f"{p}_ms"].get((t, pin, nb)) if f"{p}_ms" in at else None
                                                for t, pin, nb, p in said[[*KEYS, "phase"]].itertuples(index=False)]
         said["measured with events [ms]"] = [at[f"{p}_ms"].get(("events", pin, nb)) if f"{p}_ms" in at else None
