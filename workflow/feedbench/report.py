@@ -143,7 +143,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
                "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False}
     if rows.empty:
         return context
-    # A declared experiment without a matrix has one cell, its own baseline; an undeclared one has no known baseline.
+    # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
     found = verdict.summarize_experiment(rows, (spec or {}).get("matrix"))
     best, base = found["best"], found["baseline"]
     context.update(
