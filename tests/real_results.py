@@ -60,12 +60,19 @@ def cells(experiments: dict) -> list[tuple[str, str, dict]]:
 
 
 def run_matrix(root: str, experiments: dict = EXPERIMENTS, repeats: int = 2) -> list[str]:
-    """Run every cell `repeats` times under root/cells; return the result.json paths."""
+    """Run every cell `repeats` times under root/cells; return the result.json paths.
+
+    Labelled as the workflow labels them: an experiment's first cell (the first level of every axis) is its baseline.
+    """
     paths = []
+    seen = set()
     for experiment, cell, knobs in cells(experiments):
+        baseline = experiment not in seen
+        seen.add(experiment)
         for repeat in range(repeats):
             out = os.path.join(root, "cells", experiment, cell, f"rep{repeat}")
-            run({**knobs, "experiment": experiment, "cell": cell, "repeat": repeat, "seed": repeat}, out)
+            labels = {"experiment": experiment, "cell": cell, "repeat": repeat, "baseline": baseline}
+            run({**knobs, **labels, "seed": repeat}, out)
             paths.append(os.path.join(out, "result.json"))
     return paths
 
@@ -78,7 +85,8 @@ def run_failing_cell(root: str, experiment: str = "broken", cell: str = "dataset
     with open(victim, "r+b") as f:
         f.truncate(100)
     out = os.path.join(root, "cells", experiment, cell, "rep0")
-    run({"experiment": experiment, "cell": cell, "repeat": 0, "dataset": "images", "data_dir": images, "model": "resnet18",
+    run({"experiment": experiment, "cell": cell, "repeat": 0, "baseline": True,
+         "dataset": "images", "data_dir": images, "model": "resnet18",
          "image_size": 32, "batch_size": 4, "steps": 4, "warmup_steps": 0, "shuffle": False}, out)
     return os.path.join(out, "result.json")
 

@@ -143,4 +143,6 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
     text = html.read_text()
     for name in ("loader", "train", "transfer", "broken"):
         assert f'id="exp-{name}"' in text
-    assert "no baseline" in text
+    # The baseline comes with the results (their `baseline` label), not from the config.
+    assert "no baseline" not in text
+    assert re.search(r"baseline (hidden_layers=1, sample_delay_ms=0|sample_delay_ms=0, hidden_layers=1):", text)

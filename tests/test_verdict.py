@@ -66,15 +66,22 @@ def test_a_slow_sample_makes_a_real_training_cell_data_bound(summary):
     assert set(cell_table(summary[summary["experiment"] == "loader"])["bound"]) == {"ceiling"}
 
 
-def test_baseline_is_the_first_level_of_every_axis_as_requested(summary):
+def test_baseline_is_the_cell_labelled_so(summary):
     loader = summary[summary["experiment"] == "loader"]
-    # On a CPU both num_workers-0 cells ran unpinned: only the requested knobs tell them apart.
-    assert baseline_cell(loader, EXPERIMENTS["loader"]["matrix"]) == "num_workers-0_pin_memory-false"
-    assert baseline_cell(loader, {"num_workers": [1], "pin_memory": [True]}) == "num_workers-1_pin_memory-true"
-    assert baseline_cell(loader, {"num_workers": [7]}) is None
-    assert baseline_cell(loader, None) is None
+    # On a CPU both num_workers-0 cells ran unpinned: the label, not the knobs as they ran, names the baseline.
+    assert baseline_cell(loader) == "num_workers-0_pin_memory-false"
+    assert set(loader.loc[loader["baseline"], "cell"]) == {"num_workers-0_pin_memory-false"}
     train = summary[summary["experiment"] == "train"]
-    assert baseline_cell(train, EXPERIMENTS["train"]["matrix"]) == "hidden_layers-1_sample_delay_ms-0.0"
+    assert baseline_cell(train) == "hidden_layers-1_sample_delay_ms-0.0"
+
+
+def test_results_without_the_label_have_no_baseline_and_say_why(summary):
+    """Results written before cells carried `baseline` aggregate, with the column empty: no speedup, and a note."""
+    rows = summary[summary["experiment"] == "train"].assign(baseline=None)
+    found = summarize_experiment(rows, EXPERIMENTS["train"]["matrix"])
+    assert baseline_cell(rows) is None and found["baseline"] is None and found["speedup"] is None
+    assert "written before" in found["note"] and found["best"] is not None
+    assert baseline_cell(rows.drop(columns="baseline")) is None
 
 
 def test_best_cell_and_speedup_agree_with_pandas(summary):
@@ -107,12 +114,12 @@ def test_failed_experiment_and_failed_baseline_say_so(summary):
     assert found["best"] is not None
 
 
-def test_values_read_back_from_csv_still_match_config_levels(summary, tmp_path):
+def test_the_baseline_label_survives_the_csv(summary, tmp_path):
     path = tmp_path / "s.csv"
     summary.to_csv(path, index=False)
     again = pd.read_csv(path)
-    assert baseline_cell(again[again["experiment"] == "loader"], {"num_workers": [0], "pin_memory": [False]}) == "num_workers-0_pin_memory-false"
-    assert baseline_cell(again[again["experiment"] == "train"], {"sample_delay_ms": [0.5], "hidden_layers": [4]}) == "hidden_layers-4_sample_delay_ms-0.5"
+    assert baseline_cell(again[again["experiment"] == "loader"]) == "num_workers-0_pin_memory-false"
+    assert baseline_cell(again[again["experiment"] == "train"]) == "hidden_layers-1_sample_delay_ms-0.0"
 
 
 def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
@@ -129,7 +136,8 @@ def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
         subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=mlp", "--set", "input_size=32",
                         "--set", "width=32", "--set", "batch_size=8", "--set", "steps=5", "--set", "warmup_steps=1",
                         "--set", "parallel=ddp", "--set", f"gpus_per_node={gpus}", "--set", "experiment=scaling",
-                        "--set", f"cell=gpus_per_node-{gpus}", "--set", "repeat=1"], check=True, capture_output=True, timeout=300)
+                        "--set", f"cell=gpus_per_node-{gpus}", "--set", "repeat=1", "--set", f"baseline={gpus == 1}"],
+                       check=True, capture_output=True, timeout=300)
         paths.append(str(out / "result.json"))
     verdict = summarize_experiment(load_results(paths), {"gpus_per_node": [1, 2]})
     cells = verdict["cells"].set_index("cell")

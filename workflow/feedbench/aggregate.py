@@ -14,16 +14,22 @@ import pandas as pd
 
 from .knobs import KNOBS
 from .knobs import LABELS as CELL_LABELS
+from .metrics import PHASES
 from .result import atomic_write
 
-LABELS = ["experiment", "cell", "repeat"]
+# A row's place: experiment, cell, repeat (its sort order), and whether the cell is its experiment's baseline.
+LABELS = ["experiment", "cell", "repeat", "baseline"]
+ORDER = ["experiment", "cell", "repeat"]
 STATUS = ["status", "error_type", "error_message", "adjustments"]
-PHASES = ["wait", "h2d", "fwd", "bwd", "opt", "gpu_idle"]
-PROVENANCE = ["host", "gpu"]
+PROVENANCE_COLUMNS = ["host", "gpu"]
 
 
 def _labels(result: dict, path: str) -> dict:
-    """experiment, cell, repeat from the cell's labels, else from results/cells/<experiment>/<cell>/rep<k>/result.json."""
+    """The cell's labels, else experiment, cell, repeat from results/cells/<experiment>/<cell>/rep<k>/result.json.
+
+    `baseline` is True or False as feedbench.matrix marked the cell; a result written before cells carried
+    the label leaves it empty (unknown): the verdict then names no baseline and says why.
+    """
     parts = os.path.normpath(path).split(os.sep)
     from_path = {}
     if len(parts) >= 4 and parts[-1] == "result.json" and parts[-2].startswith("rep") and parts[-2][3:].isdigit():
@@ -34,6 +40,8 @@ def _labels(result: dict, path: str) -> dict:
         if value is None:
             value = (result.get("requested") or {}).get(name)
         labels[name] = value if value is not None else from_path.get(name)
+    if labels["baseline"] is not None:
+        labels["baseline"] = labels["baseline"] is True
     return labels
 
 
@@ -97,7 +105,7 @@ def result_row(result: dict, path: str) -> dict:
         "adjustments": "; ".join(result.get("adjustments") or []) or None,
         **_knobs(result),
         **_metrics(result),
-        **{name: provenance.get(name) for name in PROVENANCE},
+        **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
         "requested": json.dumps({k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS}, sort_keys=True, default=str),
         "result": path,
@@ -120,7 +128,7 @@ def load_results(paths: list[str]) -> pd.DataFrame:
         rows.append(result_row(result, str(path)))
     # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
     frame = pd.DataFrame(rows, columns=None if rows else [*LABELS, *STATUS, *KNOBS])
-    return frame.sort_values(LABELS, kind="stable", na_position="last").reset_index(drop=True)
+    return frame.sort_values(ORDER, kind="stable", na_position="last").reset_index(drop=True)
 
 
 def write_summary(frame: pd.DataFrame, path: str) -> None:

@@ -22,12 +22,14 @@ from torch.nn.parallel import DistributedDataParallel
 from .cache import prepare as prepare_page_cache
 from .data import build_dataset, build_loader
 from .distributed import World
+from .metrics import CLOCKED_PHASES
 from .models import build_model, loss_function
 from .prefetch import StreamPrefetcher, batch_bytes, to_device
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
 
-PHASES = {"train": ("h2d", "fwd", "bwd", "opt"), "compute": ("fwd", "bwd", "opt"), "loader": ()}
+# The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
+PHASES_OF = {"train": CLOCKED_PHASES, "compute": CLOCKED_PHASES[1:], "loader": ()}
 
 
 @dataclass
@@ -145,7 +147,7 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
         resident = to_device(first, device, non_blocking=False)
         m.time_to_first_batch_s = time.perf_counter() - start
 
-    phases = PHASES[cell.scenario]
+    phases = PHASES_OF[cell.scenario]
     warm = PhaseClock("naive", device, phases)
     m.clock = PhaseClock(cell.timing, device, phases)
     for i in range(cell.warmup_steps + steps):
@@ -201,7 +203,7 @@ def _comm_probe(cell, device, model, batches, prefetch, resident, train_step) ->
     if resident is None:
         item = next(batches)
         resident = item[1] if prefetch else to_device(item, device, non_blocking=False)
-    null = PhaseClock("naive", device, PHASES["compute"])
+    null = PhaseClock("naive", device, PHASES_OF["compute"])
 
     def timed(no_sync: bool) -> float:
         times = []
@@ -226,7 +228,7 @@ def _profile(cell, device, batches, prefetch, train_step, out_dir, resident) -> 
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    null = PhaseClock("naive", device, PHASES[cell.scenario])
+    null = PhaseClock("naive", device, PHASES_OF[cell.scenario])
     with profile(activities=activities) as prof:
         for _ in range(cell.profile_steps):
             null.start_step()

@@ -138,8 +138,9 @@ KNOBS: dict[str, Knob] = {
 }
 
 # Keys a cell may carry that only name it (set by the workflow, unused by the harness):
-# where it belongs, and which attempt at it this is (see workflow/rules/common.smk).
-LABELS = ("experiment", "cell", "repeat", "attempt")
+# where it belongs, whether it is its experiment's baseline (feedbench.matrix marks it),
+# and which attempt at it this is (see workflow/rules/common.smk).
+LABELS = ("experiment", "cell", "repeat", "baseline", "attempt")
 
 
 def defaults() -> dict[str, Any]:

@@ -26,7 +26,7 @@ import yaml
 
 from .cell import cell_dict, world_size
 from .distributed import free_port
-from .provenance import provenance
+from .provenance import machine_facts
 from .result import failed_result, now, tail, write_result
 from .stop import SIGTERM_REASON, TimeLimit
 
@@ -171,7 +171,8 @@ def launch(raw: dict, cell, notes: list[str], out_dir: str, time_limit: float | 
     if result is None:  # rank 0 died before it could write
         reports = _rank_reports(out_dir)
         result = failed_result(raw, cell_dict(cell), notes)
-        result.update(provenance=reports[0]["provenance"] if reports else provenance(torch.device("cpu")), started_at=started, finished_at=now())
+        result.update(provenance=reports[0]["provenance"] if reports else machine_facts(torch.device("cpu")),
+                      started_at=started, finished_at=now())
     result["status"] = "failed"
     result["error"] = describe_failure(out_dir, world_size(cell), codes, first_node, names, terminated, logs)
     write_result(out_dir, result)

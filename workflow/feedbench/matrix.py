@@ -51,8 +51,9 @@ class Cell:
     baseline: bool = False
 
     def labelled(self, repeat: int) -> dict[str, Any]:
-        """The knobs plus the labels the harness copies into its result."""
-        return {**self.knobs, "experiment": self.experiment, "cell": self.id, "repeat": repeat}
+        """The knobs plus the labels the harness copies into its result (so the baseline reaches the summary)."""
+        labels = {"experiment": self.experiment, "cell": self.id, "repeat": repeat, "baseline": self.baseline}
+        return {**self.knobs, **labels}
 
 
 def format_value(value: Any) -> str:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import statistics
 
+# The phases of a step, in the order of a step: the one list the harness, the summary, the plots and the views use.
+# wait is the host blocked on the loader; h2d, fwd, bwd, opt are marked by the PhaseClock; gpu_idle is derived
+# between steps (events mode).
+PHASES = ("wait", "h2d", "fwd", "bwd", "opt", "gpu_idle")
+CLOCKED_PHASES = PHASES[1:5]
+
 
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)

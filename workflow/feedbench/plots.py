@@ -14,6 +14,10 @@ Transfer experiments (every cell scenario=transfer) are plotted from the
 per-size columns: GB/s against copy size, one line per pinning (and cell),
 whatever x and y their spec names (say x: size_bytes, y: gb_per_s, hue: pinned).
 
+User text (titles, column names, knob values in ticks, legends and series labels) goes through `plain`: a `$`
+would otherwise start matplotlib's math parser, and a title like `Rate $\\nope$` would stop the plot rule.
+`plain_text()` keeps TeX off (`text.usetex`) while a figure is built and saved, whatever the user's matplotlibrc.
+
 Figures are built with matplotlib's object API (no pyplot state) and saved
 with text as SVG <text> (escaped by matplotlib, no font files) and a hash salt
 per experiment, so element ids differ between the SVGs of one report and the
@@ -22,6 +26,7 @@ output is the same from run to run.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -30,11 +35,11 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .metrics import PHASES
 from .result import atomic_write
-from .verdict import natural_order, interval, varying_knobs
+from .verdict import interval, natural_order, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
-PHASES = ("wait", "h2d", "fwd", "bwd", "opt", "gpu_idle")
 PHASE_COLOURS = {"wait": "#d62728", "h2d": "#ff7f0e", "fwd": "#1f77b4", "bwd": "#2ca02c", "opt": "#9467bd", "gpu_idle": "#7f7f7f"}
 TRANSFER_COLUMN = re.compile(r"transfer_gb_per_s_(pinned|pageable)_(\d+)$")
 
@@ -51,12 +56,28 @@ UNITS = [  # (pattern of a column name, axis label); the first match wins
 ]
 
 
+def plain(text) -> str:
+    """User text as matplotlib shows it literally: every `$` escaped, so no math parsing starts.
+
+    Escaping, not Text(parse_math=False): tick labels and legend entries are made at draw time, where a
+    property set on today's Text objects does not reach, while our own number formatters still need math text.
+    """
+    return str(text).replace("$", r"\$")
+
+
+@contextlib.contextmanager
+def plain_text():
+    """Build or save figures with TeX off: a user's matplotlibrc with text.usetex would run LaTeX on knob values."""
+    with matplotlib.rc_context({"text.usetex": False}):
+        yield
+
+
 def axis_label(column: str) -> str:
-    """'samples_per_s' -> 'samples per s [samples/s]': the name and its unit."""
+    """'samples_per_s' -> 'samples per s [samples/s]': the name and its unit (plain text)."""
     for pattern, unit in UNITS:
         if re.search(pattern, column):
-            return f"{column.replace('_', ' ')} [{unit}]"
-    return column.replace("_", " ")
+            return plain(f"{column.replace('_', ' ')} [{unit}]")
+    return plain(column.replace("_", " "))
 
 
 def transfer_long(rows: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +128,7 @@ def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
 
 def _label(keys: list[str], values) -> str:
     values = values if isinstance(values, tuple) else (values,)
-    return ", ".join(f"{k}={v}" for k, v in zip(keys, values)) or None
+    return plain(", ".join(f"{k}={v}" for k, v in zip(keys, values))) or None
 
 
 def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: str) -> None:
@@ -125,7 +146,7 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
             offset = (i - (len(groups) - 1) / 2) * width
             ax.bar(group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=_label(keys, values))
     if not numeric:
-        ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+        ax.set_xticks(range(len(xs)), [plain(v) for v in xs])
     elif len(xs) <= 12:
         ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
     if x == "size_bytes":
@@ -146,18 +167,20 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     steps = [interval(group["step_ms_median"]) for _, group in cells]
     ax.errorbar(range(len(cells)), [s.median for s in steps], marker="_", markersize=18, color="black", linestyle="none", capsize=3, label="step (median)",
                 yerr=[[max(s.median - s.low, 0) if s.low is not None else 0 for s in steps], [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps]])
-    ax.set_xticks(range(len(cells)), ["\n".join(f"{k}={v}" for k, v in zip(order, values)) for values, _ in cells], fontsize="small")
+    labels = [plain("\n".join(f"{k}={v}" for k, v in zip(order, values))) for values, _ in cells]
+    ax.set_xticks(range(len(cells)), labels, fontsize="small")
     ax.set_ylabel("median time per step [ms]")
     ax.set_ylim(bottom=0)
 
 
 def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> None:
-    stats = stats.assign(_row=[_label(keys, tuple(r)) or y for r in stats[keys].itertuples(index=False)] if keys else y)
+    rows = [_label(keys, tuple(r)) or plain(y) for r in stats[keys].itertuples(index=False)] if keys else plain(y)
+    stats = stats.assign(_row=rows)
     grid = stats.pivot_table(index="_row", columns=x, values="median", aggfunc="first", sort=False)
     grid = grid.reindex(columns=_ordered(grid.columns))
     values = grid.to_numpy(dtype=float)
     image = ax.imshow(values, aspect="auto", cmap="viridis")
-    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    ax.set_xticks(range(grid.shape[1]), [plain(c) for c in grid.columns])
     ax.set_yticks(range(grid.shape[0]), list(grid.index))
     for (i, j), value in pd.DataFrame(values).stack().items():
         light = image.norm(value) > 0.5  # viridis is light at the top: dark text there
@@ -189,7 +212,7 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
     elif stats is not None and stats.empty:
         why = f"no value of {y} in this experiment"
     if why:
-        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, plain(why), ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return
     if kind == "phases":
@@ -203,25 +226,27 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
         ax.set_ylim(bottom=0)
     if kind != "heatmap" and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
-    ax.set_title(spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}"), fontsize="medium")
+    title = spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}")
+    ax.set_title(plain(title), fontsize="medium")
     ax.grid(axis="y", alpha=0.3)
 
 
 def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figure:
     """A figure with one axes per spec, titled with the experiment's title."""
     specs = spec if isinstance(spec, list) else [spec]
-    fig = Figure(figsize=(7.5, 3.8 * len(specs)), layout="constrained")
-    for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False)[:, 0], specs):
-        draw(ax, rows, one)
-    if title:
-        fig.suptitle(title)
+    with plain_text():
+        fig = Figure(figsize=(7.5, 3.8 * len(specs)), layout="constrained")
+        for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False)[:, 0], specs):
+            draw(ax, rows, one)
+        if title:
+            fig.suptitle(plain(title))
     return fig
 
 
 def svg_text(fig: Figure, salt: str) -> str:
     """The figure as SVG text: text stays text, ids are salted (unique within a page), no date (same output run to run)."""
     buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "text.usetex": False}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     return buffer.getvalue()
 

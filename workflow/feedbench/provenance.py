@@ -52,7 +52,8 @@ def _gpu(device: torch.device) -> dict:
     return info
 
 
-def provenance(device: torch.device) -> dict:
+def machine_facts(device: torch.device) -> dict:
+    """This machine and its software for one result's `provenance` (the allow-list above; the report reads it back)."""
     import torchvision
 
     from . import __version__

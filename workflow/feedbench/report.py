@@ -23,15 +23,15 @@ import pandas as pd
 import yaml
 from markupsafe import Markup
 
-from . import verdict as analysis
-from . import views
-from .plots import svg_text
+from . import verdict, views
+from .disclosure import Disclosure
+from .plots import plain_text, svg_text
 from .result import atomic_write
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "report", "templates")
 
 # What the report says about where results came from: an allow-list, never the whole environment.
-PROVENANCE = ["host", "os", "cpu", "cpu_count", "ram_gb", "gpu", "gpu_count", "driver", "cuda", "cudnn",
+PROVENANCE_FIELDS = ["host", "os", "cpu", "cpu_count", "ram_gb", "gpu", "gpu_count", "driver", "cuda", "cudnn",
               "torch", "torchvision", "python", "feedbench", "git_commit", "slurm_job_id"]
 ERROR_LINES = 8
 
@@ -97,9 +97,10 @@ def _error_tail(path: str | None, fallback: str | None) -> str:
     return "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
 
 
-def provenance(paths: list[str]) -> dict[str, list[str]]:
-    """Each allow-listed field with the distinct values the results report (several hosts show as several values)."""
-    values: dict[str, set] = {name: set() for name in PROVENANCE}
+def provenance_table(paths: list[str], withheld: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Each allow-listed field (less `withheld`) with the distinct values the results report (several hosts show as
+    several values), then the Snakemake version and when the cells ran."""
+    values: dict[str, set] = {name: set() for name in PROVENANCE_FIELDS if name not in withheld}
     span = []
     for path in paths:
         try:
@@ -107,7 +108,7 @@ def provenance(paths: list[str]) -> dict[str, list[str]]:
                 result = json.load(f)
         except (OSError, ValueError):
             continue
-        for name in PROVENANCE:
+        for name in values:
             value = (result.get("provenance") or {}).get(name)
             if value is not None:
                 values[name].add(str(value))
@@ -142,8 +143,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
                "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False}
     if rows.empty:
         return context
-    # A declared experiment without a matrix has one cell, its own baseline; an undeclared one has no known baseline.
-    found = analysis.summarize_experiment(rows, spec.get("matrix") or {} if spec else None)
+    # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
+    found = verdict.summarize_experiment(rows, (spec or {}).get("matrix"))
     best, base = found["best"], found["baseline"]
     context.update(
         cells=_records(found["cells"]), metric=found["metric"], unit=unit(found["metric"]), knobs=found["knobs"],
@@ -169,7 +170,8 @@ def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, 
         return None
     name_of_table = views.reference_name(spec)
     reference = views.read_reference(references[name_of_table]) if name_of_table in references else None
-    view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
+    with plain_text():  # user strings in the view's figure are text, never matplotlib math
+        view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
     return {
         "name": view.name, "paragraphs": [p.strip() for p in view.text.strip().split("\n\n") if p.strip()],
         "tables": view.tables, "verdict": view.verdict, "notes": view.notes,
@@ -179,7 +181,14 @@ def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, 
 
 def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: dict, config_hash: str,
           references: list[str] = ()) -> dict:
-    """The template's context: verdicts, sections, study views, failures and provenance."""
+    """The template's context: verdicts, sections, study views, failures and provenance.
+
+    With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
+    provenance names no host; `disclosure` then shortens every string at render time (feedbench.disclosure).
+    """
+    disclosure = Disclosure.of(config, hosts=summary["host"] if "host" in summary else ())
+    if disclosure.anonymize and "host" in summary:
+        summary = summary.assign(host=None)
     figures = {os.path.splitext(os.path.basename(p))[0]: p for p in svgs}
     tables = {os.path.splitext(os.path.basename(p))[0]: p for p in references}
     experiments = []
@@ -201,22 +210,25 @@ def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: di
         "failures": failures,
         "counts": {"rows": len(summary), "ok": int((summary["status"] == "ok").sum()), "failed": len(failed),
                    "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0]},
-        "provenance": provenance(results),
+        "provenance": provenance_table(results, withheld=("host",) if disclosure.anonymize else ()),
+        "anonymized": disclosure.anonymize,
+        "disclosure": disclosure,
         "config_hash": config_hash,
         "config_yaml": yaml.safe_dump(config or {}, sort_keys=False, default_flow_style=None),
-        "rule": {"stall_pct": analysis.DATA_STALL_PCT, "transfer_pct": 100 * analysis.TRANSFER_SHARE},
+        "rule": {"stall_pct": verdict.DATA_STALL_PCT, "transfer_pct": 100 * verdict.TRANSFER_SHARE},
     }
 
 
-def environment(templates: str = TEMPLATES) -> jinja2.Environment:
+def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None) -> jinja2.Environment:
+    """Autoescaping, strict Jinja; every printed string goes through `disclosure` (paths shortened, hosts withheld)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+                             trim_blocks=True, lstrip_blocks=True, finalize=(disclosure or Disclosure()).finalize)
     env.filters["num"] = fmt
     return env
 
 
 def render(context: dict, templates: str = TEMPLATES) -> str:
-    return environment(templates).get_template("report.html.j2").render(**context)
+    return environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
 
 
 def write_report(summary_csv: str, svgs: list[str], results: list[str], config: dict, config_hash: str, html: str,

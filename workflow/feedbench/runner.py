@@ -21,7 +21,7 @@ from .harness import Measurement, cuda_init, measure
 from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
-from .provenance import provenance
+from .provenance import machine_facts
 from .result import failed_result, now, step_rows, tail, write_result, write_rows
 from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
 from .transfer import probe
@@ -89,7 +89,7 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
     result = failed_result(raw)
     result.update(
         error={"type": "Killed" if signal_name else "Crashed", "message": f"the harness exited with code {exit_code}{signal_name} without writing a result", "traceback": tail(log)[-4000:]},
-        provenance=provenance(torch.device("cpu")), started_at=now(), finished_at=now(),
+        provenance=machine_facts(torch.device("cpu")), started_at=now(), finished_at=now(),
     )
     write_result(out_dir, result)
 
@@ -125,13 +125,15 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
         any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        result.update(error={"type": "KnobError", "message": str(error)}, provenance=provenance(any_device), started_at=started, finished_at=now())
+        result.update(error={"type": "KnobError", "message": str(error)}, provenance=machine_facts(any_device),
+                      started_at=started, finished_at=now())
         write_result(out_dir, result)
         limit.cancel()
         print(f"feedbench: error: {error}", file=sys.stderr)
         return 2
     device = rank_device(cell.device, world) if world.distributed else torch.device(cell.device)
-    result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=provenance(device))
+    result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing},
+                  provenance=machine_facts(device))
     if world.rank == 0:
         for note in notes:
             print(f"feedbench: note: {note}", file=sys.stderr)

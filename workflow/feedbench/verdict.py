@@ -23,7 +23,6 @@ Bound classification (of a `train` cell, from the medians over its repeats)
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -111,39 +110,26 @@ def varying_knobs(rows: pd.DataFrame, first: list[str] | tuple = ()) -> list[str
     return [k for k in order if k in per_cell and k != "seed" and per_cell[k].astype(str).nunique() > 1]
 
 
-def _norm(value) -> str:
-    """One spelling per value, so config levels match values read back from the CSV (True == 'True' == true, 4 == 4.0)."""
-    if isinstance(value, list):
-        return json.dumps(value)
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        return str(bool(value)).lower()
-    try:
-        return repr(float(value))
-    except (TypeError, ValueError):
-        return str(value).strip().lower()
+def _labelled_true(value) -> bool:
+    """True for a baseline label as written (True) or read back from the CSV (numpy's True, 'True')."""
+    return str(value).lower() == "true"
 
 
-def baseline_cell(rows: pd.DataFrame, matrix: dict | None) -> str | None:
-    """The cell whose knobs take the first level of every matrix axis (None when there is no such cell or no matrix known).
-
-    Knobs are compared as requested, not as ran: on a CPU a pin_memory=true
-    cell runs unpinned, yet it is not the baseline.
-    """
-    if matrix is None:
+def baseline_cell(rows: pd.DataFrame) -> str | None:
+    """The cell labelled as its experiment's baseline (feedbench.matrix marks it; the label travels through
+    cell.yaml and result.json to the summary's `baseline` column). None when no row carries the label."""
+    if "baseline" not in rows:
         return None
-    if not matrix:  # no axes: the experiment's only cell is its baseline
-        cells = rows["cell"].unique()
-        return cells[0] if len(cells) == 1 else None
-    requested = rows["requested"].map(json.loads) if "requested" in rows else pd.Series([{}] * len(rows), index=rows.index)
-    match = pd.Series(True, index=rows.index)
-    for axis, levels in matrix.items():
-        if not levels or (axis not in rows and not requested.map(lambda r: axis in r).any()):
-            return None
-        as_ran = rows[axis] if axis in rows else pd.Series(None, index=rows.index)
-        values = [r[axis] if axis in r else v for r, v in zip(requested, as_ran)]
-        match &= pd.Series([_norm(v) for v in values], index=rows.index) == _norm(levels[0])
-    cells = rows.loc[match, "cell"].unique()
+    cells = rows.loc[rows["baseline"].map(_labelled_true), "cell"].unique()
     return cells[0] if len(cells) else None
+
+
+def _no_baseline(rows: pd.DataFrame) -> str:
+    """Why an experiment has no baseline: unlabelled results (written before the label existed) or none labelled."""
+    if "baseline" not in rows or rows["baseline"].isna().all():
+        return ("no baseline: these results do not say which cell is the baseline (they were written before results "
+                "carried the label); rerun them for speedups")
+    return "no baseline: no cell of this experiment is labelled as its baseline"
 
 
 def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame:
@@ -201,12 +187,15 @@ def natural_order(column: pd.Series) -> pd.Series:
     return numbers if numbers.notna().all() else column.astype(str)
 
 
-def summarize_experiment(rows: pd.DataFrame, matrix: dict | None) -> dict:
-    """The verdict of one experiment: its best cell, the speedup over the baseline, and what bounds the best cell."""
-    axes = list(matrix or {})
+def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) -> dict:
+    """The verdict of one experiment: its best cell, the speedup over the baseline, and what bounds the best cell.
+
+    `axes` (the experiment's matrix, or its axis names) only orders the knobs; the baseline is the labelled cell.
+    """
+    axes = list(axes or [])
     cells = cell_table(rows, axes)
     measured = cells[cells["median"].notna()]
-    base_id = baseline_cell(rows, matrix)
+    base_id = baseline_cell(rows)
     verdict = {"metric": objective(with_objectives(rows)), "knobs": varying_knobs(rows, axes), "cells": cells,
                "best": None, "baseline": None, "speedup": None, "clear": False, "note": None}
     if measured.empty:
@@ -216,7 +205,7 @@ def summarize_experiment(rows: pd.DataFrame, matrix: dict | None) -> dict:
     verdict["best"] = best.to_dict()
     base = cells[cells["cell"] == base_id]
     if base_id is None:
-        verdict["note"] = "no baseline: no cell takes the first level of every matrix axis"
+        verdict["note"] = _no_baseline(rows)
     elif base["median"].isna().all():
         verdict["note"] = f"no speedup: the baseline cell {base_id} did not finish"
     else:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..plots import PHASE_COLOURS, plain
 from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished
-from ..plots import PHASE_COLOURS
 
-PHASES = {"load_ms": ("load", PHASE_COLOURS["wait"]), "transfer_ms": ("transfer", PHASE_COLOURS["h2d"]),
+# The post's three parts of a batch, each the sum of our phases named in the module's TEXT.
+PARTS = {"load_ms": ("load", PHASE_COLOURS["wait"]), "transfer_ms": ("transfer", PHASE_COLOURS["h2d"]),
           "processing_ms": ("processing", PHASE_COLOURS["fwd"])}
 TIMINGS = {"events": "CUDA events, no host sync", "sync": "sync at each phase", "naive": "host clock, no sync"}
 KEYS = ["timing", "pin_memory", "non_blocking"]
@@ -54,7 +55,7 @@ def _phases(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
     rows = rows.assign(load_ms=numbers["wait_ms"], transfer_ms=numbers["h2d_ms"],
                        processing_ms=numbers["fwd_ms"] + numbers["bwd_ms"] + numbers["opt_ms"],
                        pin_memory=[_flag(v) for v in rows["pin_memory"]], non_blocking=[_flag(v) for v in rows["non_blocking"]])
-    table = median_by(rows, [*KEYS, *others], [*PHASES, "step_ms_median"])
+    table = median_by(rows, [*KEYS, *others], [*PARTS, "step_ms_median"])
     order = {t: i for i, t in enumerate(TIMINGS)}
     return table.sort_values("timing", key=lambda t: t.map(order), kind="stable", ignore_index=True)
 
@@ -66,18 +67,19 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
     for ax, timing in zip(axes, timings):
         part = table[table["timing"] == timing]
         bottom = pd.Series(0.0, index=part.index)
-        for column, (label, colour) in PHASES.items():
+        for column, (label, colour) in PARTS.items():
             height = part[column].astype(float).fillna(0.0)
             ax.bar(range(len(part)), height, bottom=bottom, color=colour, label=label)
             bottom = bottom + height
-        labels = ["\n".join([f"pin={str(r['pin_memory']).lower()}", f"nb={str(r['non_blocking']).lower()}", *(f"{k}={r[k]}" for k in others)])
+        labels = [plain("\n".join([f"pin={str(r['pin_memory']).lower()}", f"nb={str(r['non_blocking']).lower()}",
+                                   *(f"{k}={r[k]}" for k in others)]))
                   for r in part.to_dict("records")]
         ax.set_xticks(range(len(part)), labels, fontsize="small")
         ax.set_title(f"{timing}: {TIMINGS.get(timing, '')}", fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("median ms per step")
-    fig.suptitle(f"Measured on {here}", fontsize="medium")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(PHASES), fontsize="small")
+    fig.suptitle(plain(f"Measured on {here}"), fontsize="medium")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(PARTS), fontsize="small")
     return fig
 
 
@@ -94,7 +96,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         said = reference.assign(pin_memory=[_flag(v) for v in reference["pin_memory"]], non_blocking=[_flag(v) for v in reference["non_blocking"]],
                                 explanation=reference["item"].map(EXPLAIN).where(~reference["item"].duplicated()))
         pooled = f" (median over {', '.join(others)})" if others else ""
-        at = table.groupby(KEYS)[list(PHASES)].median()  # our number for the statement's case, at its timing and with CUDA events
+        # Our number for the statement's case, at its timing and with CUDA events.
+        at = table.groupby(KEYS)[list(PARTS)].median()
         said["measured at this timing [ms]"] = [at[f"{p}_ms"].get((t, pin, nb)) if f"{p}_ms" in at else None
                                                for t, pin, nb, p in said[[*KEYS, "phase"]].itertuples(index=False)]
         said["measured with events [ms]"] = [at[f"{p}_ms"].get(("events", pin, nb)) if f"{p}_ms" in at else None

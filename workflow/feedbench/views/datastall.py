@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..plots import plain
 from ..verdict import DATA_STALL_PCT
 from . import Table, View, hardware, measured, unfinished
 
@@ -106,7 +107,7 @@ def _figure(stalls: pd.DataFrame) -> Figure:
         ax.set_xlabel("loader workers per GPU")
         ax.set_ylabel("time per sample [us]")
         missing = " (fetch stall not measured: no cold cache)" if group["fetch stall us/sample"].isna().all() else ""
-        ax.set_title(f"{model}: compute, prep stall and fetch stall{missing}", fontsize="medium")
+        ax.set_title(plain(f"{model}: compute, prep stall and fetch stall{missing}"), fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize="small")
     return fig

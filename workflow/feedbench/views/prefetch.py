@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..plots import plain
 from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished
 
 KEYS = ["epochs", "hidden_layers"]
@@ -53,7 +54,8 @@ def _figure(side: pd.DataFrame, series: dict[str, str]) -> Figure:
         width = 0.8 / len(series)
         for i, (column, label) in enumerate(series.items()):
             gain = part[column].astype(float) - 1.0  # bars grow from 1 (no gain): up is faster with the prefetcher
-            ax.bar([j + (i - (len(series) - 1) / 2) * width for j in range(len(part))], gain, bottom=1.0, width=width, label=label)
+            offsets = [j + (i - (len(series) - 1) / 2) * width for j in range(len(part))]
+            ax.bar(offsets, gain, bottom=1.0, width=width, label=plain(label))
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(part)), [str(h) for h in part["hidden_layers"]])
         ax.set_xlabel("hidden layers")

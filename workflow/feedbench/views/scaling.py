@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..plots import plain
 from . import Table, View, hardware, measured, unfinished, with_gpus
 
 KEYS = ["gpus", "nodes", "parallel"]
@@ -63,7 +64,7 @@ def _figure(cells: pd.DataFrame, base_label: str | None, reference: pd.DataFrame
         efficiency.plot(reference["gpus"], reference["speedup"] / reference["gpus"], marker="s", linestyle=":", label="published (K80)")
     speedup.plot(gpus, gpus, "k--", label="ideal")
     efficiency.plot(gpus, [1.0] * len(gpus), "k--", label="ideal")
-    throughput.set_title(f"measured throughput on {ours}", fontsize="medium")
+    throughput.set_title(plain(f"measured throughput on {ours}"), fontsize="medium")
     throughput.set_ylabel("samples/s")
     speedup.set_ylabel("speedup over 1 GPU")
     efficiency.set_ylabel("efficiency (speedup / GPUs)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..plots import plain
 from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinished
 
 TEXT = """\
@@ -39,14 +40,16 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
     steady, first = fig.subplots(1, 2)
     groups = list(ours.groupby(others, dropna=False)) if others else [((), ours)]
     for values, group in groups:
-        label = ", ".join(f"{k}={v}" for k, v in zip(others, values if isinstance(values, tuple) else (values,))) or "ours"
+        values = values if isinstance(values, tuple) else (values,)
+        label = plain(", ".join(f"{k}={v}" for k, v in zip(others, values)) or "ours")
         steady.plot(group["num_workers"], group["samples_per_s"], marker="o", label=label)
         first.plot(group["num_workers"], group["first_batch_ms"], marker="o", label=f"first batch, {label}")
     if ours["cuda_init_ms"].notna().any():
         first.plot(ours["num_workers"], ours["cuda_init_ms"], marker="x", linestyle="none", color="black", label="CUDA init, apart")
     if theirs is not None:
-        first.plot(theirs["num_workers"], theirs["data_load_ms"], marker="s", linestyle="--", color="grey", label=f"published data_load ({where})")
-    steady.set_title(f"steady state ({here})", fontsize="medium")
+        first.plot(theirs["num_workers"], theirs["data_load_ms"], marker="s", linestyle="--", color="grey",
+                   label=plain(f"published data_load ({where})"))
+    steady.set_title(plain(f"steady state ({here})"), fontsize="medium")
     steady.set_ylabel("samples/s")
     steady.set_ylim(bottom=0)
     first.set_title("first batch", fontsize="medium")
