@@ -46,11 +46,11 @@ def read_config_file(path: str, read_by_snakemake: bool = False) -> dict:
         except yaml.MarkedYAMLError as error:
             mark = error.problem_mark or error.context_mark
             where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else path
-            what = " ".join(part for part in (error.context, error.problem) if part)
+            what = ": ".join(part for part in (error.context, error.problem) if part)
             raise ConfigError(f"{where}: {what}; allowed: YAML (or JSON)") from None
         except yaml.YAMLError as error:
             raise ConfigError(f"{path}: {str(error).splitlines()[0]}; allowed: YAML (or JSON)") from None
-    count_values(data)
+    count_values(data, path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: value {shown(data)} is not a mapping; allowed: a mapping of config keys")
     if "__use_yte__" in data:
@@ -62,7 +62,7 @@ def read_config_file(path: str, read_by_snakemake: bool = False) -> dict:
     return data
 
 
-def count_values(config, limit: int = MAX_VALUES) -> None:
+def count_values(config, where: str = "config", limit: int = MAX_VALUES) -> None:
     """Refuse a config of more than `limit` values, counting every use of a YAML alias, and stop counting there."""
     todo, count = [config], 0
     while todo:
@@ -70,7 +70,7 @@ def count_values(config, limit: int = MAX_VALUES) -> None:
         count += 1
         if count > limit:
             raise ConfigError(
-                f"config: more than {limit} values (a YAML alias counts each time it is used); allowed: at most {limit}"
+                f"{where}: more than {limit} values (a YAML alias counts each time it is used); allowed: at most {limit}"
             )
         if isinstance(value, dict):
             todo.extend(value.values())

@@ -63,14 +63,16 @@ class Knob:
             if self.nullable:
                 return None
             raise KnobError(f"knob '{self.name}': value null is not allowed; allowed: {self.allowed()}")
-        given, expected = value, self.type
+        expected = self.type
         ok = isinstance(value, expected) and not (isinstance(value, bool) and expected in (int, float, (int, float)))
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value) if abs(value) < 2**1023 else math.inf, True
+            if abs(value) > 2**1023:  # beyond any float
+                raise KnobError(f"knob '{self.name}': value {shown(value)} is out of range; allowed: {self.allowed()}")
+            value, ok = float(value), True
         if not ok:
             raise KnobError(f"knob '{self.name}': value {shown(value)} has the wrong type; allowed: {self.allowed()}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise KnobError(f"knob '{self.name}': value {shown(given)} is not a finite number; allowed: {self.allowed()}")
+            raise KnobError(f"knob '{self.name}': value {value!r} is not a finite number; allowed: {self.allowed()}")
         if self.choices is not None and value not in self.choices:
             raise KnobError(f"knob '{self.name}': value {shown(value)} is not allowed; allowed: {self.allowed()}")
         if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
