@@ -205,8 +205,8 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
         ({"experiments": {"w": {"matrix": {"momentum": [0.5, 0.9]}, "include": [{"momentum": 0.9, "num_workers": 0}]}}},
          "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' (experiments.w.matrix); allowed: cells that differ"),
         ({"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples_per_sec"}}}},
-         "bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob nor a summary column (did you mean samples_per_s?);"
-         " allowed: a knob, a monitor series' <name>_mean, or experiment, cell, repeat, status,"),
+         ("bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob nor a summary column"
+          " (did you mean samples_per_s?); allowed: a knob, a monitor series' <name>_mean, or experiment, cell, repeat, status,")),
         ({"experiments": {"w": {"plot": [{"x": "num_workers"}, {"x": "num_workers", "hue": "colour"}]}}},
          "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a summary column; allowed: a knob,"),
         ({"experiments": {"w": {"plot": {"x": "num_wrkers", "kind": "phases"}}}},

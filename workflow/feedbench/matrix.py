@@ -85,7 +85,8 @@ def periodic(text: str) -> bool:
 
 
 def cell_id(knobs: dict[str, Any], keys: list[str]) -> str:
-    """`<knob>-<value>_...` for `keys` (a knob left out shows its default), sanitised for a path; `base` when nothing varies.
+    """`<knob>-<value>_...` for `keys` (a knob left out shows its default), sanitised for a path;
+    `base` when nothing varies.
 
     An id too long for a file name, or one Snakemake would refuse as periodic, is cut and ends in
     `~<digest>`: `~` occurs nowhere else in an id, so no part of its end can repeat.
@@ -103,13 +104,15 @@ def cell_id(knobs: dict[str, Any], keys: list[str]) -> str:
 def check_name(name: Any) -> None:
     """An experiment name is a folder and a wildcard value: short, plain, and not periodic."""
     if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
-        raise ConfigError(f"experiments: name {shown(name)} is not fit for a path; allowed: letters, digits, _ and - (not first)")
+        raise ConfigError(
+            f"experiments: name {shown(name)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+        )
     if len(name) > MAX_NAME_LENGTH:
         raise ConfigError(f"experiments: name {shown(name)} has {len(name)} characters; allowed: at most {MAX_NAME_LENGTH}")
     if periodic(name):
         raise ConfigError(
-            f"experiments: name {name!r} ends in a part repeated {PERIODIC_REPEATS} times or more, which Snakemake refuses as a wildcard;"
-            " allowed: a name without such a repeat"
+            f"experiments: name {name!r} ends in a part repeated {PERIODIC_REPEATS} times or more,"
+            " which Snakemake refuses as a wildcard; allowed: a name without such a repeat"
         )
 
 
@@ -187,7 +190,7 @@ def planned_cells(experiment: dict) -> int:
 
 
 def check_size(experiments: dict, limit: int) -> None:
-    """Refuse a matrix larger than `limit` cells before expanding it: a million cells would take minutes and gigabytes."""
+    """Refuse more than `limit` cells before expanding them: a million cells would take minutes and gigabytes."""
     counts = {name: planned_cells(experiment) for name, experiment in experiments.items()}
     total = sum(counts.values())
     if total > limit:
@@ -250,7 +253,9 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             raise ConfigError(f"{origin or where}: {what} cell '{ident}' ({first_origin}); allowed: cells that differ")
         key = _same_key(effective(knobs))
         if key in same:
-            raise ConfigError(f"{origin or where}: duplicates cell '{same[key]}' ({seen[same[key]][1]}); allowed: cells that differ")
+            first = same[key]
+            where_first = seen[first][1]
+            raise ConfigError(f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells that differ")
         seen[ident] = (knobs, origin or _path(where, "matrix"))
         same[key] = ident
         cells.append(PlannedCell(name, ident, knobs, knob_sources, baseline=index == 0))
@@ -258,7 +263,9 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
 
 
 def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
-    """Knob-level checks by the harness, plus: a data_dir the user gave must exist. Returns the cell with `parsed` set."""
+    """Knob-level checks by the harness, plus: a data_dir the user gave must exist.
+
+    Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it again."""
     from .cell import parse_cell  # imports torch: only when cells are checked
 
     try:
@@ -287,7 +294,8 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
         return
     if all(c.knobs.get("scenario", KNOBS["scenario"].default) == "transfer" for c in cells):
         return  # a transfer probe is drawn on its own axes, whatever the spec names (feedbench.plots.draw)
-    specs = [(_path("experiments", name, "plot", i), spec) for i, spec in enumerate(plot)] if isinstance(plot, list) else [(_path("experiments", name, "plot"), plot)]
+    where = _path("experiments", name, "plot")
+    specs = [(_path(where, i), spec) for i, spec in enumerate(plot)] if isinstance(plot, list) else [(where, plot)]
     columns: list[str] | None = None
     for where, spec in specs:
         names = {"x": spec.get("x"), "y": spec.get("y", "samples_per_s"), "hue": spec.get("hue")}
