@@ -2,9 +2,34 @@
 # Layout and data flow: README.md. The config is validated against
 # config/schema.yaml and expanded into cells before any job starts.
 
+import os
+import sys
+
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# The workflow runs the feedbench package that sits beside this Snakefile
+# (workflow/feedbench), here and in every job (PYTHONPATH is inherited), so a
+# copy of the workflow runs its own harness.
+PACKAGE_ROOT = os.path.join(workflow.basedir, "workflow")
+if PACKAGE_ROOT not in sys.path:
+    sys.path.insert(0, PACKAGE_ROOT)
+if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+
+from feedbench.config import ConfigError, one_line, read_config_file
+
+# The config files, read as plain data before Snakemake's `configfile:` reads
+# them: a syntax error names its line, YTE templates (code) are refused, a YAML
+# alias bomb is stopped. Files given with --configfile were read by Snakemake
+# before this line could run (README: "Configs are code?").
+try:
+    for path in workflow.overwrite_configfiles or ["config/config.yaml"]:
+        read_config_file(str(path), read_by_snakemake=bool(workflow.overwrite_configfiles))
+except ConfigError as error:
+    raise WorkflowError(one_line(error)) from None
 
 
 # The default matrix, unless configfiles are given (`--configfile

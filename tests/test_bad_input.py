@@ -30,6 +30,13 @@ from feedbench.result import schema
         ({"device_prefetch": "thread"}, "knob 'device_prefetch': value 'thread' is not allowed; allowed: none, stream"),
         ({"multiprocessing_context": "threads"}, "knob 'multiprocessing_context': value 'threads' is not allowed; allowed: fork, spawn, forkserver"),
         ({"sample_delay_ms": -1}, "knob 'sample_delay_ms': value -1.0 is out of range; allowed: a number >= 0"),
+        ({"momentum": float("nan")}, "knob 'momentum': value nan is not a finite number; allowed: a number >= 0 and <= 1"),
+        ({"compute_ms": float("inf")}, "knob 'compute_ms': value inf is not a finite number; allowed: a number >= 0 and <= 3600000"),
+        ({"lr": 10**400}, "knob 'lr': value 100000000000000000...0000000000000000000 is out of range; allowed: a number >= 0"),
+        ({"steps": 10**21}, "knob 'steps': value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000"),
+        ({"batch_size": 2**40}, "knob 'batch_size': value 1099511627776 is out of range; allowed: an integer >= 1 and <= 1048576"),
+        ({"num_workers": 1000}, "knob 'num_workers': value 1000 is out of range; allowed: an integer >= 0 and <= 256"),
+        ({"model": "x" * 10_000}, "knob 'model': value 'xxxxxxxx"),
         ({"steps": None}, "knob 'steps': value null is not allowed; allowed: an integer >= 1"),
         ({"transfer_sizes": [0]}, "knob 'transfer_sizes': value [0] is not allowed; allowed: a non-empty list of byte counts > 0"),
         ({"dataset": "images"}, "knob 'data_dir': dataset 'images' needs a data_dir; allowed: an existing folder (make one with: python -m feedbench make-images DIR)"),
@@ -77,7 +84,7 @@ def test_cli_bad_knob_exits_2_with_one_line_and_writes_failed_result(tmp_path):
     proc = cli("run", "--out", str(tmp_path / "out"), "--set", "num_workers=-3")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["feedbench: error: knob 'num_workers': value -3 is out of range; allowed: an integer >= 0"]
+    assert lines == ["feedbench: error: knob 'num_workers': value -3 is out of range; allowed: an integer >= 0 and <= 256"]
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     jsonschema.validate(result, schema())
     assert result["status"] == "failed" and result["cell"] is None

@@ -11,9 +11,9 @@ import tomllib
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
 from conftest import ROOT
+from feedbench.config import validate_config
 from feedbench.knobs import KNOBS
 from feedbench.matrix import build_cells
 
@@ -29,7 +29,7 @@ def load(path: str):
 
 def test_default_config_is_the_matrix_of_the_issue():
     config = load("config/config.yaml")
-    validate(config, SCHEMA)
+    validate_config(config, SCHEMA)
     cells = build_cells(config, "results/data/images")
     by = {}
     for cell in cells:
@@ -86,7 +86,7 @@ def test_config_accepts_exactly_the_knobs_of_the_harness():
     """Knob names and values are checked against feedbench.knobs.KNOBS (not listed in the schema), so they cannot drift."""
     every = {name: knob.default for name, knob in KNOBS.items()}
     config = {"defaults": dict(every), "experiments": {"all": {"base": dict(every), "matrix": {name: [value] for name, value in every.items()}}}}
-    validate(config, SCHEMA)
+    validate_config(config, SCHEMA)
     (cell,) = build_cells(config)
     assert cell.knobs == every
     assert "enum" not in yaml.safe_load(open(SCHEMA))["$defs"]["knob"]
@@ -142,6 +142,21 @@ BAD = {
                      "bad config: size: value 'medium' is not allowed; allowed: full, small"),
     "unknown key in small": ({"small": {"experimants": {}}, "experiments": {"w": {"base": {}}}},
                              "bad config: small: value 'experimants' is not allowed; allowed: defaults, images, retry_failed, experiments"),
+    # Issue #9: these ran jobs, crashed Snakemake or exhausted the machine.
+    "not a number": ({"experiments": {"w": {"matrix": {"momentum": [float("nan")]}}}},
+                     "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1"),
+    "name too long": ({"experiments": {"x" * 300: {}}},
+                      "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64"),
+    "periodic name": ({"experiments": {"a" * 40: {}}},
+                      "bad config: experiments: name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' ends in a part repeated 20 times or more"),
+    "22-digit level": ({"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
+                       "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000"),
+    "plot column": ({"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples"}}}},
+                    "bad config: experiments.w.plot.y: column 'samples' is neither a knob nor a summary column"),
+    "huge matrix": ({"experiments": {"w": {"matrix": {"seed": list(range(1000)), "steps": list(range(1, 1001))}}}},
+                    "bad config: experiments: 1000000 cells (w: 1000000); allowed: at most 10000 cells in all (max_cells)"),
+    "levels equal by value": ({"experiments": {"w": {"matrix": {"momentum": [1, 1.0]}}}},
+                              "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ"),
 }
 
 
@@ -160,3 +175,64 @@ def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
     lines = [line for line in (run.stderr + run.stdout).splitlines() if line.startswith("bad config:")]
     assert len(lines) == 1 and lines[0].startswith(message), run.stderr[-2000:]
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+def snakemake(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"), "--directory", str(tmp_path), "--cores", "2", *args],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
+def bad_config_line(run) -> str:
+    lines = [line for line in (run.stderr + run.stdout).splitlines() if line.startswith("bad config:")]
+    assert run.returncode != 0 and len(lines) == 1, run.stderr[-2000:]
+    return lines[0]
+
+
+# The default config (config/config.yaml of the working directory) is read by the Snakefile before Snakemake reads it.
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("experiments:\n  w:\n    base: {steps: 5\n    title: x\n",
+         "bad config: config/config.yaml, line 4, column 10: while parsing a flow mapping: expected ',' or '}', but got ':'; allowed: YAML (or JSON)"),
+        ("__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp}/PWNED') or 'yte'\n",
+         "bad config: config/config.yaml: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__"),
+        ("\n".join(["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)])
+         + "\nexperiments: {w: {title: *a9}}\n",
+         "bad config: config/config.yaml: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000"),
+    ],
+    ids=["yaml syntax", "yte templates", "alias bomb"],
+)
+def test_default_config_file_is_checked_before_snakemake_reads_it(text, message, tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(text.replace("{tmp}", str(tmp_path)))
+    line = bad_config_line(snakemake(tmp_path))
+    assert line == message
+    assert not (tmp_path / "PWNED").exists(), "the template ran"
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.slow
+def test_yte_in_a_configfile_option_is_refused_after_snakemake_ran_it(tmp_path):
+    """Snakemake reads --configfile files before the Snakefile runs: the template has run (README: "Configs are code?")."""
+    path = tmp_path / "yte.yaml"
+    path.write_text(f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp_path}/PWNED') or 'yte'\n")
+    line = bad_config_line(snakemake(tmp_path, "--configfile", str(path)))
+    assert line == (
+        f"bad config: {path}: __use_yte__: YTE templates run Python code in the config"
+        " (Snakemake has run them already, reading --configfile); allowed: plain YAML without __use_yte__"
+    )
+    assert (tmp_path / "PWNED").exists()  # the limit this test documents: the code ran before the workflow could look
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="Snakemake 9 parses --configfile files before the Snakefile runs and says only "
+                   "'Config file is not valid JSON or YAML'; no hook lets the workflow read them first")
+def test_yaml_error_in_a_configfile_option_names_line_and_column(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("experiments:\n  w:\n    base: {steps: 5\n    title: x\n")
+    run = snakemake(tmp_path, "--configfile", str(path))
+    assert "line 4, column 10" in run.stderr + run.stdout

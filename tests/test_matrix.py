@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
+import yaml
 
 from conftest import ROOT
 from feedbench import matrix
+from feedbench.config import count_values, one_line, read_config_file, validate_config
 from feedbench.knobs import KnobError
-from feedbench.matrix import ConfigError, build_cells, cell_id, expand_experiment
+from feedbench.matrix import ConfigError, PlannedCell, build_cells, cell_id, expand_experiment
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
 PACKAGE = os.path.join(ROOT, "workflow", "feedbench")
@@ -22,15 +23,13 @@ def ids(cells):
 
 
 def config_error(config: dict, images_dir: str | None = None) -> str:
-    """What the Snakefile does (workflow/rules/common.smk): validate, then build and check the cells."""
+    """What the Snakefile does (workflow/rules/common.smk): bound, validate, then build and check the cells."""
     try:
-        validate(config, SCHEMA)
-    except WorkflowError as error:
-        return "bad config: " + matrix.schema_error(error.__context__)
-    try:
+        count_values(config)
+        validate_config(config, SCHEMA)
         build_cells(config, images_dir)
     except ConfigError as error:
-        return f"bad config: {error}"
+        return one_line(error)
     return ""
 
 
@@ -145,9 +144,11 @@ def test_bad_configs_give_one_line_with_the_key_path(config, message):
 
 
 def test_defaults_are_filled_in_by_the_schema():
-    config = {"experiments": {"w": {"base": {"scenario": "loader"}}}}
-    validate(config, SCHEMA)
+    config = {"experiments": {"w": {"base": {"scenario": "loader"}}, "v": {}}}
+    validate_config(config, SCHEMA)
     assert config["defaults"] == {"repeats": 3, "torch_threads": 1}
+    assert config["max_cells"] == matrix.MAX_CELLS
+    assert config["experiments"]["v"]["base"] is not config["experiments"]["w"]["base"]  # copies, not one shared {}
     assert config["images"] == {"count": 512, "size": 64, "classes": 10, "seed": 0}
     assert config["experiments"]["w"]["matrix"] == {} and config["experiments"]["w"]["include"] == []
 
@@ -169,3 +170,143 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
     assert matrix.harness_fingerprint(str(tmp_path)) == first
     (tmp_path / "runner.py").write_text("from . import __version__\nX = 2\n")
     assert matrix.harness_fingerprint(str(tmp_path)) != first
+
+
+# Issue #9: every case below once ran jobs, crashed Snakemake or hung; now one line, before any job.
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"experiments": {"w": {"matrix": {"momentum": [math.nan]}}}},
+         "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1"),
+        ({"experiments": {"w": {"base": {"momentum": math.nan}}}},
+         "bad config: experiments.w.base.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1"),
+        ({"experiments": {"w": {"base": {"model": "sleep"}, "matrix": {"compute_ms": [math.inf]}}}},
+         "bad config: experiments.w.matrix.compute_ms: value inf is not a finite number; allowed: a number >= 0 and <= 3600000"),
+        ({"defaults": {"lr": -math.inf}, "experiments": {"w": {}}},
+         "bad config: defaults.lr: value -inf is not a finite number; allowed: a number >= 0"),
+        ({"experiments": {"w": {"exclude": [{"momentum": math.nan}], "matrix": {"momentum": [0.0, 0.9]}}}},
+         "bad config: experiments.w.exclude[0].momentum: value nan is not a finite number"),
+        ({"experiments": {"x" * 300: {}}},
+         "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64"),
+        ({"experiments": {"a" * 30: {}}},
+         f"bad config: experiments: name '{'a' * 30}' ends in a part repeated 20 times or more, which Snakemake refuses"),
+        ({"experiments": {"x\n": {}}},
+         "bad config: experiments: name 'x\\n' is not fit for a path; allowed: letters, digits, _ and - (not first)"),
+        ({"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
+         "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000"),
+        ({"experiments": {"w": {"base": {"num_workers": 100_000}}}},
+         "bad config: experiments.w.base.num_workers: value 100000 is out of range; allowed: an integer >= 0 and <= 256"),
+        ({"defaults": {"repeats": 10**22}, "experiments": {"w": {}}},
+         "bad config: defaults.repeats: value 10000000000000000000000 is out of range; allowed: <= 100"),
+        ({"experiments": {"w": {"matrix": {"momentum": [0.0, 1, 1.0]}}}},
+         "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ"),
+        ({"experiments": {"w": {"matrix": {"pin_memory": [True, True]}}}},
+         "bad config: experiments.w.matrix.pin_memory: value True is given twice; allowed: levels that differ"),
+        ({"experiments": {"w": {"matrix": {"momentum": [0.5, 0.9]}, "include": [{"momentum": 0.9, "num_workers": 0}]}}},
+         "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' (experiments.w.matrix); allowed: cells that differ"),
+        ({"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples_per_sec"}}}},
+         ("bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob nor a summary column"
+          " (did you mean samples_per_s?); allowed: a knob, a monitor series' <name>_mean, or experiment, cell, repeat, baseline, status,")),
+        ({"experiments": {"w": {"plot": [{"x": "num_workers"}, {"x": "num_workers", "hue": "colour"}]}}},
+         "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a summary column; allowed: a knob,"),
+        ({"experiments": {"w": {"plot": {"x": "num_wrkers", "kind": "phases"}}}},
+         "bad config: experiments.w.plot.x: column 'num_wrkers' is neither a knob nor a summary column (did you mean num_workers?)"),
+        ({"experiments": {"w": {"matrix": {"seed": list(range(100)), "steps": list(range(1, 101)), "lr": [i / 10 for i in range(100)],
+                                           "width": list(range(1, 101))}, "include": [{"seed": 100}]}}},
+         "bad config: experiments: 100000001 cells (w: 100000001); allowed: at most 10000 cells in all (max_cells)"),
+        ({"max_cells": 5, "experiments": {"a": {"matrix": {"seed": [0, 1, 2]}}, "b": {"matrix": {"seed": [0, 1, 2]}}}},
+         "bad config: experiments: 6 cells (a: 3, b: 3); allowed: at most 5 cells in all (max_cells)"),
+        ({"experiments": {"w": {"title": [0] * 90_000}}},
+         "bad config: experiments.w.title: value [0, 0, 0, 0, 0, 0, ...] has the wrong type; allowed: a string"),
+    ],
+)
+def test_inputs_of_issue_9_give_one_line_before_any_job(config, message):
+    got = config_error(config)
+    assert got.startswith(message), got
+    assert "\n" not in got and len(got) <= 2000
+
+
+def test_max_cells_lets_a_larger_matrix_through():
+    config = {"max_cells": 20, "experiments": {"w": {"matrix": {"seed": list(range(20))}}}}
+    assert config_error(config) == ""
+
+
+def test_plots_may_name_knobs_summary_columns_and_monitor_means():
+    specs = [
+        {"x": "num_workers", "y": "stall_pct", "hue": "pin_memory"},
+        {"x": "num_workers", "y": "host_cpu_pct_mean"},
+        {"x": "pin_memory", "y": "not used by phases", "kind": "phases"},
+    ]
+    config = {"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": specs},
+                              "probe": {"base": {"scenario": "transfer"}, "plot": {"x": "size_bytes", "y": "gb_per_s", "hue": "pinned"}}}}
+    assert config_error(config) == ""
+
+
+def test_summary_columns_are_what_aggregate_writes():
+    from feedbench.aggregate import result_row
+
+    columns = matrix.summary_columns()
+    assert {"samples_per_s", "stall_pct", "step_ms_median", "wait_ms", "transfer_peak_gb_per_s_pinned"} <= set(columns)
+    assert set(columns) <= set(result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json"))
+    assert "num_workers" not in columns
+
+
+def test_ids_never_trip_snakemakes_periodic_wildcard_check():
+    from snakemake.io import PeriodicityDetector
+
+    detector = PeriodicityDetector()
+    for value in ["ab" * 30, "x" * 150, "1" * 22, "/data/" + "ab+" * 40, "a" * 500]:
+        ident = cell_id({"data_dir": value}, ["data_dir"])
+        assert detector.is_periodic(ident) is None, ident
+        assert len(ident) <= matrix.MAX_ID_LENGTH
+    assert cell_id({"data_dir": "abab"}, ["data_dir"]) == "data_dir-abab"  # ordinary ids are untouched
+    assert matrix.periodic("steps-1" + "0" * 21) and not matrix.periodic("steps-1000")
+
+
+def test_checked_cells_keep_the_harness_cell():
+    config = {"experiments": {"w": {"base": {"batch_size": 8}, "matrix": {"num_workers": [0, 1]}}}}
+    validate_config(config, SCHEMA)
+    checked = build_cells(config)
+    assert all(isinstance(c, PlannedCell) for c in checked)
+    assert [c.parsed.num_workers for c in checked] == [0, 1] and checked[0].parsed.batch_size == 8
+    assert all(c.parsed is None for c in build_cells(config, check=False))
+
+
+ALIAS_BOMB = "\n".join(
+    ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    + ["experiments: {w: {title: *a9}}"]
+)
+
+
+def test_an_alias_bomb_is_refused_without_being_expanded(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(ALIAS_BOMB)  # 10**10 values in 11 lines
+    with pytest.raises(ConfigError) as error:
+        read_config_file(str(path))
+    assert str(error.value) == f"{path}: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000"
+
+
+def test_yaml_errors_name_file_line_and_column(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("experiments:\n  w:\n    base: {steps: 5\n    title: x\n")
+    with pytest.raises(ConfigError) as error:
+        read_config_file(str(path))
+    assert str(error.value) == (
+        f"{path}, line 4, column 10: while parsing a flow mapping: expected ',' or '}}', but got ':'; allowed: YAML (or JSON)"
+    )
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"value \[1, 2\] is not a mapping; allowed: a mapping of config keys$"):
+        read_config_file(str(path))
+
+
+def test_yte_templates_are_refused_unrun(tmp_path):
+    marker = tmp_path / "PWNED"
+    path = tmp_path / "config.yaml"
+    path.write_text(f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {marker}') or 'yte'\n")
+    with pytest.raises(ConfigError) as error:
+        read_config_file(str(path))
+    assert str(error.value) == f"{path}: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__"
+    assert not marker.exists()
+    path.write_text(yaml.safe_dump({"experiments": {"w": {"title": "?not code without __use_yte__"}}}))
+    assert read_config_file(str(path))["experiments"]["w"]["title"] == "?not code without __use_yte__"

@@ -11,9 +11,12 @@ beyond the axes (sorted). Adding a level to an axis therefore never changes
 the id of an existing cell. The experiment's baseline is its first cell: the
 first level of every axis (or the first include when there is no matrix).
 
-Knob values are checked by the harness itself (feedbench.cell.parse_cell) on
-every expanded cell, so the workflow and the harness cannot disagree; errors
-come back as one line naming the config key path the value came from.
+Every value is checked against the knob table (feedbench.knobs) before the
+product is formed, and every expanded cell by the harness itself
+(feedbench.cell.parse_cell), so the workflow and the harness cannot disagree;
+errors come back as one line naming the config key path the value came from.
+The size of the matrix (`max_cells`) and the columns plots name are checked
+before any cell is expanded or any job runs.
 """
 
 from __future__ import annotations
@@ -22,18 +25,25 @@ import ast
 import difflib
 import hashlib
 import itertools
+import json
+import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .knobs import KNOBS, KnobError
+from .knobs import KNOBS, KnobError, shown
 
-# A name fit for a folder: also the pattern of config/schema.yaml's experiment names.
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+# A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+MAX_NAME_LENGTH = 64
 # Keys of `defaults` that are not knobs.
 NOT_KNOBS = ("repeats",)
 MAX_ID_LENGTH = 200
+# Cells of all experiments together, unless the config's `max_cells` says otherwise (config/schema.yaml).
+MAX_CELLS = 10_000
+# Snakemake refuses a wildcard value that ends in a part repeated this often (snakemake.io.PeriodicityDetector).
+PERIODIC_REPEATS = 20
 
 
 class ConfigError(ValueError):
@@ -41,14 +51,16 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One point of an experiment: the knobs it sets and where each came from in the config."""
+class PlannedCell:
+    """One point of an experiment: the knobs it sets, where each came from in the config,
+    and the harness's parsed cell (feedbench.cell.Cell) once checked, so nothing parses it again."""
 
     experiment: str
     id: str
     knobs: dict[str, Any]
     sources: dict[str, str] = field(repr=False)
     baseline: bool = False
+    parsed: Any = field(default=None, repr=False, compare=False)
 
     def labelled(self, repeat: int) -> dict[str, Any]:
         """The knobs plus the labels the harness copies into its result (so the baseline reaches the summary)."""
@@ -66,16 +78,43 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def periodic(text: str) -> bool:
+    """Whether Snakemake would take `text` as a wildcard value for a cyclic dependency (PeriodicWildcardError)."""
+    from snakemake.io import PeriodicityDetector  # the workflow's own rule, not a copy of it
+
+    return PeriodicityDetector(min_repeat=PERIODIC_REPEATS).is_periodic(text) is not None
+
+
 def cell_id(knobs: dict[str, Any], keys: list[str]) -> str:
-    """`<knob>-<value>_...` for `keys` (a knob left out shows its default), sanitised for a path; `base` when nothing varies."""
+    """`<knob>-<value>_...` for `keys` (a knob left out shows its default), sanitised for a path;
+    `base` when nothing varies.
+
+    An id too long for a file name, or one Snakemake would refuse as periodic, is cut and ends in
+    `~<digest>`: `~` occurs nowhere else in an id, so no part of its end can repeat.
+    """
     if not keys:
         return "base"
     text = "_".join(f"{key}-{format_value(knobs[key] if key in knobs else KNOBS[key].default)}" for key in keys)
     text = re.sub(r"[^A-Za-z0-9._+-]+", "+", text)
-    if len(text) > MAX_ID_LENGTH:
+    if len(text) > MAX_ID_LENGTH or periodic(text):
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         text = f"{text[: MAX_ID_LENGTH - 13]}~{digest}"
     return text
+
+
+def check_name(name: Any) -> None:
+    """An experiment name is a folder and a wildcard value: short, plain, and not periodic."""
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+        raise ConfigError(
+            f"experiments: name {shown(name)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+        )
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigError(f"experiments: name {shown(name)} has {len(name)} characters; allowed: at most {MAX_NAME_LENGTH}")
+    if periodic(name):
+        raise ConfigError(
+            f"experiments: name {name!r} ends in a part repeated {PERIODIC_REPEATS} times or more,"
+            " which Snakemake refuses as a wildcard; allowed: a name without such a repeat"
+        )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -108,15 +147,70 @@ def check_names(mapping: dict, where: str, extra: tuple[str, ...] = ()) -> None:
             raise ConfigError(f"{_path(where, name)}: unknown knob{hint}; allowed: {', '.join(allowed)}")
 
 
-def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: str | None = None) -> list[Cell]:
+def check_values(mapping: dict, where: str) -> None:
+    """Every value of a knob mapping passes the knob table's check (type, range, finite)."""
+    for name, value in mapping.items():
+        if name in KNOBS:
+            try:
+                KNOBS[name].check(value)
+            except KnobError as error:
+                raise knob_error(error, {name: _path(where, name)}) from None
+
+
+def check_levels(axis: str, levels: list, where: str) -> None:
+    """An axis's levels are valid and differ by value: [1, 1.0] or [true, true] would run one cell twice."""
+    seen: dict[str, Any] = {}
+    for level in levels:
+        try:
+            value = KNOBS[axis].check(level)
+        except KnobError as error:
+            raise knob_error(error, {axis: where}) from None
+        key = _same_key(value)
+        if key in seen:
+            twice = f" (as {shown(seen[key])} and {shown(level)})" if repr(seen[key]) != repr(level) else ""
+            raise ConfigError(f"{where}: value {shown(level)} is given twice{twice}; allowed: levels that differ")
+        seen[key] = level
+
+
+def _same_key(value: Any) -> str:
+    """Equal for values that make the same cell once the knob table has normalised them (1 and 1.0 for a float knob)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def effective(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The knobs as the harness reads them, less those at their default: equal for cells that run the same."""
+    normalised = {name: KNOBS[name].check(value) for name, value in knobs.items()}
+    return {name: value for name, value in normalised.items() if value != KNOBS[name].default}
+
+
+def planned_cells(experiment: dict) -> int:
+    """Cells of an experiment before it is expanded: the product of its axes' lengths plus its includes (at least 1)."""
+    axes = experiment.get("matrix") or {}
+    product = math.prod(len(levels) if isinstance(levels, list) else 1 for levels in axes.values()) if axes else 0
+    return max(product + len(experiment.get("include") or []), 1)
+
+
+def check_size(experiments: dict, limit: int) -> None:
+    """Refuse more than `limit` cells before expanding them: a million cells would take minutes and gigabytes."""
+    counts = {name: planned_cells(experiment) for name, experiment in experiments.items()}
+    total = sum(counts.values())
+    if total > limit:
+        largest = ", ".join(f"{name}: {count}" for name, count in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
+        raise ConfigError(f"experiments: {total} cells ({largest}); allowed: at most {limit} cells in all (max_cells)")
+
+
+def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: str | None = None) -> list[PlannedCell]:
     """The cells of one experiment, in order: the product (less exclusions), then the includes."""
     where = _path("experiments", name)
     check_names(defaults, "defaults", NOT_KNOBS)
+    check_values(defaults, "defaults")
     for key in ("base", "matrix"):
         check_names(experiment.get(key) or {}, _path(where, key))
+    check_values(experiment.get("base") or {}, _path(where, "base"))
     for key in ("exclude", "include"):
         for i, mapping in enumerate(experiment.get(key) or []):
             check_names(mapping, _path(where, key, i))
+            check_values(mapping, _path(where, key, i))
     base_knobs = {k: v for k, v in defaults.items() if k not in NOT_KNOBS}
     sources = {k: _path("defaults", k) for k in base_knobs}
     base_knobs.update(experiment.get("base") or {})
@@ -124,7 +218,8 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     axes = experiment.get("matrix") or {}
     for axis, levels in axes.items():
         if not isinstance(levels, list) or not levels:
-            raise ConfigError(f"{_path(where, 'matrix', axis)}: value {levels!r} has no levels; allowed: a non-empty list")
+            raise ConfigError(f"{_path(where, 'matrix', axis)}: value {shown(levels)} has no levels; allowed: a non-empty list")
+        check_levels(axis, levels, _path(where, "matrix", axis))
     raw: list[tuple[dict, dict, list[str], str | None]] = []  # knobs, sources, id keys, include path
     if axes:
         for levels in itertools.product(*axes.values()):
@@ -134,7 +229,7 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     for i, partial in enumerate(excludes):
         kept = [r for r in raw if not all(_same(r[0].get(k, KNOBS[k].default), v) for k, v in partial.items())]
         if len(kept) == len(raw):
-            raise ConfigError(f"{_path(where, 'exclude', i)}: value {partial!r} matches no cell of the matrix; allowed: a mapping of axis levels")
+            raise ConfigError(f"{_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a mapping of axis levels")
         raw = kept
     if axes and not any(all(_same(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
         raise ConfigError(f"{_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions that keep it")
@@ -145,8 +240,9 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     if not raw:
         raw.append((base_knobs, sources, [], None))
 
-    cells: list[Cell] = []
+    cells: list[PlannedCell] = []
     seen: dict[str, tuple[dict, str]] = {}
+    same: dict[str, str] = {}  # the cell's knobs as the harness reads them -> id
     for index, (knobs, knob_sources, keys, origin) in enumerate(raw):
         if images_dir and knobs.get("dataset") == "images" and not knobs.get("data_dir"):
             knobs = {**knobs, "data_dir": images_dir}
@@ -156,46 +252,93 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             first_knobs, first_origin = seen[ident]
             what = "duplicates" if first_knobs == knobs else "has the same id as"
             raise ConfigError(f"{origin or where}: {what} cell '{ident}' ({first_origin}); allowed: cells that differ")
+        key = _same_key(effective(knobs))
+        if key in same:
+            first = same[key]
+            where_first = seen[first][1]
+            raise ConfigError(f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells that differ")
         seen[ident] = (knobs, origin or _path(where, "matrix"))
-        cells.append(Cell(name, ident, knobs, knob_sources, baseline=index == 0))
+        same[key] = ident
+        cells.append(PlannedCell(name, ident, knobs, knob_sources, baseline=index == 0))
     return cells
 
 
-def check_cell(cell: Cell, images_dir: str | None = None) -> None:
-    """Knob-level checks by the harness, plus: a data_dir the user gave must exist."""
+def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
+    """Knob-level checks by the harness, plus: a data_dir the user gave must exist.
+
+    Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it again."""
     from .cell import parse_cell  # imports torch: only when cells are checked
 
     try:
-        parse_cell(cell.labelled(1))
+        parsed = parse_cell(cell.labelled(1))
     except KnobError as error:
         raise knob_error(error, cell.sources) from None
     data_dir = cell.knobs.get("data_dir")
     if data_dir and data_dir != images_dir and not os.path.isdir(data_dir) and not cell.knobs.get("download"):  # download makes it
         hint = " (make one with: python -m feedbench make-images DIR, or leave data_dir out to generate one)" if cell.knobs.get("dataset") == "images" else ""
-        raise ConfigError(f"{cell.sources.get('data_dir', 'data_dir')}: value {data_dir!r} does not exist; allowed: an existing folder{hint}")
+        raise ConfigError(f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not exist; allowed: an existing folder{hint}")
+    return replace(cell, parsed=parsed)
 
 
-def build_cells(config: dict, images_dir: str | None = None, check: bool = True) -> list[Cell]:
-    """Every cell of every experiment of a schema-validated config, checked by the harness."""
-    cells: list[Cell] = []
+def summary_columns() -> list[str]:
+    """The columns of results/summary.csv that are not knobs, as feedbench.aggregate makes them
+    (from a result with a transfer probe of no sizes; the per-size columns and monitor means vary)."""
+    from .aggregate import result_row  # imports pandas: only when a plot names a column that is not a knob
+
+    return [c for c in result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json") if c not in KNOBS]
+
+
+def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
+    """x, y and hue of every plot spec name a knob or a summary column (feedbench.plots draws from the summary)."""
+    plot = experiment.get("plot")
+    if not plot:
+        return
+    if all(c.knobs.get("scenario", KNOBS["scenario"].default) == "transfer" for c in cells):
+        return  # a transfer probe is drawn on its own axes, whatever the spec names (feedbench.plots.draw)
+    where = _path("experiments", name, "plot")
+    specs = [(_path(where, i), spec) for i, spec in enumerate(plot)] if isinstance(plot, list) else [(where, plot)]
+    columns: list[str] | None = None
+    for where, spec in specs:
+        names = {"x": spec.get("x"), "y": spec.get("y", "samples_per_s"), "hue": spec.get("hue")}
+        if spec.get("kind") == "phases":
+            del names["y"]  # phases draws the step's phases, not y
+        for key, column in names.items():
+            if column is None or column in KNOBS or re.fullmatch(r"\w+_mean", column):
+                continue
+            columns = columns if columns is not None else summary_columns()
+            if column in columns:
+                continue
+            close = difflib.get_close_matches(column, list(KNOBS) + columns, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(
+                f"{_path(where, key)}: column {shown(column)} is neither a knob nor a summary column{hint};"
+                f" allowed: a knob, a monitor series' <name>_mean, or {', '.join(columns)}"
+            )
+
+
+def build_cells(config: dict, images_dir: str | None = None, check: bool = True) -> list[PlannedCell]:
+    """Every cell of every experiment of a schema-validated config, checked by the harness (unless check is false)."""
+    cells: list[PlannedCell] = []
     defaults = config.get("defaults") or {}
-    for name, experiment in (config.get("experiments") or {}).items():
-        if not re.match(NAME_PATTERN, name):
-            raise ConfigError(f"{_path('experiments', name)}: name {name!r} is not fit for a path; allowed: letters, digits, _ and - (not first)")
+    experiments = config.get("experiments") or {}
+    for name in experiments:
+        check_name(name)
+    check_size(experiments, config.get("max_cells", MAX_CELLS))
+    for name, experiment in experiments.items():
         expanded = expand_experiment(name, experiment, defaults, images_dir)
+        check_plots(name, experiment, expanded)
         if check:
-            for cell in expanded:
-                check_cell(cell, images_dir)
+            expanded = [check_cell(cell, images_dir) for cell in expanded]
         cells.extend(expanded)
     return cells
 
 
-def baseline(cells: list[Cell], experiment: str) -> Cell:
+def baseline(cells: list[PlannedCell], experiment: str) -> PlannedCell:
     """The experiment's baseline cell: the first level of every axis."""
     return next(c for c in cells if c.experiment == experiment and c.baseline)
 
 
-def needs_images(cells: list[Cell], images_dir: str) -> bool:
+def needs_images(cells: list[PlannedCell], images_dir: str) -> bool:
     return any(c.knobs.get("data_dir") == images_dir for c in cells)
 
 
@@ -204,7 +347,9 @@ def schema_error(error) -> str:
     path = _path(*error.absolute_path) if error.absolute_path else ""
     kind, value = error.validator, error.instance
     if "propertyNames" in error.relative_schema_path and kind == "pattern":
-        return f"{path}: name {value!r} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+        return f"{path}: name {shown(value)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+    if "propertyNames" in error.relative_schema_path and kind == "maxLength":
+        return f"{path}: name {shown(value)} has {len(value)} characters; allowed: at most {error.validator_value}"
     if kind in ("oneOf", "anyOf") and error.context:
         # The branch that fits the value's shape says what is wrong (a spec vs a list of specs).
         fitting = [e for e in error.context if e.validator != "type" or e.relative_path]
@@ -216,14 +361,14 @@ def schema_error(error) -> str:
     path = path or "config"
     if kind == "type":
         allowed = "a non-empty list of levels" if len(error.absolute_path) == 4 and error.absolute_path[2] == "matrix" else _type_text(error.validator_value)
-        return f"{path}: value {value!r} has the wrong type; allowed: {allowed}"
+        return f"{path}: value {shown(value)} has the wrong type; allowed: {allowed}"
     if kind == "enum":
-        return f"{path}: value {value!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+        return f"{path}: value {shown(value)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if kind in ("minItems", "minProperties"):
         what = "no levels" if "matrix" in path else "too few entries"
-        return f"{path}: value {value!r} has {what}; allowed: at least {error.validator_value}"
+        return f"{path}: value {shown(value)} has {what}; allowed: at least {error.validator_value}"
     if kind in ("minimum", "maximum"):
-        return f"{path}: value {value!r} is out of range; allowed: {'>=' if kind == 'minimum' else '<='} {error.validator_value}"
+        return f"{path}: value {shown(value)} is out of range; allowed: {'>=' if kind == 'minimum' else '<='} {error.validator_value}"
     if kind == "required":
         return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
     return f"{path}: {error.message.splitlines()[0]}"

@@ -2,27 +2,20 @@
 # Everything that decides something lives here, in named functions: the rules
 # only wire files together.
 
+# The Snakefile has put the feedbench package beside it (PACKAGE_ROOT) on sys.path and PYTHONPATH.
+
 import copy
 import hashlib
 import json
 import os
-import sys
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import update_config, validate
-
-# The workflow runs the feedbench package that sits beside this Snakefile
-# (workflow/feedbench), here and in every job (PYTHONPATH is inherited), so a
-# copy of the workflow runs its own harness.
-PACKAGE_ROOT = os.path.join(workflow.basedir, "workflow")
-if PACKAGE_ROOT not in sys.path:
-    sys.path.insert(0, PACKAGE_ROOT)
-if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+from snakemake.utils import update_config
 
 from feedbench.cell import ranks
+from feedbench.config import ConfigError, count_values, one_line, validate_config
 from feedbench.knobs import KNOBS
-from feedbench.matrix import ConfigError, build_cells, harness_fingerprint, schema_error
+from feedbench.matrix import build_cells, harness_fingerprint
 
 IMAGES_DIR = "results/data/images"
 
@@ -47,21 +40,18 @@ def sized(config):
 
 
 def validated_config(config):
-    """Fill defaults from config/schema.yaml and check every cell; one line on error."""
+    """Bound the config's size, merge `small` (sized), fill defaults from config/schema.yaml and check
+    every cell (feedbench.matrix.PlannedCell, with the harness's parsed cell); one line on error."""
     try:
-        validate(config, os.path.join(workflow.basedir, "config", "schema.yaml"))
-    except WorkflowError as error:
-        if error.__context__ is None or not hasattr(error.__context__, "absolute_path"):
-            raise
-        raise WorkflowError(f"bad config: {schema_error(error.__context__)}") from None
-    try:
+        count_values(config)
+        validate_config(sized(config), os.path.join(workflow.basedir, "config", "schema.yaml"))
         cells = build_cells(config, IMAGES_DIR)
     except ConfigError as error:
-        raise WorkflowError(f"bad config: {error}") from None
+        raise WorkflowError(one_line(error)) from None
     return {(cell.experiment, cell.id): cell for cell in cells}
 
 
-CELLS = validated_config(sized(config))
+CELLS = validated_config(config)
 REPEATS = config["defaults"]["repeats"]
 HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
 RESULTS = [

@@ -1,0 +1,110 @@
+"""A config as data: read its files, bound its size, check it against config/schema.yaml.
+
+Snakemake reads `--configfile` files itself, before the Snakefile runs, and
+its YTE templating evaluates the `?` expressions of a file that sets
+`__use_yte__: true` as it reads it: such a config is code. The workflow reads
+its default config with read_config_file before Snakemake does, so a syntax
+error names file, line and column and templating is refused before it runs;
+files given with `--configfile` are checked the same way afterwards (README:
+"Configs are code?"). Every error is one line, `<key path>: <what>; allowed:
+<what>`, bounded in length whatever the config holds (YAML aliases can make a
+few lines stand for billions of values).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+from .knobs import shown
+from .matrix import ConfigError, schema_error
+
+# Values (mappings, lists and scalars; an alias counts each time it is used) a config may hold.
+MAX_VALUES = 100_000
+# Characters of an error line: the longest one names a column among the summary's few dozen.
+MAX_MESSAGE = 2_000
+
+
+def read_config_file(path: str, read_by_snakemake: bool = False) -> dict:
+    """The config in one file (JSON or YAML, as Snakemake reads it), or ConfigError naming file, line and column.
+
+    read_by_snakemake: the file came with --configfile, so Snakemake has read it (and run its templates) already.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot be read ({error}); allowed: a readable YAML or JSON file") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as error:
+            mark = error.problem_mark or error.context_mark
+            where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else path
+            what = ": ".join(part for part in (error.context, error.problem) if part)
+            raise ConfigError(f"{where}: {what}; allowed: YAML (or JSON)") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: {str(error).splitlines()[0]}; allowed: YAML (or JSON)") from None
+    count_values(data, path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: value {shown(data)} is not a mapping; allowed: a mapping of config keys")
+    if "__use_yte__" in data:
+        raise ConfigError(
+            f"{path}: __use_yte__: YTE templates run Python code in the config"
+            + (" (Snakemake has run them already, reading --configfile)" if read_by_snakemake else "")
+            + "; allowed: plain YAML without __use_yte__"
+        )
+    return data
+
+
+def count_values(config, where: str = "config", limit: int = MAX_VALUES) -> None:
+    """Refuse a config of more than `limit` values, counting every use of a YAML alias, and stop counting there."""
+    todo, count = [config], 0
+    while todo:
+        value = todo.pop()
+        count += 1
+        if count > limit:
+            raise ConfigError(
+                f"{where}: more than {limit} values (a YAML alias counts each time it is used); allowed: at most {limit}"
+            )
+        if isinstance(value, dict):
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+
+
+def _with_defaults(validator_class):
+    """A validator that fills in each property's `default`, as snakemake.utils.validate does (jsonschema's FAQ)."""
+    check_properties = validator_class.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from check_properties(validator, props, instance, schema)
+
+    return validators.extend(validator_class, {"properties": properties})
+
+
+def validate_config(config: dict, schema_path: str) -> None:
+    """Check the config against the schema and fill in its defaults; the first error as one line.
+
+    jsonschema directly, not snakemake.utils.validate, whose error prints the whole config.
+    """
+    with open(schema_path, encoding="utf-8") as f:
+        schema = yaml.safe_load(f)
+    error = next(iter(_with_defaults(Draft202012Validator)(schema).iter_errors(config)), None)
+    if error is not None:
+        raise ConfigError(schema_error(error))
+
+
+def one_line(error: Exception) -> str:
+    """`bad config: <message>`, on one line and at most MAX_MESSAGE characters long."""
+    text = " ".join(str(error).split("\n"))
+    return "bad config: " + (text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "...")
