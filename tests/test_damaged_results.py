@@ -111,3 +111,76 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     assert all(float(r["samples_per_s"]) > 0 and 0 <= float(r["stall_pct"]) <= 100 for r in rows)
     assert planned(workflow, workdir, CONFIG) == set()
     assert not list((workdir / "results").rglob("*.tmp"))
+
+
+def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
+    """Ctrl-C while a cell runs leaves its output marked incomplete; `make run` again must finish it without flags."""
+    workflow, workdir = _workflow(tmp_path)
+    slow = dict(FAST, sample_delay_ms=50)  # 4 samples x 50 ms a step: 40 steps take 8 s or more
+    config = {"defaults": {"repeats": 1, "steps": 40, "warmup_steps": 1, "device": "cpu"},
+              "experiments": {"slow": {"base": slow, "matrix": {"num_workers": [0]}}}}
+    with open(workdir / "config.yaml", "w") as f:
+        json.dump(config, f)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
+    # A terminal's Ctrl-C reaches the whole foreground process group: Snakemake and the job it runs.
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    started = workdir / "logs" / "bench" / "slow" / "num_workers-0" / "rep1.log"
+    deadline = time.monotonic() + 300
+    while not (started.exists() and started.stat().st_size) and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # the harness writes its first line once the cell is resolved: the job is running
+    assert run.poll() is None, "the run ended before its cell started: " + run.stdout.read()[-3000:]
+    os.killpg(run.pid, signal.SIGINT)
+    output = run.communicate(timeout=120)[0]
+    assert run.returncode != 0, output[-3000:]
+    result = workdir / "results" / "cells" / "slow" / "num_workers-0" / "rep1" / "result.json"
+    assert os.listdir(workdir / ".snakemake" / "incomplete") or not result.exists(), output[-3000:]
+
+    rerun = snakemake(workflow, workdir, config)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert "IncompleteFilesException" not in rerun.stderr
+    assert json.loads(result.read_text())["status"] == "ok"
+    assert (workdir / "results" / "report" / "index.html").exists()
+
+
+WRITE_UNDER_A_SIZE_LIMIT = textwrap.dedent("""
+    import resource, signal, sys
+    from feedbench.result import write_result
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    try:
+        write_result(sys.argv[1], {"status": "ok", "padding": "x" * 100_000})
+    except OSError as error:
+        print(error.errno)
+""")
+
+
+def test_a_write_that_fills_the_disk_leaves_no_temp_file_and_the_old_result(tmp_path):
+    """A real failed write (EFBIG under RLIMIT_FSIZE, as ENOSPC on a full disk): the old result stays, no .tmp is left."""
+    import errno
+
+    (tmp_path / "result.json").write_text('{"status": "failed"}\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.join(os.path.dirname(__file__), "..", "workflow"),
+                                                                   os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, "-c", WRITE_UNDER_A_SIZE_LIMIT, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == str(errno.EFBIG), proc.stdout + proc.stderr
+    assert os.listdir(tmp_path) == ["result.json"]
+    assert (tmp_path / "result.json").read_text() == '{"status": "failed"}\n'
+
+
+def test_a_non_ascii_data_dir_reaches_the_cell_intact(tmp_path):
+    """`data_dir: img😀` (the folder exists): cell.yaml must carry the emoji, not two lone surrogates."""
+    workflow, workdir = _workflow(tmp_path)
+    make_images(str(workdir / "img😀"), count=8, size=24, classes=2)
+    config = {"defaults": {"repeats": 1, "steps": 2, "warmup_steps": 0, "device": "cpu"},
+              "experiments": {"emoji": {"base": {"scenario": "loader", "dataset": "images", "data_dir": "img😀",
+                                                 "image_size": 16, "batch_size": 4}, "matrix": {"num_workers": [0]}}}}
+    run = snakemake(workflow, workdir, config)
+    assert run.returncode == 0, run.stderr[-4000:]
+    folder = workdir / "results" / "cells" / "emoji" / "num_workers-0" / "rep1"
+    result = json.loads((folder / "result.json").read_text())
+    assert result["status"] == "ok", result["error"]
+    assert result["cell"]["data_dir"] == "img😀" and "img😀" in (folder / "cell.yaml").read_text(encoding="utf-8")
+    assert planned(workflow, workdir, config) == set()
