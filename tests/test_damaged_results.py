@@ -24,7 +24,8 @@ from feedbench.images import make_images
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine
 
-FAST = {"scenario": "loader", "dataset": "synthetic", "model": "mlp", "input_size": 8, "batch_size": 4, "num_samples": 64}
+FAST = {"scenario": "loader", "dataset": "synthetic", "model": "mlp", "input_size": 8, "batch_size": 4,
+        "num_samples": 64}
 CONFIG = {
     "defaults": {"repeats": 3, "steps": 3, "warmup_steps": 1, "device": "cpu"},
     "experiments": {
@@ -92,7 +93,8 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     assert {k for k, r in rows.items() if r["status"] == "ok"} == set(kept)
     assert {k for k, r in rows.items() if r["status"] == "failed"} == set(damaged)
     assert {rows[k]["error_type"] for k in damaged} == {"UnusableResult"}
-    assert "not valid JSON" in rows[keys[0]]["error_message"] and "'fast' is not of type" in rows[keys[3]]["error_message"]
+    assert "not valid JSON" in rows[keys[0]]["error_message"]
+    assert "'fast' is not of type" in rows[keys[3]]["error_message"]
     html = (workdir / "results" / "report" / "index.html").read_text()
     assert "UnusableResult" in html or "unusable result" in html
 
@@ -122,10 +124,11 @@ def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
     with open(workdir / "config.yaml", "w") as f:
         json.dump(config, f)
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
+    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"),
+               "--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
     # A terminal's Ctrl-C reaches the whole foreground process group: Snakemake and the job it runs.
-    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
     started = workdir / "logs" / "bench" / "slow" / "num_workers-0" / "rep1.log"
     deadline = time.monotonic() + 300
     while not (started.exists() and started.stat().st_size) and run.poll() is None and time.monotonic() < deadline:
@@ -157,14 +160,14 @@ WRITE_UNDER_A_SIZE_LIMIT = textwrap.dedent("""
 
 
 def test_a_write_that_fills_the_disk_leaves_no_temp_file_and_the_old_result(tmp_path):
-    """A real failed write (EFBIG under RLIMIT_FSIZE, as ENOSPC on a full disk): the old result stays, no .tmp is left."""
+    """A real failed write (EFBIG under RLIMIT_FSIZE, like ENOSPC on a full disk): old result kept, no .tmp left."""
     import errno
 
     (tmp_path / "result.json").write_text('{"status": "failed"}\n')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.join(os.path.dirname(__file__), "..", "workflow"),
-                                                                   os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.run([sys.executable, "-c", WRITE_UNDER_A_SIZE_LIMIT, str(tmp_path)], capture_output=True, text=True,
-                          env=env, timeout=120)
+    package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workflow")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, "-c", WRITE_UNDER_A_SIZE_LIMIT, str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == str(errno.EFBIG), proc.stdout + proc.stderr
     assert os.listdir(tmp_path) == ["result.json"]
     assert (tmp_path / "result.json").read_text() == '{"status": "failed"}\n'

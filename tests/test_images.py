@@ -42,11 +42,11 @@ def test_cli_make_images_and_bad_arguments(tmp_path):
 def test_a_truncated_jpeg_fails_the_cell_naming_the_file(run_cell, tmp_path):
     """PIL says 'image file is truncated' without saying which: the cell's error names the file."""
     make_images(str(tmp_path / "imgs"), count=4, size=32, classes=1)
-    victim = sorted((tmp_path / "imgs").rglob("*.JPEG"))[0]
+    victim = min((tmp_path / "imgs").rglob("*.JPEG"))
     with open(victim, "r+b") as f:
         f.truncate(100)
-    code, result = run_cell(scenario="loader", dataset="images", data_dir=str(tmp_path / "imgs"), image_size=16, batch_size=2,
-                            steps=2, warmup_steps=0, shuffle=False, device="cpu")
+    code, result = run_cell(scenario="loader", dataset="images", data_dir=str(tmp_path / "imgs"), image_size=16,
+                            batch_size=2, steps=2, warmup_steps=0, shuffle=False, device="cpu")
     assert code == 1 and result["status"] == "failed"
     message = result["error"]["message"]
     assert result["error"]["type"] == "OSError" and message.startswith(f"{victim}: "), message

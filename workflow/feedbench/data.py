@@ -179,11 +179,11 @@ def short_batch_note(cell, samples: list[int]) -> str | None:
     build_loader keeps the last, short batch (drop_last off) only then, rather than
     measure nothing; `samples` are this process's measured batch sizes.
     """
-    asked = batch_size_of(cell)
-    if not samples or max(samples) >= asked:
+    if not samples or max(samples) >= batch_size_of(cell):
         return None
+    per_rank = " per rank" if cell.parallel in ("ddp", "independent") else ""
     return (f"batch_size={cell.batch_size} ran as batches of {max(samples)}: "
-            f"the dataset has fewer samples than one batch{' per rank' if cell.parallel in ('ddp', 'independent') else ''}")
+            f"the dataset has fewer samples than one batch{per_rank}")
 
 
 def build_loader(cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:

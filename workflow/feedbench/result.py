@@ -40,7 +40,8 @@ def schema() -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _validator():
-    from jsonschema import Draft202012Validator  # here, not at the top: writing a result does not need it
+    # Imported here, not at the top: writing a result does not need it.
+    from jsonschema import Draft202012Validator
 
     return Draft202012Validator(schema())
 
