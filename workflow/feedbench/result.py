@@ -122,7 +122,7 @@ def atomic_write(path: str, text: str) -> None:
     except BaseException:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:  # never created, or not removable: the first error is the one to report
             pass
         raise
     try:  # the rename itself survives a crash once the folder is on disk too
