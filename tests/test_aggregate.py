@@ -105,8 +105,51 @@ def test_unreadable_result_is_a_failed_row_not_a_crash(real_matrix, tmp_path):  
     broken.write_text('{"schema_version": 1, "status": ')
     frame = load_results([real_matrix.paths[0], str(broken)])
     row = frame[frame["cell"] == "c"].iloc[0]
-    assert row["status"] == "failed" and row["error_type"] == "JSONDecodeError" and str(broken) in row["error_message"]
+    assert row["status"] == "failed" and row["error_type"] == "UnusableResult" and str(broken) in row["error_message"]
+    assert "not valid JSON" in row["error_message"]
     assert (frame["status"] == "ok").sum() == 1
+
+
+def _damaged(result: dict, how: str):
+    """A measured result spoilt in one way (the cases of issue #9)."""
+    result = json.loads(json.dumps(result))
+    if how == "no-metrics":
+        del result["metrics"]
+    elif how == "rate-is-text":
+        result["metrics"]["samples_per_s"] = "fast"
+    elif how == "negative-stall":
+        result["metrics"]["stall_pct"] = -50
+    elif how == "nan-step":
+        result["metrics"]["step_ms"]["median"] = float("nan")
+    elif how == "null":
+        result = None
+    elif how == "list":
+        result = [1, 2]
+    return json.dumps(result)
+
+
+@pytest.mark.parametrize("how, why", [
+    ("no-metrics", "'metrics' is a required property"),
+    ("rate-is-text", "metrics.samples_per_s: 'fast' is not of type"),
+    ("negative-stall", "metrics.stall_pct: -50 is less than the minimum of 0"),
+    ("nan-step", "metrics.step_ms.median: not a finite number"),
+    ("null", "not a mapping but NoneType"),
+    ("list", "not a mapping but list"),
+])
+def test_a_result_the_schema_refuses_is_a_failed_row_saying_why(real_matrix, tmp_path, how, why):  # noqa: F811
+    good = real_matrix.paths[0]
+    with open(good) as f:
+        measured = json.load(f)
+    assert measured["status"] == "ok"
+    damaged = tmp_path / "cells" / "e" / "c" / "rep1" / "result.json"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text(_damaged(measured, how))
+    frame = load_results([good, str(damaged)])
+    row = frame[frame["cell"] == "c"].iloc[0]
+    assert (row["experiment"], row["repeat"], row["status"], row["error_type"]) == ("e", 1, "failed", "UnusableResult")
+    assert why in row["error_message"] and str(damaged) in row["error_message"], row["error_message"]
+    assert pd.isna(row["samples_per_s"])  # nothing of a refused result is shown as measured
+    assert sorted(frame["status"]) == ["failed", "ok"]
 
 
 def test_write_summary_is_atomic_and_round_trips(summary, tmp_path):
@@ -120,3 +163,18 @@ def test_write_summary_is_atomic_and_round_trips(summary, tmp_path):
 def test_no_results_gives_an_empty_table_with_the_columns():
     frame = load_results([])
     assert frame.empty and {"experiment", "cell", "repeat", "status", "num_workers"} <= set(frame.columns)
+
+
+def test_a_failed_result_without_provenance_keeps_its_own_error(real_matrix, tmp_path):  # noqa: F811
+    # A cell stuck inside one step past its time limit is ended before provenance may be known: its result says why
+    # it failed, and that message, not a schema complaint, is what the summary shows.
+    with open(real_matrix.paths[0]) as f:
+        result = json.load(f)
+    del result["provenance"]
+    result.update(status="failed", error={"type": "Terminated", "message": "time limit of 30 s reached", "traceback": ""})
+    stuck = tmp_path / "cells" / "e" / "c" / "rep1" / "result.json"
+    stuck.parent.mkdir(parents=True)
+    stuck.write_text(json.dumps(result))
+    row = load_results([str(stuck)]).iloc[0]
+    assert (row["status"], row["error_type"]) == ("failed", "Terminated")
+    assert row["error_message"] == "time limit of 30 s reached"

@@ -37,3 +37,17 @@ def test_cli_make_images_and_bad_arguments(tmp_path):
     bad = cli("make-images", str(tmp_path / "x"), "--count", "0")
     assert bad.returncode == 2
     assert bad.stderr.strip() == "feedbench: error: make-images: count >= 1, size >= 8 and classes >= 1 are required"
+
+
+def test_a_truncated_jpeg_fails_the_cell_naming_the_file(run_cell, tmp_path):
+    """PIL says 'image file is truncated' without saying which: the cell's error names the file."""
+    make_images(str(tmp_path / "imgs"), count=4, size=32, classes=1)
+    victim = min((tmp_path / "imgs").rglob("*.JPEG"))
+    with open(victim, "r+b") as f:
+        f.truncate(100)
+    code, result = run_cell(scenario="loader", dataset="images", data_dir=str(tmp_path / "imgs"), image_size=16,
+                            batch_size=2, steps=2, warmup_steps=0, shuffle=False, device="cpu")
+    assert code == 1 and result["status"] == "failed"
+    message = result["error"]["message"]
+    assert result["error"]["type"] == "OSError" and message.startswith(f"{victim}: "), message
+    assert "truncated" in message[len(str(victim)):].lower(), message  # PIL's own words follow the name

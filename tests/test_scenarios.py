@@ -209,3 +209,16 @@ def test_record_failure_for_a_harness_killed_without_a_result(tmp_path):
 def test_torch_threads_knob_is_applied_and_recorded(run_cell):
     code, result = run_cell(**TINY_MLP, torch_threads=1)
     assert code == 0 and result["torch_threads"] == 1
+
+
+def test_a_dataset_smaller_than_a_batch_says_so_in_adjustments(run_cell):
+    """5 samples and batch_size 8: every batch holds 5, and the result says why instead of running them silently."""
+    code, result = run_cell(scenario="loader", dataset="memory", model="mlp", input_size=4, num_samples=5, batch_size=8,
+                            steps=3, warmup_steps=1, device="cpu")
+    assert code == 0, result["error"]
+    assert result["metrics"]["samples"] == 3 * 5
+    assert "batch_size=8 ran as batches of 5: the dataset has fewer samples than one batch" in result["adjustments"]
+    code, result = run_cell(scenario="loader", dataset="memory", model="mlp", input_size=4, num_samples=20,
+                            batch_size=8, steps=3, warmup_steps=1, device="cpu")
+    assert code == 0 and result["metrics"]["samples"] == 3 * 8
+    assert not [note for note in result["adjustments"] if "batch_size" in note]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -14,8 +15,12 @@ from .knobs import KNOBS, markdown_table
 def _load_cell(path: str | None, overrides: list[str]) -> dict:
     raw = {}
     if path:
-        with open(path) as f:
-            raw = yaml.safe_load(f) or {}
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        try:  # the workflow writes cell.yaml as JSON: read it as such, so every string comes back as it was
+            raw = json.loads(text)
+        except ValueError:
+            raw = yaml.safe_load(text) or {}
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: a cell file must be a mapping of knob: value")
     for item in overrides:

@@ -15,7 +15,7 @@ import pandas as pd
 from .knobs import KNOBS
 from .knobs import LABELS as CELL_LABELS
 from .metrics import PHASES
-from .result import atomic_write
+from .result import UnusableResult, atomic_write, read_result
 
 # A row's place: experiment, cell, repeat (its sort order), and whether the cell is its experiment's baseline.
 LABELS = ["experiment", "cell", "repeat", "baseline"]
@@ -115,16 +115,16 @@ def result_row(result: dict, path: str) -> dict:
 def load_results(paths: list[str]) -> pd.DataFrame:
     """Read every result.json into the tidy summary, sorted by experiment, cell, repeat.
 
-    An unreadable file becomes a failed row naming the file, not an exception:
-    one bad cell must not hide the rest of the matrix.
+    Every result is validated (feedbench.result.read_result, as the workflow's
+    retries are): an unusable one becomes a failed row labelled by its path and
+    saying why, not an exception, so one bad cell never hides the rest of the matrix.
     """
     rows = []
     for path in paths:
         try:
-            with open(path) as f:
-                result = json.load(f)
-        except (OSError, ValueError) as error:
-            result = {"status": "failed", "error": {"type": type(error).__name__, "message": f"{path}: {error}"}}
+            result = read_result(path)
+        except UnusableResult as damage:
+            result = {"status": "failed", "error": {"type": "UnusableResult", "message": str(damage)}}
         rows.append(result_row(result, str(path)))
     # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
     frame = pd.DataFrame(rows, columns=None if rows else [*LABELS, *STATUS, *KNOBS])

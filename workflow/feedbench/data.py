@@ -90,6 +90,20 @@ def _need_dir(cell, how: str) -> str:
     return path
 
 
+def load_image(path: str):
+    """torchvision's image loader, whose errors name the file (PIL's 'image file is truncated' does not)."""
+    from torchvision.datasets.folder import default_loader
+
+    try:
+        return default_loader(path)
+    except OSError as error:  # the same type (UnidentifiedImageError stays itself), the message prefixed with the file
+        try:
+            named = type(error)(f"{path}: {error}")
+        except TypeError:  # a subclass whose constructor takes other arguments
+            named = OSError(f"{path}: {error}")
+        raise named from error
+
+
 def _images(cell) -> Dataset:
     import torchvision
     from torchvision import transforms as T
@@ -101,7 +115,7 @@ def _images(cell) -> Dataset:
         [T.RandomResizedCrop(cell.image_size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     )
     try:
-        return torchvision.datasets.ImageFolder(root, transform=transform)
+        return torchvision.datasets.ImageFolder(root, transform=transform, loader=load_image)
     except FileNotFoundError as error:
         raise KnobError(f"knob 'data_dir': {error}; make one with: python -m feedbench make-images DIR") from None
 
@@ -154,6 +168,24 @@ def build_dataset(cell) -> Dataset:
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
 
 
+def batch_size_of(cell) -> int:
+    """Samples per batch the cell asks of its loader: dp feeds all of its GPUs from one loader."""
+    return cell.batch_size * (cell.gpus_per_node if cell.parallel == "dp" else 1)
+
+
+def short_batch_note(cell, samples: list[int]) -> str | None:
+    """The adjustment to record when every measured batch was smaller than asked: a dataset smaller than one batch.
+
+    build_loader keeps the last, short batch (drop_last off) only then, rather than
+    measure nothing; `samples` are this process's measured batch sizes.
+    """
+    if not samples or max(samples) >= batch_size_of(cell):
+        return None
+    per_rank = " per rank" if cell.parallel in ("ddp", "independent") else ""
+    return (f"batch_size={cell.batch_size} ran as batches of {max(samples)}: "
+            f"the dataset has fewer samples than one batch{per_rank}")
+
+
 def build_loader(cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
@@ -163,7 +195,7 @@ def build_loader(cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> 
     sampler = None
     if world_size > 1:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True)
-    batch_size = cell.batch_size * (cell.gpus_per_node if cell.parallel == "dp" else 1)
+    batch_size = batch_size_of(cell)
     options = {}
     if cell.num_workers > 0:
         options = dict(

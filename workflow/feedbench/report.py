@@ -9,7 +9,6 @@ event handler and no link outside the document.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
@@ -26,7 +25,7 @@ from markupsafe import Markup
 from . import verdict, views
 from .disclosure import Disclosure
 from .plots import plain_text, svg_text
-from .result import atomic_write
+from .result import UnusableResult, atomic_write, read_result
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "report", "templates")
 
@@ -89,9 +88,8 @@ def _knob_text(cell: dict | pd.Series, knobs: list[str]) -> str:
 def _error_tail(path: str | None, fallback: str | None) -> str:
     """The last lines of a failed cell's traceback (or its message when it has none)."""
     try:
-        with open(path) as f:
-            error = json.load(f).get("error") or {}
-    except (OSError, TypeError, ValueError):
+        error = read_result(path).get("error") or {}
+    except (TypeError, UnusableResult):
         error = {}
     text = error.get("traceback") or error.get("message") or fallback or "no error recorded"
     return "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
@@ -104,9 +102,8 @@ def provenance_table(paths: list[str], withheld: tuple[str, ...] = ()) -> dict[s
     span = []
     for path in paths:
         try:
-            with open(path) as f:
-                result = json.load(f)
-        except (OSError, ValueError):
+            result = read_result(path)
+        except UnusableResult:
             continue
         for name in values:
             value = (result.get("provenance") or {}).get(name)

@@ -16,6 +16,7 @@ import traceback
 import torch
 
 from .cell import cell_dict, parse_cell, resolve
+from .data import short_batch_note
 from .distributed import World, finish, gather, init, rank_device
 from .harness import Measurement, cuda_init, measure
 from .knobs import KnobError
@@ -178,6 +179,9 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
             result["page_cache"] = m.page_cache
             if m.page_cache and m.page_cache["note"]:
                 result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]
+            short = short_batch_note(cell, m.samples)
+            if short:
+                result["adjustments"] = result["adjustments"] + [short]
             if m.comm:
                 result["metrics"]["comm"] = m.comm
         result.update(started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0)

@@ -16,6 +16,7 @@ from feedbench.cell import ranks
 from feedbench.config import ConfigError, count_values, one_line, validate_config
 from feedbench.knobs import KNOBS
 from feedbench.matrix import build_cells, harness_fingerprint
+from feedbench.result import UnusableResult, read_result
 
 IMAGES_DIR = "results/data/images"
 
@@ -101,24 +102,31 @@ def attempt(result_path):
     A measured result keeps the attempt it ran as, so its params (which carry
     the attempt) are unchanged and Snakemake leaves it alone; a failed one asks
     for a new attempt, named after the failure, so the params trigger reruns
-    exactly the failed cells. A dry run sees the same: nothing is moved or
-    deleted to make a retry happen.
+    exactly the failed cells. A damaged result (unreadable, not a mapping, or
+    refused by the result schema: feedbench.result.read_result) counts as
+    failed, its retry named after its bytes. A dry run sees the same: nothing
+    is moved or deleted to make a retry happen.
     """
-    try:
-        with open(result_path) as f:
-            result = json.load(f)
-    except (OSError, ValueError):
+    if not os.path.exists(result_path):
         return "first"
-    if result.get("status") == "ok" or not config["retry_failed"]:
+    try:
+        result = read_result(result_path)
+    except UnusableResult as damage:
+        return f"retry-after-damaged-{damage.tag}" if config["retry_failed"] else "first"
+    if result["status"] == "ok" or not config["retry_failed"]:
         return (result.get("cell") or result.get("requested") or {}).get("attempt", "first")
-    return f"retry-after-{result.get('finished_at')}"
+    return f"retry-after-{result['finished_at']}"
 
 
 def cell_knobs(wildcards):
-    """The knobs of the job as one JSON text (also valid YAML): the bench rule's `params.cell`."""
+    """The knobs of the job as one JSON text (also valid YAML): the bench rule's `params.cell`.
+
+    Non-ASCII characters are written as themselves, not as \\u escapes, which
+    PyYAML would read back as lone surrogates (an emoji in a data_dir, say).
+    """
     path = f"results/cells/{wildcards.experiment}/{wildcards.cell}/rep{wildcards.repeat}/result.json"
     knobs = dict(cell_of(wildcards).labelled(int(wildcards.repeat)), attempt=attempt(path))
-    return json.dumps(knobs, sort_keys=True)
+    return json.dumps(knobs, sort_keys=True, ensure_ascii=False)
 
 
 def cell_inputs(wildcards):
