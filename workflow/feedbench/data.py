@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
+from .cell import Cell
 from .knobs import KnobError
 from .models import input_kind
 
@@ -16,7 +17,7 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 
 
-def sample_shape(cell) -> tuple[int, ...]:
+def sample_shape(cell: Cell) -> tuple[int, ...]:
     return (cell.input_size,) if input_kind(cell.model) == "vector" else (3, cell.image_size, cell.image_size)
 
 
@@ -83,14 +84,14 @@ class Delayed(Dataset):
         return sample
 
 
-def _need_dir(cell, how: str) -> str:
+def _need_dir(cell: Cell, how: str) -> str:
     path = cell.data_dir
     if not path or not os.path.isdir(path):
         raise KnobError(f"knob 'data_dir': dataset '{cell.dataset}' needs an existing folder, {path!r} is not one; {how}")
     return path
 
 
-def _images(cell) -> Dataset:
+def _images(cell: Cell) -> Dataset:
     import torchvision
     from torchvision import transforms as T
 
@@ -106,7 +107,7 @@ def _images(cell) -> Dataset:
         raise KnobError(f"knob 'data_dir': {error}; make one with: python -m feedbench make-images DIR") from None
 
 
-def _cifar(cell) -> Dataset:
+def _cifar(cell: Cell) -> Dataset:
     import torchvision
     from torchvision import transforms as T
 
@@ -121,12 +122,12 @@ def _cifar(cell) -> Dataset:
         raise KnobError(f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path") from None
 
 
-def _synthetic(cell) -> Dataset:
+def _synthetic(cell: Cell) -> Dataset:
     classes = None if input_kind(cell.model) == "vector" else cell.num_classes
     return SyntheticDataset(cell.num_samples, sample_shape(cell), classes, cell.seed)
 
 
-def _memory(cell) -> Dataset:
+def _memory(cell: Cell) -> Dataset:
     """All samples made up front and kept in RAM, as in the prefetch study."""
     g = torch.Generator().manual_seed(cell.seed)
     x = torch.randn((cell.num_samples, *sample_shape(cell)), generator=g)
@@ -135,7 +136,7 @@ def _memory(cell) -> Dataset:
     return TensorDataset(x, torch.randint(cell.num_classes, (cell.num_samples,), generator=g))
 
 
-def _tokens(cell) -> Dataset:
+def _tokens(cell: Cell) -> Dataset:
     return TokenDataset(cell.num_samples, cell.seq_len, cell.seq_len_spread, cell.vocab_size, cell.seed)
 
 
@@ -149,12 +150,12 @@ DATASETS: dict[str, Callable] = {
 }
 
 
-def build_dataset(cell) -> Dataset:
+def build_dataset(cell: Cell) -> Dataset:
     dataset = DATASETS[cell.dataset](cell)
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
 
 
-def build_loader(cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
+def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
     With several ranks each reads its own shard (DistributedSampler); with dp
