@@ -28,7 +28,7 @@ from . import views
 from .plots import svg_text
 from .result import atomic_write
 
-TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "report", "templates")
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")  # package data, installed with it
 
 # What the report says about where results came from: an allow-list, never the whole environment.
 PROVENANCE = ["host", "os", "cpu", "cpu_count", "ram_gb", "gpu", "gpu_count", "driver", "cuda", "cudnn",
