@@ -8,23 +8,84 @@ each adaptation so the result says what really ran.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
+from .knobs import DEFAULT_TRANSFER_SIZES, KNOBS, LABELS, KnobError, defaults
+from .model_names import check_model_name
 
-from .knobs import KNOBS, LABELS, KnobError, defaults
-from .models import check_model_name
 
-Cell = dataclasses.make_dataclass(
-    "Cell",
-    [
-        (name, Any, dataclasses.field(default_factory=(lambda v=knob.default: list(v) if isinstance(v, list) else v)))
-        for name, knob in KNOBS.items()
-    ]
-    + [(label, Any, dataclasses.field(default=None)) for label in LABELS],
-    frozen=True,
-)
-Cell.__doc__ = "The knobs of one cell (see knobs.KNOBS for meanings and defaults)."
+@dataclass(frozen=True)
+class Cell:
+    """The knobs of one cell, checked by parse_cell. Meanings and allowed values: feedbench.knobs.KNOBS.
+
+    One field per knob, with the knob table's type and default (tests/test_cell_type.py keeps the two equal),
+    then the labels the workflow adds. Import-light on purpose: the Snakefile checks every cell with it.
+    """
+
+    # What runs.
+    scenario: str = "train"
+    device: str = "auto"
+    steps: int = 50
+    epochs: int | None = None
+    warmup_steps: int = 5
+    seed: int = 0
+    # Data.
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    download: bool = False
+    num_samples: int = 2048
+    image_size: int = 224
+    input_size: int = 4096
+    num_classes: int = 1000
+    page_cache: str = "asis"
+    sample_delay_ms: float = 0.0
+    seq_len: int = 100
+    seq_len_spread: float = 0.5
+    vocab_size: int = 1000
+    # Loader.
+    batch_size: int = 64
+    num_workers: int = 0
+    pin_memory: bool = False
+    non_blocking: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    multiprocessing_context: str | None = None
+    in_order: bool = True
+    shuffle: bool = True
+    device_prefetch: str = "none"
+    prefetch_depth: int = 1
+    # Parallelism.
+    parallel: str = "none"
+    gpus_per_node: int = 1
+    nodes: int = 1
+    comm_probe_steps: int = 10
+    # Model and step.
+    model: str = "mlp"
+    hidden_layers: int = 1
+    width: int = 4096
+    compute_ms: float = 10.0
+    lstm_impl: str = "fused"
+    lstm_layers: int = 2
+    embedding_dim: int = 128
+    hidden_size: int = 128
+    lr: float = 0.01
+    momentum: float = 0.0
+    amp: str = "off"
+    channels_last: bool = False
+    # Measurement.
+    timing: str = "events"
+    profile: bool = False
+    profile_steps: int = 5
+    torch_threads: int | None = None
+    monitor_interval_s: float = 0.5
+    transfer_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_TRANSFER_SIZES))
+    # Labels (knobs.LABELS): set by the workflow, copied into the result, unused by the harness.
+    experiment: str | None = None
+    cell: str | None = None
+    repeat: int | None = None
+    baseline: bool | None = None
+    attempt: str | None = None
 
 
 def parse_cell(raw: dict[str, Any]) -> Cell:
@@ -74,6 +135,8 @@ def world_size(cell: Cell) -> int:
 
 def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     """Fit the cell to this machine; return it with the list of adjustments made."""
+    import torch  # here, not at the top: the Snakefile imports this module at every parse, torch takes seconds
+
     notes: list[str] = []
     changes: dict[str, Any] = {}
     if cell.device == "cuda" and not cuda_available:

@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
+from .cell import Cell
 from .knobs import KnobError
 from .models import input_kind
 
@@ -16,7 +17,7 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 
 
-def sample_shape(cell) -> tuple[int, ...]:
+def sample_shape(cell: Cell) -> tuple[int, ...]:
     return (cell.input_size,) if input_kind(cell.model) == "vector" else (3, cell.image_size, cell.image_size)
 
 
@@ -83,7 +84,7 @@ class Delayed(Dataset):
         return sample
 
 
-def _need_dir(cell, how: str) -> str:
+def _need_dir(cell: Cell, how: str) -> str:
     path = cell.data_dir
     if not path or not os.path.isdir(path):
         raise KnobError(f"knob 'data_dir': dataset '{cell.dataset}' needs an existing folder, {path!r} is not one; {how}")
@@ -104,7 +105,7 @@ def load_image(path: str):
         raise named from error
 
 
-def _images(cell) -> Dataset:
+def _images(cell: Cell) -> Dataset:
     import torchvision
     from torchvision import transforms as T
 
@@ -120,7 +121,7 @@ def _images(cell) -> Dataset:
         raise KnobError(f"knob 'data_dir': {error}; make one with: python -m feedbench make-images DIR") from None
 
 
-def _cifar(cell) -> Dataset:
+def _cifar(cell: Cell) -> Dataset:
     import torchvision
     from torchvision import transforms as T
 
@@ -135,12 +136,12 @@ def _cifar(cell) -> Dataset:
         raise KnobError(f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path") from None
 
 
-def _synthetic(cell) -> Dataset:
+def _synthetic(cell: Cell) -> Dataset:
     classes = None if input_kind(cell.model) == "vector" else cell.num_classes
     return SyntheticDataset(cell.num_samples, sample_shape(cell), classes, cell.seed)
 
 
-def _memory(cell) -> Dataset:
+def _memory(cell: Cell) -> Dataset:
     """All samples made up front and kept in RAM, as in the prefetch study."""
     g = torch.Generator().manual_seed(cell.seed)
     x = torch.randn((cell.num_samples, *sample_shape(cell)), generator=g)
@@ -149,7 +150,7 @@ def _memory(cell) -> Dataset:
     return TensorDataset(x, torch.randint(cell.num_classes, (cell.num_samples,), generator=g))
 
 
-def _tokens(cell) -> Dataset:
+def _tokens(cell: Cell) -> Dataset:
     return TokenDataset(cell.num_samples, cell.seq_len, cell.seq_len_spread, cell.vocab_size, cell.seed)
 
 
@@ -163,17 +164,17 @@ DATASETS: dict[str, Callable] = {
 }
 
 
-def build_dataset(cell) -> Dataset:
+def build_dataset(cell: Cell) -> Dataset:
     dataset = DATASETS[cell.dataset](cell)
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
 
 
-def batch_size_of(cell) -> int:
+def batch_size_of(cell: Cell) -> int:
     """Samples per batch the cell asks of its loader: dp feeds all of its GPUs from one loader."""
     return cell.batch_size * (cell.gpus_per_node if cell.parallel == "dp" else 1)
 
 
-def short_batch_note(cell, samples: list[int]) -> str | None:
+def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
     """The adjustment to record when every measured batch was smaller than asked: a dataset smaller than one batch.
 
     build_loader keeps the last, short batch (drop_last off) only then, rather than
@@ -186,7 +187,7 @@ def short_batch_note(cell, samples: list[int]) -> str | None:
             f"the dataset has fewer samples than one batch{per_rank}")
 
 
-def build_loader(cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
+def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
     With several ranks each reads its own shard (DistributedSampler); with dp

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .cache import prepare as prepare_page_cache
+from .cell import Cell
 from .data import build_dataset, build_loader
 from .distributed import World
 from .metrics import CLOCKED_PHASES
@@ -96,7 +97,7 @@ def cuda_init(device: torch.device) -> float | None:
     return time.perf_counter() - start
 
 
-def wrap_parallel(model: nn.Module, cell, device: torch.device) -> nn.Module:
+def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Module:
     """ddp: gradients all-reduced across ranks; dp: one process splits each batch over its GPUs."""
     if cell.parallel == "ddp":
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -105,7 +106,7 @@ def wrap_parallel(model: nn.Module, cell, device: torch.device) -> nn.Module:
     return model  # none, independent (replicas that never talk), dp on CPU
 
 
-def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World()) -> None:
+def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World()) -> None:
     """Run warm-up and the measured window of a train, compute or loader cell, filling `m`."""
     torch.manual_seed(cell.seed)
     dataset = build_dataset(cell)
@@ -195,7 +196,7 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
         _profile(cell, device, batches, prefetch, train_step, out_dir, resident)
 
 
-def _comm_probe(cell, device, model, batches, prefetch, resident, train_step) -> dict:
+def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_step) -> dict:
     """The exposed cost of gradient all-reduce: the same steps with and without DDP's sync.
 
     One batch kept on the device, so data loading does not blur the comparison.
@@ -223,7 +224,7 @@ def _comm_probe(cell, device, model, batches, prefetch, resident, train_step) ->
             "comm_share": max(0.0, 1 - without_sync / with_sync) if with_sync > 0 else None}
 
 
-def _profile(cell, device, batches, prefetch, train_step, out_dir, resident) -> None:
+def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, resident) -> None:
     """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window."""
     from torch.profiler import ProfilerActivity, profile
 

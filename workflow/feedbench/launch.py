@@ -24,14 +24,14 @@ import psutil
 import torch
 import yaml
 
-from .cell import cell_dict, world_size
+from .cell import Cell, cell_dict, world_size
 from .distributed import free_port
 from .provenance import machine_facts
 from .result import failed_result, now, tail, write_result
 from .stop import SIGTERM_REASON, TimeLimit
 
 
-def torchrun_commands(cell, cell_path: str, out_dir: str, port: int) -> list[list[str]]:
+def torchrun_commands(cell: Cell, cell_path: str, out_dir: str, port: int) -> list[list[str]]:
     """One torchrun per (emulated) node, all meeting at 127.0.0.1:port."""
     return [
         [sys.executable, "-m", "torch.distributed.run", f"--nnodes={cell.nodes}", f"--nproc-per-node={cell.gpus_per_node}",
@@ -45,7 +45,7 @@ def in_slurm_job() -> bool:
     return "SLURM_JOB_ID" in os.environ and shutil.which("srun") is not None
 
 
-def srun_command(cell, cell_path: str, out_dir: str) -> list[str]:
+def srun_command(cell: Cell, cell_path: str, out_dir: str) -> list[str]:
     """One task per GPU (or per gloo "GPU") on each node; a task that dies stops the step."""
     command = ["srun", f"--nodes={cell.nodes}", f"--ntasks={world_size(cell)}", f"--ntasks-per-node={cell.gpus_per_node}",
                f"--cpus-per-task={cell.num_workers + 1}", "--kill-on-bad-exit=1"]
@@ -91,7 +91,7 @@ def describe_failure(out_dir: str, world: int, codes: list[int], first: int | No
             "traceback": "".join(tail(log) for log in logs)[-4000:]}
 
 
-def launch(raw: dict, cell, notes: list[str], out_dir: str, time_limit: float | None = None) -> int:
+def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: float | None = None) -> int:
     """Start the ranks, wait for them, and write the cell's result if rank 0 could not (or the cell failed)."""
     started = now()
     result_path, ranks_dir = os.path.join(out_dir, "result.json"), os.path.join(out_dir, "ranks")

@@ -401,7 +401,8 @@ def harness_files(package_dir: str) -> list[str]:
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 todo += [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
     files = [os.path.join(package_dir, f"{name}.py") for name in found]
-    for folder, _, names in os.walk(package_dir):
+    for folder, subfolders, names in os.walk(package_dir):
+        subfolders[:] = [d for d in subfolders if d != "templates"]  # the report's: editing them reruns no cell
         files += [os.path.join(folder, n) for n in names if not n.endswith((".py", ".pyc"))]
     return sorted(files)
 

@@ -27,7 +27,7 @@ from .disclosure import Disclosure
 from .plots import plain_text, svg_text
 from .result import UnusableResult, atomic_write, read_result
 
-TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "report", "templates")
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")  # package data, installed with it
 
 # What the report says about where results came from: an allow-list, never the whole environment.
 PROVENANCE_FIELDS = ["host", "os", "cpu", "cpu_count", "ram_gb", "gpu", "gpu_count", "driver", "cuda", "cudnn",

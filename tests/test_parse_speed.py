@@ -1,0 +1,63 @@
+"""Parsing the Snakefile imports no torch: every parse (the run's and each job's) would pay seconds for it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import yaml
+
+from feedbench.model_names import TORCHVISION_MODELS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEAVY = ("torch", "torchvision")
+
+
+def imported(stderr: str) -> set[str]:
+    """Top-level packages a `python -X importtime` run imported (its stderr)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("import time:") and "|" in line]
+    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in lines[1:]}
+
+
+def test_snakefile_parses_without_torch(tmp_path):
+    """A dry run checks every cell (a torchvision model among them) and plans every job, importing no torch."""
+    config = {
+        "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
+        "experiments": {"tiny": {"base": {"scenario": "train", "image_size": 32}, "matrix": {"model": ["mlp", "resnet18"]}}},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"),
+         "--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "1", "--dry-run"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "bench" in run.stdout  # the cells were planned, so every one of them was checked
+    modules = imported(run.stderr)
+    assert "snakemake" in modules and "feedbench" in modules  # the parse itself is in the trace
+    assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
+    config = {"experiments": {"tiny": {"base": {"model": "resnet19"}}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(tmp_path / "config.yaml"), "--cores", "1", "--dry-run"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode != 0
+    assert "bad config: experiments.tiny.base.model: value 'resnet19' is not known; allowed: none, mlp" in run.stdout + run.stderr
+
+
+def test_the_cached_model_list_is_the_installed_torchvisions():
+    """feedbench.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
+    import torchvision
+
+    installed = tuple(torchvision.models.list_models(module=torchvision.models))
+    assert TORCHVISION_MODELS == installed, (
+        f"torchvision {torchvision.__version__} has other classification models: update "
+        f"workflow/feedbench/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
+        f"gone: {sorted(set(TORCHVISION_MODELS) - set(installed))})"
+    )
