@@ -20,8 +20,7 @@ if PACKAGE_ROOT not in sys.path:
 if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
 
-from feedbench.cell import ranks
-from feedbench.knobs import KNOBS
+from feedbench import resources as cell_resources
 from feedbench.matrix import ConfigError, build_cells, harness_fingerprint, schema_error
 
 IMAGES_DIR = "results/data/images"
@@ -136,66 +135,44 @@ def cell_inputs(wildcards):
     return {"images": IMAGES_DIR} if cell_of(wildcards).knobs.get("data_dir") == IMAGES_DIR else {}
 
 
-# Resources from the cell (README: "Resources of a cell"). Knobs a cell does not
-# set take the harness's defaults (feedbench.knobs.KNOBS).
-def knob(wildcards, name):
-    cell = cell_of(wildcards)
-    return cell.knobs[name] if name in cell.knobs else KNOBS[name].default
-
-
+# Resources from the cell (README: "Resources of a cell"): thin calls into
+# feedbench.resources, which the launcher uses too. Knobs a cell does not set
+# take the harness's defaults.
 def cell_threads(wildcards):
     """Per node: every rank (gpus_per_node) plus its loader workers. Snakemake caps it at --cores."""
-    return (knob(wildcards, "num_workers") + 1) * knob(wildcards, "gpus_per_node")
+    return cell_resources.threads(cell_of(wildcards).knobs)
 
 
 def cell_mem_mb(wildcards, threads):
-    """2 GiB per rank, 1 GiB per loader worker."""
-    ranks = knob(wildcards, "gpus_per_node")
-    return 2048 * ranks + 1024 * (threads - ranks)
-
-
-def cell_ranks(wildcards):
-    """Processes of the cell, by the harness's own rule."""
-    return ranks(knob(wildcards, "parallel"), knob(wildcards, "nodes"), knob(wildcards, "gpus_per_node"))
+    return cell_resources.mem_mb(cell_of(wildcards).knobs, threads)
 
 
 def cell_cpus_per_task(wildcards):
-    """Slurm's --cpus-per-task: a rank and its loader workers (the whole cell when it is one process)."""
-    return knob(wildcards, "num_workers") + 1 if cell_ranks(wildcards) > 1 else cell_threads(wildcards)
+    return cell_resources.cpus_per_task(cell_of(wildcards).knobs)
 
 
 def cell_gpus(wildcards):
-    """GPUs of the whole job when the cell may use them (device cuda or auto), else 0."""
-    if knob(wildcards, "device") not in ("cuda", "auto"):
-        return 0
-    return knob(wildcards, "gpus_per_node") * knob(wildcards, "nodes")
+    return cell_resources.gpus(cell_of(wildcards).knobs)
 
 
 def cell_tasks(wildcards):
-    """Slurm tasks of the whole job, when one per node (or one in all) says it; else 0 (unset).
-
-    Several ranks per node go through tasks_per_node instead, so that Slurm
-    cannot pack 3 of 4 ranks on one node: the plugin takes one or the other.
-    """
-    return cell_ranks(wildcards) if knob(wildcards, "gpus_per_node") == 1 or cell_ranks(wildcards) == 1 else 0
+    return cell_resources.tasks(cell_of(wildcards).knobs)
 
 
 def cell_tasks_per_node(wildcards):
-    return knob(wildcards, "gpus_per_node") if not cell_tasks(wildcards) else 0
+    return cell_resources.tasks_per_node(cell_of(wildcards).knobs)
 
 
 def cell_tasks_per_gpu(wildcards):
-    """One rank per GPU; 0 (unset) without GPUs or for dp, whose one process drives them all."""
-    return 1 if cell_gpus(wildcards) and cell_ranks(wildcards) > 1 else 0
+    return cell_resources.tasks_per_gpu(cell_of(wildcards).knobs)
 
 
 def cell_mpi(wildcards):
-    """'srun' for multi-process cells: the job's shell runs once and the launcher starts the ranks with srun."""
-    return "srun" if cell_ranks(wildcards) > 1 else ""
+    return cell_resources.mpi(cell_of(wildcards).knobs)
 
 
 def cell_nodes(wildcards):
-    return knob(wildcards, "nodes")
+    return cell_resources.nodes(cell_of(wildcards).knobs)
 
 
 def plot_spec(wildcards):
