@@ -21,6 +21,7 @@ if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
 
 from feedbench import resources as cell_resources
+from feedbench import slurm as feedbench_slurm
 from feedbench.matrix import ConfigError, build_cells, harness_fingerprint, schema_error
 
 IMAGES_DIR = "results/data/images"
@@ -181,3 +182,58 @@ def plot_spec(wildcards):
 
 def plot_title(wildcards):
     return config["experiments"][wildcards.experiment].get("title", wildcards.experiment)
+
+
+# On Slurm (the Snakefile's onstart and onerror; docs/reliability-slurm.md).
+def check_cells_fit_slurm_nodes():
+    """Refuse, before any job, a cell that needs more CPUs per node than the partition's nodes have."""
+    try:
+        partition, cpus = feedbench_slurm.node_cpus(feedbench_slurm.bench_resource(workflow, "slurm_partition"))
+    except ValueError as error:
+        raise WorkflowError(str(error)) from None
+    error = feedbench_slurm.cells_fit_error(((e, c, cell.knobs) for (e, c), cell in CELLS.items()), partition, cpus)
+    if error:
+        raise WorkflowError(error)
+
+
+def report_lost_cells(log):
+    """After lost jobs: a lost.json for each lost cell, then the summary, plots and report from everything there is."""
+    states = feedbench_slurm.job_states(feedbench_slurm.run_id(log) or "")
+    paths, lost = [], []
+    for (experiment, cell_id), cell in CELLS.items():
+        for repeat in range(1, REPEATS + 1):
+            folder = f"results/cells/{experiment}/{cell_id}/rep{repeat}"
+            result = f"{folder}/result.json"
+            job = states.get(feedbench_slurm.comment(experiment, cell_id, repeat))
+            if os.path.exists(result) and (job is None or job[1] == "COMPLETED"):
+                paths.append(result)
+                continue
+            record = feedbench_slurm.lost_result(result, cell.labelled(repeat), job)
+            os.makedirs(folder, exist_ok=True)
+            with open(f"{folder}/lost.json", "w") as f:
+                json.dump(record, f, indent=1)
+            if os.path.exists(result):  # no metadata: Snakemake would never run it again
+                os.remove(result)
+            paths.append(f"{folder}/lost.json")
+            lost.append(f"{experiment}/{cell_id}/rep{repeat} ({record['error']['message'].split(';')[0]})")
+    if not lost:
+        return
+    from feedbench.aggregate import load_results, read_summary, write_summary
+    from feedbench.plots import plot_experiment
+    from feedbench.report import write_report
+
+    write_summary(load_results(paths), "results/summary.csv")
+    plots = []
+    for name, spec in config["experiments"].items():
+        if spec.get("plot"):
+            plots.append(f"results/plots/{name}.svg")
+            plot_experiment(read_summary("results/summary.csv"), name, spec["plot"], plots[-1], title=spec.get("title", name))
+    templates = os.path.join(workflow.basedir, "report", "templates")
+    write_report("results/summary.csv", plots, paths, dict(config), config_hash(), "results/report/index.html",
+                 templates=templates, references=REFERENCES)
+    # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
+    # they need (Snakemake does not rerun a missing input of an output that is up to date).
+    for path in ["results/summary.csv", *plots, "results/report/index.html"]:
+        os.utime(path, (0, 0))
+    print(f"feedbench: {len(lost)} cell(s) lost on Slurm, listed in results/report/index.html; the next run runs them"
+          f" again: {'; '.join(lost)}", file=sys.stderr)
