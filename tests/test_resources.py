@@ -65,7 +65,8 @@ def test_memory_counts_ranks_and_the_workers_of_the_threads_given():
 
 def test_srun_options_place_gpus_per_node_tasks_on_each_node():
     assert resources.srun_options(DDP_2X2, cuda=True) == [
-        "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=3", "--kill-on-bad-exit=1", "--gpus-per-task=1",
+        "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=3", "--kill-on-bad-exit=1",
+        "--gpus-per-task=1",
     ]
     assert "--gpus-per-task=1" not in resources.srun_options(DDP_2X2, cuda=False)
 

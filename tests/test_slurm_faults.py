@@ -26,7 +26,8 @@ pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one clu
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-CELL = {"scenario": "train", "dataset": "memory", "model": "sleep", "input_size": 16, "batch_size": 8, "num_samples": 64}
+CELL = {"scenario": "train", "dataset": "memory", "model": "sleep", "input_size": 16, "batch_size": 8,
+        "num_samples": 64}
 
 
 def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = True):
@@ -38,7 +39,8 @@ def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = Tru
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     command = [
-        sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir / "run"),
+        sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"),
+        "--directory", str(workdir / "run"),
         "--configfile", str(workdir / "config.yaml"), "--profile", os.path.join(workflow, "profiles", "slurm"),
         "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}",
         "runtime=10", "mem_mb=500",
@@ -54,7 +56,8 @@ def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = Tru
 def bench_jobs(slurm_cluster, run_id: str) -> dict[str, dict[str, str]]:
     """The run's bench jobs by cell, from accounting."""
     fields = "JobIDRaw,State,Comment,AllocTRES"
-    out = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields).stdout
+    sacct = ["sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields]
+    out = slurm_cluster.run(*sacct).stdout
     jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if "rule_bench_" in line]
     return {job["Comment"].split("_wildcards_")[1]: job for job in jobs}
 

@@ -147,7 +147,7 @@ GresTypes=gpu
 ReturnToService=2
 SchedulerType=sched/backfill
 # Finished jobs stay visible to squeue for 10 min: squeue-based status checks
-# need MinJobAge >= 3x the status interval.
+# need MinJobAge above the longest gap between checks (180 s) plus a check.
 MinJobAge=600
 KillWait=5
 InactiveLimit=0

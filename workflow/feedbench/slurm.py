@@ -56,7 +56,8 @@ def node_cpus(partition: str | None) -> tuple[str, int]:
         cpus[name] = max(cpus.get(name, 0), int(count.rstrip("+")))
     partition = partition or default
     if partition not in cpus:
-        raise ValueError(f"bad config: slurm_partition: '{partition}' is not a partition; allowed: {', '.join(sorted(cpus))}")
+        known = ", ".join(sorted(cpus))
+        raise ValueError(f"bad config: slurm_partition: '{partition}' is not a partition; allowed: {known}")
     return partition, cpus[partition]
 
 
@@ -150,7 +151,7 @@ def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None) -
     """The record of a lost cell: the harness's own result when it wrote one (kept by keep-incomplete), else empty."""
     from .result import failed_result, now  # result.py loads jsonschema: only when cells were lost
 
-    how = f"Slurm job {job[0]} ended {job[1]}" if job else "no Slurm job ran (sbatch refused it, or the run stopped first)"
+    how = f"Slurm job {job[0]} ended {job[1]}" if job else "no Slurm job ran (sbatch refused it, or the run stopped)"
     message = f"{how}; the cell is lost and the next run runs it again"
     try:
         with open(result_path) as f:

@@ -227,7 +227,8 @@ def report_lost_cells(log):
     for name, spec in config["experiments"].items():
         if spec.get("plot"):
             plots.append(f"results/plots/{name}.svg")
-            plot_experiment(read_summary("results/summary.csv"), name, spec["plot"], plots[-1], title=spec.get("title", name))
+            summary = read_summary("results/summary.csv")
+            plot_experiment(summary, name, spec["plot"], plots[-1], title=spec.get("title", name))
     templates = os.path.join(workflow.basedir, "report", "templates")
     write_report("results/summary.csv", plots, paths, dict(config), config_hash(), "results/report/index.html",
                  templates=templates, references=REFERENCES)
