@@ -84,10 +84,10 @@ def test_a_cell_wider_than_a_node_is_refused_before_any_job(slurm_cluster, tmp_p
 def test_gpus_asked_for_with_gres_instead_of_gpu(slurm_cluster, tmp_path):
     config = {"defaults": {"repeats": 1, "steps": 2, "warmup_steps": 1},
               "experiments": {"gres": {"base": dict(CELL, device="auto")}}}
-    proc = snakemake(slurm_cluster, tmp_path, config, "bench:gres=gpu:1", "bench:gpu=0", "--verbose")
+    proc = snakemake(slurm_cluster, tmp_path, config, "bench:gres=gpu:tesla:1", "bench:gpu=0", "--verbose")
     assert proc.returncode == 0, proc.stderr[-6000:]
     [call] = [line for line in proc.stderr.splitlines() if "sbatch call:" in line and "rule_bench" in line]
-    assert "--gres=gpu:1" in call and "--gpus" not in call, call
+    assert "--gres=gpu:tesla:1" in call and "--gpus" not in call, call
     [run_id] = run_ids(proc.stderr)
     [job] = bench_jobs(slurm_cluster, run_id).values()
     assert job["State"] == "COMPLETED" and "gres/gpu=1" in job["AllocTRES"].split(","), job

@@ -61,7 +61,8 @@ def run(slurm_cluster, tmp_path_factory):
         "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}", "runtime=10", "mem_mb=500",
         "--slurm-init-seconds-before-status-checks", "2",
         # The test nodes have 4000 MB: less than the 2 GiB per rank a bench job asks for by default.
-        "--set-resources", "bench:mem_mb=1000",
+        # Their GPUs are typed, as on the cluster: every cell names the model (--gpus=tesla:N).
+        "--set-resources", "bench:mem_mb=1000", "bench:gpu_model=tesla",
         "--slurm-keep-successful-logs",
     ]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
