@@ -50,3 +50,26 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         "results/report/index.html",
+
+
+# Light rules run in this process, not as cluster jobs: on Slurm each job costs
+# a status cycle (tens of seconds) before the next one starts.
+localrules:
+    all,
+    aggregate,
+    plot,
+    report,
+
+
+# On Slurm (profiles/slurm): refuse cells wider than a node before any job, work
+# around the executor plugin's faults, and after lost jobs still make the report
+# (feedbench.slurm; docs/reliability-slurm.md).
+onstart:
+    if feedbench_slurm.on_slurm(workflow):
+        feedbench_slurm.patch_plugin()
+        check_cells_fit_slurm_nodes()
+
+
+onerror:
+    if feedbench_slurm.on_slurm(workflow):
+        report_lost_cells(log)

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-# The cluster of tests/slurm/cluster.sh: two nodes, each with gres gpu:2.
+# The cluster of tests/slurm/cluster.sh: two nodes, each with gres gpu:tesla:2.
 NODES = ("n1", "n2")
 GPUS_PER_NODE = 2
 

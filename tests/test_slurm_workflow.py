@@ -33,9 +33,10 @@ TINY = {
             "plot": {"x": "hidden_layers", "kind": "bar"},
         },
         "ddp": {
-            "title": "ddp with 2 gloo GPUs x 2 nodes",
+            # device auto: the job asks Slurm for the 4 (fake) GPUs, 2 per node, and the ranks run on gloo.
+            "title": "ddp with 2 GPUs x 2 nodes",
             "base": {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 64,
-                     "parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "comm_probe_steps": 2},
+                     "parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "comm_probe_steps": 2, "device": "auto"},
             "plot": {"x": "nodes", "kind": "bar"},
         },
     },
@@ -60,7 +61,8 @@ def run(slurm_cluster, tmp_path_factory):
         "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}", "runtime=10", "mem_mb=500",
         "--slurm-init-seconds-before-status-checks", "2",
         # The test nodes have 4000 MB: less than the 2 GiB per rank a bench job asks for by default.
-        "--set-resources", "bench:mem_mb=1000",
+        # Their GPUs are typed, as on the issue's cluster: every cell names the model (--gpus=tesla:N).
+        "--set-resources", "bench:mem_mb=1000", "bench:gpu_model=tesla",
         "--slurm-keep-successful-logs",
     ]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
@@ -92,15 +94,18 @@ def test_every_cell_went_through_sbatch(slurm_cluster, run):
     # The plugin names every job of a run after the run's id and puts the rule
     # and wildcards in the job comment; sacct has them from slurmdbd.
     [run_id] = {line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line}
-    fields = "JobID,State,Submit,End,Comment"
+    fields = "JobID,State,Submit,End,Comment,AllocTRES"
     out = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields).stdout
     jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if line]
     assert jobs, f"sacct knows no job named {run_id}"
     bench = [job for job in jobs if job["Comment"].startswith("rule_bench_")]
     assert sorted(job["Comment"] for job in bench) == sorted(f"rule_bench_wildcards_{e}_{cell}_1" for e, cell in CELLS), jobs
     assert {job["State"] for job in jobs} == {"COMPLETED"}, jobs
-    # The rest of the matrix (aggregate, plots, report) ran on the cluster too.
-    assert {"rule_aggregate", "rule_report"} <= {job["Comment"].split("_wildcards_")[0] for job in jobs}, jobs
+    # The rest of the matrix (aggregate, plots, report) is light: localrules, no cluster jobs.
+    assert {job["Comment"].split("_wildcards_")[0] for job in jobs} == {"rule_bench"}, jobs
+    # The 2-GPU x 2-node ddp cell got its 4 GPUs (issue #9: --ntasks-per-gpu beside --ntasks-per-node was refused).
+    [ddp] = [job for job in bench if job["Comment"] == "rule_bench_wildcards_ddp_base_1"]
+    assert "gres/gpu=4" in ddp["AllocTRES"].split(","), ddp
     # Cells are queued together: the workflow profile's one-cell-at-a-time
     # limit (bench_slots) counts per job on a cluster (set-resource-scopes).
     assert max(job["Submit"] for job in bench) < min(job["End"] for job in bench), bench

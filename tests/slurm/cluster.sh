@@ -23,6 +23,7 @@ CLUSTER=feedbench
 PARTITION=debug
 NODES=(n1 n2)
 GPUS_PER_NODE=2
+GPU_TYPE=tesla          # typed GPUs, as sites name them: gpu_model and gres:gpu:tesla:N work
 CPUS_PER_NODE=4        # more than a small CI runner has: slurmd is told to trust the config
 MEM_PER_NODE_MB=4000
 UP_TIMEOUT_S=${SLURM_UP_TIMEOUT_S:-60}
@@ -147,7 +148,7 @@ GresTypes=gpu
 ReturnToService=2
 SchedulerType=sched/backfill
 # Finished jobs stay visible to squeue for 10 min: squeue-based status checks
-# need MinJobAge >= 3x the status interval.
+# need MinJobAge above the longest gap between checks (180 s) plus a check.
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
@@ -171,7 +172,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 EOF
     for ((i = 0; i < ${#NODES[@]}; i++)); do
-        echo "NodeName=${NODES[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=${ports[i + 2]} CPUs=$CPUS_PER_NODE RealMemory=$MEM_PER_NODE_MB Gres=gpu:$GPUS_PER_NODE State=UNKNOWN" >>"$ETC/slurm.conf"
+        echo "NodeName=${NODES[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=${ports[i + 2]} CPUs=$CPUS_PER_NODE RealMemory=$MEM_PER_NODE_MB Gres=gpu:$GPU_TYPE:$GPUS_PER_NODE State=UNKNOWN" >>"$ETC/slurm.conf"
     done
     local nodelist
     nodelist=$(IFS=,; echo "${NODES[*]}")
@@ -179,7 +180,7 @@ EOF
 
     cat >"$ETC/gres.conf" <<EOF
 AutoDetect=off
-NodeName=$nodelist Name=gpu File=$STATE/dev/gpu[0-$((GPUS_PER_NODE - 1))]
+NodeName=$nodelist Name=gpu Type=$GPU_TYPE File=$STATE/dev/gpu[0-$((GPUS_PER_NODE - 1))]
 EOF
 
     # slurmdbd reaches MariaDB through its Unix socket (StorageHost=localhost

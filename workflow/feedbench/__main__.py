@@ -95,10 +95,11 @@ def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False, time_limit: fl
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 
-    from .cell import parse_cell, resolve, world_size
+    from .cell import parse_cell, resolve
     from .distributed import world_from_env
     from .knobs import KnobError
     from .launch import launch
+    from .resources import ranks
     from .runner import run
 
     if as_rank:
@@ -107,7 +108,7 @@ def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False, time_limit: fl
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError:
         return run(raw, out_dir)  # writes the failed result and prints the one line
-    if world_size(cell) > 1:
+    if ranks(cell) > 1:
         return launch(raw, cell, notes, out_dir, time_limit)
     return run(raw, out_dir, time_limit=time_limit)
 

@@ -124,15 +124,6 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
     return Cell(**values)
 
 
-def ranks(parallel: str, nodes: int, gpus_per_node: int) -> int:
-    """Processes a cell runs as: one per GPU for ddp and independent, one for dp and none."""
-    return nodes * gpus_per_node if parallel in ("ddp", "independent") else 1
-
-
-def world_size(cell: Cell) -> int:
-    return ranks(cell.parallel, cell.nodes, cell.gpus_per_node)
-
-
 def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     """Fit the cell to this machine; return it with the list of adjustments made."""
     import torch  # here, not at the top: the Snakefile imports this module at every parse, torch takes seconds

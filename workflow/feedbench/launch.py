@@ -24,7 +24,8 @@ import psutil
 import torch
 import yaml
 
-from .cell import Cell, cell_dict, world_size
+from . import resources
+from .cell import Cell, cell_dict
 from .distributed import free_port
 from .provenance import machine_facts
 from .result import failed_result, now, tail, write_result
@@ -47,11 +48,9 @@ def in_slurm_job() -> bool:
 
 def srun_command(cell: Cell, cell_path: str, out_dir: str) -> list[str]:
     """One task per GPU (or per gloo "GPU") on each node; a task that dies stops the step."""
-    command = ["srun", f"--nodes={cell.nodes}", f"--ntasks={world_size(cell)}", f"--ntasks-per-node={cell.gpus_per_node}",
-               f"--cpus-per-task={cell.num_workers + 1}", "--kill-on-bad-exit=1"]
-    if cell.device != "cpu" and torch.cuda.is_available():
-        command.append("--gpus-per-task=1")
-    return command + [sys.executable, "-m", "feedbench", "run", cell_path, "--out", out_dir, "--as-rank"]
+    cuda = cell.device != "cpu" and torch.cuda.is_available()
+    feedbench = [sys.executable, "-m", "feedbench", "run", cell_path, "--out", out_dir, "--as-rank"]
+    return ["srun", *resources.srun_options(cell, cuda), *feedbench]
 
 
 def _rank_reports(out_dir: str) -> list[dict]:
@@ -102,7 +101,7 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
     cell_path = os.path.join(ranks_dir, "cell.yaml")
     with open(cell_path, "w") as f:
         yaml.safe_dump(raw, f)
-    print(f"feedbench: launching {world_size(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}", file=sys.stderr)
+    print(f"feedbench: launching {resources.ranks(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}", file=sys.stderr)
     env = dict(os.environ, MASTER_PORT=str(free_port()))  # the rendezvous listens here, on this (the first) node
     if in_slurm_job():
         names, commands = ["srun"], [srun_command(cell, cell_path, out_dir)]
@@ -174,7 +173,7 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
         result.update(provenance=reports[0]["provenance"] if reports else machine_facts(torch.device("cpu")),
                       started_at=started, finished_at=now())
     result["status"] = "failed"
-    result["error"] = describe_failure(out_dir, world_size(cell), codes, first_node, names, terminated, logs)
+    result["error"] = describe_failure(out_dir, resources.ranks(cell), codes, first_node, names, terminated, logs)
     write_result(out_dir, result)
     print(f"feedbench: cell failed: {result['error']['message']}", file=sys.stderr)
     return 2 if result["error"]["type"] == "KnobError" else 1

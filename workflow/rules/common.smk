@@ -8,13 +8,15 @@ import copy
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
-from feedbench.cell import ranks
+from feedbench import resources as cell_resources
+from feedbench import slurm as feedbench_slurm
 from feedbench.config import ConfigError, count_values, one_line, validate_config
-from feedbench.knobs import KNOBS
 from feedbench.matrix import build_cells, harness_fingerprint
 from feedbench.result import UnusableResult, read_result
 
@@ -134,66 +136,44 @@ def cell_inputs(wildcards):
     return {"images": IMAGES_DIR} if cell_of(wildcards).knobs.get("data_dir") == IMAGES_DIR else {}
 
 
-# Resources from the cell (README: "Resources of a cell"). Knobs a cell does not
-# set take the harness's defaults (feedbench.knobs.KNOBS).
-def knob(wildcards, name):
-    cell = cell_of(wildcards)
-    return cell.knobs[name] if name in cell.knobs else KNOBS[name].default
-
-
+# Resources from the cell (README: "Resources of a cell"): thin calls into
+# feedbench.resources, which the launcher uses too. Knobs a cell does not set
+# take the harness's defaults.
 def cell_threads(wildcards):
     """Per node: every rank (gpus_per_node) plus its loader workers. Snakemake caps it at --cores."""
-    return (knob(wildcards, "num_workers") + 1) * knob(wildcards, "gpus_per_node")
+    return cell_resources.threads(cell_of(wildcards).knobs)
 
 
 def cell_mem_mb(wildcards, threads):
-    """2 GiB per rank, 1 GiB per loader worker."""
-    ranks = knob(wildcards, "gpus_per_node")
-    return 2048 * ranks + 1024 * (threads - ranks)
-
-
-def cell_ranks(wildcards):
-    """Processes of the cell, by the harness's own rule."""
-    return ranks(knob(wildcards, "parallel"), knob(wildcards, "nodes"), knob(wildcards, "gpus_per_node"))
+    return cell_resources.mem_mb(cell_of(wildcards).knobs, threads)
 
 
 def cell_cpus_per_task(wildcards):
-    """Slurm's --cpus-per-task: a rank and its loader workers (the whole cell when it is one process)."""
-    return knob(wildcards, "num_workers") + 1 if cell_ranks(wildcards) > 1 else cell_threads(wildcards)
+    return cell_resources.cpus_per_task(cell_of(wildcards).knobs)
 
 
 def cell_gpus(wildcards):
-    """GPUs of the whole job when the cell may use them (device cuda or auto), else 0."""
-    if knob(wildcards, "device") not in ("cuda", "auto"):
-        return 0
-    return knob(wildcards, "gpus_per_node") * knob(wildcards, "nodes")
+    return cell_resources.gpus(cell_of(wildcards).knobs)
 
 
 def cell_tasks(wildcards):
-    """Slurm tasks of the whole job, when one per node (or one in all) says it; else 0 (unset).
-
-    Several ranks per node go through tasks_per_node instead, so that Slurm
-    cannot pack 3 of 4 ranks on one node: the plugin takes one or the other.
-    """
-    return cell_ranks(wildcards) if knob(wildcards, "gpus_per_node") == 1 or cell_ranks(wildcards) == 1 else 0
+    return cell_resources.tasks(cell_of(wildcards).knobs)
 
 
 def cell_tasks_per_node(wildcards):
-    return knob(wildcards, "gpus_per_node") if not cell_tasks(wildcards) else 0
+    return cell_resources.tasks_per_node(cell_of(wildcards).knobs)
 
 
 def cell_tasks_per_gpu(wildcards):
-    """One rank per GPU; 0 (unset) without GPUs or for dp, whose one process drives them all."""
-    return 1 if cell_gpus(wildcards) and cell_ranks(wildcards) > 1 else 0
+    return cell_resources.tasks_per_gpu(cell_of(wildcards).knobs)
 
 
 def cell_mpi(wildcards):
-    """'srun' for multi-process cells: the job's shell runs once and the launcher starts the ranks with srun."""
-    return "srun" if cell_ranks(wildcards) > 1 else ""
+    return cell_resources.mpi(cell_of(wildcards).knobs)
 
 
 def cell_nodes(wildcards):
-    return knob(wildcards, "nodes")
+    return cell_resources.nodes(cell_of(wildcards).knobs)
 
 
 def plot_spec(wildcards):
@@ -202,3 +182,62 @@ def plot_spec(wildcards):
 
 def plot_title(wildcards):
     return config["experiments"][wildcards.experiment].get("title", wildcards.experiment)
+
+
+# On Slurm (the Snakefile's onstart and onerror; docs/reliability-slurm.md).
+def check_cells_fit_slurm_nodes():
+    """Refuse, before any job, a cell that needs more CPUs per node than the partition's nodes have."""
+    try:
+        partition, cpus = feedbench_slurm.node_cpus(feedbench_slurm.bench_resource(workflow, "slurm_partition"))
+    except ValueError as error:
+        raise WorkflowError(str(error)) from None
+    except (OSError, subprocess.SubprocessError) as error:  # no sinfo here: sbatch will judge each cell
+        print(f"feedbench: cannot read the nodes' CPUs with sinfo ({error}); cells are not checked", file=sys.stderr)
+        return
+    error = feedbench_slurm.cells_fit_error(((e, c, cell.knobs) for (e, c), cell in CELLS.items()), partition, cpus)
+    if error:
+        raise WorkflowError(error)
+
+
+def report_lost_cells(log):
+    """After lost jobs: a lost.json for each lost cell, then the summary, plots and report from everything there is."""
+    states = feedbench_slurm.job_states(feedbench_slurm.run_id(log) or "")
+    paths, lost = [], []
+    for (experiment, cell_id), cell in CELLS.items():
+        for repeat in range(1, REPEATS + 1):
+            folder = f"results/cells/{experiment}/{cell_id}/rep{repeat}"
+            result = f"{folder}/result.json"
+            job = states.get(feedbench_slurm.comment(experiment, cell_id, repeat))
+            if os.path.exists(result) and (job is None or job[1] == "COMPLETED"):
+                paths.append(result)
+                continue
+            record = feedbench_slurm.lost_result(result, cell.labelled(repeat), job)
+            os.makedirs(folder, exist_ok=True)
+            with open(f"{folder}/lost.json", "w") as f:
+                json.dump(record, f, indent=1)
+            if os.path.exists(result):  # no metadata: Snakemake would never run it again
+                os.remove(result)
+            paths.append(f"{folder}/lost.json")
+            lost.append(f"{experiment}/{cell_id}/rep{repeat} ({record['error']['message'].split(';')[0]})")
+    if not lost:
+        return
+    from feedbench.aggregate import load_results, read_summary, write_summary
+    from feedbench.plots import plot_experiment
+    from feedbench.report import write_report
+
+    write_summary(load_results(paths), "results/summary.csv")
+    plots = []
+    for name, spec in config["experiments"].items():
+        if spec.get("plot"):
+            plots.append(f"results/plots/{name}.svg")
+            summary = read_summary("results/summary.csv")
+            plot_experiment(summary, name, spec["plot"], plots[-1], title=spec.get("title", name))
+    templates = os.path.join(workflow.basedir, "report", "templates")
+    write_report("results/summary.csv", plots, paths, dict(config), config_hash(), "results/report/index.html",
+                 templates=templates, references=REFERENCES)
+    # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
+    # they need (Snakemake does not rerun a missing input of an output that is up to date).
+    for path in ["results/summary.csv", *plots, "results/report/index.html"]:
+        os.utime(path, (0, 0))
+    print(f"feedbench: {len(lost)} cell(s) lost on Slurm, listed in results/report/index.html; the next run runs them"
+          f" again: {'; '.join(lost)}", file=sys.stderr)

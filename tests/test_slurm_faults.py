@@ -1,0 +1,178 @@
+"""What a real cluster does to a run, on the localhost Slurm cluster (issue #9; docs/reliability-slurm.md).
+
+* a cell wider than a node is refused before any job, with one line;
+* the `gres` way of asking for GPUs (with gpu: 0) reaches sbatch alone and runs;
+* a job cancelled with scancel and a job on a node that fails (NODE_FAIL): the
+  run ends, the report is still made and lists both cells with their Slurm
+  state, the cancelled cell keeps the steps it measured, and the next run runs
+  exactly those two cells again.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from test_workflow import copy_workflow
+
+pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+CELL = {"scenario": "train", "dataset": "memory", "model": "sleep", "input_size": 16, "batch_size": 8,
+        "num_samples": 64}
+
+
+def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = True):
+    """The workflow copied into workdir, run through profiles/slurm with only the SITE settings given."""
+    workflow = str(workdir / "workflow")
+    if not os.path.exists(workflow):
+        os.makedirs(workflow)
+        copy_workflow(workflow)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    command = [
+        sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"),
+        "--directory", str(workdir / "run"),
+        "--configfile", str(workdir / "config.yaml"), "--profile", os.path.join(workflow, "profiles", "slurm"),
+        "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}",
+        "runtime=10", "mem_mb=500",
+        "--slurm-init-seconds-before-status-checks", "2",
+        "--set-resources", "bench:mem_mb=1000", *args,
+    ]  # fmt: skip
+    if wait:
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    log = open(workdir / "snakemake.log", "w")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def bench_jobs(slurm_cluster, run_id: str) -> dict[str, dict[str, str]]:
+    """The run's bench jobs by cell, from accounting."""
+    fields = "JobIDRaw,State,Comment,AllocTRES"
+    sacct = ["sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields]
+    out = slurm_cluster.run(*sacct).stdout
+    jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if "rule_bench_" in line]
+    return {job["Comment"].split("_wildcards_")[1]: job for job in jobs}
+
+
+def run_ids(text: str) -> list[str]:
+    return [line.split("SLURM run ID: ")[1].strip() for line in text.splitlines() if "SLURM run ID: " in line]
+
+
+def summary(workdir) -> dict[str, dict[str, str]]:
+    return {row["cell"]: row for row in csv.DictReader(open(workdir / "run" / "results" / "summary.csv"))}
+
+
+def test_a_cell_wider_than_a_node_is_refused_before_any_job(slurm_cluster, tmp_path):
+    config = {"defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
+              "experiments": {"wide": {"base": dict(CELL, num_workers=4)}}}
+    proc = snakemake(slurm_cluster, tmp_path, config)
+    assert proc.returncode == 1
+    line = ("bad config: experiments.wide: cell base asks for 5 CPUs per node (1 rank(s) x (num_workers 4 + 1)); "
+            "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)")
+    assert line in proc.stderr, proc.stderr[-3000:]
+    assert "Submitted job" not in proc.stderr and not (tmp_path / "run" / "results" / "cells").exists()
+
+
+def test_gpus_asked_for_with_gres_instead_of_gpu(slurm_cluster, tmp_path):
+    config = {"defaults": {"repeats": 1, "steps": 2, "warmup_steps": 1},
+              "experiments": {"gres": {"base": dict(CELL, device="auto")}}}
+    proc = snakemake(slurm_cluster, tmp_path, config, "bench:gres=gpu:tesla:1", "bench:gpu=0", "--verbose")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    [call] = [line for line in proc.stderr.splitlines() if "sbatch call:" in line and "rule_bench" in line]
+    assert "--gres=gpu:tesla:1" in call and "--gpus" not in call, call
+    [run_id] = run_ids(proc.stderr)
+    [job] = bench_jobs(slurm_cluster, run_id).values()
+    assert job["State"] == "COMPLETED" and "gres/gpu=1" in job["AllocTRES"].split(","), job
+    assert summary(tmp_path)["base"]["status"] == "ok"
+
+
+# Three cells: one over in a second, two of 40 s that Slurm takes away mid-cell.
+LOST = {
+    "defaults": {"repeats": 1, "warmup_steps": 1, "device": "cpu"},
+    "experiments": {
+        "lost": {
+            "title": "Cells lost to Slurm",
+            "base": dict(CELL, steps=40),
+            "matrix": {"compute_ms": [10, 1000, 1001]},
+            "plot": {"x": "compute_ms", "kind": "bar"},
+        },
+    },
+}
+CANCELLED, NODE_FAILED = "compute_ms-1000", "compute_ms-1001"
+
+
+def running_bench_jobs(slurm_cluster) -> dict[str, tuple[str, str]]:
+    """cell -> (job id, node) of the bench jobs running now."""
+    out = slurm_cluster.run("squeue", "-h", "-t", "running", "-o", "%i|%k|%N").stdout
+    return {comment.split("_wildcards_lost_")[1][:-2]: (job, node)
+            for job, comment, node in (line.split("|") for line in out.splitlines()) if "_wildcards_lost_" in comment}
+
+
+@pytest.fixture(scope="module")
+def lost(slurm_cluster, tmp_path_factory):
+    """LOST through profiles/slurm: one job scancel'ed, the node of another set down mid-cell; then run again."""
+    workdir = tmp_path_factory.mktemp("slurm-lost")
+    proc = snakemake(slurm_cluster, workdir, LOST, wait=False)
+    down = None
+    try:
+        deadline = time.monotonic() + 240
+        while set(running_bench_jobs(slurm_cluster)) != {CANCELLED, NODE_FAILED}:
+            assert proc.poll() is None and time.monotonic() < deadline, (workdir / "snakemake.log").read_text()[-4000:]
+            time.sleep(1)
+        time.sleep(12)  # a few of the 40 steps measured
+        jobs = running_bench_jobs(slurm_cluster)
+        slurm_cluster.run("scancel", jobs[CANCELLED][0])
+        down = jobs[NODE_FAILED][1]
+        # What slurmctld does when a node stops answering, without waiting SlurmdTimeout for it.
+        slurm_cluster.run("scontrol", "update", f"nodename={down}", "state=down", "reason=feedbench-test")
+        first = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if down:
+            slurm_cluster.run("scontrol", "update", f"nodename={down}", "state=resume", check=False)
+    log = (workdir / "snakemake.log").read_text()
+    cells = workdir / "run" / "results" / "cells" / "lost"
+    lost_records = {cell: json.loads((cells / cell / "rep1" / "lost.json").read_text())
+                    for cell in (CANCELLED, NODE_FAILED) if (cells / cell / "rep1" / "lost.json").exists()}
+    first_summary = summary(workdir) if (workdir / "run" / "results" / "summary.csv").exists() else {}
+    first_report = (workdir / "run" / "results" / "report" / "index.html")
+    first_report = first_report.read_text() if first_report.exists() else ""
+    again = snakemake(slurm_cluster, workdir, LOST)
+    return dict(first=first, log=log, lost=lost_records, summary=first_summary, report=first_report, again=again,
+                workdir=workdir)
+
+
+def test_lost_jobs_end_the_run_with_a_report_that_lists_them(lost):
+    assert lost["first"] == 1, lost["log"][-6000:]
+    assert "2 cell(s) lost on Slurm" in lost["log"], lost["log"][-6000:]
+    rows = lost["summary"]
+    assert {cell: row["status"] for cell, row in rows.items()} == {
+        "compute_ms-10": "ok", CANCELLED: "failed", NODE_FAILED: "failed"}, rows
+    assert "ended CANCELLED" in rows[CANCELLED]["error_message"], rows[CANCELLED]
+    assert "ended NODE_FAIL" in rows[NODE_FAILED]["error_message"], rows[NODE_FAILED]
+    assert "Failed cells" in lost["report"] and "NODE_FAIL" in lost["report"]
+
+
+def test_a_lost_cell_keeps_what_it_measured_and_leaves_no_result_json(lost):
+    assert set(lost["lost"]) == {CANCELLED, NODE_FAILED}
+    # The cancelled harness had SIGTERM and KillWait's 5 s to write its result: kept, not deleted.
+    cancelled = lost["lost"][CANCELLED]
+    assert cancelled["error"]["type"] == "Terminated" and cancelled["metrics"]["steps"] > 0, cancelled["error"]
+
+
+def test_the_next_run_runs_exactly_the_lost_cells_again(slurm_cluster, lost):
+    again = lost["again"]
+    assert again.returncode == 0, again.stderr[-6000:]
+    [run_id] = run_ids(again.stderr)
+    assert set(bench_jobs(slurm_cluster, run_id)) == {f"lost_{CANCELLED}_1", f"lost_{NODE_FAILED}_1"}
+    assert {cell: row["status"] for cell, row in summary(lost["workdir"]).items()} == {
+        "compute_ms-10": "ok", CANCELLED: "ok", NODE_FAILED: "ok"}
