@@ -11,7 +11,10 @@ core delays only by a wake-up latency (well under 1 ms under Linux's fair
 scheduler), and the trainer runs one intra-op thread (torch_threads: 1). The
 tightest case, two workers and a 64 ms step, allows 5 % = 3.2 ms per step of
 fixed costs (collate, worker IPC, timers: about 1-2 ms) before it fails; the
-stall allows 3 points, i.e. about 2 ms of a 64 ms step.
+stall allows 3 points, i.e. about 2 ms of a 64 ms step. That holds with one
+other busy process per core; it does not when the machine is oversubscribed
+several times over (at a load average of 12 on 2 cores every case ran 15-40 %
+slow: each sleep waits for a core), which these figures cannot tell from a bug.
 """
 
 from __future__ import annotations
