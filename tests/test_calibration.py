@@ -13,7 +13,7 @@ tightest case, two workers and a 64 ms step, allows 5 % = 3.2 ms per step of
 fixed costs (collate, worker IPC, timers: about 1-2 ms) before it fails; the
 stall allows 3 points, i.e. about 2 ms of a 64 ms step. That holds with one
 other busy process per core; it does not when the machine is oversubscribed
-several times over (at a load average of 12 on 2 cores every case ran 15-40 %
+several times over (at a load average of 12 on 2 cores every case ran 12-42 %
 slow: each sleep waits for a core), which these figures cannot tell from a bug.
 """
 
