@@ -191,8 +191,8 @@ def small_run(workflow, tmp_path_factory):
 def view_section(page: str, name: str) -> str:
     """The report's part about one experiment: from its view to the next experiment's section."""
     start = page.index(f'id="view-{name}"')
-    ends = [i for i in (page.find('id="exp-', start), page.find('id="view-', start + 1), page.find('id="failed"', start))
-            if i > 0]
+    marks = ('id="exp-', 'id="view-', 'id="failed"')
+    ends = [i for i in (page.find(mark, start + 1) for mark in marks) if i > 0]
     return page[start:min(ends)] if ends else page[start:]
 
 
