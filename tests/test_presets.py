@@ -3,9 +3,10 @@
 The fast tests dry-run every preset at its study's size in a copy of the
 workflow: the config validates (every cell checked by the harness's table of
 knobs) and only the preset's own experiment is planned, never the default
-matrix of config/config.yaml. The slow ones run each preset for real with
-`--config size=small` and check the cells, the study view in the report and,
-where the study published numbers, its table beside ours.
+matrix of config/config.yaml. The slow ones run every preset's small config
+(what `--config size=small` makes of it) for real, all six in one Snakemake
+run, and check each preset's cells, its study view in the report and, where
+the study published numbers, its table beside ours.
 """
 
 from __future__ import annotations
@@ -133,32 +134,91 @@ def published_hardware(name: str) -> str | None:
         return html.escape(next(rows)["hardware"], quote=False)
 
 
+def merged_small() -> dict:
+    """Every preset's small config as one config, so that one Snakemake run measures them all.
+
+    Each experiment takes its preset's small `defaults` into its `base` (a base knob wins over a default, so
+    every cell gets the knobs of its preset's own small run: test_merged_small_config_has_each_presets_own_cells
+    checks it). The generated JPEG folder is one for all: the most images and the largest size the presets ask
+    for, and the fewest classes (their models have that many outputs).
+    """
+    experiments, images, repeats = {}, [], set()
+    for name in PRESETS:
+        config = small(load_preset(name))
+        defaults = dict(config["defaults"])
+        repeats.add(defaults.pop("repeats"))
+        experiment = config["experiments"][name]
+        experiments[name] = {**experiment, "base": {**defaults, **(experiment.get("base") or {})}}
+        if "images" in config:
+            images.append(config["images"])
+    assert len(repeats) == 1, f"the small presets differ in repeats: {repeats}"
+    shared = {"count": max(i["count"] for i in images), "size": max(i["size"] for i in images),
+              "classes": min(i["classes"] for i in images)}
+    return {"defaults": {"repeats": repeats.pop()}, "images": shared, "experiments": experiments}
+
+
+def test_merged_small_config_has_each_presets_own_cells():
+    """The one small run below measures exactly the cells, with exactly the knobs, of the six runs it replaces."""
+    from feedbench.matrix import build_cells
+
+    def knobs(cells):
+        return {(c.experiment, c.id): c.knobs for c in cells}
+
+    merged = knobs(build_cells(merged_small(), "results/data/images", check=False))
+    separate = {}
+    for name in PRESETS:
+        separate.update(knobs(build_cells(small(load_preset(name)), "results/data/images", check=False)))
+    assert merged == separate
+
+
+@pytest.fixture(scope="module")
+def small_run(workflow, tmp_path_factory):
+    """One Snakemake run of every preset's small config (merged_small): the cells, the summary and one report.
+
+    One run instead of six saves five Snakemake starts and five aggregate/plot/report rounds; two bench slots let
+    two one-thread cells run at once (nothing here asserts a timing; threads still cap what runs together).
+    """
+    workdir = tmp_path_factory.mktemp("presets-small")
+    path = workdir / "presets-small.yaml"
+    path.write_text(yaml.safe_dump(merged_small(), sort_keys=False))
+    run = snakemake(workflow, workdir, "--configfile", str(path), "--resources", "bench_slots=2", timeout=1500)
+    assert run.returncode == 0, run.stderr[-4000:]
+    with open(workdir / "results" / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    return workdir, rows, (workdir / "results" / "report" / "index.html").read_text()
+
+
+def view_section(page: str, name: str) -> str:
+    """The report's part about one experiment: from its view to the next experiment's section."""
+    start = page.index(f'id="view-{name}"')
+    marks = ('id="exp-', 'id="view-', 'id="failed"')
+    ends = [i for i in (page.find(mark, start + 1) for mark in marks) if i > 0]
+    return page[start:min(ends)] if ends else page[start:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PRESETS)
-def test_preset_runs_small_on_a_cpu_and_its_view_renders(workflow, tmp_path, name):
+def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
+    workdir, all_rows, page = small_run
     config = small(load_preset(name))
-    run = snakemake(workflow, tmp_path, *preset_args(workflow, name), "--config", "size=small")
-    assert run.returncode == 0, run.stderr[-4000:]
     cells = expected_cells(config)
     repeats = config["defaults"]["repeats"]
     for cell in cells:
         for k in range(1, repeats + 1):
-            with open(tmp_path / "results" / "cells" / cell / f"rep{k}" / "result.json") as f:
+            with open(workdir / "results" / "cells" / cell / f"rep{k}" / "result.json") as f:
                 result = json.load(f)
             if cell in EXPECTED_FAILURES:
                 assert result["status"] == "failed", cell
                 continue
             assert result["status"] == "ok", f"{cell}: {result.get('error')}"
             assert result["cell"]["device"] == "cpu"
-    with open(tmp_path / "results" / "summary.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = [r for r in all_rows if r["experiment"] == name]
     assert len(rows) == len(cells) * repeats
-    page = (tmp_path / "results" / "report" / "index.html").read_text()
     assert f'id="view-{name}"' in page
     assert html.escape(config["experiments"][name]["title"], quote=False) in page
     hardware = published_hardware(name)
     if hardware:
-        assert hardware in page, f"the published table of {name} is not in the report"
+        assert hardware in view_section(page, name), f"the published table of {name} is not in its view"
     if name == "datastall":  # a cold cache that could not be made is said so, never passed off as one
         cold = [r for r in rows if r["page_cache"] == "cold"]
         assert cold

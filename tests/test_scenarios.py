@@ -110,8 +110,9 @@ def test_provenance_is_an_allow_list(run_cell, monkeypatch):
 
 
 def test_monitor_samples_and_notes_missing_gpu(run_cell):
+    # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only lengthens the window.
     code, result = run_cell(model="sleep", compute_ms=20, image_size=8, batch_size=2, steps=10, warmup_steps=0,
-                            num_workers=1, monitor_interval_s=0.02)
+                            num_workers=1, monitor_interval_s=0.02, torch_threads=1)
     monitor = result["monitor"]
     assert monitor["samples"] >= 3
     assert monitor["stats"]["trainer_rss_mb"]["max"] > 10
@@ -138,8 +139,10 @@ def test_crash_inside_loop_writes_failed_result_keeping_measured_steps(run_cell,
 def test_sigterm_writes_failed_result(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # SIGTERM after ~13 s: importing torch and starting take a few seconds even on a busy machine, then 50 ms steps.
     proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep",
-                             "--set", "compute_ms=50", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=10000"],
+                             "--set", "compute_ms=50", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=10000",
+                             "--set", "torch_threads=1"],
                             stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
@@ -160,7 +163,7 @@ def test_killed_worker_writes_failed_result(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep",
                              "--set", "compute_ms=20", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000",
-                             "--set", "num_workers=1"], stderr=subprocess.PIPE, text=True)
+                             "--set", "num_workers=1", "--set", "torch_threads=1"], stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(proc.pid)
     deadline = time.time() + 60
     while time.time() < deadline and not parent.children():
@@ -204,6 +207,17 @@ def test_record_failure_for_a_harness_killed_without_a_result(tmp_path):
     assert result["status"] == "failed" and result["error"]["type"] == "Killed"
     assert result["error"]["message"] == "the harness exited with code 137 (signal SIGKILL) without writing a result"
     assert result["requested"]["model"] == "sleep"
+
+
+def test_torch_threads_defaults_to_one_and_null_leaves_pytorchs_default(run_cell, tmp_path):
+    """The harness's default is the workflow's (defaults.torch_threads: 1); null keeps OMP_NUM_THREADS' choice."""
+    assert run_cell(**TINY_MLP, torch_threads=2)[1]["torch_threads"] == 2
+    assert run_cell(**TINY_MLP)[1]["torch_threads"] == 1  # back to 1 in the same process: the default is applied
+    out = tmp_path / "null"
+    args = [f"--set={k}={v}" for k, v in TINY_MLP.items()]
+    subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), *args, "--set", "torch_threads=null"],
+                   check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    assert json.loads((out / "result.json").read_text())["torch_threads"] == 2
 
 
 def test_torch_threads_knob_is_applied_and_recorded(run_cell):

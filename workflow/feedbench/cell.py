@@ -77,7 +77,7 @@ class Cell:
     timing: str = "events"
     profile: bool = False
     profile_steps: int = 5
-    torch_threads: int | None = None
+    torch_threads: int | None = 1
     monitor_interval_s: float = 0.5
     transfer_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_TRANSFER_SIZES))
     # Labels (knobs.LABELS): set by the workflow, copied into the result, unused by the harness.

@@ -151,7 +151,10 @@ KNOBS: dict[str, Knob] = {
         Knob("timing", str, "events", "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)", TIMINGS),
         Knob("profile", bool, False, "write a torch.profiler Chrome trace of profile_steps extra steps"),
         Knob("profile_steps", int, 5, "steps traced when profile is on", minimum=1, maximum=10_000),
-        Knob("torch_threads", int, None, "intra-op CPU threads of the trainer (torch.set_num_threads); null: PyTorch's default", minimum=1, maximum=1024, nullable=True),
+        Knob("torch_threads", int, 1,
+             "intra-op CPU threads of the trainer (torch.set_num_threads), 1 as torchrun's ranks get; "
+             "null: PyTorch's default",
+             minimum=1, maximum=1024, nullable=True),
         Knob("monitor_interval_s", float, 0.5, "sampling period of the GPU/CPU/memory monitor", minimum=0.01, maximum=3600),
         Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy"),
     ]
