@@ -71,6 +71,7 @@ def _metrics(result: dict) -> dict:
         "measured_steps": metrics.get("steps"),
         "window_s": metrics.get("window_s"),
         "page_cache_effective": (result.get("page_cache") or {}).get("effective"),
+        "page_cache_resident": (result.get("page_cache") or {}).get("resident_fraction"),
         "world_size": metrics.get("world_size"),
         "comm_share": metrics.get("comm_share"),
         "timing_effective": (result.get("timing") or {}).get("effective"),
