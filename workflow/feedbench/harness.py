@@ -14,6 +14,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import nn
@@ -96,6 +97,24 @@ def cuda_init(device: torch.device) -> float | None:
     return time.perf_counter() - start
 
 
+class WithLoss(nn.Module):
+    """A model that returns its loss: under DataParallel each replica computes the loss of its own slice.
+
+    Without it DataParallel gathers every replica's full output on the first GPU before the loss: for a
+    vocabulary head (batch 360 x 100 tokens x 50,000 words) that is gigabytes per replica, and the step then
+    measures that gather rather than the gradient exchange. The replicas' losses come back as one vector; the
+    step averages it (replicas of equal slices: the batch mean; for tokens with padding, a mean of replica means).
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, inputs: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model(inputs), (inputs, *rest)).reshape(1)
+
+
 def wrap_parallel(model: nn.Module, cell, device: torch.device) -> nn.Module:
     """ddp: gradients all-reduced across ranks; dp: one process splits each batch over its GPUs."""
     if cell.parallel == "ddp":
@@ -117,16 +136,17 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
         model = build_model(cell).to(device)
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        model = wrap_parallel(model, cell, device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
-        scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         loss_fn = loss_function(cell.model)
+        loss_inside = cell.parallel == "dp"  # each DataParallel replica reduces its own output to a loss
+        model = wrap_parallel(WithLoss(model, loss_fn) if loss_inside else model, cell, device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay)
+        scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
 
     def train_step(batch, clock: PhaseClock) -> None:
         inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = loss_fn(model(inputs), batch)
+            loss = model(inputs, *batch[1:]).mean() if loss_inside else loss_fn(model(inputs), batch)
         clock.mark()
         scaler.scale(loss).backward()
         clock.mark()

@@ -70,6 +70,7 @@ MP_CONTEXTS = ("fork", "spawn", "forkserver")
 LSTM_IMPLS = ("fused", "cell")
 PARALLEL = ("none", "dp", "ddp", "independent")
 PAGE_CACHE = ("asis", "warm", "cold")
+MLP_STYLES = ("relu", "ray")
 
 # 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
 DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
@@ -134,6 +135,9 @@ KNOBS: dict[str, Knob] = {
         Knob("torch_threads", int, None, "intra-op CPU threads of the trainer (torch.set_num_threads); null: PyTorch's default", minimum=1, nullable=True),
         Knob("monitor_interval_s", float, 0.5, "sampling period of the GPU/CPU/memory monitor", minimum=0.01),
         Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy"),
+        # Added for the studies' own models and optimisers (docs/studies.md).
+        Knob("mlp_style", str, "relu", "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | ray (hidden_layers square Linear, no activation: Ray's benchmark)", MLP_STYLES),
+        Knob("weight_decay", float, 0.0, "SGD weight decay", minimum=0),
     ]
 }
 
