@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from feedbench.views import builder
@@ -16,3 +17,22 @@ def test_prefetch_says_the_published_speedup_falls_with_more_layers_at_one_epoch
     assert "1.067, 1.053, 1.038 at 1, 4, 8 hidden layers" in note and "grows" in note
     assert not any("at 5 epoch" in n or "at 50 epoch" in n for n in view.notes)  # those do not fall steadily
     assert "mlp_style=ray" in view.text
+
+
+# --- datastall --------------------------------------------------------------------------------------------------------
+
+def test_datastall_refuses_to_call_a_run_cached_below_99_percent_residency():
+    from test_views_scaling import datastall_rows, table
+    from test_views_scaling import summary as scaling_summary
+
+    rows = datastall_rows()
+    for r in rows:
+        if r["page_cache"] == "warm" and r["model"] == "resnet18":
+            r["page_cache_resident"] = 0.6 if r["num_workers"] == 2 else 0.995
+    view = builder("datastall")(scaling_summary(rows), None, {})
+    stalls = table(view, "Measured on").set_index(["model", "num_workers"])
+    assert pd.isna(stalls.loc[("resnet18", 2), "cached us/sample"]) and pd.isna(stalls.loc[("resnet18", 2), "prep stall us/sample"])
+    assert stalls.loc[("resnet18", 4), "cached us/sample"] == pytest.approx(1e6 / 990)  # 99.5 % resident: cached
+    left_out = [n for n in view.notes if "num_workers=2" in n and "60.0 %" in n]
+    assert len(left_out) == 3 and all("not called cached" in n for n in left_out)  # one per repeat
+    assert "do not carry over to 8" in view.text and "AMP" in view.text and "DALI" in view.text and "non_blocking" in view.text
