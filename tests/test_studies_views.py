@@ -36,3 +36,20 @@ def test_datastall_refuses_to_call_a_run_cached_below_99_percent_residency():
     left_out = [n for n in view.notes if "num_workers=2" in n and "60.0 %" in n]
     assert len(left_out) == 3 and all("not called cached" in n for n in left_out)  # one per repeat
     assert "do not carry over to 8" in view.text and "AMP" in view.text and "DALI" in view.text and "non_blocking" in view.text
+
+
+# --- workers ----------------------------------------------------------------------------------------------------------
+
+def test_workers_labels_the_two_first_batch_windows_apart_and_marks_derived_numbers():
+    from test_views_loader import WORKERS, workers_rows
+
+    view = builder("workers")(summary(workers_rows()), reference("workers"), WORKERS)
+    side = view.tables[0]
+    assert "not the same quantity" in side.caption
+    assert "published first-batch speedup vs 1 (CUDA init in, worker start-up out)" in side.columns
+    assert "measured first-batch speedup vs 1 (worker start-up in, CUDA init out)" in side.columns
+    published = find(view.tables, "Published")
+    how = dict(zip(column(published, "num_workers"), column(published, "how read")))
+    assert how == {1: "printed", 2: "derived: CPU total / CPU total %", 4: "derived: CPU total / CPU total %", 8: "printed", 16: "printed"}
+    assert dict(zip(column(published, "num_workers"), column(published, "next() + .to() [ms]")))[2] == 40.8
+    assert "enumerate() runs before profile()" in view.text and "mostly worker start-up" not in view.text
