@@ -73,6 +73,24 @@ class Measurement:
         return table
 
 
+def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict | None:
+    """pytorch_throughput's own estimators, for the cells that reproduce it (its timing is naive: host clock, no sync).
+
+    fwd and bwd: the mean of per-step rates (samples / phase time) over the steps after the first, bwd being
+    backward + optimizer step; overall: samples / host time from the first step's start to the end of the last
+    step's host work, with no final synchronisation. Ours (samples over a synchronised window, medians) differ.
+    """
+    n = m.completed
+    if n < 2 or "fwd" not in table or "bwd" not in table or "opt" not in table or m.last_done is None:
+        return None
+    samples = m.samples[:n]
+    fwd = [s / (ms / 1000) for s, ms in zip(samples[1:], table["fwd"][1:n]) if ms > 0]
+    bwd = [s / ((b + o) / 1000) for s, b, o in zip(samples[1:], table["bwd"][1:n], table["opt"][1:n]) if b + o > 0]
+    wall = m.last_done - m.step_starts[0]
+    return {"fwd_samples_per_s": statistics.fmean(fwd) if fwd else None, "bwd_samples_per_s": statistics.fmean(bwd) if bwd else None,
+            "samples_per_s": sum(samples) / wall if wall > 0 else None}
+
+
 def _epochs(loader):
     """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent)."""
     for epoch in itertools.count():
