@@ -54,3 +54,13 @@ def test_the_scaling_preset_has_weight_decay_and_ddp_on_one_node_of_eight():
     assert {c.knobs["weight_decay"] for c in full} == {1e-5}
     assert any(c.knobs["parallel"] == "ddp" and c.knobs["nodes"] == 1 and c.knobs["gpus_per_node"] == 8 for c in full)
     assert not any(c.knobs["parallel"] == "ddp" and c.knobs["gpus_per_node"] < 8 for c in full)
+
+
+def test_a_cell_file_with_a_small_float_reads_it_as_a_number(tmp_path):
+    """The workflow writes cell.yaml with json.dumps, which spells 1e-5 as 1e-05: YAML 1.1 alone would read a string."""
+    from feedbench.__main__ import _load_cell
+
+    path = tmp_path / "cell.yaml"
+    path.write_text('{"weight_decay": 1e-05, "lr": 2E+1, "momentum": 0.9, "data_dir": "1e5x"}\n')
+    assert _load_cell(str(path), ["compute_ms=1e-3"]) == {"weight_decay": 1e-5, "lr": 20.0, "momentum": 0.9, "data_dir": "1e5x",
+                                                          "compute_ms": 1e-3}

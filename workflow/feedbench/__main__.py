@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 import yaml
@@ -11,18 +12,26 @@ import yaml
 from .knobs import KNOBS, markdown_table
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-05 (how json.dumps writes small floats, and so the workflow's cell.yaml) as a string: read a number."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
+
+
 def _load_cell(path: str | None, overrides: list[str]) -> dict:
     raw = {}
     if path:
         with open(path) as f:
-            raw = yaml.safe_load(f) or {}
+            raw = yaml.load(f, Loader=_Loader) or {}
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: a cell file must be a mapping of knob: value")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set {item!r}: expected KNOB=VALUE")
-        raw[key.strip()] = yaml.safe_load(value)
+        raw[key.strip()] = yaml.load(value, Loader=_Loader)
     return raw
 
 
