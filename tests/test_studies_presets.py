@@ -75,3 +75,8 @@ def test_nothing_in_the_repository_cites_a_path_outside_it():
             text = f.read()
         found += [f"{name}: {word}" for word in outside if word in text]
     assert found == []
+
+
+@pytest.mark.parametrize("size", ["full", "small"])
+def test_workers_repeats_the_notebooks_window_in_every_cell(size):
+    assert {knob(c, "profile_first_batch") for c in cells("workers", size)} == {True}

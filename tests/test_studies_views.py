@@ -110,3 +110,30 @@ def test_breakdown_says_sync_is_not_the_follow_up_and_why_event_bars_do_not_sum(
     assert events.get_title().startswith("events")
     assert any("need not sum to the step" in t.get_text() for t in events.texts)
     assert "step (host clock)" in events.get_legend_handles_labels()[1]
+
+
+def test_a_loader_cell_repeats_the_notebooks_profiler_window(run_cell):
+    code, result = run_cell(scenario="loader", dataset="synthetic", image_size=16, num_samples=64, batch_size=8, num_workers=1,
+                            steps=2, warmup_steps=0, device="cpu", profile_first_batch=True)
+    assert code == 0 and result["status"] == "ok", result.get("error")
+    window = result["metrics"]["first_batch_profile"]
+    assert window["data_load_ms"] > 0 and window["to_ms"] is not None and window["to_ms"] <= window["data_load_ms"]
+    code, result = run_cell(scenario="loader", dataset="synthetic", image_size=16, num_samples=64, batch_size=8, steps=2, warmup_steps=0,
+                            device="cpu")
+    assert result["metrics"]["first_batch_profile"] is None
+
+
+def test_workers_shows_our_run_of_the_notebooks_window():
+    from test_views_loader import WORKERS, workers_rows
+
+    rows = workers_rows()
+    for r in rows:
+        r["first_batch_profiled_ms"] = 40.0 / max(r["num_workers"], 1)
+    view = builder("workers")(summary(rows), reference("workers"), WORKERS)
+    ours = find(view.tables, "Measured on")
+    profiled = dict(zip(column(ours, "num_workers"), column(ours, "next() + .to() under the profiler [ms] (the notebook's window)")))
+    assert profiled[1] == pytest.approx(40.0) and profiled[4] == pytest.approx(10.0)
+    side = view.tables[0]
+    speedups = dict(zip(column(side, "num_workers"),
+                        column(side, "measured speedup of the notebook's window vs 1 (CUDA context made before it)")))
+    assert speedups[4] == pytest.approx(4.0)

@@ -70,6 +70,7 @@ def _metrics(result: dict) -> dict:
         "cuda_init_s": metrics.get("cuda_init_s"),
         **{f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
            for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")},
+        "first_batch_profiled_ms": (metrics.get("first_batch_profile") or {}).get("data_load_ms"),
         "measured_steps": metrics.get("steps"),
         "window_s": metrics.get("window_s"),
         "page_cache_effective": (result.get("page_cache") or {}).get("effective"),

@@ -138,6 +138,7 @@ KNOBS: dict[str, Knob] = {
         # Added for the studies' own models and optimisers (docs/studies.md).
         Knob("mlp_style", str, "relu", "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | ray (hidden_layers square Linear, no activation: Ray's benchmark)", MLP_STYLES),
         Knob("weight_decay", float, 0.0, "SGD weight decay", minimum=0),
+        Knob("profile_first_batch", bool, False, "loader: before the window, time next() + .to() of a fresh loader's first batch under torch.profiler, as the CIFAR-100 notebook did"),
     ]
 }
 
