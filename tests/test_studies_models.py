@@ -12,7 +12,9 @@ from feedbench.models import build_model
 
 @pytest.mark.parametrize("layers", [1, 4, 8])
 def test_ray_style_is_hidden_layers_square_linears_and_an_output(layers):
-    model = build_model(parse_cell({"model": "mlp", "mlp_style": "ray", "input_size": 64, "width": 64, "hidden_layers": layers}))
+    model = build_model(
+        parse_cell({"model": "mlp", "mlp_style": "ray", "input_size": 64, "width": 64, "hidden_layers": layers})
+    )
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(64, 64)] * layers + [(64, 1)]
     assert not any(isinstance(m, nn.ReLU) for m in model.modules())

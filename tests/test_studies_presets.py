@@ -1,4 +1,4 @@
-"""What the study presets set, full size and small (the audit's corrections, issue 13), read through the matrix expansion."""
+"""What the study presets set, full size and small (issue 13), read through the matrix expansion."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def test_datastall_train_cells_pin_and_copy_asynchronously(size):
 def test_breakdown_has_the_posts_q1_case_at_full_size_only():
     q1 = [c for c in cells("breakdown", "full") if knob(c, "batch_size") == 256]
     assert {(knob(c, "model"), knob(c, "gpus_per_node"), knob(c, "timing")) for c in q1} == {
-        (m, g, t) for m in ("resnet18", "resnet50") for g in (1, 4) for t in ("naive", "events")}
+        (m, g, t) for m in ("resnet18", "resnet50") for g in (1, 4) for t in ("naive", "events")
+    }
     assert all(knob(c, "pin_memory") and knob(c, "non_blocking") for c in q1)
     assert not [c for c in cells("breakdown", "small") if knob(c, "batch_size") == 256]
 
@@ -65,8 +66,13 @@ def test_nothing_in_the_repository_cites_a_path_outside_it():
     """The studies' sources are in docs/studies.md; the notes the project started from are not in the repository."""
     root = os.path.dirname(PRESETS.rstrip(os.sep).rsplit(os.sep, 1)[0])
     outside = ["shared" + "/", "STUDIES" + ".md", "seeds" + "/"]
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     found = []
     for name in files:
         if name == "docs/studies.md" or not os.path.isfile(os.path.join(root, name)):

@@ -13,11 +13,11 @@ from .knobs import KNOBS, markdown_table
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-05 (how json.dumps writes small floats, and so the workflow's cell.yaml) as a string: read a number."""
+    """YAML 1.1 reads 1e-05 as a string; json.dumps writes small floats so (the workflow's cell.yaml): read a number."""
 
 
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                              list("-+0123456789"))
+EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
 
 
 def _load_cell(path: str | None, overrides: list[str]) -> dict:

@@ -78,7 +78,7 @@ def profile_first_batch(loader, device: torch.device) -> dict:
     """The CIFAR-100 notebook's window: next() on an iterator made beforehand (its workers started outside the window)
     and .to(device) of that batch, under torch.profiler in a record_function("data_load"); its CPU totals in ms.
 
-    The CUDA context already exists here (cuda_init_s): in the notebook's first run it was created inside the first .to().
+    The CUDA context already exists here (cuda_init_s); in the notebook's first run the first .to() created it.
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -107,7 +107,8 @@ def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict |
     fwd = [s / (ms / 1000) for s, ms in zip(samples[1:], table["fwd"][1:n]) if ms > 0]
     bwd = [s / ((b + o) / 1000) for s, b, o in zip(samples[1:], table["bwd"][1:n], table["opt"][1:n]) if b + o > 0]
     wall = m.last_done - m.step_starts[0]
-    return {"fwd_samples_per_s": statistics.fmean(fwd) if fwd else None, "bwd_samples_per_s": statistics.fmean(bwd) if bwd else None,
+    return {"fwd_samples_per_s": statistics.fmean(fwd) if fwd else None,
+            "bwd_samples_per_s": statistics.fmean(bwd) if bwd else None,
             "samples_per_s": sum(samples) / wall if wall > 0 else None}
 
 
@@ -179,7 +180,8 @@ def measure(cell, device: torch.device, m: Measurement, out_dir: str | None = No
         loss_fn = loss_function(cell.model)
         loss_inside = cell.parallel == "dp"  # each DataParallel replica reduces its own output to a loss
         model = wrap_parallel(WithLoss(model, loss_fn) if loss_inside else model, cell, device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay)
+        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum,
+                                    weight_decay=cell.weight_decay)
         scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
 

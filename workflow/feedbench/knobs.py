@@ -136,9 +136,11 @@ KNOBS: dict[str, Knob] = {
         Knob("monitor_interval_s", float, 0.5, "sampling period of the GPU/CPU/memory monitor", minimum=0.01),
         Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy"),
         # Added for the studies' own models and optimisers (docs/studies.md).
-        Knob("mlp_style", str, "relu", "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | ray (hidden_layers square Linear, no activation: Ray's benchmark)", MLP_STYLES),
+        Knob("mlp_style", str, "relu", "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | "
+             "ray (hidden_layers square Linear, no activation: Ray's benchmark)", MLP_STYLES),
         Knob("weight_decay", float, 0.0, "SGD weight decay", minimum=0),
-        Knob("profile_first_batch", bool, False, "loader: before the window, time next() + .to() of a fresh loader's first batch under torch.profiler, as the CIFAR-100 notebook did"),
+        Knob("profile_first_batch", bool, False, "loader: before the window, time next() + .to() of a fresh loader's "
+             "first batch under torch.profiler, as the CIFAR-100 notebook did"),
     ]
 }
 

@@ -105,7 +105,7 @@ class TokenLSTM(nn.Module):
 
 
 class RayMLP(nn.Sequential):
-    """The model of Ray's prefetch benchmark: Linear layers from input_size through hidden_layers x width to 1, no activation.
+    """Ray's prefetch benchmark model: Linear layers from input_size through hidden_layers x width to 1, no activation.
 
     With input_size == width (4096 in the study) that is hidden_layers square layers and a one-unit output.
     """

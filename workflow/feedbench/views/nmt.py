@@ -17,7 +17,8 @@ Tokens per second of an LSTM sequence model and its speedup over the same varian
 for the four corners the TensorFlow NMT study compared: the fused cuDNN LSTM (lstm_impl=fused) against a step-by-step \
 LSTMCell loop (lstm_impl=cell), under DataParallel (parallel=dp: one process, parameters broadcast and gradients \
 reduced onto the first GPU, the loss computed inside each replica; the study used a TensorFlow parameter server, which \
-DataParallel is not), DDP (all-reduce of gradients: parallel=ddp) and independent replicas with no gradient exchange (parallel=independent: the ideal line).
+DataParallel is not), DDP (all-reduce of gradients: parallel=ddp) and independent replicas with no gradient \
+exchange (parallel=independent: the ideal line).
 
 The gap between a variant and its independent replicas is what gradient exchange costs; the gap between fused and cell \
 is what a step-by-step RNN costs. Speedups compare across machines, tokens/s do not: the published words/s come from \

@@ -12,7 +12,8 @@ KEYS = ["epochs", "hidden_layers"]
 
 TEXT = """\
 Ray's example trains an MLP (hidden_layers square Linear(4096, 4096) layers and a one-unit output, no activation: \
-mlp_style=ray) on 50 batches of 4096 synthetic samples per epoch and times all epochs with and without its auto pipeline, which copies batch k+1 to the GPU on a \
+mlp_style=ray) on 50 batches of 4096 synthetic samples per epoch and times all epochs with and without its auto \
+pipeline, which copies batch k+1 to the GPU on a \
 side stream while batch k computes. Here each cell times the same epochs after warm-up (window_s, the median of the \
 repeats); speedup = time without the prefetcher / time with it.
 
