@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from feedbench.cache import cold, dataset_files, prepare, warm
+from feedbench.cache import cold, dataset_files, prepare, resident_fraction, resident_pages as mincore_pages, warm
 from feedbench.images import make_images
 
 pytestmark = pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux fincore to read the page cache")
@@ -62,11 +62,36 @@ def test_cold_by_drop_caches_as_root(images):
     assert resident_pages(paths) == 0
 
 
+def total_pages(paths) -> int:
+    return sum(-(-os.path.getsize(p) // os.sysconf("SC_PAGE_SIZE")) for p in paths)
+
+
+def test_mincore_counts_the_pages_fincore_counts(images):
+    """Our mincore(2) reading agrees with util-linux fincore, file by file, cold, half-warm and warm."""
+    _, paths = images
+    cold(paths, drop_caches="/nonexistent/drop_caches")
+    warm(paths[: len(paths) // 2])
+    for path in paths:
+        assert mincore_pages(path) == (resident_pages([path]), total_pages([path]))
+    assert resident_fraction(paths) == pytest.approx(resident_pages(paths) / total_pages(paths))
+    assert 0.3 < resident_fraction(paths) < 0.7
+
+
+def test_warm_and_cold_record_the_residency_they_reached(images):
+    folder, paths = images
+    record = prepare(folder, "warm")
+    assert record["resident_fraction"] == 1.0 == resident_pages(paths) / total_pages(paths)
+    cold(paths, drop_caches="/nonexistent/drop_caches")
+    assert resident_fraction(paths) == 0.0
+    assert prepare(folder, "asis")["resident_fraction"] is None
+
+
 def test_a_cell_records_its_page_cache_and_ignores_it_where_no_file_is_read(run_cell, tmp_path):
     make_images(str(tmp_path / "imgs"), count=16, size=48, classes=2, seed=0)
     common = dict(scenario="loader", dataset="images", data_dir=str(tmp_path / "imgs"), image_size=32, batch_size=4, steps=2, warmup_steps=1, device="cpu")
     code, result = run_cell(page_cache="warm", **common)
     assert code == 0 and result["page_cache"]["effective"] == "warm" and result["page_cache"]["files"] == 16
+    assert result["page_cache"]["resident_fraction"] == 1.0
     code, result = run_cell(page_cache="cold", **common)
     assert code == 0 and result["page_cache"]["effective"] == "cold" and result["page_cache"]["method"] in ("drop_caches", "fadvise")
     code, result = run_cell(page_cache="cold", scenario="loader", dataset="synthetic", steps=2, warmup_steps=0, device="cpu")

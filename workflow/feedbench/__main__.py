@@ -5,11 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 import yaml
 
 from .knobs import KNOBS, markdown_table
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-05 as a string; json.dumps writes small floats so (the workflow's cell.yaml): read a number."""
+
+
+EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
 
 
 def _load_cell(path: str | None, overrides: list[str]) -> dict:
@@ -20,14 +29,14 @@ def _load_cell(path: str | None, overrides: list[str]) -> dict:
         try:  # the workflow writes cell.yaml as JSON: read it as such, so every string comes back as it was
             raw = json.loads(text)
         except ValueError:
-            raw = yaml.safe_load(text) or {}
+            raw = yaml.load(text, Loader=_Loader) or {}
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: a cell file must be a mapping of knob: value")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set {item!r}: expected KNOB=VALUE")
-        raw[key.strip()] = yaml.safe_load(value)
+        raw[key.strip()] = yaml.load(value, Loader=_Loader)
     return raw
 
 

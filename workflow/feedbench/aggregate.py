@@ -68,9 +68,13 @@ def _metrics(result: dict) -> dict:
         "h2d_gb_per_s": metrics.get("h2d_gb_per_s"),
         "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
         "cuda_init_s": metrics.get("cuda_init_s"),
+        **{f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
+           for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")},
+        "first_batch_profiled_ms": (metrics.get("first_batch_profile") or {}).get("data_load_ms"),
         "measured_steps": metrics.get("steps"),
         "window_s": metrics.get("window_s"),
         "page_cache_effective": (result.get("page_cache") or {}).get("effective"),
+        "page_cache_resident": (result.get("page_cache") or {}).get("resident_fraction"),
         "world_size": metrics.get("world_size"),
         "comm_share": metrics.get("comm_share"),
         "timing_effective": (result.get("timing") or {}).get("effective"),

@@ -80,6 +80,9 @@ class Cell:
     torch_threads: int | None = 1
     monitor_interval_s: float = 0.5
     transfer_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_TRANSFER_SIZES))
+    mlp_style: str = "relu"
+    weight_decay: float = 0.0
+    profile_first_batch: bool = False
     # Labels (knobs.LABELS): set by the workflow, copied into the result, unused by the harness.
     experiment: str | None = None
     cell: str | None = None

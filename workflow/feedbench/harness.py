@@ -14,6 +14,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import nn
@@ -51,6 +52,7 @@ class Measurement:
     cuda_init_s: float | None = None
     clock: PhaseClock | None = None
     page_cache: dict | None = None
+    first_batch_profile: dict | None = None
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -71,6 +73,44 @@ class Measurement:
                 table["h2d"] = [start.elapsed_time(end) for start, end in self.copy_events[:n]]
         table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts, ends)]
         return table
+
+
+def profile_first_batch(loader, device: torch.device) -> dict:
+    """The CIFAR-100 notebook's window: next() on an iterator made beforehand (its workers started outside the window)
+    and .to(device) of that batch, under torch.profiler in a record_function("data_load"); its CPU totals in ms.
+
+    The CUDA context already exists here (cuda_init_s); in the notebook's first run the first .to() created it.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    batches = enumerate(loader)
+    with profile(activities=activities) as prof:
+        with record_function("data_load"):
+            _, batch = next(batches)
+            to_device(batch, device, non_blocking=False)
+    del batches  # shuts its workers down before the measured loader starts its own
+    totals = {e.key: e.cpu_time_total / 1000 for e in prof.key_averages()}
+    return {"data_load_ms": totals.get("data_load"), "to_ms": totals.get("aten::to")}
+
+
+def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict | None:
+    """pytorch_throughput's own estimators, for the cells that reproduce it (its timing is naive: host clock, no sync).
+
+    fwd and bwd: the mean of per-step rates (samples / phase time) over the steps after the first, bwd being
+    backward + optimizer step; overall: samples / host time from the first step's start to the end of the last
+    step's host work, with no final synchronisation. Ours (samples over a synchronised window, medians) differ.
+    """
+    n = m.completed
+    if n < 2 or "fwd" not in table or "bwd" not in table or "opt" not in table or m.last_done is None:
+        return None
+    samples = m.samples[:n]
+    fwd = [s / (ms / 1000) for s, ms in zip(samples[1:], table["fwd"][1:n]) if ms > 0]
+    bwd = [s / ((b + o) / 1000) for s, b, o in zip(samples[1:], table["bwd"][1:n], table["opt"][1:n]) if b + o > 0]
+    wall = m.last_done - m.step_starts[0]
+    return {"fwd_samples_per_s": statistics.fmean(fwd) if fwd else None,
+            "bwd_samples_per_s": statistics.fmean(bwd) if bwd else None,
+            "samples_per_s": sum(samples) / wall if wall > 0 else None}
 
 
 def _epochs(loader):
@@ -97,6 +137,24 @@ def cuda_init(device: torch.device) -> float | None:
     return time.perf_counter() - start
 
 
+class WithLoss(nn.Module):
+    """A model that returns its loss: under DataParallel each replica computes the loss of its own slice.
+
+    Without it DataParallel gathers every replica's full output on the first GPU before the loss: for a
+    vocabulary head (batch 360 x 100 tokens x 50,000 words) that is gigabytes per replica, and the step then
+    measures that gather rather than the gradient exchange. The replicas' losses come back as one vector; the
+    step averages it (replicas of equal slices: the batch mean; for tokens with padding, a mean of replica means).
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, inputs: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model(inputs), (inputs, *rest)).reshape(1)
+
+
 def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Module:
     """ddp: gradients all-reduced across ranks; dp: one process splits each batch over its GPUs."""
     if cell.parallel == "ddp":
@@ -112,22 +170,26 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
     dataset = build_dataset(cell)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     loader = build_loader(cell, dataset, world.rank, world.world_size)
+    if cell.profile_first_batch and cell.scenario == "loader":
+        m.first_batch_profile = profile_first_batch(loader, device)
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     model = None
     if cell.scenario != "loader":
         model = build_model(cell).to(device)
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        model = wrap_parallel(model, cell, device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
-        scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         loss_fn = loss_function(cell.model)
+        loss_inside = cell.parallel == "dp"  # each DataParallel replica reduces its own output to a loss
+        model = wrap_parallel(WithLoss(model, loss_fn) if loss_inside else model, cell, device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum,
+                                    weight_decay=cell.weight_decay)
+        scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
 
     def train_step(batch, clock: PhaseClock) -> None:
         inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = loss_fn(model(inputs), batch)
+            loss = model(inputs, *batch[1:]).mean() if loss_inside else loss_fn(model(inputs), batch)
         clock.mark()
         scaler.scale(loss).backward()
         clock.mark()

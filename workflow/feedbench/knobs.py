@@ -90,6 +90,7 @@ MP_CONTEXTS = ("fork", "spawn", "forkserver")
 LSTM_IMPLS = ("fused", "cell")
 PARALLEL = ("none", "dp", "ddp", "independent")
 PAGE_CACHE = ("asis", "warm", "cold")
+MLP_STYLES = ("relu", "ray")
 
 # 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
 DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
@@ -157,6 +158,12 @@ KNOBS: dict[str, Knob] = {
              minimum=1, maximum=1024, nullable=True),
         Knob("monitor_interval_s", float, 0.5, "sampling period of the GPU/CPU/memory monitor", minimum=0.01, maximum=3600),
         Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy"),
+        # Added for the studies' own models and optimisers (docs/studies.md).
+        Knob("mlp_style", str, "relu", "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | "
+             "ray (hidden_layers square Linear, no activation: Ray's benchmark)", MLP_STYLES),
+        Knob("weight_decay", float, 0.0, "SGD weight decay", minimum=0),
+        Knob("profile_first_batch", bool, False, "loader: before the window, time next() + .to() of a fresh loader's "
+             "first batch under torch.profiler, as the CIFAR-100 notebook did"),
     ]
 }
 

@@ -87,9 +87,20 @@ class TokenLSTM(nn.Module):
         return self.head(x)
 
 
+class RayMLP(nn.Sequential):
+    """Ray's prefetch benchmark model: Linear layers from input_size through hidden_layers x width to 1, no activation.
+
+    With input_size == width (4096 in the study) that is hidden_layers square layers and a one-unit output.
+    """
+
+    def __init__(self, input_size: int, width: int, hidden_layers: int):
+        sizes = [input_size] + [width] * hidden_layers + [1]
+        super().__init__(*(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])))
+
+
 def build_model(cell: Cell) -> nn.Module:
     if cell.model == "mlp":
-        return MLP(cell.input_size, cell.width, cell.hidden_layers)
+        return (RayMLP if cell.mlp_style == "ray" else MLP)(cell.input_size, cell.width, cell.hidden_layers)
     if cell.model == "sleep":
         return SleepModel(cell.compute_ms)
     if cell.model == "lstm":

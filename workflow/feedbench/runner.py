@@ -18,7 +18,7 @@ import torch
 from .cell import cell_dict, parse_cell, resolve
 from .data import short_batch_note
 from .distributed import World, finish, gather, init, rank_device
-from .harness import Measurement, cuda_init, measure
+from .harness import Measurement, cuda_init, measure, original_estimators
 from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
@@ -50,6 +50,8 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
         metrics = summarize(table, window_s, sum(m.samples[:n]), tokens, m.h2d_bytes if m.window_end is not None else 0)
     metrics["time_to_first_batch_s"] = m.time_to_first_batch_s
     metrics["cuda_init_s"] = m.cuda_init_s
+    metrics["original_estimators"] = original_estimators(table, m)  # pytorch_throughput's, for the scaling study
+    metrics["first_batch_profile"] = m.first_batch_profile  # the CIFAR-100 notebook's window, for the workers study
     return metrics, step_rows(table, m.samples, m.tokens)
 
 
