@@ -1,0 +1,88 @@
+"""The bench rule's job (feedbench/job.py): when a cell stops itself, and what a job leaves behind."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from feedbench import job
+
+WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("0:45", 45), ("12:03", 723), ("1:00:00", 3600), ("2-03:04:05", ((2 * 24 + 3) * 60 + 4) * 60 + 5),
+    ("UNLIMITED", None), ("NOT_SET", None), ("", None),
+])
+def test_squeue_time_left_is_read_as_seconds(text, seconds):
+    assert job.parse_time_left(text) == seconds
+
+
+def test_outside_slurm_the_cell_stops_a_margin_before_the_rules_runtime():
+    assert job.stop_at(30, now=1000.0, environ={}) == 1000.0 + 1800 - 180
+    assert job.stop_at(1, now=1000.0, environ={}) == 1000.0 + 60 - job.MIN_MARGIN_S
+
+
+def test_inside_slurm_the_cell_stops_a_margin_before_the_jobs_own_end(tmp_path, monkeypatch):
+    """The job's start-up (Snakemake twice, the imports) is counted: squeue says 40 s are left of a 1-minute job."""
+    squeue = tmp_path / "squeue"
+    squeue.write_text("#!/bin/sh\n[ \"$3\" = 4242 ] && echo '  0:40'\n")
+    squeue.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert job.stop_at(1, now=1000.0, environ={"SLURM_JOB_ID": "4242"}) == 1000.0 + 40 - job.MIN_MARGIN_S
+    # squeue cannot say (another job id, no Slurm): the rule's runtime, as outside Slurm
+    assert job.stop_at(1, now=1000.0, environ={"SLURM_JOB_ID": "1"}) == 1000.0 + 60 - job.MIN_MARGIN_S
+
+
+def feedbench(*args, cwd):
+    env = dict(os.environ, PYTHONPATH=WORKFLOW)
+    return subprocess.run([sys.executable, "-m", "feedbench", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_job_writes_the_cell_and_its_result_and_removes_stale_files(tmp_path):
+    out = tmp_path / "rep1"
+    out.mkdir()
+    (out / "trace.json").write_text("stale")
+    cell = json.dumps({"dataset": "synthetic", "model": "mlp", "steps": 2, "warmup_steps": 0, "torch_threads": 1,
+                       "data_dir": "img😀", "batch_size": 4}, ensure_ascii=False)
+    proc = feedbench("job", str(out), "--cell", cell, "--runtime", "5", "--log", str(tmp_path / "log"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "cell.yaml").read_text(encoding="utf-8") == cell + "\n"
+    assert not (out / "trace.json").exists() or (out / "trace.json").read_text() != "stale"
+    assert json.loads((out / "result.json").read_text())["status"] == "ok", (tmp_path / "log").read_text()
+
+
+def test_a_harness_that_dies_without_a_result_gets_one_from_record_failure(tmp_path):
+    """A harness that cannot start (no feedbench importable) dies with code 1 and no result.json."""
+    out = tmp_path / "rep1"
+    broken = tmp_path / "broken" / "feedbench"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("")
+    (broken / "__main__.py").write_text("import sys\nif sys.argv[1:2] == ['run']:\n    raise SystemExit('harness broke')\n"
+                                        f"sys.path.insert(0, {WORKFLOW!r})\nfor m in list(sys.modules):\n"
+                                        "    if m.startswith('feedbench'): del sys.modules[m]\n"
+                                        "from feedbench.__main__ import main\nsys.exit(main())\n")
+    env = dict(os.environ, PYTHONPATH=f"{broken.parent}")
+    proc = subprocess.run([sys.executable, "-m", "feedbench", "job", str(out), "--cell", '{"model": "mlp"}', "--runtime",
+                           "5", "--log", str(tmp_path / "log")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed" and "exited with code 1" in result["error"]["message"], result
+    assert "harness broke" in result["error"]["traceback"]
+
+
+def test_stop_at_is_counted_once_the_harness_has_started(tmp_path):
+    """--stop-at 3 s ahead of a cell of minutes: it stops itself with the steps it measured."""
+    out = tmp_path / "rep1"
+    start = time.time()
+    proc = feedbench("run", "--out", str(out), "--stop-at", f"{time.time() + 3:.0f}", "-s", "model=sleep", "-s", "compute_ms=100",
+                     "-s", "steps=100000", "-s", "dataset=memory", "-s", "torch_threads=1", cwd=tmp_path)
+    result = json.loads((out / "result.json").read_text())
+    assert proc.returncode == 1 and result["error"]["type"] == "Terminated", proc.stderr
+    assert result["error"]["message"].startswith("time limit of "), result["error"]
+    assert time.time() - start < 120
