@@ -21,13 +21,13 @@ import subprocess
 import sys
 import time
 
-MIN_MARGIN_S = 15  # writing the result and ending the job; a stuck step's grace period is at most a quarter of the rest
-MARGIN_FRACTION = 0.1
+MIN_MARGIN_S = 30  # writing the result and ending the job, after a stuck step's grace period (at most 20 s)
 
 
-def margin_s(runtime_s: float) -> float:
-    """Seconds kept between the cell's stop and the job's end: a tenth of the job's runtime, at least MIN_MARGIN_S."""
-    return max(runtime_s * MARGIN_FRACTION, MIN_MARGIN_S)
+def margin_s(runtime_s: float, left_s: float) -> float:
+    """Seconds kept between the cell's stop and the job's end: a tenth of the job's runtime, at least MIN_MARGIN_S,
+    at most half the time left (a 1-minute Slurm job that took 20 s to start still measures for a while)."""
+    return min(max(runtime_s / 10, MIN_MARGIN_S), left_s / 2)
 
 
 def parse_time_left(text: str) -> float | None:
@@ -52,7 +52,8 @@ def stop_at(runtime_min: float, now: float, environ=os.environ) -> float:
     """Unix time at which the cell stops itself: the job's end less margin_s()."""
     runtime_s = runtime_min * 60
     left = slurm_time_left(environ["SLURM_JOB_ID"]) if environ.get("SLURM_JOB_ID") else None
-    return now + (runtime_s if left is None else left) - margin_s(runtime_s)
+    left = runtime_s if left is None else left
+    return now + left - margin_s(runtime_s, left)
 
 
 def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:

@@ -26,7 +26,7 @@ rule bench:
         nodes=cell_nodes,
         tasks=cell_tasks,
         tasks_per_node=cell_tasks_per_node,
-        tasks_per_gpu=cell_tasks_per_gpu,
+        tasks_per_gpu=cell_resources.TASKS_PER_GPU,
         mpi=cell_mpi,
         bench_slots=1,
     conda:

@@ -138,7 +138,9 @@ def cell_inputs(wildcards):
 
 # Resources from the cell (README: "Resources of a cell"): thin calls into
 # feedbench.resources, which the launcher uses too. Knobs a cell does not set
-# take the harness's defaults.
+# take the harness's defaults. Snakemake calls each of these for every job
+# (docs/performance.md, "Workflow DAG"): a resource that is the same for every
+# cell is a constant in the rule instead.
 def cell_threads(wildcards):
     """Per node: every rank (gpus_per_node) plus its loader workers. Snakemake caps it at --cores."""
     return cell_resources.threads(cell_of(wildcards).knobs)
@@ -162,10 +164,6 @@ def cell_tasks(wildcards):
 
 def cell_tasks_per_node(wildcards):
     return cell_resources.tasks_per_node(cell_of(wildcards).knobs)
-
-
-def cell_tasks_per_gpu(wildcards):
-    return cell_resources.tasks_per_gpu(cell_of(wildcards).knobs)
 
 
 def cell_mpi(wildcards):
