@@ -24,22 +24,22 @@ def test_squeue_time_left_is_read_as_seconds(text, seconds):
 def test_outside_slurm_the_cell_stops_a_margin_before_the_rules_runtime():
     assert job.stop_at(30, now=1000.0, environ={}) == 1000.0 + 1800 - 180  # a tenth
     assert job.stop_at(2, now=1000.0, environ={}) == 1000.0 + 120 - 30  # at least 30 s
-    assert job.stop_at(1, now=1000.0, environ={}) == 1000.0 + 60 - 30  # at most half
+    assert job.stop_at(1, now=1000.0, environ={}) == 1000.0 + 60 - 15  # at most a quarter of the time left
 
 
 def test_inside_slurm_the_cell_stops_a_margin_before_the_jobs_own_end(tmp_path, monkeypatch):
     """The job's start-up (Snakemake twice, the imports) is counted: squeue says 40 s are left of a 1-minute job,
-    so the cell stops in 20 s (half of it), or 2:00:00 of a 3-hour job, 18 minutes before its end."""
+    so the cell stops in 30 s (10 s before the end), or 2:00:00 of a 3-hour job, 18 minutes before its end."""
     squeue = tmp_path / "squeue"
     squeue.write_text("#!/bin/sh\n[ \"$3\" = 4242 ] && echo '  0:40'\n")
     squeue.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert job.stop_at(1, now=1000.0, environ={"SLURM_JOB_ID": "4242"}) == 1000.0 + 20
+    assert job.stop_at(1, now=1000.0, environ={"SLURM_JOB_ID": "4242"}) == 1000.0 + 30
     squeue.write_text("#!/bin/sh\necho 2:00:00\n")
     assert job.stop_at(180, now=1000.0, environ={"SLURM_JOB_ID": "4242"}) == 1000.0 + 7200 - 1080
     # squeue cannot say (UNLIMITED, or no answer): the rule's runtime, as outside Slurm
     squeue.write_text("#!/bin/sh\necho UNLIMITED\n")
-    assert job.stop_at(1, now=1000.0, environ={"SLURM_JOB_ID": "4242"}) == 1000.0 + 30
+    assert job.stop_at(1, now=1000.0, environ={"SLURM_JOB_ID": "4242"}) == 1000.0 + 45
 
 
 def feedbench(*args, cwd):

@@ -149,7 +149,7 @@ def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slu
     rows = {r["cell"]: r for r in csv.DictReader(open(workdir / "results" / "summary.csv"))}
     assert {cell: row["status"] for cell, row in rows.items()} == {"compute_ms-10": "ok", "compute_ms-1000": "ok", "compute_ms-1000_steps-10000": "failed"}
     long = rows["compute_ms-1000_steps-10000"]
-    # One minute of runtime, of which Slurm and Snakemake took some: the cell stops itself half its time left
+    # One minute of runtime, of which Slurm and Snakemake took some: the cell stops itself a quarter of its time left
     # before the job's own end (squeue's; feedbench.job.margin_s), with the steps it measured.
     assert long["error_type"] == "Terminated" and re.match(r"time limit of \d+ s reached", long["error_message"]), long
     assert int(float(long["measured_steps"])) > 5

@@ -26,8 +26,8 @@ MIN_MARGIN_S = 30  # writing the result and ending the job, after a stuck step's
 
 def margin_s(runtime_s: float, left_s: float) -> float:
     """Seconds kept between the cell's stop and the job's end: a tenth of the job's runtime, at least MIN_MARGIN_S,
-    at most half the time left (a 1-minute Slurm job that took 20 s to start still measures for a while)."""
-    return min(max(runtime_s / 10, MIN_MARGIN_S), left_s / 2)
+    at most a quarter of the time left (a 1-minute Slurm job that took 20 s to start still measures for a while)."""
+    return min(max(runtime_s / 10, MIN_MARGIN_S), left_s / 4)
 
 
 def parse_time_left(text: str) -> float | None:
