@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -121,13 +122,23 @@ def trivial_params(cells: int) -> dict[str, dict[str, str]]:
     return params
 
 
+CPU_S: list[float] = []
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children: steadier than wall time on a busy machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def dry_run(snakefile: str, workdir: str, configfile: str) -> tuple[int, float]:
-    """Jobs planned and whole-process wall seconds of one `snakemake --dry-run`."""
+    """Jobs planned and whole-process wall seconds of one `snakemake --dry-run`; its CPU seconds go to CPU_S."""
     command = [sys.executable, "-m", "snakemake", "-s", snakefile, "--directory", workdir, "--configfile", configfile,
                "--cores", "2", "--dry-run", "--quiet", "rules"]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu_s()
     run = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    CPU_S.append(children_cpu_s() - cpu)
     if run.returncode != 0:
         sys.exit(run.stdout[-2000:] + run.stderr[-2000:])
     return int(re.search(r"^total\s+(\d+)", run.stdout, re.M).group(1)), wall
@@ -152,15 +163,20 @@ def main(argv: list[str]) -> int:
             with open(os.path.join(tmp, f"{name}.smk"), "w") as f:
                 f.write(text)
         walls: dict[str, list[float]] = {"feedbench": [], "trivial": [], "shaped": [], "compared": []}
+        cpus: dict[str, list[float]] = {name: [] for name in walls}
         for i in range(args.rounds):
             if args.compare:
                 walls["compared"].append(dry_run(args.compare, os.path.join(tmp, f"compared{i}"), feedbench_config)[1])
+                cpus["compared"].append(CPU_S[-1])
             jobs, wall = dry_run(os.path.join(ROOT, "Snakefile"), os.path.join(tmp, f"feedbench{i}"), feedbench_config)
             walls["feedbench"].append(wall)
+            cpus["feedbench"].append(CPU_S[-1])
             for name in snakefiles:
                 trivial_jobs, wall = dry_run(os.path.join(tmp, f"{name}.smk"), os.path.join(tmp, f"{name}{i}"), trivial_config)
                 walls[name].append(wall)
+                cpus[name].append(CPU_S[-1])
     median = {name: statistics.median(w) for name, w in walls.items() if w}
+    cpu = {name: statistics.median(c) for name, c in cpus.items() if c}
     ratio = median["feedbench"] / median["trivial"]
     each = {name: ", ".join(f"{w:.1f}" for w in ws) for name, ws in walls.items()}
     print(f"feedbench: {args.cells} cells, {jobs} jobs planned: {median['feedbench']:.1f} s ({each['feedbench']})")
@@ -168,7 +184,11 @@ def main(argv: list[str]) -> int:
     print(f"ratio: {ratio:.2f} (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'MISSED'})")
     print(f"snakemake, the same jobs shaped like rule bench (10 functions of the job, constants): "
           f"{median['shaped']:.1f} s ({each['shaped']}); feedbench / shaped: {median['feedbench'] / median['shaped']:.2f}")
+    print(f"CPU seconds (user + system; medians): feedbench {cpu['feedbench']:.1f}, trivial {cpu['trivial']:.1f}, "
+          f"shaped {cpu['shaped']:.1f}; ratio {cpu['feedbench'] / cpu['trivial']:.2f}, feedbench / shaped "
+          f"{cpu['feedbench'] / cpu['shaped']:.2f}")
     if args.compare:
+        print(f"compared, CPU: {cpu['compared']:.1f} s; ratio to the trivial jobs: {cpu['compared'] / cpu['trivial']:.2f}")
         print(f"compared, {args.compare}: {median['compared']:.1f} s ({each['compared']}); "
               f"ratio to the trivial jobs: {median['compared'] / median['trivial']:.2f}")
     return 0
