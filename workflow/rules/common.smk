@@ -230,9 +230,9 @@ def report_lost_cells(log):
             plots.append(f"results/plots/{name}.svg")
             summary = read_summary("results/summary.csv")
             plot_experiment(summary, name, spec["plot"], plots[-1], title=spec.get("title", name))
-    templates = os.path.join(workflow.basedir, "report", "templates")
+    # The report's templates are the package's own (feedbench/templates), as for rule report.
     write_report("results/summary.csv", plots, paths, dict(config), config_hash(), "results/report/index.html",
-                 templates=templates, references=REFERENCES)
+                 references=REFERENCES)
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).
     for path in ["results/summary.csv", *plots, "results/report/index.html"]:
