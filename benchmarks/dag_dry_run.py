@@ -188,7 +188,8 @@ def main(argv: list[str]) -> int:
           f"shaped {cpu['shaped']:.1f}; ratio {cpu['feedbench'] / cpu['trivial']:.2f}, feedbench / shaped "
           f"{cpu['feedbench'] / cpu['shaped']:.2f}")
     if args.compare:
-        print(f"compared, CPU: {cpu['compared']:.1f} s; ratio to the trivial jobs: {cpu['compared'] / cpu['trivial']:.2f}")
+        print(f"compared, CPU: {cpu['compared']:.1f} s; "
+              f"ratio to the trivial jobs: {cpu['compared'] / cpu['trivial']:.2f}")
         print(f"compared, {args.compare}: {median['compared']:.1f} s ({each['compared']}); "
               f"ratio to the trivial jobs: {median['compared'] / median['trivial']:.2f}")
     return 0

@@ -40,13 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
     run.add_argument("--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)")
     run.add_argument("--as-rank", action="store_true", help="run as one rank started by torchrun or srun (set by the launcher)")
-    run.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop the cell after this long and record it as failed")
+    run.add_argument("--time-limit", type=float, metavar="SECONDS",
+                     help="stop the cell after this long and record it as failed")
     run.add_argument("--stop-at", type=float, metavar="UNIX_TIME",
-                     help="as --time-limit, counted to this time once the harness has started (the bench job's end less a margin)")
-    job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record a failure it left unrecorded")
+                     help="as --time-limit, counted to this time once the harness has started (the bench job's end)")
+    job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
     job.add_argument("out")
     job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
-    job.add_argument("--runtime", type=float, required=True, metavar="MINUTES", help="the job's runtime (outside Slurm)")
+    job.add_argument("--runtime", type=float, required=True, metavar="MINUTES",
+                     help="the job's runtime (outside Slurm)")
     job.add_argument("--log", required=True, help="the harness's output")
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
