@@ -66,8 +66,9 @@ def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path)
     """As from the OOM killer: the harness dies at once, without a result; the job still ends 0, with one."""
     out = tmp_path / "rep1"
     cell = json.dumps({"model": "sleep", "dataset": "memory", "compute_ms": 100, "steps": 100000, "torch_threads": 1})
-    job_process = subprocess.Popen([sys.executable, "-m", "feedbench", "job", str(out), "--cell", cell, "--runtime", "5",
-                                    "--log", str(tmp_path / "log")], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=WORKFLOW))
+    command = [sys.executable, "-m", "feedbench", "job", str(out), "--cell", cell, "--runtime", "5",
+               "--log", str(tmp_path / "log")]
+    job_process = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=WORKFLOW))
     harness, deadline = [], time.time() + 60
     while not harness and time.time() < deadline:
         harness = subprocess.run(["pgrep", "-P", str(job_process.pid)], capture_output=True, text=True).stdout.split()
