@@ -2,6 +2,7 @@
 
     PYTHONPATH=workflow .venv/bin/python benchmarks/dag_dry_run.py               # 10,000 cells, one round
     PYTHONPATH=workflow .venv/bin/python benchmarks/dag_dry_run.py 1000 --rounds 3
+    PYTHONPATH=workflow .venv/bin/python benchmarks/dag_dry_run.py --compare /tmp/before/Snakefile  # before/after
 
 feedbench: one experiment whose matrix has that many cells (10 levels per axis:
 num_workers x batch_size x hidden_layers x seed), 1 repeat, one plot. The dry
@@ -15,7 +16,9 @@ gathers them. Both are whole `python -m snakemake --dry-run` processes in fresh
 folders, run alternately when there are several rounds. Target: feedbench
 within 1.3x of the floor. Prints both wall times and their ratio, then a third
 figure that explains it: the trivial jobs shaped like rule bench (as many
-functions of the job, each returning a constant).
+functions of the job, each returning a constant). --compare plans the same
+matrix with another checkout's Snakefile too (`git archive REV | tar -x -C
+DIR`), in the same rounds: before and after figures from one run.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,7 +64,7 @@ rule job:
         "echo {params.cell:q} > {output}"
 """
 
-# The floor of rule bench's shape: as many functions of the job (input, params, threads, resources), each returning
+# The floor of rule bench's shape: as many functions of the job (input, params, threads, 7 resources), each returning
 # a constant. Snakemake inspects and calls each of them for every job; this splits feedbench's cost into that and
 # feedbench's own code.
 SHAPED_SNAKEFILE = TRIVIAL_SNAKEFILE.replace(
@@ -76,7 +80,7 @@ SHAPED_SNAKEFILE = TRIVIAL_SNAKEFILE.replace(
         nodes=lambda wildcards: 1,
         tasks=lambda wildcards: 1,
         tasks_per_node=lambda wildcards: 0,
-        tasks_per_gpu=lambda wildcards: 0,
+        tasks_per_gpu=0,
         mpi=lambda wildcards: "",
 """,
 ).replace(
@@ -118,13 +122,23 @@ def trivial_params(cells: int) -> dict[str, dict[str, str]]:
     return params
 
 
+CPU_S: list[float] = []
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children: steadier than wall time on a busy machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def dry_run(snakefile: str, workdir: str, configfile: str) -> tuple[int, float]:
-    """Jobs planned and whole-process wall seconds of one `snakemake --dry-run`."""
+    """Jobs planned and whole-process wall seconds of one `snakemake --dry-run`; its CPU seconds go to CPU_S."""
     command = [sys.executable, "-m", "snakemake", "-s", snakefile, "--directory", workdir, "--configfile", configfile,
                "--cores", "2", "--dry-run", "--quiet", "rules"]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu_s()
     run = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    CPU_S.append(children_cpu_s() - cpu)
     if run.returncode != 0:
         sys.exit(run.stdout[-2000:] + run.stderr[-2000:])
     return int(re.search(r"^total\s+(\d+)", run.stdout, re.M).group(1)), wall
@@ -134,6 +148,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cells", type=int, nargs="?", default=10000)
     parser.add_argument("--rounds", type=int, default=1, help="alternate runs of each; the figures are medians")
+    parser.add_argument("--compare", metavar="SNAKEFILE", help="another checkout's Snakefile, planned the same way")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         feedbench_config, trivial_config = os.path.join(tmp, "feedbench.yaml"), os.path.join(tmp, "trivial.yaml")
@@ -147,21 +162,36 @@ def main(argv: list[str]) -> int:
         for name, text in snakefiles.items():
             with open(os.path.join(tmp, f"{name}.smk"), "w") as f:
                 f.write(text)
-        walls: dict[str, list[float]] = {"feedbench": [], "trivial": [], "shaped": []}
+        walls: dict[str, list[float]] = {"feedbench": [], "trivial": [], "shaped": [], "compared": []}
+        cpus: dict[str, list[float]] = {name: [] for name in walls}
         for i in range(args.rounds):
+            if args.compare:
+                walls["compared"].append(dry_run(args.compare, os.path.join(tmp, f"compared{i}"), feedbench_config)[1])
+                cpus["compared"].append(CPU_S[-1])
             jobs, wall = dry_run(os.path.join(ROOT, "Snakefile"), os.path.join(tmp, f"feedbench{i}"), feedbench_config)
             walls["feedbench"].append(wall)
+            cpus["feedbench"].append(CPU_S[-1])
             for name in snakefiles:
                 trivial_jobs, wall = dry_run(os.path.join(tmp, f"{name}.smk"), os.path.join(tmp, f"{name}{i}"), trivial_config)
                 walls[name].append(wall)
-    median = {name: statistics.median(w) for name, w in walls.items()}
+                cpus[name].append(CPU_S[-1])
+    median = {name: statistics.median(w) for name, w in walls.items() if w}
+    cpu = {name: statistics.median(c) for name, c in cpus.items() if c}
     ratio = median["feedbench"] / median["trivial"]
     each = {name: ", ".join(f"{w:.1f}" for w in ws) for name, ws in walls.items()}
     print(f"feedbench: {args.cells} cells, {jobs} jobs planned: {median['feedbench']:.1f} s ({each['feedbench']})")
     print(f"snakemake: {trivial_jobs} trivial jobs, params of the same size: {median['trivial']:.1f} s ({each['trivial']})")
     print(f"ratio: {ratio:.2f} (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'MISSED'})")
-    print(f"snakemake, the same jobs shaped like rule bench (11 functions of the job, constants): "
+    print(f"snakemake, the same jobs shaped like rule bench (10 functions of the job, constants): "
           f"{median['shaped']:.1f} s ({each['shaped']}); feedbench / shaped: {median['feedbench'] / median['shaped']:.2f}")
+    print(f"CPU seconds (user + system; medians): feedbench {cpu['feedbench']:.1f}, trivial {cpu['trivial']:.1f}, "
+          f"shaped {cpu['shaped']:.1f}; ratio {cpu['feedbench'] / cpu['trivial']:.2f}, feedbench / shaped "
+          f"{cpu['feedbench'] / cpu['shaped']:.2f}")
+    if args.compare:
+        print(f"compared, CPU: {cpu['compared']:.1f} s; "
+              f"ratio to the trivial jobs: {cpu['compared'] / cpu['trivial']:.2f}")
+        print(f"compared, {args.compare}: {median['compared']:.1f} s ({each['compared']}); "
+              f"ratio to the trivial jobs: {median['compared'] / median['trivial']:.2f}")
     return 0
 
 

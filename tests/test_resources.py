@@ -30,7 +30,7 @@ def test_a_mapping_takes_the_harness_defaults_for_missing_knobs():
 def test_a_mapping_and_the_harness_cell_give_the_same_resources():
     cell = parse_cell(dict(DDP_2X2, scenario="train", dataset="memory", model="mlp"))
     for name in ("ranks", "nodes", "threads", "mem_mb", "cpus_per_task", "gpus", "tasks", "tasks_per_node",
-                 "tasks_per_gpu", "mpi"):
+                 "mpi"):
         assert getattr(resources, name)(cell) == getattr(resources, name)(DDP_2X2), name
 
 
@@ -55,7 +55,7 @@ def test_a_mapping_and_the_harness_cell_give_the_same_resources():
 def test_resources_of_a_cell(knobs, expected):
     assert {name: getattr(resources, name)(knobs) for name in expected} == expected
     # Never --ntasks-per-gpu: Slurm refuses it beside --ntasks-per-node.
-    assert resources.tasks_per_gpu(knobs) == 0
+    assert resources.TASKS_PER_GPU == 0
 
 
 def test_memory_counts_ranks_and_the_workers_of_the_threads_given():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -148,8 +149,9 @@ def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slu
     rows = {r["cell"]: r for r in csv.DictReader(open(workdir / "results" / "summary.csv"))}
     assert {cell: row["status"] for cell, row in rows.items()} == {"compute_ms-10": "ok", "compute_ms-1000": "ok", "compute_ms-1000_steps-10000": "failed"}
     long = rows["compute_ms-1000_steps-10000"]
-    # One minute of runtime: the cell stops itself 30 s in, with the steps it measured.
-    assert long["error_type"] == "Terminated" and long["error_message"].startswith("time limit of 30 s reached"), long
+    # One minute of runtime, of which Slurm and Snakemake took some: the cell stops itself a quarter of its time left
+    # before the job's own end (squeue's; feedbench.job.margin_s), with the steps it measured.
+    assert long["error_type"] == "Terminated" and re.match(r"time limit of \d+ s reached", long["error_message"]), long
     assert int(float(long["measured_steps"])) > 5
     [run_id] = {line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line}
     out = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", "State,Timelimit,Comment").stdout

@@ -1,4 +1,4 @@
-"""Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images DIR`."""
+"""Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images DIR`, `... job DIR`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import yaml
 
@@ -48,7 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
     run.add_argument("--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)")
     run.add_argument("--as-rank", action="store_true", help="run as one rank started by torchrun or srun (set by the launcher)")
-    run.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop the cell after this long and record it as failed (the bench rule derives it from the job's runtime)")
+    run.add_argument("--time-limit", type=float, metavar="SECONDS",
+                     help="stop the cell after this long and record it as failed")
+    run.add_argument("--stop-at", type=float, metavar="UNIX_TIME",
+                     help="as --time-limit, counted to this time once the harness has started (the bench job's end)")
+    job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
+    job.add_argument("out")
+    job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
+    job.add_argument("--runtime", type=float, required=True, metavar="MINUTES",
+                     help="the job's runtime (outside Slurm)")
+    job.add_argument("--log", required=True, help="the harness's output")
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -79,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         raw = _load_cell(args.cell, []) if args.cell and os.path.exists(args.cell) else {}
         record_failure(args.out, raw, args.exit_code, args.log)
         return 0
+    if args.command == "job":
+        from .job import run_job
+
+        return run_job(args.out, args.cell, args.runtime, args.log)
     if args.command == "make-images":
         from .images import make_images
 
@@ -97,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.time_limit is not None and args.time_limit <= 0:
         print(f"feedbench: error: --time-limit: value {args.time_limit:g} is not allowed; allowed: seconds > 0", file=sys.stderr)
         return 2
-    return run_or_launch(raw, args.out, args.as_rank, args.time_limit)
+    return run_or_launch(raw, args.out, args.as_rank, args.time_limit, args.stop_at)
 
 
-def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False, time_limit: float | None = None) -> int:
+def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False, time_limit: float | None = None,
+                  stop_at: float | None = None) -> int:
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 
@@ -111,6 +126,8 @@ def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False, time_limit: fl
     from .resources import ranks
     from .runner import run
 
+    if stop_at is not None:  # counted after the imports, which take seconds on a busy node; at least 1 s
+        time_limit = max(round(stop_at - time.time()), 1)
     if as_rank:
         return run(raw, out_dir, world_from_env())
     try:

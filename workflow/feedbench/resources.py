@@ -79,14 +79,10 @@ def tasks_per_node(cell) -> int:
     return knob(cell, "gpus_per_node") if not tasks(cell) else 0
 
 
-def tasks_per_gpu(cell) -> int:
-    """Always 0 (unset): the ranks are placed by --ntasks or --ntasks-per-node and srun's --gpus-per-task.
-
-    Slurm refuses --ntasks-per-gpu beside --ntasks-per-node (a 2-GPU x 2-node
-    ddp cell), and the plugin turns `tasks` into --ntasks-per-gpu unless this
-    is set: 0 keeps it out for every cell.
-    """
-    return 0
+# Always 0 (unset), a constant of the bench rule: the ranks are placed by --ntasks or --ntasks-per-node and srun's
+# --gpus-per-task. Slurm refuses --ntasks-per-gpu beside --ntasks-per-node (a 2-GPU x 2-node ddp cell), and the
+# plugin turns `tasks` into --ntasks-per-gpu unless this is set: 0 keeps it out for every cell.
+TASKS_PER_GPU = 0
 
 
 def mpi(cell) -> str:

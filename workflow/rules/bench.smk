@@ -1,5 +1,5 @@
 # One job per cell and repeat: write the cell's knobs (params.cell) to
-# cell.yaml and run the harness on it. The knobs and the harness fingerprint
+# cell.yaml and run the harness on it (feedbench/job.py). The knobs and the harness fingerprint
 # are params, so Snakemake's params trigger reruns exactly the cells whose
 # knobs or harness code changed.
 
@@ -26,26 +26,12 @@ rule bench:
         nodes=cell_nodes,
         tasks=cell_tasks,
         tasks_per_node=cell_tasks_per_node,
-        tasks_per_gpu=cell_tasks_per_gpu,
+        tasks_per_gpu=cell_resources.TASKS_PER_GPU,
         mpi=cell_mpi,
         bench_slots=1,
     conda:
         "../../envs/feedbench.yaml"
     shell:
-        # Exit 1 (the cell failed) and 2 (bad input) come with a result.json
-        # saying status: failed. A harness killed before it could write one
-        # (SIGKILL, the OOM killer) gets one from record-failure. Either way the
-        # job succeeds, so the matrix goes on and the report lists the failure.
-        # The cell stops itself a margin (a tenth, at least 30 s) before the
-        # job's runtime: a job killed by Slurm at its limit loses its result.
-        """
-        rm -f {params.dir}/steps.csv {params.dir}/trace.json
-        printf '%s\\n' {params.cell:q} > {params.dir}/cell.yaml
-        runtime_s=$(( {resources.runtime} * 60 ))
-        margin_s=$(( runtime_s / 10 > 30 ? runtime_s / 10 : 30 ))
-        code=0
-        python -m feedbench run {params.dir}/cell.yaml --out {params.dir} --time-limit $(( runtime_s - margin_s )) > {log} 2>&1 || code=$?
-        if [ ! -s {output.result} ]; then
-            python -m feedbench record-failure {params.dir} --exit-code $code --cell {params.dir}/cell.yaml --log {log}
-        fi
-        """
+        # The job's steps are feedbench.job's (write cell.yaml, run the harness, record a failure it left unrecorded,
+        # stop the cell before the job's end): one short command, cheap for Snakemake to format for every job.
+        "python -m feedbench job {params.dir} --cell {params.cell:q} --runtime {resources.runtime} --log {log}"

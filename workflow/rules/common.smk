@@ -138,7 +138,9 @@ def cell_inputs(wildcards):
 
 # Resources from the cell (README: "Resources of a cell"): thin calls into
 # feedbench.resources, which the launcher uses too. Knobs a cell does not set
-# take the harness's defaults.
+# take the harness's defaults. Snakemake calls each of these for every job
+# (docs/performance.md, "Workflow DAG"): a resource that is the same for every
+# cell is a constant in the rule instead.
 def cell_threads(wildcards):
     """Per node: every rank (gpus_per_node) plus its loader workers. Snakemake caps it at --cores."""
     return cell_resources.threads(cell_of(wildcards).knobs)
@@ -162,10 +164,6 @@ def cell_tasks(wildcards):
 
 def cell_tasks_per_node(wildcards):
     return cell_resources.tasks_per_node(cell_of(wildcards).knobs)
-
-
-def cell_tasks_per_gpu(wildcards):
-    return cell_resources.tasks_per_gpu(cell_of(wildcards).knobs)
 
 
 def cell_mpi(wildcards):
@@ -232,9 +230,9 @@ def report_lost_cells(log):
             plots.append(f"results/plots/{name}.svg")
             summary = read_summary("results/summary.csv")
             plot_experiment(summary, name, spec["plot"], plots[-1], title=spec.get("title", name))
-    templates = os.path.join(workflow.basedir, "report", "templates")
+    # The report's templates are the package's own (feedbench/templates), as for rule report.
     write_report("results/summary.csv", plots, paths, dict(config), config_hash(), "results/report/index.html",
-                 templates=templates, references=REFERENCES)
+                 references=REFERENCES)
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).
     for path in ["results/summary.csv", *plots, "results/report/index.html"]:

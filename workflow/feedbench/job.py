@@ -1,0 +1,83 @@
+"""One bench job: `python -m feedbench job DIR --cell JSON --runtime MINUTES --log LOG` (the bench rule's command).
+
+Writes the cell's knobs to DIR/cell.yaml, runs the harness on it in a
+subprocess (so that a harness killed by SIGKILL or the OOM killer still gets a
+result) and, when the harness left no result.json, writes a failed one
+(record-failure). Either way the job succeeds, so the matrix goes on and the
+report lists the failure.
+
+The cell stops itself before the job's end (docs/reliability-slurm.md): a job
+killed by Slurm at its limit loses its result. Inside a Slurm job the end is
+the job's own (squeue's time left, so the seconds Slurm and Snakemake spent
+starting the job are counted); elsewhere it is the rule's runtime from now.
+No torch here: the harness imports it in its own process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+MIN_MARGIN_S = 30  # writing the result and ending the job, after a stuck step's grace period (at most 20 s)
+
+
+def margin_s(runtime_s: float, left_s: float) -> float:
+    """Seconds kept between the cell's stop and the job's end: a tenth of the job's runtime, at least MIN_MARGIN_S,
+    at most a quarter of the time left (a 1-minute Slurm job that took 20 s to start still measures for a while)."""
+    return min(max(runtime_s / 10, MIN_MARGIN_S), left_s / 4)
+
+
+def parse_time_left(text: str) -> float | None:
+    """Seconds in squeue's %L ([days-][hours:]minutes:seconds), or None (UNLIMITED, NOT_SET, anything else)."""
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def slurm_time_left(job_id: str) -> float | None:
+    """Seconds left to Slurm job job_id, or None when squeue cannot say."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_time_left(out.stdout) if out.returncode == 0 else None
+
+
+def stop_at(runtime_min: float, now: float, environ=os.environ) -> float:
+    """Unix time at which the cell stops itself: the job's end less margin_s()."""
+    runtime_s = runtime_min * 60
+    left = slurm_time_left(environ["SLURM_JOB_ID"]) if environ.get("SLURM_JOB_ID") else None
+    left = runtime_s if left is None else left
+    return now + left - margin_s(runtime_s, left)
+
+
+def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
+    """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's)."""
+    now = time.time()
+    for stale in ("steps.csv", "trace.json"):
+        if os.path.exists(os.path.join(out_dir, stale)):
+            os.remove(os.path.join(out_dir, stale))
+    os.makedirs(out_dir, exist_ok=True)
+    cell = os.path.join(out_dir, "cell.yaml")
+    with open(cell, "w", encoding="utf-8") as f:  # JSON is YAML too; the harness reads it back as JSON
+        f.write(cell_json + "\n")
+    command = [sys.executable, "-m", "feedbench", "run", cell, "--out", out_dir,
+               "--stop-at", f"{stop_at(runtime_min, now):.0f}"]
+    with open(log, "w", encoding="utf-8") as out:
+        harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = harness.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the harness too: let it record what it measured, then end
+            harness.wait()
+            return 130
+    result = os.path.join(out_dir, "result.json")
+    if not os.path.exists(result) or os.path.getsize(result) == 0:
+        from .__main__ import main
+
+        return main(["record-failure", out_dir, "--exit-code", str(code), "--cell", cell, "--log", log])
+    return 0
