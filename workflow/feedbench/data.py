@@ -7,11 +7,12 @@ import time
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
 from .cell import Cell
 from .knobs import KnobError
 from .models import input_kind
+from .plugins import expect
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -164,8 +165,15 @@ DATASETS: dict[str, Callable] = {
 }
 
 
-def build_dataset(cell: Cell) -> Dataset:
-    dataset = DATASETS[cell.dataset](cell)
+def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
+    """The cell's dataset; `user` maps knobs to the user's imported callables (feedbench.plugins.resolve_all)."""
+    if user and "dataset" in user:
+        dataset = expect(user["dataset"](ctx, **cell.dataset_args), (Dataset, IterableDataset),
+                         "a torch.utils.data.Dataset or IterableDataset", cell.dataset, "dataset")
+        if cell.sample_delay_ms > 0 and isinstance(dataset, IterableDataset):
+            raise KnobError("knob 'sample_delay_ms': an IterableDataset has no __getitem__ to delay; allowed: 0")
+    else:
+        dataset = DATASETS[cell.dataset](cell)
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
 
 
@@ -187,14 +195,17 @@ def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
             f"the dataset has fewer samples than one batch{per_rank}")
 
 
-def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
+def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
     With several ranks each reads its own shard (DistributedSampler); with dp
     one process feeds all GPUs, so its batch is batch_size x gpus_per_node.
+    An IterableDataset shards itself (ctx and torch.utils.data.get_worker_info):
+    no sampler, no shuffle, and its last short batch is kept.
     """
     sampler = None
-    if world_size > 1:
+    iterable = isinstance(dataset, IterableDataset)
+    if world_size > 1 and not iterable:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True)
     batch_size = batch_size_of(cell)
     options = {}
@@ -208,12 +219,12 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=cell.shuffle if sampler is None else False,
+        shuffle=cell.shuffle if sampler is None and not iterable else False,
         sampler=sampler,
         num_workers=cell.num_workers,
         pin_memory=cell.pin_memory,
-        drop_last=len(dataset) >= batch_size * world_size,
-        collate_fn=pad_tokens if cell.dataset == "tokens" else None,
+        drop_last=not iterable and len(dataset) >= batch_size * world_size,
+        collate_fn=collate or (pad_tokens if cell.dataset == "tokens" else None),
         generator=torch.Generator().manual_seed(cell.seed),
         **options,
     )

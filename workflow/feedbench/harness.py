@@ -9,6 +9,7 @@ PhaseClock, read once after the window.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import statistics
@@ -21,10 +22,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .cache import prepare as prepare_page_cache
 from .cell import Cell
-from .data import build_dataset, build_loader
+from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .metrics import CLOCKED_PHASES
 from .models import build_model, loss_function
+from .plugins import Context, batch_len, default_loss, model_input, move_batch, resolve_all, unpinned_note
 from .prefetch import StreamPrefetcher, batch_bytes, to_device
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
@@ -51,6 +53,7 @@ class Measurement:
     cuda_init_s: float | None = None
     clock: PhaseClock | None = None
     page_cache: dict | None = None
+    notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -109,26 +112,43 @@ def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Modu
 def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World()) -> None:
     """Run warm-up and the measured window of a train, compute or loader cell, filling `m`."""
     torch.manual_seed(cell.seed)
-    dataset = build_dataset(cell)
+    user = resolve_all(cell)  # the user's own code, by import path (feedbench.plugins)
+    ctx = Context(world.rank, world.world_size, world.local_rank, device, batch_size_of(cell), cell.num_workers,
+                  cell.seed, knobs=dataclasses.asdict(cell))
+    move = user.get("to_device", move_batch)
+    dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
-    loader = build_loader(cell, dataset, world.rank, world.world_size)
+    loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"))
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     model = None
     if cell.scenario != "loader":
-        model = build_model(cell).to(device)
+        model = build_model(cell, user, ctx).to(device)
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model = wrap_parallel(model, cell, device)
         optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
         scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
-        loss_fn = loss_function(cell.model)
+        ctx.optimizer = optimizer
+        loss_fn = None if "model" in user else loss_function(cell.model)
         autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
 
     def train_step(batch, clock: PhaseClock) -> None:
-        inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = loss_fn(model(inputs), batch)
+            if "step" in user:
+                loss = user["step"](model, batch, ctx)
+            elif loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
+                loss, rule = default_loss(model(model_input(batch)), batch)
+                note = f"loss: {rule} (no step given)"
+                if note not in m.notes:
+                    m.notes.append(note)
+            else:
+                inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
+                loss = loss_fn(model(inputs), batch)
         clock.mark()
+        if loss is None:  # the user's step did backward and the optimizer step itself
+            clock.mark()
+            clock.mark()
+            return
         scaler.scale(loss).backward()
         clock.mark()
         scaler.step(optimizer)
@@ -145,7 +165,7 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
     if cell.scenario == "compute":  # one batch made once and kept on the device
         first = next(batches)
         resident_tokens = int(first[2].sum()) if cell.dataset == "tokens" else None
-        resident = to_device(first, device, non_blocking=False)
+        resident = move(first, device, False)
         m.time_to_first_batch_s = time.perf_counter() - start
 
     phases = PHASES_OF[cell.scenario]
@@ -165,10 +185,14 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
         if m.time_to_first_batch_s is None:
             m.time_to_first_batch_s = t_ready - start
         host, batch, events = item if prefetch else (item, None, None)
+        if i == 0 and cell.pin_memory and device.type == "cuda" and resident is None:
+            note = unpinned_note(host)
+            if note:
+                m.notes.append(note)
         if measuring:
             m.step_starts.append(t_start)
             m.waits_ms.append((t_ready - t_start) * 1000)
-            m.samples.append(len(host[0]))
+            m.samples.append(batch_len(host))
             if cell.dataset == "tokens":
                 m.tokens.append(resident_tokens if resident is not None else int(host[2].sum()))
             if cell.scenario == "train":
@@ -179,7 +203,7 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
             clock.start_step()
             if cell.scenario == "train":
                 if not prefetch:
-                    batch = to_device(host, device, cell.non_blocking)
+                    batch = move(host, device, cell.non_blocking)
                 clock.mark()
             train_step(batch if batch is not None else host, clock)
         if measuring:

@@ -87,7 +87,12 @@ class TokenLSTM(nn.Module):
         return self.head(x)
 
 
-def build_model(cell: Cell) -> nn.Module:
+def build_model(cell: Cell, user: dict | None = None, ctx=None) -> nn.Module:
+    """The cell's model; `user` maps knobs to the user's imported callables (feedbench.plugins.resolve_all)."""
+    if user and "model" in user:
+        from .plugins import expect
+
+        return expect(user["model"](ctx, **cell.model_args), (nn.Module,), "a torch.nn.Module", cell.model, "model")
     if cell.model == "mlp":
         return MLP(cell.input_size, cell.width, cell.hidden_layers)
     if cell.model == "sleep":

@@ -22,6 +22,7 @@ from .harness import Measurement, cuda_init, measure
 from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
+from .plugins import folder_facts
 from .provenance import machine_facts
 from .result import failed_result, now, step_rows, tail, write_result, write_rows
 from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
@@ -184,6 +185,9 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
                 result["adjustments"] = result["adjustments"] + [short]
             if m.comm:
                 result["metrics"]["comm"] = m.comm
+            result["adjustments"] = result["adjustments"] + m.notes
+            if cell.python_path:
+                result["provenance"]["user_code"] = [folder_facts(path) for path in cell.python_path]
         result.update(started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0)
         if world.distributed:
             result["rank"] = {"rank": world.rank, "node": world.node_rank, "world_size": world.world_size}
