@@ -223,3 +223,38 @@ def test_default_loss_rules():
     assert default_loss(torch.tensor(2.0), None)[1] == "the model's output (a scalar)"
     with pytest.raises(KnobError, match="knob 'step': no loss"):
         default_loss(torch.zeros(2, 3), {"image": torch.zeros(2)})
+
+
+def test_argument_axes_name_their_cells_and_fold_into_the_args(project):
+    from feedbench.matrix import build_cells
+
+    config = {"python_path": [project], "defaults": {"dataset_args": {"n": 40}}, "experiments": {"mine": {
+        "base": {"dataset": "userproj.data:build_dataset", "model": "userproj.data:build_model",
+                 "collate": "userproj.data:collate"},
+        "matrix": {"dataset_args.side": [8, 16], "num_workers": [0, 2]},
+        "exclude": [{"dataset_args.side": 16, "num_workers": 2}],
+        "include": [{"model_args.classes": 3}]}}}
+    cells = build_cells(config)
+    assert [c.id for c in cells] == ["dataset_args.side-8_num_workers-0", "dataset_args.side-8_num_workers-2",
+                                     "dataset_args.side-16_num_workers-0",
+                                     "dataset_args.side-none_num_workers-0_model_args.classes-3"]
+    assert cells[2].knobs["dataset_args"] == {"n": 40, "side": 16} and cells[2].parsed.dataset_args["side"] == 16
+    assert cells[3].parsed.model_args == {"classes": 3} and cells[0].parsed.python_path == [project]
+
+
+def test_a_target_that_does_not_import_stops_the_config_with_its_key_path(project):
+    from feedbench.matrix import ConfigError, build_cells
+
+    config = {"python_path": [project], "experiments": {"mine": {"base": {
+        "dataset": "myproj.data:build_dataset", "model": "userproj.data:build_model"}}}}
+    with pytest.raises(ConfigError) as error:
+        build_cells(config)
+    assert str(error.value) == ("experiments.mine.base.dataset: cannot import 'myproj.data:build_dataset' "
+                                "(ModuleNotFoundError: No module named 'myproj')")
+
+
+def test_builtin_cells_do_not_carry_the_python_path(project):
+    from feedbench.matrix import build_cells
+
+    cells = build_cells({"python_path": [project], "experiments": {"plain": {"base": {"steps": 3}}}})
+    assert "python_path" not in cells[0].knobs

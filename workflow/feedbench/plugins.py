@@ -13,15 +13,13 @@ import dataclasses
 import hashlib
 import importlib
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .knobs import KnobError
+from .knobs import IMPORT_PATH, KnobError
 
-IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # The knobs that may name user code, and what each must name.
 PLUGIN_KNOBS = ("dataset", "model", "collate", "to_device", "step")
 
