@@ -109,10 +109,14 @@ def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Modu
     return model  # none, independent (replicas that never talk), dp on CPU
 
 
-def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World()) -> None:
-    """Run warm-up and the measured window of a train, compute or loader cell, filling `m`."""
+def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World(),
+            user: dict | None = None) -> None:
+    """Run warm-up and the measured window of a train, compute or loader cell, filling `m`.
+
+    `user`: knob -> the user's callable (feedbench.api passes objects); by default imported from the cell's paths.
+    """
     torch.manual_seed(cell.seed)
-    user = resolve_all(cell)  # the user's own code, by import path (feedbench.plugins)
+    user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plugins)
     ctx = Context(world.rank, world.world_size, world.local_rank, device, batch_size_of(cell), cell.num_workers,
                   cell.seed, knobs=dataclasses.asdict(cell))
     move = user.get("to_device", move_batch)

@@ -96,7 +96,7 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
     write_result(out_dir, result)
 
 
-def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None) -> int:
+def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None, user: dict | None = None) -> int:
     """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
 
     Rank 0 writes result.json; any rank that fails also writes ranks/rank<k>.json
@@ -157,7 +157,7 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
             result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
         else:
             monitor = Monitor(cell.monitor_interval_s, device)
-            measure(cell, device, m, out_dir if world.rank == 0 else None, monitor, world)
+            measure(cell, device, m, out_dir if world.rank == 0 else None, monitor, world, user)
         result["status"] = "ok"
     except KnobError as error:  # found while building the cell (a dataset path, say)
         result["error"] = {"type": "KnobError", "message": str(error)}
