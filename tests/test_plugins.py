@@ -258,3 +258,11 @@ def test_builtin_cells_do_not_carry_the_python_path(project):
 
     cells = build_cells({"python_path": [project], "experiments": {"plain": {"base": {"steps": 3}}}})
     assert "python_path" not in cells[0].knobs
+
+
+def test_compute_ceiling_replays_real_batches_of_the_users_pipeline(project, tmp_path):
+    knobs = cell(project, scenario="compute", dataset="userproj.data:build_dataset", collate="userproj.data:collate",
+                 model="userproj.data:build_dict_model", resident_batches=3, steps=5)
+    assert run(knobs, str(tmp_path / "out")) == 0
+    result = result_of(tmp_path / "out")
+    assert result["status"] == "ok" and result["metrics"]["samples"] == 5 * 8 and result["cell"]["resident_batches"] == 3

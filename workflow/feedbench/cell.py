@@ -56,6 +56,7 @@ class Cell:
     shuffle: bool = True
     device_prefetch: str = "none"
     prefetch_depth: int = 1
+    resident_batches: int = 8
     # Parallelism.
     parallel: str = "none"
     gpus_per_node: int = 1

@@ -166,10 +166,11 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
     if prefetch:
         batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True)
     resident = None
-    if cell.scenario == "compute":  # one batch made once and kept on the device
-        first = next(batches)
-        resident_tokens = int(first[2].sum()) if cell.dataset == "tokens" else None
-        resident = move(first, device, False)
+    if cell.scenario == "compute":  # resident_batches real batches, copied to the device once and replayed
+        firsts = [next(batches) for _ in range(cell.resident_batches)]
+        resident_tokens = [int(b[2].sum()) for b in firsts] if cell.dataset == "tokens" else None
+        residents = [move(b, device, False) for b in firsts]
+        resident = residents[0]
         m.time_to_first_batch_s = time.perf_counter() - start
 
     phases = PHASES_OF[cell.scenario]
@@ -184,7 +185,7 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
         clock = m.clock if measuring else warm
         check_stop()
         t_start = time.perf_counter()
-        item = resident if resident is not None else next(batches)
+        item = residents[i % len(residents)] if resident is not None else next(batches)
         t_ready = time.perf_counter()
         if m.time_to_first_batch_s is None:
             m.time_to_first_batch_s = t_ready - start
@@ -198,7 +199,7 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
             m.waits_ms.append((t_ready - t_start) * 1000)
             m.samples.append(batch_len(host))
             if cell.dataset == "tokens":
-                m.tokens.append(resident_tokens if resident is not None else int(host[2].sum()))
+                m.tokens.append(resident_tokens[i % len(residents)] if resident is not None else int(host[2].sum()))
             if cell.scenario == "train":
                 m.h2d_bytes += batch_bytes(host)
             if events is not None:

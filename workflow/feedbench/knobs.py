@@ -143,6 +143,7 @@ KNOBS: dict[str, Knob] = {
         Knob("shuffle", bool, True, "shuffle the dataset every epoch"),
         Knob("device_prefetch", str, "none", "none | stream: copy the next batches on a side stream", DEVICE_PREFETCH),
         Knob("prefetch_depth", int, 1, "batches the stream prefetcher keeps in flight", minimum=1, maximum=64),
+        Knob("resident_batches", int, 8, "compute: real batches of the loader copied to the device once and replayed", minimum=1, maximum=1024),
         # Parallelism.
         Knob("parallel", str, "none", "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent (replicas, no gradient exchange)", PARALLEL),
         Knob("gpus_per_node", int, 1, "GPUs per node (processes on gloo without GPUs); batch_size is per GPU", minimum=1, maximum=64),
