@@ -34,6 +34,7 @@ class Cell:
     dataset: str = "synthetic"
     dataset_args: dict = field(default_factory=dict)
     data_dir: str | None = None
+    shards: int = 8
     download: bool = False
     num_samples: int = 2048
     image_size: int = 224
@@ -119,11 +120,11 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
             raise KnobError(f"knob '{name}': value {values[name]!r} is set but knob '{name[:-5]}' is not user code; "
                             "allowed: {} or a package.module:attribute " + name[:-5])
     scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
-    if dataset in ("images", "cifar10", "cifar100") and not values["data_dir"] and not values["download"]:
-        raise KnobError(
-            f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder"
-            + (" (make one with: python -m feedbench make-images DIR)" if dataset == "images" else " (or download: true)")
-        )
+    if dataset in ("images", "cifar10", "cifar100", "webdataset", "parquet") and not values["data_dir"] and not values["download"]:
+        hint = {"images": " (make one with: python -m feedbench make-images DIR)",
+                "webdataset": " (make one with: python -m feedbench make-shards IMAGES DIR)",
+                "parquet": " (make one with: python -m feedbench make-shards IMAGES DIR)"}.get(dataset, " (or download: true)")
+        raise KnobError(f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder{hint}")
     if scenario in ("train", "compute") and model == "none":
         raise KnobError(f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, lstm, resnet18, ...)")
     if own_data and model in ("mlp", "lstm") and scenario in ("train", "compute"):
@@ -186,6 +187,7 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
         changes["page_cache"] = "asis"
         why = (f"scenario '{cell.scenario}' reads no files in its window" if cell.dataset == "images"
                else f"dataset '{cell.dataset}' is read into memory when built" if cell.dataset.startswith("cifar")
+               else f"dataset '{cell.dataset}': page_cache is implemented for images only" if cell.dataset in ("webdataset", "parquet")
                else f"dataset '{cell.dataset}' reads no files")
         notes.append(f"page_cache={cell.page_cache} ignored: {why}")
     if cell.amp != "off" and cell.model in ("sleep", "none"):

@@ -137,6 +137,61 @@ def _cifar(cell: Cell) -> Dataset:
         raise KnobError(f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path") from None
 
 
+def _image_transform(cell: Cell):
+    from torchvision import transforms as T
+
+    return T.Compose([T.RandomResizedCrop(cell.image_size), T.RandomHorizontalFlip(), T.ToTensor(),
+                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+def _shard_files(cell: Cell, fmt: str, ext: str) -> list[str]:
+    from .shards import shard_dir
+
+    root = _need_dir(cell, "make one with: python -m feedbench make-shards IMAGES DIR")
+    folder = os.path.join(shard_dir(root, cell.shards), fmt)
+    files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(ext)) if os.path.isdir(folder) else []
+    if not files:
+        raise KnobError(f"knob 'shards': no {fmt} shards in {folder!r}; allowed: a count written by "
+                        f"python -m feedbench make-shards IMAGES {root} --shards {cell.shards}")
+    return files
+
+
+def _webdataset(cell: Cell) -> Dataset:
+    """WebDataset tar shards, split over ranks (split_by_node) and loader workers (split_by_worker)."""
+    import webdataset as wds
+
+    transform = _image_transform(cell)
+    return (wds.WebDataset(_shard_files(cell, "webdataset", ".tar"), shardshuffle=False, empty_check=False,
+                           nodesplitter=wds.split_by_node, workersplitter=wds.split_by_worker)
+            .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
+
+
+class ParquetImages(Dataset):
+    """Parquet files of JPEG bytes (columns jpg, cls), read with pyarrow once; decoded in __getitem__."""
+
+    def __init__(self, files: list[str], transform):
+        import pyarrow.parquet as pq
+
+        tables = [pq.read_table(f, columns=["jpg", "cls"]) for f in files]
+        self.jpegs = [b for t in tables for b in t.column("jpg").to_pylist()]
+        self.labels = [c for t in tables for c in t.column("cls").to_pylist()]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        import io
+
+        from PIL import Image
+
+        return self.transform(Image.open(io.BytesIO(self.jpegs[index])).convert("RGB")), self.labels[index]
+
+
+def _parquet(cell: Cell) -> Dataset:
+    return ParquetImages(_shard_files(cell, "parquet", ".parquet"), _image_transform(cell))
+
+
 def _synthetic(cell: Cell) -> Dataset:
     classes = None if input_kind(cell.model) == "vector" else cell.num_classes
     return SyntheticDataset(cell.num_samples, sample_shape(cell), classes, cell.seed)
@@ -162,6 +217,8 @@ DATASETS: dict[str, Callable] = {
     "cifar10": _cifar,
     "cifar100": _cifar,
     "tokens": _tokens,
+    "webdataset": _webdataset,
+    "parquet": _parquet,
 }
 
 

@@ -94,7 +94,7 @@ class Knob:
 
 
 SCENARIOS = ("train", "loader", "compute", "transfer")
-DATASETS = ("synthetic", "memory", "images", "cifar10", "cifar100", "tokens")
+DATASETS = ("synthetic", "memory", "images", "cifar10", "cifar100", "tokens", "webdataset", "parquet")
 TIMINGS = ("events", "sync", "naive")
 AMP = ("off", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -120,7 +120,8 @@ KNOBS: dict[str, Knob] = {
         # Data.
         Knob("dataset", str, "synthetic", "where samples come from; user code: a factory called as f(ctx, **dataset_args)", DATASETS, plugin=True),
         Knob("dataset_args", dict, {}, "keyword arguments of a user dataset factory (axis: dataset_args.<name>)"),
-        Knob("data_dir", str, None, "root of images (ImageNet layout) or CIFAR", nullable=True),
+        Knob("data_dir", str, None, "root of images (ImageNet layout), CIFAR, or of make-shards (webdataset, parquet)", nullable=True),
+        Knob("shards", int, 8, "webdataset, parquet: the shard set data_dir/shards-<N> (python -m feedbench make-shards --shards N)", minimum=1, maximum=1_000_000),
         Knob("download", bool, False, "let torchvision download CIFAR into data_dir"),
         Knob("num_samples", int, 2048, "dataset length for synthetic, memory and tokens", minimum=1, maximum=100_000_000),
         Knob("image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096),
