@@ -161,6 +161,8 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
         clock.mark()
 
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
+    if prefetch and "to_device" in user:
+        m.notes.append("to_device is not used with device_prefetch=stream: the prefetcher moves dicts, lists and tuples itself")
     start = time.perf_counter()
     batches = iter(_epochs(loader))
     if prefetch:
