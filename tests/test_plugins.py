@@ -93,6 +93,10 @@ def step_itself(model, batch, ctx):
     return None
 
 
+def step_float(model, batch, ctx):
+    return 1.0
+
+
 def broken_factory(ctx):
     raise ValueError("the user's factory broke")
 
@@ -149,7 +153,17 @@ def test_a_step_that_does_its_own_backward(project, tmp_path):
     knobs = cell(project, dataset="userproj.data:build_dataset", collate="userproj.data:collate",
                  model="userproj.data:build_model", step="userproj.data:step_itself")
     assert run(knobs, str(tmp_path / "out")) == 0
-    assert result_of(tmp_path / "out")["metrics"]["steps"] == 4
+    result = result_of(tmp_path / "out")
+    assert result["metrics"]["steps"] == 4 and any(n.startswith("step returned None") for n in result["adjustments"])
+
+
+def test_a_step_that_returns_no_tensor_is_one_line(project, tmp_path):
+    knobs = cell(project, dataset="userproj.data:build_dataset", collate="userproj.data:collate",
+                 model="userproj.data:build_model", step="userproj.data:step_float")
+    assert run(knobs, str(tmp_path / "out")) == 2
+    assert result_of(tmp_path / "out")["error"]["message"] == (
+        "knob 'step': 'userproj.data:step_float' returned builtins.float; "
+        "allowed: the loss tensor, or None after its own backward and optimizer step")
 
 
 def test_iterable_dataset_with_workers(project, tmp_path):

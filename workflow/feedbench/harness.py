@@ -24,6 +24,7 @@ from .cache import prepare as prepare_page_cache
 from .cell import Cell
 from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
+from .knobs import KnobError
 from .metrics import CLOCKED_PHASES
 from .models import build_model, loss_function
 from .plugins import Context, batch_len, default_loss, model_input, move_batch, resolve_all, unpinned_note
@@ -140,6 +141,9 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             if "step" in user:
                 loss = user["step"](model, batch, ctx)
+                if loss is not None and not isinstance(loss, torch.Tensor):
+                    raise KnobError(f"knob 'step': '{cell.step}' returned {type(loss).__module__}.{type(loss).__qualname__}; "
+                                    "allowed: the loss tensor, or None after its own backward and optimizer step")
             elif loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
                 loss, rule = default_loss(model(model_input(batch)), batch)
                 note = f"loss: {rule} (no step given)"
@@ -150,6 +154,9 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
                 loss = loss_fn(model(inputs), batch)
         clock.mark()
         if loss is None:  # the user's step did backward and the optimizer step itself
+            note = "step returned None (it ran backward and the optimizer itself): the forward phase holds all three"
+            if note not in m.notes:
+                m.notes.append(note)
             clock.mark()
             clock.mark()
             return
