@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     images.add_argument("--size", type=int, default=256)
     images.add_argument("--classes", type=int, default=10)
     images.add_argument("--seed", type=int, default=0)
+    shards = sub.add_parser("make-shards", help="write a JPEG folder as WebDataset tar shards and Parquet files, deterministically")
+    shards.add_argument("images", help="a folder of make-images")
+    shards.add_argument("dir", help="writes DIR/shards-<N>/webdataset and DIR/shards-<N>/parquet")
+    shards.add_argument("--shards", type=int, nargs="+", default=[8], help="shard counts (one set per count)")
     failure = sub.add_parser("record-failure", help="write a failed result for a harness that died without one")
     failure.add_argument("out")
     failure.add_argument("--exit-code", type=int, required=True)
@@ -102,6 +106,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"feedbench: error: make-images: {error}", file=sys.stderr)
             return 2
         print(f"wrote {n} JPEG files under {args.dir}/train")
+        return 0
+    if args.command == "make-shards":
+        from .shards import make_shards
+
+        try:
+            for count in args.shards:
+                print(f"wrote {make_shards(args.images, args.dir, count)}")
+        except (OSError, ValueError) as error:
+            print(f"feedbench: error: make-shards: {error}", file=sys.stderr)
+            return 2
         return 0
     try:
         raw = _load_cell(args.cell, args.set)

@@ -51,7 +51,7 @@ def _knobs(result: dict) -> dict:
     row = {}
     for name in KNOBS:
         value = knobs.get(name)
-        row[name] = json.dumps(value) if isinstance(value, list) else value
+        row[name] = json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
     return row
 
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .knobs import DEFAULT_TRANSFER_SIZES, KNOBS, LABELS, KnobError, defaults
+from .knobs import DEFAULT_TRANSFER_SIZES, IMPORT_PATH, KNOBS, LABELS, KnobError, defaults
 from .model_names import check_model_name
 
 
@@ -32,7 +32,9 @@ class Cell:
     seed: int = 0
     # Data.
     dataset: str = "synthetic"
+    dataset_args: dict = field(default_factory=dict)
     data_dir: str | None = None
+    shards: int = 8
     download: bool = False
     num_samples: int = 2048
     image_size: int = 224
@@ -55,6 +57,7 @@ class Cell:
     shuffle: bool = True
     device_prefetch: str = "none"
     prefetch_depth: int = 1
+    resident_batches: int = 8
     # Parallelism.
     parallel: str = "none"
     gpus_per_node: int = 1
@@ -62,6 +65,11 @@ class Cell:
     comm_probe_steps: int = 10
     # Model and step.
     model: str = "mlp"
+    model_args: dict = field(default_factory=dict)
+    collate: str | None = None
+    to_device: str | None = None
+    step: str | None = None
+    python_path: list[str] = field(default_factory=list)
     hidden_layers: int = 1
     width: int = 4096
     compute_ms: float = 10.0
@@ -89,6 +97,7 @@ class Cell:
     repeat: int | None = None
     baseline: bool | None = None
     attempt: str | None = None
+    code: str | None = None
 
 
 def parse_cell(raw: dict[str, Any]) -> Cell:
@@ -104,15 +113,26 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
     sizes = values["transfer_sizes"]
     if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
         raise KnobError(f"knob 'transfer_sizes': value {sizes!r} is not allowed; allowed: a non-empty list of byte counts > 0")
-    check_model_name(values["model"])
+    if not IMPORT_PATH.fullmatch(values["model"]):
+        check_model_name(values["model"])
+    if not all(isinstance(p, str) and p for p in values["python_path"]):
+        raise KnobError(f"knob 'python_path': value {values['python_path']!r} is not allowed; allowed: a list of folders")
+    own_data, own_model = IMPORT_PATH.fullmatch(values["dataset"]), IMPORT_PATH.fullmatch(values["model"])
+    for name, own in (("dataset_args", own_data), ("model_args", own_model)):
+        if values[name] and not own:
+            raise KnobError(f"knob '{name}': value {values[name]!r} is set but knob '{name[:-5]}' is not user code; "
+                            "allowed: {} or a package.module:attribute " + name[:-5])
     scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
-    if dataset in ("images", "cifar10", "cifar100") and not values["data_dir"] and not values["download"]:
-        raise KnobError(
-            f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder"
-            + (" (make one with: python -m feedbench make-images DIR)" if dataset == "images" else " (or download: true)")
-        )
+    if dataset in ("images", "cifar10", "cifar100", "webdataset", "parquet") and not values["data_dir"] and not values["download"]:
+        hint = {"images": " (make one with: python -m feedbench make-images DIR)",
+                "webdataset": " (make one with: python -m feedbench make-shards IMAGES DIR)",
+                "parquet": " (make one with: python -m feedbench make-shards IMAGES DIR)"}.get(dataset, " (or download: true)")
+        raise KnobError(f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder{hint}")
     if scenario in ("train", "compute") and model == "none":
         raise KnobError(f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, lstm, resnet18, ...)")
+    if own_data and model in ("mlp", "lstm") and scenario in ("train", "compute"):
+        raise KnobError(f"knob 'model': value '{model}' is not allowed with a user dataset; allowed: a user model "
+                        "(package.module:attribute), sleep, or a torchvision image model")
     if model == "lstm" and dataset != "tokens" and scenario in ("train", "compute"):
         raise KnobError(f"knob 'dataset': value '{dataset}' is not allowed with model 'lstm'; allowed: tokens")
     if dataset == "tokens" and model not in ("lstm", "sleep", "none"):
@@ -161,6 +181,7 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
         changes["page_cache"] = "asis"
         why = (f"scenario '{cell.scenario}' reads no files in its window" if cell.dataset == "images"
                else f"dataset '{cell.dataset}' is read into memory when built" if cell.dataset.startswith("cifar")
+               else f"dataset '{cell.dataset}': page_cache is implemented for images only" if cell.dataset in ("webdataset", "parquet")
                else f"dataset '{cell.dataset}' reads no files")
         notes.append(f"page_cache={cell.page_cache} ignored: {why}")
     if cell.amp != "off" and cell.model in ("sleep", "none"):

@@ -7,11 +7,12 @@ import time
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
 from .cell import Cell
 from .knobs import KnobError
 from .models import input_kind
+from .plugins import expect
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -136,6 +137,61 @@ def _cifar(cell: Cell) -> Dataset:
         raise KnobError(f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path") from None
 
 
+def _image_transform(cell: Cell):
+    from torchvision import transforms as T
+
+    return T.Compose([T.RandomResizedCrop(cell.image_size), T.RandomHorizontalFlip(), T.ToTensor(),
+                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+def _shard_files(cell: Cell, fmt: str, ext: str) -> list[str]:
+    from .shards import shard_dir
+
+    root = _need_dir(cell, "make one with: python -m feedbench make-shards IMAGES DIR")
+    folder = os.path.join(shard_dir(root, cell.shards), fmt)
+    files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(ext)) if os.path.isdir(folder) else []
+    if not files:
+        raise KnobError(f"knob 'shards': no {fmt} shards in {folder!r}; allowed: a count written by "
+                        f"python -m feedbench make-shards IMAGES {root} --shards {cell.shards}")
+    return files
+
+
+def _webdataset(cell: Cell) -> Dataset:
+    """WebDataset tar shards, split over ranks (split_by_node) and loader workers (split_by_worker)."""
+    import webdataset as wds
+
+    transform = _image_transform(cell)
+    return (wds.WebDataset(_shard_files(cell, "webdataset", ".tar"), shardshuffle=False, empty_check=False,
+                           nodesplitter=wds.split_by_node, workersplitter=wds.split_by_worker)
+            .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
+
+
+class ParquetImages(Dataset):
+    """Parquet files of JPEG bytes (columns jpg, cls), read with pyarrow once; decoded in __getitem__."""
+
+    def __init__(self, files: list[str], transform):
+        import pyarrow.parquet as pq
+
+        tables = [pq.read_table(f, columns=["jpg", "cls"]) for f in files]
+        self.jpegs = [b for t in tables for b in t.column("jpg").to_pylist()]
+        self.labels = [c for t in tables for c in t.column("cls").to_pylist()]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        import io
+
+        from PIL import Image
+
+        return self.transform(Image.open(io.BytesIO(self.jpegs[index])).convert("RGB")), self.labels[index]
+
+
+def _parquet(cell: Cell) -> Dataset:
+    return ParquetImages(_shard_files(cell, "parquet", ".parquet"), _image_transform(cell))
+
+
 def _synthetic(cell: Cell) -> Dataset:
     classes = None if input_kind(cell.model) == "vector" else cell.num_classes
     return SyntheticDataset(cell.num_samples, sample_shape(cell), classes, cell.seed)
@@ -161,11 +217,20 @@ DATASETS: dict[str, Callable] = {
     "cifar10": _cifar,
     "cifar100": _cifar,
     "tokens": _tokens,
+    "webdataset": _webdataset,
+    "parquet": _parquet,
 }
 
 
-def build_dataset(cell: Cell) -> Dataset:
-    dataset = DATASETS[cell.dataset](cell)
+def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
+    """The cell's dataset; `user` maps knobs to the user's imported callables (feedbench.plugins.resolve_all)."""
+    if user and "dataset" in user:
+        dataset = expect(user["dataset"](ctx, **cell.dataset_args), (Dataset, IterableDataset),
+                         "a torch.utils.data.Dataset or IterableDataset", cell.dataset, "dataset")
+        if cell.sample_delay_ms > 0 and isinstance(dataset, IterableDataset):
+            raise KnobError("knob 'sample_delay_ms': an IterableDataset has no __getitem__ to delay; allowed: 0")
+    else:
+        dataset = DATASETS[cell.dataset](cell)
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
 
 
@@ -187,14 +252,17 @@ def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
             f"the dataset has fewer samples than one batch{per_rank}")
 
 
-def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1) -> DataLoader:
+def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
     With several ranks each reads its own shard (DistributedSampler); with dp
     one process feeds all GPUs, so its batch is batch_size x gpus_per_node.
+    An IterableDataset shards itself (ctx and torch.utils.data.get_worker_info):
+    no sampler, no shuffle, and its last short batch is kept.
     """
     sampler = None
-    if world_size > 1:
+    iterable = isinstance(dataset, IterableDataset)
+    if world_size > 1 and not iterable:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True)
     batch_size = batch_size_of(cell)
     options = {}
@@ -208,12 +276,12 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=cell.shuffle if sampler is None else False,
+        shuffle=cell.shuffle if sampler is None and not iterable else False,
         sampler=sampler,
         num_workers=cell.num_workers,
         pin_memory=cell.pin_memory,
-        drop_last=len(dataset) >= batch_size * world_size,
-        collate_fn=pad_tokens if cell.dataset == "tokens" else None,
+        drop_last=not iterable and len(dataset) >= batch_size * world_size,
+        collate_fn=collate or (pad_tokens if cell.dataset == "tokens" else None),
         generator=torch.Generator().manual_seed(cell.seed),
         **options,
     )

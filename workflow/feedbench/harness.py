@@ -9,6 +9,7 @@ PhaseClock, read once after the window.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import statistics
@@ -22,10 +23,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .cache import prepare as prepare_page_cache
 from .cell import Cell
-from .data import build_dataset, build_loader
+from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
+from .knobs import KnobError
 from .metrics import CLOCKED_PHASES
 from .models import build_model, loss_function
+from .plugins import Context, batch_len, default_loss, model_input, move_batch, resolve_all, unpinned_note
 from .prefetch import StreamPrefetcher, batch_bytes, to_device
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
@@ -53,6 +56,7 @@ class Measurement:
     clock: PhaseClock | None = None
     page_cache: dict | None = None
     first_batch_profile: dict | None = None
+    notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -164,33 +168,60 @@ def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Modu
     return model  # none, independent (replicas that never talk), dp on CPU
 
 
-def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World()) -> None:
-    """Run warm-up and the measured window of a train, compute or loader cell, filling `m`."""
+def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World(),
+            user: dict | None = None) -> None:
+    """Run warm-up and the measured window of a train, compute or loader cell, filling `m`.
+
+    `user`: knob -> the user's callable (feedbench.api passes objects); by default imported from the cell's paths.
+    """
     torch.manual_seed(cell.seed)
-    dataset = build_dataset(cell)
+    user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plugins)
+    ctx = Context(world.rank, world.world_size, world.local_rank, device, batch_size_of(cell), cell.num_workers,
+                  cell.seed, knobs=dataclasses.asdict(cell))
+    move = user.get("to_device", move_batch)
+    dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
-    loader = build_loader(cell, dataset, world.rank, world.world_size)
+    loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"))
     if cell.profile_first_batch and cell.scenario == "loader":
         m.first_batch_profile = profile_first_batch(loader, device)
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     model = None
     if cell.scenario != "loader":
-        model = build_model(cell).to(device)
+        model = build_model(cell, user, ctx).to(device)
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        loss_fn = loss_function(cell.model)
-        loss_inside = cell.parallel == "dp"  # each DataParallel replica reduces its own output to a loss
+        loss_fn = None if "model" in user else loss_function(cell.model)
+        loss_inside = cell.parallel == "dp" and loss_fn is not None  # each DataParallel replica reduces its own output
         model = wrap_parallel(WithLoss(model, loss_fn) if loss_inside else model, cell, device)
         optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum,
                                     weight_decay=cell.weight_decay)
         scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
+        ctx.optimizer = optimizer
         autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
 
     def train_step(batch, clock: PhaseClock) -> None:
-        inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = model(inputs, *batch[1:]).mean() if loss_inside else loss_fn(model(inputs), batch)
+            if "step" in user:
+                loss = user["step"](model, batch, ctx)
+                if loss is not None and not isinstance(loss, torch.Tensor):
+                    raise KnobError(f"knob 'step': '{cell.step}' returned {type(loss).__module__}.{type(loss).__qualname__}; "
+                                    "allowed: the loss tensor, or None after its own backward and optimizer step")
+            elif loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
+                loss, rule = default_loss(model(model_input(batch)), batch)
+                note = f"loss: {rule} (no step given)"
+                if note not in m.notes:
+                    m.notes.append(note)
+            else:
+                inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
+                loss = model(inputs, *batch[1:]).mean() if loss_inside else loss_fn(model(inputs), batch)
         clock.mark()
+        if loss is None:  # the user's step did backward and the optimizer step itself
+            note = "step returned None (it ran backward and the optimizer itself): the forward phase holds all three"
+            if note not in m.notes:
+                m.notes.append(note)
+            clock.mark()
+            clock.mark()
+            return
         scaler.scale(loss).backward()
         clock.mark()
         scaler.step(optimizer)
@@ -199,15 +230,18 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
         clock.mark()
 
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
+    if prefetch and "to_device" in user:
+        m.notes.append("to_device is not used with device_prefetch=stream: the prefetcher moves dicts, lists and tuples itself")
     start = time.perf_counter()
     batches = iter(_epochs(loader))
     if prefetch:
         batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True)
     resident = None
-    if cell.scenario == "compute":  # one batch made once and kept on the device
-        first = next(batches)
-        resident_tokens = int(first[2].sum()) if cell.dataset == "tokens" else None
-        resident = to_device(first, device, non_blocking=False)
+    if cell.scenario == "compute":  # resident_batches real batches, copied to the device once and replayed
+        firsts = [next(batches) for _ in range(cell.resident_batches)]
+        resident_tokens = [int(b[2].sum()) for b in firsts] if cell.dataset == "tokens" else None
+        residents = [move(b, device, False) for b in firsts]
+        resident = residents[0]
         m.time_to_first_batch_s = time.perf_counter() - start
 
     phases = PHASES_OF[cell.scenario]
@@ -222,17 +256,21 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
         clock = m.clock if measuring else warm
         check_stop()
         t_start = time.perf_counter()
-        item = resident if resident is not None else next(batches)
+        item = residents[i % len(residents)] if resident is not None else next(batches)
         t_ready = time.perf_counter()
         if m.time_to_first_batch_s is None:
             m.time_to_first_batch_s = t_ready - start
         host, batch, events = item if prefetch else (item, None, None)
+        if i == 0 and cell.pin_memory and device.type == "cuda" and resident is None:
+            note = unpinned_note(host)
+            if note:
+                m.notes.append(note)
         if measuring:
             m.step_starts.append(t_start)
             m.waits_ms.append((t_ready - t_start) * 1000)
-            m.samples.append(len(host[0]))
+            m.samples.append(batch_len(host))
             if cell.dataset == "tokens":
-                m.tokens.append(resident_tokens if resident is not None else int(host[2].sum()))
+                m.tokens.append(resident_tokens[i % len(residents)] if resident is not None else int(host[2].sum()))
             if cell.scenario == "train":
                 m.h2d_bytes += batch_bytes(host)
             if events is not None:
@@ -241,7 +279,7 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
             clock.start_step()
             if cell.scenario == "train":
                 if not prefetch:
-                    batch = to_device(host, device, cell.non_blocking)
+                    batch = move(host, device, cell.non_blocking)
                 clock.mark()
             train_step(batch if batch is not None else host, clock)
         if measuring:

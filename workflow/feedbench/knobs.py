@@ -7,6 +7,7 @@ documentation, so the three cannot drift apart.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,10 @@ _SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxstring, _SHOWN.maxoth
 def shown(value: Any) -> str:
     """repr(value), bounded in length, for one-line error messages."""
     return _SHOWN.repr(value)
+
+
+# `package.module:attribute`: a knob that takes user code (Knob.plugin) names it so (feedbench.plugins imports it).
+IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 class KnobError(ValueError):
@@ -40,11 +45,15 @@ class Knob:
     minimum: float | None = None
     maximum: float | None = None
     nullable: bool = False
+    plugin: bool = False  # also takes an import path `package.module:attribute` (user code)
 
     def allowed(self) -> str:
         if self.choices is not None:
-            return ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices)
-        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+            text = ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices)
+            return text + (" or package.module:attribute" if self.plugin else "")
+        if self.plugin:
+            return "package.module:attribute" + (" or null" if self.nullable else "")
+        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}.get(
             self.type if isinstance(self.type, type) else float, "a number"
         )
         if self.type is list:
@@ -71,6 +80,10 @@ class Knob:
             value, ok = float(value), True
         if not ok:
             raise KnobError(f"knob '{self.name}': value {shown(value)} has the wrong type; allowed: {self.allowed()}")
+        if self.plugin and IMPORT_PATH.fullmatch(value):
+            return value
+        if self.plugin and self.choices is None:
+            raise KnobError(f"knob '{self.name}': value {shown(value)} is not an import path; allowed: {self.allowed()}")
         if isinstance(value, float) and not math.isfinite(value):
             raise KnobError(f"knob '{self.name}': value {value!r} is not a finite number; allowed: {self.allowed()}")
         if self.choices is not None and value not in self.choices:
@@ -81,7 +94,7 @@ class Knob:
 
 
 SCENARIOS = ("train", "loader", "compute", "transfer")
-DATASETS = ("synthetic", "memory", "images", "cifar10", "cifar100", "tokens")
+DATASETS = ("synthetic", "memory", "images", "cifar10", "cifar100", "tokens", "webdataset", "parquet")
 TIMINGS = ("events", "sync", "naive")
 AMP = ("off", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -106,8 +119,10 @@ KNOBS: dict[str, Knob] = {
         Knob("warmup_steps", int, 5, "steps run before the measured window, excluded from every metric", minimum=0, maximum=100_000),
         Knob("seed", int, 0, "seed of data generation, shuffling and model init", minimum=0, maximum=2**32 - 1),
         # Data.
-        Knob("dataset", str, "synthetic", "where samples come from", DATASETS),
-        Knob("data_dir", str, None, "root of images (ImageNet layout) or CIFAR", nullable=True),
+        Knob("dataset", str, "synthetic", "where samples come from; user code: a factory called as f(ctx, **dataset_args)", DATASETS, plugin=True),
+        Knob("dataset_args", dict, {}, "keyword arguments of a user dataset factory (axis: dataset_args.<name>)"),
+        Knob("data_dir", str, None, "root of images (ImageNet layout), CIFAR, or of make-shards (webdataset, parquet)", nullable=True),
+        Knob("shards", int, 8, "webdataset, parquet: the shard set data_dir/shards-<N> (python -m feedbench make-shards --shards N)", minimum=1, maximum=1_000_000),
         Knob("download", bool, False, "let torchvision download CIFAR into data_dir"),
         Knob("num_samples", int, 2048, "dataset length for synthetic, memory and tokens", minimum=1, maximum=100_000_000),
         Knob("image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096),
@@ -130,13 +145,19 @@ KNOBS: dict[str, Knob] = {
         Knob("shuffle", bool, True, "shuffle the dataset every epoch"),
         Knob("device_prefetch", str, "none", "none | stream: copy the next batches on a side stream", DEVICE_PREFETCH),
         Knob("prefetch_depth", int, 1, "batches the stream prefetcher keeps in flight", minimum=1, maximum=64),
+        Knob("resident_batches", int, 8, "compute: real batches of the loader copied to the device once and replayed", minimum=1, maximum=1024),
         # Parallelism.
         Knob("parallel", str, "none", "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent (replicas, no gradient exchange)", PARALLEL),
         Knob("gpus_per_node", int, 1, "GPUs per node (processes on gloo without GPUs); batch_size is per GPU", minimum=1, maximum=64),
         Knob("nodes", int, 1, "nodes (ddp, independent); emulated on localhost outside Slurm", minimum=1, maximum=4096),
         Knob("comm_probe_steps", int, 10, "ddp: steps with and without gradient sync after the window, for the communication share (0: off)", minimum=0, maximum=100_000),
         # Model and step.
-        Knob("model", str, "mlp", "none, mlp, sleep, lstm or a torchvision classification model (resnet18, resnet50, ...)"),
+        Knob("model", str, "mlp", "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: package.module:attribute called as f(ctx, **model_args)"),
+        Knob("model_args", dict, {}, "keyword arguments of a user model factory (axis: model_args.<name>)"),
+        Knob("collate", str, None, "user collate_fn of the DataLoader", nullable=True, plugin=True),
+        Knob("to_device", str, None, "user f(batch, device, non_blocking) moving a custom batch", nullable=True, plugin=True),
+        Knob("step", str, None, "user f(model, batch, ctx) -> loss (None: it did backward and the optimizer itself)", nullable=True, plugin=True),
+        Knob("python_path", list, [], "folders put first on sys.path before user code is imported (the config's python_path)"),
         Knob("hidden_layers", int, 1, "mlp: hidden Linear+ReLU layers", minimum=0, maximum=1000),
         Knob("width", int, 4096, "mlp: width of hidden layers", minimum=1, maximum=1_048_576),
         Knob("compute_ms", float, 10.0, "sleep: compute time per step", minimum=0, maximum=3_600_000),
@@ -170,11 +191,12 @@ KNOBS: dict[str, Knob] = {
 # Keys a cell may carry that only name it (set by the workflow, unused by the harness):
 # where it belongs, whether it is its experiment's baseline (feedbench.matrix marks it),
 # and which attempt at it this is (see workflow/rules/common.smk).
-LABELS = ("experiment", "cell", "repeat", "baseline", "attempt")
+# `code` is the fingerprint of the user's python_path folders (feedbench.plugins.content_hash): it reruns their cells.
+LABELS = ("experiment", "cell", "repeat", "baseline", "attempt", "code")
 
 
 def defaults() -> dict[str, Any]:
-    return {name: (list(k.default) if isinstance(k.default, list) else k.default) for name, k in KNOBS.items()}
+    return {name: (type(k.default)(k.default) if isinstance(k.default, (list, dict)) else k.default) for name, k in KNOBS.items()}
 
 
 def markdown_table() -> str:

@@ -32,13 +32,16 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .knobs import KNOBS, KnobError, shown
+from .knobs import IMPORT_PATH, KNOBS, KnobError, shown
+from .plugins import PLUGIN_KNOBS
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 MAX_NAME_LENGTH = 64
 # Keys of `defaults` that are not knobs.
 NOT_KNOBS = ("repeats",)
+# Knobs whose entries vary like knobs: an axis `dataset_args.crop: [160, 224]` sets dataset_args["crop"].
+ARG_KNOBS = ("dataset_args", "model_args")
 MAX_ID_LENGTH = 200
 # Cells of all experiments together, unless the config's `max_cells` says otherwise (config/schema.yaml).
 MAX_CELLS = 10_000
@@ -68,6 +71,27 @@ class PlannedCell:
         return {**self.knobs, **labels}
 
 
+def arg_key(name: Any) -> bool:
+    """`dataset_args.<name>` or `model_args.<name>`: one argument of a user factory, as an axis or a knob."""
+    return isinstance(name, str) and name.partition(".")[0] in ARG_KNOBS and bool(name.partition(".")[2])
+
+
+def default_of(name: str) -> Any:
+    """A knob's default; an argument (arg_key) has none: None."""
+    return None if arg_key(name) else KNOBS[name].default
+
+
+def fold_args(knobs: dict[str, Any], sources: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`dataset_args.crop: 160` into `dataset_args: {..., crop: 160}`, the knob's source the last argument's path."""
+    knobs, sources = dict(knobs), dict(sources)
+    for name in [n for n in knobs if arg_key(n)]:
+        knob, _, key = name.partition(".")
+        base = knobs.get(knob)
+        knobs[knob] = {**(base if isinstance(base, dict) else {}), key: knobs.pop(name)}
+        sources[knob] = sources.pop(name, sources.get(knob, knob))
+    return knobs, sources
+
+
 def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -94,7 +118,7 @@ def cell_id(knobs: dict[str, Any], keys: list[str]) -> str:
     """
     if not keys:
         return "base"
-    text = "_".join(f"{key}-{format_value(knobs[key] if key in knobs else KNOBS[key].default)}" for key in keys)
+    text = "_".join(f"{key}-{format_value(knobs[key] if key in knobs else default_of(key))}" for key in keys)
     text = re.sub(r"[^A-Za-z0-9._+-]+", "+", text)
     if len(text) > MAX_ID_LENGTH or periodic(text):
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -140,7 +164,7 @@ def knob_error(error: KnobError, sources: dict[str, str]) -> ConfigError:
 def check_names(mapping: dict, where: str, extra: tuple[str, ...] = ()) -> None:
     """Every key of a knob mapping must be a knob of the harness (KNOBS)."""
     for name in mapping:
-        if name not in KNOBS and name not in extra:
+        if name not in KNOBS and name not in extra and not arg_key(name):
             allowed = sorted(KNOBS) + list(extra)
             close = difflib.get_close_matches(str(name), allowed, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
@@ -150,7 +174,7 @@ def check_names(mapping: dict, where: str, extra: tuple[str, ...] = ()) -> None:
 def check_values(mapping: dict, where: str) -> None:
     """Every value of a knob mapping passes the knob table's check (type, range, finite)."""
     for name, value in mapping.items():
-        if name in KNOBS:
+        if name in KNOBS and not arg_key(name):
             try:
                 KNOBS[name].check(value)
             except KnobError as error:
@@ -162,7 +186,7 @@ def check_levels(axis: str, levels: list, where: str) -> None:
     seen: dict[str, Any] = {}
     for level in levels:
         try:
-            value = KNOBS[axis].check(level)
+            value = level if arg_key(axis) else KNOBS[axis].check(level)
         except KnobError as error:
             raise knob_error(error, {axis: where}) from None
         key = _same_key(value)
@@ -227,7 +251,7 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             raw.append((knobs, {**sources, **{a: _path(where, "matrix", a) for a in axes}}, list(axes), None))
     excludes = experiment.get("exclude") or []
     for i, partial in enumerate(excludes):
-        kept = [r for r in raw if not all(_same(r[0].get(k, KNOBS[k].default), v) for k, v in partial.items())]
+        kept = [r for r in raw if not all(_same(r[0].get(k, default_of(k)), v) for k, v in partial.items())]
         if len(kept) == len(raw):
             raise ConfigError(f"{_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a mapping of axis levels")
         raw = kept
@@ -252,13 +276,14 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             first_knobs, first_origin = seen[ident]
             what = "duplicates" if first_knobs == knobs else "has the same id as"
             raise ConfigError(f"{origin or where}: {what} cell '{ident}' ({first_origin}); allowed: cells that differ")
-        key = _same_key(effective(knobs))
+        key = _same_key(effective(fold_args(knobs, knob_sources)[0]))
         if key in same:
             first = same[key]
             where_first = seen[first][1]
             raise ConfigError(f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells that differ")
         seen[ident] = (knobs, origin or _path(where, "matrix"))
         same[key] = ident
+        knobs, knob_sources = fold_args(knobs, knob_sources)
         cells.append(PlannedCell(name, ident, knobs, knob_sources, baseline=index == 0))
     return cells
 
@@ -269,8 +294,11 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
     Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it again."""
     from .cell import parse_cell  # imports torch: only when cells are checked
 
+    from .plugins import resolve_all
+
     try:
         parsed = parse_cell(cell.labelled(1))
+        resolve_all(parsed)  # importing the user's code (the config names it): a target that does not import stops here
     except KnobError as error:
         raise knob_error(error, cell.sources) from None
     data_dir = cell.knobs.get("data_dir")
@@ -278,6 +306,14 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
         hint = " (make one with: python -m feedbench make-images DIR, or leave data_dir out to generate one)" if cell.knobs.get("dataset") == "images" else ""
         raise ConfigError(f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not exist; allowed: an existing folder{hint}")
     return replace(cell, parsed=parsed)
+
+
+def with_python_path(cell: PlannedCell, python_path: list[str]) -> PlannedCell:
+    """The config's python_path (absolute) on cells that name user code, and only on them: their params carry it."""
+    if not python_path or not any(IMPORT_PATH.fullmatch(str(cell.knobs.get(k, ""))) for k in PLUGIN_KNOBS):
+        return cell
+    return replace(cell, knobs={**cell.knobs, "python_path": python_path},
+                   sources={**cell.sources, "python_path": "python_path"})
 
 
 def summary_columns() -> list[str]:
@@ -324,8 +360,10 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
     for name in experiments:
         check_name(name)
     check_size(experiments, config.get("max_cells", MAX_CELLS))
+    python_path = [os.path.abspath(p) for p in config.get("python_path") or []]
     for name, experiment in experiments.items():
         expanded = expand_experiment(name, experiment, defaults, images_dir)
+        expanded = [with_python_path(cell, python_path) for cell in expanded]
         check_plots(name, experiment, expanded)
         if check:
             expanded = [check_cell(cell, images_dir) for cell in expanded]

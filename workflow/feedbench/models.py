@@ -98,7 +98,12 @@ class RayMLP(nn.Sequential):
         super().__init__(*(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])))
 
 
-def build_model(cell: Cell) -> nn.Module:
+def build_model(cell: Cell, user: dict | None = None, ctx=None) -> nn.Module:
+    """The cell's model; `user` maps knobs to the user's imported callables (feedbench.plugins.resolve_all)."""
+    if user and "model" in user:
+        from .plugins import expect
+
+        return expect(user["model"](ctx, **cell.model_args), (nn.Module,), "a torch.nn.Module", cell.model, "model")
     if cell.model == "mlp":
         return (RayMLP if cell.mlp_style == "ray" else MLP)(cell.input_size, cell.width, cell.hidden_layers)
     if cell.model == "sleep":

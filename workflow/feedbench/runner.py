@@ -22,6 +22,7 @@ from .harness import Measurement, cuda_init, measure, original_estimators
 from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
+from .plugins import folder_facts
 from .provenance import machine_facts
 from .result import failed_result, now, step_rows, tail, write_result, write_rows
 from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
@@ -97,7 +98,7 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
     write_result(out_dir, result)
 
 
-def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None) -> int:
+def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None, user: dict | None = None) -> int:
     """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
 
     Rank 0 writes result.json; any rank that fails also writes ranks/rank<k>.json
@@ -158,7 +159,7 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
             result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
         else:
             monitor = Monitor(cell.monitor_interval_s, device)
-            measure(cell, device, m, out_dir if world.rank == 0 else None, monitor, world)
+            measure(cell, device, m, out_dir if world.rank == 0 else None, monitor, world, user)
         result["status"] = "ok"
     except KnobError as error:  # found while building the cell (a dataset path, say)
         result["error"] = {"type": "KnobError", "message": str(error)}
@@ -186,6 +187,9 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
                 result["adjustments"] = result["adjustments"] + [short]
             if m.comm:
                 result["metrics"]["comm"] = m.comm
+            result["adjustments"] = result["adjustments"] + m.notes
+            if cell.python_path:
+                result["provenance"]["user_code"] = [folder_facts(path) for path in cell.python_path]
         result.update(started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0)
         if world.distributed:
             result["rank"] = {"rank": world.rank, "node": world.node_rank, "world_size": world.world_size}

@@ -5,6 +5,7 @@
 # The Snakefile has put the feedbench package beside it (PACKAGE_ROOT) on sys.path and PYTHONPATH.
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -16,8 +17,9 @@ from snakemake.utils import update_config
 
 from feedbench import resources as cell_resources
 from feedbench import slurm as feedbench_slurm
-from feedbench.config import ConfigError, count_values, one_line, validate_config
+from feedbench.config import ConfigError, count_values, one_line, read_config_file, validate_config
 from feedbench.matrix import build_cells, harness_fingerprint
+from feedbench.plugins import content_hash
 from feedbench.result import UnusableResult, read_result
 
 IMAGES_DIR = "results/data/images"
@@ -48,10 +50,28 @@ def validated_config(config):
     try:
         count_values(config)
         validate_config(sized(config), os.path.join(workflow.basedir, "config", "schema.yaml"))
+        config["python_path"] = [os.path.normpath(os.path.join(config_dir("python_path"), p)) for p in config["python_path"]]
         cells = build_cells(config, IMAGES_DIR)
     except ConfigError as error:
         raise WorkflowError(one_line(error)) from None
     return {(cell.experiment, cell.id): cell for cell in cells}
+
+
+def config_dir(key):
+    """The folder of the last config file that sets `key`, whose paths are relative to it; else the working directory."""
+    for path in reversed(workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]):
+        try:
+            if key in read_config_file(str(path)):
+                return os.path.dirname(os.path.abspath(str(path)))
+        except ConfigError:
+            continue
+    return os.getcwd()
+
+
+@functools.cache
+def user_code(paths):
+    """Fingerprint of the user's python_path folders: in the params of the cells that import from them."""
+    return content_hash(list(paths))
 
 
 CELLS = validated_config(config)
@@ -128,6 +148,8 @@ def cell_knobs(wildcards):
     """
     path = f"results/cells/{wildcards.experiment}/{wildcards.cell}/rep{wildcards.repeat}/result.json"
     knobs = dict(cell_of(wildcards).labelled(int(wildcards.repeat)), attempt=attempt(path))
+    if knobs.get("python_path"):  # a change to the user's code reruns the cells that use it
+        knobs["code"] = user_code(tuple(knobs["python_path"]))
     return json.dumps(knobs, sort_keys=True, ensure_ascii=False)
 
 

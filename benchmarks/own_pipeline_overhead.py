@@ -1,0 +1,96 @@
+"""The harness on the user's own pipeline vs the bare loop a user would write over the same objects.
+
+The objects are examples/own-pipeline's: WebDataset-format shards read as an
+IterableDataset with its own augmentation, a dict collate, a small CNN and a
+custom step. The bare loop: DataLoader, move the dict to the device, step,
+backward, optimizer step; no clocks, no monitor. The instrumented one is
+feedbench.measure on the same objects (phase clock, monitor thread, the
+default mover). Rounds alternate in one process, so drift of a shared machine
+hits both. The figure is instrumented / bare samples/s (target >= 0.98).
+
+    PYTHONPATH=workflow .venv/bin/python benchmarks/own_pipeline_overhead.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from torch.utils.data import DataLoader
+
+import feedbench
+from feedbench.plugins import Context
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "own-pipeline", "src"))
+from shapes import data, models, train  # noqa: E402  (the example project, outside the package)
+
+KNOBS = dict(batch_size=16, num_workers=0, steps=30, warmup_steps=3, torch_threads=1, monitor_interval_s=0.5)
+
+
+def bare_loop(dataset, model, device: torch.device) -> float:
+    """samples/s of the loop a user would write over the same objects."""
+    loader = DataLoader(dataset, batch_size=KNOBS["batch_size"], num_workers=KNOBS["num_workers"], collate_fn=data.collate)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    ctx = Context(0, 1, 0, device, KNOBS["batch_size"], KNOBS["num_workers"], 0, optimizer=optimizer)
+
+    def batches():
+        while True:
+            yield from loader
+
+    stream = batches()
+
+    def step() -> int:
+        batch = {k: v.to(device) for k, v in next(stream).items()}
+        train.train_step(model, batch, ctx).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return len(batch["label"])
+
+    for _ in range(KNOBS["warmup_steps"]):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    samples = sum(step() for _ in range(KNOBS["steps"]))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return samples / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    torch.set_num_threads(KNOBS["torch_threads"])
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    with tempfile.TemporaryDirectory() as root:
+        ctx = Context(0, 1, 0, device, KNOBS["batch_size"], 0, 0)
+        dataset = data.build_dataset(ctx, root=root, shards=4, count=512)
+        model = models.build_model(ctx).to(device)
+
+        def instrumented() -> float:
+            result = feedbench.measure(dataset=dataset, model=model, collate=data.collate, step=train.train_step,
+                                       device=device.type, **KNOBS)
+            assert result["status"] == "ok", result["error"]
+            return result["metrics"]["samples_per_s"]
+
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} alternating rounds")
+        bare_loop(dataset, model, device)  # one unmeasured round of each: caches, allocator, page cache
+        instrumented()
+        bare, inst = [], []
+        for _ in range(args.rounds):
+            bare.append(bare_loop(dataset, model, device))
+            inst.append(instrumented())
+        ratios = [i / b for i, b in zip(inst, bare)]
+        print(f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} samples/s, "
+              f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
+
+
+if __name__ == "__main__":
+    main()

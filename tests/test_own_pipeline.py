@@ -1,0 +1,80 @@
+"""examples/own-pipeline through real Snakemake: the user's shards, collate, CNN and step, to a report with a verdict (#11)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from test_workflow import copy_workflow
+
+pytestmark = pytest.mark.slow  # one real Snakemake run of 8 small cells
+
+EXAMPLE = os.path.join(ROOT, "examples", "own-pipeline")
+
+
+def snakemake(workflow, workdir, configfile, *args):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(configfile), "--cores", "2", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """The example's config (shrunk to 6 steps, device cpu) beside a copy of its project, run to the report."""
+    workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    project = tmp_path_factory.mktemp("project")
+    shutil.copytree(os.path.join(EXAMPLE, "src"), project / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(os.path.join(EXAMPLE, "config.yaml")) as f:
+        config = yaml.safe_load(f)
+    config["defaults"].update(steps=6, warmup_steps=1, device="cpu")
+    (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    workdir = tmp_path_factory.mktemp("run")
+    run = snakemake(workflow, workdir, project / "config.yaml")
+    assert run.returncode == 0, run.stderr[-4000:]
+    return workflow, workdir, project
+
+
+def test_every_cell_measured_and_named_by_its_axes(example):
+    _, workdir, _ = example
+    with open(workdir / "results" / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    assert {r["cell"] for r in rows} == {f"num_workers-{w}_pin_memory-{p}_dataset_args.shards-{s}"
+                                         for w in (0, 2) for p in ("false", "true") for s in (1, 4)}
+
+
+def test_the_report_verdict_names_the_bound(example):
+    _, workdir, _ = example
+    html = (workdir / "results" / "report" / "index.html").read_text()
+    verdict = html.split('id="verdict"', 1)[1].split("</section>", 1)[0]
+    assert re.search(r"\b(data|transfer|compute)\b", verdict), verdict[:2000]
+
+
+def test_a_change_to_the_users_code_reruns_its_cells(example):
+    workflow, workdir, project = example
+    assert "Nothing to be done" in snakemake(workflow, workdir, project / "config.yaml", "--dry-run").stdout
+    with open(project / "src" / "shapes" / "train.py", "a") as f:
+        f.write("\n# edited\n")
+    dry = snakemake(workflow, workdir, project / "config.yaml", "--dry-run")
+    assert len(set(re.findall(r"output: results/cells/(\S+)/result\.json", dry.stdout))) == 8, dry.stdout[-3000:]
+
+
+def test_a_target_that_does_not_import_stops_before_any_job(example, tmp_path):
+    workflow, _, project = example
+    config = yaml.safe_load((project / "config.yaml").read_text())
+    config["experiments"]["shapes"]["base"]["dataset"] = "myproj.data:build_dataset"
+    (project / "bad.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    run = snakemake(workflow, tmp_path, project / "bad.yaml")
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert ("bad config: experiments.shapes.base.dataset: cannot import 'myproj.data:build_dataset' "
+            "(ModuleNotFoundError: No module named 'myproj')") in run.stderr
+    assert not (tmp_path / "results").exists()
