@@ -283,9 +283,10 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
 def summary_columns() -> list[str]:
     """The columns of results/summary.csv that are not knobs, as feedbench.aggregate makes them
     (from a result with a transfer probe of no sizes; the per-size columns and monitor means vary)."""
-    from .aggregate import result_row  # imports pandas: only when a plot names a column that is not a knob
+    from .aggregate import PREDICTION_COLUMNS, result_row  # imports pandas: only when a plot names a non-knob column
 
-    return [c for c in result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json") if c not in KNOBS]
+    row = result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")
+    return [c for c in row if c not in KNOBS] + PREDICTION_COLUMNS
 
 
 def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:

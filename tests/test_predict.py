@@ -1,0 +1,86 @@
+"""The prediction of a training cell from its ceilings (feedbench.predict, docs/harness.md "The prediction model").
+
+The calibration workloads (a sleep model and a per-sample delay, as in tests/test_calibration.py) have known
+ceilings: a loader of W workers delivers W x B / (B x d) samples/s, the sleep model computes B / C. Every case
+is measured three times (train, loader alone, compute alone) and the prediction must hold within 5 %.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from feedbench.aggregate import load_results
+from feedbench.predict import batch_bytes, ceiling_knobs, predict
+
+BATCH, DELAY_MS = 4, 32.0
+LOAD_MS = BATCH * DELAY_MS
+CASES = {"loader-bound": 0.4, "balanced": 0.9, "compute-bound": 2.0}  # compute as a multiple of the batch interval
+
+
+def test_series_without_workers_and_overlap_with_them():
+    # 10 samples/s loader, 20 samples/s compute: in series 1/(0.1 + 0.05), beside each other the slower.
+    assert predict(10, 20, workers=0, batch=4)[0] == pytest.approx(1 / 0.15)
+    assert predict(10, 20, workers=2, batch=4) == (pytest.approx(10), "data", pytest.approx({"data": 100, "compute": 50, "transfer": 0}))
+    assert predict(40, 20, workers=2, batch=4)[1] == "compute"
+
+
+def test_copy_in_series_unless_a_stream_prefetches():
+    # 1 GB per batch of 10 samples at 1 GB/s: 0.1 s per sample of copy beside 0.05 s of compute.
+    assert predict(1000, 20, 2, 10, 1e9, 1.0)[0] == pytest.approx(1 / 0.15)
+    assert predict(1000, 20, 2, 10, 1e9, 1.0, stream_prefetch=True) == (pytest.approx(10), "transfer", pytest.approx({"data": 1, "compute": 50, "transfer": 100}))
+
+
+def test_no_prediction_without_both_ceilings():
+    assert predict(None, 20, 2, 4)[0] is None
+    assert predict(10, float("nan"), 2, 4)[0] is None
+
+
+def test_ceiling_knobs_keep_what_the_ceiling_depends_on():
+    train = {"scenario": "train", "model": "sleep", "compute_ms": 5.0, "num_workers": 2, "pin_memory": True,
+             "device_prefetch": "stream", "batch_size": 8, "dataset": "images", "sample_delay_ms": 1.0}
+    assert ceiling_knobs(train, "loader") == {"scenario": "loader", "model": "sleep", "num_workers": 2,
+                                              "pin_memory": True, "batch_size": 8, "dataset": "images",
+                                              "sample_delay_ms": 1.0}
+    assert ceiling_knobs(train, "compute") == {"scenario": "compute", "model": "sleep", "compute_ms": 5.0,
+                                               "batch_size": 8, "dataset": "images"}
+    assert batch_bytes({"model": "mlp", "input_size": 1024, "batch_size": 256}) == 256 * (1024 * 4 + 8)
+    assert batch_bytes({"model": "lstm"}) is None
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    """Summary rows of the 9 calibration cells and their ceilings, measured once for the module's tests."""
+    from feedbench.runner import run
+
+    root = tmp_path_factory.mktemp("calibration")
+    common = dict(dataset="synthetic", image_size=8, sample_delay_ms=DELAY_MS, batch_size=BATCH, steps=30,
+                  warmup_steps=4, num_samples=4096, model="sleep", torch_threads=1, device="cpu")
+    paths = []
+
+    def measure(name, **knobs):
+        out = root / name
+        assert run({**common, **knobs, "experiment": "calibration", "cell": name, "repeat": 1}, str(out)) == 0, \
+            json.loads((out / "result.json").read_text())["error"]
+        paths.append(str(out / "result.json"))
+
+    for workers in (0, 1, 2):
+        measure(f"loader-{workers}", scenario="loader", num_workers=workers)
+        for case, share in CASES.items():
+            compute_ms = share * LOAD_MS / max(workers, 1)
+            measure(f"{case}-{workers}", scenario="train", num_workers=workers, compute_ms=compute_ms)
+            measure(f"compute-{case}-{workers}", scenario="compute", num_workers=workers, compute_ms=compute_ms)
+    return load_results(paths)
+
+
+def test_calibration_predicted_within_5_percent(calibration):
+    train = calibration[calibration["scenario"] == "train"]
+    assert len(train) == 9 and train["predicted_samples_per_s"].notna().all(), train[["cell", "predicted_samples_per_s"]]
+    errors = dict(zip(train["cell"], train["prediction_error_pct"].astype(float)))
+    assert all(abs(e) <= 5 for e in errors.values()), {k: round(v, 1) for k, v in errors.items()}
+
+
+def test_calibration_bounds(calibration):
+    train = calibration[calibration["scenario"] == "train"].set_index("cell")["predicted_bound"]
+    assert train["compute-bound-2"] == "compute" and train["loader-bound-2"] == "data", train.to_dict()
