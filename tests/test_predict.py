@@ -2,7 +2,9 @@
 
 The calibration workloads (a sleep model and a per-sample delay, as in tests/test_calibration.py) have known
 ceilings: a loader of W workers delivers W x B / (B x d) samples/s, the sleep model computes B / C. Every case
-is measured three times (train, loader alone, compute alone) and the prediction must hold within 5 %.
+is measured as the workflow measures it, the median of 3 repeats of its training cell (a single run on a busy
+machine can lose 15 % to one burst of other load), beside one run of each ceiling; the prediction must hold
+within 5 %.
 """
 
 from __future__ import annotations
@@ -55,13 +57,13 @@ def calibration(tmp_path_factory):
     from feedbench.runner import run
 
     root = tmp_path_factory.mktemp("calibration")
-    common = dict(dataset="synthetic", image_size=8, sample_delay_ms=DELAY_MS, batch_size=BATCH, steps=30,
+    common = dict(dataset="synthetic", image_size=8, sample_delay_ms=DELAY_MS, batch_size=BATCH, steps=20,
                   warmup_steps=4, num_samples=4096, model="sleep", torch_threads=1, device="cpu")
     paths = []
 
-    def measure(name, **knobs):
-        out = root / name
-        assert run({**common, **knobs, "experiment": "calibration", "cell": name, "repeat": 1}, str(out)) == 0, \
+    def measure(name, repeat=1, **knobs):
+        out = root / name / f"rep{repeat}"
+        assert run({**common, **knobs, "experiment": "calibration", "cell": name, "repeat": repeat}, str(out)) == 0, \
             json.loads((out / "result.json").read_text())["error"]
         paths.append(str(out / "result.json"))
 
@@ -69,18 +71,20 @@ def calibration(tmp_path_factory):
         measure(f"loader-{workers}", scenario="loader", num_workers=workers)
         for case, share in CASES.items():
             compute_ms = share * LOAD_MS / max(workers, 1)
-            measure(f"{case}-{workers}", scenario="train", num_workers=workers, compute_ms=compute_ms)
+            for repeat in (1, 2, 3):
+                measure(f"{case}-{workers}", repeat, scenario="train", num_workers=workers, compute_ms=compute_ms)
             measure(f"compute-{case}-{workers}", scenario="compute", num_workers=workers, compute_ms=compute_ms)
     return load_results(paths)
 
 
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]
-    assert len(train) == 9 and train["predicted_samples_per_s"].notna().all(), train[["cell", "predicted_samples_per_s"]]
-    errors = dict(zip(train["cell"], train["prediction_error_pct"].astype(float)))
+    assert len(train) == 27 and train["predicted_samples_per_s"].notna().all(), train[["cell", "predicted_samples_per_s"]]
+    errors = train.groupby("cell")["prediction_error_pct"].median().astype(float).to_dict()  # of the median repeat
+    assert len(errors) == 9
     assert all(abs(e) <= 5 for e in errors.values()), {k: round(v, 1) for k, v in errors.items()}
 
 
 def test_calibration_bounds(calibration):
-    train = calibration[calibration["scenario"] == "train"].set_index("cell")["predicted_bound"]
+    train = calibration[calibration["scenario"] == "train"].drop_duplicates("cell").set_index("cell")["predicted_bound"]
     assert train["compute-bound-2"] == "compute" and train["loader-bound-2"] == "data", train.to_dict()
