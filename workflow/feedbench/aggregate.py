@@ -215,6 +215,8 @@ def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
         measured = _plain(row.get("samples_per_s"))
         if row["status"] == "ok" and isinstance(measured, (int, float)):
             frame.at[index, "prediction_error_pct"] = 100 * (measured / predicted - 1)
+    numbers = [c for c in PREDICTION_COLUMNS if c != "predicted_bound"]
+    frame[numbers] = frame[numbers].apply(pd.to_numeric)
     return frame
 
 
