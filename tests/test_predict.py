@@ -137,3 +137,18 @@ def test_headspace_and_the_fewest_workers_that_reach_the_compute_ceiling():
     unreachable = cells.assign(ceiling_loader=[10.0, 20.0, 30.0])
     assert "no measured loader configuration reaches" in recommend(unreachable, records[0], records[2])["sentence"]
     assert recommend(cells.assign(predicted=None), records[0], records[2]) is None
+
+
+def test_what_if_is_the_model_with_doubled_hardware():
+    from feedbench.accuracy import what_if
+
+    # 100 samples/s of loader at 2 workers, 300 of compute; 16 samples of 1,000 features per batch at 1 GB/s in series.
+    row = {"model": "mlp", "dataset": "memory", "input_size": 1000, "batch_size": 16, "num_workers": 2,
+           "device_prefetch": "none", "ceiling_loader_samples_per_s": 100.0, "ceiling_compute_samples_per_s": 300.0,
+           "ceiling_copy_gb_per_s": 1.0}
+    copy_s = 16 * (1000 * 4 + 8) / 1e9 / 16
+    assert what_if(row) == pytest.approx(100)
+    assert what_if(row, cpu=2) == pytest.approx(200)  # twice the workers' loader, still below the trainer's ~300
+    assert what_if(row, cpu=4) == pytest.approx(1 / (1 / 300 + copy_s))  # now the loader no longer bounds it
+    assert what_if({**row, "num_workers": 0}, cpu=2) == pytest.approx(1 / (1 / 100 + 1 / 300 + copy_s))
+    assert what_if({**row, "ceiling_loader_samples_per_s": 1e9}, copy=2) == pytest.approx(1 / (1 / 300 + copy_s / 2 + 1e-9))

@@ -10,17 +10,38 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .plots import plain_text, svg_text
+from .predict import batch_bytes, predict
+
+
+def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
+    """The prediction of a summary row on hardware the user does not have: `cpu` times the CPU cores for the
+    loader (a loader with workers scales with them; the main process of num_workers 0 does not) and `copy`
+    times the host-to-device bandwidth. A prediction, never a measurement."""
+    knobs = {k: row.get(k) for k in ("model", "dataset", "input_size", "image_size", "batch_size")}
+    workers = int(row.get("num_workers") or 0)
+    size = batch_bytes(knobs) if row.get("ceiling_copy_gb_per_s") and not pd.isna(row.get("ceiling_copy_gb_per_s")) else None
+    loader = row.get("ceiling_loader_samples_per_s")
+    bandwidth = row.get("ceiling_copy_gb_per_s")
+    predicted, _bound, _terms = predict(loader * (cpu if workers else 1.0), row.get("ceiling_compute_samples_per_s"),
+                                        workers, int(row.get("batch_size") or 1), size,
+                                        bandwidth * copy if size else None, row.get("device_prefetch") == "stream")
+    return predicted
 
 
 def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per predicted cell with a measurement: experiment, cell, measured and predicted medians, error %."""
+    """One row per predicted cell with a measurement: experiment, cell, measured and predicted medians, error %,
+    and the what-ifs: the prediction with 2x CPU cores for the loader and with 2x copy bandwidth."""
+    columns = ["experiment", "cell", "measured", "predicted", "error_pct", "bound", "with_2x_cpu", "with_2x_copy"]
     if "prediction_error_pct" not in summary:
-        return pd.DataFrame(columns=["experiment", "cell", "measured", "predicted", "error_pct", "bound"])
+        return pd.DataFrame(columns=columns)
     rows = summary[(summary["status"] == "ok") & summary["prediction_error_pct"].notna()]
     cells = rows.groupby(["experiment", "cell"], sort=False).agg(
         measured=("samples_per_s", "median"), predicted=("predicted_samples_per_s", "median"),
-        error_pct=("prediction_error_pct", "median"), bound=("predicted_bound", "first"))
-    return cells.reset_index()
+        error_pct=("prediction_error_pct", "median"), bound=("predicted_bound", "first")).reset_index()
+    first = rows.drop_duplicates(["experiment", "cell"]).to_dict("records")
+    cells["with_2x_cpu"] = [what_if(row, cpu=2) for row in first]
+    cells["with_2x_copy"] = [what_if(row, copy=2) for row in first]
+    return cells[columns]
 
 
 def error_summary(cells: pd.DataFrame) -> dict | None:
