@@ -23,14 +23,16 @@ CASES = {"loader-bound": 0.4, "balanced": 0.9, "compute-bound": 2.0}  # compute 
 def test_series_without_workers_and_overlap_with_them():
     # 10 samples/s loader, 20 samples/s compute: in series 1/(0.1 + 0.05), beside each other the slower.
     assert predict(10, 20, workers=0, batch=4)[0] == pytest.approx(1 / 0.15)
-    assert predict(10, 20, workers=2, batch=4) == (pytest.approx(10), "data", pytest.approx({"data": 100, "compute": 50, "transfer": 0}))
+    terms = pytest.approx({"data": 100, "compute": 50, "transfer": 0})  # ms per sample
+    assert predict(10, 20, workers=2, batch=4) == (pytest.approx(10), "data", terms)
     assert predict(40, 20, workers=2, batch=4)[1] == "compute"
 
 
 def test_copy_in_series_unless_a_stream_prefetches():
     # 1 GB per batch of 10 samples at 1 GB/s: 0.1 s per sample of copy beside 0.05 s of compute.
     assert predict(1000, 20, 2, 10, 1e9, 1.0)[0] == pytest.approx(1 / 0.15)
-    assert predict(1000, 20, 2, 10, 1e9, 1.0, stream_prefetch=True) == (pytest.approx(10), "transfer", pytest.approx({"data": 1, "compute": 50, "transfer": 100}))
+    terms = pytest.approx({"data": 1, "compute": 50, "transfer": 100})
+    assert predict(1000, 20, 2, 10, 1e9, 1.0, stream_prefetch=True) == (pytest.approx(10), "transfer", terms)
 
 
 def test_no_prediction_without_both_ceilings():
@@ -84,7 +86,7 @@ def calibration(tmp_path_factory):
 @pytest.mark.slow  # 63 runs of 2-6 s: about four minutes on a busy 2-core machine
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]
-    assert len(train) == 27 and train["predicted_samples_per_s"].notna().all(), train[["cell", "predicted_samples_per_s"]]
+    assert len(train) == 27 and train["predicted_samples_per_s"].notna().all(), train[["cell", "ceiling_loader_samples_per_s"]]
     errors = train.groupby("cell")["prediction_error_pct"].median().astype(float).to_dict()  # of the median repeat
     assert len(errors) == 9
     assert all(abs(e) <= 5 for e in errors.values()), {k: round(v, 1) for k, v in errors.items()}
@@ -151,4 +153,5 @@ def test_what_if_is_the_model_with_doubled_hardware():
     assert what_if(row, cpu=2) == pytest.approx(200)  # twice the workers' loader, still below the trainer's ~300
     assert what_if(row, cpu=4) == pytest.approx(1 / (1 / 300 + copy_s))  # now the loader no longer bounds it
     assert what_if({**row, "num_workers": 0}, cpu=2) == pytest.approx(1 / (1 / 100 + 1 / 300 + copy_s))
-    assert what_if({**row, "ceiling_loader_samples_per_s": 1e9}, copy=2) == pytest.approx(1 / (1 / 300 + copy_s / 2 + 1e-9))
+    free_data = {**row, "ceiling_loader_samples_per_s": 1e9}
+    assert what_if(free_data, copy=2) == pytest.approx(1 / (1 / 300 + copy_s / 2 + 1e-9))
