@@ -19,9 +19,9 @@ def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
     times the host-to-device bandwidth. A prediction, never a measurement."""
     knobs = {k: row.get(k) for k in ("model", "dataset", "input_size", "image_size", "batch_size")}
     workers = int(row.get("num_workers") or 0)
-    size = batch_bytes(knobs) if row.get("ceiling_copy_gb_per_s") and not pd.isna(row.get("ceiling_copy_gb_per_s")) else None
     loader = row.get("ceiling_loader_samples_per_s")
     bandwidth = row.get("ceiling_copy_gb_per_s")
+    size = batch_bytes(knobs) if bandwidth and not pd.isna(bandwidth) else None
     predicted, _bound, _terms = predict(loader * (cpu if workers else 1.0), row.get("ceiling_compute_samples_per_s"),
                                         workers, int(row.get("batch_size") or 1), size,
                                         bandwidth * copy if size else None, row.get("device_prefetch") == "stream")

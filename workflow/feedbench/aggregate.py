@@ -203,8 +203,9 @@ def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
         device = knobs.get("device")
         size = batch_bytes(knobs) if device not in (None, "cpu") else None
         copy = _copy_rate(transfer, device, size, bool(knobs.get("pin_memory"))) if size else None
-        predicted, bound, _terms = predict(loader, compute, int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1)),
-                                           size, copy, knobs.get("device_prefetch") == "stream")
+        workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
+        predicted, bound, _terms = predict(loader, compute, workers, batch, size, copy,
+                                           knobs.get("device_prefetch") == "stream")
         frame.at[index, "ceiling_loader_samples_per_s"] = loader
         frame.at[index, "ceiling_compute_samples_per_s"] = compute
         frame.at[index, "ceiling_copy_gb_per_s"] = copy

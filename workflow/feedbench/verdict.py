@@ -261,7 +261,8 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     workers = reaching["num_workers"].astype(float) if "num_workers" in reaching else pd.Series(0, index=reaching.index)
     pick = reaching.assign(_w=workers, _p=-reaching["predicted"].astype(float)).sort_values(["_w", "_p"]).iloc[0]
     share = float(pick["predicted"]) / float(pick["ceiling_compute"])
-    how = [f"{int(pick['num_workers'])} workers per GPU"] if "num_workers" in pick and not pd.isna(pick["num_workers"]) else []
+    has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
+    how = [f"{int(pick['num_workers'])} workers per GPU"] if has_workers else []
     how += ["pinned memory"] if str(pick.get("pin_memory")).lower() == "true" else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
     found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)
