@@ -119,7 +119,7 @@ def test_every_conda_env_is_used_by_a_rule():
 # Bad configs, through Snakemake itself: one line, before any job starts.
 BAD = {
     "unknown key": ({"experiments": {"w": {"base": {}, "titel": "x"}}},
-                    "bad config: experiments.w.titel: unknown key; allowed: base, exclude, include, matrix, plot, reference, title, view"),
+                    "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, reference, title, view"),
     "unknown knob": ({"experiments": {"w": {"base": {"num_wokers": 2}}}},
                      "bad config: experiments.w.base.num_wokers: unknown knob (did you mean num_workers?); allowed: "),
     "wrong type": ({"experiments": {"w": {"base": {"batch_size": "64"}}}},

@@ -243,11 +243,13 @@ def test_plots_may_name_knobs_summary_columns_and_monitor_means():
 
 
 def test_summary_columns_are_what_aggregate_writes():
-    from feedbench.aggregate import result_row
+    from feedbench.aggregate import PREDICTION_COLUMNS, result_row
 
     columns = matrix.summary_columns()
     assert {"samples_per_s", "stall_pct", "step_ms_median", "wait_ms", "transfer_peak_gb_per_s_pinned"} <= set(columns)
-    assert set(columns) <= set(result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json"))
+    assert "predicted_samples_per_s" in columns
+    written = set(result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")) | set(PREDICTION_COLUMNS)
+    assert set(columns) <= written
     assert "num_workers" not in columns
 
 

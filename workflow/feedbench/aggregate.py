@@ -8,6 +8,7 @@ is dropped on the way from result.json to summary.csv.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pandas as pd
@@ -15,6 +16,7 @@ import pandas as pd
 from .knobs import KNOBS
 from .knobs import LABELS as CELL_LABELS
 from .metrics import PHASES
+from .predict import CEILINGS, batch_bytes, ceiling_knobs, predict
 from .result import UnusableResult, atomic_write, read_result
 
 # A row's place: experiment, cell, repeat (its sort order), and whether the cell is its experiment's baseline.
@@ -22,6 +24,9 @@ LABELS = ["experiment", "cell", "repeat", "baseline"]
 ORDER = ["experiment", "cell", "repeat"]
 STATUS = ["status", "error_type", "error_message", "adjustments"]
 PROVENANCE_COLUMNS = ["host", "gpu"]
+# Added to every row by with_predictions: filled for training cells whose ceilings were measured (feedbench.predict).
+PREDICTION_COLUMNS = ["ceiling_loader_samples_per_s", "ceiling_compute_samples_per_s", "ceiling_copy_gb_per_s",
+                      "predicted_samples_per_s", "predicted_bound", "prediction_error_pct"]
 
 
 def _labels(result: dict, path: str) -> dict:
@@ -132,7 +137,92 @@ def load_results(paths: list[str]) -> pd.DataFrame:
         rows.append(result_row(result, str(path)))
     # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
     frame = pd.DataFrame(rows, columns=None if rows else [*LABELS, *STATUS, *KNOBS])
-    return frame.sort_values(ORDER, kind="stable", na_position="last").reset_index(drop=True)
+    frame = frame.sort_values(ORDER, kind="stable", na_position="last").reset_index(drop=True)
+    return with_predictions(frame)
+
+
+def _plain(value):
+    """A knob value as Python and the CSV both give it back: None for empty, bool, int for whole numbers, else text."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, str) and value in ("True", "False", "true", "false"):
+        return value in ("True", "true")
+    if hasattr(value, "item"):
+        value = value.item()  # numpy scalars
+    if isinstance(value, bool):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return int(number) if number.is_integer() else number
+
+
+def _key(row, scenario: str) -> tuple:
+    knobs = {k: _plain(row.get(k)) for k in KNOBS}
+    return tuple(sorted(ceiling_knobs(knobs, scenario).items()))
+
+
+def _median(values) -> float | None:
+    values = pd.to_numeric(pd.Series(list(values)), errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
+
+
+def _copy_rate(transfer: pd.DataFrame, device, size: int | None, pinned: bool) -> float | None:
+    """The transfer probe's median GB/s on `device` at the probed size nearest `size` (by ratio)."""
+    kind = "pinned" if pinned else "pageable"
+    prefix = f"transfer_gb_per_s_{kind}_"
+    rows = transfer[transfer["device"].map(_plain) == device] if "device" in transfer else transfer
+    sizes = [int(c[len(prefix):]) for c in rows if c.startswith(prefix) and rows[c].notna().any()]
+    if not size or not sizes:
+        return None
+    nearest = min(sizes, key=lambda s: abs(math.log(s / size)))
+    return _median(rows[f"{prefix}{nearest}"])
+
+
+def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add PREDICTION_COLUMNS: each single-process training cell predicted from the ceilings found in the same
+    summary (a loader and a compute cell with the knobs feedbench.predict.ceiling_knobs derives, and the transfer
+    probe on the same device), and the measured samples/s against it: 100 x (measured / predicted - 1)."""
+    frame = frame.copy()
+    for column in PREDICTION_COLUMNS:
+        frame[column] = None
+    if frame.empty or "scenario" not in frame:
+        return frame
+    ok = frame[frame["status"] == "ok"]
+    rates = {}
+    for scenario in CEILINGS:
+        rows = ok[ok["scenario"] == scenario]
+        groups: dict[tuple, list] = {}
+        for _, row in rows.iterrows():
+            groups.setdefault(_key(row, scenario), []).append(row["samples_per_s"])
+        rates[scenario] = {key: _median(values) for key, values in groups.items()}
+    transfer = ok[ok["scenario"] == "transfer"]
+    for index, row in frame.iterrows():
+        if row["scenario"] != "train" or _plain(row.get("parallel")) not in (None, "none"):
+            continue
+        loader = rates["loader"].get(_key(row, "loader"))
+        compute = rates["compute"].get(_key(row, "compute"))
+        knobs = {k: _plain(row.get(k)) for k in KNOBS if _plain(row.get(k)) is not None}
+        device = knobs.get("device")
+        size = batch_bytes(knobs) if device not in (None, "cpu") else None
+        copy = _copy_rate(transfer, device, size, bool(knobs.get("pin_memory"))) if size else None
+        workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
+        predicted, bound, _terms = predict(loader, compute, workers, batch, size, copy,
+                                           knobs.get("device_prefetch") == "stream")
+        frame.at[index, "ceiling_loader_samples_per_s"] = loader
+        frame.at[index, "ceiling_compute_samples_per_s"] = compute
+        frame.at[index, "ceiling_copy_gb_per_s"] = copy
+        if predicted is None:
+            continue
+        frame.at[index, "predicted_samples_per_s"] = predicted
+        frame.at[index, "predicted_bound"] = bound
+        measured = _plain(row.get("samples_per_s"))
+        if row["status"] == "ok" and isinstance(measured, (int, float)):
+            frame.at[index, "prediction_error_pct"] = 100 * (measured / predicted - 1)
+    numbers = [c for c in PREDICTION_COLUMNS if c != "predicted_bound"]
+    frame[numbers] = frame[numbers].apply(pd.to_numeric)
+    return frame
 
 
 def write_summary(frame: pd.DataFrame, path: str) -> None:

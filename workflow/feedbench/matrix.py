@@ -319,9 +319,10 @@ def with_python_path(cell: PlannedCell, python_path: list[str]) -> PlannedCell:
 def summary_columns() -> list[str]:
     """The columns of results/summary.csv that are not knobs, as feedbench.aggregate makes them
     (from a result with a transfer probe of no sizes; the per-size columns and monitor means vary)."""
-    from .aggregate import result_row  # imports pandas: only when a plot names a column that is not a knob
+    from .aggregate import PREDICTION_COLUMNS, result_row  # imports pandas: only when a plot names a non-knob column
 
-    return [c for c in result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json") if c not in KNOBS]
+    row = result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")
+    return [c for c in row if c not in KNOBS] + PREDICTION_COLUMNS
 
 
 def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
@@ -353,7 +354,8 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
 
 
 def build_cells(config: dict, images_dir: str | None = None, check: bool = True) -> list[PlannedCell]:
-    """Every cell of every experiment of a schema-validated config, checked by the harness (unless check is false)."""
+    """Every cell of every experiment of a schema-validated config, checked by the harness (unless check is false),
+    then the ceiling cells of the experiments with `ceilings: true` (also checked)."""
     cells: list[PlannedCell] = []
     defaults = config.get("defaults") or {}
     experiments = config.get("experiments") or {}
@@ -368,7 +370,63 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
         if check:
             expanded = [check_cell(cell, images_dir) for cell in expanded]
         cells.extend(expanded)
-    return cells
+    derived = ceiling_cells(config, cells)
+    if check:
+        derived = [check_cell(cell, images_dir) for cell in derived]
+    return cells + derived
+
+
+# The experiments `ceilings: true` adds, by the scenario of their cells.
+CEILING_EXPERIMENTS = {"loader": "ceilings-loader", "compute": "ceilings-compute", "transfer": "ceilings-transfer"}
+
+
+def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
+    """The ceiling cells (feedbench.predict.ceiling_knobs) of every single-process training cell of an experiment with
+    `ceilings: true`, each once, less those an experiment already has; one transfer probe per device covers all
+    batch sizes. A cell's id names the knobs in which it differs from the config's defaults, so it never changes
+    when other cells come or go."""
+    from .predict import batch_bytes, ceiling_knobs
+
+    experiments = config.get("experiments") or {}
+    wanted = [name for name, spec in experiments.items() if spec.get("ceilings")]
+    if not wanted:
+        return []
+    for name in CEILING_EXPERIMENTS.values():
+        if name in experiments:
+            raise ConfigError(f"experiments: name {name!r} is the ceilings' own (ceilings: true in {wanted[0]});"
+                              " allowed: another name")
+    defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
+    base = {**{k: knob.default for k, knob in KNOBS.items()}, **defaults}
+    measured = {_same_key(effective(c.knobs)) for c in cells}
+    derived: dict[str, PlannedCell] = {}
+    sizes: dict[str, set[int]] = {}  # device -> batch bytes
+    for cell in cells:
+        knobs = {**base, **cell.knobs}
+        if cell.experiment not in wanted or knobs["scenario"] != "train" or knobs["parallel"] != "none":
+            continue
+        for scenario in ("loader", "compute"):
+            ceiling = ceiling_knobs(cell.knobs, scenario)
+            key = _same_key(effective(ceiling))
+            if key in measured:
+                continue
+            measured.add(key)
+            derived[key] = _ceiling_cell(scenario, ceiling, base, cell)
+        size = batch_bytes(knobs)
+        if knobs["device"] != "cpu" and size:
+            sizes.setdefault(knobs["device"], set()).add(size)
+    for device, device_sizes in sizes.items():
+        probe = {"scenario": "transfer", "device": device, "transfer_sizes": sorted(device_sizes)}
+        probe.update({k: defaults[k] for k in ("steps", "warmup_steps", "torch_threads", "seed") if k in defaults})
+        derived[device] = _ceiling_cell("transfer", probe, base, None)
+    return list(derived.values())
+
+
+def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
+    keys = sorted(k for k in knobs if k not in ("scenario", "transfer_sizes") and not _same(knobs[k], base.get(k)))
+    where = _path("experiments", source.experiment, "ceilings") if source else "ceilings"
+    sources = {k: (source.sources.get(k, where) if source else where) for k in knobs}
+    name = CEILING_EXPERIMENTS[scenario]
+    return PlannedCell(name, cell_id(knobs, keys), knobs, sources, baseline=False)
 
 
 def baseline(cells: list[PlannedCell], experiment: str) -> PlannedCell:

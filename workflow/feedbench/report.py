@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 from markupsafe import Markup
 
-from . import verdict, views
+from . import accuracy, verdict, views
 from .disclosure import Disclosure
 from .plots import plain_text, svg_text
 from .result import UnusableResult, atomic_write, read_result
@@ -137,7 +137,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     """What one experiment's section and its verdict line show."""
     context = {"name": name, "title": spec.get("title") or name, "base": spec.get("base") or {}, "matrix": spec.get("matrix") or {},
                "svg": svg, "view": None, "cells": [], "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
-               "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False}
+               "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False,
+               "has_prediction": False}
     if rows.empty:
         return context
     # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
@@ -149,12 +150,14 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]]) if "adjustments" in rows else [],
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
         has_efficiency="efficiency" in found["cells"],
+        has_prediction=bool(found["cells"]["predicted"].notna().any()) if "predicted" in found["cells"] else False,
     )
     if best is not None:
         context["verdict"] = {
             "best": _knob_text(best, found["knobs"]), "best_median": best["median"], "speedup": found["speedup"], "beyond_noise": found["clear"],
             "baseline": _knob_text(base, found["knobs"]) if base else None, "baseline_median": base["median"] if base else None,
             "bound": best["bound"], "why": best["why"], "baseline_bound": base["bound"] if base else None,
+            "recommendation": found["recommendation"],
         }
     return context
 
@@ -202,8 +205,12 @@ def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: di
     failures = [{"experiment": r["experiment"], "cell": r["cell"], "repeat": r["repeat"], "type": r["error_type"],
                  "message": r["error_message"], "tail": _error_tail(r.get("result"), r["error_message"])}
                 for r in failed.to_dict("records")]
+    prediction = accuracy.report_context(summary)
+    if prediction is not None:
+        prediction["svg"] = inline_svg(prediction["svg"])
     return {
         "experiments": experiments,
+        "prediction": prediction,
         "failures": failures,
         "counts": {"rows": len(summary), "ok": int((summary["status"] == "ok").sum()), "failed": len(failed),
                    "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0]},

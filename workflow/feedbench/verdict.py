@@ -155,6 +155,12 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
             "stall_pct": median("stall_pct"),
             "h2d_share": median("h2d_share"),
             "gpus": gpu_count(first),
+            # feedbench.predict's prediction from the cell's ceilings, when the summary has them (else None).
+            "predicted": median("predicted_samples_per_s"),
+            "predicted_bound": first.get("predicted_bound") if isinstance(first.get("predicted_bound"), str) else None,
+            "error_pct": median("prediction_error_pct"),
+            "ceiling_loader": median("ceiling_loader_samples_per_s"),
+            "ceiling_compute": median("ceiling_compute_samples_per_s"),
             "bound": bound if stats.n else "failed",
             "why": why if stats.n else "no repeat of this cell finished",
         })
@@ -197,7 +203,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     measured = cells[cells["median"].notna()]
     base_id = baseline_cell(rows)
     verdict = {"metric": objective(with_objectives(rows)), "knobs": varying_knobs(rows, axes), "cells": cells,
-               "best": None, "baseline": None, "speedup": None, "clear": False, "note": None}
+               "best": None, "baseline": None, "speedup": None, "clear": False, "note": None, "recommendation": None}
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
         return verdict
@@ -216,4 +222,52 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         # The gain is clear when the two 95 % intervals do not overlap.
         verdict["clear"] = bool(best["cell"] != base["cell"] and best["low"] is not None and base["high"] is not None
                                 and not pd.isna(best["low"]) and not pd.isna(base["high"]) and best["low"] > base["high"])
+    verdict["recommendation"] = recommend(verdict["cells"], verdict["baseline"], verdict["best"])
     return verdict
+
+
+# A loader ceiling within this fraction of the compute ceiling counts as reaching it.
+REACHES = 0.95
+
+
+def _number(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def headspace(cell: dict | None) -> float | None:
+    """How much faster the cell would train with free data: compute ceiling / measured - 1 (SPDL's headspace)."""
+    if not cell:
+        return None
+    ceiling, measured = _number(cell.get("ceiling_compute")), _number(cell.get("median"))
+    return ceiling / measured - 1 if ceiling and measured else None
+
+
+def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict | None:
+    """The headspace of the baseline and the best cell, and the fix: of the cells whose loader ceiling reaches the
+    compute ceiling (within 5 %), the one with the fewest workers (then the highest prediction), with its predicted
+    samples/s; one sentence for the top of the verdict. None when no cell of the experiment was predicted."""
+    if "predicted" not in cells or not cells["predicted"].notna().any():
+        return None
+    found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
+    reaching = cells[cells["predicted"].notna() & cells["ceiling_loader"].notna() & cells["ceiling_compute"].notna()]
+    reaching = reaching[reaching["ceiling_loader"] >= REACHES * reaching["ceiling_compute"]]
+    subject = base or best
+    lead = f"{subject['bound']}-bound" if subject else "predicted"
+    if found["headspace_baseline"] is not None:
+        lead += f": {100 * found['headspace_baseline']:.0f} % headspace"
+    if reaching.empty:
+        found["sentence"] = f"{lead}; no measured loader configuration reaches the compute ceiling"
+        return found
+    workers = reaching["num_workers"].astype(float) if "num_workers" in reaching else pd.Series(0, index=reaching.index)
+    pick = reaching.assign(_w=workers, _p=-reaching["predicted"].astype(float)).sort_values(["_w", "_p"]).iloc[0]
+    share = float(pick["predicted"]) / float(pick["ceiling_compute"])
+    has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
+    how = [f"{int(pick['num_workers'])} workers per GPU"] if has_workers else []
+    how += ["pinned memory"] if str(pick.get("pin_memory")).lower() == "true" else []
+    how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
+    found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)
+    fix = how[0] if how else f"cell {pick['cell']}"
+    fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
+    found["sentence"] = (f"{lead}; {fix} should reach {100 * share:.0f} % of the compute ceiling"
+                         f" (predicted {pick['predicted']:,.0f} samples/s)")
+    return found

@@ -1,0 +1,59 @@
+"""`ceilings: true`: every training cell gets the ceilings its prediction needs, each measured once."""
+
+from __future__ import annotations
+
+import pytest
+
+from feedbench.config import validate_config
+from feedbench.matrix import ConfigError, build_cells
+
+SCHEMA = "config/schema.yaml"
+MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
+
+
+def cells_of(experiments: dict, defaults: dict | None = None) -> dict[str, list]:
+    config = {"defaults": defaults or {}, "experiments": experiments}
+    validate_config(config, SCHEMA)  # fills the schema's defaults in
+    found: dict[str, list] = {}
+    for cell in build_cells(config, check=True):
+        found.setdefault(cell.experiment, []).append(cell)
+    return found
+
+
+def test_each_training_cell_gets_its_loader_compute_and_transfer_ceilings():
+    found = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0, 2], "hidden_layers": [1, 4]},
+                            "include": [{"batch_size": 32}]}})
+    loaders = {(c.knobs.get("num_workers", 0), c.knobs["batch_size"]) for c in found["ceilings-loader"]}
+    computes = {(c.knobs.get("hidden_layers", 1), c.knobs["batch_size"]) for c in found["ceilings-compute"]}
+    # 4 + 1 training cells share 3 loader ceilings (hidden_layers is no loader knob) and 3 compute ceilings.
+    assert loaders == {(0, 16), (2, 16), (0, 32)}
+    assert computes == {(1, 16), (4, 16), (1, 32)}
+    assert all(c.knobs["scenario"] == "loader" and "hidden_layers" not in c.knobs for c in found["ceilings-loader"])
+    assert all(c.knobs["scenario"] == "compute" and "num_workers" not in c.knobs for c in found["ceilings-compute"])
+    # One transfer probe covers every batch size: 16 and 32 samples of 64 float32 features and an int64 label.
+    (probe,) = found["ceilings-transfer"]
+    assert probe.knobs["transfer_sizes"] == [16 * (64 * 4 + 8), 32 * (64 * 4 + 8)]
+    assert all(c.parsed is not None for cells in found.values() for c in cells)
+
+
+def test_a_ceiling_an_experiment_measures_is_not_measured_again():
+    found = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0, 2]}},
+                      "c": {"base": {**MLP, "scenario": "compute"}}}, defaults={"device": "cpu"})
+    assert "ceilings-compute" not in found and len(found["c"]) == 1
+    assert len(found["ceilings-loader"]) == 2
+    assert "ceilings-transfer" not in found  # a CPU copies nothing
+
+
+def test_ids_stay_when_cells_are_added():
+    small = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0]}}})
+    large = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0, 1, 2]}}})
+    assert {c.id for c in small["ceilings-loader"]} <= {c.id for c in large["ceilings-loader"]}
+
+
+def test_without_the_option_nothing_is_added():
+    assert set(cells_of({"w": {"base": MLP, "matrix": {"num_workers": [0, 2]}}})) == {"w"}
+
+
+def test_the_ceilings_names_are_reserved():
+    with pytest.raises(ConfigError, match="name 'ceilings-loader' is the ceilings' own"):
+        cells_of({"w": {"ceilings": True, "base": MLP}, "ceilings-loader": {"base": MLP}})
