@@ -152,7 +152,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     )
     if best is not None:
         context["verdict"] = {
-            "best": _knob_text(best, found["knobs"]), "best_median": best["median"], "speedup": found["speedup"], "beyond_noise": found["clear"],
+            "best": _knob_text(best, found["knobs"]), "best_median": best["median"], "speedup": found["speedup"],
+            "beyond_noise": found["clear"], "wording": found["wording"],
             "baseline": _knob_text(base, found["knobs"]) if base else None, "baseline_median": base["median"] if base else None,
             "bound": best["bound"], "why": best["why"], "baseline_bound": base["bound"] if base else None,
         }
