@@ -27,6 +27,14 @@ FIGURES_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg'
   return {width: box.width, height: box.height, shapes: svg.querySelectorAll('path, rect, image, text, use').length};
 }))"""
 
+# Does the page fit its viewport? The page's and the viewport's widths, and every table cell whose content is wider
+# than the cell (clipped), with the start of its text.
+LAYOUT_JS = """JSON.stringify({
+  scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth,
+  clipped: Array.from(document.querySelectorAll('td, th')).filter(c => c.scrollWidth > c.clientWidth + 1)
+             .map(c => c.textContent.trim().slice(0, 80)),
+})"""
+
 
 def find_chromium() -> str | None:
     for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
@@ -41,6 +49,7 @@ class PageReport:
     failed_loads: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     figures: list[dict] = field(default_factory=list)
+    layout: dict = field(default_factory=dict)
     screenshot: str | None = None
 
 
@@ -124,12 +133,13 @@ def inspect(page: str, screenshot: str | None = None, binary: str | None = None,
         session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             browser.send(f"{domain}.enable", session=session)
-        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600}, session=session)
         navigation = browser.send("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
         report = PageReport()
         if navigation.get("errorText"):
             report.failed_loads.append(f"{page}: {navigation['errorText']}")
         browser.wait_for("Page.loadEventFired")
+        report.layout = json.loads(browser.send("Runtime.evaluate", {"expression": LAYOUT_JS, "returnByValue": True}, session=session)["result"]["value"])
         report.figures = json.loads(browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)["result"]["value"])
         if screenshot:
             size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
