@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from feedbench import views
 from feedbench.metrics import PHASES
 from feedbench.plots import KINDS, figure
 
@@ -56,17 +57,29 @@ SPECS = {"line": {"x": "num_workers", "y": "samples_per_s", "hue": "pin_memory"}
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_fits_a_five_axis_matrix(summary, kind):
     fig = figure(summary, {**SPECS[kind], "kind": kind, "title": TITLE}, title=TITLE)
+    assert_fits(fig, kind)
+    assert " ".join(fig.get_suptitle().split()) == TITLE  # wrapped, never cut
+    assert " ".join(fig.axes[0].get_title().split()) == TITLE
+    ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert not any("model-" in t or "pin_memory=" in t for t in ticks), "labels are short, never ids or key=value lists"
+
+
+def test_the_breakdown_view_fits_a_five_axis_matrix(summary):
+    """The study view of the issue's report: its two panels' labels collided at this size."""
+    view = views.builder("breakdown")(summary, None, {"view": "breakdown", "matrix": AXES, "base": {}})
+    assert_fits(view.figure, "breakdown view")
+    assert "no-pin no-nb w=0 gpus=1" in [t.get_text() for t in view.figure.axes[0].get_xticklabels()]
+
+
+def assert_fits(fig, what: str) -> None:
+    """No two tick labels of an axis overlap, and no text leaves the figure (as matplotlib's renderer draws them)."""
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
     page = fig.bbox.padded(1)
     for ax in fig.axes:
         for ticks in (ax.get_xticklabels(), ax.get_yticklabels()):
-            assert overlapping(boxes(ticks, renderer)) == [], f"{kind}: tick labels overlap"
+            assert overlapping(boxes(ticks, renderer)) == [], f"{what}: tick labels overlap"
     outside = [text for text, box in boxes(fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_window_extent")),
                                           renderer) if not page.fully_contains(box.x0, box.y0) or not page.fully_contains(box.x1, box.y1)]
-    assert outside == [], f"{kind}: text leaves the figure"
-    assert " ".join(fig.get_suptitle().split()) == TITLE  # wrapped, never cut
-    assert " ".join(fig.axes[0].get_title().split()) == TITLE
-    ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
-    assert not any("model-" in t or "pin_memory=" in t for t in ticks), "labels are short, never ids or key=value lists"
+    assert outside == [], f"{what}: text leaves the figure"

@@ -146,7 +146,7 @@ def _label(keys: list[str], values) -> str | None:
 CHAR_WIDTH = 0.62  # a character's mean width in ems of DejaVu Sans, a little generous: estimates err on the safe side
 
 
-def _fit_ticks(ax, positions, labels: list[str], slot_in: float, fontsize: float = 8.0, axis: str = "x") -> None:
+def fit_ticks(ax, positions, labels: list[str], slot_in: float, fontsize: float = 8.0, axis: str = "x") -> None:
     """Set tick labels; on the x axis they turn vertical when the longest does not fit in its slot (inches)."""
     longest = max((len(label) for label in labels), default=0) * CHAR_WIDTH * fontsize / 72
     rotation = 90 if axis == "x" and longest > 0.9 * slot_in else 0
@@ -156,9 +156,9 @@ def _fit_ticks(ax, positions, labels: list[str], slot_in: float, fontsize: float
         ax.set_yticks(positions, labels, fontsize=fontsize)
 
 
-def _slot(ax, count: int) -> float:
-    """Inches of axes width per category (the axes is assumed to take 80 % of its figure's width)."""
-    return 0.8 * ax.figure.get_figwidth() / max(count, 1)
+def slot(ax, count: int) -> float:
+    """Inches of axes width per category, from the axes' place in its grid (before the layout shrinks it a little)."""
+    return ax.get_position().width * ax.figure.get_figwidth() / max(count, 1)
 
 
 def wrap(text: str, width_in: float, fontsize: float) -> str:
@@ -181,7 +181,7 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
             offset = (i - (len(groups) - 1) / 2) * width
             ax.bar(group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=_label(keys, values))
     if not numeric:
-        _fit_ticks(ax, range(len(xs)), [plain(v) for v in xs], _slot(ax, len(xs)))
+        fit_ticks(ax, range(len(xs)), [plain(v) for v in xs], slot(ax, len(xs)))
     elif len(xs) <= 12:
         ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
     if x == "size_bytes":
@@ -203,7 +203,7 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     ax.errorbar(range(len(cells)), [s.median for s in steps], marker="_", markersize=18, color="black", linestyle="none", capsize=3, label="step (median)",
                 yerr=[[max(s.median - s.low, 0) if s.low is not None else 0 for s in steps], [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps]])
     labels = [plain(cell_label(dict(zip(order, values)), order)) for values, _ in cells]
-    _fit_ticks(ax, range(len(cells)), labels, _slot(ax, len(cells)))
+    fit_ticks(ax, range(len(cells)), labels, slot(ax, len(cells)))
     ax.set_ylabel("median time per step [ms]")
     ax.set_ylim(bottom=0)
 
@@ -215,8 +215,8 @@ def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> N
     grid = grid.reindex(columns=_ordered(grid.columns))
     values = grid.to_numpy(dtype=float)
     image = ax.imshow(values, aspect="auto", cmap="viridis")
-    _fit_ticks(ax, range(grid.shape[1]), [plain(c) for c in grid.columns], _slot(ax, grid.shape[1]))
-    _fit_ticks(ax, range(grid.shape[0]), list(grid.index), 0, axis="y")
+    fit_ticks(ax, range(grid.shape[1]), [plain(c) for c in grid.columns], slot(ax, grid.shape[1]))
+    fit_ticks(ax, range(grid.shape[0]), list(grid.index), 0, axis="y")
     for (i, j), value in pd.DataFrame(values).stack().items():
         light = image.norm(value) > 0.5  # viridis is light at the top: dark text there
         ax.text(j, i, f"{value:.3g}", ha="center", va="center", color="black" if light else "white", fontsize="small")
