@@ -125,8 +125,11 @@ class DevTools:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def inspect(page: str, screenshot: str | None = None, binary: str | None = None, width: int = 1280) -> PageReport:
-    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors and figure sizes."""
+def inspect(page: str, screenshot: str | None = None, binary: str | None = None, width: int = 1280,
+            selector: str | None = None, max_height: int | None = None) -> PageReport:
+    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors and figure sizes.
+
+    The screenshot shows the whole page, or the element `selector` names, cut at `max_height` pixels when given."""
     browser = DevTools(binary or find_chromium())
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -143,8 +146,15 @@ def inspect(page: str, screenshot: str | None = None, binary: str | None = None,
         report.figures = json.loads(browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)["result"]["value"])
         if screenshot:
             size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
-            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
-                                                          "clip": {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}}, session=session)
+            clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}
+            if selector:
+                box = json.loads(browser.send("Runtime.evaluate", {"returnByValue": True, "expression": (
+                    f"JSON.stringify((b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: b.height}}))"
+                    f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect()))")}, session=session)["result"]["value"])
+                clip.update(x=max(box["x"] - 16, 0), y=max(box["y"] - 16, 0), width=min(box["width"] + 32, width), height=box["height"] + 32)
+            if max_height:
+                clip["height"] = min(clip["height"], max_height)
+            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}, session=session)
             os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
             with open(screenshot, "wb") as f:
                 f.write(base64.b64decode(shot["data"]))
