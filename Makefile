@@ -41,7 +41,8 @@ system-deps:
 # docs/report.png (the README's picture), docs/breakdown-report.png and docs/study-view.png, by headless Chromium:
 # the default matrix and the breakdown preset's small run, each in its own folder under .screenshots/.
 SHOTS := .screenshots
-SNAKEMAKE := PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/snakemake -s $(CURDIR)/Snakefile --cores $(CORES)
+BIN := $(abspath $(VENV))/bin
+SNAKEMAKE := PATH="$(BIN):$$PATH" $(BIN)/snakemake -s $(CURDIR)/Snakefile --cores $(CORES)
 screenshots: setup
 	$(SNAKEMAKE) --directory $(SHOTS)/default --configfile $(CURDIR)/config/config.yaml
 	$(SNAKEMAKE) --directory $(SHOTS)/breakdown --configfile $(CURDIR)/config/presets/breakdown.yaml --config size=small

@@ -127,34 +127,39 @@ class DevTools:
 
 def inspect(page: str, screenshot: str | None = None, binary: str | None = None, width: int = 1280,
             selector: str | None = None, max_height: int | None = None) -> PageReport:
-    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors and figure sizes.
-
-    The screenshot shows the whole page, or the element `selector` names, cut at `max_height` pixels when given."""
+    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors, figure
+    sizes and the layout's fit. The screenshot shows the whole page, or the element `selector` names, cut at `max_height` pixels when given."""
     browser = DevTools(binary or find_chromium())
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             browser.send(f"{domain}.enable", session=session)
-        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600}, session=session)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+                     session=session)
         navigation = browser.send("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
         report = PageReport()
         if navigation.get("errorText"):
             report.failed_loads.append(f"{page}: {navigation['errorText']}")
         browser.wait_for("Page.loadEventFired")
-        report.layout = json.loads(browser.send("Runtime.evaluate", {"expression": LAYOUT_JS, "returnByValue": True}, session=session)["result"]["value"])
+        layout = browser.send("Runtime.evaluate", {"expression": LAYOUT_JS, "returnByValue": True}, session=session)
+        report.layout = json.loads(layout["result"]["value"])
         report.figures = json.loads(browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)["result"]["value"])
         if screenshot:
             size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
             clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}
             if selector:
-                box = json.loads(browser.send("Runtime.evaluate", {"returnByValue": True, "expression": (
-                    f"JSON.stringify((b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: b.height}}))"
-                    f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect()))")}, session=session)["result"]["value"])
-                clip.update(x=max(box["x"] - 16, 0), y=max(box["y"] - 16, 0), width=min(box["width"] + 32, width), height=box["height"] + 32)
+                where = (f"(b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: b.height}}))"
+                         f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect())")
+                answer = browser.send("Runtime.evaluate", {"returnByValue": True, "expression": f"JSON.stringify({where})"},
+                                      session=session)
+                box = json.loads(answer["result"]["value"])
+                clip.update(x=max(box["x"] - 16, 0), y=max(box["y"] - 16, 0), width=min(box["width"] + 32, width),
+                            height=box["height"] + 32)
             if max_height:
                 clip["height"] = min(clip["height"], max_height)
-            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}, session=session)
+            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip},
+                                session=session)
             os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
             with open(screenshot, "wb") as f:
                 f.write(base64.b64decode(shot["data"]))

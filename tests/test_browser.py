@@ -96,7 +96,8 @@ def test_the_fit_check_sees_a_page_that_scrolls_sideways_and_a_clipped_cell(tmp_
     """So the two tests above can fail."""
     page = tmp_path / "wide.html"
     page.write_text('<!doctype html><html><body><table><tr><td>' + "x" * 400 + '</td>'
-                    '<td style="overflow:hidden;max-width:3em;white-space:nowrap">clipped content here</td></tr></table></body></html>')
+                    '<td style="overflow:hidden;max-width:3em;white-space:nowrap">clipped content here</td>'
+                    '</tr></table></body></html>')
     found = inspect(str(page), width=390)
     assert found.layout["scrollWidth"] > found.layout["clientWidth"]
     assert found.layout["clipped"] == ["clipped content here"]

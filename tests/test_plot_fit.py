@@ -80,6 +80,7 @@ def assert_fits(fig, what: str) -> None:
     for ax in fig.axes:
         for ticks in (ax.get_xticklabels(), ax.get_yticklabels()):
             assert overlapping(boxes(ticks, renderer)) == [], f"{what}: tick labels overlap"
-    outside = [text for text, box in boxes(fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_window_extent")),
-                                          renderer) if not page.fully_contains(box.x0, box.y0) or not page.fully_contains(box.x1, box.y1)]
+    texts = fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_window_extent"))
+    outside = [text for text, box in boxes(texts, renderer)
+               if not page.fully_contains(box.x0, box.y0) or not page.fully_contains(box.x1, box.y1)]
     assert outside == [], f"{what}: text leaves the figure"

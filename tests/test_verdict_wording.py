@@ -23,7 +23,8 @@ def rows(values_by_cell: dict[str, list[float]]) -> pd.DataFrame:
 def test_one_repeat_has_no_interval_and_says_the_gain_cannot_be_judged():
     found = summarize_experiment(rows({"num_workers-0": [100.0], "num_workers-2": [150.0]}))
     assert found["speedup"] == 1.5 and not found["clear"]
-    assert found["wording"].startswith("cannot be judged from one run: with fewer than 2 repeats a cell has no interval")
+    assert found["wording"].startswith("cannot be judged from one run: with fewer than 2 repeats a cell has no "
+                                       "interval")
     assert "intervals overlap" not in found["wording"]
     assert "3 or more repeats" in found["wording"]
 

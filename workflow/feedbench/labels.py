@@ -15,7 +15,8 @@ SHORT_KNOBS = {
     "batch_size": "bs", "timing": "t", "model": "m", "device_prefetch": "pf", "prefetch_factor": "pff",
     "prefetch_depth": "depth", "persistent_workers": "pw", "in_order": "ord", "dataset": "data", "parallel": "par",
     "sample_delay_ms": "delay", "hidden_layers": "hl", "channels_last": "cl", "page_cache": "cache", "amp": "amp",
-    "image_size": "img", "width": "width", "num_samples": "n", "scenario": "sc", "multiprocessing_context": "mp", "pinned": "pinned",
+    "image_size": "img", "width": "width", "num_samples": "n", "scenario": "sc", "multiprocessing_context": "mp",
+    "pinned": "pinned",
 }
 SHORT_VALUES = {"events": "ev", "naive": "nv", "sync": "sync", "stream": "stream", "synthetic": "syn", "memory": "mem"}
 

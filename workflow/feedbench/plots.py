@@ -277,8 +277,8 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
     knobs = varying_knobs(rows) if len(rows) and "cell" in rows else []
     with plain_text():
         # A heatmap has a row per series (at most a row per cell), a phase plot vertical labels: both need height.
-        heights = [max(3.8, 0.2 * cells + 1.5) if one.get("kind") == "heatmap" else 3.8 + (1.5 if one.get("kind") == "phases"
-                   and cells > 8 else 0) for one in specs]
+        tall = {"heatmap": max(3.8, 0.2 * cells + 1.5), "phases": 3.8 + (1.5 if cells > 8 else 0)}
+        heights = [tall.get(one.get("kind"), 3.8) for one in specs]
         fig = Figure(figsize=(width, sum(heights)), layout="constrained")
         for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs):
             draw(ax, rows, one)

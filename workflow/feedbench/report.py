@@ -175,7 +175,8 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
     """What one experiment's section and its verdict line show."""
     context = {"name": name, "title": spec.get("title") or name, "base": spec.get("base") or {}, "matrix": spec.get("matrix") or {},
-               "svg": svg, "view": None, "cells": [], "columns": [], "key": "", "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
+               "svg": svg, "view": None, "cells": [], "columns": [], "key": "",
+               "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
                "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False}
     if rows.empty:
         return context
@@ -184,8 +185,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     best, base = found["best"], found["baseline"]
     # Every matrix axis is a column, even one the harness adjusted away (pin_memory on a CPU), then any other knob
     # that varies; the short label names only the knobs whose values differ between the cells.
-    columns = [k for k in (spec or {}).get("matrix") or {} if k in rows] + [k for k in found["knobs"]
-                                                                           if k not in ((spec or {}).get("matrix") or {})]
+    matrix = (spec or {}).get("matrix") or {}
+    columns = [k for k in matrix if k in rows] + [k for k in found["knobs"] if k not in matrix]
     cells = _records(found["cells"])
     axis_values(rows, cells, columns)
     for cell in cells:
