@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup test run
+.PHONY: setup test run screenshots
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,3 +37,13 @@ system-deps:
 	else \
 		echo "system-deps: the browser test needs Chromium (Debian: sudo apt-get install chromium); it is skipped until then"; \
 	fi
+
+# docs/report.png (the README's picture), docs/breakdown-report.png and docs/study-view.png, by headless Chromium:
+# the default matrix and the breakdown preset's small run, each in its own folder under .screenshots/.
+SHOTS := .screenshots
+BIN := $(abspath $(VENV))/bin
+SNAKEMAKE := PATH="$(BIN):$$PATH" $(BIN)/snakemake -s $(CURDIR)/Snakefile --cores $(CORES)
+screenshots: setup
+	$(SNAKEMAKE) --directory $(SHOTS)/default --configfile $(CURDIR)/config/config.yaml
+	$(SNAKEMAKE) --directory $(SHOTS)/breakdown --configfile $(CURDIR)/config/presets/breakdown.yaml --config size=small
+	$(PY) tests/screenshots.py $(SHOTS)/default/results/report/index.html $(SHOTS)/breakdown/results/report/index.html

@@ -27,6 +27,14 @@ FIGURES_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg'
   return {width: box.width, height: box.height, shapes: svg.querySelectorAll('path, rect, image, text, use').length};
 }))"""
 
+# Does the page fit its viewport? The page's and the viewport's widths, and every table cell whose content is wider
+# than the cell (clipped), with the start of its text.
+LAYOUT_JS = """JSON.stringify({
+  scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth,
+  clipped: Array.from(document.querySelectorAll('td, th')).filter(c => c.scrollWidth > c.clientWidth + 1)
+             .map(c => c.textContent.trim().slice(0, 80)),
+})"""
+
 
 def find_chromium() -> str | None:
     for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
@@ -41,6 +49,7 @@ class PageReport:
     failed_loads: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     figures: list[dict] = field(default_factory=list)
+    layout: dict = field(default_factory=dict)
     screenshot: str | None = None
 
 
@@ -116,25 +125,41 @@ class DevTools:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def inspect(page: str, screenshot: str | None = None, binary: str | None = None, width: int = 1280) -> PageReport:
-    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors and figure sizes."""
+def inspect(page: str, screenshot: str | None = None, binary: str | None = None, width: int = 1280,
+            selector: str | None = None, max_height: int | None = None) -> PageReport:
+    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors, figure
+    sizes and the layout's fit. The screenshot shows the whole page, or the element `selector` names, cut at `max_height` pixels when given."""
     browser = DevTools(binary or find_chromium())
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             browser.send(f"{domain}.enable", session=session)
-        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+                     session=session)
         navigation = browser.send("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
         report = PageReport()
         if navigation.get("errorText"):
             report.failed_loads.append(f"{page}: {navigation['errorText']}")
         browser.wait_for("Page.loadEventFired")
+        layout = browser.send("Runtime.evaluate", {"expression": LAYOUT_JS, "returnByValue": True}, session=session)
+        report.layout = json.loads(layout["result"]["value"])
         report.figures = json.loads(browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)["result"]["value"])
         if screenshot:
             size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
-            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
-                                                          "clip": {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}}, session=session)
+            clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}
+            if selector:
+                where = (f"(b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: b.height}}))"
+                         f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect())")
+                answer = browser.send("Runtime.evaluate", {"returnByValue": True, "expression": f"JSON.stringify({where})"},
+                                      session=session)
+                box = json.loads(answer["result"]["value"])
+                clip.update(x=max(box["x"] - 16, 0), y=max(box["y"] - 16, 0), width=min(box["width"] + 32, width),
+                            height=box["height"] + 32)
+            if max_height:
+                clip["height"] = min(clip["height"], max_height)
+            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip},
+                                session=session)
             os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
             with open(screenshot, "wb") as f:
                 f.write(base64.b64decode(shot["data"]))

@@ -3,6 +3,10 @@
 Needs Debian's chromium package (`make system-deps` installs it as root);
 skipped with that hint where it is missing. The screenshot is kept in
 test-artifacts/report.png.
+
+A report people publish must fit a laptop (1280 px) and a phone (390 px) at any matrix size: the page never
+scrolls sideways (wide tables scroll in their own box) and no table cell clips its content. Checked on the test
+matrix's report and on the breakdown preset's small run (5 axes, 12 cells), made by the real workflow.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import os
 import pytest
 from browser import find_chromium, inspect
 from real_results import real_matrix  # noqa: F401 (fixture)
+from test_presets import preset_args, snakemake
 from test_report import config, make_report  # noqa: F401 (fixture)
+from test_workflow import copy_workflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
@@ -48,3 +54,50 @@ def test_the_check_sees_a_broken_page(tmp_path):
     assert any("missing.png" in failure for failure in found.failed_loads)
     assert any("boom" in error for error in found.console_errors)
     assert found.figures == [{"width": 0, "height": 0, "shapes": 0}]
+
+
+@pytest.fixture(scope="module")
+def default_report(real_matrix, config, tmp_path_factory):  # noqa: F811
+    root = tmp_path_factory.mktemp("fit")
+    make_report(str(root), real_matrix.paths, config)
+    return str(root / "report" / "index.html")
+
+
+@pytest.fixture(scope="module")
+def breakdown_report(tmp_path_factory):
+    """The breakdown preset's small run (the matrix of issue 14: 5 axes, 12 cells) through the real workflow."""
+    workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    workdir = tmp_path_factory.mktemp("breakdown")
+    run = snakemake(workflow, workdir, *preset_args(workflow, "breakdown"), "--config", "size=small")
+    assert run.returncode == 0, run.stderr[-4000:]
+    return str(workdir / "results" / "report" / "index.html")
+
+
+def assert_fits(page, what: str) -> None:
+    layout = page.layout
+    assert layout["scrollWidth"] <= layout["clientWidth"], f"{what}: the page scrolls sideways {layout}"
+    assert layout["clipped"] == [], f"{what}: table cells clip their content"
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_report_fits_a_laptop_and_a_phone(default_report, width):
+    page = inspect(default_report, os.path.join(ARTIFACTS, f"report-{width}.png"), width=width)
+    assert_fits(page, f"default report at {width} px")
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_breakdown_small_report_fits_a_laptop_and_a_phone(breakdown_report, width):
+    page = inspect(breakdown_report, os.path.join(ARTIFACTS, f"breakdown-{width}.png"), width=width)
+    assert page.console_errors == [] and page.failed_loads == []
+    assert_fits(page, f"breakdown small report at {width} px")
+
+
+def test_the_fit_check_sees_a_page_that_scrolls_sideways_and_a_clipped_cell(tmp_path):
+    """So the two tests above can fail."""
+    page = tmp_path / "wide.html"
+    page.write_text('<!doctype html><html><body><table><tr><td>' + "x" * 400 + '</td>'
+                    '<td style="overflow:hidden;max-width:3em;white-space:nowrap">clipped content here</td>'
+                    '</tr></table></body></html>')
+    found = inspect(str(page), width=390)
+    assert found.layout["scrollWidth"] > found.layout["clientWidth"]
+    assert found.layout["clipped"] == ["clipped content here"]

@@ -10,6 +10,16 @@ A series is the hue knob plus every other knob that varies in the experiment
 (except x), so cells are never pooled silently. Points are medians of the
 repeats, error bars their 95 % interval (see verdict.py).
 
+Labels that fit, at any matrix size. Only knobs that vary within the plotted data label anything, in the short form
+of feedbench.labels (`w=2 pin nb t=ev`), with the key under the figure. How long labels are made to fit, per kind:
+    phases   one bar per cell, so as many labels as cells: they stand vertical under their bars when they do not fit
+             side by side (a legend would make the reader match dozens of colours, and facets would split the one
+             comparison the plot exists for), and the figure widens with the number of cells;
+    line/bar the series go to a legend outside the axes (it never hides a point); the x ticks are the levels of one
+             knob and turn vertical only when they do not fit side by side;
+    heatmap  series label the rows (horizontal text has room there), levels of x the columns, vertical when needed.
+Titles are wrapped to the figure's width, never clipped.
+
 Transfer experiments (every cell scenario=transfer) are plotted from the
 per-size columns: GB/s against copy size, one line per pinning (and cell),
 whatever x and y their spec names (say x: size_bytes, y: gb_per_s, hue: pinned).
@@ -30,11 +40,13 @@ import contextlib
 import io
 import os
 import re
+import textwrap
 
 import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .labels import cell_label, key_text
 from .metrics import PHASES
 from .result import atomic_write
 from .verdict import interval, natural_order, varying_knobs
@@ -126,9 +138,32 @@ def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
     return frame.sort_values(keys + [x], key=natural_order, kind="stable") if rows else frame
 
 
-def _label(keys: list[str], values) -> str:
+def _label(keys: list[str], values) -> str | None:
     values = values if isinstance(values, tuple) else (values,)
-    return plain(", ".join(f"{k}={v}" for k, v in zip(keys, values))) or None
+    return plain(cell_label(dict(zip(keys, values)), keys)) if keys else None
+
+
+CHAR_WIDTH = 0.62  # a character's mean width in ems of DejaVu Sans, a little generous: estimates err on the safe side
+
+
+def fit_ticks(ax, positions, labels: list[str], slot_in: float, fontsize: float = 8.0, axis: str = "x") -> None:
+    """Set tick labels; on the x axis they turn vertical when the longest does not fit in its slot (inches)."""
+    longest = max((len(label) for label in labels), default=0) * CHAR_WIDTH * fontsize / 72
+    rotation = 90 if axis == "x" and longest > 0.9 * slot_in else 0
+    if axis == "x":
+        ax.set_xticks(positions, labels, fontsize=fontsize, rotation=rotation)
+    else:
+        ax.set_yticks(positions, labels, fontsize=fontsize)
+
+
+def slot(ax, count: int) -> float:
+    """Inches of axes width per category, from the axes' place in its grid (before the layout shrinks it a little)."""
+    return ax.get_position().width * ax.figure.get_figwidth() / max(count, 1)
+
+
+def wrap(text: str, width_in: float, fontsize: float) -> str:
+    """Text wrapped to lines that fit `width_in` inches at `fontsize` points."""
+    return "\n".join(textwrap.wrap(str(text), max(int(width_in * 72 / (CHAR_WIDTH * fontsize)), 10))) or str(text)
 
 
 def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: str) -> None:
@@ -146,7 +181,7 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
             offset = (i - (len(groups) - 1) / 2) * width
             ax.bar(group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=_label(keys, values))
     if not numeric:
-        ax.set_xticks(range(len(xs)), [plain(v) for v in xs])
+        fit_ticks(ax, range(len(xs)), [plain(v) for v in xs], slot(ax, len(xs)))
     elif len(xs) <= 12:
         ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
     if x == "size_bytes":
@@ -167,8 +202,8 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     steps = [interval(group["step_ms_median"]) for _, group in cells]
     ax.errorbar(range(len(cells)), [s.median for s in steps], marker="_", markersize=18, color="black", linestyle="none", capsize=3, label="step (median)",
                 yerr=[[max(s.median - s.low, 0) if s.low is not None else 0 for s in steps], [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps]])
-    labels = [plain("\n".join(f"{k}={v}" for k, v in zip(order, values))) for values, _ in cells]
-    ax.set_xticks(range(len(cells)), labels, fontsize="small")
+    labels = [plain(cell_label(dict(zip(order, values)), order)) for values, _ in cells]
+    fit_ticks(ax, range(len(cells)), labels, slot(ax, len(cells)))
     ax.set_ylabel("median time per step [ms]")
     ax.set_ylim(bottom=0)
 
@@ -180,8 +215,8 @@ def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> N
     grid = grid.reindex(columns=_ordered(grid.columns))
     values = grid.to_numpy(dtype=float)
     image = ax.imshow(values, aspect="auto", cmap="viridis")
-    ax.set_xticks(range(grid.shape[1]), [plain(c) for c in grid.columns])
-    ax.set_yticks(range(grid.shape[0]), list(grid.index))
+    fit_ticks(ax, range(grid.shape[1]), [plain(c) for c in grid.columns], slot(ax, grid.shape[1]))
+    fit_ticks(ax, range(grid.shape[0]), list(grid.index), 0, axis="y")
     for (i, j), value in pd.DataFrame(values).stack().items():
         light = image.norm(value) > 0.5  # viridis is light at the top: dark text there
         ax.text(j, i, f"{value:.3g}", ha="center", va="center", color="black" if light else "white", fontsize="small")
@@ -225,21 +260,33 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
         ax.set_ylabel(axis_label(y))
         ax.set_ylim(bottom=0)
     if kind != "heatmap" and ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
+        entries = len(ax.get_legend_handles_labels()[0])
+        fits = max(int(0.7 * ax.figure.get_figheight() / len(ax.figure.axes) * 72 / (8 * 2.2)), 1)  # rows, 8 pt
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, ncols=-(-entries // fits))
     title = spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}")
-    ax.set_title(plain(title), fontsize="medium")
+    ax.set_title(wrap(plain(title), 0.5 * ax.figure.get_figwidth(), 10), fontsize=10)  # the legend may take the rest
     ax.grid(axis="y", alpha=0.3)
 
 
 def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figure:
     """A figure with one axes per spec, titled with the experiment's title."""
     specs = spec if isinstance(spec, list) else [spec]
+    cells = rows["cell"].nunique() if "cell" in rows else 1
+    phases = any(one.get("kind") == "phases" for one in specs)
+    width = max(7.5, 0.25 * cells + 2) if phases else 7.5  # a bar per cell needs room for its label
+    knobs = varying_knobs(rows) if len(rows) and "cell" in rows else []
     with plain_text():
-        fig = Figure(figsize=(7.5, 3.8 * len(specs)), layout="constrained")
-        for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False)[:, 0], specs):
+        # A heatmap has a row per series (at most a row per cell), a phase plot vertical labels: both need height.
+        tall = {"heatmap": max(3.8, 0.2 * cells + 1.5), "phases": 3.8 + (1.5 if cells > 8 else 0)}
+        heights = [tall.get(one.get("kind"), 3.8) for one in specs]
+        fig = Figure(figsize=(width, sum(heights)), layout="constrained")
+        for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs):
             draw(ax, rows, one)
         if title:
-            fig.suptitle(plain(title))
+            fig.suptitle(wrap(plain(title), 0.95 * width, 12), fontsize=12)
+        if knobs:
+            key = key_text(knobs, rows.drop_duplicates("cell").to_dict("records"))
+            fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
     return fig
 
 

@@ -9,6 +9,7 @@ event handler and no link outside the document.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import os
@@ -20,10 +21,11 @@ import jinja2
 import numpy as np
 import pandas as pd
 import yaml
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from . import accuracy, verdict, views
 from .disclosure import Disclosure
+from .labels import cell_label, key_text
 from .plots import plain_text, svg_text
 from .result import UnusableResult, atomic_write, read_result
 
@@ -81,6 +83,43 @@ def fmt(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def breakable(text) -> Markup:
+    """Text that may wrap after `_` and `-` (a <wbr> there), so a long cell id never pushes the page sideways."""
+    return Markup("").join(Markup("{}<wbr>").format(part) if part[-1:] in "_-" else escape(part)
+                           for part in re.split(r"(?<=[_-])", str(text)) if part)
+
+
+def _same(a, b) -> bool:
+    """Equal as the report shows values: True, 'True' and 'true' alike, 2 and 2.0 alike."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a).lower() == str(b).lower()
+
+
+def axis_values(rows: pd.DataFrame, cells: list[dict], columns: list[str]) -> None:
+    """Give each cell record `shown`: per column, (text, why) where why says how the harness adjusted the value the
+    matrix asked for (say 'true → false' with 'pin_memory=true ignored: no accelerator to pin for'), else None."""
+    first = rows.drop_duplicates("cell").set_index("cell")
+    for cell in cells:
+        row = first.loc[cell["cell"]] if cell["cell"] in first.index else {}
+        try:
+            requested = json.loads(row.get("requested") or "{}")
+        except (TypeError, ValueError):
+            requested = {}
+        notes = str(row.get("adjustments") or "").split("; ")
+        shown = {}
+        for k in columns:
+            ran = row.get(k) if k in row else cell.get(k)
+            asked = requested.get(k, ran)
+            if asked is not None and not _same(asked, ran):
+                why = next((n for n in notes if n.startswith(f"{k}=")), "adjusted by the harness to fit this machine")
+                shown[k] = (f"{fmt(asked)} → {fmt(ran)}", why)
+            else:
+                shown[k] = (fmt(ran), None)
+        cell["shown"] = shown
+
+
 def _knob_text(cell: dict | pd.Series, knobs: list[str]) -> str:
     return ", ".join(f"{k}={fmt(cell[k])}" for k in knobs) or "(the only cell)"
 
@@ -136,7 +175,8 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
     """What one experiment's section and its verdict line show."""
     context = {"name": name, "title": spec.get("title") or name, "base": spec.get("base") or {}, "matrix": spec.get("matrix") or {},
-               "svg": svg, "view": None, "cells": [], "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
+               "svg": svg, "view": None, "cells": [], "columns": [], "key": "",
+               "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
                "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False,
                "has_prediction": False}
     if rows.empty:
@@ -144,8 +184,17 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
     found = verdict.summarize_experiment(rows, (spec or {}).get("matrix"))
     best, base = found["best"], found["baseline"]
+    # Every matrix axis is a column, even one the harness adjusted away (pin_memory on a CPU), then any other knob
+    # that varies; the short label names only the knobs whose values differ between the cells.
+    matrix = (spec or {}).get("matrix") or {}
+    columns = [k for k in matrix if k in rows] + [k for k in found["knobs"] if k not in matrix]
+    cells = _records(found["cells"])
+    axis_values(rows, cells, columns)
+    for cell in cells:
+        cell["label"] = cell_label(cell, found["knobs"])
     context.update(
-        cells=_records(found["cells"]), metric=found["metric"], unit=unit(found["metric"]), knobs=found["knobs"],
+        cells=cells, metric=found["metric"], unit=unit(found["metric"]), knobs=found["knobs"], columns=columns,
+        key=key_text(found["knobs"], cells),
         best_id=best["cell"] if best else None, baseline_id=base["cell"] if base else None, note=found["note"],
         adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]]) if "adjustments" in rows else [],
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
@@ -154,7 +203,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     )
     if best is not None:
         context["verdict"] = {
-            "best": _knob_text(best, found["knobs"]), "best_median": best["median"], "speedup": found["speedup"], "beyond_noise": found["clear"],
+            "best": _knob_text(best, found["knobs"]), "best_median": best["median"], "speedup": found["speedup"],
+            "beyond_noise": found["clear"], "wording": found["wording"],
             "baseline": _knob_text(base, found["knobs"]) if base else None, "baseline_median": base["median"] if base else None,
             "bound": best["bound"], "why": best["why"], "baseline_bound": base["bound"] if base else None,
             "recommendation": found["recommendation"],
@@ -228,6 +278,7 @@ def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, finalize=(disclosure or Disclosure()).finalize)
     env.filters["num"] = fmt
+    env.filters["breakable"] = lambda text: breakable((disclosure or Disclosure()).text(str(text)))
     return env
 
 

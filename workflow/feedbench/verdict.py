@@ -19,6 +19,15 @@ Bound classification (of a `train` cell, from the medians over its repeats)
     compute   otherwise: the model itself is the limit.
     Loader, compute and transfer cells are ceilings, not training runs: they
     are labelled `ceiling` and never classified.
+
+Wording of a gain (`gain_wording`)
+    A cell with fewer than 2 repeats has no interval, so its gain cannot be
+    judged: the verdict says so instead of "within noise". When both
+    intervals exist and overlap, it adds a rough power estimate of the
+    repeats per cell that would separate a gain of the measured size at the
+    measured spread: n = 2 (z(0.975) + z(0.8))^2 sd^2 / gain^2 (two-sample,
+    5 % level, 80 % power, normal approximation, the two cells' variances
+    pooled). It is rough (3 repeats estimate sd poorly) and the report says so.
 """
 
 from __future__ import annotations
@@ -187,6 +196,47 @@ def add_scaling(cells: pd.DataFrame, base: dict) -> pd.DataFrame:
     return cells
 
 
+POWER_FACTOR = 2 * (1.960 + 0.8416) ** 2  # 2 (z(0.975) + z(0.8))^2: 5 % two-sided level, 80 % power
+
+
+def _sd(cell: dict) -> float | None:
+    """The standard deviation over a cell's repeats, recovered from its t interval (half = t sd / sqrt(n))."""
+    n, low, high = cell.get("n"), cell.get("low"), cell.get("high")
+    if not n or n < 2 or low is None or high is None or pd.isna(low) or pd.isna(high):
+        return None
+    return (float(high) - float(low)) / 2 / t975(int(n) - 1) * math.sqrt(int(n))
+
+
+def repeats_to_separate(best: dict, base: dict) -> int | None:
+    """Rough repeats per cell that would separate the best cell's mean from the baseline's at their spread (see the
+    module docstring); None without two intervals or without a gain."""
+    sds = [_sd(best), _sd(base)]
+    if None in sds or best.get("mean") is None or base.get("mean") is None:
+        return None
+    gain = float(best["mean"]) - float(base["mean"])
+    if gain <= 0:
+        return None
+    return max(2, math.ceil(POWER_FACTOR * (sds[0] ** 2 + sds[1] ** 2) / 2 / gain ** 2))
+
+
+def gain_wording(best: dict, base: dict, clear: bool) -> str:
+    """What the verdict may honestly say about the gain of `best` over `base` (two cell-table rows)."""
+    if best["cell"] == base["cell"]:
+        return "this is the baseline"
+    fewest = min(int(best.get("n") or 0), int(base.get("n") or 0))
+    if fewest < 2:
+        return (f"cannot be judged from {'one run' if fewest == 1 else 'no run'}: with fewer than 2 repeats a cell has "
+                "no interval; 3 or more repeats give one, and their spread tells how many a gain this size needs")
+    if clear:
+        return "clear: the 95 % intervals do not overlap"
+    needed = repeats_to_separate(best, base)
+    if needed is None:
+        return "within noise: the 95 % intervals overlap"
+    amount = "more than 1,000" if needed > 1000 else f"about {needed}"
+    return (f"within noise: the 95 % intervals overlap; {amount} repeats per cell would separate a gain this size at "
+            "the measured spread (a rough power estimate: 80 % power, 5 % level)")
+
+
 def natural_order(column: pd.Series) -> pd.Series:
     """Sort key: numbers by value (16 before 128), anything else by its text."""
     numbers = pd.to_numeric(column, errors="coerce")
@@ -203,7 +253,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     measured = cells[cells["median"].notna()]
     base_id = baseline_cell(rows)
     verdict = {"metric": objective(with_objectives(rows)), "knobs": varying_knobs(rows, axes), "cells": cells,
-               "best": None, "baseline": None, "speedup": None, "clear": False, "note": None, "recommendation": None}
+               "best": None, "baseline": None, "speedup": None, "clear": False, "note": None, "recommendation": None, "wording": None}
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
         return verdict
@@ -222,6 +272,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         # The gain is clear when the two 95 % intervals do not overlap.
         verdict["clear"] = bool(best["cell"] != base["cell"] and best["low"] is not None and base["high"] is not None
                                 and not pd.isna(best["low"]) and not pd.isna(base["high"]) and best["low"] > base["high"])
+        verdict["wording"] = gain_wording(verdict["best"], verdict["baseline"], verdict["clear"])
     verdict["recommendation"] = recommend(verdict["cells"], verdict["baseline"], verdict["best"])
     return verdict
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..plots import PHASE_COLOURS, plain
+from ..labels import cell_label
+from ..plots import PHASE_COLOURS, fit_ticks, plain, slot
 from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished, with_gpus
 
 # The post's three parts of a batch, each the sum of our phases named in the module's TEXT.
@@ -92,10 +93,9 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
         if timing == "events":
             ax.text(0.5, 0.98, "host-clock load + GPU-event phases:\nthey overlap, so need not sum to the step",
                     transform=ax.transAxes, ha="center", va="top", fontsize="x-small")
-        labels = [plain("\n".join([f"pin={str(r['pin_memory']).lower()}", f"nb={str(r['non_blocking']).lower()}",
-                                   *(f"{k}={r[k]}" for k in others)]))
-                  for r in part.to_dict("records")]
-        ax.set_xticks(range(len(part)), labels, fontsize="small")
+        shown = [k for k in ("pin_memory", "non_blocking", *others) if part[k].astype(str).nunique() > 1]
+        labels = [plain(cell_label(r, shown)) for r in part.to_dict("records")]  # short: `pin nb gpus=2`
+        fit_ticks(ax, range(len(part)), labels, slot(ax, len(part)))
         ax.set_title(f"{timing}: {TIMINGS.get(timing, '')}", fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("median ms per step")

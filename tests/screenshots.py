@@ -1,0 +1,37 @@
+"""`make screenshots`: pictures of reports for docs/ and the README, taken by headless Chromium (tests/browser.py).
+
+    python tests/screenshots.py DEFAULT_REPORT BREAKDOWN_REPORT
+
+writes docs/report.png (the top of the default report, the README's picture), docs/breakdown-report.png (the whole
+report of the breakdown preset's small run: 5 axes, 12 cells) and docs/study-view.png (its study view alone), each
+1280 px wide. It stops with one line when a page does not fit its width or a table cell clips its content.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from browser import find_chromium, inspect
+
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+
+
+def main(default_report: str, breakdown_report: str) -> None:
+    if find_chromium() is None:
+        sys.exit("screenshots: needs Chromium (Debian: sudo apt-get install chromium)")
+    shots = [(default_report, "report.png", {"max_height": 1800}),
+             (breakdown_report, "breakdown-report.png", {}),
+             (breakdown_report, "study-view.png", {"selector": ".view"})]
+    for page, name, options in shots:
+        found = inspect(page, os.path.join(DOCS, name), width=1280, **options)
+        layout = found.layout
+        if layout["scrollWidth"] > layout["clientWidth"] or layout["clipped"] or found.console_errors:
+            sys.exit(f"screenshots: {page} does not fit 1280 px: {layout}, console errors {found.console_errors}")
+        print(f"docs/{name}: {page}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])

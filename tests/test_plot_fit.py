@@ -1,0 +1,86 @@
+"""Every plot kind fits at a large matrix: 5 axes, 32 cells. Checked with matplotlib's own renderer
+(get_window_extent): no two tick labels of an axis overlap, no text leaves the figure, the title is whole."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pandas as pd
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from feedbench import views
+from feedbench.metrics import PHASES
+from feedbench.plots import KINDS, figure
+
+AXES = {"num_workers": [0, 2], "pin_memory": [False, True], "non_blocking": [False, True],
+        "timing": ["events", "naive"], "gpus_per_node": [1, 2]}
+TITLE = ("Where does a batch's time go, and what do pinning and non_blocking change? (PyTorch forum) "
+         "A title long enough to be clipped at both ends if it were not wrapped")
+
+
+def cell_id(point: dict) -> str:
+    return "model-resnet18_" + "_".join(f"{k}-{str(v).lower()}" for k, v in point.items())
+
+
+@pytest.fixture(scope="module")
+def summary() -> pd.DataFrame:
+    """A summary as aggregate writes it (the columns the plots read), 32 cells x 2 repeats, made-up timings."""
+    random.seed(0)
+    rows = []
+    for levels in itertools.product(*AXES.values()):
+        point = dict(zip(AXES, levels))
+        for repeat in range(2):
+            phases = {f"{p}_ms": random.uniform(1, 20) for p in PHASES}
+            step = sum(phases.values())
+            rows.append({"experiment": "breakdown", "cell": cell_id(point), "repeat": repeat, "status": "ok",
+                         "scenario": "train", "model": "resnet18", "parallel": "dp", "batch_size": 64, **point, **phases, "step_ms_median": step,
+                         "samples_per_s": 64_000 / step, "stall_pct": 100 * phases["wait_ms"] / step})
+    return pd.DataFrame(rows)
+
+
+def boxes(texts, renderer):
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_visible() and t.get_text().strip()]
+
+
+def overlapping(labelled) -> list[tuple[str, str]]:
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(labelled, 2) if box_a.overlaps(box_b)]
+
+
+SPECS = {"line": {"x": "num_workers", "y": "samples_per_s", "hue": "pin_memory"},
+         "bar": {"x": "timing", "y": "samples_per_s", "hue": "non_blocking"},
+         "phases": {"x": "pin_memory"},
+         "heatmap": {"x": "num_workers", "y": "stall_pct", "hue": "pin_memory"}}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_fits_a_five_axis_matrix(summary, kind):
+    fig = figure(summary, {**SPECS[kind], "kind": kind, "title": TITLE}, title=TITLE)
+    assert_fits(fig, kind)
+    assert " ".join(fig.get_suptitle().split()) == TITLE  # wrapped, never cut
+    assert " ".join(fig.axes[0].get_title().split()) == TITLE
+    ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert not any("model-" in t or "pin_memory=" in t for t in ticks), "labels are short, never ids or key=value lists"
+
+
+def test_the_breakdown_view_fits_a_five_axis_matrix(summary):
+    """The study view of the issue's report: its two panels' labels collided at this size."""
+    view = views.builder("breakdown")(summary, None, {"view": "breakdown", "matrix": AXES, "base": {}})
+    assert_fits(view.figure, "breakdown view")
+    assert "no-pin no-nb w=0 gpus=1 batch=64" in [t.get_text() for t in view.figure.axes[0].get_xticklabels()]
+
+
+def assert_fits(fig, what: str) -> None:
+    """No two tick labels of an axis overlap, and no text leaves the figure (as matplotlib's renderer draws them)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    page = fig.bbox.padded(1)
+    for ax in fig.axes:
+        for ticks in (ax.get_xticklabels(), ax.get_yticklabels()):
+            assert overlapping(boxes(ticks, renderer)) == [], f"{what}: tick labels overlap"
+    texts = fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_window_extent"))
+    outside = [text for text, box in boxes(texts, renderer)
+               if not page.fully_contains(box.x0, box.y0) or not page.fully_contains(box.x1, box.y1)]
+    assert outside == [], f"{what}: text leaves the figure"
