@@ -165,3 +165,17 @@ def test_cells_carry_a_short_label_with_a_key_and_their_id_wraps(html):
     assert '<b class="label">hl=4 delay=0.5</b>' in section
     assert '<code class="id">hidden_<wbr>layers-<wbr>4_<wbr>sample_<wbr>delay_<wbr>ms-<wbr>0.5</code>' in section
     assert '<div class="scroll">\n  <table class="cells">' in section
+
+
+def test_a_mapping_knob_shows_as_its_json_and_is_not_called_adjusted():
+    """A user's dataset_args (issue #11) reach the summary as JSON text and the requested knobs as a mapping."""
+    import pandas as pd
+
+    from feedbench.report import axis_values, fmt
+
+    rows = pd.DataFrame([{"cell": "c", "dataset_args": '{"shards": 4}', "requested": '{"dataset_args": {"shards": 4}}',
+                          "adjustments": ""}])
+    cells = [{"cell": "c"}]
+    axis_values(rows, cells, ["dataset_args"])
+    assert cells[0]["shown"]["dataset_args"] == ('{"shards": 4}', None)
+    assert fmt({"b": 1, "a": [2]}) == '{"a": [2], "b": 1}' and fmt("x") == "x"

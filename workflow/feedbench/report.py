@@ -75,6 +75,10 @@ def fmt(value, digits: int = 3) -> str:
         return "–"
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value)).lower()
+    if isinstance(value, (list, dict)):  # a mapping knob such as dataset_args, as the summary writes it
+        return json.dumps(value, sort_keys=True)
+    if not isinstance(value, numbers.Real):
+        return str(value)
     if isinstance(value, numbers.Integral):
         return f"{value:,}"
     if abs(value) >= 1:
@@ -90,7 +94,8 @@ def breakable(text) -> Markup:
 
 
 def _same(a, b) -> bool:
-    """Equal as the report shows values: True, 'True' and 'true' alike, 2 and 2.0 alike."""
+    """Equal as the report shows values: True, 'True' and 'true' alike, 2 and 2.0 alike, a mapping and its JSON."""
+    a, b = (json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v for v in (a, b))
     try:
         return float(a) == float(b)
     except (TypeError, ValueError):
