@@ -9,6 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 from real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
+from test_damaged_results import damage
 
 from feedbench.aggregate import load_results, read_summary, write_summary
 from feedbench.knobs import KNOBS
@@ -109,25 +110,6 @@ def test_unreadable_result_is_a_failed_row_not_a_crash(real_matrix, tmp_path):  
     assert "not valid JSON" in row["error_message"]
     assert (frame["status"] == "ok").sum() == 1
 
-
-def _damaged(result: dict, how: str):
-    """A measured result spoilt in one way (the cases of issue #9)."""
-    result = json.loads(json.dumps(result))
-    if how == "no-metrics":
-        del result["metrics"]
-    elif how == "rate-is-text":
-        result["metrics"]["samples_per_s"] = "fast"
-    elif how == "negative-stall":
-        result["metrics"]["stall_pct"] = -50
-    elif how == "nan-step":
-        result["metrics"]["step_ms"]["median"] = float("nan")
-    elif how == "null":
-        result = None
-    elif how == "list":
-        result = [1, 2]
-    return json.dumps(result)
-
-
 @pytest.mark.parametrize("how, why", [
     ("no-metrics", "'metrics' is a required property"),
     ("rate-is-text", "metrics.samples_per_s: 'fast' is not of type"),
@@ -143,7 +125,7 @@ def test_a_result_the_schema_refuses_is_a_failed_row_saying_why(real_matrix, tmp
     assert measured["status"] == "ok"
     damaged = tmp_path / "cells" / "e" / "c" / "rep1" / "result.json"
     damaged.parent.mkdir(parents=True)
-    damaged.write_text(_damaged(measured, how))
+    damaged.write_text(damage(json.dumps(measured), how))  # the spoiling of test_damaged_results
     frame = load_results([good, str(damaged)])
     row = frame[frame["cell"] == "c"].iloc[0]
     assert (row["experiment"], row["repeat"], row["status"], row["error_type"]) == ("e", 1, "failed", "UnusableResult")

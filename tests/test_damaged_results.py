@@ -39,7 +39,7 @@ CONFIG = {
 }
 
 
-def _damage(text: str, how: str) -> str:
+def damage(text: str, how: str) -> str:
     """The ways issue #9 found a result.json spoilt; each must count as failed and be rerun."""
     if how == "truncated":
         return text[: len(text) // 2]
@@ -54,6 +54,8 @@ def _damage(text: str, how: str) -> str:
         result["metrics"]["samples_per_s"] = "fast"
     elif how == "negative-stall":
         result["metrics"]["stall_pct"] = -50
+    elif how == "nan-step":
+        result["metrics"]["step_ms"]["median"] = float("nan")
     return json.dumps(result)
 
 
@@ -82,7 +84,7 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     damaged, kept = dict(zip(keys, DAMAGE)), keys[len(DAMAGE):]
     before = {key: (workdir / "results" / "cells" / key / "result.json").read_bytes() for key in keys}
     for key, how in damaged.items():
-        (workdir / "results" / "cells" / key / "result.json").write_text(_damage(before[key].decode(), how))
+        (workdir / "results" / "cells" / key / "result.json").write_text(damage(before[key].decode(), how))
 
     # Without retries the damage is reported, not hidden and not a crash: 7 failed rows saying why, 2 measured.
     report_only = dict(CONFIG, retry_failed=False)
