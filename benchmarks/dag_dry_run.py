@@ -35,7 +35,6 @@ import tempfile
 import time
 
 import yaml
-
 from feedbench.matrix import build_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,8 +95,12 @@ SHAPED_SNAKEFILE = TRIVIAL_SNAKEFILE.replace(
 
 
 def config(cells: int) -> dict:
-    axes = {"num_workers": list(range(10)), "batch_size": [8 * (i + 1) for i in range(10)],
-            "hidden_layers": list(range(10)), "seed": list(range(10))}
+    axes = {
+        "num_workers": list(range(10)),
+        "batch_size": [8 * (i + 1) for i in range(10)],
+        "hidden_layers": list(range(10)),
+        "seed": list(range(10)),
+    }
     matrix, size = {}, 1
     for axis, levels in axes.items():
         if size >= cells:
@@ -108,8 +111,14 @@ def config(cells: int) -> dict:
     assert size == cells, f"{cells} is not a product of levels of 10"
     return {
         "defaults": {"repeats": 1, "steps": 5, "device": "cpu"},
-        "experiments": {"big": {"title": "DAG benchmark", "base": {"scenario": "train", "dataset": "synthetic", "model": "mlp"},
-                                "matrix": matrix, "plot": {"x": "num_workers", "kind": "line"}}},
+        "experiments": {
+            "big": {
+                "title": "DAG benchmark",
+                "base": {"scenario": "train", "dataset": "synthetic", "model": "mlp"},
+                "matrix": matrix,
+                "plot": {"x": "num_workers", "kind": "line"},
+            }
+        },
     }
 
 
@@ -133,8 +142,22 @@ def children_cpu_s() -> float:
 
 def dry_run(snakefile: str, workdir: str, configfile: str) -> tuple[int, float]:
     """Jobs planned and whole-process wall seconds of one `snakemake --dry-run`; its CPU seconds go to CPU_S."""
-    command = [sys.executable, "-m", "snakemake", "-s", snakefile, "--directory", workdir, "--configfile", configfile,
-               "--cores", "2", "--dry-run", "--quiet", "rules"]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        snakefile,
+        "--directory",
+        workdir,
+        "--configfile",
+        configfile,
+        "--cores",
+        "2",
+        "--dry-run",
+        "--quiet",
+        "rules",
+    ]
     start, cpu = time.perf_counter(), children_cpu_s()
     run = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -172,7 +195,9 @@ def main(argv: list[str]) -> int:
             walls["feedbench"].append(wall)
             cpus["feedbench"].append(CPU_S[-1])
             for name in snakefiles:
-                trivial_jobs, wall = dry_run(os.path.join(tmp, f"{name}.smk"), os.path.join(tmp, f"{name}{i}"), trivial_config)
+                trivial_jobs, wall = dry_run(
+                    os.path.join(tmp, f"{name}.smk"), os.path.join(tmp, f"{name}{i}"), trivial_config
+                )
                 walls[name].append(wall)
                 cpus[name].append(CPU_S[-1])
     median = {name: statistics.median(w) for name, w in walls.items() if w}
@@ -180,18 +205,27 @@ def main(argv: list[str]) -> int:
     ratio = median["feedbench"] / median["trivial"]
     each = {name: ", ".join(f"{w:.1f}" for w in ws) for name, ws in walls.items()}
     print(f"feedbench: {args.cells} cells, {jobs} jobs planned: {median['feedbench']:.1f} s ({each['feedbench']})")
-    print(f"snakemake: {trivial_jobs} trivial jobs, params of the same size: {median['trivial']:.1f} s ({each['trivial']})")
+    print(
+        f"snakemake: {trivial_jobs} trivial jobs, params of the same size: {median['trivial']:.1f} s ({each['trivial']})"
+    )
     print(f"ratio: {ratio:.2f} (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'MISSED'})")
-    print(f"snakemake, the same jobs shaped like rule bench (10 functions of the job, constants): "
-          f"{median['shaped']:.1f} s ({each['shaped']}); feedbench / shaped: {median['feedbench'] / median['shaped']:.2f}")
-    print(f"CPU seconds (user + system; medians): feedbench {cpu['feedbench']:.1f}, trivial {cpu['trivial']:.1f}, "
-          f"shaped {cpu['shaped']:.1f}; ratio {cpu['feedbench'] / cpu['trivial']:.2f}, feedbench / shaped "
-          f"{cpu['feedbench'] / cpu['shaped']:.2f}")
+    print(
+        f"snakemake, the same jobs shaped like rule bench (10 functions of the job, constants): "
+        f"{median['shaped']:.1f} s ({each['shaped']}); feedbench / shaped: {median['feedbench'] / median['shaped']:.2f}"
+    )
+    print(
+        f"CPU seconds (user + system; medians): feedbench {cpu['feedbench']:.1f}, trivial {cpu['trivial']:.1f}, "
+        f"shaped {cpu['shaped']:.1f}; ratio {cpu['feedbench'] / cpu['trivial']:.2f}, feedbench / shaped "
+        f"{cpu['feedbench'] / cpu['shaped']:.2f}"
+    )
     if args.compare:
-        print(f"compared, CPU: {cpu['compared']:.1f} s; "
-              f"ratio to the trivial jobs: {cpu['compared'] / cpu['trivial']:.2f}")
-        print(f"compared, {args.compare}: {median['compared']:.1f} s ({each['compared']}); "
-              f"ratio to the trivial jobs: {median['compared'] / median['trivial']:.2f}")
+        print(
+            f"compared, CPU: {cpu['compared']:.1f} s; ratio to the trivial jobs: {cpu['compared'] / cpu['trivial']:.2f}"
+        )
+        print(
+            f"compared, {args.compare}: {median['compared']:.1f} s ({each['compared']}); "
+            f"ratio to the trivial jobs: {median['compared'] / median['trivial']:.2f}"
+        )
     return 0
 
 

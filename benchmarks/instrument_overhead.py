@@ -16,7 +16,6 @@ import statistics
 import time
 
 import torch
-
 from feedbench.cell import parse_cell, resolve
 from feedbench.data import build_dataset, build_loader
 from feedbench.harness import Measurement, _epochs, measure
@@ -25,8 +24,20 @@ from feedbench.monitor import Monitor
 from feedbench.prefetch import to_device
 
 CONFIGS = {
-    "resnet18 synthetic 64px b16": dict(model="resnet18", dataset="synthetic", image_size=64, num_classes=100, batch_size=16, steps=20, warmup_steps=3),
-    "mlp memory 1024x4 b256": dict(model="mlp", dataset="memory", input_size=1024, width=1024, hidden_layers=4, batch_size=256, num_samples=8192, steps=60, warmup_steps=5),
+    "resnet18 synthetic 64px b16": dict(
+        model="resnet18", dataset="synthetic", image_size=64, num_classes=100, batch_size=16, steps=20, warmup_steps=3
+    ),
+    "mlp memory 1024x4 b256": dict(
+        model="mlp",
+        dataset="memory",
+        input_size=1024,
+        width=1024,
+        hidden_layers=4,
+        batch_size=256,
+        num_samples=8192,
+        steps=60,
+        warmup_steps=5,
+    ),
 }
 
 
@@ -82,8 +93,10 @@ def main() -> None:
             bare.append(b)
             inst.append(i)
             ratios.append(i / b)
-        print(f"{name} on {device.type}: bare {statistics.median(bare):.1f} samples/s, instrumented {statistics.median(inst):.1f} samples/s, "
-              f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
+        print(
+            f"{name} on {device.type}: bare {statistics.median(bare):.1f} samples/s, instrumented {statistics.median(inst):.1f} samples/s, "
+            f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})"
+        )
 
 
 if __name__ == "__main__":

@@ -20,11 +20,10 @@ import sys
 import tempfile
 import time
 
-import torch
-from torch.utils.data import DataLoader
-
 import feedbench
+import torch
 from feedbench.plugins import Context
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "own-pipeline", "src"))
 from shapes import data, models, train  # noqa: E402  (the example project, outside the package)
@@ -34,7 +33,9 @@ KNOBS = dict(batch_size=16, num_workers=0, steps=30, warmup_steps=3, torch_threa
 
 def bare_loop(dataset, model, device: torch.device) -> float:
     """samples/s of the loop a user would write over the same objects."""
-    loader = DataLoader(dataset, batch_size=KNOBS["batch_size"], num_workers=KNOBS["num_workers"], collate_fn=data.collate)
+    loader = DataLoader(
+        dataset, batch_size=KNOBS["batch_size"], num_workers=KNOBS["num_workers"], collate_fn=data.collate
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     ctx = Context(0, 1, 0, device, KNOBS["batch_size"], KNOBS["num_workers"], 0, optimizer=optimizer)
 
@@ -68,19 +69,24 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     torch.set_num_threads(KNOBS["torch_threads"])
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    device = torch.device(
+        "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     with tempfile.TemporaryDirectory() as root:
         ctx = Context(0, 1, 0, device, KNOBS["batch_size"], 0, 0)
         dataset = data.build_dataset(ctx, root=root, shards=4, count=512)
         model = models.build_model(ctx).to(device)
 
         def instrumented() -> float:
-            result = feedbench.measure(dataset=dataset, model=model, collate=data.collate, step=train.train_step,
-                                       device=device.type, **KNOBS)
+            result = feedbench.measure(
+                dataset=dataset, model=model, collate=data.collate, step=train.train_step, device=device.type, **KNOBS
+            )
             assert result["status"] == "ok", result["error"]
             return result["metrics"]["samples_per_s"]
 
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} alternating rounds")
+        print(
+            f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} alternating rounds"
+        )
         bare_loop(dataset, model, device)  # one unmeasured round of each: caches, allocator, page cache
         instrumented()
         bare, inst = [], []
@@ -88,8 +94,10 @@ def main() -> None:
             bare.append(bare_loop(dataset, model, device))
             inst.append(instrumented())
         ratios = [i / b for i, b in zip(inst, bare)]
-        print(f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} samples/s, "
-              f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
+        print(
+            f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} samples/s, "
+            f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})"
+        )
 
 
 if __name__ == "__main__":

@@ -24,12 +24,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from real_results import run_failing_cell  # noqa: E402
-
 from feedbench.aggregate import load_results, read_summary, write_summary  # noqa: E402
 from feedbench.plots import plot_experiment  # noqa: E402
 from feedbench.report import write_report  # noqa: E402
 from feedbench.runner import run  # noqa: E402
+from real_results import run_failing_cell  # noqa: E402
 
 WORKERS, BATCHES = [0, 1, 2, 4, 8], [16, 32, 64, 128, 256]
 KINDS = [{"kind": "line"}, {"kind": "bar"}, {"kind": "phases"}, {"kind": "heatmap"}]
@@ -82,15 +81,24 @@ def synthesise(root: str, seeds: dict[str, dict], cells: int, repeats: int) -> t
         paths.append(path)
         x = {"transfer": "size_bytes"}.get(seed, "num_workers")
         spec = {"x": x, "y": "samples_per_s", "hue": "batch_size", **KINDS[e % len(KINDS)]}
-        experiments.setdefault(experiment, {"title": f"Synthetic experiment {e} ({seed})", "base": {"scenario": seeds[seed]["cell"]["scenario"]},
-                                            "matrix": {"num_workers": WORKERS, "batch_size": BATCHES}, "plot": spec})
+        experiments.setdefault(
+            experiment,
+            {
+                "title": f"Synthetic experiment {e} ({seed})",
+                "base": {"scenario": seeds[seed]["cell"]["scenario"]},
+                "matrix": {"num_workers": WORKERS, "batch_size": BATCHES},
+                "plot": spec,
+            },
+        )
     return paths, {"defaults": {"repeats": repeats}, "experiments": experiments}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=1000, help="result.json files to synthesise (cell x repeat)")
-    parser.add_argument("--repeats", type=int, default=4, help="repeats per cell: 4 gives 10 experiments of 25 cells, 1 gives 40")
+    parser.add_argument(
+        "--repeats", type=int, default=4, help="repeats per cell: 4 gives 10 experiments of 25 cells, 1 gives 40"
+    )
     parser.add_argument("--out", help="keep everything here (default: a temporary folder, removed)")
     args = parser.parse_args()
     root = args.out or tempfile.mkdtemp(prefix="feedbench-bench-")
@@ -115,7 +123,9 @@ def main() -> int:
         timings["report"] = time.perf_counter() - start
 
         total = sum(timings.values())
-        print(f"{len(paths)} results, {len(config['experiments'])} experiments, report {os.path.getsize(html) / 1e6:.1f} MB")
+        print(
+            f"{len(paths)} results, {len(config['experiments'])} experiments, report {os.path.getsize(html) / 1e6:.1f} MB"
+        )
         for stage, seconds in timings.items():
             print(f"  {stage:10} {seconds:6.2f} s")
         print(f"  {'total':10} {total:6.2f} s  (target < 30 s: {'met' if total < 30 else 'MISSED'})")

@@ -18,8 +18,19 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--remote-debugging-pipe",
+]
 
 # Every <svg> in a <figure>: its drawn size and how many shapes it holds.
 FIGURES_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg')).map(svg => {
@@ -64,8 +75,18 @@ class DevTools:
         # bash moves our pipe ends to the descriptors Chromium expects, 3 (commands) and 4 (answers);
         # not sh: dash only redirects single-digit descriptors.
         self.process = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w}', binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "bash",
+                "-c",
+                f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w}',
+                binary,
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                "about:blank",
+            ],
+            pass_fds=(to_browser_r, from_browser_w),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -125,8 +146,14 @@ class DevTools:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def inspect(page: str, screenshot: str | None = None, binary: str | None = None, width: int = 1280,
-            selector: str | None = None, max_height: int | None = None) -> PageReport:
+def inspect(
+    page: str,
+    screenshot: str | None = None,
+    binary: str | None = None,
+    width: int = 1280,
+    selector: str | None = None,
+    max_height: int | None = None,
+) -> PageReport:
     """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors, figure
     sizes and the layout's fit. The screenshot shows the whole page, or the element `selector` names, cut at `max_height` pixels when given."""
     browser = DevTools(binary or find_chromium())
@@ -135,8 +162,11 @@ def inspect(page: str, screenshot: str | None = None, binary: str | None = None,
         session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             browser.send(f"{domain}.enable", session=session)
-        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
-                     session=session)
+        browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+            session=session,
+        )
         navigation = browser.send("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
         report = PageReport()
         if navigation.get("errorText"):
@@ -144,22 +174,38 @@ def inspect(page: str, screenshot: str | None = None, binary: str | None = None,
         browser.wait_for("Page.loadEventFired")
         layout = browser.send("Runtime.evaluate", {"expression": LAYOUT_JS, "returnByValue": True}, session=session)
         report.layout = json.loads(layout["result"]["value"])
-        report.figures = json.loads(browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)["result"]["value"])
+        report.figures = json.loads(
+            browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)[
+                "result"
+            ]["value"]
+        )
         if screenshot:
             size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
             clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}
             if selector:
-                where = (f"(b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: b.height}}))"
-                         f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect())")
-                answer = browser.send("Runtime.evaluate", {"returnByValue": True, "expression": f"JSON.stringify({where})"},
-                                      session=session)
+                where = (
+                    f"(b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: b.height}}))"
+                    f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect())"
+                )
+                answer = browser.send(
+                    "Runtime.evaluate",
+                    {"returnByValue": True, "expression": f"JSON.stringify({where})"},
+                    session=session,
+                )
                 box = json.loads(answer["result"]["value"])
-                clip.update(x=max(box["x"] - 16, 0), y=max(box["y"] - 16, 0), width=min(box["width"] + 32, width),
-                            height=box["height"] + 32)
+                clip.update(
+                    x=max(box["x"] - 16, 0),
+                    y=max(box["y"] - 16, 0),
+                    width=min(box["width"] + 32, width),
+                    height=box["height"] + 32,
+                )
             if max_height:
                 clip["height"] = min(clip["height"], max_height)
-            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip},
-                                session=session)
+            shot = browser.send(
+                "Page.captureScreenshot",
+                {"format": "png", "captureBeyondViewport": True, "clip": clip},
+                session=session,
+            )
             os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
             with open(screenshot, "wb") as f:
                 f.write(base64.b64decode(shot["data"]))
@@ -174,7 +220,9 @@ def inspect(page: str, screenshot: str | None = None, binary: str | None = None,
                 reason = params.get("blockedReason") or params.get("errorText")
                 report.failed_loads.append(f"{urls.get(params['requestId'], params['requestId'])}: {reason}")
             elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                report.console_errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+                report.console_errors.append(
+                    " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+                )
             elif method == "Runtime.exceptionThrown":
                 report.console_errors.append(params["exceptionDetails"].get("text", "exception"))
             elif method == "Log.entryAdded" and params["entry"].get("level") == "error":

@@ -20,7 +20,9 @@ def has_gpu() -> bool:
 def pytest_collection_modifyitems(config, items):
     if has_gpu():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU: none is present here (run on a GPU machine; see docs/results/gpu-validation.md)")
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU: none is present here (run on a GPU machine; see docs/results/gpu-validation.md)"
+    )
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
@@ -44,4 +46,6 @@ def run_cell(tmp_path):
 
 def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
     """`python -m feedbench ARGS` in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "feedbench", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "feedbench", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 
 import pytest
-
 from feedbench.images import make_images
 from feedbench.runner import run
 
@@ -28,15 +27,27 @@ EXPERIMENTS = {
         "title": "Do loader workers help?",
         "base": {"scenario": "loader", "model": "none", "image_size": 16, "batch_size": 16, "num_samples": 256},
         "matrix": {"num_workers": [0, 1], "pin_memory": [False, True]},
-        "plot": [{"x": "num_workers", "y": "samples_per_s", "hue": "pin_memory", "kind": "line"},
-                 {"x": "num_workers", "y": "stall_pct", "hue": "pin_memory", "kind": "heatmap"}],
+        "plot": [
+            {"x": "num_workers", "y": "samples_per_s", "hue": "pin_memory", "kind": "line"},
+            {"x": "num_workers", "y": "stall_pct", "hue": "pin_memory", "kind": "heatmap"},
+        ],
     },
     "train": {
         "title": "Does a deeper MLP shift the bound?",
-        "base": {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 32, "num_samples": 256},
+        "base": {
+            "scenario": "train",
+            "model": "mlp",
+            "dataset": "memory",
+            "input_size": 64,
+            "width": 64,
+            "batch_size": 32,
+            "num_samples": 256,
+        },
         "matrix": {"hidden_layers": [1, 4], "sample_delay_ms": [0.0, 0.5]},
-        "plot": [{"x": "hidden_layers", "y": "samples_per_s", "hue": "sample_delay_ms", "kind": "bar"},
-                 {"x": "hidden_layers", "hue": "sample_delay_ms", "kind": "phases"}],
+        "plot": [
+            {"x": "hidden_layers", "y": "samples_per_s", "hue": "sample_delay_ms", "kind": "bar"},
+            {"x": "hidden_layers", "hue": "sample_delay_ms", "kind": "phases"},
+        ],
     },
     "transfer": {
         "title": "Host-to-device bandwidth",
@@ -88,9 +99,23 @@ def run_failing_cell(root: str, experiment: str = "broken", cell: str = "dataset
     with open(victim, "r+b") as f:
         f.truncate(100)
     out = os.path.join(root, "cells", experiment, cell, "rep0")
-    run({"experiment": experiment, "cell": cell, "repeat": 0, "baseline": True,
-         "dataset": "images", "data_dir": images, "model": "resnet18",
-         "image_size": 32, "batch_size": 4, "steps": 4, "warmup_steps": 0, "shuffle": False}, out)
+    run(
+        {
+            "experiment": experiment,
+            "cell": cell,
+            "repeat": 0,
+            "baseline": True,
+            "dataset": "images",
+            "data_dir": images,
+            "model": "resnet18",
+            "image_size": 32,
+            "batch_size": 4,
+            "steps": 4,
+            "warmup_steps": 0,
+            "shuffle": False,
+        },
+        out,
+    )
     return os.path.join(out, "result.json")
 
 

@@ -20,9 +20,11 @@ DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 def main(default_report: str, breakdown_report: str) -> None:
     if find_chromium() is None:
         sys.exit("screenshots: needs Chromium (Debian: sudo apt-get install chromium)")
-    shots = [(default_report, "report.png", {"max_height": 1800}),
-             (breakdown_report, "breakdown-report.png", {}),
-             (breakdown_report, "study-view.png", {"selector": ".view"})]
+    shots = [
+        (default_report, "report.png", {"max_height": 1800}),
+        (breakdown_report, "breakdown-report.png", {}),
+        (breakdown_report, "study-view.png", {"selector": ".view"}),
+    ]
     for page, name, options in shots:
         found = inspect(page, os.path.join(DOCS, name), width=1280, **options)
         layout = found.layout

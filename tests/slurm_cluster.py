@@ -30,7 +30,17 @@ ACCOUNT = "feedbench"  # an account cluster.sh creates, with root in it
 
 ENABLE = "run the tests as root (the Slurm daemons run as root and munge): `bash tests/slurm/install.sh` installs Debian's packages, the fixture starts the daemons"
 # States in which a job is still going somewhere; anything else is final.
-ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
+ACTIVE = {
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "RESIZING",
+    "SUSPENDED",
+    "COMPLETING",
+    "CONFIGURING",
+    "SIGNALING",
+    "STAGE_OUT",
+}
 
 
 @dataclass
@@ -54,7 +64,9 @@ class SlurmCluster:
         out = self.run("sbatch", "--parsable", f"--partition={self.partition}", *options, str(script)).stdout
         return out.strip().split(";")[0]
 
-    def sacct(self, job_id: str, fields: str = "JobID,State,ExitCode,NodeList,AllocTRES", steps: bool = False) -> list[dict[str, str]]:
+    def sacct(
+        self, job_id: str, fields: str = "JobID,State,ExitCode,NodeList,AllocTRES", steps: bool = False
+    ) -> list[dict[str, str]]:
         """sacct's rows for a job (the allocation only, unless steps), as dicts."""
         names = fields.split(",")
         args = ["sacct", "-n", "-P", "-j", job_id, "-o", fields] + ([] if steps else ["-X"])
@@ -73,7 +85,9 @@ class SlurmCluster:
             if rows and done(rows[0]):
                 return rows[0]
             if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id}: sacct still says {rows} after {timeout:.0f}s; logs in {self.state_dir / 'log'}")
+                raise AssertionError(
+                    f"job {job_id}: sacct still says {rows} after {timeout:.0f}s; logs in {self.state_dir / 'log'}"
+                )
             time.sleep(1)
 
 
@@ -95,7 +109,9 @@ def slurm_cluster(tmp_path_factory):
     install = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=900)
     if install.returncode != 0:
         _unavailable(f"tests/slurm/install.sh failed:\n{_tail(install.stdout + install.stderr)}")
-    missing = [cmd for cmd in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch") if shutil.which(cmd) is None]
+    missing = [
+        cmd for cmd in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch") if shutil.which(cmd) is None
+    ]
     if missing:
         _unavailable(f"{', '.join(missing)} not installed ({install.stdout.strip()})")
 
@@ -103,7 +119,9 @@ def slurm_cluster(tmp_path_factory):
     env = {**os.environ, "SLURM_CONF": str(state_dir / "etc" / "slurm.conf")}
     try:
         try:
-            up = subprocess.run(["bash", str(CLUSTER), "up", str(state_dir)], capture_output=True, text=True, timeout=180)
+            up = subprocess.run(
+                ["bash", str(CLUSTER), "up", str(state_dir)], capture_output=True, text=True, timeout=180
+            )
         except subprocess.TimeoutExpired as e:
             _unavailable(f"cluster.sh up still running after {e.timeout}s", f"Logs: {state_dir / 'log'}")
         if up.returncode != 0:
@@ -111,7 +129,9 @@ def slurm_cluster(tmp_path_factory):
         yield SlurmCluster(state_dir=state_dir, env=env)
     finally:
         # Always, even after a failed or interrupted `up`: it stops what started.
-        down = subprocess.run(["bash", str(CLUSTER), "down", str(state_dir)], capture_output=True, text=True, timeout=120)
+        down = subprocess.run(
+            ["bash", str(CLUSTER), "down", str(state_dir)], capture_output=True, text=True, timeout=120
+        )
         if down.returncode == 0:
             shutil.rmtree(state_dir / "mysql", ignore_errors=True)  # ~100 MB of database; the logs stay
         else:

@@ -8,11 +8,10 @@ import shutil
 
 import pandas as pd
 import pytest
-from real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
-from test_damaged_results import damage
-
 from feedbench.aggregate import load_results, read_summary, write_summary
 from feedbench.knobs import KNOBS
+from real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
+from test_damaged_results import damage
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +24,32 @@ def summary(real_matrix, tmp_path_factory):  # noqa: F811
 def test_one_row_per_cell_and_repeat_with_labels_knobs_and_metrics(summary, real_matrix):  # noqa: F811
     assert len(summary) == len(real_matrix.paths) == 2 * len(cells(EXPERIMENTS)) + 1
     assert not summary.duplicated(["experiment", "cell", "repeat"]).any()
-    for column in ["experiment", "cell", "repeat", "status", "error_type", "error_message", *KNOBS,
-                   "samples_per_s", "tokens_per_s", "step_ms_median", "step_ms_p10", "step_ms_p90", "stall_pct", "h2d_gb_per_s",
-                   "time_to_first_batch_s", "cuda_init_s", "wait_ms", "wait_share", "fwd_ms", "bwd_ms", "opt_ms", "h2d_share", "host", "gpu"]:
+    for column in [
+        "experiment",
+        "cell",
+        "repeat",
+        "status",
+        "error_type",
+        "error_message",
+        *KNOBS,
+        "samples_per_s",
+        "tokens_per_s",
+        "step_ms_median",
+        "step_ms_p10",
+        "step_ms_p90",
+        "stall_pct",
+        "h2d_gb_per_s",
+        "time_to_first_batch_s",
+        "cuda_init_s",
+        "wait_ms",
+        "wait_share",
+        "fwd_ms",
+        "bwd_ms",
+        "opt_ms",
+        "h2d_share",
+        "host",
+        "gpu",
+    ]:
         assert column in summary, column
     assert set(summary["experiment"]) == set(EXPERIMENTS) | {"broken"}
     assert sorted(summary.loc[summary["experiment"] == "train", "repeat"].unique()) == [0, 1]
@@ -95,7 +117,12 @@ def test_invalid_cell_keeps_the_requested_knobs(run_cell, tmp_path):
     code, result = run_cell(batch_size=0, experiment="bad", cell="batch_size-0", repeat=0)
     assert code == 2 and result["cell"] is None
     row = load_results([str(tmp_path / "cell0" / "result.json")]).iloc[0]
-    assert (row["experiment"], row["cell"], row["status"], row["error_type"]) == ("bad", "batch_size-0", "failed", "KnobError")
+    assert (row["experiment"], row["cell"], row["status"], row["error_type"]) == (
+        "bad",
+        "batch_size-0",
+        "failed",
+        "KnobError",
+    )
     assert row["batch_size"] == 0 and "batch_size" in row["error_message"]
 
 
@@ -110,14 +137,18 @@ def test_unreadable_result_is_a_failed_row_not_a_crash(real_matrix, tmp_path):  
     assert "not valid JSON" in row["error_message"]
     assert (frame["status"] == "ok").sum() == 1
 
-@pytest.mark.parametrize("how, why", [
-    ("no-metrics", "'metrics' is a required property"),
-    ("rate-is-text", "metrics.samples_per_s: 'fast' is not of type"),
-    ("negative-stall", "metrics.stall_pct: -50 is less than the minimum of 0"),
-    ("nan-step", "metrics.step_ms.median: not a finite number"),
-    ("null", "not a mapping but NoneType"),
-    ("list", "not a mapping but list"),
-])
+
+@pytest.mark.parametrize(
+    "how, why",
+    [
+        ("no-metrics", "'metrics' is a required property"),
+        ("rate-is-text", "metrics.samples_per_s: 'fast' is not of type"),
+        ("negative-stall", "metrics.stall_pct: -50 is less than the minimum of 0"),
+        ("nan-step", "metrics.step_ms.median: not a finite number"),
+        ("null", "not a mapping but NoneType"),
+        ("list", "not a mapping but list"),
+    ],
+)
 def test_a_result_the_schema_refuses_is_a_failed_row_saying_why(real_matrix, tmp_path, how, why):  # noqa: F811
     good = real_matrix.paths[0]
     with open(good) as f:
@@ -153,7 +184,9 @@ def test_a_failed_result_without_provenance_keeps_its_own_error(real_matrix, tmp
     with open(real_matrix.paths[0]) as f:
         result = json.load(f)
     del result["provenance"]
-    result.update(status="failed", error={"type": "Terminated", "message": "time limit of 30 s reached", "traceback": ""})
+    result.update(
+        status="failed", error={"type": "Terminated", "message": "time limit of 30 s reached", "traceback": ""}
+    )
     stuck = tmp_path / "cells" / "e" / "c" / "rep1" / "result.json"
     stuck.parent.mkdir(parents=True)
     stuck.write_text(json.dumps(result))

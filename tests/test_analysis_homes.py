@@ -6,9 +6,8 @@ import ast
 import json
 import os
 
-import yaml
-
 import feedbench
+import yaml
 from feedbench import harness, matrix, provenance, report, verdict
 from feedbench.aggregate import load_results, read_summary, result_row, write_summary
 from feedbench.metrics import CLOCKED_PHASES, PHASES
@@ -17,11 +16,13 @@ from feedbench.runner import run
 PACKAGE = os.path.dirname(os.path.abspath(feedbench.__file__))
 CONFIG = {
     "defaults": {"steps": 4, "warmup_steps": 1, "monitor_interval_s": 0.05, "torch_threads": 1},
-    "experiments": {"workers": {
-        "base": {"scenario": "loader", "model": "none", "image_size": 16, "batch_size": 16, "num_samples": 64},
-        # The baseline is the first level of every axis, whichever order the levels are written in.
-        "matrix": {"num_workers": [1, 0]},
-    }},
+    "experiments": {
+        "workers": {
+            "base": {"scenario": "loader", "model": "none", "image_size": 16, "batch_size": 16, "num_samples": 64},
+            # The baseline is the first level of every axis, whichever order the levels are written in.
+            "matrix": {"num_workers": [1, 0]},
+        }
+    },
 }
 
 
@@ -48,8 +49,22 @@ def test_the_baseline_travels_from_the_matrix_to_the_summary(tmp_path):
 def test_an_old_result_without_the_label_still_aggregates(tmp_path):
     """A result.json from before the label: the row is there, its baseline empty (unknown), and the verdict says why."""
     out = tmp_path / "cells" / "old" / "base" / "rep1"
-    run({"scenario": "loader", "model": "none", "image_size": 16, "batch_size": 16, "num_samples": 64, "steps": 3,
-         "warmup_steps": 1, "torch_threads": 1, "experiment": "old", "cell": "base", "repeat": 1}, str(out))
+    run(
+        {
+            "scenario": "loader",
+            "model": "none",
+            "image_size": 16,
+            "batch_size": 16,
+            "num_samples": 64,
+            "steps": 3,
+            "warmup_steps": 1,
+            "torch_threads": 1,
+            "experiment": "old",
+            "cell": "base",
+            "repeat": 1,
+        },
+        str(out),
+    )
     with open(out / "result.json") as f:
         result = json.load(f)
     assert result["cell"]["baseline"] is None and result["status"] == "ok"
@@ -67,9 +82,12 @@ def assigned_names(path: str) -> set[str]:
 
 
 def test_phases_are_defined_once():
-    homes = [os.path.relpath(os.path.join(folder, name), PACKAGE)
-             for folder, _, names in os.walk(PACKAGE) for name in names
-             if name.endswith(".py") and "PHASES" in assigned_names(os.path.join(folder, name))]
+    homes = [
+        os.path.relpath(os.path.join(folder, name), PACKAGE)
+        for folder, _, names in os.walk(PACKAGE)
+        for name in names
+        if name.endswith(".py") and "PHASES" in assigned_names(os.path.join(folder, name))
+    ]
     assert homes == ["metrics.py"]
     # The harness's per-scenario mapping is derived from the one tuple, in its order.
     for phases in harness.PHASES_OF.values():

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 
+import feedbench
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
-
-import feedbench
 
 KNOBS = dict(device="cpu", steps=3, warmup_steps=1, batch_size=8, torch_threads=1, monitor_interval_s=5)
 
@@ -37,8 +36,9 @@ def test_a_step_and_a_collate_as_callables_and_an_out_dir(tmp_path):
         calls.append(ctx.batch_size)
         return nn.functional.cross_entropy(model(batch["x"]), batch["y"])
 
-    result = feedbench.measure(dataset=data(), model=nn.Linear(6, 3), collate=collate, step=step,
-                               out_dir=str(tmp_path / "out"), **KNOBS)
+    result = feedbench.measure(
+        dataset=data(), model=nn.Linear(6, 3), collate=collate, step=step, out_dir=str(tmp_path / "out"), **KNOBS
+    )
     assert result["status"] == "ok" and calls == [8] * 4
     assert (tmp_path / "out" / "result.json").exists() and (tmp_path / "out" / "steps.csv").exists()
 

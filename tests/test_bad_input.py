@@ -7,7 +7,6 @@ import json
 import jsonschema
 import pytest
 import torch
-
 from conftest import cli
 from feedbench.cell import parse_cell, resolve
 from feedbench.knobs import KnobError
@@ -18,9 +17,18 @@ from feedbench.result import schema
     "knobs, message",
     [
         ({"num_workerz": 2}, "unknown knob 'num_workerz'; allowed: amp, batch_size,"),
-        ({"model": "resnet1000"}, "knob 'model': value 'resnet1000' is not known; allowed: none, mlp, sleep, lstm or a torchvision classification model"),
-        ({"dataset": "imagenet"}, "knob 'dataset': value 'imagenet' is not allowed; allowed: synthetic, memory, images, cifar10, cifar100, tokens"),
-        ({"scenario": "inference"}, "knob 'scenario': value 'inference' is not allowed; allowed: train, loader, compute, transfer"),
+        (
+            {"model": "resnet1000"},
+            "knob 'model': value 'resnet1000' is not known; allowed: none, mlp, sleep, lstm or a torchvision classification model",
+        ),
+        (
+            {"dataset": "imagenet"},
+            "knob 'dataset': value 'imagenet' is not allowed; allowed: synthetic, memory, images, cifar10, cifar100, tokens",
+        ),
+        (
+            {"scenario": "inference"},
+            "knob 'scenario': value 'inference' is not allowed; allowed: train, loader, compute, transfer",
+        ),
         ({"num_workers": -1}, "knob 'num_workers': value -1 is out of range; allowed: an integer >= 0"),
         ({"batch_size": "big"}, "knob 'batch_size': value 'big' has the wrong type; allowed: an integer >= 1"),
         ({"batch_size": True}, "knob 'batch_size': value True has the wrong type; allowed: an integer >= 1"),
@@ -28,22 +36,55 @@ from feedbench.result import schema
         ({"timing": "cuda"}, "knob 'timing': value 'cuda' is not allowed; allowed: events, sync, naive"),
         ({"amp": "fp8"}, "knob 'amp': value 'fp8' is not allowed; allowed: off, bf16, fp16"),
         ({"device_prefetch": "thread"}, "knob 'device_prefetch': value 'thread' is not allowed; allowed: none, stream"),
-        ({"multiprocessing_context": "threads"}, "knob 'multiprocessing_context': value 'threads' is not allowed; allowed: fork, spawn, forkserver"),
+        (
+            {"multiprocessing_context": "threads"},
+            "knob 'multiprocessing_context': value 'threads' is not allowed; allowed: fork, spawn, forkserver",
+        ),
         ({"sample_delay_ms": -1}, "knob 'sample_delay_ms': value -1.0 is out of range; allowed: a number >= 0"),
-        ({"momentum": float("nan")}, "knob 'momentum': value nan is not a finite number; allowed: a number >= 0 and <= 1"),
-        ({"compute_ms": float("inf")}, "knob 'compute_ms': value inf is not a finite number; allowed: a number >= 0 and <= 3600000"),
-        ({"lr": 10**400}, "knob 'lr': value 100000000000000000...0000000000000000000 is out of range; allowed: a number >= 0"),
-        ({"steps": 10**21}, "knob 'steps': value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000"),
-        ({"batch_size": 2**40}, "knob 'batch_size': value 1099511627776 is out of range; allowed: an integer >= 1 and <= 1048576"),
+        (
+            {"momentum": float("nan")},
+            "knob 'momentum': value nan is not a finite number; allowed: a number >= 0 and <= 1",
+        ),
+        (
+            {"compute_ms": float("inf")},
+            "knob 'compute_ms': value inf is not a finite number; allowed: a number >= 0 and <= 3600000",
+        ),
+        (
+            {"lr": 10**400},
+            "knob 'lr': value 100000000000000000...0000000000000000000 is out of range; allowed: a number >= 0",
+        ),
+        (
+            {"steps": 10**21},
+            "knob 'steps': value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000",
+        ),
+        (
+            {"batch_size": 2**40},
+            "knob 'batch_size': value 1099511627776 is out of range; allowed: an integer >= 1 and <= 1048576",
+        ),
         ({"num_workers": 1000}, "knob 'num_workers': value 1000 is out of range; allowed: an integer >= 0 and <= 256"),
         ({"model": "x" * 10_000}, "knob 'model': value 'xxxxxxxx"),
         ({"steps": None}, "knob 'steps': value null is not allowed; allowed: an integer >= 1"),
-        ({"transfer_sizes": [0]}, "knob 'transfer_sizes': value [0] is not allowed; allowed: a non-empty list of byte counts > 0"),
-        ({"dataset": "images"}, "knob 'data_dir': dataset 'images' needs a data_dir; allowed: an existing folder (make one with: python -m feedbench make-images DIR)"),
-        ({"dataset": "cifar10"}, "knob 'data_dir': dataset 'cifar10' needs a data_dir; allowed: an existing folder (or download: true)"),
+        (
+            {"transfer_sizes": [0]},
+            "knob 'transfer_sizes': value [0] is not allowed; allowed: a non-empty list of byte counts > 0",
+        ),
+        (
+            {"dataset": "images"},
+            "knob 'data_dir': dataset 'images' needs a data_dir; allowed: an existing folder (make one with: python -m feedbench make-images DIR)",
+        ),
+        (
+            {"dataset": "cifar10"},
+            "knob 'data_dir': dataset 'cifar10' needs a data_dir; allowed: an existing folder (or download: true)",
+        ),
         ({"scenario": "train", "model": "none"}, "knob 'model': value 'none' is not allowed with scenario 'train'"),
-        ({"model": "lstm", "dataset": "synthetic"}, "knob 'dataset': value 'synthetic' is not allowed with model 'lstm'; allowed: tokens"),
-        ({"model": "resnet18", "dataset": "tokens"}, "knob 'model': value 'resnet18' is not allowed with dataset 'tokens'"),
+        (
+            {"model": "lstm", "dataset": "synthetic"},
+            "knob 'dataset': value 'synthetic' is not allowed with model 'lstm'; allowed: tokens",
+        ),
+        (
+            {"model": "resnet18", "dataset": "tokens"},
+            "knob 'model': value 'resnet18' is not allowed with dataset 'tokens'",
+        ),
     ],
 )
 def test_bad_knob_names_knob_value_and_choices(knobs, message):
@@ -71,11 +112,19 @@ def test_cuda_without_gpu_is_refused():
     ],
 )
 def test_combinations_pytorch_refuses_are_adjusted_and_recorded(run_cell, knobs, note):
-    code, result = run_cell(**{"model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "steps": 2, "warmup_steps": 0, **knobs})
+    code, result = run_cell(
+        **{"model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "steps": 2, "warmup_steps": 0, **knobs}
+    )
     assert code == 0, result["error"]
     assert note in result["adjustments"]
     name = next(iter(knobs))
-    ran_with = {"prefetch_factor": None, "in_order": True, "persistent_workers": False, "multiprocessing_context": None, "pin_memory": False}
+    ran_with = {
+        "prefetch_factor": None,
+        "in_order": True,
+        "persistent_workers": False,
+        "multiprocessing_context": None,
+        "pin_memory": False,
+    }
     if name in ran_with:
         assert result["cell"][name] == ran_with[name]
 
@@ -84,7 +133,9 @@ def test_cli_bad_knob_exits_2_with_one_line_and_writes_failed_result(tmp_path):
     proc = cli("run", "--out", str(tmp_path / "out"), "--set", "num_workers=-3")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["feedbench: error: knob 'num_workers': value -3 is out of range; allowed: an integer >= 0 and <= 256"]
+    assert lines == [
+        "feedbench: error: knob 'num_workers': value -3 is out of range; allowed: an integer >= 0 and <= 256"
+    ]
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     jsonschema.validate(result, schema())
     assert result["status"] == "failed" and result["cell"] is None
@@ -100,7 +151,9 @@ def test_cli_unreadable_cell_file_is_one_line(tmp_path):
 
 def test_missing_image_folder_names_path_and_how_to_get_it(run_cell, tmp_path):
     missing = tmp_path / "no-such-images"
-    code, result = run_cell(dataset="images", data_dir=str(missing), model="resnet18", image_size=32, batch_size=4, steps=1)
+    code, result = run_cell(
+        dataset="images", data_dir=str(missing), model="resnet18", image_size=32, batch_size=4, steps=1
+    )
     assert code == 2
     assert result["status"] == "failed"
     assert result["error"]["message"] == (
@@ -110,7 +163,9 @@ def test_missing_image_folder_names_path_and_how_to_get_it(run_cell, tmp_path):
 
 
 def test_missing_cifar_names_path_and_download(run_cell, tmp_path):
-    code, result = run_cell(dataset="cifar100", data_dir=str(tmp_path), model="resnet18", image_size=32, batch_size=4, steps=1)
+    code, result = run_cell(
+        dataset="cifar100", data_dir=str(tmp_path), model="resnet18", image_size=32, batch_size=4, steps=1
+    )
     assert code == 2
     assert result["error"]["message"].startswith(f"knob 'data_dir': cifar100 not found in {str(tmp_path)!r}")
     assert result["error"]["message"].endswith("set download: true or fix the path")

@@ -23,7 +23,9 @@ from test_workflow import copy_workflow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 
-pytestmark = pytest.mark.skipif(find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)")
+pytestmark = pytest.mark.skipif(
+    find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
+)
 
 
 def test_report_loads_cleanly_and_draws_every_figure(real_matrix, config, tmp_path):  # noqa: F811
@@ -48,8 +50,10 @@ def test_report_loads_cleanly_and_draws_every_figure(real_matrix, config, tmp_pa
 def test_the_check_sees_a_broken_page(tmp_path):
     """The same check on a crafted broken page must report each fault (so the test above can fail)."""
     page = tmp_path / "broken.html"
-    page.write_text('<!doctype html><html><body><img src="missing.png"><script>console.error("boom")</script>'
-                    '<figure><svg width="0" height="0"></svg></figure></body></html>')
+    page.write_text(
+        '<!doctype html><html><body><img src="missing.png"><script>console.error("boom")</script>'
+        '<figure><svg width="0" height="0"></svg></figure></body></html>'
+    )
     found = inspect(str(page))
     assert any("missing.png" in failure for failure in found.failed_loads)
     assert any("boom" in error for error in found.console_errors)
@@ -95,9 +99,11 @@ def test_the_breakdown_small_report_fits_a_laptop_and_a_phone(breakdown_report, 
 def test_the_fit_check_sees_a_page_that_scrolls_sideways_and_a_clipped_cell(tmp_path):
     """So the two tests above can fail."""
     page = tmp_path / "wide.html"
-    page.write_text('<!doctype html><html><body><table><tr><td>' + "x" * 400 + '</td>'
-                    '<td style="overflow:hidden;max-width:3em;white-space:nowrap">clipped content here</td>'
-                    '</tr></table></body></html>')
+    page.write_text(
+        "<!doctype html><html><body><table><tr><td>" + "x" * 400 + "</td>"
+        '<td style="overflow:hidden;max-width:3em;white-space:nowrap">clipped content here</td>'
+        "</tr></table></body></html>"
+    )
     found = inspect(str(page), width=390)
     assert found.layout["scrollWidth"] > found.layout["clientWidth"]
     assert found.layout["clipped"] == ["clipped content here"]

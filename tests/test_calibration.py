@@ -47,9 +47,18 @@ def test_throughput_and_stall_match_analytic_values(run_cell, case, workers):
     compute_ms = CASES[case] * LOAD_MS / max(workers, 1)
     step_ms, stall_pct = expected(compute_ms, workers)
     code, result = run_cell(
-        scenario="train", model="sleep", compute_ms=compute_ms, dataset="synthetic", image_size=8,
-        sample_delay_ms=DELAY_MS, batch_size=BATCH, num_workers=workers, steps=20, warmup_steps=4,
-        num_samples=4096, torch_threads=1,
+        scenario="train",
+        model="sleep",
+        compute_ms=compute_ms,
+        dataset="synthetic",
+        image_size=8,
+        sample_delay_ms=DELAY_MS,
+        batch_size=BATCH,
+        num_workers=workers,
+        steps=20,
+        warmup_steps=4,
+        num_samples=4096,
+        torch_threads=1,
     )
     assert code == 0, result["error"]
     metrics = result["metrics"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from feedbench.config import validate_config
 from feedbench.matrix import ConfigError, build_cells
 
@@ -21,8 +20,16 @@ def cells_of(experiments: dict, defaults: dict | None = None) -> dict[str, list]
 
 
 def test_each_training_cell_gets_its_loader_compute_and_transfer_ceilings():
-    found = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0, 2], "hidden_layers": [1, 4]},
-                            "include": [{"batch_size": 32}]}})
+    found = cells_of(
+        {
+            "w": {
+                "ceilings": True,
+                "base": MLP,
+                "matrix": {"num_workers": [0, 2], "hidden_layers": [1, 4]},
+                "include": [{"batch_size": 32}],
+            }
+        }
+    )
     loaders = {(c.knobs.get("num_workers", 0), c.knobs["batch_size"]) for c in found["ceilings-loader"]}
     computes = {(c.knobs.get("hidden_layers", 1), c.knobs["batch_size"]) for c in found["ceilings-compute"]}
     # 4 + 1 training cells share 3 loader ceilings (hidden_layers is no loader knob) and 3 compute ceilings.
@@ -37,8 +44,13 @@ def test_each_training_cell_gets_its_loader_compute_and_transfer_ceilings():
 
 
 def test_a_ceiling_an_experiment_measures_is_not_measured_again():
-    found = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0, 2]}},
-                      "c": {"base": {**MLP, "scenario": "compute"}}}, defaults={"device": "cpu"})
+    found = cells_of(
+        {
+            "w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0, 2]}},
+            "c": {"base": {**MLP, "scenario": "compute"}},
+        },
+        defaults={"device": "cpu"},
+    )
     assert "ceilings-compute" not in found and len(found["c"]) == 1
     assert len(found["ceilings-loader"]) == 2
     assert "ceilings-transfer" not in found  # a CPU copies nothing

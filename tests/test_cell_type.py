@@ -7,7 +7,6 @@ import types
 import typing
 
 import pytest
-
 from feedbench.cell import Cell, parse_cell
 from feedbench.knobs import KNOBS, LABELS
 

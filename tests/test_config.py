@@ -7,11 +7,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 import yaml
-
 from conftest import ROOT
 from feedbench.config import validate_config
 from feedbench.knobs import KNOBS
@@ -36,10 +35,14 @@ def test_default_config_is_the_matrix_of_the_issue():
         by.setdefault(cell.experiment, []).append(cell)
     assert config["defaults"]["repeats"] == 3
     workers = by["workers"]
-    assert {(c.knobs["num_workers"], c.knobs["pin_memory"]) for c in workers} == {(w, p) for w in (0, 1, 2) for p in (False, True)}
+    assert {(c.knobs["num_workers"], c.knobs["pin_memory"]) for c in workers} == {
+        (w, p) for w in (0, 1, 2) for p in (False, True)
+    }
     assert all(c.knobs["dataset"] == "images" and c.knobs["data_dir"] == "results/data/images" for c in workers)
     prefetch = by["prefetch"]
-    assert {(c.knobs["device_prefetch"], c.knobs["hidden_layers"]) for c in prefetch} == {(d, h) for d in ("none", "stream") for h in (1, 4)}
+    assert {(c.knobs["device_prefetch"], c.knobs["hidden_layers"]) for c in prefetch} == {
+        (d, h) for d in ("none", "stream") for h in (1, 4)
+    }
     assert all(c.knobs["model"] == "mlp" and c.knobs["dataset"] == "memory" for c in prefetch)
     assert {c.knobs["scenario"] for c in by["compute"]} == {"compute"}
     assert {c.knobs["scenario"] for c in by["transfer"]} == {"transfer"}
@@ -77,7 +80,9 @@ def test_readme_reference_lists_every_key_of_the_schema_with_its_default():
     for key, sub in keys.items():
         if "default" in sub:
             shown = yaml.safe_dump(sub["default"], default_flow_style=True).strip().removesuffix("...").strip()
-            assert reference[key][1] == f"`{shown}`", f"{key}: README says {reference[key][1]}, the schema's default is {shown}"
+            assert reference[key][1] == f"`{shown}`", (
+                f"{key}: README says {reference[key][1]}, the schema's default is {shown}"
+            )
         if key in schema.get("required", []):
             assert reference[key][1] == "required", key
 
@@ -85,7 +90,10 @@ def test_readme_reference_lists_every_key_of_the_schema_with_its_default():
 def test_config_accepts_exactly_the_knobs_of_the_harness():
     """Knob names and values are checked against feedbench.knobs.KNOBS (not listed in the schema), so they cannot drift."""
     every = {name: knob.default for name, knob in KNOBS.items()}
-    config = {"defaults": dict(every), "experiments": {"all": {"base": dict(every), "matrix": {name: [value] for name, value in every.items()}}}}
+    config = {
+        "defaults": dict(every),
+        "experiments": {"all": {"base": dict(every), "matrix": {name: [value] for name, value in every.items()}}},
+    }
     validate_config(config, SCHEMA)
     (cell,) = build_cells(config)
     assert cell.knobs == every
@@ -105,58 +113,101 @@ def test_conda_envs_follow_pyproject():
         pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
         for line in pip:
             assert requirement_name(line) in declared, f"envs/{name}: {line} is not a dependency in pyproject.toml"
-            assert line == declared[requirement_name(line)], f"envs/{name}: {line} but pyproject.toml says {declared[requirement_name(line)]}"
+            assert line == declared[requirement_name(line)], (
+                f"envs/{name}: {line} but pyproject.toml says {declared[requirement_name(line)]}"
+            )
             used.add(requirement_name(line))
     assert set(declared) - ENGINE - used == set(), "dependencies of pyproject.toml that no env installs"
 
 
 def test_every_conda_env_is_used_by_a_rule():
-    rules = "".join(open(os.path.join(ROOT, "workflow", "rules", f)).read() for f in os.listdir(os.path.join(ROOT, "workflow", "rules")))
+    rules = "".join(
+        open(os.path.join(ROOT, "workflow", "rules", f)).read()
+        for f in os.listdir(os.path.join(ROOT, "workflow", "rules"))
+    )
     referenced = set(re.findall(r'"\.\./\.\./envs/([\w.-]+)"', rules))
     assert referenced == set(os.listdir(os.path.join(ROOT, "envs")))
 
 
 # Bad configs, through Snakemake itself: one line, before any job starts.
 BAD = {
-    "unknown key": ({"experiments": {"w": {"base": {}, "titel": "x"}}},
-                    "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, reference, title, view"),
-    "unknown knob": ({"experiments": {"w": {"base": {"num_wokers": 2}}}},
-                     "bad config: experiments.w.base.num_wokers: unknown knob (did you mean num_workers?); allowed: "),
-    "wrong type": ({"experiments": {"w": {"base": {"batch_size": "64"}}}},
-                   "bad config: experiments.w.base.batch_size: value '64' has the wrong type; allowed: an integer >= 1"),
-    "level out of range": ({"experiments": {"w": {"matrix": {"num_workers": [0, -1]}}}},
-                           "bad config: experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0"),
-    "unknown model": ({"experiments": {"w": {"matrix": {"model": ["mlp", "resnet999"]}}}},
-                      "bad config: experiments.w.matrix.model: value 'resnet999' is not known; allowed: none, mlp, sleep, lstm or a torchvision"),
-    "unknown dataset": ({"experiments": {"w": {"base": {"dataset": "imagenet"}}}},
-                        "bad config: experiments.w.base.dataset: value 'imagenet' is not allowed; allowed: synthetic, memory, images,"),
-    "axis without levels": ({"experiments": {"w": {"matrix": {"num_workers": []}}}},
-                            "bad config: experiments.w.matrix.num_workers: value [] has no levels; allowed: at least 1"),
-    "name unfit for a path": ({"experiments": {"../w": {"base": {}}}},
-                              "bad config: experiments: name '../w' is not fit for a path; allowed: letters, digits, _ and - (not first)"),
-    "missing data_dir": ({"experiments": {"w": {"base": {"dataset": "images", "data_dir": "no/such/folder"}}}},
-                         "bad config: experiments.w.base.data_dir: value 'no/such/folder' does not exist; allowed: an existing folder"),
-    "unknown published table": ({"experiments": {"w": {"view": "prefetch", "reference": "nosuch", "base": {}}}},
-                                "bad config: experiments.w.reference: no table "),
-    "unknown size": ({"size": "medium", "experiments": {"w": {"base": {}}}},
-                     "bad config: size: value 'medium' is not allowed; allowed: full, small"),
-    "unknown key in small": ({"small": {"experimants": {}}, "experiments": {"w": {"base": {}}}},
-                             "bad config: small: value 'experimants' is not allowed; allowed: defaults, images, retry_failed, experiments"),
+    "unknown key": (
+        {"experiments": {"w": {"base": {}, "titel": "x"}}},
+        "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, reference, title, view",
+    ),
+    "unknown knob": (
+        {"experiments": {"w": {"base": {"num_wokers": 2}}}},
+        "bad config: experiments.w.base.num_wokers: unknown knob (did you mean num_workers?); allowed: ",
+    ),
+    "wrong type": (
+        {"experiments": {"w": {"base": {"batch_size": "64"}}}},
+        "bad config: experiments.w.base.batch_size: value '64' has the wrong type; allowed: an integer >= 1",
+    ),
+    "level out of range": (
+        {"experiments": {"w": {"matrix": {"num_workers": [0, -1]}}}},
+        "bad config: experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0",
+    ),
+    "unknown model": (
+        {"experiments": {"w": {"matrix": {"model": ["mlp", "resnet999"]}}}},
+        "bad config: experiments.w.matrix.model: value 'resnet999' is not known; allowed: none, mlp, sleep, lstm or a torchvision",
+    ),
+    "unknown dataset": (
+        {"experiments": {"w": {"base": {"dataset": "imagenet"}}}},
+        "bad config: experiments.w.base.dataset: value 'imagenet' is not allowed; allowed: synthetic, memory, images,",
+    ),
+    "axis without levels": (
+        {"experiments": {"w": {"matrix": {"num_workers": []}}}},
+        "bad config: experiments.w.matrix.num_workers: value [] has no levels; allowed: at least 1",
+    ),
+    "name unfit for a path": (
+        {"experiments": {"../w": {"base": {}}}},
+        "bad config: experiments: name '../w' is not fit for a path; allowed: letters, digits, _ and - (not first)",
+    ),
+    "missing data_dir": (
+        {"experiments": {"w": {"base": {"dataset": "images", "data_dir": "no/such/folder"}}}},
+        "bad config: experiments.w.base.data_dir: value 'no/such/folder' does not exist; allowed: an existing folder",
+    ),
+    "unknown published table": (
+        {"experiments": {"w": {"view": "prefetch", "reference": "nosuch", "base": {}}}},
+        "bad config: experiments.w.reference: no table ",
+    ),
+    "unknown size": (
+        {"size": "medium", "experiments": {"w": {"base": {}}}},
+        "bad config: size: value 'medium' is not allowed; allowed: full, small",
+    ),
+    "unknown key in small": (
+        {"small": {"experimants": {}}, "experiments": {"w": {"base": {}}}},
+        "bad config: small: value 'experimants' is not allowed; allowed: defaults, images, retry_failed, experiments",
+    ),
     # Issue #9: these ran jobs, crashed Snakemake or exhausted the machine.
-    "not a number": ({"experiments": {"w": {"matrix": {"momentum": [float("nan")]}}}},
-                     "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1"),
-    "name too long": ({"experiments": {"x" * 300: {}}},
-                      "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64"),
-    "periodic name": ({"experiments": {"a" * 40: {}}},
-                      "bad config: experiments: name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' ends in a part repeated 20 times or more"),
-    "22-digit level": ({"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
-                       "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000"),
-    "plot column": ({"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples"}}}},
-                    "bad config: experiments.w.plot.y: column 'samples' is neither a knob nor a summary column"),
-    "huge matrix": ({"experiments": {"w": {"matrix": {"seed": list(range(1000)), "steps": list(range(1, 1001))}}}},
-                    "bad config: experiments: 1000000 cells (w: 1000000); allowed: at most 10000 cells in all (max_cells)"),
-    "levels equal by value": ({"experiments": {"w": {"matrix": {"momentum": [1, 1.0]}}}},
-                              "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ"),
+    "not a number": (
+        {"experiments": {"w": {"matrix": {"momentum": [float("nan")]}}}},
+        "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1",
+    ),
+    "name too long": (
+        {"experiments": {"x" * 300: {}}},
+        "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64",
+    ),
+    "periodic name": (
+        {"experiments": {"a" * 40: {}}},
+        "bad config: experiments: name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' ends in a part repeated 20 times or more",
+    ),
+    "22-digit level": (
+        {"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
+        "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000",
+    ),
+    "plot column": (
+        {"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples"}}}},
+        "bad config: experiments.w.plot.y: column 'samples' is neither a knob nor a summary column",
+    ),
+    "huge matrix": (
+        {"experiments": {"w": {"matrix": {"seed": list(range(1000)), "steps": list(range(1, 1001))}}}},
+        "bad config: experiments: 1000000 cells (w: 1000000); allowed: at most 10000 cells in all (max_cells)",
+    ),
+    "levels equal by value": (
+        {"experiments": {"w": {"matrix": {"momentum": [1, 1.0]}}}},
+        "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ",
+    ),
 }
 
 
@@ -167,9 +218,22 @@ def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"), "--directory", str(tmp_path),
-         "--configfile", str(path), "--cores", "2"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            os.path.join(ROOT, "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "--cores",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode != 0
     lines = [line for line in (run.stderr + run.stdout).splitlines() if line.startswith("bad config:")]
@@ -179,8 +243,22 @@ def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
 
 def snakemake(tmp_path, *args):
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"), "--directory", str(tmp_path), "--cores", "2", *args],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            os.path.join(ROOT, "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--cores",
+            "2",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -195,13 +273,22 @@ def bad_config_line(run) -> str:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("experiments:\n  w:\n    base: {steps: 5\n    title: x\n",
-         "bad config: config/config.yaml, line 4, column 10: while parsing a flow mapping: expected ',' or '}', but got ':'; allowed: YAML (or JSON)"),
-        ("__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp}/PWNED') or 'yte'\n",
-         "bad config: config/config.yaml: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__"),
-        ("\n".join(["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)])
-         + "\nexperiments: {w: {title: *a9}}\n",
-         "bad config: config/config.yaml: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000"),
+        (
+            "experiments:\n  w:\n    base: {steps: 5\n    title: x\n",
+            "bad config: config/config.yaml, line 4, column 10: while parsing a flow mapping: expected ',' or '}', but got ':'; allowed: YAML (or JSON)",
+        ),
+        (
+            "__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp}/PWNED') or 'yte'\n",
+            "bad config: config/config.yaml: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__",
+        ),
+        (
+            "\n".join(
+                ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+                + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+            )
+            + "\nexperiments: {w: {title: *a9}}\n",
+            "bad config: config/config.yaml: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000",
+        ),
     ],
     ids=["yaml syntax", "yte templates", "alias bomb"],
 )
@@ -218,7 +305,9 @@ def test_default_config_file_is_checked_before_snakemake_reads_it(text, message,
 def test_yte_in_a_configfile_option_is_refused_after_snakemake_ran_it(tmp_path):
     """Snakemake reads --configfile files before the Snakefile runs: the template has run (README: "Configs are code?")."""
     path = tmp_path / "yte.yaml"
-    path.write_text(f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp_path}/PWNED') or 'yte'\n")
+    path.write_text(
+        f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp_path}/PWNED') or 'yte'\n"
+    )
     line = bad_config_line(snakemake(tmp_path, "--configfile", str(path)))
     assert line == (
         f"bad config: {path}: __use_yte__: YTE templates run Python code in the config"
@@ -229,8 +318,11 @@ def test_yte_in_a_configfile_option_is_refused_after_snakemake_ran_it(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="Snakemake 9 parses --configfile files before the Snakefile runs and says only "
-                   "'Config file is not valid JSON or YAML'; no hook lets the workflow read them first")
+@pytest.mark.xfail(
+    strict=True,
+    reason="Snakemake 9 parses --configfile files before the Snakefile runs and says only "
+    "'Config file is not valid JSON or YAML'; no hook lets the workflow read them first",
+)
 def test_yaml_error_in_a_configfile_option_names_line_and_column(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("experiments:\n  w:\n    base: {steps: 5\n    title: x\n")

@@ -18,14 +18,19 @@ import textwrap
 import time
 
 import pytest
-from test_workflow import copy_workflow, planned, snakemake
-
 from feedbench.images import make_images
+from test_workflow import copy_workflow, planned, snakemake
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine
 
-FAST = {"scenario": "loader", "dataset": "synthetic", "model": "mlp", "input_size": 8, "batch_size": 4,
-        "num_samples": 64}
+FAST = {
+    "scenario": "loader",
+    "dataset": "synthetic",
+    "model": "mlp",
+    "input_size": 8,
+    "batch_size": 4,
+    "num_samples": 64,
+}
 CONFIG = {
     "defaults": {"repeats": 3, "steps": 3, "warmup_steps": 1, "device": "cpu"},
     "experiments": {
@@ -81,7 +86,7 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     cells = workdir / "results" / "cells"
     keys = sorted(str(p.parent.relative_to(cells)) for p in cells.rglob("result.json"))
     assert len(keys) == 9
-    damaged, kept = dict(zip(keys, DAMAGE)), keys[len(DAMAGE):]
+    damaged, kept = dict(zip(keys, DAMAGE)), keys[len(DAMAGE) :]
     before = {key: (workdir / "results" / "cells" / key / "result.json").read_bytes() for key in keys}
     for key, how in damaged.items():
         (workdir / "results" / "cells" / key / "result.json").write_text(damage(before[key].decode(), how))
@@ -121,16 +126,30 @@ def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
     """Ctrl-C while a cell runs leaves its output marked incomplete; `make run` again must finish it without flags."""
     workflow, workdir = _workflow(tmp_path)
     slow = dict(FAST, sample_delay_ms=50)  # 4 samples x 50 ms a step: 40 steps take 8 s or more
-    config = {"defaults": {"repeats": 1, "steps": 40, "warmup_steps": 1, "device": "cpu"},
-              "experiments": {"slow": {"base": slow, "matrix": {"num_workers": [0]}}}}
+    config = {
+        "defaults": {"repeats": 1, "steps": 40, "warmup_steps": 1, "device": "cpu"},
+        "experiments": {"slow": {"base": slow, "matrix": {"num_workers": [0]}}},
+    }
     with open(workdir / "config.yaml", "w") as f:
         json.dump(config, f)
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"),
-               "--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        os.path.join(workflow, "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+    ]
     # A terminal's Ctrl-C reaches the whole foreground process group: Snakemake and the job it runs.
-    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     started = workdir / "logs" / "bench" / "slow" / "num_workers-0" / "rep1.log"
     deadline = time.monotonic() + 300
     while not (started.exists() and started.stat().st_size) and run.poll() is None and time.monotonic() < deadline:
@@ -168,8 +187,13 @@ def test_a_write_that_fills_the_disk_leaves_no_temp_file_and_the_old_result(tmp_
     (tmp_path / "result.json").write_text('{"status": "failed"}\n')
     package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workflow")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.run([sys.executable, "-c", WRITE_UNDER_A_SIZE_LIMIT, str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITE_UNDER_A_SIZE_LIMIT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == str(errno.EFBIG), proc.stdout + proc.stderr
     assert os.listdir(tmp_path) == ["result.json"]
     assert (tmp_path / "result.json").read_text() == '{"status": "failed"}\n'
@@ -179,9 +203,21 @@ def test_a_non_ascii_data_dir_reaches_the_cell_intact(tmp_path):
     """`data_dir: img😀` (the folder exists): cell.yaml must carry the emoji, not two lone surrogates."""
     workflow, workdir = _workflow(tmp_path)
     make_images(str(workdir / "img😀"), count=8, size=24, classes=2)
-    config = {"defaults": {"repeats": 1, "steps": 2, "warmup_steps": 0, "device": "cpu"},
-              "experiments": {"emoji": {"base": {"scenario": "loader", "dataset": "images", "data_dir": "img😀",
-                                                 "image_size": 16, "batch_size": 4}, "matrix": {"num_workers": [0]}}}}
+    config = {
+        "defaults": {"repeats": 1, "steps": 2, "warmup_steps": 0, "device": "cpu"},
+        "experiments": {
+            "emoji": {
+                "base": {
+                    "scenario": "loader",
+                    "dataset": "images",
+                    "data_dir": "img😀",
+                    "image_size": 16,
+                    "batch_size": 4,
+                },
+                "matrix": {"num_workers": [0]},
+            }
+        },
+    }
     run = snakemake(workflow, workdir, config)
     assert run.returncode == 0, run.stderr[-4000:]
     folder = workdir / "results" / "cells" / "emoji" / "num_workers-0" / "rep1"

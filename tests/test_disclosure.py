@@ -9,25 +9,30 @@ import socket
 import sys
 
 import pytest
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
-
 from feedbench.aggregate import load_results, read_summary, write_summary
 from feedbench.disclosure import Disclosure
 from feedbench.report import write_report
+from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 # Stands for /home/<user>: the folder holding the virtual env, whose files a real traceback names.
 HOME = os.path.dirname(sys.prefix)
 
 
-@pytest.mark.parametrize("text, shown", [
-    ('File "/work/run/results/cells/x/result.json", line 3', 'File "results/cells/x/result.json", line 3'),  # the cwd
-    ("/work/run", "."),
-    ("open /home/me/data/images/a.jpg", "open ~/data/images/a.jpg"),                   # $HOME
-    ("/home/alice/venv/lib/torch/nn.py:12", "~/venv/lib/torch/nn.py:12"),               # someone's home
-    ("/Users/bob/x", "~/x"),
-    ("/usr/lib/python3/site-packages/torch/nn.py", "/usr/lib/python3/site-packages/torch/nn.py"),  # no user in it
-    ("https://example.com/a/b and 1/5/50 and samples/s and load / transfer",) * 2,     # not paths
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        (
+            'File "/work/run/results/cells/x/result.json", line 3',
+            'File "results/cells/x/result.json", line 3',
+        ),  # the cwd
+        ("/work/run", "."),
+        ("open /home/me/data/images/a.jpg", "open ~/data/images/a.jpg"),  # $HOME
+        ("/home/alice/venv/lib/torch/nn.py:12", "~/venv/lib/torch/nn.py:12"),  # someone's home
+        ("/Users/bob/x", "~/x"),
+        ("/usr/lib/python3/site-packages/torch/nn.py", "/usr/lib/python3/site-packages/torch/nn.py"),  # no user in it
+        ("https://example.com/a/b and 1/5/50 and samples/s and load / transfer",) * 2,  # not paths
+    ],
+)
 def test_paths_are_relative_or_from_home(text, shown):
     assert Disclosure(cwd="/work/run", home="/home/me").text(text) == shown
 
@@ -55,8 +60,11 @@ def make_report(root: str, paths: list[str], config: dict) -> str:
 @pytest.fixture(scope="module")
 def config():
     experiments = json.loads(json.dumps(EXPERIMENTS))
-    experiments["broken"] = {"title": "A dataset with a truncated JPEG", "base": {"dataset": "images"},
-                             "matrix": {"model": ["resnet18"]}}
+    experiments["broken"] = {
+        "title": "A dataset with a truncated JPEG",
+        "base": {"dataset": "images"},
+        "matrix": {"model": ["resnet18"]},
+    }
     # A data_dir under the pretend home: the config as run is printed in the report.
     return {"defaults": {"steps": 6, "data_dir": os.path.join(HOME, "images")}, "experiments": experiments}
 
@@ -70,7 +78,7 @@ def test_tracebacks_show_no_user_folder(real_matrix, config, tmp_path, monkeypat
         traceback = json.load(f)["error"]["traceback"]
     assert f'File "{HOME}/' in traceback  # the result keeps the full path: the report shortens it when rendering
     html = make_report(str(tmp_path), real_matrix.paths, config)
-    assert 'File &#34;~/' in html and "data_dir: ~/images" in html
+    assert "File &#34;~/" in html and "data_dir: ~/images" in html
     assert HOME + "/" not in html
     assert socket.gethostname() in html  # not anonymized: the host stays
 
@@ -80,16 +88,15 @@ def test_anonymize_withholds_the_host_and_every_absolute_path(real_matrix, confi
     html = make_report(str(tmp_path), real_matrix.paths, {**config, "report": {"anonymize": True}})
     assert socket.gethostname() not in html
     assert "Anonymized" in html
-    assert re.search(r'File &#34;…/\w+\.py&#34;, line \d+', html)  # the traceback's frames keep their file names
+    assert re.search(r"File &#34;…/\w+\.py&#34;, line \d+", html)  # the traceback's frames keep their file names
     text = html.split("<main", 1)[1]
     assert not [line for line in text.splitlines() if "/work/" in line or "/home/" in line or "/tmp/" in line]
     assert read_summary(os.path.join(tmp_path, "summary.csv"))["host"].notna().all()  # the summary keeps it
 
 
 def test_the_config_key_defaults_to_false_and_refuses_other_values():
-    from snakemake.utils import validate
-
     from feedbench.matrix import schema_error
+    from snakemake.utils import validate
 
     schema = os.path.join(os.path.dirname(__file__), "..", "config", "schema.yaml")
     config = {"experiments": {"e": {}}}

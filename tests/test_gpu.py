@@ -10,7 +10,16 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-SLEEP = dict(model="sleep", dataset="memory", image_size=32, batch_size=32, num_samples=1024, steps=30, warmup_steps=5, device="cuda")
+SLEEP = dict(
+    model="sleep",
+    dataset="memory",
+    image_size=32,
+    batch_size=32,
+    num_samples=1024,
+    steps=30,
+    warmup_steps=5,
+    device="cuda",
+)
 
 
 def test_gpu_sleep_model_is_timed_by_events(run_cell):
@@ -23,11 +32,23 @@ def test_gpu_sleep_model_is_timed_by_events(run_cell):
 
 
 def test_events_and_sync_agree_on_phase_times(run_cell):
-    knobs = dict(model="resnet18", dataset="memory", image_size=64, num_classes=100, batch_size=64, num_samples=1024, steps=20, warmup_steps=5, device="cuda")
+    knobs = dict(
+        model="resnet18",
+        dataset="memory",
+        image_size=64,
+        num_classes=100,
+        batch_size=64,
+        num_samples=1024,
+        steps=20,
+        warmup_steps=5,
+        device="cuda",
+    )
     _, events = run_cell(**knobs, timing="events")
     _, sync = run_cell(**knobs, timing="sync")
     for phase in ("fwd", "bwd"):
-        assert events["metrics"]["phases"][phase]["median_ms"] == pytest.approx(sync["metrics"]["phases"][phase]["median_ms"], rel=0.25)
+        assert events["metrics"]["phases"][phase]["median_ms"] == pytest.approx(
+            sync["metrics"]["phases"][phase]["median_ms"], rel=0.25
+        )
     # The instrument must not slow the loop: events keep the host ahead of the GPU.
     assert events["metrics"]["samples_per_s"] >= 0.95 * sync["metrics"]["samples_per_s"]
 
@@ -47,8 +68,20 @@ def test_pinned_copies_beat_pageable(run_cell):
 
 
 def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
-    knobs = dict(model="mlp", dataset="memory", input_size=4096, width=4096, hidden_layers=4, batch_size=4096, num_samples=4096 * 8,
-                 steps=30, warmup_steps=5, device="cuda", pin_memory=True, non_blocking=True)
+    knobs = dict(
+        model="mlp",
+        dataset="memory",
+        input_size=4096,
+        width=4096,
+        hidden_layers=4,
+        batch_size=4096,
+        num_samples=4096 * 8,
+        steps=30,
+        warmup_steps=5,
+        device="cuda",
+        pin_memory=True,
+        non_blocking=True,
+    )
     _, none = run_cell(**knobs, device_prefetch="none")
     _, stream = run_cell(**knobs, device_prefetch="stream")
     assert stream["metrics"]["phases"]["h2d"]["median_ms"] > 0
@@ -63,7 +96,20 @@ def test_nvml_monitor_samples_gpu(run_cell):
 
 
 def test_resnet_fp16_channels_last_on_gpu(run_cell):
-    code, result = run_cell(model="resnet50", dataset="synthetic", image_size=64, batch_size=16, steps=5, warmup_steps=2,
-                            amp="fp16", channels_last=True, device="cuda", num_workers=2, pin_memory=True, non_blocking=True, profile=True)
+    code, result = run_cell(
+        model="resnet50",
+        dataset="synthetic",
+        image_size=64,
+        batch_size=16,
+        steps=5,
+        warmup_steps=2,
+        amp="fp16",
+        channels_last=True,
+        device="cuda",
+        num_workers=2,
+        pin_memory=True,
+        non_blocking=True,
+        profile=True,
+    )
     assert code == 0, result["error"]
     assert result["metrics"]["cuda_init_s"] > 0

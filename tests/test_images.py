@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 
-from PIL import Image
-from torchvision.datasets import ImageFolder
-
 from conftest import cli
 from feedbench.images import make_images
+from PIL import Image
+from torchvision.datasets import ImageFolder
 
 
 def _digest(root) -> str:
@@ -45,9 +44,18 @@ def test_a_truncated_jpeg_fails_the_cell_naming_the_file(run_cell, tmp_path):
     victim = min((tmp_path / "imgs").rglob("*.JPEG"))
     with open(victim, "r+b") as f:
         f.truncate(100)
-    code, result = run_cell(scenario="loader", dataset="images", data_dir=str(tmp_path / "imgs"), image_size=16,
-                            batch_size=2, steps=2, warmup_steps=0, shuffle=False, device="cpu")
+    code, result = run_cell(
+        scenario="loader",
+        dataset="images",
+        data_dir=str(tmp_path / "imgs"),
+        image_size=16,
+        batch_size=2,
+        steps=2,
+        warmup_steps=0,
+        shuffle=False,
+        device="cpu",
+    )
     assert code == 1 and result["status"] == "failed"
     message = result["error"]["message"]
     assert result["error"]["type"] == "OSError" and message.startswith(f"{victim}: "), message
-    assert "truncated" in message[len(str(victim)):].lower(), message  # PIL's own words follow the name
+    assert "truncated" in message[len(str(victim)) :].lower(), message  # PIL's own words follow the name

@@ -60,16 +60,28 @@ def test_every_sample_exactly_once_per_epoch(tmp_path, workers, ranks):
     seen = tmp_path / "seen"
     seen.mkdir()
     steps = SAMPLES // (ranks * BATCH)  # one epoch per rank: every reader's share is a whole number of batches
-    knobs = {"dataset": "numbers_ds:build", "dataset_args": {"n": SAMPLES}, "model": "numbers_ds:model",
-             "step": "numbers_ds:step", "python_path": [str(tmp_path / "src")], "device": "cpu", "batch_size": BATCH,
-             "num_workers": workers, "steps": steps, "warmup_steps": 0, "torch_threads": 1, "monitor_interval_s": 5}
+    knobs = {
+        "dataset": "numbers_ds:build",
+        "dataset_args": {"n": SAMPLES},
+        "model": "numbers_ds:model",
+        "step": "numbers_ds:step",
+        "python_path": [str(tmp_path / "src")],
+        "device": "cpu",
+        "batch_size": BATCH,
+        "num_workers": workers,
+        "steps": steps,
+        "warmup_steps": 0,
+        "torch_threads": 1,
+        "monitor_interval_s": 5,
+    }
     if ranks > 1:
         knobs.update(parallel="independent", gpus_per_node=ranks)
     command = [sys.executable, "-m", "feedbench", "run", "--out", str(tmp_path / "out")]
     for name, value in knobs.items():
         command += ["--set", f"{name}={json.dumps(value)}"]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "SEEN_DIR": str(seen)})
+    proc = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "SEEN_DIR": str(seen)}
+    )
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert proc.returncode == 0, (result["error"], proc.stderr[-2000:])
     ids = [int(line) for path in sorted(seen.iterdir()) for line in path.read_text().split()]

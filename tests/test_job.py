@@ -8,16 +8,23 @@ import sys
 import time
 
 import pytest
-
 from feedbench import job
 
 WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("0:45", 45), ("12:03", 723), ("1:00:00", 3600), ("2-03:04:05", ((2 * 24 + 3) * 60 + 4) * 60 + 5),
-    ("UNLIMITED", None), ("NOT_SET", None), ("", None),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("0:45", 45),
+        ("12:03", 723),
+        ("1:00:00", 3600),
+        ("2-03:04:05", ((2 * 24 + 3) * 60 + 4) * 60 + 5),
+        ("UNLIMITED", None),
+        ("NOT_SET", None),
+        ("", None),
+    ],
+)
 def test_squeue_time_left_is_read_as_seconds(text, seconds):
     assert job.parse_time_left(text) == seconds
 
@@ -45,16 +52,27 @@ def test_inside_slurm_the_cell_stops_a_margin_before_the_jobs_own_end(tmp_path, 
 
 def feedbench(*args, cwd):
     env = dict(os.environ, PYTHONPATH=WORKFLOW)
-    return subprocess.run([sys.executable, "-m", "feedbench", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "feedbench", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_job_writes_the_cell_and_its_result_and_removes_stale_files(tmp_path):
     out = tmp_path / "rep1"
     out.mkdir()
     (out / "trace.json").write_text("stale")
-    cell = json.dumps({"dataset": "synthetic", "model": "mlp", "steps": 2, "warmup_steps": 0, "torch_threads": 1,
-                       "data_dir": "img😀", "batch_size": 4}, ensure_ascii=False)
+    cell = json.dumps(
+        {
+            "dataset": "synthetic",
+            "model": "mlp",
+            "steps": 2,
+            "warmup_steps": 0,
+            "torch_threads": 1,
+            "data_dir": "img😀",
+            "batch_size": 4,
+        },
+        ensure_ascii=False,
+    )
     proc = feedbench("job", str(out), "--cell", cell, "--runtime", "5", "--log", str(tmp_path / "log"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (out / "cell.yaml").read_text(encoding="utf-8") == cell + "\n"
@@ -66,8 +84,19 @@ def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path)
     """As from the OOM killer: the harness dies at once, without a result; the job still ends 0, with one."""
     out = tmp_path / "rep1"
     cell = json.dumps({"model": "sleep", "dataset": "memory", "compute_ms": 100, "steps": 100000, "torch_threads": 1})
-    command = [sys.executable, "-m", "feedbench", "job", str(out), "--cell", cell, "--runtime", "5",
-               "--log", str(tmp_path / "log")]
+    command = [
+        sys.executable,
+        "-m",
+        "feedbench",
+        "job",
+        str(out),
+        "--cell",
+        cell,
+        "--runtime",
+        "5",
+        "--log",
+        str(tmp_path / "log"),
+    ]
     job_process = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=WORKFLOW))
     harness, deadline = [], time.time() + 60
     while not harness and time.time() < deadline:
@@ -83,9 +112,24 @@ def test_stop_at_is_counted_once_the_harness_has_started(tmp_path):
     """--stop-at 3 s ahead of a cell of minutes: it stops itself with the steps it measured."""
     out = tmp_path / "rep1"
     start = time.time()
-    proc = feedbench("run", "--out", str(out), "--stop-at", f"{time.time() + 3:.0f}", "-s", "model=sleep",
-                     "-s", "compute_ms=100", "-s", "steps=100000", "-s", "dataset=memory", "-s", "torch_threads=1",
-                     cwd=tmp_path)
+    proc = feedbench(
+        "run",
+        "--out",
+        str(out),
+        "--stop-at",
+        f"{time.time() + 3:.0f}",
+        "-s",
+        "model=sleep",
+        "-s",
+        "compute_ms=100",
+        "-s",
+        "steps=100000",
+        "-s",
+        "dataset=memory",
+        "-s",
+        "torch_threads=1",
+        cwd=tmp_path,
+    )
     result = json.loads((out / "result.json").read_text())
     assert proc.returncode == 1 and result["error"]["type"] == "Terminated", proc.stderr
     assert result["error"]["message"].startswith("time limit of "), result["error"]

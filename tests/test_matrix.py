@@ -7,7 +7,6 @@ import os
 
 import pytest
 import yaml
-
 from conftest import ROOT
 from feedbench import matrix
 from feedbench.config import count_values, one_line, read_config_file, validate_config
@@ -56,9 +55,15 @@ def test_adding_a_level_keeps_existing_ids():
 
 
 def test_base_knobs_override_defaults_and_levels_override_base():
-    cells = expand_experiment("e", {"base": {"steps": 7, "batch_size": 8}, "matrix": {"batch_size": [16]}}, {"steps": 3, "seed": 1})
+    cells = expand_experiment(
+        "e", {"base": {"steps": 7, "batch_size": 8}, "matrix": {"batch_size": [16]}}, {"steps": 3, "seed": 1}
+    )
     assert cells[0].knobs == {"steps": 7, "seed": 1, "batch_size": 16}
-    assert cells[0].sources == {"steps": "experiments.e.base.steps", "seed": "defaults.seed", "batch_size": "experiments.e.matrix.batch_size"}
+    assert cells[0].sources == {
+        "steps": "experiments.e.base.steps",
+        "seed": "defaults.seed",
+        "batch_size": "experiments.e.matrix.batch_size",
+    }
 
 
 def test_exclude_then_include():
@@ -81,16 +86,22 @@ def test_experiment_without_matrix_is_one_base_cell():
 
 
 def test_ids_are_sanitised_for_paths_and_bounded():
-    assert cell_id({"data_dir": "/data/my images", "transfer_sizes": [1024, 4096], "prefetch_factor": None}, ["data_dir", "transfer_sizes", "prefetch_factor"]) == (
-        "data_dir-+data+my+images_transfer_sizes-1024+4096_prefetch_factor-none"
-    )
+    assert cell_id(
+        {"data_dir": "/data/my images", "transfer_sizes": [1024, 4096], "prefetch_factor": None},
+        ["data_dir", "transfer_sizes", "prefetch_factor"],
+    ) == ("data_dir-+data+my+images_transfer_sizes-1024+4096_prefetch_factor-none")
     long = cell_id({"data_dir": "x" * 500}, ["data_dir"])
     assert len(long) == matrix.MAX_ID_LENGTH and "/" not in long
     assert long != cell_id({"data_dir": "x" * 499}, ["data_dir"])
 
 
 def test_generated_images_fill_in_a_missing_data_dir_only():
-    cells = expand_experiment("e", {"base": {"dataset": "images"}, "matrix": {"data_dir": [None, "/real"]}}, {}, images_dir="results/data/images")
+    cells = expand_experiment(
+        "e",
+        {"base": {"dataset": "images"}, "matrix": {"data_dir": [None, "/real"]}},
+        {},
+        images_dir="results/data/images",
+    )
     assert [c.knobs["data_dir"] for c in cells] == ["results/data/images", "/real"]
     assert matrix.needs_images(cells, "results/data/images")
 
@@ -110,31 +121,48 @@ def test_exclusions_that_match_nothing_or_remove_the_baseline_are_refused():
 
 def test_harness_errors_are_rewritten_with_the_key_path():
     sources = {"num_workers": "experiments.w.matrix.num_workers"}
-    error = matrix.knob_error(KnobError("knob 'num_workers': value -1 is out of range; allowed: an integer >= 0"), sources)
+    error = matrix.knob_error(
+        KnobError("knob 'num_workers': value -1 is out of range; allowed: an integer >= 0"), sources
+    )
     assert str(error) == "experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0"
 
 
 @pytest.mark.parametrize(
     "config, message",
     [
-        ({"experiments": {"w": {"matrix": {"num_workers": [0, -1]}}}},
-         "bad config: experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0"),
-        ({"experiments": {"w": {"include": [{"pin_memory": "yes"}]}}},
-         "bad config: experiments.w.include[0].pin_memory: value 'yes' has the wrong type; allowed: true or false"),
-        ({"defaults": {"steps": 0}, "experiments": {"w": {}}},
-         "bad config: defaults.steps: value 0 is out of range; allowed: an integer >= 1"),
-        ({"defaults": {"nm_workers": 2}, "experiments": {"w": {}}},
-         "bad config: defaults.nm_workers: unknown knob (did you mean num_workers?); allowed: amp, batch_size,"),
-        ({"experiments": {"w": {"plot": [{"x": "num_workers", "kind": "pie"}]}}},
-         "bad config: experiments.w.plot[0].kind: value 'pie' is not allowed; allowed: line, bar, phases, heatmap"),
-        ({"experiments": {"w": {"plot": {"x": "num_workers", "colour": "red"}}}},
-         "bad config: experiments.w.plot.colour: unknown key; allowed: hue, kind, title, x, y"),
-        ({"images": {"count": 0}, "experiments": {"w": {}}},
-         "bad config: images.count: value 0 is out of range; allowed: >= 1"),
-        ({"experiments": {}},
-         "bad config: experiments: value {} has too few entries; allowed: at least 1"),
-        ({"experiments": {"w": {"base": {"dataset": "tokens", "model": "mlp"}}}},
-         "bad config: experiments.w.base.model: value 'mlp' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none"),
+        (
+            {"experiments": {"w": {"matrix": {"num_workers": [0, -1]}}}},
+            "bad config: experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0",
+        ),
+        (
+            {"experiments": {"w": {"include": [{"pin_memory": "yes"}]}}},
+            "bad config: experiments.w.include[0].pin_memory: value 'yes' has the wrong type; allowed: true or false",
+        ),
+        (
+            {"defaults": {"steps": 0}, "experiments": {"w": {}}},
+            "bad config: defaults.steps: value 0 is out of range; allowed: an integer >= 1",
+        ),
+        (
+            {"defaults": {"nm_workers": 2}, "experiments": {"w": {}}},
+            "bad config: defaults.nm_workers: unknown knob (did you mean num_workers?); allowed: amp, batch_size,",
+        ),
+        (
+            {"experiments": {"w": {"plot": [{"x": "num_workers", "kind": "pie"}]}}},
+            "bad config: experiments.w.plot[0].kind: value 'pie' is not allowed; allowed: line, bar, phases, heatmap",
+        ),
+        (
+            {"experiments": {"w": {"plot": {"x": "num_workers", "colour": "red"}}}},
+            "bad config: experiments.w.plot.colour: unknown key; allowed: hue, kind, title, x, y",
+        ),
+        (
+            {"images": {"count": 0}, "experiments": {"w": {}}},
+            "bad config: images.count: value 0 is out of range; allowed: >= 1",
+        ),
+        ({"experiments": {}}, "bad config: experiments: value {} has too few entries; allowed: at least 1"),
+        (
+            {"experiments": {"w": {"base": {"dataset": "tokens", "model": "mlp"}}}},
+            "bad config: experiments.w.base.model: value 'mlp' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none",
+        ),
     ],
 )
 def test_bad_configs_give_one_line_with_the_key_path(config, message):
@@ -155,7 +183,16 @@ def test_defaults_are_filled_in_by_the_schema():
 
 def test_harness_files_are_what_the_cli_runs():
     names = {os.path.relpath(p, PACKAGE) for p in matrix.harness_files(PACKAGE)}
-    assert {"__main__.py", "__init__.py", "runner.py", "harness.py", "cell.py", "knobs.py", "images.py", os.path.join("schemas", "result.schema.json")} <= names
+    assert {
+        "__main__.py",
+        "__init__.py",
+        "runner.py",
+        "harness.py",
+        "cell.py",
+        "knobs.py",
+        "images.py",
+        os.path.join("schemas", "result.schema.json"),
+    } <= names
     assert "matrix.py" not in names  # the workflow's own module: editing it reruns no cell
     assert not any(n.endswith(".pyc") for n in names)
 
@@ -176,48 +213,112 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
 @pytest.mark.parametrize(
     "config, message",
     [
-        ({"experiments": {"w": {"matrix": {"momentum": [math.nan]}}}},
-         "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1"),
-        ({"experiments": {"w": {"base": {"momentum": math.nan}}}},
-         "bad config: experiments.w.base.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1"),
-        ({"experiments": {"w": {"base": {"model": "sleep"}, "matrix": {"compute_ms": [math.inf]}}}},
-         "bad config: experiments.w.matrix.compute_ms: value inf is not a finite number; allowed: a number >= 0 and <= 3600000"),
-        ({"defaults": {"lr": -math.inf}, "experiments": {"w": {}}},
-         "bad config: defaults.lr: value -inf is not a finite number; allowed: a number >= 0"),
-        ({"experiments": {"w": {"exclude": [{"momentum": math.nan}], "matrix": {"momentum": [0.0, 0.9]}}}},
-         "bad config: experiments.w.exclude[0].momentum: value nan is not a finite number"),
-        ({"experiments": {"x" * 300: {}}},
-         "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64"),
-        ({"experiments": {"a" * 30: {}}},
-         f"bad config: experiments: name '{'a' * 30}' ends in a part repeated 20 times or more, which Snakemake refuses"),
-        ({"experiments": {"x\n": {}}},
-         "bad config: experiments: name 'x\\n' is not fit for a path; allowed: letters, digits, _ and - (not first)"),
-        ({"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
-         "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000"),
-        ({"experiments": {"w": {"base": {"num_workers": 100_000}}}},
-         "bad config: experiments.w.base.num_workers: value 100000 is out of range; allowed: an integer >= 0 and <= 256"),
-        ({"defaults": {"repeats": 10**22}, "experiments": {"w": {}}},
-         "bad config: defaults.repeats: value 10000000000000000000000 is out of range; allowed: <= 100"),
-        ({"experiments": {"w": {"matrix": {"momentum": [0.0, 1, 1.0]}}}},
-         "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ"),
-        ({"experiments": {"w": {"matrix": {"pin_memory": [True, True]}}}},
-         "bad config: experiments.w.matrix.pin_memory: value True is given twice; allowed: levels that differ"),
-        ({"experiments": {"w": {"matrix": {"momentum": [0.5, 0.9]}, "include": [{"momentum": 0.9, "num_workers": 0}]}}},
-         "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' (experiments.w.matrix); allowed: cells that differ"),
-        ({"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples_per_sec"}}}},
-         ("bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob nor a summary column"
-          " (did you mean samples_per_s?); allowed: a knob, a monitor series' <name>_mean, or experiment, cell, repeat, baseline, status,")),
-        ({"experiments": {"w": {"plot": [{"x": "num_workers"}, {"x": "num_workers", "hue": "colour"}]}}},
-         "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a summary column; allowed: a knob,"),
-        ({"experiments": {"w": {"plot": {"x": "num_wrkers", "kind": "phases"}}}},
-         "bad config: experiments.w.plot.x: column 'num_wrkers' is neither a knob nor a summary column (did you mean num_workers?)"),
-        ({"experiments": {"w": {"matrix": {"seed": list(range(100)), "steps": list(range(1, 101)), "lr": [i / 10 for i in range(100)],
-                                           "width": list(range(1, 101))}, "include": [{"seed": 100}]}}},
-         "bad config: experiments: 100000001 cells (w: 100000001); allowed: at most 10000 cells in all (max_cells)"),
-        ({"max_cells": 5, "experiments": {"a": {"matrix": {"seed": [0, 1, 2]}}, "b": {"matrix": {"seed": [0, 1, 2]}}}},
-         "bad config: experiments: 6 cells (a: 3, b: 3); allowed: at most 5 cells in all (max_cells)"),
-        ({"experiments": {"w": {"title": [0] * 90_000}}},
-         "bad config: experiments.w.title: value [0, 0, 0, 0, 0, 0, ...] has the wrong type; allowed: a string"),
+        (
+            {"experiments": {"w": {"matrix": {"momentum": [math.nan]}}}},
+            "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1",
+        ),
+        (
+            {"experiments": {"w": {"base": {"momentum": math.nan}}}},
+            "bad config: experiments.w.base.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1",
+        ),
+        (
+            {"experiments": {"w": {"base": {"model": "sleep"}, "matrix": {"compute_ms": [math.inf]}}}},
+            "bad config: experiments.w.matrix.compute_ms: value inf is not a finite number; allowed: a number >= 0 and <= 3600000",
+        ),
+        (
+            {"defaults": {"lr": -math.inf}, "experiments": {"w": {}}},
+            "bad config: defaults.lr: value -inf is not a finite number; allowed: a number >= 0",
+        ),
+        (
+            {"experiments": {"w": {"exclude": [{"momentum": math.nan}], "matrix": {"momentum": [0.0, 0.9]}}}},
+            "bad config: experiments.w.exclude[0].momentum: value nan is not a finite number",
+        ),
+        (
+            {"experiments": {"x" * 300: {}}},
+            "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64",
+        ),
+        (
+            {"experiments": {"a" * 30: {}}},
+            f"bad config: experiments: name '{'a' * 30}' ends in a part repeated 20 times or more, which Snakemake refuses",
+        ),
+        (
+            {"experiments": {"x\n": {}}},
+            "bad config: experiments: name 'x\\n' is not fit for a path; allowed: letters, digits, _ and - (not first)",
+        ),
+        (
+            {"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
+            "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000",
+        ),
+        (
+            {"experiments": {"w": {"base": {"num_workers": 100_000}}}},
+            "bad config: experiments.w.base.num_workers: value 100000 is out of range; allowed: an integer >= 0 and <= 256",
+        ),
+        (
+            {"defaults": {"repeats": 10**22}, "experiments": {"w": {}}},
+            "bad config: defaults.repeats: value 10000000000000000000000 is out of range; allowed: <= 100",
+        ),
+        (
+            {"experiments": {"w": {"matrix": {"momentum": [0.0, 1, 1.0]}}}},
+            "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ",
+        ),
+        (
+            {"experiments": {"w": {"matrix": {"pin_memory": [True, True]}}}},
+            "bad config: experiments.w.matrix.pin_memory: value True is given twice; allowed: levels that differ",
+        ),
+        (
+            {
+                "experiments": {
+                    "w": {"matrix": {"momentum": [0.5, 0.9]}, "include": [{"momentum": 0.9, "num_workers": 0}]}
+                }
+            },
+            "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' (experiments.w.matrix); allowed: cells that differ",
+        ),
+        (
+            {
+                "experiments": {
+                    "w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples_per_sec"}}
+                }
+            },
+            (
+                "bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob nor a summary column"
+                " (did you mean samples_per_s?); allowed: a knob, a monitor series' <name>_mean, or experiment, cell, repeat, baseline, status,"
+            ),
+        ),
+        (
+            {"experiments": {"w": {"plot": [{"x": "num_workers"}, {"x": "num_workers", "hue": "colour"}]}}},
+            "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a summary column; allowed: a knob,",
+        ),
+        (
+            {"experiments": {"w": {"plot": {"x": "num_wrkers", "kind": "phases"}}}},
+            "bad config: experiments.w.plot.x: column 'num_wrkers' is neither a knob nor a summary column (did you mean num_workers?)",
+        ),
+        (
+            {
+                "experiments": {
+                    "w": {
+                        "matrix": {
+                            "seed": list(range(100)),
+                            "steps": list(range(1, 101)),
+                            "lr": [i / 10 for i in range(100)],
+                            "width": list(range(1, 101)),
+                        },
+                        "include": [{"seed": 100}],
+                    }
+                }
+            },
+            "bad config: experiments: 100000001 cells (w: 100000001); allowed: at most 10000 cells in all (max_cells)",
+        ),
+        (
+            {
+                "max_cells": 5,
+                "experiments": {"a": {"matrix": {"seed": [0, 1, 2]}}, "b": {"matrix": {"seed": [0, 1, 2]}}},
+            },
+            "bad config: experiments: 6 cells (a: 3, b: 3); allowed: at most 5 cells in all (max_cells)",
+        ),
+        (
+            {"experiments": {"w": {"title": [0] * 90_000}}},
+            "bad config: experiments.w.title: value [0, 0, 0, 0, 0, 0, ...] has the wrong type; allowed: a string",
+        ),
     ],
 )
 def test_inputs_of_issue_9_give_one_line_before_any_job(config, message):
@@ -237,8 +338,12 @@ def test_plots_may_name_knobs_summary_columns_and_monitor_means():
         {"x": "num_workers", "y": "host_cpu_pct_mean"},
         {"x": "pin_memory", "y": "not used by phases", "kind": "phases"},
     ]
-    config = {"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": specs},
-                              "probe": {"base": {"scenario": "transfer"}, "plot": {"x": "size_bytes", "y": "gb_per_s", "hue": "pinned"}}}}
+    config = {
+        "experiments": {
+            "w": {"matrix": {"num_workers": [0, 1]}, "plot": specs},
+            "probe": {"base": {"scenario": "transfer"}, "plot": {"x": "size_bytes", "y": "gb_per_s", "hue": "pinned"}},
+        }
+    }
     assert config_error(config) == ""
 
 
@@ -286,7 +391,10 @@ def test_an_alias_bomb_is_refused_without_being_expanded(tmp_path):
     path.write_text(ALIAS_BOMB)  # 10**10 values in 11 lines
     with pytest.raises(ConfigError) as error:
         read_config_file(str(path))
-    assert str(error.value) == f"{path}: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000"
+    assert (
+        str(error.value)
+        == f"{path}: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000"
+    )
 
 
 def test_yaml_errors_name_file_line_and_column(tmp_path):
@@ -305,10 +413,15 @@ def test_yaml_errors_name_file_line_and_column(tmp_path):
 def test_yte_templates_are_refused_unrun(tmp_path):
     marker = tmp_path / "PWNED"
     path = tmp_path / "config.yaml"
-    path.write_text(f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {marker}') or 'yte'\n")
+    path.write_text(
+        f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {marker}') or 'yte'\n"
+    )
     with pytest.raises(ConfigError) as error:
         read_config_file(str(path))
-    assert str(error.value) == f"{path}: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__"
+    assert (
+        str(error.value)
+        == f"{path}: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__"
+    )
     assert not marker.exists()
     path.write_text(yaml.safe_dump({"experiments": {"w": {"title": "?not code without __use_yte__"}}}))
     assert read_config_file(str(path))["experiments"]["w"]["title"] == "?not code without __use_yte__"

@@ -11,7 +11,6 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import ROOT
 from test_workflow import copy_workflow
 
@@ -22,8 +21,20 @@ EXAMPLE = os.path.join(ROOT, "examples", "own-pipeline")
 
 def snakemake(workflow, workdir, configfile, *args):
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(configfile), "--cores", "2", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        os.path.join(workflow, "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -48,8 +59,12 @@ def test_every_cell_measured_and_named_by_its_axes(example):
     with open(workdir / "results" / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
-    assert {r["cell"] for r in rows} == {f"num_workers-{w}_pin_memory-{p}_dataset_args.shards-{s}"
-                                         for w in (0, 2) for p in ("false", "true") for s in (1, 4)}
+    assert {r["cell"] for r in rows} == {
+        f"num_workers-{w}_pin_memory-{p}_dataset_args.shards-{s}"
+        for w in (0, 2)
+        for p in ("false", "true")
+        for s in (1, 4)
+    }
 
 
 def test_the_report_verdict_names_the_bound(example):
@@ -75,6 +90,8 @@ def test_a_target_that_does_not_import_stops_before_any_job(example, tmp_path):
     (project / "bad.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     run = snakemake(workflow, tmp_path, project / "bad.yaml")
     assert run.returncode != 0 and "Traceback" not in run.stderr
-    assert ("bad config: experiments.shapes.base.dataset: cannot import 'myproj.data:build_dataset' "
-            "(ModuleNotFoundError: No module named 'myproj')") in run.stderr
+    assert (
+        "bad config: experiments.shapes.base.dataset: cannot import 'myproj.data:build_dataset' "
+        "(ModuleNotFoundError: No module named 'myproj')"
+    ) in run.stderr
     assert not (tmp_path / "results").exists()

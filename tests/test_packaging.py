@@ -18,7 +18,6 @@ import textwrap
 import zipfile
 
 import pytest
-
 from feedbench.matrix import harness_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,8 +53,24 @@ def wheel_files(tmp_path) -> tuple[str, list[str]]:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(ROOT, name), source / name)
     shutil.copytree(PACKAGE, source / "workflow" / "feedbench", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "-q", "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = glob.glob(str(tmp_path / "dist" / "feedbench-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
@@ -71,10 +86,16 @@ def installed(tmp_path_factory):
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel],
-                             **outside(tmp))
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel],
+        **outside(tmp),
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     # Only now the test venv's packages: pip would otherwise find its editable feedbench and install nothing.
     ours = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
@@ -92,8 +113,14 @@ def outside(tmp_path) -> dict:
 @pytest.mark.slow
 def test_the_wheel_holds_the_views_the_schemas_and_the_templates(installed):
     _, names, _ = installed
-    for name in ("feedbench/views/__init__.py", "feedbench/views/workers.py", "feedbench/schemas/result.schema.json",
-                 "feedbench/templates/report.html.j2", "feedbench/templates/report.css", "feedbench/model_names.py"):
+    for name in (
+        "feedbench/views/__init__.py",
+        "feedbench/views/workers.py",
+        "feedbench/schemas/result.schema.json",
+        "feedbench/templates/report.html.j2",
+        "feedbench/templates/report.css",
+        "feedbench/model_names.py",
+    ):
         assert name in names
     assert not any(n.startswith(("rules/", "scripts/", "report/")) for n in names)
 
@@ -101,8 +128,10 @@ def test_the_wheel_holds_the_views_the_schemas_and_the_templates(installed):
 @pytest.mark.slow
 def test_the_installed_package_renders_a_report_from_a_stored_run(installed, tmp_path):
     python, _, venv = installed
-    run = subprocess.run([python, "-I", "-c", RENDER, STORED, os.path.join(ROOT, "report", "references"), str(tmp_path)],
-                         **outside(tmp_path))
+    run = subprocess.run(
+        [python, "-I", "-c", RENDER, STORED, os.path.join(ROOT, "report", "references"), str(tmp_path)],
+        **outside(tmp_path),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     imported = run.stdout.splitlines()[0]
     assert imported.startswith(os.path.realpath(venv)) or imported.startswith(venv), imported

@@ -11,15 +11,19 @@ import shutil
 import subprocess
 
 import pytest
-
-from feedbench.cache import cold, dataset_files, prepare, resident_fraction, resident_pages as mincore_pages, warm
+from feedbench.cache import cold, dataset_files, prepare, resident_fraction, warm
+from feedbench.cache import resident_pages as mincore_pages
 from feedbench.images import make_images
 
-pytestmark = pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux fincore to read the page cache")
+pytestmark = pytest.mark.skipif(
+    shutil.which("fincore") is None, reason="needs util-linux fincore to read the page cache"
+)
 
 
 def resident_pages(paths) -> int:
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "PAGES", *paths], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "PAGES", *paths], capture_output=True, text=True, check=True
+    ).stdout
     return sum(int(line) for line in out.split())
 
 
@@ -51,7 +55,10 @@ def test_cold_by_fadvise_when_drop_caches_is_out_of_reach(images, tmp_path):
     assert resident_pages(paths) == 0
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/proc/sys/vm/drop_caches", os.W_OK), reason="drop_caches needs root (CI runs as root)")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/proc/sys/vm/drop_caches", os.W_OK),
+    reason="drop_caches needs root (CI runs as root)",
+)
 def test_cold_by_drop_caches_as_root(images):
     folder, paths = images
     warm(paths)
@@ -88,12 +95,27 @@ def test_warm_and_cold_record_the_residency_they_reached(images):
 
 def test_a_cell_records_its_page_cache_and_ignores_it_where_no_file_is_read(run_cell, tmp_path):
     make_images(str(tmp_path / "imgs"), count=16, size=48, classes=2, seed=0)
-    common = dict(scenario="loader", dataset="images", data_dir=str(tmp_path / "imgs"), image_size=32, batch_size=4, steps=2, warmup_steps=1, device="cpu")
+    common = dict(
+        scenario="loader",
+        dataset="images",
+        data_dir=str(tmp_path / "imgs"),
+        image_size=32,
+        batch_size=4,
+        steps=2,
+        warmup_steps=1,
+        device="cpu",
+    )
     code, result = run_cell(page_cache="warm", **common)
     assert code == 0 and result["page_cache"]["effective"] == "warm" and result["page_cache"]["files"] == 16
     assert result["page_cache"]["resident_fraction"] == 1.0
     code, result = run_cell(page_cache="cold", **common)
-    assert code == 0 and result["page_cache"]["effective"] == "cold" and result["page_cache"]["method"] in ("drop_caches", "fadvise")
-    code, result = run_cell(page_cache="cold", scenario="loader", dataset="synthetic", steps=2, warmup_steps=0, device="cpu")
+    assert (
+        code == 0
+        and result["page_cache"]["effective"] == "cold"
+        and result["page_cache"]["method"] in ("drop_caches", "fadvise")
+    )
+    code, result = run_cell(
+        page_cache="cold", scenario="loader", dataset="synthetic", steps=2, warmup_steps=0, device="cpu"
+    )
     assert code == 0 and result["page_cache"]["effective"] == "asis" and result["cell"]["page_cache"] == "asis"
     assert "page_cache=cold ignored: dataset 'synthetic' reads no files" in result["adjustments"]

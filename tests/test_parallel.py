@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,15 +11,29 @@ import time
 import jsonschema
 import psutil
 import pytest
-
 from feedbench.result import schema
 
-MLP = ["--set", "model=mlp", "--set", "input_size=64", "--set", "width=64", "--set", "batch_size=16", "--set", "warmup_steps=2"]
+MLP = [
+    "--set",
+    "model=mlp",
+    "--set",
+    "input_size=64",
+    "--set",
+    "width=64",
+    "--set",
+    "batch_size=16",
+    "--set",
+    "warmup_steps=2",
+]
 
 
 def run(out, *knobs: str, steps: int = 10) -> tuple[int, dict, str]:
-    proc = subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), *MLP, "--set", f"steps={steps}", *knobs],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "feedbench", "run", "--out", str(out), *MLP, "--set", f"steps={steps}", *knobs],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, schema())
     return proc.returncode, result, proc.stderr
@@ -53,23 +66,48 @@ def test_ddp_across_two_emulated_nodes(tmp_path):
 
 
 def test_ddp_of_one_rank_runs_without_a_launcher(run_cell):
-    code, result = run_cell(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="ddp", comm_probe_steps=3)
+    code, result = run_cell(
+        model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="ddp", comm_probe_steps=3
+    )
     assert code == 0, result["error"]
     assert result["metrics"]["comm"]["steps"] == 3
     assert "world_size" not in result["metrics"]
 
 
 def test_dp_on_cpu_runs_one_replica_on_the_whole_batch(run_cell):
-    code, result = run_cell(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="dp", gpus_per_node=2)
+    code, result = run_cell(
+        model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="dp", gpus_per_node=2
+    )
     assert code == 0
     assert result["metrics"]["samples"] == 4 * 16
     assert "parallel=dp on CPU runs one replica on batch_size x 2: DataParallel needs GPUs" in result["adjustments"]
 
 
 def _start(out, *knobs):
-    return subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep", "--set", "compute_ms=20",
-                             "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000", *knobs],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "feedbench",
+            "run",
+            "--out",
+            str(out),
+            "--set",
+            "model=sleep",
+            "--set",
+            "compute_ms=20",
+            "--set",
+            "image_size=8",
+            "--set",
+            "batch_size=2",
+            "--set",
+            "steps=100000",
+            *knobs,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -84,7 +122,11 @@ def _ranks(launcher: psutil.Process, count: int) -> list[psutil.Process]:
     """The rank processes (feedbench run --as-rank) under the launcher, once they are all up and measuring."""
     deadline = time.time() + 120
     while time.time() < deadline:
-        ranks = [p for p in launcher.children(recursive=True) if "--as-rank" in (line := _cmdline(p)) and "torch.distributed.run" not in line]
+        ranks = [
+            p
+            for p in launcher.children(recursive=True)
+            if "--as-rank" in (line := _cmdline(p)) and "torch.distributed.run" not in line
+        ]
         if len(ranks) == count:
             time.sleep(4)  # past start-up and warm-up
             return sorted(ranks, key=lambda p: int(p.environ().get("RANK", -1)))
@@ -104,7 +146,8 @@ def test_a_rank_that_dies_fails_the_cell_naming_it(tmp_path):
     # in a collective until torchrun killed it; then torchrun's root cause names rank 1.
     message = result["error"]["message"]
     assert message.startswith("rank(s) 1 exited without a report (killed?); rank 0 failed: ") or (
-        message.startswith("rank(s) 0, 1 exited without a report (killed?); rank 1 exited with code -9 (SIGKILL) first")), message
+        message.startswith("rank(s) 0, 1 exited without a report (killed?); rank 1 exited with code -9 (SIGKILL) first")
+    ), message
 
 
 def test_a_node_that_fails_fails_the_cell(tmp_path):
@@ -117,8 +160,14 @@ def test_a_node_that_fails_fails_the_cell(tmp_path):
     assert launcher.wait(timeout=120) == 1
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "failed"
-    assert "node 1 exited with code -9" in result["error"]["message"] or "rank 1 exited" in result["error"]["message"], result["error"]
-    assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or []) and p.pid != launcher.pid]
+    assert (
+        "node 1 exited with code -9" in result["error"]["message"] or "rank 1 exited" in result["error"]["message"]
+    ), result["error"]
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(tmp_path) in " ".join(p.info["cmdline"] or []) and p.pid != launcher.pid
+    ]
 
 
 def test_no_rank_outlives_its_launcher(tmp_path):
@@ -137,4 +186,8 @@ def test_time_limit_sigterm_fails_the_cell(tmp_path):
     result = json.loads((tmp_path / "result.json").read_text())
     jsonschema.validate(result, schema())
     assert result["status"] == "failed"
-    assert result["error"] == {"type": "Terminated", "message": "terminated by SIGTERM (job cancelled, or a scheduler's time limit)", "traceback": ""}
+    assert result["error"] == {
+        "type": "Terminated",
+        "message": "terminated by SIGTERM (job cancelled, or a scheduler's time limit)",
+        "traceback": "",
+    }

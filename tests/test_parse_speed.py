@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import yaml
-
 from feedbench.model_names import TORCHVISION_MODELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,13 +23,31 @@ def test_snakefile_parses_without_torch(tmp_path):
     """A dry run checks every cell (a torchvision model among them) and plans every job, importing no torch."""
     config = {
         "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
-        "experiments": {"tiny": {"base": {"scenario": "train", "image_size": 32}, "matrix": {"model": ["mlp", "resnet18"]}}},
+        "experiments": {
+            "tiny": {"base": {"scenario": "train", "image_size": 32}, "matrix": {"model": ["mlp", "resnet18"]}}
+        },
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"),
-         "--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "1", "--dry-run"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "snakemake",
+            "-s",
+            os.path.join(ROOT, "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "config.yaml"),
+            "--cores",
+            "1",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "bench" in run.stdout  # the cells were planned, so every one of them was checked
@@ -43,12 +60,29 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
     config = {"experiments": {"tiny": {"base": {"model": "resnet19"}}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"), "--directory", str(tmp_path),
-         "--configfile", str(tmp_path / "config.yaml"), "--cores", "1", "--dry-run"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            os.path.join(ROOT, "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "config.yaml"),
+            "--cores",
+            "1",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode != 0
-    assert "bad config: experiments.tiny.base.model: value 'resnet19' is not known; allowed: none, mlp" in run.stdout + run.stderr
+    assert (
+        "bad config: experiments.tiny.base.model: value 'resnet19' is not known; allowed: none, mlp"
+        in run.stdout + run.stderr
+    )
 
 
 def test_the_cached_model_list_is_the_installed_torchvisions():

@@ -6,12 +6,11 @@ import json
 import os
 
 import pytest
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
-
 from feedbench import views
 from feedbench.aggregate import load_results, read_summary, write_summary
 from feedbench.plots import figure, plain, plot_experiment, svg_text
 from feedbench.report import write_report
+from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 MATH = r"Rate $\nope$"  # matplotlib's math parser refuses \nope: drawn as math, the figure cannot be saved
 

@@ -8,16 +8,22 @@ import random
 
 import pandas as pd
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-
 from feedbench import views
 from feedbench.metrics import PHASES
 from feedbench.plots import KINDS, figure
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-AXES = {"num_workers": [0, 2], "pin_memory": [False, True], "non_blocking": [False, True],
-        "timing": ["events", "naive"], "gpus_per_node": [1, 2]}
-TITLE = ("Where does a batch's time go, and what do pinning and non_blocking change? (PyTorch forum) "
-         "A title long enough to be clipped at both ends if it were not wrapped")
+AXES = {
+    "num_workers": [0, 2],
+    "pin_memory": [False, True],
+    "non_blocking": [False, True],
+    "timing": ["events", "naive"],
+    "gpus_per_node": [1, 2],
+}
+TITLE = (
+    "Where does a batch's time go, and what do pinning and non_blocking change? (PyTorch forum) "
+    "A title long enough to be clipped at both ends if it were not wrapped"
+)
 
 
 def cell_id(point: dict) -> str:
@@ -34,9 +40,23 @@ def summary() -> pd.DataFrame:
         for repeat in range(2):
             phases = {f"{p}_ms": random.uniform(1, 20) for p in PHASES}
             step = sum(phases.values())
-            rows.append({"experiment": "breakdown", "cell": cell_id(point), "repeat": repeat, "status": "ok",
-                         "scenario": "train", "model": "resnet18", "parallel": "dp", "batch_size": 64, **point, **phases, "step_ms_median": step,
-                         "samples_per_s": 64_000 / step, "stall_pct": 100 * phases["wait_ms"] / step})
+            rows.append(
+                {
+                    "experiment": "breakdown",
+                    "cell": cell_id(point),
+                    "repeat": repeat,
+                    "status": "ok",
+                    "scenario": "train",
+                    "model": "resnet18",
+                    "parallel": "dp",
+                    "batch_size": 64,
+                    **point,
+                    **phases,
+                    "step_ms_median": step,
+                    "samples_per_s": 64_000 / step,
+                    "stall_pct": 100 * phases["wait_ms"] / step,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -48,10 +68,12 @@ def overlapping(labelled) -> list[tuple[str, str]]:
     return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(labelled, 2) if box_a.overlaps(box_b)]
 
 
-SPECS = {"line": {"x": "num_workers", "y": "samples_per_s", "hue": "pin_memory"},
-         "bar": {"x": "timing", "y": "samples_per_s", "hue": "non_blocking"},
-         "phases": {"x": "pin_memory"},
-         "heatmap": {"x": "num_workers", "y": "stall_pct", "hue": "pin_memory"}}
+SPECS = {
+    "line": {"x": "num_workers", "y": "samples_per_s", "hue": "pin_memory"},
+    "bar": {"x": "timing", "y": "samples_per_s", "hue": "non_blocking"},
+    "phases": {"x": "pin_memory"},
+    "heatmap": {"x": "num_workers", "y": "stall_pct", "hue": "pin_memory"},
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -81,6 +103,9 @@ def assert_fits(fig, what: str) -> None:
         for ticks in (ax.get_xticklabels(), ax.get_yticklabels()):
             assert overlapping(boxes(ticks, renderer)) == [], f"{what}: tick labels overlap"
     texts = fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_window_extent"))
-    outside = [text for text, box in boxes(texts, renderer)
-               if not page.fully_contains(box.x0, box.y0) or not page.fully_contains(box.x1, box.y1)]
+    outside = [
+        text
+        for text, box in boxes(texts, renderer)
+        if not page.fully_contains(box.x0, box.y0) or not page.fully_contains(box.x1, box.y1)
+    ]
     assert outside == [], f"{what}: text leaves the figure"

@@ -6,11 +6,10 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
-
 from feedbench.aggregate import load_results
 from feedbench.plots import KINDS, axis_label, plot_experiment, transfer_long
 from feedbench.report import inline_svg
+from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -112,8 +111,19 @@ def test_same_input_same_svg(summary, tmp_path):
     assert ids(tmp_path / "a.svg") and not ids(tmp_path / "a.svg") & ids(tmp_path / "c.svg")
 
 
-@pytest.mark.parametrize("column, unit", [("samples_per_s", "[samples/s]"), ("tokens_per_s", "[tokens/s]"), ("step_ms_median", "[ms]"),
-                                          ("stall_pct", "[%]"), ("h2d_gb_per_s", "[GB/s]"), ("wait_share", "[share of step]"),
-                                          ("time_to_first_batch_s", "[s]"), ("gpu_util_pct_mean", "[%]"), ("num_workers", "")])
+@pytest.mark.parametrize(
+    "column, unit",
+    [
+        ("samples_per_s", "[samples/s]"),
+        ("tokens_per_s", "[tokens/s]"),
+        ("step_ms_median", "[ms]"),
+        ("stall_pct", "[%]"),
+        ("h2d_gb_per_s", "[GB/s]"),
+        ("wait_share", "[share of step]"),
+        ("time_to_first_batch_s", "[s]"),
+        ("gpu_util_pct_mean", "[%]"),
+        ("num_workers", ""),
+    ],
+)
 def test_axis_labels_carry_units(column, unit):
     assert axis_label(column).endswith(unit) if unit else "[" not in axis_label(column)

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-
 from feedbench.cell import parse_cell
 from feedbench.knobs import KnobError
 from feedbench.plugins import batch_len, content_hash, default_loss, load, move_batch, unpinned_note
 from feedbench.runner import run
 
-USER_CODE = '''
+USER_CODE = """
 import torch
 from torch import nn
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -103,7 +102,7 @@ def broken_factory(ctx):
 
 def not_a_dataset(ctx):
     return [1, 2, 3]
-'''
+"""
 
 
 @pytest.fixture
@@ -120,8 +119,16 @@ def project(tmp_path, monkeypatch):
 
 
 def cell(project, **knobs):
-    return {"device": "cpu", "steps": 4, "warmup_steps": 1, "batch_size": 8, "torch_threads": 1,
-            "monitor_interval_s": 5, "python_path": [project], **knobs}
+    return {
+        "device": "cpu",
+        "steps": 4,
+        "warmup_steps": 1,
+        "batch_size": 8,
+        "torch_threads": 1,
+        "monitor_interval_s": 5,
+        "python_path": [project],
+        **knobs,
+    }
 
 
 def result_of(out):
@@ -129,9 +136,15 @@ def result_of(out):
 
 
 def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
-    knobs = cell(project, dataset="userproj.data:build_dataset", dataset_args={"n": 40, "side": 8},
-                 collate="userproj.data:collate", model="userproj.data:build_model", model_args={"classes": 4},
-                 step="userproj.data:train_step")
+    knobs = cell(
+        project,
+        dataset="userproj.data:build_dataset",
+        dataset_args={"n": 40, "side": 8},
+        collate="userproj.data:collate",
+        model="userproj.data:build_model",
+        model_args={"classes": 4},
+        step="userproj.data:train_step",
+    )
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
     assert result["status"] == "ok" and result["metrics"]["samples"] == 4 * 8
@@ -143,32 +156,52 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
 
 
 def test_default_loss_rule_is_recorded(project, tmp_path):
-    knobs = cell(project, dataset="userproj.data:build_dataset", collate="userproj.data:collate",
-                 model="userproj.data:build_dict_model")
+    knobs = cell(
+        project,
+        dataset="userproj.data:build_dataset",
+        collate="userproj.data:collate",
+        model="userproj.data:build_dict_model",
+    )
     assert run(knobs, str(tmp_path / "out")) == 0
     assert "loss: cross-entropy against batch['label'] (no step given)" in result_of(tmp_path / "out")["adjustments"]
 
 
 def test_a_step_that_does_its_own_backward(project, tmp_path):
-    knobs = cell(project, dataset="userproj.data:build_dataset", collate="userproj.data:collate",
-                 model="userproj.data:build_model", step="userproj.data:step_itself")
+    knobs = cell(
+        project,
+        dataset="userproj.data:build_dataset",
+        collate="userproj.data:collate",
+        model="userproj.data:build_model",
+        step="userproj.data:step_itself",
+    )
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
     assert result["metrics"]["steps"] == 4 and any(n.startswith("step returned None") for n in result["adjustments"])
 
 
 def test_a_step_that_returns_no_tensor_is_one_line(project, tmp_path):
-    knobs = cell(project, dataset="userproj.data:build_dataset", collate="userproj.data:collate",
-                 model="userproj.data:build_model", step="userproj.data:step_float")
+    knobs = cell(
+        project,
+        dataset="userproj.data:build_dataset",
+        collate="userproj.data:collate",
+        model="userproj.data:build_model",
+        step="userproj.data:step_float",
+    )
     assert run(knobs, str(tmp_path / "out")) == 2
     assert result_of(tmp_path / "out")["error"]["message"] == (
         "knob 'step': 'userproj.data:step_float' returned builtins.float; "
-        "allowed: the loss tensor, or None after its own backward and optimizer step")
+        "allowed: the loss tensor, or None after its own backward and optimizer step"
+    )
 
 
 def test_iterable_dataset_with_workers(project, tmp_path):
-    knobs = cell(project, dataset="userproj.data:build_stream", model="userproj.data:build_vector_model",
-                 num_workers=2, batch_size=4)
+    knobs = cell(
+        project,
+        dataset="userproj.data:build_stream",
+        model="userproj.data:build_vector_model",
+        num_workers=2,
+        batch_size=4,
+    )
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
     assert result["status"] == "ok" and "loss: cross-entropy against batch[1] (no step given)" in result["adjustments"]
@@ -186,14 +219,19 @@ def test_wrong_return_type_is_one_line(project, tmp_path):
     knobs = cell(project, dataset="userproj.data:not_a_dataset", model="userproj.data:build_model")
     assert run(knobs, str(tmp_path / "out")) == 2
     message = result_of(tmp_path / "out")["error"]["message"]
-    assert message == ("knob 'dataset': 'userproj.data:not_a_dataset' returned builtins.list; "
-                       "allowed: a torch.utils.data.Dataset or IterableDataset")
+    assert message == (
+        "knob 'dataset': 'userproj.data:not_a_dataset' returned builtins.list; "
+        "allowed: a torch.utils.data.Dataset or IterableDataset"
+    )
 
 
-@pytest.mark.parametrize("target, reason", [
-    ("nomodule.data:build", "ModuleNotFoundError: No module named 'nomodule'"),
-    ("userproj.data:missing", "AttributeError: module 'userproj.data' has no attribute 'missing'"),
-])
+@pytest.mark.parametrize(
+    "target, reason",
+    [
+        ("nomodule.data:build", "ModuleNotFoundError: No module named 'nomodule'"),
+        ("userproj.data:missing", "AttributeError: module 'userproj.data' has no attribute 'missing'"),
+    ],
+)
 def test_a_target_that_does_not_import_is_one_line(project, target, reason):
     sys.path.insert(0, project)
     with pytest.raises(KnobError) as error:
@@ -203,8 +241,11 @@ def test_a_target_that_does_not_import_is_one_line(project, target, reason):
 
 def test_import_path_knobs_are_checked_as_knobs():
     assert parse_cell({"dataset": "a.b:c", "model": "a.b:d", "dataset_args": {"x": 1}}).dataset_args == {"x": 1}
-    with pytest.raises(KnobError, match=r"knob 'dataset': value 'a\.b' is not allowed; allowed: synthetic, .* "
-                                         r"or package\.module:attribute"):
+    with pytest.raises(
+        KnobError,
+        match=r"knob 'dataset': value 'a\.b' is not allowed; allowed: synthetic, .* "
+        r"or package\.module:attribute",
+    ):
         parse_cell({"dataset": "a.b"})
     with pytest.raises(KnobError, match="knob 'step': value 'train' is not an import path"):
         parse_cell({"step": "train"})
@@ -242,16 +283,29 @@ def test_default_loss_rules():
 def test_argument_axes_name_their_cells_and_fold_into_the_args(project):
     from feedbench.matrix import build_cells
 
-    config = {"python_path": [project], "defaults": {"dataset_args": {"n": 40}}, "experiments": {"mine": {
-        "base": {"dataset": "userproj.data:build_dataset", "model": "userproj.data:build_model",
-                 "collate": "userproj.data:collate"},
-        "matrix": {"dataset_args.side": [8, 16], "num_workers": [0, 2]},
-        "exclude": [{"dataset_args.side": 16, "num_workers": 2}],
-        "include": [{"model_args.classes": 3}]}}}
+    config = {
+        "python_path": [project],
+        "defaults": {"dataset_args": {"n": 40}},
+        "experiments": {
+            "mine": {
+                "base": {
+                    "dataset": "userproj.data:build_dataset",
+                    "model": "userproj.data:build_model",
+                    "collate": "userproj.data:collate",
+                },
+                "matrix": {"dataset_args.side": [8, 16], "num_workers": [0, 2]},
+                "exclude": [{"dataset_args.side": 16, "num_workers": 2}],
+                "include": [{"model_args.classes": 3}],
+            }
+        },
+    }
     cells = build_cells(config)
-    assert [c.id for c in cells] == ["dataset_args.side-8_num_workers-0", "dataset_args.side-8_num_workers-2",
-                                     "dataset_args.side-16_num_workers-0",
-                                     "dataset_args.side-none_num_workers-0_model_args.classes-3"]
+    assert [c.id for c in cells] == [
+        "dataset_args.side-8_num_workers-0",
+        "dataset_args.side-8_num_workers-2",
+        "dataset_args.side-16_num_workers-0",
+        "dataset_args.side-none_num_workers-0_model_args.classes-3",
+    ]
     assert cells[2].knobs["dataset_args"] == {"n": 40, "side": 16} and cells[2].parsed.dataset_args["side"] == 16
     assert cells[3].parsed.model_args == {"classes": 3} and cells[0].parsed.python_path == [project]
 
@@ -259,12 +313,18 @@ def test_argument_axes_name_their_cells_and_fold_into_the_args(project):
 def test_a_target_that_does_not_import_stops_the_config_with_its_key_path(project):
     from feedbench.matrix import ConfigError, build_cells
 
-    config = {"python_path": [project], "experiments": {"mine": {"base": {
-        "dataset": "myproj.data:build_dataset", "model": "userproj.data:build_model"}}}}
+    config = {
+        "python_path": [project],
+        "experiments": {
+            "mine": {"base": {"dataset": "myproj.data:build_dataset", "model": "userproj.data:build_model"}}
+        },
+    }
     with pytest.raises(ConfigError) as error:
         build_cells(config)
-    assert str(error.value) == ("experiments.mine.base.dataset: cannot import 'myproj.data:build_dataset' "
-                                "(ModuleNotFoundError: No module named 'myproj')")
+    assert str(error.value) == (
+        "experiments.mine.base.dataset: cannot import 'myproj.data:build_dataset' "
+        "(ModuleNotFoundError: No module named 'myproj')"
+    )
 
 
 def test_builtin_cells_do_not_carry_the_python_path(project):
@@ -275,8 +335,17 @@ def test_builtin_cells_do_not_carry_the_python_path(project):
 
 
 def test_compute_ceiling_replays_real_batches_of_the_users_pipeline(project, tmp_path):
-    knobs = cell(project, scenario="compute", dataset="userproj.data:build_dataset", collate="userproj.data:collate",
-                 model="userproj.data:build_dict_model", resident_batches=3, steps=5)
+    knobs = cell(
+        project,
+        scenario="compute",
+        dataset="userproj.data:build_dataset",
+        collate="userproj.data:collate",
+        model="userproj.data:build_dict_model",
+        resident_batches=3,
+        steps=5,
+    )
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
-    assert result["status"] == "ok" and result["metrics"]["samples"] == 5 * 8 and result["cell"]["resident_batches"] == 3
+    assert (
+        result["status"] == "ok" and result["metrics"]["samples"] == 5 * 8 and result["cell"]["resident_batches"] == 3
+    )

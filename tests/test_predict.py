@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from feedbench.aggregate import load_results
 from feedbench.predict import batch_bytes, ceiling_knobs, predict
 
@@ -41,13 +40,33 @@ def test_no_prediction_without_both_ceilings():
 
 
 def test_ceiling_knobs_keep_what_the_ceiling_depends_on():
-    train = {"scenario": "train", "model": "sleep", "compute_ms": 5.0, "num_workers": 2, "pin_memory": True,
-             "device_prefetch": "stream", "batch_size": 8, "dataset": "images", "sample_delay_ms": 1.0}
-    assert ceiling_knobs(train, "loader") == {"scenario": "loader", "model": "sleep", "num_workers": 2,
-                                              "pin_memory": True, "batch_size": 8, "dataset": "images",
-                                              "sample_delay_ms": 1.0}
-    assert ceiling_knobs(train, "compute") == {"scenario": "compute", "model": "sleep", "compute_ms": 5.0,
-                                               "batch_size": 8, "dataset": "images"}
+    train = {
+        "scenario": "train",
+        "model": "sleep",
+        "compute_ms": 5.0,
+        "num_workers": 2,
+        "pin_memory": True,
+        "device_prefetch": "stream",
+        "batch_size": 8,
+        "dataset": "images",
+        "sample_delay_ms": 1.0,
+    }
+    assert ceiling_knobs(train, "loader") == {
+        "scenario": "loader",
+        "model": "sleep",
+        "num_workers": 2,
+        "pin_memory": True,
+        "batch_size": 8,
+        "dataset": "images",
+        "sample_delay_ms": 1.0,
+    }
+    assert ceiling_knobs(train, "compute") == {
+        "scenario": "compute",
+        "model": "sleep",
+        "compute_ms": 5.0,
+        "batch_size": 8,
+        "dataset": "images",
+    }
     assert batch_bytes({"model": "mlp", "input_size": 1024, "batch_size": 256}) == 256 * (1024 * 4 + 8)
     assert batch_bytes({"model": "lstm"}) is None
 
@@ -62,14 +81,25 @@ def calibration(tmp_path_factory):
     from feedbench.runner import run
 
     root = tmp_path_factory.mktemp("calibration")
-    common = dict(dataset="synthetic", image_size=8, sample_delay_ms=DELAY_MS, batch_size=BATCH, steps=20,
-                  warmup_steps=4, num_samples=4096, model="sleep", torch_threads=1, device="cpu")
+    common = dict(
+        dataset="synthetic",
+        image_size=8,
+        sample_delay_ms=DELAY_MS,
+        batch_size=BATCH,
+        steps=20,
+        warmup_steps=4,
+        num_samples=4096,
+        model="sleep",
+        torch_threads=1,
+        device="cpu",
+    )
     paths = []
 
     def measure(name, repeat, **knobs):
         out = root / name / f"rep{repeat}"
-        assert run({**common, **knobs, "experiment": "calibration", "cell": name, "repeat": repeat}, str(out)) == 0, \
+        assert run({**common, **knobs, "experiment": "calibration", "cell": name, "repeat": repeat}, str(out)) == 0, (
             json.loads((out / "result.json").read_text())["error"]
+        )
         paths.append(str(out / "result.json"))
 
     for workers in (0, 1, 2):
@@ -78,15 +108,18 @@ def calibration(tmp_path_factory):
             for case, share in CASES.items():
                 compute_ms = share * LOAD_MS / max(workers, 1)
                 measure(f"{case}-{workers}", repeat, scenario="train", num_workers=workers, compute_ms=compute_ms)
-                measure(f"compute-{case}-{workers}", repeat, scenario="compute", num_workers=workers,
-                        compute_ms=compute_ms)
+                measure(
+                    f"compute-{case}-{workers}", repeat, scenario="compute", num_workers=workers, compute_ms=compute_ms
+                )
     return load_results(paths)
 
 
 @pytest.mark.slow  # 63 runs of 2-6 s: about four minutes on a busy 2-core machine
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]
-    assert len(train) == 27 and train["predicted_samples_per_s"].notna().all(), train[["cell", "ceiling_loader_samples_per_s"]]
+    assert len(train) == 27 and train["predicted_samples_per_s"].notna().all(), train[
+        ["cell", "ceiling_loader_samples_per_s"]
+    ]
     errors = train.groupby("cell")["prediction_error_pct"].median().astype(float).to_dict()  # of the median repeat
     assert len(errors) == 9
     assert all(abs(e) <= 5 for e in errors.values()), {k: round(v, 1) for k, v in errors.items()}
@@ -113,29 +146,38 @@ def test_report_shows_predicted_beside_measured(calibration, tmp_path):
     assert found["cells"] == 9
     assert f"9 cells: median error {found['median_pct']:+.1f} %" in text
     assert f"worst {found['worst_pct']:+.1f} %" in text
-    section = text[text.index('id="prediction"'):]
+    section = text[text.index('id="prediction"') :]
     assert "<svg" in section and "identity: measured = predicted" in section  # the figure, with its identity line
-    table = text[text.index('id="exp-calibration"'):]
+    table = text[text.index('id="exp-calibration"') :]
     assert "<th title=\"predicted from the cell's ceilings" in table  # predicted beside measured in the table
 
 
 def test_headspace_and_the_fewest_workers_that_reach_the_compute_ceiling():
     import pandas as pd
-
     from feedbench.verdict import recommend
 
     # Loader ceilings 100, 190, 400 samples/s at 0, 2, 4 workers beside a 200 samples/s compute ceiling.
-    cells = pd.DataFrame({"cell": ["w0", "w2", "w4"], "num_workers": [0, 2, 4], "pin_memory": [True] * 3,
-                          "median": [60.0, 150.0, 195.0], "bound": ["data", "data", "compute"],
-                          "ceiling_loader": [100.0, 190.0, 400.0], "ceiling_compute": [200.0] * 3,
-                          "predicted": [200 / 3, 190.0, 200.0]})
+    cells = pd.DataFrame(
+        {
+            "cell": ["w0", "w2", "w4"],
+            "num_workers": [0, 2, 4],
+            "pin_memory": [True] * 3,
+            "median": [60.0, 150.0, 195.0],
+            "bound": ["data", "data", "compute"],
+            "ceiling_loader": [100.0, 190.0, 400.0],
+            "ceiling_compute": [200.0] * 3,
+            "predicted": [200 / 3, 190.0, 200.0],
+        }
+    )
     records = cells.to_dict("records")
     found = recommend(cells, records[0], records[2])
     assert found["headspace_baseline"] == pytest.approx(200 / 60 - 1)
     assert found["headspace_best"] == pytest.approx(200 / 195 - 1)
     assert found["cell"] == "w2"  # 190 >= 95 % of 200: two workers are enough
-    assert found["sentence"] == ("data-bound: 233 % headspace; 2 workers per GPU with pinned memory should reach"
-                                 " 95 % of the compute ceiling (predicted 190 samples/s)")
+    assert found["sentence"] == (
+        "data-bound: 233 % headspace; 2 workers per GPU with pinned memory should reach"
+        " 95 % of the compute ceiling (predicted 190 samples/s)"
+    )
     unreachable = cells.assign(ceiling_loader=[10.0, 20.0, 30.0])
     assert "no measured loader configuration reaches" in recommend(unreachable, records[0], records[2])["sentence"]
     assert recommend(cells.assign(predicted=None), records[0], records[2]) is None
@@ -145,9 +187,17 @@ def test_what_if_is_the_model_with_doubled_hardware():
     from feedbench.accuracy import what_if
 
     # 100 samples/s of loader at 2 workers, 300 of compute; 16 samples of 1,000 features per batch at 1 GB/s in series.
-    row = {"model": "mlp", "dataset": "memory", "input_size": 1000, "batch_size": 16, "num_workers": 2,
-           "device_prefetch": "none", "ceiling_loader_samples_per_s": 100.0, "ceiling_compute_samples_per_s": 300.0,
-           "ceiling_copy_gb_per_s": 1.0}
+    row = {
+        "model": "mlp",
+        "dataset": "memory",
+        "input_size": 1000,
+        "batch_size": 16,
+        "num_workers": 2,
+        "device_prefetch": "none",
+        "ceiling_loader_samples_per_s": 100.0,
+        "ceiling_compute_samples_per_s": 300.0,
+        "ceiling_copy_gb_per_s": 1.0,
+    }
     copy_s = 16 * (1000 * 4 + 8) / 1e9 / 16
     assert what_if(row) == pytest.approx(100)
     assert what_if(row, cpu=2) == pytest.approx(200)  # twice the workers' loader, still below the trainer's ~300

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
-
 from feedbench.data import SyntheticDataset
 from feedbench.prefetch import StreamPrefetcher, to_device
+from torch.utils.data import DataLoader
 
 
 def _loader(workers: int = 0, pin: bool = False) -> DataLoader:
     dataset = SyntheticDataset(num_samples=40, shape=(3, 8, 8), num_classes=10, seed=1)
-    return DataLoader(dataset, batch_size=4, shuffle=True, num_workers=workers, pin_memory=pin, generator=torch.Generator().manual_seed(7))
+    return DataLoader(
+        dataset,
+        batch_size=4,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=pin,
+        generator=torch.Generator().manual_seed(7),
+    )
 
 
 def _assert_same(expected: list, got: list) -> None:
@@ -47,8 +53,18 @@ def test_same_batches_as_no_prefetch_on_gpu(depth, pin):
 
 
 def test_stream_prefetch_cell_runs_and_reports_copy_phase(run_cell):
-    code, result = run_cell(model="mlp", input_size=64, width=64, batch_size=16, dataset="memory", num_samples=256,
-                            device_prefetch="stream", prefetch_depth=2, steps=10, warmup_steps=2)
+    code, result = run_cell(
+        model="mlp",
+        input_size=64,
+        width=64,
+        batch_size=16,
+        dataset="memory",
+        num_samples=256,
+        device_prefetch="stream",
+        prefetch_depth=2,
+        steps=10,
+        warmup_steps=2,
+    )
     assert code == 0, result["error"]
     assert result["metrics"]["steps"] == 10
     assert set(result["metrics"]["phases"]) == {"wait", "h2d", "fwd", "bwd", "opt"}

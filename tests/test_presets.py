@@ -21,9 +21,8 @@ import sys
 
 import pytest
 import yaml
-from markupsafe import escape
-
 from conftest import ROOT
+from markupsafe import escape
 from test_workflow import copy_workflow
 
 PRESETS = ["prefetch", "workers", "scaling", "nmt", "breakdown", "datastall"]
@@ -40,7 +39,18 @@ def load_preset(name: str) -> dict:
 def snakemake(workflow: str, workdir, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`snakemake` of the workflow copy in workdir (its profiles/default applies, as in a checkout)."""
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir), "--cores", "2", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        os.path.join(workflow, "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -96,7 +106,9 @@ def test_preset_validates_at_full_size_without_the_default_config(workflow, tmp_
     config = load_preset(name)
     jobs = planned(snakemake(workflow, tmp_path, *preset_args(workflow, name), "--dry-run"))
     repeats = config["defaults"]["repeats"]
-    assert {j.split("/")[0] for j in jobs} == {name}, "the default experiments of config/config.yaml leaked into the preset"
+    assert {j.split("/")[0] for j in jobs} == {name}, (
+        "the default experiments of config/config.yaml leaked into the preset"
+    )
     assert sorted(jobs) == sorted(f"{c}/rep{k}" for c in expected_cells(config) for k in range(1, repeats + 1))
 
 
@@ -115,7 +127,9 @@ def test_config_alone_starts_from_the_default_config(workflow):
 def test_size_small_merges_the_fragment_before_validation(workflow, tmp_path):
     """Mappings merge, lists replace; the small config is validated like any other."""
     config = load_preset("scaling")
-    jobs = planned(snakemake(workflow, tmp_path, *preset_args(workflow, "scaling"), "--dry-run", "--config", "size=small"))
+    jobs = planned(
+        snakemake(workflow, tmp_path, *preset_args(workflow, "scaling"), "--dry-run", "--config", "size=small")
+    )
     assert sorted(jobs) == sorted(f"{c}/rep1" for c in expected_cells(small(config)))
     assert "scaling/parallel-ddp_nodes-2_gpus_per_node-1_timing-events/rep1" in jobs
     bad = tmp_path / "bad.yaml"
@@ -125,7 +139,10 @@ def test_size_small_merges_the_fragment_before_validation(workflow, tmp_path):
     typo = tmp_path / "typo.yaml"
     typo.write_text(yaml.safe_dump({**config, "small": {"experiment": {}}}))
     run = snakemake(workflow, tmp_path, "--configfile", str(typo), "--dry-run")
-    assert run.returncode != 0 and "bad config: small: value 'experiment' is not allowed; allowed: defaults, images" in run.stderr + run.stdout
+    assert (
+        run.returncode != 0
+        and "bad config: small: value 'experiment' is not allowed; allowed: defaults, images" in run.stderr + run.stdout
+    )
 
 
 def published_hardware(name: str) -> str | None:
@@ -156,8 +173,11 @@ def merged_small() -> dict:
         if "images" in config:
             images.append(config["images"])
     assert len(repeats) == 1, f"the small presets differ in repeats: {repeats}"
-    shared = {"count": max(i["count"] for i in images), "size": max(i["size"] for i in images),
-              "classes": min(i["classes"] for i in images)}
+    shared = {
+        "count": max(i["count"] for i in images),
+        "size": max(i["size"] for i in images),
+        "classes": min(i["classes"] for i in images),
+    }
     return {"defaults": {"repeats": repeats.pop()}, "images": shared, "experiments": experiments}
 
 
@@ -197,7 +217,7 @@ def view_section(page: str, name: str) -> str:
     start = page.index(f'id="view-{name}"')
     marks = ('id="exp-', 'id="view-', 'id="failed"')
     ends = [i for i in (page.find(mark, start + 1) for mark in marks) if i > 0]
-    return page[start:min(ends)] if ends else page[start:]
+    return page[start : min(ends)] if ends else page[start:]
 
 
 @pytest.mark.slow

@@ -8,12 +8,11 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
-
 from feedbench.aggregate import load_results, read_summary, write_summary
 from feedbench.plots import plot_experiment
 from feedbench.report import UnsafeSVG, inline_svg, write_report
 from feedbench.verdict import summarize_experiment
+from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 EVIL = "<script>alert(1)</script>"
 
@@ -50,8 +49,12 @@ def config():
     # The experiment's title and a knob value carry markup: both must come out as text.
     experiments = json.loads(json.dumps(EXPERIMENTS))
     experiments["train"]["title"] = EVIL
-    experiments["broken"] = {"title": "A dataset with a truncated JPEG", "base": {"dataset": "images"}, "matrix": {"model": ["resnet18"]},
-                             "plot": {"x": "model", "y": "samples_per_s", "kind": "bar"}}
+    experiments["broken"] = {
+        "title": "A dataset with a truncated JPEG",
+        "base": {"dataset": "images"},
+        "matrix": {"model": ["resnet18"]},
+        "plot": {"x": "model", "y": "samples_per_s", "kind": "bar"},
+    }
     return {"defaults": {"steps": 6, "note": EVIL}, "experiments": experiments}
 
 
@@ -95,7 +98,7 @@ def test_verdict_comes_first_with_best_speedup_and_bound(html, real_matrix, conf
 def test_each_experiment_has_its_figure_and_table(html, config):
     for name in config["experiments"]:
         start = html.index(f'id="exp-{name}"')
-        section = html[start:html.index("</section>", start)]
+        section = html[start : html.index("</section>", start)]
         assert "<svg" in section
         if name != "broken":
             assert "95 % interval" in section and "<table" in section
@@ -105,7 +108,7 @@ def test_each_experiment_has_its_figure_and_table(html, config):
 def test_failed_cells_are_listed_with_the_end_of_their_error(html, real_matrix):  # noqa: F811
     with open(real_matrix.failing) as f:
         error = json.load(f)["error"]
-    failed = html[html.index('id="failed"'):html.index('id="provenance"')]
+    failed = html[html.index('id="failed"') : html.index('id="provenance"')]
     assert "dataset-truncated" in failed and "OSError" in failed
     last_line = error["traceback"].strip().splitlines()[-1]
     assert last_line.replace("'", "&#39;").replace('"', "&#34;") in failed
@@ -114,7 +117,7 @@ def test_failed_cells_are_listed_with_the_end_of_their_error(html, real_matrix):
 def test_provenance_shows_the_allow_list(html, real_matrix):  # noqa: F811
     with open(real_matrix.paths[0]) as f:
         provenance = json.load(f)["provenance"]
-    section = html[html.index('id="provenance"'):]
+    section = html[html.index('id="provenance"') :]
     assert "c0ffee42" in section
     for field in ("torch", "torchvision", "python", "host", "cpu", "git_commit"):
         assert f"<th>{field}</th>" in section
@@ -127,12 +130,23 @@ def test_provenance_shows_the_allow_list(html, real_matrix):  # noqa: F811
 def test_unsafe_svg_is_refused():
     # Crafted SVGs: what our matplotlib output never contains and inline_svg must refuse.
     base = '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">{}</svg>'
-    for body in ["<script>alert(1)</script>", '<rect onload="alert(1)"/>', '<image xlink:href="https://example.com/x.png"/>',
-                 '<a href="javascript:alert(1)"><text>x</text></a>', "<foreignObject><div/></foreignObject>",
-                 '<rect style="fill: url(https://example.com/p.svg#x)"/>', "<style>@import 'https://example.com/a.css';</style>"]:
+    for body in [
+        "<script>alert(1)</script>",
+        '<rect onload="alert(1)"/>',
+        '<image xlink:href="https://example.com/x.png"/>',
+        '<a href="javascript:alert(1)"><text>x</text></a>',
+        "<foreignObject><div/></foreignObject>",
+        '<rect style="fill: url(https://example.com/p.svg#x)"/>',
+        "<style>@import 'https://example.com/a.css';</style>",
+    ]:
         with pytest.raises(UnsafeSVG):
             inline_svg(base.format(body))
-    assert str(inline_svg('<?xml version="1.0"?>\n' + base.format('<use xlink:href="#a" clip-path="url(#p1)"/><style>*{stroke-linecap: butt}</style>'))).startswith("<svg")
+    assert str(
+        inline_svg(
+            '<?xml version="1.0"?>\n'
+            + base.format('<use xlink:href="#a" clip-path="url(#p1)"/><style>*{stroke-linecap: butt}</style>')
+        )
+    ).startswith("<svg")
 
 
 def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_path):  # noqa: F811
@@ -150,8 +164,8 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
 
 def test_every_axis_is_a_column_and_an_adjusted_value_is_marked(html):
     # pin_memory is an axis of `loader`; on a CPU the harness runs it as false, which must show, with why.
-    section = html[html.index('id="exp-loader"'):html.index('id="exp-train"')]
-    header = section[section.index("<thead>"):section.index("</thead>")]
+    section = html[html.index('id="exp-loader"') : html.index('id="exp-train"')]
+    header = section[section.index("<thead>") : section.index("</thead>")]
     assert "<th>num_<wbr>workers</th>" in header
     assert "pin_<wbr>memory" in header
     marked = re.findall(r'<td class="adjusted" title="([^"]*)">true → false<sup>\*</sup></td>', section)
@@ -160,7 +174,7 @@ def test_every_axis_is_a_column_and_an_adjusted_value_is_marked(html):
 
 
 def test_cells_carry_a_short_label_with_a_key_and_their_id_wraps(html):
-    section = html[html.index('id="exp-train"'):html.index('id="exp-transfer"')]
+    section = html[html.index('id="exp-train"') : html.index('id="exp-transfer"')]
     assert "Key</b> to the short cell labels: hl: hidden_layers · delay: sample_delay_ms" in section
     assert '<b class="label">hl=4 delay=0.5</b>' in section
     assert '<code class="id">hidden_<wbr>layers-<wbr>4_<wbr>sample_<wbr>delay_<wbr>ms-<wbr>0.5</code>' in section
@@ -170,11 +184,18 @@ def test_cells_carry_a_short_label_with_a_key_and_their_id_wraps(html):
 def test_a_mapping_knob_shows_as_its_json_and_is_not_called_adjusted():
     """A user's dataset_args (issue #11) reach the summary as JSON text and the requested knobs as a mapping."""
     import pandas as pd
-
     from feedbench.report import axis_values, fmt
 
-    rows = pd.DataFrame([{"cell": "c", "dataset_args": '{"shards": 4}', "requested": '{"dataset_args": {"shards": 4}}',
-                          "adjustments": ""}])
+    rows = pd.DataFrame(
+        [
+            {
+                "cell": "c",
+                "dataset_args": '{"shards": 4}',
+                "requested": '{"dataset_args": {"shards": 4}}',
+                "adjustments": "",
+            }
+        ]
+    )
     cells = [{"cell": "c"}]
     axis_values(rows, cells, ["dataset_args"])
     assert cells[0]["shown"]["dataset_args"] == ('{"shards": 4}', None)

@@ -12,7 +12,6 @@ import time
 
 import jsonschema
 import pytest
-
 from feedbench.images import make_images
 from feedbench.result import schema
 
@@ -34,15 +33,61 @@ def image_dir(tmp_path_factory):
     "knobs",
     [
         pytest.param(dict(TINY_MLP, dataset="synthetic"), id="train-mlp-synthetic"),
-        pytest.param(dict(TINY_MLP, dataset="memory", num_workers=1, prefetch_factor=3, persistent_workers=True), id="train-mlp-memory-worker"),
+        pytest.param(
+            dict(TINY_MLP, dataset="memory", num_workers=1, prefetch_factor=3, persistent_workers=True),
+            id="train-mlp-memory-worker",
+        ),
         pytest.param(dict(TINY_MLP, scenario="compute"), id="compute-mlp"),
-        pytest.param(dict(scenario="loader", model="none", image_size=16, batch_size=8, steps=4, num_workers=2, in_order=False), id="loader"),
-        pytest.param(dict(model="resnet18", image_size=32, num_classes=10, batch_size=4, steps=2, warmup_steps=1, amp="bf16", channels_last=True), id="resnet18-bf16-channels-last"),
+        pytest.param(
+            dict(scenario="loader", model="none", image_size=16, batch_size=8, steps=4, num_workers=2, in_order=False),
+            id="loader",
+        ),
+        pytest.param(
+            dict(
+                model="resnet18",
+                image_size=32,
+                num_classes=10,
+                batch_size=4,
+                steps=2,
+                warmup_steps=1,
+                amp="bf16",
+                channels_last=True,
+            ),
+            id="resnet18-bf16-channels-last",
+        ),
         pytest.param(dict(TINY_MLP, amp="fp16"), id="mlp-fp16-gradscaler"),
         pytest.param(dict(TINY_MLP, timing="sync", epochs=1, num_samples=24), id="epochs-sync"),
         pytest.param(dict(TINY_MLP, timing="naive", multiprocessing_context="spawn", num_workers=1), id="naive-spawn"),
-        pytest.param(dict(model="lstm", dataset="tokens", lstm_impl="fused", seq_len=12, vocab_size=50, embedding_dim=8, hidden_size=8, batch_size=4, steps=3, warmup_steps=1), id="lstm-fused"),
-        pytest.param(dict(model="lstm", dataset="tokens", lstm_impl="cell", seq_len=12, vocab_size=50, embedding_dim=8, hidden_size=8, batch_size=4, steps=3, warmup_steps=1), id="lstm-cell"),
+        pytest.param(
+            dict(
+                model="lstm",
+                dataset="tokens",
+                lstm_impl="fused",
+                seq_len=12,
+                vocab_size=50,
+                embedding_dim=8,
+                hidden_size=8,
+                batch_size=4,
+                steps=3,
+                warmup_steps=1,
+            ),
+            id="lstm-fused",
+        ),
+        pytest.param(
+            dict(
+                model="lstm",
+                dataset="tokens",
+                lstm_impl="cell",
+                seq_len=12,
+                vocab_size=50,
+                embedding_dim=8,
+                hidden_size=8,
+                batch_size=4,
+                steps=3,
+                warmup_steps=1,
+            ),
+            id="lstm-cell",
+        ),
     ],
 )
 def test_cell_runs_and_validates(run_cell, knobs):
@@ -58,16 +103,36 @@ def test_cell_runs_and_validates(run_cell, knobs):
 
 
 def test_images_dataset_decodes_real_jpegs(run_cell, image_dir):
-    code, result = run_cell(dataset="images", data_dir=str(image_dir), model="resnet18", image_size=32, num_classes=4,
-                            batch_size=8, steps=3, warmup_steps=1, num_workers=2)
+    code, result = run_cell(
+        dataset="images",
+        data_dir=str(image_dir),
+        model="resnet18",
+        image_size=32,
+        num_classes=4,
+        batch_size=8,
+        steps=3,
+        warmup_steps=1,
+        num_workers=2,
+    )
     assert code == 0, result["error"]
     validate(result)
     assert result["metrics"]["samples"] == 24
 
 
 def test_tokens_count_true_lengths(run_cell, tmp_path):
-    code, result = run_cell(model="lstm", dataset="tokens", seq_len=10, seq_len_spread=0.5, vocab_size=30, embedding_dim=4,
-                            hidden_size=4, batch_size=4, steps=5, warmup_steps=0, shuffle=False)
+    code, result = run_cell(
+        model="lstm",
+        dataset="tokens",
+        seq_len=10,
+        seq_len_spread=0.5,
+        vocab_size=30,
+        embedding_dim=4,
+        hidden_size=4,
+        batch_size=4,
+        steps=5,
+        warmup_steps=0,
+        shuffle=False,
+    )
     assert code == 0
     out = [p for p in tmp_path.iterdir() if (p / "steps.csv").exists()][0]
     rows = list(csv.DictReader(open(out / "steps.csv")))
@@ -111,8 +176,17 @@ def test_provenance_is_an_allow_list(run_cell, monkeypatch):
 
 def test_monitor_samples_and_notes_missing_gpu(run_cell):
     # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only lengthens the window.
-    code, result = run_cell(model="sleep", compute_ms=20, image_size=8, batch_size=2, steps=10, warmup_steps=0,
-                            num_workers=1, monitor_interval_s=0.02, torch_threads=1)
+    code, result = run_cell(
+        model="sleep",
+        compute_ms=20,
+        image_size=8,
+        batch_size=2,
+        steps=10,
+        warmup_steps=0,
+        num_workers=1,
+        monitor_interval_s=0.02,
+        torch_threads=1,
+    )
     monitor = result["monitor"]
     assert monitor["samples"] >= 3
     assert monitor["stats"]["trainer_rss_mb"]["max"] > 10
@@ -126,8 +200,18 @@ def test_crash_inside_loop_writes_failed_result_keeping_measured_steps(run_cell,
     make_images(str(root), count=16, size=32, classes=2)
     victims = sorted((root / "train").rglob("*.JPEG"))
     victims[-1].write_bytes(b"not a jpeg at all")  # the last sample read (no shuffle) is corrupt
-    code, result = run_cell(dataset="images", data_dir=str(root), model="resnet18", image_size=16, num_classes=2,
-                            batch_size=2, steps=8, warmup_steps=1, shuffle=False, num_workers=1)
+    code, result = run_cell(
+        dataset="images",
+        data_dir=str(root),
+        model="resnet18",
+        image_size=16,
+        num_classes=2,
+        batch_size=2,
+        steps=8,
+        warmup_steps=1,
+        shuffle=False,
+        num_workers=1,
+    )
     assert code == 1
     validate(result)
     assert result["status"] == "failed"
@@ -140,10 +224,31 @@ def test_sigterm_writes_failed_result(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # SIGTERM after ~13 s: importing torch and starting take a few seconds even on a busy machine, then 50 ms steps.
-    proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep",
-                             "--set", "compute_ms=50", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=10000",
-                             "--set", "torch_threads=1"],
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "feedbench",
+            "run",
+            "--out",
+            str(out),
+            "--set",
+            "model=sleep",
+            "--set",
+            "compute_ms=50",
+            "--set",
+            "image_size=8",
+            "--set",
+            "batch_size=2",
+            "--set",
+            "steps=10000",
+            "--set",
+            "torch_threads=1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.5)
@@ -161,9 +266,32 @@ def test_killed_worker_writes_failed_result(tmp_path):
     import psutil
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=sleep",
-                             "--set", "compute_ms=20", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000",
-                             "--set", "num_workers=1", "--set", "torch_threads=1"], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "feedbench",
+            "run",
+            "--out",
+            str(out),
+            "--set",
+            "model=sleep",
+            "--set",
+            "compute_ms=20",
+            "--set",
+            "image_size=8",
+            "--set",
+            "batch_size=2",
+            "--set",
+            "steps=100000",
+            "--set",
+            "num_workers=1",
+            "--set",
+            "torch_threads=1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     parent = psutil.Process(proc.pid)
     deadline = time.time() + 60
     while time.time() < deadline and not parent.children():
@@ -176,7 +304,10 @@ def test_killed_worker_writes_failed_result(tmp_path):
     assert result["status"] == "failed"
     # PyTorch reports the death as "worker ... exited unexpectedly" or, when the batch was
     # half-received from the dead worker, as a reset connection; either way it is recorded.
-    assert any(text in result["error"]["message"] for text in ("exited unexpectedly", "killed by signal", "Connection reset by peer"))
+    assert any(
+        text in result["error"]["message"]
+        for text in ("exited unexpectedly", "killed by signal", "Connection reset by peer")
+    )
     assert "dataloader" in result["error"]["traceback"].lower() or "reductions" in result["error"]["traceback"]
     assert result["metrics"]["steps"] > 0
 
@@ -194,13 +325,31 @@ def test_record_failure_for_a_harness_killed_without_a_result(tmp_path):
     cell.write_text("model: sleep\ncompute_ms: 20\nimage_size: 8\nbatch_size: 2\nsteps: 100000\n")
     log = tmp_path / "harness.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "feedbench", "run", str(cell), "--out", str(out)], stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "feedbench", "run", str(cell), "--out", str(out)], stdout=f, stderr=subprocess.STDOUT
+        )
         time.sleep(5)
         proc.kill()  # SIGKILL: the harness gets no chance to write anything
         code = proc.wait(timeout=30)
     assert not (out / "result.json").exists()
-    rec = subprocess.run([sys.executable, "-m", "feedbench", "record-failure", str(out), "--exit-code", str(128 - code),
-                          "--cell", str(cell), "--log", str(log)], capture_output=True, text=True, timeout=120)
+    rec = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "feedbench",
+            "record-failure",
+            str(out),
+            "--exit-code",
+            str(128 - code),
+            "--cell",
+            str(cell),
+            "--log",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert rec.returncode == 0, rec.stderr
     result = json.loads((out / "result.json").read_text())
     validate(result)
@@ -215,8 +364,13 @@ def test_torch_threads_defaults_to_one_and_null_leaves_pytorchs_default(run_cell
     assert run_cell(**TINY_MLP)[1]["torch_threads"] == 1  # back to 1 in the same process: the default is applied
     out = tmp_path / "null"
     args = [f"--set={k}={v}" for k, v in TINY_MLP.items()]
-    subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), *args, "--set", "torch_threads=null"],
-                   check=True, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    subprocess.run(
+        [sys.executable, "-m", "feedbench", "run", "--out", str(out), *args, "--set", "torch_threads=null"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="2"),
+    )
     assert json.loads((out / "result.json").read_text())["torch_threads"] == 2
 
 
@@ -227,12 +381,30 @@ def test_torch_threads_knob_is_applied_and_recorded(run_cell):
 
 def test_a_dataset_smaller_than_a_batch_says_so_in_adjustments(run_cell):
     """5 samples and batch_size 8: every batch holds 5, and the result says why instead of running them silently."""
-    code, result = run_cell(scenario="loader", dataset="memory", model="mlp", input_size=4, num_samples=5, batch_size=8,
-                            steps=3, warmup_steps=1, device="cpu")
+    code, result = run_cell(
+        scenario="loader",
+        dataset="memory",
+        model="mlp",
+        input_size=4,
+        num_samples=5,
+        batch_size=8,
+        steps=3,
+        warmup_steps=1,
+        device="cpu",
+    )
     assert code == 0, result["error"]
     assert result["metrics"]["samples"] == 3 * 5
     assert "batch_size=8 ran as batches of 5: the dataset has fewer samples than one batch" in result["adjustments"]
-    code, result = run_cell(scenario="loader", dataset="memory", model="mlp", input_size=4, num_samples=20,
-                            batch_size=8, steps=3, warmup_steps=1, device="cpu")
+    code, result = run_cell(
+        scenario="loader",
+        dataset="memory",
+        model="mlp",
+        input_size=4,
+        num_samples=20,
+        batch_size=8,
+        steps=3,
+        warmup_steps=1,
+        device="cpu",
+    )
     assert code == 0 and result["metrics"]["samples"] == 3 * 8
     assert not [note for note in result["adjustments"] if "batch_size" in note]

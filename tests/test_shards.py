@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from feedbench.images import make_images
 from feedbench.runner import run
 from feedbench.shards import make_shards
@@ -27,38 +26,83 @@ def shards(tmp_path_factory):
 
 
 def digests(folder) -> dict[str, str]:
-    return {os.path.relpath(os.path.join(d, n), folder): hashlib.sha256(open(os.path.join(d, n), "rb").read()).hexdigest()
-            for d, _, names in os.walk(folder) for n in names}
+    return {
+        os.path.relpath(os.path.join(d, n), folder): hashlib.sha256(open(os.path.join(d, n), "rb").read()).hexdigest()
+        for d, _, names in os.walk(folder)
+        for n in names
+    }
 
 
 def test_make_shards_is_deterministic_from_the_command_line(shards, tmp_path):
-    command = [sys.executable, "-m", "feedbench", "make-shards", str(shards / "images"), str(tmp_path), "--shards", "1", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "feedbench",
+        "make-shards",
+        str(shards / "images"),
+        str(tmp_path),
+        "--shards",
+        "1",
+        "2",
+    ]
     assert subprocess.run(command, capture_output=True, text=True, timeout=120).returncode == 0
     assert digests(tmp_path) == digests(shards / "out")
-    assert sorted(digests(tmp_path)) == ["shards-1/parquet/part-00000.parquet", "shards-1/webdataset/shard-00000.tar",
-                                         "shards-2/parquet/part-00000.parquet", "shards-2/parquet/part-00001.parquet",
-                                         "shards-2/webdataset/shard-00000.tar", "shards-2/webdataset/shard-00001.tar"]
+    assert sorted(digests(tmp_path)) == [
+        "shards-1/parquet/part-00000.parquet",
+        "shards-1/webdataset/shard-00000.tar",
+        "shards-2/parquet/part-00000.parquet",
+        "shards-2/parquet/part-00001.parquet",
+        "shards-2/webdataset/shard-00000.tar",
+        "shards-2/webdataset/shard-00001.tar",
+    ]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_webdataset_loader_reads_its_shards_with_and_without_workers(shards, tmp_path, workers):
-    knobs = {"scenario": "loader", "dataset": "webdataset", "data_dir": str(shards / "out"), "shards": 2, "device": "cpu",
-             "image_size": 16, "batch_size": 4, "num_workers": workers, "steps": COUNT // 4, "warmup_steps": 0,
-             "monitor_interval_s": 5}
+    knobs = {
+        "scenario": "loader",
+        "dataset": "webdataset",
+        "data_dir": str(shards / "out"),
+        "shards": 2,
+        "device": "cpu",
+        "image_size": 16,
+        "batch_size": 4,
+        "num_workers": workers,
+        "steps": COUNT // 4,
+        "warmup_steps": 0,
+        "monitor_interval_s": 5,
+    }
     assert run(knobs, str(tmp_path)) == 0
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["metrics"]["samples"] == COUNT
 
 
 def test_parquet_trains(shards, tmp_path):
-    knobs = {"dataset": "parquet", "data_dir": str(shards / "out"), "shards": 2, "model": "resnet18", "num_classes": 3,
-             "device": "cpu", "image_size": 16, "batch_size": 4, "steps": 3, "warmup_steps": 1, "torch_threads": 1,
-             "monitor_interval_s": 5}
+    knobs = {
+        "dataset": "parquet",
+        "data_dir": str(shards / "out"),
+        "shards": 2,
+        "model": "resnet18",
+        "num_classes": 3,
+        "device": "cpu",
+        "image_size": 16,
+        "batch_size": 4,
+        "steps": 3,
+        "warmup_steps": 1,
+        "torch_threads": 1,
+        "monitor_interval_s": 5,
+    }
     assert run(knobs, str(tmp_path)) == 0
 
 
 def test_a_shard_count_never_written_is_one_line(shards, tmp_path):
-    knobs = {"scenario": "loader", "dataset": "webdataset", "data_dir": str(shards / "out"), "shards": 3, "device": "cpu"}
+    knobs = {
+        "scenario": "loader",
+        "dataset": "webdataset",
+        "data_dir": str(shards / "out"),
+        "shards": 3,
+        "device": "cpu",
+    }
     assert run(knobs, str(tmp_path)) == 2
     message = json.loads((tmp_path / "result.json").read_text())["error"]["message"]
     assert message.startswith("knob 'shards': no webdataset shards in ") and "--shards 3" in message

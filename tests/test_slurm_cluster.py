@@ -37,8 +37,7 @@ JOBS = {
     "two_nodes": (
         ["--nodes=2", "--ntasks-per-node=2", f"--gpus-per-node={GPUS_PER_NODE}", "--time=2"],
         # The rendezvous host: the first node of the allocation, as a DDP launcher finds it.
-        'echo "first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\n'
-        f"srun bash -c '{TASK_LINE}'",
+        f'echo "first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\nsrun bash -c \'{TASK_LINE}\'',
     ),
     "timeout": (
         ["--nodes=1", "--ntasks=1", "--time=1"],  # minutes
@@ -67,7 +66,11 @@ def jobs(slurm_cluster, tmp_path_factory):
 
 def task_lines(out) -> list[dict[str, str]]:
     """The `task key=value ...` lines of a job's output, as dicts, by rank."""
-    tasks = [dict(field.split("=", 1) for field in line.split()[1:]) for line in out.read_text().splitlines() if line.startswith("task ")]
+    tasks = [
+        dict(field.split("=", 1) for field in line.split()[1:])
+        for line in out.read_text().splitlines()
+        if line.startswith("task ")
+    ]
     return sorted(tasks, key=lambda t: int(t["procid"]))
 
 

@@ -19,15 +19,20 @@ import time
 
 import pytest
 import yaml
-
 from test_workflow import copy_workflow
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-CELL = {"scenario": "train", "dataset": "memory", "model": "sleep", "input_size": 16, "batch_size": 8,
-        "num_samples": 64}
+CELL = {
+    "scenario": "train",
+    "dataset": "memory",
+    "model": "sleep",
+    "input_size": 16,
+    "batch_size": 8,
+    "num_samples": 64,
+}
 
 
 def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = True):
@@ -71,19 +76,25 @@ def summary(workdir) -> dict[str, dict[str, str]]:
 
 
 def test_a_cell_wider_than_a_node_is_refused_before_any_job(slurm_cluster, tmp_path):
-    config = {"defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
-              "experiments": {"wide": {"base": dict(CELL, num_workers=4)}}}
+    config = {
+        "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
+        "experiments": {"wide": {"base": dict(CELL, num_workers=4)}},
+    }
     proc = snakemake(slurm_cluster, tmp_path, config)
     assert proc.returncode == 1
-    line = ("bad config: experiments.wide: cell base asks for 5 CPUs per node (1 rank(s) x (num_workers 4 + 1)); "
-            "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)")
+    line = (
+        "bad config: experiments.wide: cell base asks for 5 CPUs per node (1 rank(s) x (num_workers 4 + 1)); "
+        "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)"
+    )
     assert line in proc.stderr, proc.stderr[-3000:]
     assert "Submitted job" not in proc.stderr and not (tmp_path / "run" / "results" / "cells").exists()
 
 
 def test_gpus_asked_for_with_gres_instead_of_gpu(slurm_cluster, tmp_path):
-    config = {"defaults": {"repeats": 1, "steps": 2, "warmup_steps": 1},
-              "experiments": {"gres": {"base": dict(CELL, device="auto")}}}
+    config = {
+        "defaults": {"repeats": 1, "steps": 2, "warmup_steps": 1},
+        "experiments": {"gres": {"base": dict(CELL, device="auto")}},
+    }
     proc = snakemake(slurm_cluster, tmp_path, config, "bench:gres=gpu:tesla:1", "bench:gpu=0", "--verbose")
     assert proc.returncode == 0, proc.stderr[-6000:]
     [call] = [line for line in proc.stderr.splitlines() if "sbatch call:" in line and "rule_bench" in line]
@@ -112,8 +123,11 @@ CANCELLED, NODE_FAILED = "compute_ms-1000", "compute_ms-1001"
 def running_bench_jobs(slurm_cluster) -> dict[str, tuple[str, str]]:
     """cell -> (job id, node) of the bench jobs running now."""
     out = slurm_cluster.run("squeue", "-h", "-t", "running", "-o", "%i|%k|%N").stdout
-    return {comment.split("_wildcards_lost_")[1][:-2]: (job, node)
-            for job, comment, node in (line.split("|") for line in out.splitlines()) if "_wildcards_lost_" in comment}
+    return {
+        comment.split("_wildcards_lost_")[1][:-2]: (job, node)
+        for job, comment, node in (line.split("|") for line in out.splitlines())
+        if "_wildcards_lost_" in comment
+    }
 
 
 @pytest.fixture(scope="module")
@@ -141,14 +155,24 @@ def lost(slurm_cluster, tmp_path_factory):
             slurm_cluster.run("scontrol", "update", f"nodename={down}", "state=resume", check=False)
     log = (workdir / "snakemake.log").read_text()
     cells = workdir / "run" / "results" / "cells" / "lost"
-    lost_records = {cell: json.loads((cells / cell / "rep1" / "lost.json").read_text())
-                    for cell in (CANCELLED, NODE_FAILED) if (cells / cell / "rep1" / "lost.json").exists()}
+    lost_records = {
+        cell: json.loads((cells / cell / "rep1" / "lost.json").read_text())
+        for cell in (CANCELLED, NODE_FAILED)
+        if (cells / cell / "rep1" / "lost.json").exists()
+    }
     first_summary = summary(workdir) if (workdir / "run" / "results" / "summary.csv").exists() else {}
-    first_report = (workdir / "run" / "results" / "report" / "index.html")
+    first_report = workdir / "run" / "results" / "report" / "index.html"
     first_report = first_report.read_text() if first_report.exists() else ""
     again = snakemake(slurm_cluster, workdir, LOST)
-    return dict(first=first, log=log, lost=lost_records, summary=first_summary, report=first_report, again=again,
-                workdir=workdir)
+    return dict(
+        first=first,
+        log=log,
+        lost=lost_records,
+        summary=first_summary,
+        report=first_report,
+        again=again,
+        workdir=workdir,
+    )
 
 
 def test_lost_jobs_end_the_run_with_a_report_that_lists_them(lost):
@@ -156,7 +180,10 @@ def test_lost_jobs_end_the_run_with_a_report_that_lists_them(lost):
     assert "2 cell(s) lost on Slurm" in lost["log"], lost["log"][-6000:]
     rows = lost["summary"]
     assert {cell: row["status"] for cell, row in rows.items()} == {
-        "compute_ms-10": "ok", CANCELLED: "failed", NODE_FAILED: "failed"}, rows
+        "compute_ms-10": "ok",
+        CANCELLED: "failed",
+        NODE_FAILED: "failed",
+    }, rows
     assert "ended CANCELLED" in rows[CANCELLED]["error_message"], rows[CANCELLED]
     assert "ended NODE_FAIL" in rows[NODE_FAILED]["error_message"], rows[NODE_FAILED]
     assert "Failed cells" in lost["report"] and "NODE_FAIL" in lost["report"]
@@ -175,4 +202,7 @@ def test_the_next_run_runs_exactly_the_lost_cells_again(slurm_cluster, lost):
     [run_id] = run_ids(again.stderr)
     assert set(bench_jobs(slurm_cluster, run_id)) == {f"lost_{CANCELLED}_1", f"lost_{NODE_FAILED}_1"}
     assert {cell: row["status"] for cell, row in summary(lost["workdir"]).items()} == {
-        "compute_ms-10": "ok", CANCELLED: "ok", NODE_FAILED: "ok"}
+        "compute_ms-10": "ok",
+        CANCELLED: "ok",
+        NODE_FAILED: "ok",
+    }

@@ -8,7 +8,6 @@ import logging
 import shlex
 
 import pytest
-
 from feedbench import slurm
 
 plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
@@ -38,7 +37,8 @@ def test_the_first_cell_wider_than_a_node_is_named():
     cells = [("a", "narrow", {"num_workers": 1}), ("b", "wide", {"num_workers": 4})]
     assert slurm.cells_fit_error(cells, "debug", 4) == (
         "bad config: experiments.b: cell wide asks for 5 CPUs per node (1 rank(s) x (num_workers 4 + 1)); "
-        "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)")
+        "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)"
+    )
     assert slurm.cells_fit_error(cells[:1], "debug", 4) is None
 
 
@@ -52,5 +52,6 @@ def test_a_lost_cell_keeps_the_harness_result_and_says_its_slurm_state(tmp_path)
     (tmp_path / "result.json").write_text(json.dumps(harness))
     kept = slurm.lost_result(str(tmp_path / "result.json"), labelled, ("12", "CANCELLED"))
     assert kept["metrics"]["steps"] == 7 and kept["error"]["type"] == "Terminated"
-    assert kept["error"]["message"] == ("Slurm job 12 ended CANCELLED; the cell is lost and the next run runs it again; "
-                                        "the harness said: SIGTERM")
+    assert kept["error"]["message"] == (
+        "Slurm job 12 ended CANCELLED; the cell is lost and the next run runs it again; the harness said: SIGTERM"
+    )

@@ -17,7 +17,6 @@ import sys
 
 import pytest
 import yaml
-
 from test_workflow import copy_workflow
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
@@ -29,15 +28,35 @@ TINY = {
     "experiments": {
         "mlp": {
             "title": "A tiny mlp on the Slurm cluster",
-            "base": {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 32},
+            "base": {
+                "scenario": "train",
+                "dataset": "memory",
+                "model": "mlp",
+                "input_size": 16,
+                "width": 16,
+                "batch_size": 8,
+                "num_samples": 32,
+            },
             "matrix": {"hidden_layers": [1, 2]},
             "plot": {"x": "hidden_layers", "kind": "bar"},
         },
         "ddp": {
             # device auto: the job asks Slurm for the 4 (fake) GPUs, 2 per node, and the ranks run on gloo.
             "title": "ddp with 2 GPUs x 2 nodes",
-            "base": {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 64,
-                     "parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "comm_probe_steps": 2, "device": "auto"},
+            "base": {
+                "scenario": "train",
+                "dataset": "memory",
+                "model": "mlp",
+                "input_size": 16,
+                "width": 16,
+                "batch_size": 8,
+                "num_samples": 64,
+                "parallel": "ddp",
+                "gpus_per_node": 2,
+                "nodes": 2,
+                "comm_probe_steps": 2,
+                "device": "auto",
+            },
             "plot": {"x": "nodes", "kind": "bar"},
         },
     },
@@ -94,13 +113,19 @@ def test_every_cell_went_through_sbatch(slurm_cluster, run):
     assert proc.returncode == 0, proc.stderr[-6000:]
     # The plugin names every job of a run after the run's id and puts the rule
     # and wildcards in the job comment; sacct has them from slurmdbd.
-    [run_id] = {line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line}
+    [run_id] = {
+        line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line
+    }
     fields = "JobID,State,Submit,End,Comment,AllocTRES"
-    out = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields).stdout
+    out = slurm_cluster.run(
+        "sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields
+    ).stdout
     jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if line]
     assert jobs, f"sacct knows no job named {run_id}"
     bench = [job for job in jobs if job["Comment"].startswith("rule_bench_")]
-    assert sorted(job["Comment"] for job in bench) == sorted(f"rule_bench_wildcards_{e}_{cell}_1" for e, cell in CELLS), jobs
+    assert sorted(job["Comment"] for job in bench) == sorted(
+        f"rule_bench_wildcards_{e}_{cell}_1" for e, cell in CELLS
+    ), jobs
     assert {job["State"] for job in jobs} == {"COMPLETED"}, jobs
     # The rest of the matrix (aggregate, plots, report) is light: localrules, no cluster jobs.
     assert {job["Comment"].split("_wildcards_")[0] for job in jobs} == {"rule_bench"}, jobs
@@ -118,7 +143,15 @@ LONG = {
     "experiments": {
         "limit": {
             "title": "A cell longer than its job's runtime",
-            "base": {"scenario": "train", "dataset": "memory", "model": "sleep", "input_size": 16, "batch_size": 8, "num_samples": 64, "steps": 3},
+            "base": {
+                "scenario": "train",
+                "dataset": "memory",
+                "model": "sleep",
+                "input_size": 16,
+                "batch_size": 8,
+                "num_samples": 64,
+                "steps": 3,
+            },
             "matrix": {"compute_ms": [10, 1000]},
             "include": [{"compute_ms": 1000, "steps": 10000}],
         },
@@ -147,14 +180,22 @@ def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slu
     workdir, proc = timed_out
     assert proc.returncode == 0, proc.stderr[-6000:]
     rows = {r["cell"]: r for r in csv.DictReader(open(workdir / "results" / "summary.csv"))}
-    assert {cell: row["status"] for cell, row in rows.items()} == {"compute_ms-10": "ok", "compute_ms-1000": "ok", "compute_ms-1000_steps-10000": "failed"}
+    assert {cell: row["status"] for cell, row in rows.items()} == {
+        "compute_ms-10": "ok",
+        "compute_ms-1000": "ok",
+        "compute_ms-1000_steps-10000": "failed",
+    }
     long = rows["compute_ms-1000_steps-10000"]
     # One minute of runtime, of which Slurm and Snakemake took some: the cell stops itself a quarter of its time left
     # before the job's own end (squeue's; feedbench.job.margin_s), with the steps it measured.
     assert long["error_type"] == "Terminated" and re.match(r"time limit of \d+ s reached", long["error_message"]), long
     assert int(float(long["measured_steps"])) > 5
-    [run_id] = {line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line}
-    out = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", "State,Timelimit,Comment").stdout
+    [run_id] = {
+        line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line
+    }
+    out = slurm_cluster.run(
+        "sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", "State,Timelimit,Comment"
+    ).stdout
     bench = [line.split("|") for line in out.splitlines() if "rule_bench_" in line]
     assert len(bench) == 3 and {(state, limit) for state, limit, _ in bench} == {("COMPLETED", "00:01:00")}, out
     assert "Failed cells" in (workdir / "results" / "report" / "index.html").read_text()

@@ -14,10 +14,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch import nn
-
 from feedbench.harness import WithLoss
 from feedbench.models import MLP, TokenLSTM, loss_function
+from torch import nn
 
 
 def _mlp_batch():

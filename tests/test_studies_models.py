@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from torch import nn
-
 from feedbench.cell import parse_cell
 from feedbench.knobs import KnobError
 from feedbench.models import build_model
+from torch import nn
 
 
 @pytest.mark.parametrize("layers", [1, 4, 8])

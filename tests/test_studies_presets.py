@@ -8,7 +8,6 @@ import subprocess
 
 import pytest
 import yaml
-
 from feedbench.matrix import build_cells
 
 PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "presets")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 
 import pytest
-
 from feedbench.harness import Measurement, original_estimators
 from feedbench.views import builder
 from test_views_scaling import RESNET, reference, row, summary, table

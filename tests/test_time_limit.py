@@ -15,7 +15,6 @@ import time
 
 import jsonschema
 import psutil
-
 from feedbench.result import schema
 
 SLEEP_CELL = ["--set", "model=sleep", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000"]
@@ -23,8 +22,12 @@ SLEEP_CELL = ["--set", "model=sleep", "--set", "image_size=8", "--set", "batch_s
 
 def _run(out, limit: float, *knobs: str) -> tuple[int, dict, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--time-limit", str(limit), *SLEEP_CELL, *knobs],
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "feedbench", "run", "--out", str(out), "--time-limit", str(limit), *SLEEP_CELL, *knobs],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     elapsed = time.perf_counter() - t0
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, schema())
@@ -44,21 +47,32 @@ def test_a_cell_stops_at_its_time_limit_with_its_steps(tmp_path):
 
 def test_a_cell_stuck_inside_one_step_is_ended_after_a_grace_period(tmp_path):
     """A loader that does not return in time (one sample takes a minute, the most allowed) never reaches the per-step check."""
-    code, result, elapsed = _run(tmp_path, 4, "--set", "compute_ms=1", "--set", "sample_delay_ms=60000", "--set", "warmup_steps=0")
+    code, result, elapsed = _run(
+        tmp_path, 4, "--set", "compute_ms=1", "--set", "sample_delay_ms=60000", "--set", "warmup_steps=0"
+    )
     assert code == 1 and result["status"] == "failed"
-    assert result["error"]["message"] == "time limit of 4 s reached (the job's runtime less a margin to record the result); still inside one step 1 s later, so the process was ended"
+    assert (
+        result["error"]["message"]
+        == "time limit of 4 s reached (the job's runtime less a margin to record the result); still inside one step 1 s later, so the process was ended"
+    )
     assert elapsed < 60
 
 
 def test_bad_time_limit_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(tmp_path), "--time-limit", "0", *SLEEP_CELL],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "feedbench", "run", "--out", str(tmp_path), "--time-limit", "0", *SLEEP_CELL],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "feedbench: error: --time-limit: value 0 is not allowed; allowed: seconds > 0"
 
 
 def test_a_multi_rank_cell_stops_every_rank_at_its_time_limit(tmp_path):
-    code, result, elapsed = _run(tmp_path, 25, "--set", "compute_ms=20", "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    code, result, elapsed = _run(
+        tmp_path, 25, "--set", "compute_ms=20", "--set", "parallel=ddp", "--set", "gpus_per_node=2"
+    )
     assert code == 1 and result["status"] == "failed" and result["error"]["type"] == "Terminated"
     assert result["error"]["message"].startswith("time limit of 25 s reached")
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]

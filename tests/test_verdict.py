@@ -6,11 +6,18 @@ import math
 
 import pandas as pd
 import pytest
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
-
 from feedbench.aggregate import load_results
-from feedbench.verdict import (DATA_STALL_PCT, TRANSFER_SHARE, baseline_cell, cell_table, classify, interval,
-                               summarize_experiment, t975)
+from feedbench.verdict import (
+    DATA_STALL_PCT,
+    TRANSFER_SHARE,
+    baseline_cell,
+    cell_table,
+    classify,
+    interval,
+    summarize_experiment,
+    t975,
+)
+from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +48,19 @@ def test_t_quantiles_fall_towards_the_normal_one():
         t975(0)
 
 
-@pytest.mark.parametrize("scenario, stall, h2d, prefetch, bound", [
-    ("train", DATA_STALL_PCT, 0.5, "none", "data"),            # the stall wins over the copy
-    ("train", DATA_STALL_PCT - 0.1, TRANSFER_SHARE, "none", "transfer"),
-    ("train", 1.0, 0.5, "stream", "compute"),                  # an overlapped copy bounds nothing by its share
-    ("train", 1.0, TRANSFER_SHARE / 2, "none", "compute"),
-    ("train", None, None, "none", "compute"),
-    ("loader", 99.0, None, "none", "ceiling"),
-    ("compute", 0.0, None, "none", "ceiling"),
-    ("transfer", None, None, "none", "ceiling"),
-])
+@pytest.mark.parametrize(
+    "scenario, stall, h2d, prefetch, bound",
+    [
+        ("train", DATA_STALL_PCT, 0.5, "none", "data"),  # the stall wins over the copy
+        ("train", DATA_STALL_PCT - 0.1, TRANSFER_SHARE, "none", "transfer"),
+        ("train", 1.0, 0.5, "stream", "compute"),  # an overlapped copy bounds nothing by its share
+        ("train", 1.0, TRANSFER_SHARE / 2, "none", "compute"),
+        ("train", None, None, "none", "compute"),
+        ("loader", 99.0, None, "none", "ceiling"),
+        ("compute", 0.0, None, "none", "ceiling"),
+        ("transfer", None, None, "none", "ceiling"),
+    ],
+)
 def test_bound_rule(scenario, stall, h2d, prefetch, bound):
     # Crafted shares at and around the documented thresholds.
     found, why = classify(scenario, stall, h2d, prefetch)
@@ -139,11 +149,43 @@ def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
     paths = []
     for gpus in (1, 2):
         out = tmp_path / f"gpus-{gpus}" / "rep1"
-        subprocess.run([sys.executable, "-m", "feedbench", "run", "--out", str(out), "--set", "model=mlp", "--set", "input_size=32",
-                        "--set", "width=32", "--set", "batch_size=8", "--set", "steps=5", "--set", "warmup_steps=1",
-                        "--set", "parallel=ddp", "--set", f"gpus_per_node={gpus}", "--set", "experiment=scaling",
-                        "--set", f"cell=gpus_per_node-{gpus}", "--set", "repeat=1", "--set", f"baseline={gpus == 1}"],
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "feedbench",
+                "run",
+                "--out",
+                str(out),
+                "--set",
+                "model=mlp",
+                "--set",
+                "input_size=32",
+                "--set",
+                "width=32",
+                "--set",
+                "batch_size=8",
+                "--set",
+                "steps=5",
+                "--set",
+                "warmup_steps=1",
+                "--set",
+                "parallel=ddp",
+                "--set",
+                f"gpus_per_node={gpus}",
+                "--set",
+                "experiment=scaling",
+                "--set",
+                f"cell=gpus_per_node-{gpus}",
+                "--set",
+                "repeat=1",
+                "--set",
+                f"baseline={gpus == 1}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         paths.append(str(out / "result.json"))
     verdict = summarize_experiment(load_results(paths), {"gpus_per_node": [1, 2]})
     cells = verdict["cells"].set_index("cell")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-
 from feedbench.verdict import POWER_FACTOR, gain_wording, interval, repeats_to_separate, summarize_experiment
 
 
@@ -15,16 +14,27 @@ def rows(values_by_cell: dict[str, list[float]]) -> pd.DataFrame:
     out = []
     for i, (cell, values) in enumerate(values_by_cell.items()):
         for repeat, value in enumerate(values):
-            out.append({"experiment": "e", "cell": cell, "repeat": repeat, "status": "ok", "scenario": "train",
-                        "num_workers": i, "samples_per_s": value, "baseline": i == 0})
+            out.append(
+                {
+                    "experiment": "e",
+                    "cell": cell,
+                    "repeat": repeat,
+                    "status": "ok",
+                    "scenario": "train",
+                    "num_workers": i,
+                    "samples_per_s": value,
+                    "baseline": i == 0,
+                }
+            )
     return pd.DataFrame(out)
 
 
 def test_one_repeat_has_no_interval_and_says_the_gain_cannot_be_judged():
     found = summarize_experiment(rows({"num_workers-0": [100.0], "num_workers-2": [150.0]}))
     assert found["speedup"] == 1.5 and not found["clear"]
-    assert found["wording"].startswith("cannot be judged from one run: with fewer than 2 repeats a cell has no "
-                                       "interval")
+    assert found["wording"].startswith(
+        "cannot be judged from one run: with fewer than 2 repeats a cell has no interval"
+    )
     assert "intervals overlap" not in found["wording"]
     assert "3 or more repeats" in found["wording"]
 
@@ -44,14 +54,17 @@ def test_overlapping_intervals_come_with_a_rough_repeat_estimate():
     found = summarize_experiment(rows({"num_workers-0": base, "num_workers-2": best}))
     # n = 2 (1.96 + 0.84)^2 sd^2 / gain^2 = 15.7 * 100 / 25 -> 63.
     assert repeats_to_separate(found["best"], found["baseline"]) == math.ceil(POWER_FACTOR * 100 / 25) == 63
-    assert found["wording"] == ("within noise: the 95 % intervals overlap; about 63 repeats per cell would separate a "
-                                "gain this size at the measured spread (a rough power estimate: 80 % power, 5 % level)")
+    assert found["wording"] == (
+        "within noise: the 95 % intervals overlap; about 63 repeats per cell would separate a "
+        "gain this size at the measured spread (a rough power estimate: 80 % power, 5 % level)"
+    )
 
 
 def test_the_estimate_falls_with_the_spread_and_needs_a_gain():
     def cell(values, name):
         stats = interval(values)
         return {"cell": name, "n": stats.n, "mean": stats.mean, "low": stats.low, "high": stats.high}
+
     base = cell([100.0, 110.0, 90.0], "a")
     noisy, quiet = cell([105.0, 125.0, 85.0], "b"), cell([105.0, 106.0, 104.0], "c")
     assert repeats_to_separate(quiet, base) < repeats_to_separate(noisy, base)

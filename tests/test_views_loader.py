@@ -7,37 +7,61 @@ import os
 
 import pandas as pd
 import pytest
-from markupsafe import escape
-from matplotlib.figure import Figure
-
 from feedbench.aggregate import result_row
 from feedbench.knobs import defaults
 from feedbench.report import build as build_report
 from feedbench.report import render
 from feedbench.views import builder, read_reference
+from markupsafe import escape
+from matplotlib.figure import Figure
 
 REFERENCES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "report", "references")
 H100 = "NVIDIA H100 80GB HBM3"
-PREFETCH = {"matrix": {"epochs": [1, 5], "hidden_layers": [1, 4], "device_prefetch": ["none", "stream"], "pin_memory": [False, True]}}
+PREFETCH = {
+    "matrix": {
+        "epochs": [1, 5],
+        "hidden_layers": [1, 4],
+        "device_prefetch": ["none", "stream"],
+        "pin_memory": [False, True],
+    }
+}
 WORKERS = {"matrix": {"num_workers": [0, 1, 2, 4, 8]}}
-BREAKDOWN = {"matrix": {"timing": ["events", "sync", "naive"], "pin_memory": [False, True], "non_blocking": [False, True]}}
+BREAKDOWN = {
+    "matrix": {"timing": ["events", "sync", "naive"], "pin_memory": [False, True], "non_blocking": [False, True]}
+}
 
 
 def reference(name: str) -> pd.DataFrame:
     return read_reference(os.path.join(REFERENCES, f"{name}.csv"))
 
 
-def row(experiment: str, knobs: dict, repeat: int = 0, gpu: str | None = H100, failed: bool = False, step_ms: float | None = None, **metrics) -> dict:
+def row(
+    experiment: str,
+    knobs: dict,
+    repeat: int = 0,
+    gpu: str | None = H100,
+    failed: bool = False,
+    step_ms: float | None = None,
+    **metrics,
+) -> dict:
     """One summary row from a result as the harness writes it (a CPU fits pin_memory=true to false, as resolve() does)."""
     cell = {**defaults(), **knobs, "device": "cuda" if gpu else "cpu"}
     if gpu is None:
         cell["pin_memory"] = False
     name = "_".join(f"{k}-{str(v).lower()}" for k, v in knobs.items())
     labels = {"experiment": experiment, "cell": name, "repeat": repeat}
-    phases = {p: {"median_ms": metrics.pop(f"{p}_ms", None), "share": None} for p in ("wait", "h2d", "fwd", "bwd", "opt", "gpu_idle")}
-    result = {"status": "failed" if failed else "ok", "cell": {**cell, **labels}, "requested": {**knobs, **labels},
-              "provenance": {"host": "node1", "gpu": gpu}, "timing": {"effective": knobs.get("timing", "events") if gpu else "wall"},
-              "metrics": {} if failed else {**metrics, "phases": phases, "step_ms": {"median": step_ms}}}
+    phases = {
+        p: {"median_ms": metrics.pop(f"{p}_ms", None), "share": None}
+        for p in ("wait", "h2d", "fwd", "bwd", "opt", "gpu_idle")
+    }
+    result = {
+        "status": "failed" if failed else "ok",
+        "cell": {**cell, **labels},
+        "requested": {**knobs, **labels},
+        "provenance": {"host": "node1", "gpu": gpu},
+        "timing": {"effective": knobs.get("timing", "events") if gpu else "wall"},
+        "metrics": {} if failed else {**metrics, "phases": phases, "step_ms": {"median": step_ms}},
+    }
     if failed:
         result["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
     return result_row(result, f"results/cells/{experiment}/{name}/rep{repeat}/result.json")
@@ -58,11 +82,15 @@ def find(tables, start: str):
 
 # --- published tables -----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, keys, metrics, count", [
-    ("prefetch", ["epochs", "hidden_layers", "device_prefetch"], ["seconds"], 18),
-    ("workers", ["num_workers"], ["data_load_ms", "h2d_memcpy_us"], 5),
-    ("breakdown", ["item", "pin_memory", "non_blocking", "timing", "phase"], ["reported"], 7),
-])
+
+@pytest.mark.parametrize(
+    "name, keys, metrics, count",
+    [
+        ("prefetch", ["epochs", "hidden_layers", "device_prefetch"], ["seconds"], 18),
+        ("workers", ["num_workers"], ["data_load_ms", "h2d_memcpy_us"], 5),
+        ("breakdown", ["item", "pin_memory", "non_blocking", "timing", "phase"], ["reported"], 7),
+    ],
+)
 def test_every_row_of_each_published_table_has_its_columns(name, keys, metrics, count):
     with open(os.path.join(REFERENCES, f"{name}.csv")) as f:
         assert f.readline().startswith("#"), "the source comes first, in a comment"
@@ -86,6 +114,7 @@ def test_published_numbers_are_the_studies():
 
 # --- prefetch --------------------------------------------------------------------------------------------------------
 
+
 def prefetch_rows(gpu: str | None = H100) -> list[dict]:
     """Without: 2 s per epoch and layer; with: 1.6 s (pinned) or 1.9 s (pageable); repeats 0 and 2 straddle the median of repeat 1."""
     rows = []
@@ -95,17 +124,36 @@ def prefetch_rows(gpu: str | None = H100) -> list[dict]:
                 for pin in (False, True):
                     per = 2.0 if prefetch == "none" else (1.6 if pin else 1.9)
                     for repeat, noise in enumerate((1.5, 1.0, 0.9)):
-                        rows.append(row("prefetch", {"epochs": epochs, "hidden_layers": layers, "device_prefetch": prefetch, "pin_memory": pin},
-                                        repeat, gpu, window_s=per * epochs * layers * noise))
+                        rows.append(
+                            row(
+                                "prefetch",
+                                {
+                                    "epochs": epochs,
+                                    "hidden_layers": layers,
+                                    "device_prefetch": prefetch,
+                                    "pin_memory": pin,
+                                },
+                                repeat,
+                                gpu,
+                                window_s=per * epochs * layers * noise,
+                            )
+                        )
     return rows
 
 
 def test_prefetch_speedup_is_time_without_over_time_with_per_source():
     view = builder("prefetch")(summary(prefetch_rows()), reference("prefetch"), PREFETCH)
     ours = find(view.tables, "Measured on NVIDIA H100")
-    times = dict(zip(zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers")), column(ours, "time without prefetch [s]")))
+    times = dict(
+        zip(
+            zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers")),
+            column(ours, "time without prefetch [s]"),
+        )
+    )
     assert times[("pageable", 5, 4)] == pytest.approx(40.0)  # the median of the repeats, not their mean
-    speedups = dict(zip(zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers")), column(ours, "speedup")))
+    speedups = dict(
+        zip(zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers")), column(ours, "speedup"))
+    )
     assert speedups[("pageable", 1, 1)] == pytest.approx(2.0 / 1.9)
     assert speedups[("pinned", 5, 4)] == pytest.approx(2.0 / 1.6)
     assert "1.05× from a pageable source" in view.verdict and "1.25× from a pinned source" in view.verdict
@@ -117,7 +165,13 @@ def test_prefetch_shows_the_published_table_and_speedups_side_by_side():
     assert "NVIDIA 2080 Ti" in published.caption
     assert len(published.rows) == 9
     side = view.tables[0]
-    assert side.columns == ["epochs", "hidden_layers", "published (NVIDIA 2080 Ti)", "measured, pageable source", "measured, pinned source"]
+    assert side.columns == [
+        "epochs",
+        "hidden_layers",
+        "published (NVIDIA 2080 Ti)",
+        "measured, pageable source",
+        "measured, pinned source",
+    ]
     by_point = {(r[0], r[1]): r for r in side.rows}
     assert by_point[(1, 1)][2] == pytest.approx(2.69 / 2.52)
     assert by_point[(5, 4)][4] == pytest.approx(1.25)
@@ -134,7 +188,9 @@ def test_prefetch_on_cpu_keeps_pinned_cells_in_their_column_and_says_why_they_do
 
 
 def test_prefetch_without_reference_and_with_failed_cells():
-    rows = prefetch_rows() + [row("prefetch", {"epochs": 50, "hidden_layers": 8, "device_prefetch": "none", "pin_memory": True}, failed=True)]
+    rows = prefetch_rows() + [
+        row("prefetch", {"epochs": 50, "hidden_layers": 8, "device_prefetch": "none", "pin_memory": True}, failed=True)
+    ]
     view = builder("prefetch")(summary(rows), None, PREFETCH)
     assert not any(t.caption.startswith("Published") for t in view.tables)
     assert any("No published table" in n for n in view.notes)
@@ -143,7 +199,10 @@ def test_prefetch_without_reference_and_with_failed_cells():
 
 
 def test_prefetch_with_nothing_measured():
-    rows = [row("prefetch", {"epochs": 1, "hidden_layers": 1, "device_prefetch": p, "pin_memory": False}, failed=True) for p in ("none", "stream")]
+    rows = [
+        row("prefetch", {"epochs": 1, "hidden_layers": 1, "device_prefetch": p, "pin_memory": False}, failed=True)
+        for p in ("none", "stream")
+    ]
     view = builder("prefetch")(summary(rows), reference("prefetch"), PREFETCH)
     assert find(view.tables, "Measured").rows == []
     assert view.verdict is None
@@ -153,14 +212,25 @@ def test_prefetch_with_nothing_measured():
 
 # --- workers ---------------------------------------------------------------------------------------------------------
 
+
 def workers_rows(gpu: str | None = H100) -> list[dict]:
     """Steady state saturating at 4 workers; the first batch grows with the workers started; CUDA init 0.4 s, apart."""
     rows = []
     for workers in (0, 1, 2, 4, 8):
         for repeat in range(3):
             rate = 500.0 * (min(workers, 4) + 1)
-            rows.append(row("workers", {"scenario": "loader", "num_workers": workers}, repeat, gpu, step_ms=64000 / rate,
-                            samples_per_s=rate, time_to_first_batch_s=0.05 + 0.02 * workers, cuda_init_s=0.4 if gpu else None))
+            rows.append(
+                row(
+                    "workers",
+                    {"scenario": "loader", "num_workers": workers},
+                    repeat,
+                    gpu,
+                    step_ms=64000 / rate,
+                    samples_per_s=rate,
+                    time_to_first_batch_s=0.05 + 0.02 * workers,
+                    cuda_init_s=0.4 if gpu else None,
+                )
+            )
     return rows
 
 
@@ -191,8 +261,11 @@ def test_workers_on_cpu_without_reference_and_a_failed_cell():
     assert any("No published table" in n for n in view.notes)
     assert any("num_workers=16" in n for n in view.notes)
     side = view.tables[0]
-    assert side.columns == ["num_workers", "measured first-batch speedup vs 1 (worker start-up in, CUDA init out)",
-                            "measured steady-state speedup vs 1"]  # no published column
+    assert side.columns == [
+        "num_workers",
+        "measured first-batch speedup vs 1 (worker start-up in, CUDA init out)",
+        "measured steady-state speedup vs 1",
+    ]  # no published column
     assert column(side, "measured steady-state speedup vs 1")[0] == pytest.approx(0.5)
     assert "creating the CUDA context" not in view.verdict
 
@@ -212,8 +285,20 @@ def breakdown_rows(gpu: str | None = H100, case: dict = POST_CASE) -> list[dict]
                 hidden = timing == "naive" and pin and blocking
                 h2d = 0.05 if hidden else (1.0 if pin else 5.0)
                 for repeat in range(2):
-                    rows.append(row("breakdown", {**case, "timing": timing, "pin_memory": pin, "non_blocking": blocking}, repeat, gpu,
-                                    step_ms=40.0, wait_ms=2.0 if pin else 3.0, h2d_ms=h2d, fwd_ms=10.0 + (0.95 if hidden else 0.0), bwd_ms=20.0, opt_ms=3.0))
+                    rows.append(
+                        row(
+                            "breakdown",
+                            {**case, "timing": timing, "pin_memory": pin, "non_blocking": blocking},
+                            repeat,
+                            gpu,
+                            step_ms=40.0,
+                            wait_ms=2.0 if pin else 3.0,
+                            h2d_ms=h2d,
+                            fwd_ms=10.0 + (0.95 if hidden else 0.0),
+                            bwd_ms=20.0,
+                            opt_ms=3.0,
+                        )
+                    )
     return rows
 
 
@@ -238,10 +323,16 @@ def test_breakdown_lists_the_posts_statements_with_our_numbers_and_explanations(
     assert {r["phase"] for r in q3} == {"load", "transfer", "processing"}
     transfer = next(r for r in q3 if r["phase"] == "transfer")
     assert transfer["measured at this timing [ms]"] == pytest.approx(5.0)
-    q1 = next(r for r in rows if r["item"] == "Q1")  # 4 GPUs at batch 1024 in all: not among these cells (test_studies_views)
-    assert q1["measured at this timing [ms]"] is None and any(n.startswith("Q1: no measured cell of model=resnet18 on 4") for n in view.notes)
+    q1 = next(
+        r for r in rows if r["item"] == "Q1"
+    )  # 4 GPUs at batch 1024 in all: not among these cells (test_studies_views)
+    assert q1["measured at this timing [ms]"] is None and any(
+        n.startswith("Q1: no measured cell of model=resnet18 on 4") for n in view.notes
+    )
     for item in ("Q1", "Q2", "Q3", "follow-up"):  # each statement explained once, on its first row
-        assert [bool(r["explanation"]) for r in rows if r["item"] == item][0] and sum(bool(r["explanation"]) for r in rows if r["item"] == item) == 1
+        assert [bool(r["explanation"]) for r in rows if r["item"] == item][0] and sum(
+            bool(r["explanation"]) for r in rows if r["item"] == item
+        ) == 1
     assert view.verdict.startswith("Shortest step, timed with events")
 
 
@@ -255,10 +346,17 @@ def test_breakdown_on_cpu_and_with_a_missing_timing_mode():
     assert len(view.figure.axes) == 2
 
 
-@pytest.mark.parametrize("name, knobs", [("workers", {"scenario": "loader", "num_workers": 2}),
-                                         ("breakdown", {"timing": "naive", "pin_memory": True, "non_blocking": True})])
+@pytest.mark.parametrize(
+    "name, knobs",
+    [
+        ("workers", {"scenario": "loader", "num_workers": 2}),
+        ("breakdown", {"timing": "naive", "pin_memory": True, "non_blocking": True}),
+    ],
+)
 def test_workers_and_breakdown_with_nothing_measured(name, knobs):
-    view = builder(name)(summary([row(name, knobs, failed=True)]), reference(name), {"matrix": {k: [v] for k, v in knobs.items()}})
+    view = builder(name)(
+        summary([row(name, knobs, failed=True)]), reference(name), {"matrix": {k: [v] for k, v in knobs.items()}}
+    )
     assert find(view.tables, "Measured").rows == [] and find(view.tables, "Published").rows
     assert view.verdict is None
     assert any("measured anything" in n for n in view.notes)
@@ -266,19 +364,22 @@ def test_workers_and_breakdown_with_nothing_measured(name, knobs):
 
 # --- through the report ----------------------------------------------------------------------------------------------
 
+
 def test_each_view_is_rendered_in_the_report_with_its_tables():
     frame = summary(prefetch_rows() + workers_rows() + breakdown_rows())
-    config = {"experiments": {
-        "prefetch": {"title": "Ray prefetch", "view": "prefetch", **PREFETCH},
-        "workers": {"title": "CIFAR-100 workers", "view": "workers", "base": {"scenario": "loader"}, **WORKERS},
-        "breakdown": {"title": "Forum breakdown", "view": "breakdown", **BREAKDOWN},
-    }}
+    config = {
+        "experiments": {
+            "prefetch": {"title": "Ray prefetch", "view": "prefetch", **PREFETCH},
+            "workers": {"title": "CIFAR-100 workers", "view": "workers", "base": {"scenario": "loader"}, **WORKERS},
+            "breakdown": {"title": "Forum breakdown", "view": "breakdown", **BREAKDOWN},
+        }
+    }
     references = [os.path.join(REFERENCES, f"{name}.csv") for name in ("prefetch", "workers", "breakdown")]
     context = build_report(frame, [], [], config, "c0ffee42", references)
     html = render(context)
     for name, spec in config["experiments"].items():
         start = html.index(f'id="view-{name}"')
-        section = html[start:html.index("</div>", start)]
+        section = html[start : html.index("</div>", start)]
         view = builder(name)(frame[frame["experiment"] == name], reference(name), spec)
         assert view.tables and "<svg" in section
         for table in view.tables:

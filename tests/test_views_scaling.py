@@ -9,7 +9,6 @@ import os
 
 import pandas as pd
 import pytest
-
 from feedbench import report
 from feedbench.knobs import defaults
 from feedbench.verdict import DATA_STALL_PCT
@@ -25,15 +24,31 @@ def row(experiment: str, cell: str, repeat: int = 0, status: str = "ok", **value
     knobs["transfer_sizes"] = json.dumps(knobs["transfer_sizes"])
     failed = status != "ok"
     out = {
-        "experiment": experiment, "cell": cell, "repeat": repeat, "status": status,
-        "error_type": "RuntimeError" if failed else None, "error_message": "NCCL error: unhandled system error" if failed else None,
-        "adjustments": None, **knobs,
-        "samples_per_s": None, "tokens_per_s": None, "step_ms_median": None, "step_ms_p10": None, "step_ms_p90": None,
-        "stall_pct": None if failed else 1.0, "window_s": None if failed else 5.0, "page_cache_effective": None if failed else "asis",
-        "world_size": None if failed else 1, "comm_share": None, "timing_effective": None if failed else knobs["timing"],
+        "experiment": experiment,
+        "cell": cell,
+        "repeat": repeat,
+        "status": status,
+        "error_type": "RuntimeError" if failed else None,
+        "error_message": "NCCL error: unhandled system error" if failed else None,
+        "adjustments": None,
+        **knobs,
+        "samples_per_s": None,
+        "tokens_per_s": None,
+        "step_ms_median": None,
+        "step_ms_p10": None,
+        "step_ms_p90": None,
+        "stall_pct": None if failed else 1.0,
+        "window_s": None if failed else 5.0,
+        "page_cache_effective": None if failed else "asis",
+        "world_size": None if failed else 1,
+        "comm_share": None,
+        "timing_effective": None if failed else knobs["timing"],
         **{f"{p}_ms": None if failed else 1.0 for p in ("wait", "h2d", "fwd", "bwd", "opt")},
-        "h2d_share": None if failed else 0.01, "host": None if failed else "gpu7", "gpu": None if failed else H100,
-        "requested": json.dumps({"model": knobs["model"]}), "result": f"results/cells/{experiment}/{cell}/rep{repeat}/result.json",
+        "h2d_share": None if failed else 0.01,
+        "host": None if failed else "gpu7",
+        "gpu": None if failed else H100,
+        "requested": json.dumps({"model": knobs["model"]}),
+        "result": f"results/cells/{experiment}/{cell}/rep{repeat}/result.json",
     }
     out.update({k: v for k, v in values.items() if k not in defaults()})
     return out
@@ -68,9 +83,31 @@ def scaling_rows() -> list[dict]:
     return [
         # One GPU: 100 samples/s; fwd 80 ms, bwd 150 + opt 10 ms per 32 images.
         *repeats(e, "gpus-1", [98, 100, 103], **RESNET, fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0),
-        *repeats(e, "dp-2", [190, 189, 191], **RESNET, parallel="dp", gpus_per_node=2, nodes=3, fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0),
+        *repeats(
+            e,
+            "dp-2",
+            [190, 189, 191],
+            **RESNET,
+            parallel="dp",
+            gpus_per_node=2,
+            nodes=3,
+            fwd_ms=80.0,
+            bwd_ms=150.0,
+            opt_ms=10.0,
+        ),
         *repeats(e, "dp-4", [360], **RESNET, parallel="dp", gpus_per_node=4, fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0),
-        *repeats(e, "ddp-4x2", [640, 600, 650], **RESNET, parallel="ddp", gpus_per_node=4, nodes=2, fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0),
+        *repeats(
+            e,
+            "ddp-4x2",
+            [640, 600, 650],
+            **RESNET,
+            parallel="ddp",
+            gpus_per_node=4,
+            nodes=2,
+            fwd_ms=80.0,
+            bwd_ms=150.0,
+            opt_ms=10.0,
+        ),
         row(e, "ddp-4x4", 0, status="failed", **RESNET, parallel="ddp", gpus_per_node=4, nodes=4),
         # The original's method: no synchronisation, so the forward returns at once and the backward waits for it.
         *repeats(e, "naive-1", [101], **RESNET, timing="naive", fwd_ms=5.0, bwd_ms=300.0, opt_ms=5.0),
@@ -128,7 +165,9 @@ def test_scaling_forward_and_backward_from_events_beside_naive():
     assert split.loc[1, "bwd samples/s (naive)"] == pytest.approx(32 * 1000 / 305)
     assert math.isnan(split.loc[2, "fwd samples/s (naive)"])
     # Without naive cells the view says the original's split is not reproduced.
-    events_only = builder("scaling")(summary([r for r in scaling_rows() if r["timing"] != "naive"]), reference("scaling"), {})
+    events_only = builder("scaling")(
+        summary([r for r in scaling_rows() if r["timing"] != "naive"]), reference("scaling"), {}
+    )
     assert "fwd samples/s (naive)" not in table(events_only, "Forward and backward").columns
     assert any("no timing=naive" in n for n in events_only.notes)
 
@@ -155,13 +194,31 @@ LSTM = {"model": "lstm", "dataset": "tokens", "scenario": "train", "batch_size":
 def nmt_rows() -> list[dict]:
     e, rows = "nmt", []
     one = {"fused": 1000.0, "cell": 400.0}
-    two = {("fused", "dp"): 1500.0, ("cell", "dp"): 700.0, ("cell", "ddp"): 760.0, ("fused", "ddp"): 1800.0,
-           ("fused", "independent"): 1980.0, ("cell", "independent"): 796.0}
+    two = {
+        ("fused", "dp"): 1500.0,
+        ("cell", "dp"): 700.0,
+        ("cell", "ddp"): 760.0,
+        ("fused", "ddp"): 1800.0,
+        ("fused", "independent"): 1980.0,
+        ("cell", "independent"): 796.0,
+    }
     for (impl, parallel), value in two.items():
-        if parallel != "ddp" or impl == "cell":  # fused DDP has no one-GPU cell of its own: it falls back to parallel=none
-            rows += repeats(e, f"{impl}-{parallel}-1", [one[impl]], "tokens_per_s", **LSTM, lstm_impl=impl, parallel=parallel)
-        rows += repeats(e, f"{impl}-{parallel}-2", [value, value * 1.01, value * 0.99], "tokens_per_s", **LSTM, lstm_impl=impl,
-                        parallel=parallel, gpus_per_node=2)
+        if (
+            parallel != "ddp" or impl == "cell"
+        ):  # fused DDP has no one-GPU cell of its own: it falls back to parallel=none
+            rows += repeats(
+                e, f"{impl}-{parallel}-1", [one[impl]], "tokens_per_s", **LSTM, lstm_impl=impl, parallel=parallel
+            )
+        rows += repeats(
+            e,
+            f"{impl}-{parallel}-2",
+            [value, value * 1.01, value * 0.99],
+            "tokens_per_s",
+            **LSTM,
+            lstm_impl=impl,
+            parallel=parallel,
+            gpus_per_node=2,
+        )
     rows += repeats(e, "fused-none-1", [1000.0], "tokens_per_s", **LSTM, lstm_impl="fused")
     rows.append(row(e, "cell-ddp-4", status="failed", **LSTM, lstm_impl="cell", parallel="ddp", gpus_per_node=4))
     return rows
@@ -173,11 +230,17 @@ def test_nmt_speedup_against_the_same_variant_at_one_gpu():
     assert H100 in view.tables[0].caption
     assert measured.loc[("fused", "dp", 2), "tokens/s"] == 1500
     assert measured.loc[("fused", "dp", 2), "speedup"] == pytest.approx(1.5)
-    assert measured.loc[("cell", "ddp", 2), "speedup"] == pytest.approx(1.9) and measured.loc[("cell", "ddp", 2), "efficiency"] == pytest.approx(0.95)
+    assert measured.loc[("cell", "ddp", 2), "speedup"] == pytest.approx(1.9) and measured.loc[
+        ("cell", "ddp", 2), "efficiency"
+    ] == pytest.approx(0.95)
     assert measured.loc[("fused", "ddp", 2), "speedup"] == pytest.approx(1.8)  # against fused, parallel=none, 1 GPU
     assert measured.loc[("cell", "independent", 2), "speedup"] == pytest.approx(1.99)
-    assert ("cell", "ddp", 4) not in measured.index and any("parallel=ddp" in n and "gpus_per_node=4" in n for n in view.notes)
-    assert view.verdict.startswith("Speedup at 2 GPUs") and view.verdict.index("fused/independent") < view.verdict.index("fused/DataParallel")
+    assert ("cell", "ddp", 4) not in measured.index and any(
+        "parallel=ddp" in n and "gpus_per_node=4" in n for n in view.notes
+    )
+    assert view.verdict.startswith("Speedup at 2 GPUs") and view.verdict.index(
+        "fused/independent"
+    ) < view.verdict.index("fused/DataParallel")
 
 
 def test_nmt_published_speedups_side_by_side_with_the_warm_up_fix():
@@ -188,7 +251,10 @@ def test_nmt_published_speedups_side_by_side_with_the_warm_up_fix():
     assert side.loc[("fused", "independent", 8), fixed] == 7.59 and side.loc[("fused", "dp", 8), fixed] == 6.44
     assert side.loc[("cell", "dp", 8), fixed] == 6.42 and side.loc[("cell", "ddp", 8), fixed] == 4.89
     assert side.loc[("cell", "independent", 7), fixed] == 5.88 and pd.isna(side.loc[("cell", "independent", 8), fixed])
-    assert side.loc[("cell", "dp", 2), "speedup measured"] == pytest.approx(1.75) and side.loc[("cell", "dp", 2), "speedup published"] == 1.81
+    assert (
+        side.loc[("cell", "dp", 2), "speedup measured"] == pytest.approx(1.75)
+        and side.loc[("cell", "dp", 2), "speedup published"] == 1.81
+    )
     assert side.loc[("fused", "independent", 8), "efficiency published"] == pytest.approx(6.07 / 8)
     published = table(view, "Published")
     assert published["hardware"].notna().all() and len(published) == len(reference("nmt"))
@@ -202,7 +268,9 @@ def test_nmt_without_reference_and_without_tokens():
     assert any("no published table" in n for n in alone.notes)
     no_one = summary([r for r in nmt_rows() if r["cell"] not in ("fused-none-1",)])
     view = builder("nmt")(no_one, None, {})
-    assert math.isnan(table(view, "Measured on").set_index(["lstm_impl", "parallel", "GPUs"]).loc[("fused", "ddp", 2), "speedup"])
+    assert math.isnan(
+        table(view, "Measured on").set_index(["lstm_impl", "parallel", "GPUs"]).loc[("fused", "ddp", 2), "speedup"]
+    )
     assert any("lstm_impl=fused, parallel=ddp" in n for n in view.notes)
 
 
@@ -220,12 +288,42 @@ def datastall_rows(cold_effective_50: str = "asis") -> list[dict]:
     for model in ceiling:
         rows += repeats(e, f"{model}-compute", [ceiling[model]] * 3, model=model, scenario="compute")  # once per model
         for workers, value in cached[model].items():
-            rows += repeats(e, f"{model}-w{workers}-warm", [value, value * 1.02, value * 0.98], **IMAGES, model=model, scenario="train",
-                            num_workers=workers, page_cache="warm", page_cache_effective="warm")
+            rows += repeats(
+                e,
+                f"{model}-w{workers}-warm",
+                [value, value * 1.02, value * 0.98],
+                **IMAGES,
+                model=model,
+                scenario="train",
+                num_workers=workers,
+                page_cache="warm",
+                page_cache_effective="warm",
+            )
             made = "cold" if model == "resnet18" else cold_effective_50
-            rows += repeats(e, f"{model}-w{workers}-cold", [cold[model][workers]], **IMAGES, model=model, scenario="train",
-                            num_workers=workers, page_cache="cold", page_cache_effective=made, adjustments=None if made == "cold" else NO_ROOT)
-    rows.append(row(e, "resnet50-w4-warm", status="failed", **IMAGES, model="resnet50", scenario="train", num_workers=4, page_cache="warm"))
+            rows += repeats(
+                e,
+                f"{model}-w{workers}-cold",
+                [cold[model][workers]],
+                **IMAGES,
+                model=model,
+                scenario="train",
+                num_workers=workers,
+                page_cache="cold",
+                page_cache_effective=made,
+                adjustments=None if made == "cold" else NO_ROOT,
+            )
+    rows.append(
+        row(
+            e,
+            "resnet50-w4-warm",
+            status="failed",
+            **IMAGES,
+            model="resnet50",
+            scenario="train",
+            num_workers=4,
+            page_cache="warm",
+        )
+    )
     return rows
 
 
@@ -257,11 +355,18 @@ def test_datastall_verdict_names_the_workers_that_remove_the_prep_stall_or_none(
 def test_datastall_says_when_the_cold_cache_could_not_be_made():
     view = builder("datastall")(summary(datastall_rows()), None, {})
     stalls = table(view, "Measured on").set_index(["model", "num_workers"])
-    assert stalls.loc[[("resnet50", w) for w in (0, 1, 2)], "fetch stall us/sample"].isna().all()  # never shown as measured
+    assert (
+        stalls.loc[[("resnet50", w) for w in (0, 1, 2)], "fetch stall us/sample"].isna().all()
+    )  # never shown as measured
     assert stalls.loc[[("resnet50", w) for w in (0, 1, 2)], "cold us/sample"].isna().all()
     assert stalls.loc[[("resnet18", w) for w in (0, 1, 2, 4)], "fetch stall us/sample"].notna().all()
     notes = [n for n in view.notes if "cold cache could not be made" in n]
-    assert len(notes) == 1 and "resnet50, num_workers 0, 1, 2" in notes[0] and "Permission denied" in notes[0] and "not measured" in notes[0]
+    assert (
+        len(notes) == 1
+        and "resnet50, num_workers 0, 1, 2" in notes[0]
+        and "Permission denied" in notes[0]
+        and "not measured" in notes[0]
+    )
     # Made by posix_fadvise (effective cold): measured, with the method noted.
     made = builder("datastall")(summary(datastall_rows(cold_effective_50="cold")), None, {})
     assert table(made, "Measured on")["fetch stall us/sample"].notna().all()
@@ -272,19 +377,25 @@ def test_datastall_without_compute_cell_or_any_result():
     no_ceiling = builder("datastall")(rows[rows["scenario"] != "compute"], None, {})
     assert "no cached and compute run pair" in no_ceiling.verdict
     assert any("no compute cell" in n for n in no_ceiling.notes)
-    failed = summary([row("datastall", "x", status="failed", **IMAGES, model="resnet18", scenario="train", page_cache="warm")])
+    failed = summary(
+        [row("datastall", "x", status="failed", **IMAGES, model="resnet18", scenario="train", page_cache="warm")]
+    )
     nothing = builder("datastall")(failed, None, {})
     assert nothing.figure is None and not nothing.verdict and any("nothing to show" in n for n in nothing.notes)
 
 
 # ---------------------------------------------------------------- published tables
 
+
 def data_lines(name: str) -> list[str]:
     with open(os.path.join(REFERENCES, f"{name}.csv")) as f:
         return [line for line in f.read().splitlines() if line.strip() and not line.startswith("#")]
 
 
-@pytest.mark.parametrize("name, keys", [("scaling", ["gpus", "nodes", "parallel"]), ("nmt", ["lstm_impl", "parallel", "gpus", "warmup_steps"])])
+@pytest.mark.parametrize(
+    "name, keys",
+    [("scaling", ["gpus", "nodes", "parallel"]), ("nmt", ["lstm_impl", "parallel", "gpus", "warmup_steps"])],
+)
 def test_every_published_row_is_parsed(name, keys):
     frame = reference(name)
     assert len(frame) == len(data_lines(name)) - 1  # every line but the header, none merged or split by a stray comma
@@ -295,38 +406,63 @@ def test_every_published_row_is_parsed(name, keys):
 
 def test_published_numbers_are_those_of_the_studies():
     scaling = reference("scaling").set_index("gpus")
-    assert scaling["speedup"].to_dict() == {1: 1.00, 2: 1.87, 4: 3.72, 8: 7.32, 16: 14.65, 32: 26.99, 64: 53.24, 128: 101.98}
-    assert (scaling.loc[[16, 32, 64, 128], "nodes"] == [2, 4, 8, 16]).all() and set(scaling.loc[[1, 2, 4, 8], "parallel"]) == {"dp"}
+    assert scaling["speedup"].to_dict() == {
+        1: 1.00,
+        2: 1.87,
+        4: 3.72,
+        8: 7.32,
+        16: 14.65,
+        32: 26.99,
+        64: 53.24,
+        128: 101.98,
+    }
+    assert (scaling.loc[[16, 32, 64, 128], "nodes"] == [2, 4, 8, 16]).all() and set(
+        scaling.loc[[1, 2, 4, 8], "parallel"]
+    ) == {"dp"}
     nmt = reference("nmt")
     original = nmt[nmt["warmup_steps"] == 0].set_index(["lstm_impl", "parallel", "gpus"])
-    for (impl, parallel), one, eight, speedup in [(("fused", "dp"), 50007, 274915, 5.50), (("cell", "dp"), 38048, 188651, 4.96),
-                                                  (("cell", "ddp"), 37460, 151701, 4.05), (("fused", "independent"), 51046, 309930, 6.07),
-                                                  (("cell", "independent"), 39369, 206795, 5.25)]:
+    for (impl, parallel), one, eight, speedup in [
+        (("fused", "dp"), 50007, 274915, 5.50),
+        (("cell", "dp"), 38048, 188651, 4.96),
+        (("cell", "ddp"), 37460, 151701, 4.05),
+        (("fused", "independent"), 51046, 309930, 6.07),
+        (("cell", "independent"), 39369, 206795, 5.25),
+    ]:
         assert round(original.loc[(impl, parallel, 1), "tokens_per_s"]) == one
         assert round(original.loc[(impl, parallel, 8), "tokens_per_s"]) == eight
         assert original.loc[(impl, parallel, 8), "speedup"] == speedup
     # The re-measurement after 10 warm-up batches (dl_framework docs/fix_the_warmup_problem.md), at batch 384 per GPU.
     fixed = nmt[(nmt["warmup_steps"] == 10) & (nmt["gpus"] == 8)].set_index(["lstm_impl", "parallel"])["speedup"]
-    assert fixed.to_dict() == {("fused", "independent"): 7.59, ("fused", "dp"): 6.44, ("cell", "dp"): 6.42, ("cell", "ddp"): 4.89}
-    assert set(nmt.loc[nmt["warmup_steps"] == 10, "batch_size"]) == {384} and set(nmt.loc[nmt["warmup_steps"] == 0, "batch_size"]) == {360}
+    assert fixed.to_dict() == {
+        ("fused", "independent"): 7.59,
+        ("fused", "dp"): 6.44,
+        ("cell", "dp"): 6.42,
+        ("cell", "ddp"): 4.89,
+    }
+    assert set(nmt.loc[nmt["warmup_steps"] == 10, "batch_size"]) == {384} and set(
+        nmt.loc[nmt["warmup_steps"] == 0, "batch_size"]
+    ) == {360}
     assert set(nmt["hardware"]) == {"8x Tesla P100-PCIE-16GB (one machine)"}
 
 
 # ---------------------------------------------------------------- through the report
 
+
 def test_each_view_renders_in_the_report_with_its_tables(tmp_path):
     frame = summary(scaling_rows() + nmt_rows() + datastall_rows())
-    config = {"experiments": {
-        "scaling": {"title": "ResNet-50 scaling", "view": "scaling", "matrix": {"gpus_per_node": [1, 2, 4]}},
-        "nmt": {"title": "NMT", "view": "nmt", "matrix": {"lstm_impl": ["fused", "cell"]}},
-        "datastall": {"title": "Data stalls", "view": "datastall", "matrix": {"model": ["resnet18", "resnet50"]}},
-    }}
+    config = {
+        "experiments": {
+            "scaling": {"title": "ResNet-50 scaling", "view": "scaling", "matrix": {"gpus_per_node": [1, 2, 4]}},
+            "nmt": {"title": "NMT", "view": "nmt", "matrix": {"lstm_impl": ["fused", "cell"]}},
+            "datastall": {"title": "Data stalls", "view": "datastall", "matrix": {"model": ["resnet18", "resnet50"]}},
+        }
+    }
     references = [os.path.join(REFERENCES, f"{name}.csv") for name in ("scaling", "nmt")]
     context = report.build(frame, [], [], config, "c0ffee42", references)
     html = report.render(context)
     for name in config["experiments"]:
         start = html.index(f'id="view-{name}"')
-        section = html[start:html.index("</section>", start)]
+        section = html[start : html.index("</section>", start)]
         view = next(e["view"] for e in context["experiments"] if e["name"] == name)
         assert section.count('<table class="view-table">') == len(view["tables"]) >= 1
         for t in view["tables"]:
@@ -337,7 +473,9 @@ def test_each_view_renders_in_the_report_with_its_tables(tmp_path):
 
 
 def test_scaling_baseline_prefers_the_plain_one_gpu_cell():
-    rows = scaling_rows() + repeats("scaling", "dp-1", [120], **RESNET, parallel="dp", gpus_per_node=1, fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0)
+    rows = scaling_rows() + repeats(
+        "scaling", "dp-1", [120], **RESNET, parallel="dp", gpus_per_node=1, fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0
+    )
     view = builder("scaling")(summary(rows), reference("scaling"), {})
     measured = table(view, "Measured on").set_index(["GPUs", "parallel"])
     assert measured.loc[(1, "none"), "speedup"] == 1 and measured.loc[(1, "dp"), "speedup"] == pytest.approx(1.2)

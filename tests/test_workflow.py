@@ -18,7 +18,6 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: about a minute for the module
@@ -37,7 +36,15 @@ TINY = {
         },
         "mlp": {
             "title": "A tiny mlp, and a cell that fails",
-            "base": {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 32},
+            "base": {
+                "scenario": "train",
+                "dataset": "memory",
+                "model": "mlp",
+                "input_size": 16,
+                "width": 16,
+                "batch_size": 8,
+                "num_samples": 32,
+            },
             "matrix": {"hidden_layers": [1]},
             # Valid config, but no CIFAR in the folder: the harness fails this cell at run time.
             "include": [{"dataset": "cifar10", "data_dir": "empty"}],
@@ -55,7 +62,9 @@ def copy_workflow(dest, source: str = ROOT) -> str:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".snakemake", "results", "logs")
     for name in COPIED:
         src = os.path.join(source, name)
-        (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, os.path.join(dest, name), **({"ignore": ignore} if os.path.isdir(src) else {}))
+        (shutil.copytree if os.path.isdir(src) else shutil.copy2)(
+            src, os.path.join(dest, name), **({"ignore": ignore} if os.path.isdir(src) else {})
+        )
     return str(dest)
 
 
@@ -65,8 +74,20 @@ def snakemake(workflow: str, workdir, config: dict, *args: str) -> subprocess.Co
     with open(path, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
-               "--configfile", path, "--cores", "2", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        os.path.join(workflow, "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        path,
+        "--cores",
+        "2",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -83,7 +104,12 @@ def failed_cells(config: dict) -> set[str]:
 
 
 def everything(config: dict) -> set[str]:
-    return {f"{e}/{c}/rep{k}" for e, cells in CELLS.items() for c in cells for k in range(1, config["defaults"]["repeats"] + 1)}
+    return {
+        f"{e}/{c}/rep{k}"
+        for e, cells in CELLS.items()
+        for c in cells
+        for k in range(1, config["defaults"]["repeats"] + 1)
+    }
 
 
 def changed(config: dict, **edits) -> dict:
@@ -111,7 +137,11 @@ def test_runs_end_to_end_and_writes_every_output(done):
         folder = workdir / "results" / "cells" / key
         result = json.loads((folder / "result.json").read_text())
         experiment, cell, rep = key.split("/")
-        assert result["cell"]["experiment"] == experiment and result["cell"]["cell"] == cell and result["cell"]["repeat"] == int(rep[3:])
+        assert (
+            result["cell"]["experiment"] == experiment
+            and result["cell"]["cell"] == cell
+            and result["cell"]["repeat"] == int(rep[3:])
+        )
         assert yaml.safe_load((folder / "cell.yaml").read_text())["cell"] == cell
         assert (folder / "benchmark.tsv").read_text().startswith("s\th:m:s")
         assert (workdir / "logs" / "bench" / f"{key}.log").exists()
@@ -119,13 +149,16 @@ def test_runs_end_to_end_and_writes_every_output(done):
     assert len(list((workdir / "results" / "data" / "images" / "train").glob("*/*.JPEG"))) == 16
     rows = list(csv.DictReader(open(workdir / "results" / "summary.csv")))
     assert sorted((r["experiment"], r["cell"], r["repeat"], r["status"]) for r in rows) == sorted(
-        (k.split("/")[0], k.split("/")[1], k.split("/")[2][3:], "failed" if "cifar10" in k else "ok") for k in everything(TINY)
+        (k.split("/")[0], k.split("/")[1], k.split("/")[2][3:], "failed" if "cifar10" in k else "ok")
+        for k in everything(TINY)
     )
     for name in TINY["experiments"]:
         assert (workdir / "results" / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
     html = (workdir / "results" / "report" / "index.html").read_text()
     assert "Workers on tiny JPEGs" in html
-    assert "hidden_layers-1_data_dir-empty_dataset-cifar10" in html and "cifar10 not found" in html  # the failure, listed
+    assert (
+        "hidden_layers-1_data_dir-empty_dataset-cifar10" in html and "cifar10 not found" in html
+    )  # the failure, listed
 
 
 def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):
@@ -153,7 +186,14 @@ def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
     workflow = copy_workflow(tmp_path / "workflow")
     workdir = tmp_path / "run"
     (workdir / "imgs").mkdir(parents=True)
-    config = changed(TINY, mlp={"include": [{"scenario": "loader", "dataset": "images", "data_dir": "imgs", "image_size": 16, "batch_size": 4}]})
+    config = changed(
+        TINY,
+        mlp={
+            "include": [
+                {"scenario": "loader", "dataset": "images", "data_dir": "imgs", "image_size": 16, "batch_size": 4}
+            ]
+        },
+    )
     config["experiments"] = {"mlp": config["experiments"]["mlp"]}
     config["defaults"] = dict(config["defaults"], repeats=1)
     assert snakemake(workflow, workdir, config).returncode == 0
@@ -172,7 +212,10 @@ def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
 def test_adding_a_level_runs_only_the_new_cells(done):
     workflow, workdir = done
     config = changed(TINY, loader={"matrix": {"num_workers": [0, 1, 2]}})
-    assert planned(workflow, workdir, config) == {"loader/num_workers-2/rep1", "loader/num_workers-2/rep2"} | failed_cells(TINY)
+    assert planned(workflow, workdir, config) == {
+        "loader/num_workers-2/rep1",
+        "loader/num_workers-2/rep2",
+    } | failed_cells(TINY)
 
 
 def test_changing_a_knob_of_one_experiment_reruns_only_its_cells(done):

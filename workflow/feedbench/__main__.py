@@ -47,17 +47,27 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run one cell and write DIR/result.json and DIR/steps.csv")
     run.add_argument("cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)")
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
-    run.add_argument("--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)")
-    run.add_argument("--as-rank", action="store_true", help="run as one rank started by torchrun or srun (set by the launcher)")
-    run.add_argument("--time-limit", type=float, metavar="SECONDS",
-                     help="stop the cell after this long and record it as failed")
-    run.add_argument("--stop-at", type=float, metavar="UNIX_TIME",
-                     help="as --time-limit, counted to this time once the harness has started (the bench job's end)")
+    run.add_argument(
+        "--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)"
+    )
+    run.add_argument(
+        "--as-rank", action="store_true", help="run as one rank started by torchrun or srun (set by the launcher)"
+    )
+    run.add_argument(
+        "--time-limit", type=float, metavar="SECONDS", help="stop the cell after this long and record it as failed"
+    )
+    run.add_argument(
+        "--stop-at",
+        type=float,
+        metavar="UNIX_TIME",
+        help="as --time-limit, counted to this time once the harness has started (the bench job's end)",
+    )
     job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
     job.add_argument("out")
     job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
-    job.add_argument("--runtime", type=float, required=True, metavar="MINUTES",
-                     help="the job's runtime (outside Slurm)")
+    job.add_argument(
+        "--runtime", type=float, required=True, metavar="MINUTES", help="the job's runtime (outside Slurm)"
+    )
     job.add_argument("--log", required=True, help="the harness's output")
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
@@ -65,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     images.add_argument("--size", type=int, default=256)
     images.add_argument("--classes", type=int, default=10)
     images.add_argument("--seed", type=int, default=0)
-    shards = sub.add_parser("make-shards", help="write a JPEG folder as WebDataset tar shards and Parquet files, deterministically")
+    shards = sub.add_parser(
+        "make-shards", help="write a JPEG folder as WebDataset tar shards and Parquet files, deterministically"
+    )
     shards.add_argument("images", help="a folder of make-images")
     shards.add_argument("dir", help="writes DIR/shards-<N>/webdataset and DIR/shards-<N>/parquet")
     shards.add_argument("--shards", type=int, nargs="+", default=[8], help="shard counts (one set per count)")
@@ -123,13 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"feedbench: error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.time_limit is not None and args.time_limit <= 0:
-        print(f"feedbench: error: --time-limit: value {args.time_limit:g} is not allowed; allowed: seconds > 0", file=sys.stderr)
+        print(
+            f"feedbench: error: --time-limit: value {args.time_limit:g} is not allowed; allowed: seconds > 0",
+            file=sys.stderr,
+        )
         return 2
     return run_or_launch(raw, args.out, args.as_rank, args.time_limit, args.stop_at)
 
 
-def run_or_launch(raw: dict, out_dir: str, as_rank: bool = False, time_limit: float | None = None,
-                  stop_at: float | None = None) -> int:
+def run_or_launch(
+    raw: dict, out_dir: str, as_rank: bool = False, time_limit: float | None = None, stop_at: float | None = None
+) -> int:
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 

@@ -22,9 +22,15 @@ def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
     loader = row.get("ceiling_loader_samples_per_s")
     bandwidth = row.get("ceiling_copy_gb_per_s")
     size = batch_bytes(knobs) if bandwidth and not pd.isna(bandwidth) else None
-    predicted, _bound, _terms = predict(loader * (cpu if workers else 1.0), row.get("ceiling_compute_samples_per_s"),
-                                        workers, int(row.get("batch_size") or 1), size,
-                                        bandwidth * copy if size else None, row.get("device_prefetch") == "stream")
+    predicted, _bound, _terms = predict(
+        loader * (cpu if workers else 1.0),
+        row.get("ceiling_compute_samples_per_s"),
+        workers,
+        int(row.get("batch_size") or 1),
+        size,
+        bandwidth * copy if size else None,
+        row.get("device_prefetch") == "stream",
+    )
     return predicted
 
 
@@ -35,9 +41,16 @@ def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
     if "prediction_error_pct" not in summary:
         return pd.DataFrame(columns=columns)
     rows = summary[(summary["status"] == "ok") & summary["prediction_error_pct"].notna()]
-    cells = rows.groupby(["experiment", "cell"], sort=False).agg(
-        measured=("samples_per_s", "median"), predicted=("predicted_samples_per_s", "median"),
-        error_pct=("prediction_error_pct", "median"), bound=("predicted_bound", "first")).reset_index()
+    cells = (
+        rows.groupby(["experiment", "cell"], sort=False)
+        .agg(
+            measured=("samples_per_s", "median"),
+            predicted=("predicted_samples_per_s", "median"),
+            error_pct=("prediction_error_pct", "median"),
+            bound=("predicted_bound", "first"),
+        )
+        .reset_index()
+    )
     first = rows.drop_duplicates(["experiment", "cell"]).to_dict("records")
     cells["with_2x_cpu"] = [what_if(row, cpu=2) for row in first]
     cells["with_2x_copy"] = [what_if(row, copy=2) for row in first]
@@ -49,9 +62,13 @@ def error_summary(cells: pd.DataFrame) -> dict | None:
     if cells.empty:
         return None
     worst = cells.loc[cells["error_pct"].abs().idxmax()]
-    return {"cells": len(cells), "median_pct": float(cells["error_pct"].median()),
-            "median_abs_pct": float(cells["error_pct"].abs().median()),
-            "worst_pct": float(worst["error_pct"]), "worst_cell": f"{worst['experiment']}/{worst['cell']}"}
+    return {
+        "cells": len(cells),
+        "median_pct": float(cells["error_pct"].median()),
+        "median_abs_pct": float(cells["error_pct"].abs().median()),
+        "worst_pct": float(worst["error_pct"]),
+        "worst_cell": f"{worst['experiment']}/{worst['cell']}",
+    }
 
 
 def figure(cells: pd.DataFrame) -> Figure:
@@ -64,8 +81,14 @@ def figure(cells: pd.DataFrame) -> Figure:
         ax.plot([low, high], [low, high], color="0.5", linestyle="--", label="identity: measured = predicted")
         for experiment, group in cells.groupby("experiment", sort=False):
             ax.scatter(group["predicted"], group["measured"], label=str(experiment))
-        ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high),
-               xlabel="predicted samples/s (from the ceilings)", ylabel="measured samples/s (median of repeats)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlim=(low, high),
+            ylim=(low, high),
+            xlabel="predicted samples/s (from the ceilings)",
+            ylabel="measured samples/s (median of repeats)",
+        )
         ax.legend(fontsize="small")
     return fig
 

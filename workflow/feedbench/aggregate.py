@@ -25,8 +25,14 @@ ORDER = ["experiment", "cell", "repeat"]
 STATUS = ["status", "error_type", "error_message", "adjustments"]
 PROVENANCE_COLUMNS = ["host", "gpu"]
 # Added to every row by with_predictions: filled for training cells whose ceilings were measured (feedbench.predict).
-PREDICTION_COLUMNS = ["ceiling_loader_samples_per_s", "ceiling_compute_samples_per_s", "ceiling_copy_gb_per_s",
-                      "predicted_samples_per_s", "predicted_bound", "prediction_error_pct"]
+PREDICTION_COLUMNS = [
+    "ceiling_loader_samples_per_s",
+    "ceiling_compute_samples_per_s",
+    "ceiling_copy_gb_per_s",
+    "predicted_samples_per_s",
+    "predicted_bound",
+    "prediction_error_pct",
+]
 
 
 def _labels(result: dict, path: str) -> dict:
@@ -73,8 +79,10 @@ def _metrics(result: dict) -> dict:
         "h2d_gb_per_s": metrics.get("h2d_gb_per_s"),
         "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
         "cuda_init_s": metrics.get("cuda_init_s"),
-        **{f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
-           for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")},
+        **{
+            f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
+            for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")
+        },
         "first_batch_profiled_ms": (metrics.get("first_batch_profile") or {}).get("data_load_ms"),
         "measured_steps": metrics.get("steps"),
         "window_s": metrics.get("window_s"),
@@ -116,7 +124,11 @@ def result_row(result: dict, path: str) -> dict:
         **_metrics(result),
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
-        "requested": json.dumps({k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS}, sort_keys=True, default=str),
+        "requested": json.dumps(
+            {k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS},
+            sort_keys=True,
+            default=str,
+        ),
         "result": path,
     }
 
@@ -173,7 +185,7 @@ def _copy_rate(transfer: pd.DataFrame, device, size: int | None, pinned: bool) -
     kind = "pinned" if pinned else "pageable"
     prefix = f"transfer_gb_per_s_{kind}_"
     rows = transfer[transfer["device"].map(_plain) == device] if "device" in transfer else transfer
-    sizes = [int(c[len(prefix):]) for c in rows if c.startswith(prefix) and rows[c].notna().any()]
+    sizes = [int(c[len(prefix) :]) for c in rows if c.startswith(prefix) and rows[c].notna().any()]
     if not size or not sizes:
         return None
     nearest = min(sizes, key=lambda s: abs(math.log(s / size)))
@@ -208,8 +220,9 @@ def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
         size = batch_bytes(knobs) if device not in (None, "cpu") else None
         copy = _copy_rate(transfer, device, size, bool(knobs.get("pin_memory"))) if size else None
         workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
-        predicted, bound, _terms = predict(loader, compute, workers, batch, size, copy,
-                                           knobs.get("device_prefetch") == "stream")
+        predicted, bound, _terms = predict(
+            loader, compute, workers, batch, size, copy, knobs.get("device_prefetch") == "stream"
+        )
         frame.at[index, "ceiling_loader_samples_per_s"] = loader
         frame.at[index, "ceiling_compute_samples_per_s"] = compute
         frame.at[index, "ceiling_copy_gb_per_s"] = copy

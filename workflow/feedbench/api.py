@@ -21,8 +21,9 @@ def _constant(obj):
     return lambda ctx, **args: obj
 
 
-def measure(dataset=None, model=None, collate=None, to_device=None, step=None, out_dir: str | None = None,
-            **knobs: Any) -> dict:
+def measure(
+    dataset=None, model=None, collate=None, to_device=None, step=None, out_dir: str | None = None, **knobs: Any
+) -> dict:
     """Measure one cell; dataset and model are objects (or built-in names), collate, to_device and step callables.
 
     The other knobs are those of `python -m feedbench knobs`. Returns the result (docs/result-schema.md);

@@ -120,8 +120,15 @@ def cold(paths: list[str], drop_caches: str = DROP_CACHES) -> tuple[str, str | N
 def prepare(dataset, mode: str) -> dict:
     """Put the dataset's files in the page-cache state `mode` asks for; the record for result.json."""
     paths = dataset_files(dataset)
-    record = {"requested": mode, "effective": "asis", "method": None, "files": len(paths), "bytes": None, "note": None,
-              "resident_fraction": None}
+    record = {
+        "requested": mode,
+        "effective": "asis",
+        "method": None,
+        "files": len(paths),
+        "bytes": None,
+        "note": None,
+        "resident_fraction": None,
+    }
     if mode == "warm":
         record.update(effective="warm", method="read", bytes=warm(paths))
         record["resident_fraction"] = resident_fraction(paths)

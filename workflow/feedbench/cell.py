@@ -112,36 +112,58 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         values[name] = value if name in LABELS else KNOBS[name].check(value)
     sizes = values["transfer_sizes"]
     if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
-        raise KnobError(f"knob 'transfer_sizes': value {sizes!r} is not allowed; allowed: a non-empty list of byte counts > 0")
+        raise KnobError(
+            f"knob 'transfer_sizes': value {sizes!r} is not allowed; allowed: a non-empty list of byte counts > 0"
+        )
     if not IMPORT_PATH.fullmatch(values["model"]):
         check_model_name(values["model"])
     if not all(isinstance(p, str) and p for p in values["python_path"]):
-        raise KnobError(f"knob 'python_path': value {values['python_path']!r} is not allowed; allowed: a list of folders")
+        raise KnobError(
+            f"knob 'python_path': value {values['python_path']!r} is not allowed; allowed: a list of folders"
+        )
     own_data, own_model = IMPORT_PATH.fullmatch(values["dataset"]), IMPORT_PATH.fullmatch(values["model"])
     for name, own in (("dataset_args", own_data), ("model_args", own_model)):
         if values[name] and not own:
-            raise KnobError(f"knob '{name}': value {values[name]!r} is set but knob '{name[:-5]}' is not user code; "
-                            "allowed: {} or a package.module:attribute " + name[:-5])
+            raise KnobError(
+                f"knob '{name}': value {values[name]!r} is set but knob '{name[:-5]}' is not user code; "
+                "allowed: {} or a package.module:attribute " + name[:-5]
+            )
     scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
-    if dataset in ("images", "cifar10", "cifar100", "webdataset", "parquet") and not values["data_dir"] and not values["download"]:
-        hint = {"images": " (make one with: python -m feedbench make-images DIR)",
-                "webdataset": " (make one with: python -m feedbench make-shards IMAGES DIR)",
-                "parquet": " (make one with: python -m feedbench make-shards IMAGES DIR)"}.get(dataset, " (or download: true)")
+    if (
+        dataset in ("images", "cifar10", "cifar100", "webdataset", "parquet")
+        and not values["data_dir"]
+        and not values["download"]
+    ):
+        hint = {
+            "images": " (make one with: python -m feedbench make-images DIR)",
+            "webdataset": " (make one with: python -m feedbench make-shards IMAGES DIR)",
+            "parquet": " (make one with: python -m feedbench make-shards IMAGES DIR)",
+        }.get(dataset, " (or download: true)")
         raise KnobError(f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder{hint}")
     if scenario in ("train", "compute") and model == "none":
-        raise KnobError(f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, lstm, resnet18, ...)")
+        raise KnobError(
+            f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, lstm, resnet18, ...)"
+        )
     if own_data and model in ("mlp", "lstm") and scenario in ("train", "compute"):
-        raise KnobError(f"knob 'model': value '{model}' is not allowed with a user dataset; allowed: a user model "
-                        "(package.module:attribute), sleep, or a torchvision image model")
+        raise KnobError(
+            f"knob 'model': value '{model}' is not allowed with a user dataset; allowed: a user model "
+            "(package.module:attribute), sleep, or a torchvision image model"
+        )
     if model == "lstm" and dataset != "tokens" and scenario in ("train", "compute"):
         raise KnobError(f"knob 'dataset': value '{dataset}' is not allowed with model 'lstm'; allowed: tokens")
     if dataset == "tokens" and model not in ("lstm", "sleep", "none"):
-        raise KnobError(f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none")
+        raise KnobError(
+            f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none"
+        )
     parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
     if parallel == "none" and (gpus > 1 or nodes > 1):
-        raise KnobError(f"knob 'parallel': value 'none' is not allowed with gpus_per_node={gpus}, nodes={nodes}; allowed: dp, ddp, independent")
+        raise KnobError(
+            f"knob 'parallel': value 'none' is not allowed with gpus_per_node={gpus}, nodes={nodes}; allowed: dp, ddp, independent"
+        )
     if parallel == "dp" and nodes > 1:
-        raise KnobError(f"knob 'nodes': value {nodes} is not allowed with parallel 'dp' (one process); allowed: 1, or parallel ddp / independent")
+        raise KnobError(
+            f"knob 'nodes': value {nodes} is not allowed with parallel 'dp' (one process); allowed: 1, or parallel ddp / independent"
+        )
     if parallel != "none" and scenario in ("loader", "transfer"):
         raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
     return Cell(**values)
@@ -154,11 +176,18 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     notes: list[str] = []
     changes: dict[str, Any] = {}
     if cell.device == "cuda" and not cuda_available:
-        raise KnobError("knob 'device': value 'cuda' is not available (torch.cuda.is_available() is False); allowed: auto, cpu")
+        raise KnobError(
+            "knob 'device': value 'cuda' is not available (torch.cuda.is_available() is False); allowed: auto, cpu"
+        )
     device = "cuda" if cell.device == "cuda" or (cell.device == "auto" and cuda_available) else "cpu"
     changes["device"] = device
     if cell.num_workers == 0:
-        for name, neutral in (("prefetch_factor", None), ("persistent_workers", False), ("multiprocessing_context", None), ("in_order", True)):
+        for name, neutral in (
+            ("prefetch_factor", None),
+            ("persistent_workers", False),
+            ("multiprocessing_context", None),
+            ("in_order", True),
+        ):
             if getattr(cell, name) != neutral:
                 changes[name] = neutral
                 notes.append(f"{name}={getattr(cell, name)} ignored: it needs num_workers > 0")
@@ -171,18 +200,27 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
         if cell.timing == "events":
             notes.append("timing=events uses the host clock on CPU, where every phase is synchronous")
     if cell.parallel == "dp" and device == "cpu" and cell.gpus_per_node > 1:
-        notes.append(f"parallel=dp on CPU runs one replica on batch_size x {cell.gpus_per_node}: DataParallel needs GPUs")
+        notes.append(
+            f"parallel=dp on CPU runs one replica on batch_size x {cell.gpus_per_node}: DataParallel needs GPUs"
+        )
     if device == "cuda" and cell.parallel == "dp" and cell.gpus_per_node > torch.cuda.device_count():
-        raise KnobError(f"knob 'gpus_per_node': value {cell.gpus_per_node} is more than the {torch.cuda.device_count()} GPU(s) visible; allowed: 1 to {torch.cuda.device_count()}")
+        raise KnobError(
+            f"knob 'gpus_per_node': value {cell.gpus_per_node} is more than the {torch.cuda.device_count()} GPU(s) visible; allowed: 1 to {torch.cuda.device_count()}"
+        )
     if cell.channels_last and cell.model in ("mlp", "lstm", "sleep", "none"):
         changes["channels_last"] = False
         notes.append(f"channels_last=true ignored: model '{cell.model}' takes no images")
     if cell.page_cache != "asis" and (cell.dataset != "images" or cell.scenario in ("compute", "transfer")):
         changes["page_cache"] = "asis"
-        why = (f"scenario '{cell.scenario}' reads no files in its window" if cell.dataset == "images"
-               else f"dataset '{cell.dataset}' is read into memory when built" if cell.dataset.startswith("cifar")
-               else f"dataset '{cell.dataset}': page_cache is implemented for images only" if cell.dataset in ("webdataset", "parquet")
-               else f"dataset '{cell.dataset}' reads no files")
+        why = (
+            f"scenario '{cell.scenario}' reads no files in its window"
+            if cell.dataset == "images"
+            else f"dataset '{cell.dataset}' is read into memory when built"
+            if cell.dataset.startswith("cifar")
+            else f"dataset '{cell.dataset}': page_cache is implemented for images only"
+            if cell.dataset in ("webdataset", "parquet")
+            else f"dataset '{cell.dataset}' reads no files"
+        )
         notes.append(f"page_cache={cell.page_cache} ignored: {why}")
     if cell.amp != "off" and cell.model in ("sleep", "none"):
         changes["amp"] = "off"

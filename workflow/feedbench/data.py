@@ -88,7 +88,9 @@ class Delayed(Dataset):
 def _need_dir(cell: Cell, how: str) -> str:
     path = cell.data_dir
     if not path or not os.path.isdir(path):
-        raise KnobError(f"knob 'data_dir': dataset '{cell.dataset}' needs an existing folder, {path!r} is not one; {how}")
+        raise KnobError(
+            f"knob 'data_dir': dataset '{cell.dataset}' needs an existing folder, {path!r} is not one; {how}"
+        )
     return path
 
 
@@ -114,7 +116,12 @@ def _images(cell: Cell) -> Dataset:
     if os.path.isdir(os.path.join(root, "train")):
         root = os.path.join(root, "train")
     transform = T.Compose(
-        [T.RandomResizedCrop(cell.image_size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        [
+            T.RandomResizedCrop(cell.image_size),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
     )
     try:
         return torchvision.datasets.ImageFolder(root, transform=transform, loader=load_image)
@@ -134,14 +141,22 @@ def _cifar(cell: Cell) -> Dataset:
     try:
         return cls(root=root, train=True, download=cell.download, transform=transform)
     except RuntimeError as error:  # torchvision: "Dataset not found or corrupted. You can use download=True ..."
-        raise KnobError(f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path") from None
+        raise KnobError(
+            f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path"
+        ) from None
 
 
 def _image_transform(cell: Cell):
     from torchvision import transforms as T
 
-    return T.Compose([T.RandomResizedCrop(cell.image_size), T.RandomHorizontalFlip(), T.ToTensor(),
-                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    return T.Compose(
+        [
+            T.RandomResizedCrop(cell.image_size),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
 
 
 def _shard_files(cell: Cell, fmt: str, ext: str) -> list[str]:
@@ -149,10 +164,14 @@ def _shard_files(cell: Cell, fmt: str, ext: str) -> list[str]:
 
     root = _need_dir(cell, "make one with: python -m feedbench make-shards IMAGES DIR")
     folder = os.path.join(shard_dir(root, cell.shards), fmt)
-    files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(ext)) if os.path.isdir(folder) else []
+    files = (
+        sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(ext)) if os.path.isdir(folder) else []
+    )
     if not files:
-        raise KnobError(f"knob 'shards': no {fmt} shards in {folder!r}; allowed: a count written by "
-                        f"python -m feedbench make-shards IMAGES {root} --shards {cell.shards}")
+        raise KnobError(
+            f"knob 'shards': no {fmt} shards in {folder!r}; allowed: a count written by "
+            f"python -m feedbench make-shards IMAGES {root} --shards {cell.shards}"
+        )
     return files
 
 
@@ -161,9 +180,18 @@ def _webdataset(cell: Cell) -> Dataset:
     import webdataset as wds
 
     transform = _image_transform(cell)
-    return (wds.WebDataset(_shard_files(cell, "webdataset", ".tar"), shardshuffle=False, empty_check=False,
-                           nodesplitter=wds.split_by_node, workersplitter=wds.split_by_worker)
-            .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
+    return (
+        wds.WebDataset(
+            _shard_files(cell, "webdataset", ".tar"),
+            shardshuffle=False,
+            empty_check=False,
+            nodesplitter=wds.split_by_node,
+            workersplitter=wds.split_by_worker,
+        )
+        .decode("pil")
+        .to_tuple("jpg", "cls")
+        .map_tuple(transform, int)
+    )
 
 
 class ParquetImages(Dataset):
@@ -225,8 +253,13 @@ DATASETS: dict[str, Callable] = {
 def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
     """The cell's dataset; `user` maps knobs to the user's imported callables (feedbench.plugins.resolve_all)."""
     if user and "dataset" in user:
-        dataset = expect(user["dataset"](ctx, **cell.dataset_args), (Dataset, IterableDataset),
-                         "a torch.utils.data.Dataset or IterableDataset", cell.dataset, "dataset")
+        dataset = expect(
+            user["dataset"](ctx, **cell.dataset_args),
+            (Dataset, IterableDataset),
+            "a torch.utils.data.Dataset or IterableDataset",
+            cell.dataset,
+            "dataset",
+        )
         if cell.sample_delay_ms > 0 and isinstance(dataset, IterableDataset):
             raise KnobError("knob 'sample_delay_ms': an IterableDataset has no __getitem__ to delay; allowed: 0")
     else:
@@ -248,8 +281,10 @@ def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
     if not samples or max(samples) >= batch_size_of(cell):
         return None
     per_rank = " per rank" if cell.parallel in ("ddp", "independent") else ""
-    return (f"batch_size={cell.batch_size} ran as batches of {max(samples)}: "
-            f"the dataset has fewer samples than one batch{per_rank}")
+    return (
+        f"batch_size={cell.batch_size} ran as batches of {max(samples)}: "
+        f"the dataset has fewer samples than one batch{per_rank}"
+    )
 
 
 def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None) -> DataLoader:
@@ -263,7 +298,9 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
     sampler = None
     iterable = isinstance(dataset, IterableDataset)
     if world_size > 1 and not iterable:
-        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True)
+        sampler = DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True
+        )
     batch_size = batch_size_of(cell)
     options = {}
     if cell.num_workers > 0:

@@ -52,7 +52,7 @@ class Disclosure:
         if _under(path, self.cwd):
             return (os.path.relpath(path, self.cwd) + trailing) if path != self.cwd else "."
         if _under(path, self.home):
-            return "~" + path[len(self.home.rstrip("/")):] + trailing
+            return "~" + path[len(self.home.rstrip("/")) :] + trailing
         if SOMEONES_HOME.match(path):
             return SOMEONES_HOME.sub("~", path) + trailing
         if self.anonymize:

@@ -32,9 +32,16 @@ class World:
 def world_from_env(env=os.environ) -> World:
     """This rank's place, from torchrun's variables or, under srun, from Slurm's."""
     if "RANK" in env and "WORLD_SIZE" in env:
-        return World(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), int(env.get("GROUP_RANK", 0)))
+        return World(
+            int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), int(env.get("GROUP_RANK", 0))
+        )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        return World(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), int(env["SLURM_NTASKS"]), int(env.get("SLURM_NODEID", 0)))
+        return World(
+            int(env["SLURM_PROCID"]),
+            int(env.get("SLURM_LOCALID", 0)),
+            int(env["SLURM_NTASKS"]),
+            int(env.get("SLURM_NODEID", 0)),
+        )
     return World()
 
 

@@ -112,9 +112,11 @@ def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict |
     fwd = [s / (ms / 1000) for s, ms in zip(samples[1:], table["fwd"][1:n]) if ms > 0]
     bwd = [s / ((b + o) / 1000) for s, b, o in zip(samples[1:], table["bwd"][1:n], table["opt"][1:n]) if b + o > 0]
     wall = m.last_done - m.step_starts[0]
-    return {"fwd_samples_per_s": statistics.fmean(fwd) if fwd else None,
-            "bwd_samples_per_s": statistics.fmean(bwd) if bwd else None,
-            "samples_per_s": sum(samples) / wall if wall > 0 else None}
+    return {
+        "fwd_samples_per_s": statistics.fmean(fwd) if fwd else None,
+        "bwd_samples_per_s": statistics.fmean(bwd) if bwd else None,
+        "samples_per_s": sum(samples) / wall if wall > 0 else None,
+    }
 
 
 def _epochs(loader):
@@ -168,16 +170,31 @@ def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Modu
     return model  # none, independent (replicas that never talk), dp on CPU
 
 
-def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | None = None, monitor=None, world: World = World(),
-            user: dict | None = None) -> None:
+def measure(
+    cell: Cell,
+    device: torch.device,
+    m: Measurement,
+    out_dir: str | None = None,
+    monitor=None,
+    world: World = World(),
+    user: dict | None = None,
+) -> None:
     """Run warm-up and the measured window of a train, compute or loader cell, filling `m`.
 
     `user`: knob -> the user's callable (feedbench.api passes objects); by default imported from the cell's paths.
     """
     torch.manual_seed(cell.seed)
     user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plugins)
-    ctx = Context(world.rank, world.world_size, world.local_rank, device, batch_size_of(cell), cell.num_workers,
-                  cell.seed, knobs=dataclasses.asdict(cell))
+    ctx = Context(
+        world.rank,
+        world.world_size,
+        world.local_rank,
+        device,
+        batch_size_of(cell),
+        cell.num_workers,
+        cell.seed,
+        knobs=dataclasses.asdict(cell),
+    )
     move = user.get("to_device", move_batch)
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
@@ -193,8 +210,9 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
         loss_fn = None if "model" in user else loss_function(cell.model)
         loss_inside = cell.parallel == "dp" and loss_fn is not None  # each DataParallel replica reduces its own output
         model = wrap_parallel(WithLoss(model, loss_fn) if loss_inside else model, cell, device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum,
-                                    weight_decay=cell.weight_decay)
+        optimizer = torch.optim.SGD(
+            model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay
+        )
         scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         ctx.optimizer = optimizer
         autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
@@ -204,8 +222,10 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
             if "step" in user:
                 loss = user["step"](model, batch, ctx)
                 if loss is not None and not isinstance(loss, torch.Tensor):
-                    raise KnobError(f"knob 'step': '{cell.step}' returned {type(loss).__module__}.{type(loss).__qualname__}; "
-                                    "allowed: the loss tensor, or None after its own backward and optimizer step")
+                    raise KnobError(
+                        f"knob 'step': '{cell.step}' returned {type(loss).__module__}.{type(loss).__qualname__}; "
+                        "allowed: the loss tensor, or None after its own backward and optimizer step"
+                    )
             elif loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
                 loss, rule = default_loss(model(model_input(batch)), batch)
                 note = f"loss: {rule} (no step given)"
@@ -231,7 +251,9 @@ def measure(cell: Cell, device: torch.device, m: Measurement, out_dir: str | Non
 
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
     if prefetch and "to_device" in user:
-        m.notes.append("to_device is not used with device_prefetch=stream: the prefetcher moves dicts, lists and tuples itself")
+        m.notes.append(
+            "to_device is not used with device_prefetch=stream: the prefetcher moves dicts, lists and tuples itself"
+        )
     start = time.perf_counter()
     batches = iter(_epochs(loader))
     if prefetch:
@@ -320,8 +342,12 @@ def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_st
         return statistics.median(times)
 
     with_sync, without_sync = timed(False), timed(True)
-    return {"steps": cell.comm_probe_steps, "step_ms_sync": with_sync, "step_ms_no_sync": without_sync,
-            "comm_share": max(0.0, 1 - without_sync / with_sync) if with_sync > 0 else None}
+    return {
+        "steps": cell.comm_probe_steps,
+        "step_ms_sync": with_sync,
+        "step_ms_no_sync": without_sync,
+        "comm_share": max(0.0, 1 - without_sync / with_sync) if with_sync > 0 else None,
+    }
 
 
 def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, resident) -> None:

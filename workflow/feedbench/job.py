@@ -66,8 +66,17 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
     cell = os.path.join(out_dir, "cell.yaml")
     with open(cell, "w", encoding="utf-8") as f:  # JSON is YAML too; the harness reads it back as JSON
         f.write(cell_json + "\n")
-    command = [sys.executable, "-m", "feedbench", "run", cell, "--out", out_dir,
-               "--stop-at", f"{stop_at(runtime_min, now):.0f}"]
+    command = [
+        sys.executable,
+        "-m",
+        "feedbench",
+        "run",
+        cell,
+        "--out",
+        out_dir,
+        "--stop-at",
+        f"{stop_at(runtime_min, now):.0f}",
+    ]
     with open(log, "w", encoding="utf-8") as out:
         harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         try:

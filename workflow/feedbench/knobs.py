@@ -83,7 +83,9 @@ class Knob:
         if self.plugin and IMPORT_PATH.fullmatch(value):
             return value
         if self.plugin and self.choices is None:
-            raise KnobError(f"knob '{self.name}': value {shown(value)} is not an import path; allowed: {self.allowed()}")
+            raise KnobError(
+                f"knob '{self.name}': value {shown(value)} is not an import path; allowed: {self.allowed()}"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise KnobError(f"knob '{self.name}': value {value!r} is not a finite number; allowed: {self.allowed()}")
         if self.choices is not None and value not in self.choices:
@@ -112,52 +114,167 @@ KNOBS: dict[str, Knob] = {
     k.name: k
     for k in [
         # What runs.
-        Knob("scenario", str, "train", "train | loader (loader alone) | compute (data resident on the device) | transfer (H2D GB/s)", SCENARIOS),
+        Knob(
+            "scenario",
+            str,
+            "train",
+            "train | loader (loader alone) | compute (data resident on the device) | transfer (H2D GB/s)",
+            SCENARIOS,
+        ),
         Knob("device", str, "auto", "auto picks cuda when available", DEVICES),
         Knob("steps", int, 50, "measured steps (ignored when epochs is set)", minimum=1, maximum=1_000_000),
-        Knob("epochs", int, None, "measured epochs; overrides steps with epochs x batches per epoch", minimum=1, maximum=10_000, nullable=True),
-        Knob("warmup_steps", int, 5, "steps run before the measured window, excluded from every metric", minimum=0, maximum=100_000),
+        Knob(
+            "epochs",
+            int,
+            None,
+            "measured epochs; overrides steps with epochs x batches per epoch",
+            minimum=1,
+            maximum=10_000,
+            nullable=True,
+        ),
+        Knob(
+            "warmup_steps",
+            int,
+            5,
+            "steps run before the measured window, excluded from every metric",
+            minimum=0,
+            maximum=100_000,
+        ),
         Knob("seed", int, 0, "seed of data generation, shuffling and model init", minimum=0, maximum=2**32 - 1),
         # Data.
-        Knob("dataset", str, "synthetic", "where samples come from; user code: a factory called as f(ctx, **dataset_args)", DATASETS, plugin=True),
+        Knob(
+            "dataset",
+            str,
+            "synthetic",
+            "where samples come from; user code: a factory called as f(ctx, **dataset_args)",
+            DATASETS,
+            plugin=True,
+        ),
         Knob("dataset_args", dict, {}, "keyword arguments of a user dataset factory (axis: dataset_args.<name>)"),
-        Knob("data_dir", str, None, "root of images (ImageNet layout), CIFAR, or of make-shards (webdataset, parquet)", nullable=True),
-        Knob("shards", int, 8, "webdataset, parquet: the shard set data_dir/shards-<N> (python -m feedbench make-shards --shards N)", minimum=1, maximum=1_000_000),
+        Knob(
+            "data_dir",
+            str,
+            None,
+            "root of images (ImageNet layout), CIFAR, or of make-shards (webdataset, parquet)",
+            nullable=True,
+        ),
+        Knob(
+            "shards",
+            int,
+            8,
+            "webdataset, parquet: the shard set data_dir/shards-<N> (python -m feedbench make-shards --shards N)",
+            minimum=1,
+            maximum=1_000_000,
+        ),
         Knob("download", bool, False, "let torchvision download CIFAR into data_dir"),
-        Knob("num_samples", int, 2048, "dataset length for synthetic, memory and tokens", minimum=1, maximum=100_000_000),
+        Knob(
+            "num_samples", int, 2048, "dataset length for synthetic, memory and tokens", minimum=1, maximum=100_000_000
+        ),
         Knob("image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096),
         Knob("input_size", int, 4096, "features per sample for the mlp", minimum=1, maximum=1_048_576),
         Knob("num_classes", int, 1000, "classes of generated labels and classifiers", minimum=1, maximum=1_000_000),
-        Knob("page_cache", str, "asis", "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: drop_caches as root, else posix_fadvise)", PAGE_CACHE),
+        Knob(
+            "page_cache",
+            str,
+            "asis",
+            "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: drop_caches as root, else posix_fadvise)",
+            PAGE_CACHE,
+        ),
         Knob("sample_delay_ms", float, 0.0, "extra cost per sample in __getitem__", minimum=0, maximum=60_000),
         Knob("seq_len", int, 100, "mean sequence length of tokens", minimum=2, maximum=1_000_000),
-        Knob("seq_len_spread", float, 0.5, "tokens: lengths are uniform in seq_len x (1 +- spread)", minimum=0, maximum=0.95),
+        Knob(
+            "seq_len_spread",
+            float,
+            0.5,
+            "tokens: lengths are uniform in seq_len x (1 +- spread)",
+            minimum=0,
+            maximum=0.95,
+        ),
         Knob("vocab_size", int, 1000, "tokens and lstm vocabulary", minimum=4, maximum=10_000_000),
         # Loader.
         Knob("batch_size", int, 64, "samples per step", minimum=1, maximum=1_048_576),
         Knob("num_workers", int, 0, "DataLoader worker processes", minimum=0, maximum=256),
         Knob("pin_memory", bool, False, "DataLoader pins batches in page-locked memory"),
         Knob("non_blocking", bool, False, "asynchronous host-to-device copies"),
-        Knob("prefetch_factor", int, None, "batches loaded ahead per worker (needs workers)", minimum=1, maximum=1024, nullable=True),
+        Knob(
+            "prefetch_factor",
+            int,
+            None,
+            "batches loaded ahead per worker (needs workers)",
+            minimum=1,
+            maximum=1024,
+            nullable=True,
+        ),
         Knob("persistent_workers", bool, False, "keep workers alive across epochs (needs workers)"),
         Knob("multiprocessing_context", str, None, "how workers start (needs workers)", MP_CONTEXTS, nullable=True),
         Knob("in_order", bool, True, "deliver batches in order (False lets fast workers go first)"),
         Knob("shuffle", bool, True, "shuffle the dataset every epoch"),
         Knob("device_prefetch", str, "none", "none | stream: copy the next batches on a side stream", DEVICE_PREFETCH),
         Knob("prefetch_depth", int, 1, "batches the stream prefetcher keeps in flight", minimum=1, maximum=64),
-        Knob("resident_batches", int, 8, "compute: real batches of the loader copied to the device once and replayed", minimum=1, maximum=1024),
+        Knob(
+            "resident_batches",
+            int,
+            8,
+            "compute: real batches of the loader copied to the device once and replayed",
+            minimum=1,
+            maximum=1024,
+        ),
         # Parallelism.
-        Knob("parallel", str, "none", "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent (replicas, no gradient exchange)", PARALLEL),
-        Knob("gpus_per_node", int, 1, "GPUs per node (processes on gloo without GPUs); batch_size is per GPU", minimum=1, maximum=64),
+        Knob(
+            "parallel",
+            str,
+            "none",
+            "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent (replicas, no gradient exchange)",
+            PARALLEL,
+        ),
+        Knob(
+            "gpus_per_node",
+            int,
+            1,
+            "GPUs per node (processes on gloo without GPUs); batch_size is per GPU",
+            minimum=1,
+            maximum=64,
+        ),
         Knob("nodes", int, 1, "nodes (ddp, independent); emulated on localhost outside Slurm", minimum=1, maximum=4096),
-        Knob("comm_probe_steps", int, 10, "ddp: steps with and without gradient sync after the window, for the communication share (0: off)", minimum=0, maximum=100_000),
+        Knob(
+            "comm_probe_steps",
+            int,
+            10,
+            "ddp: steps with and without gradient sync after the window, for the communication share (0: off)",
+            minimum=0,
+            maximum=100_000,
+        ),
         # Model and step.
-        Knob("model", str, "mlp", "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: package.module:attribute called as f(ctx, **model_args)"),
+        Knob(
+            "model",
+            str,
+            "mlp",
+            "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: package.module:attribute called as f(ctx, **model_args)",
+        ),
         Knob("model_args", dict, {}, "keyword arguments of a user model factory (axis: model_args.<name>)"),
         Knob("collate", str, None, "user collate_fn of the DataLoader", nullable=True, plugin=True),
-        Knob("to_device", str, None, "user f(batch, device, non_blocking) moving a custom batch", nullable=True, plugin=True),
-        Knob("step", str, None, "user f(model, batch, ctx) -> loss (None: it did backward and the optimizer itself)", nullable=True, plugin=True),
-        Knob("python_path", list, [], "folders put first on sys.path before user code is imported (the config's python_path)"),
+        Knob(
+            "to_device",
+            str,
+            None,
+            "user f(batch, device, non_blocking) moving a custom batch",
+            nullable=True,
+            plugin=True,
+        ),
+        Knob(
+            "step",
+            str,
+            None,
+            "user f(model, batch, ctx) -> loss (None: it did backward and the optimizer itself)",
+            nullable=True,
+            plugin=True,
+        ),
+        Knob(
+            "python_path",
+            list,
+            [],
+            "folders put first on sys.path before user code is imported (the config's python_path)",
+        ),
         Knob("hidden_layers", int, 1, "mlp: hidden Linear+ReLU layers", minimum=0, maximum=1000),
         Knob("width", int, 4096, "mlp: width of hidden layers", minimum=1, maximum=1_048_576),
         Knob("compute_ms", float, 10.0, "sleep: compute time per step", minimum=0, maximum=3_600_000),
@@ -170,21 +287,51 @@ KNOBS: dict[str, Knob] = {
         Knob("amp", str, "off", "autocast dtype of forward", AMP),
         Knob("channels_last", bool, False, "channels-last memory format for image models"),
         # Measurement.
-        Knob("timing", str, "events", "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)", TIMINGS),
+        Knob(
+            "timing",
+            str,
+            "events",
+            "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)",
+            TIMINGS,
+        ),
         Knob("profile", bool, False, "write a torch.profiler Chrome trace of profile_steps extra steps"),
         Knob("profile_steps", int, 5, "steps traced when profile is on", minimum=1, maximum=10_000),
-        Knob("torch_threads", int, 1,
-             "intra-op CPU threads of the trainer (torch.set_num_threads), 1 as torchrun's ranks get; "
-             "null: PyTorch's default",
-             minimum=1, maximum=1024, nullable=True),
-        Knob("monitor_interval_s", float, 0.5, "sampling period of the GPU/CPU/memory monitor", minimum=0.01, maximum=3600),
+        Knob(
+            "torch_threads",
+            int,
+            1,
+            "intra-op CPU threads of the trainer (torch.set_num_threads), 1 as torchrun's ranks get; "
+            "null: PyTorch's default",
+            minimum=1,
+            maximum=1024,
+            nullable=True,
+        ),
+        Knob(
+            "monitor_interval_s",
+            float,
+            0.5,
+            "sampling period of the GPU/CPU/memory monitor",
+            minimum=0.01,
+            maximum=3600,
+        ),
         Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy"),
         # Added for the studies' own models and optimisers (docs/studies.md).
-        Knob("mlp_style", str, "relu", "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | "
-             "ray (hidden_layers square Linear, no activation: Ray's benchmark)", MLP_STYLES),
+        Knob(
+            "mlp_style",
+            str,
+            "relu",
+            "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | "
+            "ray (hidden_layers square Linear, no activation: Ray's benchmark)",
+            MLP_STYLES,
+        ),
         Knob("weight_decay", float, 0.0, "SGD weight decay", minimum=0),
-        Knob("profile_first_batch", bool, False, "loader: before the window, time next() + .to() of a fresh loader's "
-             "first batch under torch.profiler, as the CIFAR-100 notebook did"),
+        Knob(
+            "profile_first_batch",
+            bool,
+            False,
+            "loader: before the window, time next() + .to() of a fresh loader's "
+            "first batch under torch.profiler, as the CIFAR-100 notebook did",
+        ),
     ]
 }
 
@@ -196,13 +343,18 @@ LABELS = ("experiment", "cell", "repeat", "baseline", "attempt", "code")
 
 
 def defaults() -> dict[str, Any]:
-    return {name: (type(k.default)(k.default) if isinstance(k.default, (list, dict)) else k.default) for name, k in KNOBS.items()}
+    return {
+        name: (type(k.default)(k.default) if isinstance(k.default, (list, dict)) else k.default)
+        for name, k in KNOBS.items()
+    }
 
 
 def markdown_table() -> str:
     """The knob reference as a Markdown table (docs/harness.md embeds it; a test keeps them equal)."""
     lines = ["| knob | default | allowed | meaning |", "|---|---|---|---|"]
     for k in KNOBS.values():
-        default = "null" if k.default is None else str(k.default).lower() if isinstance(k.default, bool) else str(k.default)
+        default = (
+            "null" if k.default is None else str(k.default).lower() if isinstance(k.default, bool) else str(k.default)
+        )
         lines.append(f"| `{k.name}` | `{default}` | {k.allowed()} | {k.help.replace('|', '/')} |")
     return "\n".join(lines) + "\n"

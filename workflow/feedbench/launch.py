@@ -35,9 +35,23 @@ from .stop import SIGTERM_REASON, TimeLimit
 def torchrun_commands(cell: Cell, cell_path: str, out_dir: str, port: int) -> list[list[str]]:
     """One torchrun per (emulated) node, all meeting at 127.0.0.1:port."""
     return [
-        [sys.executable, "-m", "torch.distributed.run", f"--nnodes={cell.nodes}", f"--nproc-per-node={cell.gpus_per_node}",
-         f"--node-rank={node}", "--master-addr=127.0.0.1", f"--master-port={port}",
-         "-m", "feedbench", "run", cell_path, "--out", out_dir, "--as-rank"]
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={cell.nodes}",
+            f"--nproc-per-node={cell.gpus_per_node}",
+            f"--node-rank={node}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            "-m",
+            "feedbench",
+            "run",
+            cell_path,
+            "--out",
+            out_dir,
+            "--as-rank",
+        ]
         for node in range(cell.nodes)
     ]
 
@@ -65,29 +79,54 @@ def torchrun_root_cause(logs: list[str]) -> str | None:
     """torchrun's own "Root Cause (first observed failure)" of a node's log, as one phrase."""
     for log in logs:
         text = tail(log, 400)
-        found = re.search(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n", text, re.S)
+        found = re.search(
+            r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n",
+            text,
+            re.S,
+        )
         if found:
             rank, code, _, sig = found.groups()
             return f"rank {rank} exited with code {code}" + (f" ({sig})" if sig else "") + " first"
     return None
 
 
-def describe_failure(out_dir: str, world: int, codes: list[int], first: int | None, names: list[str], terminated: str | None, logs: list[str]) -> dict:
+def describe_failure(
+    out_dir: str,
+    world: int,
+    codes: list[int],
+    first: int | None,
+    names: list[str],
+    terminated: str | None,
+    logs: list[str],
+) -> dict:
     """One error naming the cause: the rank that raised, the rank or node that vanished, or the time limit."""
     reports = _rank_reports(out_dir)
     silent = sorted(set(range(world)) - {r["rank"]["rank"] for r in reports})
     raised = [r for r in reports if r["error"]["type"] != "Terminated"]
-    vanished = f"rank(s) {', '.join(map(str, silent))} exited without a report (killed?); " if silent and not terminated else ""
+    vanished = (
+        f"rank(s) {', '.join(map(str, silent))} exited without a report (killed?); "
+        if silent and not terminated
+        else ""
+    )
     if terminated:
         return {"type": "Terminated", "message": terminated, "traceback": ""}
     if raised:
         first = raised[0]
-        return dict(first["error"], message=f"{vanished}rank {first['rank']['rank']} failed: {first['error']['message']}")
+        return dict(
+            first["error"], message=f"{vanished}rank {first['rank']['rank']} failed: {first['error']['message']}"
+        )
     cause = torchrun_root_cause(logs)
     if cause is None:
-        cause = f"{names[first]} exited with code {codes[first]}" if first is not None else f"ranks exited with codes {codes}"
-    return {"type": "RankExited", "message": f"{vanished}{cause}; the other ranks were stopped",
-            "traceback": "".join(tail(log) for log in logs)[-4000:]}
+        cause = (
+            f"{names[first]} exited with code {codes[first]}"
+            if first is not None
+            else f"ranks exited with codes {codes}"
+        )
+    return {
+        "type": "RankExited",
+        "message": f"{vanished}{cause}; the other ranks were stopped",
+        "traceback": "".join(tail(log) for log in logs)[-4000:],
+    }
 
 
 def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: float | None = None) -> int:
@@ -101,7 +140,10 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
     cell_path = os.path.join(ranks_dir, "cell.yaml")
     with open(cell_path, "w") as f:
         yaml.safe_dump(raw, f)
-    print(f"feedbench: launching {resources.ranks(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}", file=sys.stderr)
+    print(
+        f"feedbench: launching {resources.ranks(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}",
+        file=sys.stderr,
+    )
     env = dict(os.environ, MASTER_PORT=str(free_port()))  # the rendezvous listens here, on this (the first) node
     if in_slurm_job():
         names, commands = ["srun"], [srun_command(cell, cell_path, out_dir)]
@@ -112,7 +154,9 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
     for name, command in zip(names, commands):
         log = os.path.join(out_dir, "ranks", name.replace(" ", "") + ".log")
         logs.append(log)
-        procs.append(subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=env))
+        procs.append(
+            subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        )
 
     # Every rank ever seen under a torchrun: torchrun starts ranks in sessions of
     # their own, so a rank whose torchrun died must still be found and stopped.
@@ -170,8 +214,11 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
     if result is None:  # rank 0 died before it could write
         reports = _rank_reports(out_dir)
         result = failed_result(raw, cell_dict(cell), notes)
-        result.update(provenance=reports[0]["provenance"] if reports else machine_facts(torch.device("cpu")),
-                      started_at=started, finished_at=now())
+        result.update(
+            provenance=reports[0]["provenance"] if reports else machine_facts(torch.device("cpu")),
+            started_at=started,
+            finished_at=now(),
+        )
     result["status"] = "failed"
     result["error"] = describe_failure(out_dir, resources.ranks(cell), codes, first_node, names, terminated, logs)
     write_result(out_dir, result)

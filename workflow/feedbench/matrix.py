@@ -133,7 +133,9 @@ def check_name(name: Any) -> None:
             f"experiments: name {shown(name)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
         )
     if len(name) > MAX_NAME_LENGTH:
-        raise ConfigError(f"experiments: name {shown(name)} has {len(name)} characters; allowed: at most {MAX_NAME_LENGTH}")
+        raise ConfigError(
+            f"experiments: name {shown(name)} has {len(name)} characters; allowed: at most {MAX_NAME_LENGTH}"
+        )
     if periodic(name):
         raise ConfigError(
             f"experiments: name {name!r} ends in a part repeated {PERIODIC_REPEATS} times or more,"
@@ -242,7 +244,9 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     axes = experiment.get("matrix") or {}
     for axis, levels in axes.items():
         if not isinstance(levels, list) or not levels:
-            raise ConfigError(f"{_path(where, 'matrix', axis)}: value {shown(levels)} has no levels; allowed: a non-empty list")
+            raise ConfigError(
+                f"{_path(where, 'matrix', axis)}: value {shown(levels)} has no levels; allowed: a non-empty list"
+            )
         check_levels(axis, levels, _path(where, "matrix", axis))
     raw: list[tuple[dict, dict, list[str], str | None]] = []  # knobs, sources, id keys, include path
     if axes:
@@ -253,14 +257,20 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     for i, partial in enumerate(excludes):
         kept = [r for r in raw if not all(_same(r[0].get(k, default_of(k)), v) for k, v in partial.items())]
         if len(kept) == len(raw):
-            raise ConfigError(f"{_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a mapping of axis levels")
+            raise ConfigError(
+                f"{_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a mapping of axis levels"
+            )
         raw = kept
     if axes and not any(all(_same(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
-        raise ConfigError(f"{_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions that keep it")
+        raise ConfigError(
+            f"{_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions that keep it"
+        )
     for i, extra in enumerate(experiment.get("include") or []):
         knobs = {**base_knobs, **extra}
         keys = list(axes) + sorted(k for k in extra if k not in axes)
-        raw.append((knobs, {**sources, **{k: _path(where, "include", i, k) for k in extra}}, keys, _path(where, "include", i)))
+        raw.append(
+            (knobs, {**sources, **{k: _path(where, "include", i, k) for k in extra}}, keys, _path(where, "include", i))
+        )
     if not raw:
         raw.append((base_knobs, sources, [], None))
 
@@ -280,7 +290,9 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
         if key in same:
             first = same[key]
             where_first = seen[first][1]
-            raise ConfigError(f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells that differ")
+            raise ConfigError(
+                f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells that differ"
+            )
         seen[ident] = (knobs, origin or _path(where, "matrix"))
         same[key] = ident
         knobs, knob_sources = fold_args(knobs, knob_sources)
@@ -293,7 +305,6 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
 
     Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it again."""
     from .cell import parse_cell  # imports torch: only when cells are checked
-
     from .plugins import resolve_all
 
     try:
@@ -302,9 +313,17 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
     except KnobError as error:
         raise knob_error(error, cell.sources) from None
     data_dir = cell.knobs.get("data_dir")
-    if data_dir and data_dir != images_dir and not os.path.isdir(data_dir) and not cell.knobs.get("download"):  # download makes it
-        hint = " (make one with: python -m feedbench make-images DIR, or leave data_dir out to generate one)" if cell.knobs.get("dataset") == "images" else ""
-        raise ConfigError(f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not exist; allowed: an existing folder{hint}")
+    if (
+        data_dir and data_dir != images_dir and not os.path.isdir(data_dir) and not cell.knobs.get("download")
+    ):  # download makes it
+        hint = (
+            " (make one with: python -m feedbench make-images DIR, or leave data_dir out to generate one)"
+            if cell.knobs.get("dataset") == "images"
+            else ""
+        )
+        raise ConfigError(
+            f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not exist; allowed: an existing folder{hint}"
+        )
     return replace(cell, parsed=parsed)
 
 
@@ -312,8 +331,9 @@ def with_python_path(cell: PlannedCell, python_path: list[str]) -> PlannedCell:
     """The config's python_path (absolute) on cells that name user code, and only on them: their params carry it."""
     if not python_path or not any(IMPORT_PATH.fullmatch(str(cell.knobs.get(k, ""))) for k in PLUGIN_KNOBS):
         return cell
-    return replace(cell, knobs={**cell.knobs, "python_path": python_path},
-                   sources={**cell.sources, "python_path": "python_path"})
+    return replace(
+        cell, knobs={**cell.knobs, "python_path": python_path}, sources={**cell.sources, "python_path": "python_path"}
+    )
 
 
 def summary_columns() -> list[str]:
@@ -393,8 +413,10 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
         return []
     for name in CEILING_EXPERIMENTS.values():
         if name in experiments:
-            raise ConfigError(f"experiments: name {name!r} is the ceilings' own (ceilings: true in {wanted[0]});"
-                              " allowed: another name")
+            raise ConfigError(
+                f"experiments: name {name!r} is the ceilings' own (ceilings: true in {wanted[0]});"
+                " allowed: another name"
+            )
     defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
     base = {**{k: knob.default for k, knob in KNOBS.items()}, **defaults}
     measured = {_same_key(effective(c.knobs)) for c in cells}
@@ -456,7 +478,11 @@ def schema_error(error) -> str:
         return f"{_path(path, unknown[0]) if unknown else path or 'config'}: unknown key; allowed: {', '.join(known) or 'no keys'}"
     path = path or "config"
     if kind == "type":
-        allowed = "a non-empty list of levels" if len(error.absolute_path) == 4 and error.absolute_path[2] == "matrix" else _type_text(error.validator_value)
+        allowed = (
+            "a non-empty list of levels"
+            if len(error.absolute_path) == 4 and error.absolute_path[2] == "matrix"
+            else _type_text(error.validator_value)
+        )
         return f"{path}: value {shown(value)} has the wrong type; allowed: {allowed}"
     if kind == "enum":
         return f"{path}: value {shown(value)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
@@ -471,7 +497,15 @@ def schema_error(error) -> str:
 
 
 def _type_text(types) -> str:
-    names = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false", "object": "a mapping", "array": "a list", "null": "null"}
+    names = {
+        "integer": "an integer",
+        "number": "a number",
+        "string": "a string",
+        "boolean": "true or false",
+        "object": "a mapping",
+        "array": "a list",
+        "null": "null",
+    }
     types = types if isinstance(types, list) else [types]
     return " or ".join(names.get(t, t) for t in types)
 

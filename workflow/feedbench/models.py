@@ -122,5 +122,7 @@ def loss_function(model: str) -> Callable[[torch.Tensor, tuple], torch.Tensor]:
     if model == "mlp":
         return lambda out, batch: nn.functional.mse_loss(out.float(), batch[1])
     if model == "lstm":
-        return lambda out, batch: nn.functional.cross_entropy(out.float().flatten(0, 1), batch[1].flatten(), ignore_index=0)
+        return lambda out, batch: nn.functional.cross_entropy(
+            out.float().flatten(0, 1), batch[1].flatten(), ignore_index=0
+        )
     return lambda out, batch: nn.functional.cross_entropy(out.float(), batch[1])

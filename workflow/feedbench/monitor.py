@@ -89,4 +89,9 @@ class Monitor(threading.Thread):
             for key, value in sample.items():
                 series.setdefault(key, []).append(value)
         stats = {key: {"mean": statistics.fmean(v), "max": max(v)} for key, v in series.items()}
-        return {"interval_s": self.interval_s, "samples": len(self.samples), "stats": stats, "notes": [self.nvml.note] if self.nvml.note else []}
+        return {
+            "interval_s": self.interval_s,
+            "samples": len(self.samples),
+            "stats": stats,
+            "notes": [self.nvml.note] if self.nvml.note else [],
+        }

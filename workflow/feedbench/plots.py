@@ -52,7 +52,14 @@ from .result import atomic_write
 from .verdict import interval, natural_order, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
-PHASE_COLOURS = {"wait": "#d62728", "h2d": "#ff7f0e", "fwd": "#1f77b4", "bwd": "#2ca02c", "opt": "#9467bd", "gpu_idle": "#7f7f7f"}
+PHASE_COLOURS = {
+    "wait": "#d62728",
+    "h2d": "#ff7f0e",
+    "fwd": "#1f77b4",
+    "bwd": "#2ca02c",
+    "opt": "#9467bd",
+    "gpu_idle": "#7f7f7f",
+}
 TRANSFER_COLUMN = re.compile(r"transfer_gb_per_s_(pinned|pageable)_(\d+)$")
 
 UNITS = [  # (pattern of a column name, axis label); the first match wins
@@ -95,7 +102,12 @@ def axis_label(column: str) -> str:
 def transfer_long(rows: pd.DataFrame) -> pd.DataFrame:
     """Per-size transfer columns -> one row per cell, repeat, size and pinning (columns size_bytes, pinned, gb_per_s)."""
     keep = [c for c in rows.columns if not TRANSFER_COLUMN.match(c)]
-    long = rows.melt(id_vars=keep, value_vars=[c for c in rows.columns if TRANSFER_COLUMN.match(c)], var_name="series_column", value_name="gb_per_s")
+    long = rows.melt(
+        id_vars=keep,
+        value_vars=[c for c in rows.columns if TRANSFER_COLUMN.match(c)],
+        var_name="series_column",
+        value_name="gb_per_s",
+    )
     parts = long["series_column"].str.extract(TRANSFER_COLUMN)
     long["pinned"] = parts[0] == "pinned"
     long["size_bytes"] = parts[1].astype(int)
@@ -131,9 +143,14 @@ def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
         key = key if isinstance(key, tuple) else (key,)
         stats = interval(group[y])
         if stats.n:
-            rows.append({**dict(zip(keys + [x], key)), "median": stats.median,
-                         "below": max(stats.median - stats.low, 0) if stats.low is not None else 0.0,
-                         "above": max(stats.high - stats.median, 0) if stats.high is not None else 0.0})
+            rows.append(
+                {
+                    **dict(zip(keys + [x], key)),
+                    "median": stats.median,
+                    "below": max(stats.median - stats.low, 0) if stats.low is not None else 0.0,
+                    "above": max(stats.high - stats.median, 0) if stats.high is not None else 0.0,
+                }
+            )
     frame = pd.DataFrame(rows)
     return frame.sort_values(keys + [x], key=natural_order, kind="stable") if rows else frame
 
@@ -179,7 +196,9 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
             ax.errorbar(group["_pos"], group["median"], yerr=yerr, marker="o", capsize=3, label=_label(keys, values))
         else:
             offset = (i - (len(groups) - 1) / 2) * width
-            ax.bar(group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=_label(keys, values))
+            ax.bar(
+                group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=_label(keys, values)
+            )
     if not numeric:
         fit_ticks(ax, range(len(xs)), [plain(v) for v in xs], slot(ax, len(xs)))
     elif len(xs) <= 12:
@@ -192,16 +211,33 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
 def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     order = [x] + keys
     ranks = {k: {v: i for i, v in enumerate(_ordered(data[k]))} for k in order}
-    cells = sorted(data.groupby(order, sort=False, dropna=False), key=lambda item: [ranks[k].get(v, -1) for k, v in zip(order, item[0])])
+    cells = sorted(
+        data.groupby(order, sort=False, dropna=False),
+        key=lambda item: [ranks[k].get(v, -1) for k, v in zip(order, item[0])],
+    )
     present = [p for p in PHASES if f"{p}_ms" in data and data[f"{p}_ms"].notna().any()]
     bottoms = [0.0] * len(cells)
     for phase in present:
-        heights = [float(group[f"{phase}_ms"].median()) if group[f"{phase}_ms"].notna().any() else 0.0 for _, group in cells]
+        heights = [
+            float(group[f"{phase}_ms"].median()) if group[f"{phase}_ms"].notna().any() else 0.0 for _, group in cells
+        ]
         ax.bar(range(len(cells)), heights, bottom=bottoms, color=PHASE_COLOURS[phase], label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     steps = [interval(group["step_ms_median"]) for _, group in cells]
-    ax.errorbar(range(len(cells)), [s.median for s in steps], marker="_", markersize=18, color="black", linestyle="none", capsize=3, label="step (median)",
-                yerr=[[max(s.median - s.low, 0) if s.low is not None else 0 for s in steps], [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps]])
+    ax.errorbar(
+        range(len(cells)),
+        [s.median for s in steps],
+        marker="_",
+        markersize=18,
+        color="black",
+        linestyle="none",
+        capsize=3,
+        label="step (median)",
+        yerr=[
+            [max(s.median - s.low, 0) if s.low is not None else 0 for s in steps],
+            [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps],
+        ],
+    )
     labels = [plain(cell_label(dict(zip(order, values)), order)) for values, _ in cells]
     fit_ticks(ax, range(len(cells)), labels, slot(ax, len(cells)))
     ax.set_ylabel("median time per step [ms]")

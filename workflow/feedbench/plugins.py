@@ -51,7 +51,9 @@ def load(target: str, knob: str) -> Any:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise KnobError(f"knob '{knob}': cannot import '{target}' ({type(error).__name__}: {reason})") from None
     if not callable(obj):
-        raise KnobError(f"knob '{knob}': '{target}' is a {type(obj).__name__}, not callable; allowed: a function or class")
+        raise KnobError(
+            f"knob '{knob}': '{target}' is a {type(obj).__name__}, not callable; allowed: a function or class"
+        )
     return obj
 
 
@@ -64,8 +66,9 @@ def resolve_all(cell) -> dict[str, Any]:
 def expect(value: Any, kinds: tuple[type, ...], what: str, target: str, knob: str) -> Any:
     """The value a factory returned when it is one of `kinds`, else KnobError saying what came back."""
     if not isinstance(value, kinds):
-        raise KnobError(f"knob '{knob}': '{target}' returned {type(value).__module__}.{type(value).__qualname__}; "
-                        f"allowed: {what}")
+        raise KnobError(
+            f"knob '{knob}': '{target}' returned {type(value).__module__}.{type(value).__qualname__}; allowed: {what}"
+        )
     return value
 
 
@@ -87,8 +90,12 @@ class Context:
 def folder_facts(path: str) -> dict[str, Any]:
     """One python_path folder for provenance: the path, its git commit (None outside a checkout), its content hash."""
     try:
-        commit = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"path": path, "git_commit": commit, "content": content_hash([path])}
@@ -136,8 +143,14 @@ def move_batch(batch, device, non_blocking: bool):
     if isinstance(batch, (list, tuple)):
         return type(batch)(move_batch(v, device, non_blocking) for v in batch)
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return dataclasses.replace(batch, **{f.name: move_batch(getattr(batch, f.name), device, non_blocking)
-                                             for f in dataclasses.fields(batch) if f.init})
+        return dataclasses.replace(
+            batch,
+            **{
+                f.name: move_batch(getattr(batch, f.name), device, non_blocking)
+                for f in dataclasses.fields(batch)
+                if f.init
+            },
+        )
     return batch
 
 
@@ -153,9 +166,11 @@ def unpinned_note(batch) -> str | None:
     unpinned = sum(1 for t in tensors if not t.is_pinned())
     if not tensors or not unpinned:
         return None
-    return (f"pin_memory=true but the first batch came back unpinned ({unpinned} of {len(tensors)} tensors, "
-            f"batch type {type(batch).__name__}): the DataLoader pins tensors, dicts, lists, tuples and namedtuples; "
-            "a custom batch type needs a pin_memory() method")
+    return (
+        f"pin_memory=true but the first batch came back unpinned ({unpinned} of {len(tensors)} tensors, "
+        f"batch type {type(batch).__name__}): the DataLoader pins tensors, dicts, lists, tuples and namedtuples; "
+        "a custom batch type needs a pin_memory() method"
+    )
 
 
 def default_loss(output, batch):
@@ -168,8 +183,10 @@ def default_loss(output, batch):
         return torch.nn.functional.cross_entropy(output.float(), batch["label"]), "cross-entropy against batch['label']"
     if isinstance(batch, (list, tuple)) and len(batch) > 1:
         return torch.nn.functional.cross_entropy(output.float(), batch[1]), "cross-entropy against batch[1]"
-    raise KnobError("knob 'step': no loss: the model's output is not a scalar and the batch has no batch[1] or "
-                    "batch['label']; allowed: a step (package.module:train_step) returning the loss")
+    raise KnobError(
+        "knob 'step': no loss: the model's output is not a scalar and the batch has no batch[1] or "
+        "batch['label']; allowed: a step (package.module:train_step) returning the loss"
+    )
 
 
 def model_input(batch):

@@ -27,13 +27,38 @@ from typing import Any
 from .knobs import KNOBS
 
 # Knobs that only change how the loader delivers batches: a compute ceiling resets them to their defaults.
-LOADER_ONLY = ("num_workers", "pin_memory", "non_blocking", "prefetch_factor", "persistent_workers",
-               "multiprocessing_context", "in_order", "shuffle", "device_prefetch", "prefetch_depth",
-               "sample_delay_ms", "page_cache")
+LOADER_ONLY = (
+    "num_workers",
+    "pin_memory",
+    "non_blocking",
+    "prefetch_factor",
+    "persistent_workers",
+    "multiprocessing_context",
+    "in_order",
+    "shuffle",
+    "device_prefetch",
+    "prefetch_depth",
+    "sample_delay_ms",
+    "page_cache",
+)
 # Knobs that only change the model's work per batch: a loader ceiling resets them (not `model`, whose kind
 # decides the shape of the samples the loader makes), and the copy knobs the loader alone never uses.
-MODEL_ONLY = ("hidden_layers", "width", "compute_ms", "lstm_impl", "lstm_layers", "embedding_dim", "hidden_size",
-              "lr", "momentum", "amp", "channels_last", "non_blocking", "device_prefetch", "prefetch_depth")
+MODEL_ONLY = (
+    "hidden_layers",
+    "width",
+    "compute_ms",
+    "lstm_impl",
+    "lstm_layers",
+    "embedding_dim",
+    "hidden_size",
+    "lr",
+    "momentum",
+    "amp",
+    "channels_last",
+    "non_blocking",
+    "device_prefetch",
+    "prefetch_depth",
+)
 # Knobs a ceiling never depends on: labels of the measurement, not of the work.
 NEVER = ("scenario", "profile", "profile_steps", "monitor_interval_s", "transfer_sizes", "comm_probe_steps")
 CEILINGS = ("loader", "compute")
@@ -66,8 +91,15 @@ def _finite(value) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
-def predict(loader_rate, compute_rate, workers: int, batch: int, copy_bytes=None, copy_gb_per_s=None,
-            stream_prefetch: bool = False) -> tuple[float | None, str | None, dict]:
+def predict(
+    loader_rate,
+    compute_rate,
+    workers: int,
+    batch: int,
+    copy_bytes=None,
+    copy_gb_per_s=None,
+    stream_prefetch: bool = False,
+) -> tuple[float | None, str | None, dict]:
     """(samples/s, bound, per-sample ms of each term) from the ceilings; (None, None, ...) without both rates.
 
     The copy term is left out (0) when the batch's bytes or the bandwidth is unknown (a CPU cell copies nothing).

@@ -32,8 +32,24 @@ from .result import UnusableResult, atomic_write, read_result
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")  # package data, installed with it
 
 # What the report says about where results came from: an allow-list, never the whole environment.
-PROVENANCE_FIELDS = ["host", "os", "cpu", "cpu_count", "ram_gb", "gpu", "gpu_count", "driver", "cuda", "cudnn",
-              "torch", "torchvision", "python", "feedbench", "git_commit", "slurm_job_id"]
+PROVENANCE_FIELDS = [
+    "host",
+    "os",
+    "cpu",
+    "cpu_count",
+    "ram_gb",
+    "gpu",
+    "gpu_count",
+    "driver",
+    "cuda",
+    "cudnn",
+    "torch",
+    "torchvision",
+    "python",
+    "feedbench",
+    "git_commit",
+    "slurm_job_id",
+]
 ERROR_LINES = 8
 
 _FORBIDDEN_TAGS = {"script", "foreignobject", "iframe", "object", "embed"}
@@ -89,8 +105,11 @@ def fmt(value, digits: int = 3) -> str:
 
 def breakable(text) -> Markup:
     """Text that may wrap after `_` and `-` (a <wbr> there), so a long cell id never pushes the page sideways."""
-    return Markup("").join(Markup("{}<wbr>").format(part) if part[-1:] in "_-" else escape(part)
-                           for part in re.split(r"(?<=[_-])", str(text)) if part)
+    return Markup("").join(
+        Markup("{}<wbr>").format(part) if part[-1:] in "_-" else escape(part)
+        for part in re.split(r"(?<=[_-])", str(text))
+        if part
+    )
 
 
 def _same(a, b) -> bool:
@@ -174,16 +193,36 @@ def _experiments(summary: pd.DataFrame, config: dict) -> list[tuple[str, dict]]:
 
 def _records(frame: pd.DataFrame) -> list[dict]:
     """DataFrame rows as dicts with None where pandas has NaN, so templates test one kind of missing."""
-    return [{k: (None if not isinstance(v, (list, dict, str)) and pd.isna(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
+    return [
+        {k: (None if not isinstance(v, (list, dict, str)) and pd.isna(v) else v) for k, v in row.items()}
+        for row in frame.to_dict("records")
+    ]
 
 
 def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
     """What one experiment's section and its verdict line show."""
-    context = {"name": name, "title": spec.get("title") or name, "base": spec.get("base") or {}, "matrix": spec.get("matrix") or {},
-               "svg": svg, "view": None, "cells": [], "columns": [], "key": "",
-               "metric": None, "unit": "", "knobs": [], "verdict": None, "best_id": None,
-               "baseline_id": None, "note": "no result for this experiment", "adjusted": [], "has_speedup": False, "has_efficiency": False,
-               "has_prediction": False}
+    context = {
+        "name": name,
+        "title": spec.get("title") or name,
+        "base": spec.get("base") or {},
+        "matrix": spec.get("matrix") or {},
+        "svg": svg,
+        "view": None,
+        "cells": [],
+        "columns": [],
+        "key": "",
+        "metric": None,
+        "unit": "",
+        "knobs": [],
+        "verdict": None,
+        "best_id": None,
+        "baseline_id": None,
+        "note": "no result for this experiment",
+        "adjusted": [],
+        "has_speedup": False,
+        "has_efficiency": False,
+        "has_prediction": False,
+    }
     if rows.empty:
         return context
     # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
@@ -198,20 +237,34 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     for cell in cells:
         cell["label"] = cell_label(cell, found["knobs"])
     context.update(
-        cells=cells, metric=found["metric"], unit=unit(found["metric"]), knobs=found["knobs"], columns=columns,
+        cells=cells,
+        metric=found["metric"],
+        unit=unit(found["metric"]),
+        knobs=found["knobs"],
+        columns=columns,
         key=key_text(found["knobs"], cells),
-        best_id=best["cell"] if best else None, baseline_id=base["cell"] if base else None, note=found["note"],
-        adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]]) if "adjustments" in rows else [],
+        best_id=best["cell"] if best else None,
+        baseline_id=base["cell"] if base else None,
+        note=found["note"],
+        adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]])
+        if "adjustments" in rows
+        else [],
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
         has_efficiency="efficiency" in found["cells"],
         has_prediction=bool(found["cells"]["predicted"].notna().any()) if "predicted" in found["cells"] else False,
     )
     if best is not None:
         context["verdict"] = {
-            "best": _knob_text(best, found["knobs"]), "best_median": best["median"], "speedup": found["speedup"],
-            "beyond_noise": found["clear"], "wording": found["wording"],
-            "baseline": _knob_text(base, found["knobs"]) if base else None, "baseline_median": base["median"] if base else None,
-            "bound": best["bound"], "why": best["why"], "baseline_bound": base["bound"] if base else None,
+            "best": _knob_text(best, found["knobs"]),
+            "best_median": best["median"],
+            "speedup": found["speedup"],
+            "beyond_noise": found["clear"],
+            "wording": found["wording"],
+            "baseline": _knob_text(base, found["knobs"]) if base else None,
+            "baseline_median": base["median"] if base else None,
+            "bound": best["bound"],
+            "why": best["why"],
+            "baseline_bound": base["bound"] if base else None,
             "recommendation": found["recommendation"],
         }
     return context
@@ -219,6 +272,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
 
 def unit(metric: str) -> str:
     return {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}.get(metric, "")
+
+
 def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str]) -> dict | None:
     """The experiment's study view (feedbench.views), with the published table beside it, ready for the template."""
     if not spec.get("view"):
@@ -228,14 +283,23 @@ def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, 
     with plain_text():  # user strings in the view's figure are text, never matplotlib math
         view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
     return {
-        "name": view.name, "paragraphs": [p.strip() for p in view.text.strip().split("\n\n") if p.strip()],
-        "tables": view.tables, "verdict": view.verdict, "notes": view.notes,
+        "name": view.name,
+        "paragraphs": [p.strip() for p in view.text.strip().split("\n\n") if p.strip()],
+        "tables": view.tables,
+        "verdict": view.verdict,
+        "notes": view.notes,
         "svg": inline_svg(svg_text(view.figure, salt=f"{name}-view")) if view.figure is not None else None,
     }
 
 
-def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: dict, config_hash: str,
-          references: list[str] = ()) -> dict:
+def build(
+    summary: pd.DataFrame,
+    svgs: list[str],
+    results: list[str],
+    config: dict,
+    config_hash: str,
+    references: list[str] = (),
+) -> dict:
     """The template's context: verdicts, sections, study views, failures and provenance.
 
     With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
@@ -257,9 +321,17 @@ def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: di
         context["view"] = study_view(name, spec, rows, tables)
         experiments.append(context)
     failed = summary[summary["status"] != "ok"]
-    failures = [{"experiment": r["experiment"], "cell": r["cell"], "repeat": r["repeat"], "type": r["error_type"],
-                 "message": r["error_message"], "tail": _error_tail(r.get("result"), r["error_message"])}
-                for r in failed.to_dict("records")]
+    failures = [
+        {
+            "experiment": r["experiment"],
+            "cell": r["cell"],
+            "repeat": r["repeat"],
+            "type": r["error_type"],
+            "message": r["error_message"],
+            "tail": _error_tail(r.get("result"), r["error_message"]),
+        }
+        for r in failed.to_dict("records")
+    ]
     prediction = accuracy.report_context(summary)
     if prediction is not None:
         prediction["svg"] = inline_svg(prediction["svg"])
@@ -267,8 +339,12 @@ def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: di
         "experiments": experiments,
         "prediction": prediction,
         "failures": failures,
-        "counts": {"rows": len(summary), "ok": int((summary["status"] == "ok").sum()), "failed": len(failed),
-                   "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0]},
+        "counts": {
+            "rows": len(summary),
+            "ok": int((summary["status"] == "ok").sum()),
+            "failed": len(failed),
+            "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0],
+        },
         "provenance": provenance_table(results, withheld=("host",) if disclosure.anonymize else ()),
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
@@ -280,8 +356,14 @@ def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: di
 
 def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None) -> jinja2.Environment:
     """Autoescaping, strict Jinja; every printed string goes through `disclosure` (paths shortened, hosts withheld)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, finalize=(disclosure or Disclosure()).finalize)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=(disclosure or Disclosure()).finalize,
+    )
     env.filters["num"] = fmt
     env.filters["breakable"] = lambda text: breakable((disclosure or Disclosure()).text(str(text)))
     return env
@@ -291,10 +373,17 @@ def render(context: dict, templates: str = TEMPLATES) -> str:
     return environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
 
 
-def write_report(summary_csv: str, svgs: list[str], results: list[str], config: dict, config_hash: str, html: str,
-                 templates: str = TEMPLATES, references: list[str] = ()) -> None:
+def write_report(
+    summary_csv: str,
+    svgs: list[str],
+    results: list[str],
+    config: dict,
+    config_hash: str,
+    html: str,
+    templates: str = TEMPLATES,
+    references: list[str] = (),
+) -> None:
     """The report rule's work: summary + plots + results (+ published tables) -> one HTML file, written atomically."""
     summary = pd.read_csv(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
     atomic_write(html, render(build(summary, svgs, results, config, config_hash, references), templates))
-

@@ -92,8 +92,13 @@ def mpi(cell) -> str:
 
 def srun_options(cell, cuda: bool) -> list[str]:
     """The launcher's srun options inside the job: one task per rank, gpus_per_node tasks on each node."""
-    options = [f"--nodes={nodes(cell)}", f"--ntasks={ranks(cell)}", f"--ntasks-per-node={knob(cell, 'gpus_per_node')}",
-               f"--cpus-per-task={cpus_per_rank(cell)}", "--kill-on-bad-exit=1"]
+    options = [
+        f"--nodes={nodes(cell)}",
+        f"--ntasks={ranks(cell)}",
+        f"--ntasks-per-node={knob(cell, 'gpus_per_node')}",
+        f"--cpus-per-task={cpus_per_rank(cell)}",
+        "--kill-on-bad-exit=1",
+    ]
     return options + (["--gpus-per-task=1"] if cuda else [])
 
 
@@ -107,5 +112,7 @@ def node_fit_error(cell, node_cpus: int, partition: str) -> str | None:
     if need <= node_cpus:
         return None
     per_node = knob(cell, "gpus_per_node")
-    return (f"asks for {need} CPUs per node ({per_node} rank(s) x (num_workers {knob(cell, 'num_workers')} + 1)); "
-            f"allowed: at most {node_cpus}, the CPUs of a node in Slurm partition '{partition}' (sinfo)")
+    return (
+        f"asks for {need} CPUs per node ({per_node} rank(s) x (num_workers {knob(cell, 'num_workers')} + 1)); "
+        f"allowed: at most {node_cpus}, the CPUs of a node in Slurm partition '{partition}' (sinfo)"
+    )

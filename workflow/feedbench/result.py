@@ -21,8 +21,15 @@ def now() -> str:
 
 def failed_result(raw: dict, cell: dict | None = None, adjustments: list[str] | None = None) -> dict:
     """The fields every result has, for a cell that has not (yet) succeeded: status failed, nothing measured."""
-    return {"schema_version": SCHEMA_VERSION, "status": "failed", "requested": raw, "cell": cell, "adjustments": adjustments or [],
-            "error": None, "metrics": {"steps": 0}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": "failed",
+        "requested": raw,
+        "cell": cell,
+        "adjustments": adjustments or [],
+        "error": None,
+        "metrics": {"steps": 0},
+    }
 
 
 def tail(path: str | None, lines: int = 30) -> str:

@@ -31,7 +31,11 @@ from .transfer import probe
 
 def _error(exc: BaseException) -> dict:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {"type": type(exc).__name__, "message": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, "traceback": "".join(lines)[-4000:]}
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+        "traceback": "".join(lines)[-4000:],
+    }
 
 
 def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, list[dict]]:
@@ -60,11 +64,17 @@ def _combine_ranks(own: dict, ranks: list[dict]) -> dict:
     """Rank 0's metrics, plus the job-wide throughput and every rank's summary."""
     metrics = dict(own)
     per_rank = [
-        {"rank": r["rank"], "node": r["node"], "samples": r["metrics"].get("samples", 0), "window_s": r["metrics"].get("window_s"),
-         "samples_per_s": r["metrics"].get("samples_per_s"), "step_ms_median": r["metrics"].get("step_ms", {}).get("median"),
-         "stall_pct": r["metrics"].get("stall_pct"),
-         "phases_median_ms": {k: v["median_ms"] for k, v in r["metrics"].get("phases", {}).items()},
-         "comm": r["comm"]}
+        {
+            "rank": r["rank"],
+            "node": r["node"],
+            "samples": r["metrics"].get("samples", 0),
+            "window_s": r["metrics"].get("window_s"),
+            "samples_per_s": r["metrics"].get("samples_per_s"),
+            "step_ms_median": r["metrics"].get("step_ms", {}).get("median"),
+            "stall_pct": r["metrics"].get("stall_pct"),
+            "phases_median_ms": {k: v["median_ms"] for k, v in r["metrics"].get("phases", {}).items()},
+            "comm": r["comm"],
+        }
         for r in ranks
     ]
     slowest = max(per_rank, key=lambda r: r["window_s"] or 0)
@@ -74,7 +84,8 @@ def _combine_ranks(own: dict, ranks: list[dict]) -> dict:
         samples=sum(r["samples"] for r in per_rank),
         samples_per_s=sum(r["samples"] for r in per_rank) / window_s if window_s else None,
         tokens_per_s=sum(r["metrics"]["tokens_per_s"] * r["metrics"]["window_s"] for r in ranks) / window_s
-        if window_s and own.get("tokens_per_s") is not None else None,
+        if window_s and own.get("tokens_per_s") is not None
+        else None,
         slowest_rank=slowest["rank"],
         ranks=per_rank,
     )
@@ -92,13 +103,21 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
         signal_name = f" (signal {signal.Signals(number).name})" if number in signal.Signals._value2member_map_ else ""
     result = failed_result(raw)
     result.update(
-        error={"type": "Killed" if signal_name else "Crashed", "message": f"the harness exited with code {exit_code}{signal_name} without writing a result", "traceback": tail(log)[-4000:]},
-        provenance=machine_facts(torch.device("cpu")), started_at=now(), finished_at=now(),
+        error={
+            "type": "Killed" if signal_name else "Crashed",
+            "message": f"the harness exited with code {exit_code}{signal_name} without writing a result",
+            "traceback": tail(log)[-4000:],
+        },
+        provenance=machine_facts(torch.device("cpu")),
+        started_at=now(),
+        finished_at=now(),
     )
     write_result(out_dir, result)
 
 
-def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None, user: dict | None = None) -> int:
+def run(
+    raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None, user: dict | None = None
+) -> int:
     """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
 
     Rank 0 writes result.json; any rank that fails also writes ranks/rank<k>.json
@@ -118,8 +137,17 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
             result["metrics"] = _loop_metrics(m, device_readable=False)[0]  # the device may be what is stuck
         except Exception:  # the loop is mid-step: keep the skeleton's metrics
             pass
-        result.update(status="failed", started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0,
-                      error={"type": "Terminated", "message": f"{reason}; still inside one step {grace_s(time_limit):g} s later, so the process was ended", "traceback": ""})
+        result.update(
+            status="failed",
+            started_at=started,
+            finished_at=now(),
+            duration_s=time.perf_counter() - t0,
+            error={
+                "type": "Terminated",
+                "message": f"{reason}; still inside one step {grace_s(time_limit):g} s later, so the process was ended",
+                "traceback": "",
+            },
+        )
         write_result(out_dir, result)
         print(f"feedbench: cell failed: {result['error']['message']}", file=sys.stderr, flush=True)
         os._exit(1)
@@ -129,15 +157,20 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
         any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        result.update(error={"type": "KnobError", "message": str(error)}, provenance=machine_facts(any_device),
-                      started_at=started, finished_at=now())
+        result.update(
+            error={"type": "KnobError", "message": str(error)},
+            provenance=machine_facts(any_device),
+            started_at=started,
+            finished_at=now(),
+        )
         write_result(out_dir, result)
         limit.cancel()
         print(f"feedbench: error: {error}", file=sys.stderr)
         return 2
     device = rank_device(cell.device, world) if world.distributed else torch.device(cell.device)
-    result.update(cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing},
-                  provenance=machine_facts(device))
+    result.update(
+        cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
+    )
     if world.rank == 0:
         for note in notes:
             print(f"feedbench: note: {note}", file=sys.stderr)
@@ -170,7 +203,10 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
         # SIGCHLD: keep it quiet while the failure is recorded, then put it back.
         sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         result["error"] = _error(error)
-        print(f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: {result['error']['type']}: {result['error']['message']}", file=sys.stderr)
+        print(
+            f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: {result['error']['type']}: {result['error']['message']}",
+            file=sys.stderr,
+        )
         code = 1
     finally:
         if monitor is not None and monitor.is_alive():
@@ -199,7 +235,12 @@ def run(raw: dict, out_dir: str, world: World = World(), time_limit: float | Non
             ranks = gather({"rank": world.rank, "node": world.node_rank, "metrics": result["metrics"], "comm": m.comm})
             result["metrics"] = _combine_ranks(result["metrics"], ranks)
         if world.rank == 0:
-            result["files"] = {"steps": write_rows(out_dir, rows), "trace": "trace.json" if cell.profile and result["status"] == "ok" and cell.scenario in ("train", "compute") else None}
+            result["files"] = {
+                "steps": write_rows(out_dir, rows),
+                "trace": "trace.json"
+                if cell.profile and result["status"] == "ok" and cell.scenario in ("train", "compute")
+                else None,
+            }
             write_result(out_dir, result)
         limit.cancel()
         if code == 0:

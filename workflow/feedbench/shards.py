@@ -18,7 +18,11 @@ def jpeg_files(images_dir: str) -> list[tuple[str, int]]:
     """(path, class index) of every JPEG of an ImageNet-layout folder (its train/ when there is one), sorted."""
     root = os.path.join(images_dir, "train") if os.path.isdir(os.path.join(images_dir, "train")) else images_dir
     classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    files = [(os.path.join(root, c, name), k) for k, c in enumerate(classes) for name in sorted(os.listdir(os.path.join(root, c)))]
+    files = [
+        (os.path.join(root, c, name), k)
+        for k, c in enumerate(classes)
+        for name in sorted(os.listdir(os.path.join(root, c)))
+    ]
     if not files:
         raise ValueError(f"no JPEG files under {root}; make them with: python -m feedbench make-images DIR")
     return sorted(files)
@@ -42,7 +46,9 @@ def make_shards(images_dir: str, out_dir: str, shards: int) -> str:
     for i in range(shards):
         members = [(f"{n:08d}", path, k) for n, (path, k) in enumerate(files) if n % shards == i]
         rows = {"key": [], "jpg": [], "cls": []}
-        with tarfile.open(os.path.join(folder, "webdataset", f"shard-{i:05d}.tar"), "w", format=tarfile.USTAR_FORMAT) as tar:
+        with tarfile.open(
+            os.path.join(folder, "webdataset", f"shard-{i:05d}.tar"), "w", format=tarfile.USTAR_FORMAT
+        ) as tar:
             for key, path, k in members:
                 with open(path, "rb") as f:
                     jpeg = f.read()
@@ -53,7 +59,12 @@ def make_shards(images_dir: str, out_dir: str, shards: int) -> str:
                 rows["key"].append(key)
                 rows["jpg"].append(jpeg)
                 rows["cls"].append(k)
-        table = pa.table({"key": pa.array(rows["key"], pa.string()), "jpg": pa.array(rows["jpg"], pa.binary()),
-                          "cls": pa.array(rows["cls"], pa.int64())})
+        table = pa.table(
+            {
+                "key": pa.array(rows["key"], pa.string()),
+                "jpg": pa.array(rows["jpg"], pa.binary()),
+                "cls": pa.array(rows["cls"], pa.int64()),
+            }
+        )
         pq.write_table(table, os.path.join(folder, "parquet", f"part-{i:05d}.parquet"))
     return folder

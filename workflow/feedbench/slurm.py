@@ -162,6 +162,9 @@ def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None) -
         return result
     result["status"] = "failed"
     error = result.get("error") or {}
-    result["error"] = dict(error, type=error.get("type") or "SlurmJobLost",
-                           message=f"{message}; the harness said: {error.get('message', 'nothing')}")
+    result["error"] = dict(
+        error,
+        type=error.get("type") or "SlurmJobLost",
+        message=f"{message}; the harness said: {error.get('message', 'nothing')}",
+    )
     return result

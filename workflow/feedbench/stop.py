@@ -61,8 +61,12 @@ def on_sigterm(signum, frame) -> None:
 class TimeLimit:
     """SIGALRM after `seconds`: on_expiry(reason), then grace_s() later on_stuck(reason) unless cancelled first."""
 
-    def __init__(self, seconds: float | None, on_expiry: Callable[[str], None] = request_stop,
-                 on_stuck: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        seconds: float | None,
+        on_expiry: Callable[[str], None] = request_stop,
+        on_stuck: Callable[[str], None] | None = None,
+    ):
         self.seconds, self.on_expiry, self.on_stuck = seconds, on_expiry, on_stuck
         self.grace: threading.Timer | None = None
         if seconds:

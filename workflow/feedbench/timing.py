@@ -30,7 +30,11 @@ class PhaseClock:
 
     @property
     def effective_mode(self) -> str:
-        return "events" if self.use_events else ("sync" if self.sync else ("naive" if self.device.type == "cuda" else "wall"))
+        return (
+            "events"
+            if self.use_events
+            else ("sync" if self.sync else ("naive" if self.device.type == "cuda" else "wall"))
+        )
 
     def start_step(self) -> None:
         self.steps.append([])

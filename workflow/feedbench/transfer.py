@@ -40,13 +40,26 @@ def probe(cell, device: torch.device) -> tuple[list[dict], dict]:
                 torch.cuda.synchronize(device)
             for rep, t in enumerate(timings[cell.warmup_steps :]):
                 ms = t[0].elapsed_time(t[1]) if device.type == "cuda" else t * 1000
-                rows.append({"size_bytes": size, "pinned": pinned, "rep": rep, "ms": ms, "gb_per_s": size / (ms / 1000) / 1e9 if ms > 0 else None})
+                rows.append(
+                    {
+                        "size_bytes": size,
+                        "pinned": pinned,
+                        "rep": rep,
+                        "ms": ms,
+                        "gb_per_s": size / (ms / 1000) / 1e9 if ms > 0 else None,
+                    }
+                )
             del src, dst
-    summary = {"method": "cuda events around copy_" if device.type == "cuda" else "host memcpy (no accelerator)", "by_size": []}
+    summary = {
+        "method": "cuda events around copy_" if device.type == "cuda" else "host memcpy (no accelerator)",
+        "by_size": [],
+    }
     for size in cell.transfer_sizes:
         for pinned in pinnings:
             rates = [r["gb_per_s"] for r in rows if r["size_bytes"] == size and r["pinned"] == pinned and r["gb_per_s"]]
-            summary["by_size"].append({"size_bytes": size, "pinned": pinned, "median_gb_per_s": statistics.median(rates) if rates else None})
+            summary["by_size"].append(
+                {"size_bytes": size, "pinned": pinned, "median_gb_per_s": statistics.median(rates) if rates else None}
+            )
     for pinned in pinnings:
         rates = [s["median_gb_per_s"] for s in summary["by_size"] if s["pinned"] == pinned and s["median_gb_per_s"]]
         summary["peak_gb_per_s_" + ("pinned" if pinned else "pageable")] = max(rates) if rates else None

@@ -44,10 +44,41 @@ DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
 
 # Two-sided 95 % critical values of Student's t, t(0.975, df), from the standard table.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
-         29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042,
+    40: 2.021,
+    60: 2.000,
+    120: 1.980,
+}
 
 
 def t975(df: int) -> float:
@@ -81,7 +112,9 @@ def interval(values) -> Interval:
     return Interval(n, statistics.median(finite), mean, mean - half, mean + half)
 
 
-def classify(scenario: str, stall_pct: float | None, h2d_share: float | None, device_prefetch: str | None) -> tuple[str, str]:
+def classify(
+    scenario: str, stall_pct: float | None, h2d_share: float | None, device_prefetch: str | None
+) -> tuple[str, str]:
     """(bound, why) for one cell from the medians of its repeats; the rule is in the module docstring."""
     if scenario != "train":
         return "ceiling", f"a {scenario} cell measures a ceiling, not a training run"
@@ -136,8 +169,10 @@ def baseline_cell(rows: pd.DataFrame) -> str | None:
 def _no_baseline(rows: pd.DataFrame) -> str:
     """Why an experiment has no baseline: unlabelled results (written before the label existed) or none labelled."""
     if "baseline" not in rows or rows["baseline"].isna().all():
-        return ("no baseline: these results do not say which cell is the baseline (they were written before results "
-                "carried the label); rerun them for speedups")
+        return (
+            "no baseline: these results do not say which cell is the baseline (they were written before results "
+            "carried the label); rerun them for speedups"
+        )
     return "no baseline: no cell of this experiment is labelled as its baseline"
 
 
@@ -152,27 +187,37 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         first = group.iloc[0]
         stats = interval(ok[metric]) if len(ok) else Interval(0, None, None, None, None)
         median = lambda column: ok[column].median() if column in ok and ok[column].notna().any() else None  # noqa: E731
-        bound, why = classify(first.get("scenario"), median("stall_pct"), median("h2d_share"), first.get("device_prefetch"))
-        table.append({
-            "cell": cell,
-            **{k: first[k] for k in knobs},
-            "repeats": len(group),
-            "failed": int((group["status"] != "ok").sum()),
-            "metric": metric,
-            "median": stats.median, "mean": stats.mean, "low": stats.low, "high": stats.high, "n": stats.n,
-            "step_ms": median("step_ms_median"),
-            "stall_pct": median("stall_pct"),
-            "h2d_share": median("h2d_share"),
-            "gpus": gpu_count(first),
-            # feedbench.predict's prediction from the cell's ceilings, when the summary has them (else None).
-            "predicted": median("predicted_samples_per_s"),
-            "predicted_bound": first.get("predicted_bound") if isinstance(first.get("predicted_bound"), str) else None,
-            "error_pct": median("prediction_error_pct"),
-            "ceiling_loader": median("ceiling_loader_samples_per_s"),
-            "ceiling_compute": median("ceiling_compute_samples_per_s"),
-            "bound": bound if stats.n else "failed",
-            "why": why if stats.n else "no repeat of this cell finished",
-        })
+        bound, why = classify(
+            first.get("scenario"), median("stall_pct"), median("h2d_share"), first.get("device_prefetch")
+        )
+        table.append(
+            {
+                "cell": cell,
+                **{k: first[k] for k in knobs},
+                "repeats": len(group),
+                "failed": int((group["status"] != "ok").sum()),
+                "metric": metric,
+                "median": stats.median,
+                "mean": stats.mean,
+                "low": stats.low,
+                "high": stats.high,
+                "n": stats.n,
+                "step_ms": median("step_ms_median"),
+                "stall_pct": median("stall_pct"),
+                "h2d_share": median("h2d_share"),
+                "gpus": gpu_count(first),
+                # feedbench.predict's prediction from the cell's ceilings, when the summary has them (else None).
+                "predicted": median("predicted_samples_per_s"),
+                "predicted_bound": first.get("predicted_bound")
+                if isinstance(first.get("predicted_bound"), str)
+                else None,
+                "error_pct": median("prediction_error_pct"),
+                "ceiling_loader": median("ceiling_loader_samples_per_s"),
+                "ceiling_compute": median("ceiling_compute_samples_per_s"),
+                "bound": bound if stats.n else "failed",
+                "why": why if stats.n else "no repeat of this cell finished",
+            }
+        )
     table = pd.DataFrame(table)
     return table.sort_values(knobs, key=natural_order, kind="stable").reset_index(drop=True) if knobs else table
 
@@ -190,9 +235,13 @@ def add_scaling(cells: pd.DataFrame, base: dict) -> pd.DataFrame:
     efficiency: speedup / (GPUs / the baseline's GPUs), 1.0 being the ideal line."""
     cells = cells.copy()
     base_median = float(base["median"])
-    cells["speedup"] = [float(m) / base_median if m is not None and not pd.isna(m) and base_median else None for m in cells["median"]]
+    cells["speedup"] = [
+        float(m) / base_median if m is not None and not pd.isna(m) and base_median else None for m in cells["median"]
+    ]
     if cells["gpus"].nunique() > 1:
-        cells["efficiency"] = [s / (g / base["gpus"]) if s is not None else None for s, g in zip(cells["speedup"], cells["gpus"])]
+        cells["efficiency"] = [
+            s / (g / base["gpus"]) if s is not None else None for s, g in zip(cells["speedup"], cells["gpus"])
+        ]
     return cells
 
 
@@ -216,7 +265,7 @@ def repeats_to_separate(best: dict, base: dict) -> int | None:
     gain = float(best["mean"]) - float(base["mean"])
     if gain <= 0:
         return None
-    return max(2, math.ceil(POWER_FACTOR * (sds[0] ** 2 + sds[1] ** 2) / 2 / gain ** 2))
+    return max(2, math.ceil(POWER_FACTOR * (sds[0] ** 2 + sds[1] ** 2) / 2 / gain**2))
 
 
 def gain_wording(best: dict, base: dict, clear: bool) -> str:
@@ -225,16 +274,20 @@ def gain_wording(best: dict, base: dict, clear: bool) -> str:
         return "this is the baseline"
     fewest = min(int(best.get("n") or 0), int(base.get("n") or 0))
     if fewest < 2:
-        return (f"cannot be judged from {'one run' if fewest == 1 else 'no run'}: with fewer than 2 repeats a cell has "
-                "no interval; 3 or more repeats give one, and their spread tells how many a gain this size needs")
+        return (
+            f"cannot be judged from {'one run' if fewest == 1 else 'no run'}: with fewer than 2 repeats a cell has "
+            "no interval; 3 or more repeats give one, and their spread tells how many a gain this size needs"
+        )
     if clear:
         return "clear: the 95 % intervals do not overlap"
     needed = repeats_to_separate(best, base)
     if needed is None:
         return "within noise: the 95 % intervals overlap"
     amount = "more than 1,000" if needed > 1000 else f"about {needed}"
-    return (f"within noise: the 95 % intervals overlap; {amount} repeats per cell would separate a gain this size at "
-            "the measured spread (a rough power estimate: 80 % power, 5 % level)")
+    return (
+        f"within noise: the 95 % intervals overlap; {amount} repeats per cell would separate a gain this size at "
+        "the measured spread (a rough power estimate: 80 % power, 5 % level)"
+    )
 
 
 def natural_order(column: pd.Series) -> pd.Series:
@@ -252,8 +305,18 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     cells = cell_table(rows, axes)
     measured = cells[cells["median"].notna()]
     base_id = baseline_cell(rows)
-    verdict = {"metric": objective(with_objectives(rows)), "knobs": varying_knobs(rows, axes), "cells": cells,
-               "best": None, "baseline": None, "speedup": None, "clear": False, "note": None, "recommendation": None, "wording": None}
+    verdict = {
+        "metric": objective(with_objectives(rows)),
+        "knobs": varying_knobs(rows, axes),
+        "cells": cells,
+        "best": None,
+        "baseline": None,
+        "speedup": None,
+        "clear": False,
+        "note": None,
+        "recommendation": None,
+        "wording": None,
+    }
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
         return verdict
@@ -270,8 +333,14 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         verdict["cells"] = add_scaling(cells, verdict["baseline"])
         verdict["speedup"] = float(best["median"]) / float(base["median"]) if base["median"] else None
         # The gain is clear when the two 95 % intervals do not overlap.
-        verdict["clear"] = bool(best["cell"] != base["cell"] and best["low"] is not None and base["high"] is not None
-                                and not pd.isna(best["low"]) and not pd.isna(base["high"]) and best["low"] > base["high"])
+        verdict["clear"] = bool(
+            best["cell"] != base["cell"]
+            and best["low"] is not None
+            and base["high"] is not None
+            and not pd.isna(best["low"])
+            and not pd.isna(base["high"])
+            and best["low"] > base["high"]
+        )
         verdict["wording"] = gain_wording(verdict["best"], verdict["baseline"], verdict["clear"])
     verdict["recommendation"] = recommend(verdict["cells"], verdict["baseline"], verdict["best"])
     return verdict
@@ -319,6 +388,8 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)
     fix = how[0] if how else f"cell {pick['cell']}"
     fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
-    found["sentence"] = (f"{lead}; {fix} should reach {100 * share:.0f} % of the compute ceiling"
-                         f" (predicted {pick['predicted']:,.0f} samples/s)")
+    found["sentence"] = (
+        f"{lead}; {fix} should reach {100 * share:.0f} % of the compute ceiling"
+        f" (predicted {pick['predicted']:,.0f} samples/s)"
+    )
     return found

@@ -9,14 +9,12 @@ rule bench:
         unpack(cell_inputs),
     output:
         result="results/cells/{experiment}/{cell}/rep{repeat}/result.json",
-    params:
-        cell=cell_knobs,
-        harness=HARNESS,
-        dir="results/cells/{experiment}/{cell}/rep{repeat}",
     log:
         "logs/bench/{experiment}/{cell}/rep{repeat}.log",
     benchmark:
         "results/cells/{experiment}/{cell}/rep{repeat}/benchmark.tsv"
+    conda:
+        "../../envs/feedbench.yaml"
     threads: cell_threads
     resources:
         cpus_per_task=cell_cpus_per_task,
@@ -29,8 +27,10 @@ rule bench:
         tasks_per_gpu=cell_resources.TASKS_PER_GPU,
         mpi=cell_mpi,
         bench_slots=1,
-    conda:
-        "../../envs/feedbench.yaml"
+    params:
+        cell=cell_knobs,
+        harness=HARNESS,
+        dir="results/cells/{experiment}/{cell}/rep{repeat}",
     shell:
         # The job's steps are feedbench.job's (write cell.yaml, run the harness, record a failure it left unrecorded,
         # stop the cell before the job's end): one short command, cheap for Snakemake to format for every job.

@@ -50,7 +50,9 @@ def validated_config(config):
     try:
         count_values(config)
         validate_config(sized(config), os.path.join(workflow.basedir, "config", "schema.yaml"))
-        config["python_path"] = [os.path.normpath(os.path.join(config_dir("python_path"), p)) for p in config["python_path"]]
+        config["python_path"] = [
+            os.path.normpath(os.path.join(config_dir("python_path"), p)) for p in config["python_path"]
+        ]
         cells = build_cells(config, IMAGES_DIR)
     except ConfigError as error:
         raise WorkflowError(one_line(error)) from None
@@ -253,11 +255,21 @@ def report_lost_cells(log):
             summary = read_summary("results/summary.csv")
             plot_experiment(summary, name, spec["plot"], plots[-1], title=spec.get("title", name))
     # The report's templates are the package's own (feedbench/templates), as for rule report.
-    write_report("results/summary.csv", plots, paths, dict(config), config_hash(), "results/report/index.html",
-                 references=REFERENCES)
+    write_report(
+        "results/summary.csv",
+        plots,
+        paths,
+        dict(config),
+        config_hash(),
+        "results/report/index.html",
+        references=REFERENCES,
+    )
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).
     for path in ["results/summary.csv", *plots, "results/report/index.html"]:
         os.utime(path, (0, 0))
-    print(f"feedbench: {len(lost)} cell(s) lost on Slurm, listed in results/report/index.html; the next run runs them"
-          f" again: {'; '.join(lost)}", file=sys.stderr)
+    print(
+        f"feedbench: {len(lost)} cell(s) lost on Slurm, listed in results/report/index.html; the next run runs them"
+        f" again: {'; '.join(lost)}",
+        file=sys.stderr,
+    )

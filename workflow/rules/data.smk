@@ -6,16 +6,16 @@
 rule make_images:
     output:
         directory(IMAGES_DIR),
+    log:
+        "logs/make_images.log",
+    conda:
+        "../../envs/feedbench.yaml"
     params:
         images=config["images"]["count"],
         size=config["images"]["size"],
         classes=config["images"]["classes"],
         seed=config["images"]["seed"],
         harness=HARNESS,  # the generator is harness code (feedbench/images.py)
-    log:
-        "logs/make_images.log",
-    conda:
-        "../../envs/feedbench.yaml"
     shell:
         "python -m feedbench make-images {output} --count {params.images} --size {params.size}"
         " --classes {params.classes} --seed {params.seed} > {log} 2>&1"

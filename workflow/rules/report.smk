@@ -27,12 +27,12 @@ rule plot:
             category="Plots",
             labels={"experiment": "{experiment}"},
         ),
+    conda:
+        "../../envs/report.yaml"
     params:
         experiment="{experiment}",
         spec=plot_spec,
         title=plot_title,
-    conda:
-        "../../envs/report.yaml"
     script:
         "../scripts/plot.py"
 
@@ -49,10 +49,10 @@ rule report:
             caption="../../report/captions/report.rst",
             category="Report",
         ),
+    conda:
+        "../../envs/report.yaml"
     params:
         config=config,
         config_hash=config_hash(),
-    conda:
-        "../../envs/report.yaml"
     script:
         "../scripts/report.py"

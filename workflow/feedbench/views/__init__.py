@@ -40,17 +40,20 @@ class Table:
     @classmethod
     def of(cls, frame: pd.DataFrame, caption: str) -> "Table":
         """From a DataFrame: its columns as headings, NaN as None (shown as '–')."""
-        rows = [[None if not isinstance(v, (str, list, dict)) and pd.isna(v) else v for v in row] for row in frame.itertuples(index=False)]
+        rows = [
+            [None if not isinstance(v, (str, list, dict)) and pd.isna(v) else v for v in row]
+            for row in frame.itertuples(index=False)
+        ]
         return cls(caption, [str(c) for c in frame.columns], rows)
 
 
 @dataclass
 class View:
     name: str
-    text: str                                       # what the view shows and how to read it (plain text; blank lines split paragraphs)
+    text: str  # what the view shows and how to read it (plain text; blank lines split paragraphs)
     tables: list[Table] = field(default_factory=list)
     figure: Figure | None = None
-    verdict: str | None = None                      # one line: the answer of this view
+    verdict: str | None = None  # one line: the answer of this view
     notes: list[str] = field(default_factory=list)  # caveats: what could not be measured here and why
 
 
@@ -103,6 +106,7 @@ def median_by(rows: pd.DataFrame, keys: list[str], values: list[str]) -> pd.Data
 
 # Helpers several views share.
 
+
 def with_gpus(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows with a `gpus` column: the GPUs each cell trains on (feedbench.verdict.gpu_count)."""
     return rows.assign(gpus=[gpu_count(r) for r in rows.to_dict("records")] if len(rows) else pd.Series(dtype=int))
@@ -112,8 +116,11 @@ def unfinished(rows: pd.DataFrame, keys: list[str]) -> list[str]:
     """A note per cell none of whose repeats finished, named by its keys (those cells are missing from the view's tables)."""
     finished = set(measured(rows)["cell"]) if "cell" in rows else set()
     lost = rows[~rows["cell"].isin(finished)].drop_duplicates("cell") if "cell" in rows else rows.iloc[0:0]
-    return [f"no repeat of {', '.join(f'{k}={r[k]}' for k in keys if k in r)} finished ({r.get('error_type') or 'failed'}): "
-            "it is missing from the tables (see Failed cells)" for r in lost.to_dict("records")]
+    return [
+        f"no repeat of {', '.join(f'{k}={r[k]}' for k in keys if k in r)} finished ({r.get('error_type') or 'failed'}): "
+        "it is missing from the tables (see Failed cells)"
+        for r in lost.to_dict("records")
+    ]
 
 
 def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
@@ -132,7 +139,13 @@ def cpu_only(rows: pd.DataFrame) -> bool:
 
 def common_notes(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict, name: str) -> list[str]:
     """Notes a view owes its reader when nothing was measured or no published table was given."""
-    notes = [] if not measured(rows).empty else ["No cell of this experiment measured anything: the measured tables are empty."]
+    notes = (
+        []
+        if not measured(rows).empty
+        else ["No cell of this experiment measured anything: the measured tables are empty."]
+    )
     if reference is None:
-        notes.append(f"No published table (report/references/{spec.get('reference') or name}.csv) was given to the report: only measured numbers are shown.")
+        notes.append(
+            f"No published table (report/references/{spec.get('reference') or name}.csv) was given to the report: only measured numbers are shown."
+        )
     return notes

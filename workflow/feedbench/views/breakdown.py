@@ -10,9 +10,16 @@ from ..plots import PHASE_COLOURS, fit_ticks, plain, slot
 from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished, with_gpus
 
 # The post's three parts of a batch, each the sum of our phases named in the module's TEXT.
-PARTS = {"load_ms": ("load", PHASE_COLOURS["wait"]), "transfer_ms": ("transfer", PHASE_COLOURS["h2d"]),
-          "processing_ms": ("processing", PHASE_COLOURS["fwd"])}
-TIMINGS = {"events": "CUDA events, no host sync", "sync": "sync at every phase boundary", "naive": "host clock, no sync"}
+PARTS = {
+    "load_ms": ("load", PHASE_COLOURS["wait"]),
+    "transfer_ms": ("transfer", PHASE_COLOURS["h2d"]),
+    "processing_ms": ("processing", PHASE_COLOURS["fwd"]),
+}
+TIMINGS = {
+    "events": "CUDA events, no host sync",
+    "sync": "sync at every phase boundary",
+    "naive": "host clock, no sync",
+}
 KEYS = ["timing", "pin_memory", "non_blocking"]
 # Where a statement applies: the model, the GPUs and the batch over all GPUs (the post's batch sizes are totals).
 CASE = ["model", "gpus", "batch"]
@@ -40,18 +47,18 @@ per GPU of 1 GPU against DataParallel on 4: that comparison has its own table, p
 
 EXPLAIN = {
     "Q1": "Host clocks without synchronisation time kernel launches, not kernels: the GPU's work is paid wherever the host "
-          "next waits for it (a blocking copy, loss.item()), possibly in another phase or step. Per-phase times taken that "
-          "way do not compare between 1 and 4 GPUs; CUDA events do.",
+    "next waits for it (a blocking copy, loss.item()), possibly in another phase or step. Per-phase times taken that "
+    "way do not compare between 1 and 4 GPUs; CUDA events do.",
     "Q2": "A copy from pageable memory is staged by the driver through a pinned buffer and the host waits for it: "
-          "non_blocking=True has no effect there. Compare the pin_memory=false bars with non_blocking on and off.",
+    "non_blocking=True has no effect there. Compare the pin_memory=false bars with non_blocking on and off.",
     "Q3": "The blocking copy from pageable memory waits for the GPU work queued before it (the previous backward and "
-          "update), so that time is counted as transfer and leaves processing. Loading rises because with pin_memory=True "
-          "a thread of the main process takes each batch off the workers' queue and pins it while the trainer computes; "
-          "with it off, the trainer unpacks each batch inside next(), in the loading time.",
+    "update), so that time is counted as transfer and leaves processing. Loading rises because with pin_memory=True "
+    "a thread of the main process takes each batch off the workers' queue and pins it while the trainer computes; "
+    "with it off, the trainer unpacks each batch inside next(), in the loading time.",
     "follow-up": "The author's reading is right: with pinned memory and non_blocking the copy returns at once and its cost lands in processing. "
-                 "The post synchronised after .cuda() only, so its transfer also took in the previous step's unfinished GPU work; "
-                 "timing=sync here synchronises at every phase boundary, so its transfer is the copy alone (a lower bound of the post's). "
-                 "CUDA events (timing=events) split the phases without making the host wait.",
+    "The post synchronised after .cuda() only, so its transfer also took in the previous step's unfinished GPU work; "
+    "timing=sync here synchronises at every phase boundary, so its transfer is the copy alone (a lower bound of the post's). "
+    "CUDA events (timing=events) split the phases without making the host wait.",
 }
 
 
@@ -68,9 +75,13 @@ def _phases(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
     rows = rows.assign(batch=pd.to_numeric(rows["batch_size"], errors="coerce") * rows["gpus"])
     others = [*others, *(k for k in CASE if k not in others)]
     numbers = {c: pd.to_numeric(rows[c], errors="coerce") for c in ("wait_ms", "h2d_ms", "fwd_ms", "bwd_ms", "opt_ms")}
-    rows = rows.assign(load_ms=numbers["wait_ms"], transfer_ms=numbers["h2d_ms"],
-                       processing_ms=numbers["fwd_ms"] + numbers["bwd_ms"] + numbers["opt_ms"],
-                       pin_memory=[_flag(v) for v in rows["pin_memory"]], non_blocking=[_flag(v) for v in rows["non_blocking"]])
+    rows = rows.assign(
+        load_ms=numbers["wait_ms"],
+        transfer_ms=numbers["h2d_ms"],
+        processing_ms=numbers["fwd_ms"] + numbers["bwd_ms"] + numbers["opt_ms"],
+        pin_memory=[_flag(v) for v in rows["pin_memory"]],
+        non_blocking=[_flag(v) for v in rows["non_blocking"]],
+    )
     table = median_by(rows, [*KEYS, *others], [*PARTS, "step_ms_median"])
     table = table.drop(columns=[k for k in ("gpus_per_node", "batch_size") if k in table and k not in CASE])
     order = {t: i for i, t in enumerate(TIMINGS)}
@@ -91,8 +102,15 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
         step = part["step_ms_median"].astype(float)
         ax.scatter(range(len(part)), step, marker="_", s=400, color="black", zorder=3, label="step (host clock)")
         if timing == "events":
-            ax.text(0.5, 0.98, "host-clock load + GPU-event phases:\nthey overlap, so need not sum to the step",
-                    transform=ax.transAxes, ha="center", va="top", fontsize="x-small")
+            ax.text(
+                0.5,
+                0.98,
+                "host-clock load + GPU-event phases:\nthey overlap, so need not sum to the step",
+                transform=ax.transAxes,
+                ha="center",
+                va="top",
+                fontsize="x-small",
+            )
         shown = [k for k in ("pin_memory", "non_blocking", *others) if part[k].astype(str).nunique() > 1]
         labels = [plain(cell_label(r, shown)) for r in part.to_dict("records")]  # short: `pin nb gpus=2`
         fit_ticks(ax, range(len(part)), labels, slot(ax, len(part)))
@@ -112,7 +130,9 @@ def _per_gpu(table: pd.DataFrame) -> pd.DataFrame:
     one, many = int(known["gpus"].min()), int(known["gpus"].max())
     known = known.assign(per_gpu=(known["batch"] / known["gpus"]).astype(int))
     keys = ["model", "per_gpu", *KEYS]
-    wide = known[known["gpus"].isin([one, many])].pivot_table(index=keys, columns="gpus", values="processing_ms", aggfunc="median")
+    wide = known[known["gpus"].isin([one, many])].pivot_table(
+        index=keys, columns="gpus", values="processing_ms", aggfunc="median"
+    )
     if one not in wide or many not in wide:
         return pd.DataFrame()
     wide = wide[[one, many]].dropna().reset_index()
@@ -127,6 +147,7 @@ def _matched(said: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     models = [m for m in table["model"].dropna().unique()] if "model" in table else []
     said = said.merge(pd.DataFrame({"model": models or [None]}), how="cross")
     at = table.set_index([*KEYS, *CASE])
+
     def value(timing, pin, nb, model, gpus, batch, phase):
         column = f"{phase}_ms"
         key = (timing, pin, nb, model, gpus, batch)
@@ -134,10 +155,17 @@ def _matched(said: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
             return None
         found = at.loc[[key], column]
         return float(found.median()) if found.notna().any() else None
-    said["measured at this timing [ms]"] = [value(t, pin, nb, m, g, b, p) for t, pin, nb, m, g, b, p in
-                                            said[[*KEYS, "model", "gpus", "batch_size", "phase"]].itertuples(index=False)]
-    said["measured with events [ms]"] = [value("events", pin, nb, m, g, b, p) for pin, nb, m, g, b, p in
-                                         said[["pin_memory", "non_blocking", "model", "gpus", "batch_size", "phase"]].itertuples(index=False)]
+
+    said["measured at this timing [ms]"] = [
+        value(t, pin, nb, m, g, b, p)
+        for t, pin, nb, m, g, b, p in said[[*KEYS, "model", "gpus", "batch_size", "phase"]].itertuples(index=False)
+    ]
+    said["measured with events [ms]"] = [
+        value("events", pin, nb, m, g, b, p)
+        for pin, nb, m, g, b, p in said[
+            ["pin_memory", "non_blocking", "model", "gpus", "batch_size", "phase"]
+        ].itertuples(index=False)
+    ]
     return said
 
 
@@ -146,45 +174,98 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     table = _phases(rows, others)
     shown = [k for k in dict.fromkeys([*others, *CASE]) if k in table and table[k].nunique(dropna=False) > 1]
     here = hardware(rows)
-    view = View("breakdown", TEXT, notes=common_notes(rows, reference, spec, "breakdown") + unfinished(rows, [*KEYS, *others]))
-    view.tables.append(Table.of(table.rename(columns={"load_ms": "load [ms]", "transfer_ms": "transfer [ms]", "processing_ms": "processing [ms]",
-                                                      "step_ms_median": "step [ms]", "batch": "batch (all GPUs)"}),
-                                f"Measured on {here}: median ms per step of each phase, per timing mode"))
+    view = View(
+        "breakdown", TEXT, notes=common_notes(rows, reference, spec, "breakdown") + unfinished(rows, [*KEYS, *others])
+    )
+    view.tables.append(
+        Table.of(
+            table.rename(
+                columns={
+                    "load_ms": "load [ms]",
+                    "transfer_ms": "transfer [ms]",
+                    "processing_ms": "processing [ms]",
+                    "step_ms_median": "step [ms]",
+                    "batch": "batch (all GPUs)",
+                }
+            ),
+            f"Measured on {here}: median ms per step of each phase, per timing mode",
+        )
+    )
     per_gpu = _per_gpu(table)
     if len(per_gpu):
-        view.tables.append(Table.of(per_gpu, f"Measured on {here}: processing time per step at the same batch per GPU, one GPU against "
-                                             "DataParallel (the post's Q1); with perfect scaling the ratio is 1"))
+        view.tables.append(
+            Table.of(
+                per_gpu,
+                f"Measured on {here}: processing time per step at the same batch per GPU, one GPU against "
+                "DataParallel (the post's Q1); with perfect scaling the ratio is 1",
+            )
+        )
     else:
-        view.notes.append("No pair of cells with one GPU and DataParallel at the same batch per GPU finished: the post's Q1 comparison "
-                          "(processing time per GPU) is not shown.")
+        view.notes.append(
+            "No pair of cells with one GPU and DataParallel at the same batch per GPU finished: the post's Q1 comparison "
+            "(processing time per GPU) is not shown."
+        )
     if reference is not None:
         where = ", ".join(reference["hardware"].astype(str).unique())
-        said = reference.assign(pin_memory=[_flag(v) for v in reference["pin_memory"]], non_blocking=[_flag(v) for v in reference["non_blocking"]],
-                                explanation=reference["item"].map(EXPLAIN).where(~reference["item"].duplicated()))
+        said = reference.assign(
+            pin_memory=[_flag(v) for v in reference["pin_memory"]],
+            non_blocking=[_flag(v) for v in reference["non_blocking"]],
+            explanation=reference["item"].map(EXPLAIN).where(~reference["item"].duplicated()),
+        )
         said = _matched(said, table)
         said["explanation"] = said["explanation"].where(~said["item"].duplicated())
-        unmatched = said[said["measured at this timing [ms]"].isna()][["item", "model", "gpus", "batch_size", "timing"]].drop_duplicates()
+        unmatched = said[said["measured at this timing [ms]"].isna()][
+            ["item", "model", "gpus", "batch_size", "timing"]
+        ].drop_duplicates()
         for item, model, gpus, batch, timing in unmatched.itertuples(index=False):
-            view.notes.append(f"{item}: no measured cell of model={model} on {gpus} GPU(s) at batch {batch} in all with timing={timing}; "
-                              "its row shows no measured value")
-        view.tables.insert(0, Table.of(
-            said[["item", "model", "gpus", "batch_size", *KEYS, "phase", "reported", "measured at this timing [ms]", "measured with events [ms]",
-                  "explanation"]].rename(columns={"batch_size": "batch (all GPUs)"}),
-            f"Published ({', '.join(reference['source'].astype(str).unique())}, {where}): what the post reported, and our measurement of the "
-            f"same model, GPU count, batch, pinning, non_blocking and timing on {here}, and why"))
+            view.notes.append(
+                f"{item}: no measured cell of model={model} on {gpus} GPU(s) at batch {batch} in all with timing={timing}; "
+                "its row shows no measured value"
+            )
+        view.tables.insert(
+            0,
+            Table.of(
+                said[
+                    [
+                        "item",
+                        "model",
+                        "gpus",
+                        "batch_size",
+                        *KEYS,
+                        "phase",
+                        "reported",
+                        "measured at this timing [ms]",
+                        "measured with events [ms]",
+                        "explanation",
+                    ]
+                ].rename(columns={"batch_size": "batch (all GPUs)"}),
+                f"Published ({', '.join(reference['source'].astype(str).unique())}, {where}): what the post reported, and our measurement of the "
+                f"same model, GPU count, batch, pinning, non_blocking and timing on {here}, and why",
+            ),
+        )
     if len(table):
         view.figure = _figure(table, shown, here)
-        trusted = table[table["timing"] == "events"] if (table["timing"] == "events").any() else table[table["timing"] == "sync"]
+        trusted = (
+            table[table["timing"] == "events"]
+            if (table["timing"] == "events").any()
+            else table[table["timing"] == "sync"]
+        )
         if len(trusted) and trusted["step_ms_median"].notna().any():
             best = trusted.loc[trusted["step_ms_median"].astype(float).idxmin()]
             case = "".join(f", {k}={best[k]}" for k in shown)
-            view.verdict = (f"Shortest step, timed with {best['timing']}: pin_memory={str(best['pin_memory']).lower()}, "
-                            f"non_blocking={str(best['non_blocking']).lower()}{case} ({best['step_ms_median']:.1f} ms: load {best['load_ms']:.1f}, "
-                            f"transfer {best['transfer_ms']:.1f}, processing {best['processing_ms']:.1f}).")
+            view.verdict = (
+                f"Shortest step, timed with {best['timing']}: pin_memory={str(best['pin_memory']).lower()}, "
+                f"non_blocking={str(best['non_blocking']).lower()}{case} ({best['step_ms_median']:.1f} ms: load {best['load_ms']:.1f}, "
+                f"transfer {best['transfer_ms']:.1f}, processing {best['processing_ms']:.1f})."
+            )
         missing = [t for t in TIMINGS if t not in set(table["timing"])]
         if missing:
-            view.notes.append(f"No cells with timing={', '.join(missing)}: the side-by-side comparison of timing modes is incomplete.")
+            view.notes.append(
+                f"No cells with timing={', '.join(missing)}: the side-by-side comparison of timing modes is incomplete."
+            )
     if cpu_only(rows):
-        view.notes.append("Every cell ran on the CPU (no GPU in the results): the three timing modes read the same host clock and pinning and "
-                          "non_blocking do nothing, so the post's surprises cannot appear here; they need a GPU.")
+        view.notes.append(
+            "Every cell ran on the CPU (no GPU in the results): the three timing modes read the same host clock and pinning and "
+            "non_blocking do nothing, so the post's surprises cannot appear here; they need a GPU."
+        )
     return view

@@ -42,9 +42,12 @@ def _uncached(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         return rows, []
     resident = pd.to_numeric(rows["page_cache_resident"], errors="coerce")
     short = (rows["page_cache"] == "warm") & (resident < CACHED_MIN_PCT / 100)
-    notes = [f"model={r['model']}, num_workers={r['num_workers']}, repeat {r.get('repeat', '?')}: only {100 * float(r['page_cache_resident']):.1f} % "
-             f"of the files' pages were cached after warming (less than {CACHED_MIN_PCT:g} %: the dataset does not fit in the "
-             "page cache), so this run is not called cached and is left out" for r in rows[short].to_dict("records")]
+    notes = [
+        f"model={r['model']}, num_workers={r['num_workers']}, repeat {r.get('repeat', '?')}: only {100 * float(r['page_cache_resident']):.1f} % "
+        f"of the files' pages were cached after warming (less than {CACHED_MIN_PCT:g} %: the dataset does not fit in the "
+        "page cache), so this run is not called cached and is left out"
+        for r in rows[short].to_dict("records")
+    ]
     return rows[~short], notes
 
 
@@ -57,8 +60,15 @@ def _runs(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs = per_cache.reindex(columns=["warm", "cold"]).rename(columns={"warm": "cached"}).reset_index()
     # A cold run counts only where every repeat really started from a cold cache.
     cold_rows = train[train["page_cache"] == "cold"]
-    made = (cold_rows["page_cache_effective"] == "cold").groupby([cold_rows["model"], cold_rows["num_workers"]]).all().rename("cold_made")
-    runs = runs.merge(made.reset_index(), on=["model", "num_workers"], how="left").merge(compute.reset_index(), on="model", how="left")
+    made = (
+        (cold_rows["page_cache_effective"] == "cold")
+        .groupby([cold_rows["model"], cold_rows["num_workers"]])
+        .all()
+        .rename("cold_made")
+    )
+    runs = runs.merge(made.reset_index(), on=["model", "num_workers"], how="left").merge(
+        compute.reset_index(), on="model", how="left"
+    )
     return runs.sort_values(["model", "num_workers"], ignore_index=True), cold_rows
 
 
@@ -66,10 +76,15 @@ def _stalls(runs: pd.DataFrame) -> pd.DataFrame:
     """Per-sample times and the two stalls, absolute and as % of the cold run (no fetch stall where no cold cache was made)."""
     us = lambda column: 1e6 / runs[column]  # noqa: E731
     cold = us("cold").where(runs["cold_made"] == True)  # noqa: E712 (NaN where not made)
-    out = pd.DataFrame({
-        "model": runs["model"], "num_workers": runs["num_workers"],
-        "compute us/sample": us("compute"), "cached us/sample": us("cached"), "cold us/sample": cold,
-    })
+    out = pd.DataFrame(
+        {
+            "model": runs["model"],
+            "num_workers": runs["num_workers"],
+            "compute us/sample": us("compute"),
+            "cached us/sample": us("cached"),
+            "cold us/sample": cold,
+        }
+    )
     out["prep stall us/sample"] = out["cached us/sample"] - out["compute us/sample"]
     out["fetch stall us/sample"] = out["cold us/sample"] - out["cached us/sample"]
     out["prep stall % of cold"] = 100 * out["prep stall us/sample"] / out["cold us/sample"]
@@ -88,13 +103,17 @@ def _verdict(stalls: pd.DataFrame) -> str:
             parts.append(f"{model}: no cached and compute run pair finished")
         elif len(enough):
             first = enough.iloc[0]
-            parts.append(f"{model}: {first['num_workers']} workers per GPU remove the prep stall "
-                         f"(cached run at {first['cached % of ceiling']:.1f} % of the compute ceiling)")
+            parts.append(
+                f"{model}: {first['num_workers']} workers per GPU remove the prep stall "
+                f"(cached run at {first['cached % of ceiling']:.1f} % of the compute ceiling)"
+            )
         else:
             best = known.loc[known["cached % of ceiling"].idxmax()]
             counts = ", ".join(str(n) for n in known["num_workers"])
-            parts.append(f"{model}: none of the measured worker counts ({counts}) removes the prep stall "
-                         f"(best: {best['num_workers']} workers, {best['cached % of ceiling']:.1f} % of the ceiling)")
+            parts.append(
+                f"{model}: none of the measured worker counts ({counts}) removes the prep stall "
+                f"(best: {best['num_workers']} workers, {best['cached % of ceiling']:.1f} % of the ceiling)"
+            )
     return "; ".join(parts)
 
 
@@ -107,8 +126,11 @@ def _cold_notes(cold_rows: pd.DataFrame) -> list[str]:
         if len(lost):
             workers = ", ".join(str(n) for n in sorted(set(lost["num_workers"])))
             state = ", ".join(dict.fromkeys(str(s) for s in lost["page_cache_effective"]))
-            notes.append(f"model={model}, num_workers {workers}: the cold cache could not be made (the run started {state})"
-                         + (f"; the harness says: {why}" if why else "") + ". No fetch stall is shown for these: it was not measured.")
+            notes.append(
+                f"model={model}, num_workers {workers}: the cold cache could not be made (the run started {state})"
+                + (f"; the harness says: {why}" if why else "")
+                + ". No fetch stall is shown for these: it was not measured."
+            )
         elif why:
             notes.append(f"model={model}, cold runs: {why}")
     return notes
@@ -120,8 +142,11 @@ def _figure(stalls: pd.DataFrame) -> Figure:
     for ax, model in zip(fig.subplots(len(models), 1, squeeze=False)[:, 0], models):
         group = stalls[stalls["model"] == model]
         x = range(len(group))
-        parts = [("compute us/sample", "compute (ceiling)", "#1f77b4"), ("prep stall us/sample", "prep stall", "#ff7f0e"),
-                 ("fetch stall us/sample", "fetch stall", "#d62728")]
+        parts = [
+            ("compute us/sample", "compute (ceiling)", "#1f77b4"),
+            ("prep stall us/sample", "prep stall", "#ff7f0e"),
+            ("fetch stall us/sample", "fetch stall", "#d62728"),
+        ]
         bottom = [0.0] * len(group)
         for column, label, colour in parts:
             heights = [max(v, 0.0) if pd.notna(v) else 0.0 for v in group[column]]

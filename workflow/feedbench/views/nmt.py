@@ -51,13 +51,22 @@ def _figure(cells: pd.DataFrame, reference: pd.DataFrame | None) -> Figure:
     ax = fig.subplots()
     colours = {}
     for (impl, par), group in cells[cells["speedup"].notna()].groupby(VARIANT, sort=False):
-        line, = ax.plot(group["gpus"], group["speedup"], marker="o", label=f"measured {impl}, {PARALLEL.get(par, par)}")
+        (line,) = ax.plot(
+            group["gpus"], group["speedup"], marker="o", label=f"measured {impl}, {PARALLEL.get(par, par)}"
+        )
         colours[(impl, par)] = line.get_color()
     if reference is not None:
         published = reference[(reference["warmup_steps"] == 0) & reference["speedup"].notna()]
         for (impl, par), group in published.groupby(VARIANT, sort=False):
-            ax.plot(group["gpus"], group["speedup"], marker="s", linestyle=":", color=colours.get((impl, par)), alpha=0.8,
-                    label=f"published {impl}, {PARALLEL.get(par, par)}")
+            ax.plot(
+                group["gpus"],
+                group["speedup"],
+                marker="s",
+                linestyle=":",
+                color=colours.get((impl, par)),
+                alpha=0.8,
+                label=f"published {impl}, {PARALLEL.get(par, par)}",
+            )
     gpus = sorted(set(cells["gpus"]) | (set(reference["gpus"]) if reference is not None else set()) | {1})
     ax.plot(gpus, gpus, "k--", label="ideal")
     ax.set_xticks(gpus, [str(g) for g in gpus])
@@ -79,27 +88,51 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         view.notes.insert(0, "no cell of this experiment finished: nothing to show")
     elif cells["speedup"].isna().any():
         lost = cells.loc[cells["speedup"].isna(), VARIANT].drop_duplicates()
-        view.notes.append("no speedup for " + "; ".join(f"lstm_impl={i}, parallel={p}" for i, p in lost.itertuples(index=False))
-                          + ": no one-GPU cell of that variant (nor of parallel=none) finished")
-    view.tables.append(Table.of(cells.rename(columns={"gpus": "GPUs", "value": unit}),
-                                f"Measured on {ours}: median {unit} over repeats, speedup over the variant's one-GPU cell"))
+        view.notes.append(
+            "no speedup for "
+            + "; ".join(f"lstm_impl={i}, parallel={p}" for i, p in lost.itertuples(index=False))
+            + ": no one-GPU cell of that variant (nor of parallel=none) finished"
+        )
+    view.tables.append(
+        Table.of(
+            cells.rename(columns={"gpus": "GPUs", "value": unit}),
+            f"Measured on {ours}: median {unit} over repeats, speedup over the variant's one-GPU cell",
+        )
+    )
 
     if reference is None:
         view.notes.append("no published table: the measured numbers stand alone")
     else:
         original = reference[reference["warmup_steps"] == 0][KEYS + ["speedup"]]
         fixed = reference[reference["warmup_steps"] > 0][KEYS + ["speedup"]].rename(columns={"speedup": FIXED})
-        side = (cells[KEYS + ["speedup", "efficiency"]]
-                .merge(original.assign(efficiency=original["speedup"] / original["gpus"]), on=KEYS, how="outer", suffixes=(" measured", " published"))
-                .merge(fixed, on=KEYS, how="left").sort_values(KEYS, ignore_index=True))
-        view.tables.append(Table.of(side.rename(columns={"gpus": "GPUs"}),
-                                    "Speedup and efficiency side by side, measured and published, per variant and GPU count"))
+        side = (
+            cells[KEYS + ["speedup", "efficiency"]]
+            .merge(
+                original.assign(efficiency=original["speedup"] / original["gpus"]),
+                on=KEYS,
+                how="outer",
+                suffixes=(" measured", " published"),
+            )
+            .merge(fixed, on=KEYS, how="left")
+            .sort_values(KEYS, ignore_index=True)
+        )
+        view.tables.append(
+            Table.of(
+                side.rename(columns={"gpus": "GPUs"}),
+                "Speedup and efficiency side by side, measured and published, per variant and GPU count",
+            )
+        )
         view.tables.append(Table.of(reference, "Published: TensorFlow NMT (dl_framework), on the hardware of each row"))
 
     measured_speedups = cells[cells["speedup"].notna()]
     if len(measured_speedups):
-        top = measured_speedups[measured_speedups["gpus"] == measured_speedups["gpus"].max()].sort_values("speedup", ascending=False)
-        ranking = ", ".join(f"{i}/{PARALLEL.get(p, p)} {s:.2f}x" for i, p, s in top[["lstm_impl", "parallel", "speedup"]].itertuples(index=False))
+        top = measured_speedups[measured_speedups["gpus"] == measured_speedups["gpus"].max()].sort_values(
+            "speedup", ascending=False
+        )
+        ranking = ", ".join(
+            f"{i}/{PARALLEL.get(p, p)} {s:.2f}x"
+            for i, p, s in top[["lstm_impl", "parallel", "speedup"]].itertuples(index=False)
+        )
         view.verdict = f"Speedup at {top['gpus'].iloc[0]} GPUs, best first: {ranking}"
     view.figure = _figure(cells, reference) if len(cells) else None
     return view

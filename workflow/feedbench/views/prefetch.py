@@ -33,8 +33,14 @@ def _ours(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
     rows = as_requested(rows, ["pin_memory", "device_prefetch"])
     rows = rows.assign(source=[_source(p) for p in rows["pin_memory"]])
     times = median_by(rows, ["source", *KEYS, *others, "device_prefetch"], ["window_s"])
-    wide = times.set_index(["source", *KEYS, *others, "device_prefetch"])["window_s"].astype(float).unstack("device_prefetch")
-    wide = wide.reindex(columns=["none", "stream"]).reset_index().rename(columns={"none": "without_s", "stream": "with_s"})
+    wide = (
+        times.set_index(["source", *KEYS, *others, "device_prefetch"])["window_s"]
+        .astype(float)
+        .unstack("device_prefetch")
+    )
+    wide = (
+        wide.reindex(columns=["none", "stream"]).reset_index().rename(columns={"none": "without_s", "stream": "with_s"})
+    )
     wide[KEYS] = wide[KEYS].apply(pd.to_numeric).astype("Int64")  # epochs is empty when a cell counts steps
     return wide.assign(speedup=wide["without_s"] / wide["with_s"])
 
@@ -53,9 +59,11 @@ def _published_trend(theirs: pd.DataFrame) -> list[str]:
         if len(speedups) > 1 and all(a > b for a, b in zip(speedups, speedups[1:])):
             listed = ", ".join(f"{s:.3f}" for s in speedups)
             layers = ", ".join(str(h) for h in group["hidden_layers"])
-            notes.append(f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} at {layers} hidden layers), "
-                         "although the source says the auto pipeline gains more as the model grows: a larger model leaves the copy "
-                         "a smaller share of each step to hide.")
+            notes.append(
+                f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} at {layers} hidden layers), "
+                "although the source says the auto pipeline gains more as the model grows: a larger model leaves the copy "
+                "a smaller share of each step to hide."
+            )
     return notes
 
 
@@ -85,33 +93,73 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     others = [k for k in spec.get("matrix") or {} if k not in (*KEYS, "pin_memory", "device_prefetch") and k in rows]
     ours = _ours(rows, others)
     here = hardware(rows)
-    view = View("prefetch", TEXT, notes=common_notes(rows, reference, spec, "prefetch") + unfinished(rows, [*KEYS, "device_prefetch", "pin_memory"]))
-    view.tables.append(Table.of(ours.rename(columns={"without_s": "time without prefetch [s]", "with_s": "time with stream prefetch [s]"}),
-                                f"Measured on {here}: median time of the measured epochs (window_s) and speedup"))
-    side = ours.set_index([*KEYS, *others, "source"])["speedup"].unstack("source").reindex(columns=["pageable", "pinned"]).reset_index()
+    view = View(
+        "prefetch",
+        TEXT,
+        notes=common_notes(rows, reference, spec, "prefetch")
+        + unfinished(rows, [*KEYS, "device_prefetch", "pin_memory"]),
+    )
+    view.tables.append(
+        Table.of(
+            ours.rename(columns={"without_s": "time without prefetch [s]", "with_s": "time with stream prefetch [s]"}),
+            f"Measured on {here}: median time of the measured epochs (window_s) and speedup",
+        )
+    )
+    side = (
+        ours.set_index([*KEYS, *others, "source"])["speedup"]
+        .unstack("source")
+        .reindex(columns=["pageable", "pinned"])
+        .reset_index()
+    )
     side = side.rename(columns={"pageable": "measured, pageable source", "pinned": "measured, pinned source"})
-    series = {"measured, pageable source": f"ours, pageable source ({here})", "measured, pinned source": f"ours, pinned source ({here})"}
+    series = {
+        "measured, pageable source": f"ours, pageable source ({here})",
+        "measured, pinned source": f"ours, pinned source ({here})",
+    }
     if reference is not None:
         theirs = _published(reference)
         where = ", ".join(reference["hardware"].astype(str).unique())
-        view.tables.append(Table.of(theirs.rename(columns={"with_s": "time with auto pipeline [s]", "without_s": "time without [s]"}),
-                                    f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, one run each"))
-        side = theirs[[*KEYS, "speedup"]].rename(columns={"speedup": f"published ({where})"}).merge(side, on=KEYS, how="outer")
+        view.tables.append(
+            Table.of(
+                theirs.rename(columns={"with_s": "time with auto pipeline [s]", "without_s": "time without [s]"}),
+                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, one run each",
+            )
+        )
+        side = (
+            theirs[[*KEYS, "speedup"]]
+            .rename(columns={"speedup": f"published ({where})"})
+            .merge(side, on=KEYS, how="outer")
+        )
         series = {f"published ({where})": f"published ({where})", **series}
         view.notes += _published_trend(theirs)
     side = side.sort_values([*KEYS, *others], ignore_index=True)
-    view.tables.insert(0, Table.of(side, "Speedup of the stream prefetcher (time without / time with), published and measured side by side"))
+    view.tables.insert(
+        0,
+        Table.of(
+            side, "Speedup of the stream prefetcher (time without / time with), published and measured side by side"
+        ),
+    )
     if side[list(series)].notna().any().any():
         view.figure = _figure(side, series)
     measured_speedups = ours.dropna(subset=["speedup"])
     if len(measured_speedups):
-        ranges = [f"{lo:.2f}{f'–{hi:.2f}' if f'{hi:.2f}' != f'{lo:.2f}' else ''}× from a {source} source" for source, (lo, hi) in
-                  measured_speedups.groupby("source")["speedup"].agg(["min", "max"]).iterrows()]
-        published = f" (published: {theirs['speedup'].min():.2f}–{theirs['speedup'].max():.2f}×)" if reference is not None else ""
+        ranges = [
+            f"{lo:.2f}{f'–{hi:.2f}' if f'{hi:.2f}' != f'{lo:.2f}' else ''}× from a {source} source"
+            for source, (lo, hi) in measured_speedups.groupby("source")["speedup"].agg(["min", "max"]).iterrows()
+        ]
+        published = (
+            f" (published: {theirs['speedup'].min():.2f}–{theirs['speedup'].max():.2f}×)"
+            if reference is not None
+            else ""
+        )
         view.verdict = f"The stream prefetcher speeds the measured epochs up {' and '.join(ranges)}{published}."
     if not (ours["source"] == "pinned").any() and len(ours):
-        view.notes.append("No pin_memory=true cell: the pinned-source speedup, where the overlap really pays, is not measured.")
+        view.notes.append(
+            "No pin_memory=true cell: the pinned-source speedup, where the overlap really pays, is not measured."
+        )
     if cpu_only(rows):
-        view.notes.append("Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs there, "
-                          "so these speedups say nothing about overlapping copies with compute.")
+        view.notes.append(
+            "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs there, "
+            "so these speedups say nothing about overlapping copies with compute."
+        )
     return view

@@ -42,7 +42,9 @@ def _cells(rows: pd.DataFrame) -> pd.DataFrame:
             theirs = pd.to_numeric(ok[f"original_{column}"], errors="coerce")
             ok[column] = ok[column].where(~original | theirs.isna(), theirs)
     values = ["samples_per_s", "fwd_samples_per_s", "bwd_samples_per_s"]
-    return ok.groupby(["timing", *KEYS])[values].median().reset_index().sort_values(["timing", *KEYS], ignore_index=True)
+    return (
+        ok.groupby(["timing", *KEYS])[values].median().reset_index().sort_values(["timing", *KEYS], ignore_index=True)
+    )
 
 
 def _with_speedup(cells: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -70,7 +72,13 @@ def _figure(cells: pd.DataFrame, base_label: str | None, reference: pd.DataFrame
         throughput.plot(measured_gpus, [base * g for g in measured_gpus], "k--", label="ideal (one-GPU cell x GPUs)")
     if reference is not None:
         speedup.plot(reference["gpus"], reference["speedup"], marker="s", linestyle=":", label="published (K80)")
-        efficiency.plot(reference["gpus"], reference["speedup"] / reference["gpus"], marker="s", linestyle=":", label="published (K80)")
+        efficiency.plot(
+            reference["gpus"],
+            reference["speedup"] / reference["gpus"],
+            marker="s",
+            linestyle=":",
+            label="published (K80)",
+        )
     speedup.plot(gpus, gpus, "k--", label="ideal")
     efficiency.plot(gpus, [1.0] * len(gpus), "k--", label="ideal")
     throughput.set_title(plain(f"measured throughput on {ours}"), fontsize="medium")
@@ -102,35 +110,68 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     elif base_label is None:
         view.notes.insert(0, "no one-GPU cell finished: speedups and efficiencies cannot be computed")
     main = main.assign(ideal_speedup=main["gpus"].astype(float))
-    view.tables.append(Table.of(
-        main[[*KEYS, "samples_per_s", "speedup", "ideal_speedup", "efficiency"]].rename(columns={
-            "gpus": "GPUs", "samples_per_s": "samples/s", "ideal_speedup": "ideal speedup"}),
-        f"Measured on {ours}: median over repeats; speedup over the one-GPU cell ({base_label or 'none finished'})"))
+    view.tables.append(
+        Table.of(
+            main[[*KEYS, "samples_per_s", "speedup", "ideal_speedup", "efficiency"]].rename(
+                columns={"gpus": "GPUs", "samples_per_s": "samples/s", "ideal_speedup": "ideal speedup"}
+            ),
+            f"Measured on {ours}: median over repeats; speedup over the one-GPU cell ({base_label or 'none finished'})",
+        )
+    )
 
-    split = main[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s"]].rename(columns={
-        "fwd_samples_per_s": f"fwd samples/s ({timing})", "bwd_samples_per_s": f"bwd samples/s ({timing})"})
+    split = main[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s"]].rename(
+        columns={"fwd_samples_per_s": f"fwd samples/s ({timing})", "bwd_samples_per_s": f"bwd samples/s ({timing})"}
+    )
     if len(naive):
-        split = split.merge(naive[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s"]].rename(columns={
-            "fwd_samples_per_s": "fwd samples/s (naive)", "bwd_samples_per_s": "bwd samples/s (naive)",
-            "samples_per_s": "overall samples/s (naive)"}), on=KEYS, how="outer")
+        split = split.merge(
+            naive[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s"]].rename(
+                columns={
+                    "fwd_samples_per_s": "fwd samples/s (naive)",
+                    "bwd_samples_per_s": "bwd samples/s (naive)",
+                    "samples_per_s": "overall samples/s (naive)",
+                }
+            ),
+            on=KEYS,
+            how="outer",
+        )
     elif timing == "naive":
-        view.notes.append("every cell ran with timing=naive: like the original's, this fwd/bwd split is unsynchronised and not meaningful")
+        view.notes.append(
+            "every cell ran with timing=naive: like the original's, this fwd/bwd split is unsynchronised and not meaningful"
+        )
     else:
-        view.notes.append("no timing=naive cell in this experiment: the original's unsynchronised fwd/bwd split is not reproduced")
-    view.tables.append(Table.of(split.rename(columns={"gpus": "GPUs"}),
-                                f"Forward and backward throughput measured on {ours}: timing={timing} (batch / median phase time) beside unsynchronised "
-                                f"host timing (naive: the original's mean of per-step rates where recorded)"))
+        view.notes.append(
+            "no timing=naive cell in this experiment: the original's unsynchronised fwd/bwd split is not reproduced"
+        )
+    view.tables.append(
+        Table.of(
+            split.rename(columns={"gpus": "GPUs"}),
+            f"Forward and backward throughput measured on {ours}: timing={timing} (batch / median phase time) beside unsynchronised "
+            f"host timing (naive: the original's mean of per-step rates where recorded)",
+        )
+    )
 
     if reference is None:
         view.notes.append("no published table: the measured numbers stand alone")
     else:
         published = reference.assign(efficiency=reference["speedup"] / reference["gpus"])
         side = main[["gpus", "parallel", "speedup", "efficiency"]].merge(
-            published[["gpus", "parallel", "speedup", "efficiency"]], on="gpus", how="outer", suffixes=(" measured", " published"))
-        view.tables.append(Table.of(side.rename(columns={"gpus": "GPUs"}),
-                                    "Speedup and efficiency side by side, measured and published (these compare across machines)"))
-        view.tables.append(Table.of(published.rename(columns={"efficiency": "efficiency (speedup / gpus)"}),
-                                    f"Published: {', '.join(dict.fromkeys(reference['source']))}, each number on the hardware of its row"))
+            published[["gpus", "parallel", "speedup", "efficiency"]],
+            on="gpus",
+            how="outer",
+            suffixes=(" measured", " published"),
+        )
+        view.tables.append(
+            Table.of(
+                side.rename(columns={"gpus": "GPUs"}),
+                "Speedup and efficiency side by side, measured and published (these compare across machines)",
+            )
+        )
+        view.tables.append(
+            Table.of(
+                published.rename(columns={"efficiency": "efficiency (speedup / gpus)"}),
+                f"Published: {', '.join(dict.fromkeys(reference['source']))}, each number on the hardware of its row",
+            )
+        )
 
     if base_label is not None:
         top = main.sort_values(["gpus", "speedup"]).iloc[-1]

@@ -46,12 +46,30 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
         values = values if isinstance(values, tuple) else (values,)
         label = plain(", ".join(f"{k}={v}" for k, v in zip(others, values)) or "ours")
         steady.plot(group["num_workers"], group["samples_per_s"], marker="o", label=label)
-        first.plot(group["num_workers"], group["first_batch_ms"], marker="o", label=f"ours: loader creation to first batch, {label}")
+        first.plot(
+            group["num_workers"],
+            group["first_batch_ms"],
+            marker="o",
+            label=f"ours: loader creation to first batch, {label}",
+        )
     if ours["cuda_init_ms"].notna().any():
-        first.plot(ours["num_workers"], ours["cuda_init_ms"], marker="x", linestyle="none", color="black", label="CUDA init, apart")
+        first.plot(
+            ours["num_workers"],
+            ours["cuda_init_ms"],
+            marker="x",
+            linestyle="none",
+            color="black",
+            label="CUDA init, apart",
+        )
     if theirs is not None:
-        first.plot(theirs["num_workers"], theirs["data_load_ms"], marker="s", linestyle="--", color="grey",
-                   label=plain(f"published: next() + .to() under the profiler ({where})"))
+        first.plot(
+            theirs["num_workers"],
+            theirs["data_load_ms"],
+            marker="s",
+            linestyle="--",
+            color="grey",
+            label=plain(f"published: next() + .to() under the profiler ({where})"),
+        )
     steady.set_title(plain(f"steady state ({here})"), fontsize="medium")
     steady.set_ylabel("samples/s")
     steady.set_ylim(bottom=0)
@@ -71,52 +89,119 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
 
 def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
     others = [k for k in spec.get("matrix") or {} if k != "num_workers" and k in rows]
-    ours = median_by(rows, ["num_workers", *others], ["samples_per_s", "step_ms_median", "time_to_first_batch_s", "cuda_init_s",
-                                                      "first_batch_profiled_ms"])
-    ours = ours.assign(num_workers=ours["num_workers"].astype(int), samples_per_s=ours["samples_per_s"].astype(float),
-                       steady_ms=ours["step_ms_median"].astype(float), first_batch_ms=1000 * ours["time_to_first_batch_s"].astype(float),
-                       cuda_init_ms=1000 * ours["cuda_init_s"].astype(float),
-                       profiled_ms=pd.to_numeric(ours["first_batch_profiled_ms"], errors="coerce"))
+    ours = median_by(
+        rows,
+        ["num_workers", *others],
+        ["samples_per_s", "step_ms_median", "time_to_first_batch_s", "cuda_init_s", "first_batch_profiled_ms"],
+    )
+    ours = ours.assign(
+        num_workers=ours["num_workers"].astype(int),
+        samples_per_s=ours["samples_per_s"].astype(float),
+        steady_ms=ours["step_ms_median"].astype(float),
+        first_batch_ms=1000 * ours["time_to_first_batch_s"].astype(float),
+        cuda_init_ms=1000 * ours["cuda_init_s"].astype(float),
+        profiled_ms=pd.to_numeric(ours["first_batch_profiled_ms"], errors="coerce"),
+    )
     base = _baseline(ours["num_workers"])
-    ours = ours.assign(first_over_steady=ours["first_batch_ms"] / ours["steady_ms"],
-                       steady_speedup=_relative(ours, "samples_per_s", others, base, True),
-                       first_batch_speedup=_relative(ours, "first_batch_ms", others, base, False),
-                       profiled_speedup=_relative(ours, "profiled_ms", others, base, False))
+    ours = ours.assign(
+        first_over_steady=ours["first_batch_ms"] / ours["steady_ms"],
+        steady_speedup=_relative(ours, "samples_per_s", others, base, True),
+        first_batch_speedup=_relative(ours, "first_batch_ms", others, base, False),
+        profiled_speedup=_relative(ours, "profiled_ms", others, base, False),
+    )
     here = hardware(rows)
-    view = View("workers", TEXT, notes=common_notes(rows, reference, spec, "workers") + unfinished(rows, ["num_workers", *others]))
-    view.tables.append(Table.of(
-        ours[["num_workers", *others, "samples_per_s", "steady_ms", "first_batch_ms", "profiled_ms", "cuda_init_ms",
-              "first_over_steady"]].rename(columns={
-            "profiled_ms": "next() + .to() under the profiler [ms] (the notebook's window)",
-            "samples_per_s": "samples/s (steady state)", "steady_ms": "ms per batch (steady state)", "first_batch_ms": "first batch [ms]",
-            "cuda_init_ms": "CUDA init [ms], apart", "first_over_steady": "first batch / steady batch"}),
-        f"Measured on {here}: medians over the repeats"))
+    view = View(
+        "workers",
+        TEXT,
+        notes=common_notes(rows, reference, spec, "workers") + unfinished(rows, ["num_workers", *others]),
+    )
+    view.tables.append(
+        Table.of(
+            ours[
+                [
+                    "num_workers",
+                    *others,
+                    "samples_per_s",
+                    "steady_ms",
+                    "first_batch_ms",
+                    "profiled_ms",
+                    "cuda_init_ms",
+                    "first_over_steady",
+                ]
+            ].rename(
+                columns={
+                    "profiled_ms": "next() + .to() under the profiler [ms] (the notebook's window)",
+                    "samples_per_s": "samples/s (steady state)",
+                    "steady_ms": "ms per batch (steady state)",
+                    "first_batch_ms": "first batch [ms]",
+                    "cuda_init_ms": "CUDA init [ms], apart",
+                    "first_over_steady": "first batch / steady batch",
+                }
+            ),
+            f"Measured on {here}: medians over the repeats",
+        )
+    )
     profiled = ours["profiled_ms"].notna().any()
-    side = ours[["num_workers", *others, "first_batch_speedup", *(["profiled_speedup"] if profiled else []), "steady_speedup"]].rename(columns={
-        "profiled_speedup": f"measured speedup of the notebook's window vs {base} (CUDA context made before it)",
-        "first_batch_speedup": f"measured first-batch speedup vs {base} (worker start-up in, CUDA init out)", "steady_speedup": f"measured steady-state speedup vs {base}"})
+    side = ours[
+        ["num_workers", *others, "first_batch_speedup", *(["profiled_speedup"] if profiled else []), "steady_speedup"]
+    ].rename(
+        columns={
+            "profiled_speedup": f"measured speedup of the notebook's window vs {base} (CUDA context made before it)",
+            "first_batch_speedup": f"measured first-batch speedup vs {base} (worker start-up in, CUDA init out)",
+            "steady_speedup": f"measured steady-state speedup vs {base}",
+        }
+    )
     theirs, where = None, ""
     if reference is not None:
         where, their_base = ", ".join(reference["hardware"].astype(str).unique()), _baseline(reference["num_workers"])
         theirs = reference.sort_values("num_workers", ignore_index=True)
-        theirs["speedup"] = theirs.loc[theirs["num_workers"] == their_base, "data_load_ms"].max() / theirs["data_load_ms"]
+        theirs["speedup"] = (
+            theirs.loc[theirs["num_workers"] == their_base, "data_load_ms"].max() / theirs["data_load_ms"]
+        )
         if "data_load_derived" not in theirs:
             theirs["data_load_derived"] = False
-        theirs["how read"] = ["derived: CPU total / CPU total %" if str(d).lower() == "true" else "printed" for d in theirs["data_load_derived"]]
-        view.tables.append(Table.of(theirs[["num_workers", "data_load_ms", "how read", "h2d_memcpy_us", "speedup"]].rename(columns={
-            "data_load_ms": "next() + .to() [ms]", "h2d_memcpy_us": "H2D copy [µs]", "speedup": f"speedup vs {their_base}"}),
-            f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler window of the first batch only "
-            "(workers started before it; the CUDA context created inside it at 1 worker)"))
-        side = theirs[["num_workers", "speedup"]].rename(columns={
-            "speedup": f"published first-batch speedup vs {their_base} (CUDA init in, worker start-up out)"}).merge(
-            side, on="num_workers", how="outer").sort_values(["num_workers", *others], ignore_index=True)
-    view.tables.insert(0, Table.of(side, "Speedup over the baseline worker count: two different first-batch windows (not the same quantity) and our steady state"))
+        theirs["how read"] = [
+            "derived: CPU total / CPU total %" if str(d).lower() == "true" else "printed"
+            for d in theirs["data_load_derived"]
+        ]
+        view.tables.append(
+            Table.of(
+                theirs[["num_workers", "data_load_ms", "how read", "h2d_memcpy_us", "speedup"]].rename(
+                    columns={
+                        "data_load_ms": "next() + .to() [ms]",
+                        "h2d_memcpy_us": "H2D copy [µs]",
+                        "speedup": f"speedup vs {their_base}",
+                    }
+                ),
+                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler window of the first batch only "
+                "(workers started before it; the CUDA context created inside it at 1 worker)",
+            )
+        )
+        side = (
+            theirs[["num_workers", "speedup"]]
+            .rename(
+                columns={
+                    "speedup": f"published first-batch speedup vs {their_base} (CUDA init in, worker start-up out)"
+                }
+            )
+            .merge(side, on="num_workers", how="outer")
+            .sort_values(["num_workers", *others], ignore_index=True)
+        )
+    view.tables.insert(
+        0,
+        Table.of(
+            side,
+            "Speedup over the baseline worker count: two different first-batch windows (not the same quantity) and our steady state",
+        ),
+    )
     if len(ours) or theirs is not None:
         view.figure = _figure(ours, others, theirs, here, where)
     if ours["samples_per_s"].notna().any():
         best = ours.loc[ours["samples_per_s"].idxmax()]
-        view.verdict = (f"Steady state: {int(best['num_workers'])} workers load the most ({best['samples_per_s']:.0f} samples/s, "
-                        f"{best['steady_speedup']:.2f}× {base} worker(s))")
+        view.verdict = (
+            f"Steady state: {int(best['num_workers'])} workers load the most ({best['samples_per_s']:.0f} samples/s, "
+            f"{best['steady_speedup']:.2f}× {base} worker(s))"
+        )
         if ours["first_batch_ms"].notna().any():
             first = ours.loc[ours["first_batch_ms"].idxmin()]
             view.verdict += f"; the first batch alone would pick {int(first['num_workers'])} workers ({first['first_batch_speedup']:.2f}×)"
@@ -124,6 +209,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
             view.verdict += f"; creating the CUDA context took {ours['cuda_init_ms'].median():.0f} ms, apart from both"
         view.verdict += "."
     if cpu_only(rows):
-        view.notes.append("Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up the notebook "
-                          "counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first batch is worker start-up alone.")
+        view.notes.append(
+            "Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up the notebook "
+            "counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first batch is worker start-up alone."
+        )
     return view

@@ -29,7 +29,9 @@ def make_shards(root: str, shards: int, count: int, size: int, classes: int, see
             label = index % classes
             image = Image.new("RGB", (size, size), tuple(rng.randrange(256) for _ in range(3)))
             x0, y0 = rng.randrange(size // 2), rng.randrange(size // 2)
-            ImageDraw.Draw(image).ellipse((x0, y0, x0 + size // 3 + label, y0 + size // 3), fill=(255 - label * 20, 40, 90))
+            ImageDraw.Draw(image).ellipse(
+                (x0, y0, x0 + size // 3 + label, y0 + size // 3), fill=(255 - label * 20, 40, 90)
+            )
             jpeg = io.BytesIO()
             image.save(jpeg, "JPEG", quality=90)
             for ext, payload in (("jpg", jpeg.getvalue()), ("cls", str(label).encode())):
@@ -83,8 +85,15 @@ class ShardStream(IterableDataset):
                         yield augment(image, self.crop, rng), int(sample["cls"])
 
 
-def build_dataset(ctx, root: str = "results/data/shapes", shards: int = 4, count: int = 512, size: int = 64,
-                  crop: int = 56, classes: int = 10) -> ShardStream:
+def build_dataset(
+    ctx,
+    root: str = "results/data/shapes",
+    shards: int = 4,
+    count: int = 512,
+    size: int = 64,
+    crop: int = 56,
+    classes: int = 10,
+) -> ShardStream:
     """The factory feedbench calls as build_dataset(ctx, **dataset_args)."""
     paths = make_shards(root, shards, count, size, classes, seed=0)
     return ShardStream(paths, crop, ctx.rank, ctx.world_size, ctx.seed)
