@@ -246,6 +246,10 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
             "bad config: experiments: name 'x\\n' is not fit for a path; allowed: letters, digits, _ and - (not first)",
         ),
         (
+            {"experiments": {"w": {"view": "nmt", "reference": "nmt\n"}}},
+            "bad config: experiments.w.reference: value 'nmt\\n' is not fit for a path; allowed: letters, digits, _ and -",
+        ),
+        (
             {"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
             "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000",
         ),

@@ -464,8 +464,9 @@ def schema_error(error) -> str:
     """One line from a jsonschema ValidationError: key path, value, what is allowed."""
     path = _path(*error.absolute_path) if error.absolute_path else ""
     kind, value = error.validator, error.instance
-    if "propertyNames" in error.relative_schema_path and kind == "pattern":
-        return f"{path}: name {shown(value)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+    if kind == "pattern":  # the schema's only pattern: names that become folders and file names
+        what = "name" if "propertyNames" in error.relative_schema_path else "value"
+        return f"{path}: {what} {shown(value)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
     if "propertyNames" in error.relative_schema_path and kind == "maxLength":
         return f"{path}: name {shown(value)} has {len(value)} characters; allowed: at most {error.validator_value}"
     if kind in ("oneOf", "anyOf") and error.context:
