@@ -37,6 +37,7 @@ def run(slurm_cluster, tmp_path_factory):
     config["defaults"].update(steps=4, warmup_steps=1, device="cpu", repeats=1)
     config["experiments"]["shapes"]["base"].update(num_workers=0, pin_memory=False)
     config["experiments"]["shapes"]["matrix"] = {"dataset_args.shards": [1, 4]}
+    del config["experiments"]["shapes-copy"]  # the transfer cell: test_own_pipeline runs it
     (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     workdir = tmp_path_factory.mktemp("slurm-own")
     # Jobs inherit this environment (sbatch --export=ALL): the venv's python first, and not the user's project.
