@@ -105,12 +105,12 @@ def batch_probe(
         "to_device": names.get("to_device", "feedbench.plugins:move_batch"),
         "by_pinning": by_pinning,
     }
-    origin = " and ".join(f"{knob} {names[knob]}" for knob in ("dataset", "collate") if knob in names)
+    origin = f"dataset {cell.dataset}" + (f" and collate {names['collate']}" if "collate" in names else "")
     pinnings = "pageable and pinned" if device.type == "cuda" else "pageable"
     notes.insert(
         0,
         f"transfer: also timed a real batch ({summary['structure']}, {by_pinning[0]['bytes']} bytes, "
-        f"from {origin or 'the cell dataset'}) moved by {summary['to_device']}, {pinnings}, "
+        f"from {origin}) moved by {summary['to_device']}, {pinnings}, "
         "beside one flat tensor of the same bytes",
     )
     return rows, summary, notes
