@@ -1,8 +1,10 @@
-"""examples/own-pipeline through real Snakemake: the user's shards, collate, CNN and step, to a report with a verdict (#11)."""
+"""examples/own-pipeline through real Snakemake: the user's shards, collate, CNN and step, to a report with a verdict
+(#11)."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import shutil
@@ -14,7 +16,7 @@ import yaml
 from conftest import ROOT
 from test_workflow import copy_workflow
 
-pytestmark = pytest.mark.slow  # one real Snakemake run of 8 small cells
+pytestmark = pytest.mark.slow  # one real Snakemake run of 8 small cells and a transfer probe
 
 EXAMPLE = os.path.join(ROOT, "examples", "own-pipeline")
 
@@ -58,13 +60,28 @@ def test_every_cell_measured_and_named_by_its_axes(example):
     _, workdir, _ = example
     with open(workdir / "results" / "summary.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
-    assert {r["cell"] for r in rows} == {
+    assert all(r["status"] == "ok" for r in rows), rows
+    assert {r["cell"] for r in rows if r["experiment"] == "shapes"} == {
         f"num_workers-{w}_pin_memory-{p}_dataset_args.shards-{s}"
         for w in (0, 2)
         for p in ("false", "true")
         for s in (1, 4)
     }
+
+
+def test_the_transfer_cell_times_a_real_batch_of_the_users_collate(example):
+    _, workdir, _ = example
+    with open(workdir / "results" / "cells" / "shapes-copy" / "base" / "rep1" / "result.json") as f:
+        result = json.load(f)
+    assert result["status"] == "ok", result["error"]
+    user = result["metrics"]["transfer"]["user_batch"]
+    assert user["structure"] == "dict of 2 tensors" and user["to_device"] == "feedbench.plugins:move_batch"
+    assert user["by_pinning"][0]["bytes"] == 16 * 3 * 56 * 56 * 4 + 16 * 8  # float images, int64 labels
+    assert any(
+        a.startswith("transfer: also timed a real batch (dict of 2 tensors, ")
+        and "from dataset shapes.data:build_dataset and collate shapes.data:collate" in a
+        for a in result["adjustments"]
+    ), result["adjustments"]
 
 
 def test_the_report_verdict_names_the_bound(example):
@@ -80,7 +97,7 @@ def test_a_change_to_the_users_code_reruns_its_cells(example):
     with open(project / "src" / "shapes" / "train.py", "a") as f:
         f.write("\n# edited\n")
     dry = snakemake(workflow, workdir, project / "config.yaml", "--dry-run")
-    assert len(set(re.findall(r"output: results/cells/(\S+)/result\.json", dry.stdout))) == 8, dry.stdout[-3000:]
+    assert len(set(re.findall(r"output: results/cells/(\S+)/result\.json", dry.stdout))) == 9, dry.stdout[-3000:]
 
 
 def test_a_target_that_does_not_import_stops_before_any_job(example, tmp_path):

@@ -28,7 +28,7 @@ from .distributed import World
 from .knobs import KnobError
 from .metrics import CLOCKED_PHASES
 from .models import build_model, loss_function
-from .plugins import Context, batch_len, default_loss, model_input, move_batch, resolve_all, unpinned_note
+from .plugins import Context, batch_len, default_loss, model_input, resolve_all, unpinned_note
 from .prefetch import StreamPrefetcher, batch_bytes, to_device
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
@@ -79,7 +79,7 @@ class Measurement:
         return table
 
 
-def profile_first_batch(loader, device: torch.device) -> dict:
+def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:
     """The CIFAR-100 notebook's window: next() on an iterator made beforehand (its workers started outside the window)
     and .to(device) of that batch, under torch.profiler in a record_function("data_load"); its CPU totals in ms.
 
@@ -92,7 +92,7 @@ def profile_first_batch(loader, device: torch.device) -> dict:
     with profile(activities=activities) as prof:
         with record_function("data_load"):
             _, batch = next(batches)
-            to_device(batch, device, non_blocking=False)
+            move(batch, device, non_blocking=False)
     del batches  # shuts its workers down before the measured loader starts its own
     totals = {e.key: e.cpu_time_total / 1000 for e in prof.key_averages()}
     return {"data_load_ms": totals.get("data_load"), "to_ms": totals.get("aten::to")}
@@ -185,22 +185,13 @@ def measure(
     """
     torch.manual_seed(cell.seed)
     user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plugins)
-    ctx = Context(
-        world.rank,
-        world.world_size,
-        world.local_rank,
-        device,
-        batch_size_of(cell),
-        cell.num_workers,
-        cell.seed,
-        knobs=dataclasses.asdict(cell),
-    )
-    move = user.get("to_device", move_batch)
+    ctx = context(cell, device, world)
+    move = user.get("to_device", to_device)  # every copy of a batch goes through it: loop, prefetcher, probes
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"))
     if cell.profile_first_batch and cell.scenario == "loader":
-        m.first_batch_profile = profile_first_batch(loader, device)
+        m.first_batch_profile = profile_first_batch(loader, device, move)
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     model = None
     if cell.scenario != "loader":
@@ -250,14 +241,10 @@ def measure(
         clock.mark()
 
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
-    if prefetch and "to_device" in user:
-        m.notes.append(
-            "to_device is not used with device_prefetch=stream: the prefetcher moves dicts, lists and tuples itself"
-        )
     start = time.perf_counter()
     batches = iter(_epochs(loader))
     if prefetch:
-        batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True)
+        batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True, move=move)
     resident = None
     if cell.scenario == "compute":  # resident_batches real batches, copied to the device once and replayed
         firsts = [next(batches) for _ in range(cell.resident_batches)]
@@ -311,21 +298,56 @@ def measure(
     m.window_end = time.perf_counter()
     if monitor is not None and monitor.is_alive():
         monitor.stop()
+    if prefetch and batches.note:
+        m.notes.append(batches.note)
 
     if cell.parallel == "ddp" and cell.comm_probe_steps:
-        m.comm = _comm_probe(cell, device, model, batches, prefetch, resident, train_step)
+        m.comm = _comm_probe(cell, device, model, batches, prefetch, resident, train_step, move)
     if cell.profile and out_dir is not None and model is not None:
-        _profile(cell, device, batches, prefetch, train_step, out_dir, resident)
+        _profile(cell, device, batches, prefetch, train_step, out_dir, resident, move)
 
 
-def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_step) -> dict:
+def context(cell: Cell, device: torch.device, world: World | None = None) -> Context:
+    """The ctx a user's factories and step get: rank, world, device, batch size, workers, seed, the cell's knobs."""
+    world = world or World()
+    return Context(
+        world.rank,
+        world.world_size,
+        world.local_rank,
+        device,
+        batch_size_of(cell),
+        cell.num_workers,
+        cell.seed,
+        knobs=dataclasses.asdict(cell),
+    )
+
+
+def first_batches(cell: Cell, device: torch.device, user: dict, world: World | None = None) -> Callable:
+    """first(pinned): the first batch of the cell's loader with pin_memory on or off (what batch_probe copies)."""
+    world = world or World()
+    dataset = build_dataset(cell, user, context(cell, device, world))
+
+    def first(pinned: bool):
+        loader = build_loader(
+            dataclasses.replace(cell, pin_memory=pinned),
+            dataset,
+            world.rank,
+            world.world_size,
+            collate=user.get("collate"),
+        )
+        return next(iter(loader))
+
+    return first
+
+
+def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_step, move) -> dict:
     """The exposed cost of gradient all-reduce: the same steps with and without DDP's sync.
 
     One batch kept on the device, so data loading does not blur the comparison.
     """
     if resident is None:
         item = next(batches)
-        resident = item[1] if prefetch else to_device(item, device, non_blocking=False)
+        resident = item[1] if prefetch else move(item, device, False)
     null = PhaseClock("naive", device, PHASES_OF["compute"])
 
     def timed(no_sync: bool) -> float:
@@ -350,7 +372,7 @@ def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_st
     }
 
 
-def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, resident) -> None:
+def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, resident, move) -> None:
     """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -363,7 +385,7 @@ def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, residen
                 batch = resident
             else:
                 item = next(batches)
-                batch = item[1] if prefetch else to_device(item, device, cell.non_blocking)
+                batch = item[1] if prefetch else move(item, device, cell.non_blocking)
                 null.mark()
             train_step(batch, null)
         synchronize(device)

@@ -3,47 +3,26 @@
 The prefetcher is the pattern of Ray's auto pipeline: batch k+1 is copied on a
 side stream while batch k computes; the consumer's stream waits for that copy
 only, and record_stream tells the caching allocator the compute stream uses
-the memory. On CPU there is no copy to overlap and it is a pass-through.
+the memory. On CPU there is no copy to overlap: each batch only goes through the mover.
+Every copy goes through one mover: the user's to_device knob, else
+feedbench.plugins.move_batch (nested dicts, lists, tuples, namedtuples, dataclasses).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 
+from .plugins import batch_tensors, move_batch
 
-def to_device(batch, device: torch.device, non_blocking: bool):
-    """Move every tensor of a (possibly nested) batch to the device."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(b, device, non_blocking) for b in batch)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
-    return batch
+to_device = move_batch  # the default mover, under the name the harness's callers know
 
 
 def batch_bytes(batch) -> int:
-    if isinstance(batch, torch.Tensor):
-        return batch.numel() * batch.element_size()
-    if isinstance(batch, (list, tuple)):
-        return sum(batch_bytes(b) for b in batch)
-    if isinstance(batch, dict):
-        return sum(batch_bytes(v) for v in batch.values())
-    return 0
-
-
-def _record_stream(batch, stream: torch.cuda.Stream) -> None:
-    if isinstance(batch, torch.Tensor):
-        batch.record_stream(stream)
-    elif isinstance(batch, (list, tuple)):
-        for b in batch:
-            _record_stream(b, stream)
-    elif isinstance(batch, dict):
-        for v in batch.values():
-            _record_stream(v, stream)
+    """Bytes of every tensor in a (possibly nested) batch: what one host-to-device copy of it moves."""
+    return sum(t.numel() * t.element_size() for t in batch_tensors(batch))
 
 
 class StreamPrefetcher:
@@ -52,12 +31,22 @@ class StreamPrefetcher:
     Each item is (host_batch, device_batch, copy_events): copy_events is the
     (start, end) pair of CUDA events around the copy on the side stream, or
     None on CPU, so the harness can time the copy without synchronising.
+    `move(batch, device, non_blocking)` does the copy: the user's to_device when given.
     """
 
-    def __init__(self, batches: Iterable, device: torch.device, depth: int = 1, non_blocking: bool = True):
+    def __init__(
+        self,
+        batches: Iterable,
+        device: torch.device,
+        depth: int = 1,
+        non_blocking: bool = True,
+        move: Callable = move_batch,
+    ):
         self.batches, self.device, self.depth, self.non_blocking = iter(batches), device, depth, non_blocking
+        self.move = move
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.in_flight: deque = deque()
+        self.note: str | None = None  # set when the mover's batches hide their tensors (an adjustment)
 
     def __iter__(self) -> Iterator:
         return self
@@ -66,14 +55,21 @@ class StreamPrefetcher:
         host = next(self.batches, None)
         if host is None:
             return False
-        if self.stream is None:
-            self.in_flight.append((host, host, None))
+        if self.stream is None:  # nothing to overlap, but the batch still goes through the mover, as without prefetch
+            self.in_flight.append((host, self.move(host, self.device, self.non_blocking), None))
             return True
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self.note:  # memory freed by the compute stream is reused here only once that stream is past it
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             start.record()
-            device_batch = to_device(host, self.device, self.non_blocking)
+            device_batch = self.move(host, self.device, self.non_blocking)
             end.record()
+        if self.note is None and not batch_tensors(device_batch):
+            self.note = (
+                f"device_prefetch=stream with to_device returning a {type(device_batch).__name__}, whose tensors "
+                "feedbench cannot see to record_stream: each copy waits for the compute issued before it"
+            )
         self.in_flight.append((host, device_batch, (start, end)))
         return True
 
@@ -86,5 +82,6 @@ class StreamPrefetcher:
         if events is not None:
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(events[1])
-            _record_stream(device_batch, compute)
+            for tensor in batch_tensors(device_batch):  # a custom batch type: only the tensors it exposes
+                tensor.record_stream(compute)
         return host, device_batch, events

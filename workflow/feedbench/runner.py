@@ -18,15 +18,16 @@ import torch
 from .cell import cell_dict, parse_cell, resolve
 from .data import short_batch_note
 from .distributed import World, finish, gather, init, rank_device
-from .harness import Measurement, cuda_init, measure, original_estimators
+from .harness import Measurement, cuda_init, first_batches, measure, original_estimators
 from .knobs import KnobError
 from .metrics import summarize
 from .monitor import Monitor
-from .plugins import folder_facts
+from .plugins import folder_facts, plugins_of, resolve_all
+from .prefetch import to_device
 from .provenance import machine_facts
 from .result import failed_result, now, step_rows, tail, write_result, write_rows
 from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
-from .transfer import probe
+from .transfer import batch_probe, probe
 
 
 def _error(exc: BaseException) -> dict:
@@ -188,6 +189,15 @@ def run(
             init(world, device)
         if cell.scenario == "transfer":
             rows, summary = probe(cell, device)
+            names = plugins_of(cell)
+            if {"dataset", "collate", "to_device"} & names.keys():  # the user's batch structure, copied as it is
+                user = resolve_all(cell) if user is None else user
+                move = user.get("to_device", to_device)
+                own_rows, summary["user_batch"], copied = batch_probe(
+                    cell, device, first_batches(cell, device, user, world), move, names
+                )
+                rows = [{"copy": "sweep", **row} for row in rows] + own_rows
+                result["adjustments"] = result["adjustments"] + copied
             result["metrics"] = {"transfer": summary, "cuda_init_s": m.cuda_init_s}
             result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
         else:
