@@ -406,7 +406,8 @@ CEILING_EXPERIMENTS = {"loader": "ceilings-loader", "compute": "ceilings-compute
 def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
     """The ceiling cells (feedbench.predict.ceiling_knobs) of every single-process training cell of an experiment with
     `ceilings: true` or a `search` (which needs them), each once, less those an experiment already has; one transfer
-    probe per device covers all batch sizes. A cell's id names the knobs in which it differs from the config's defaults, so it never changes
+    probe per device covers all batch sizes, none where an experiment's own probe on the device has every batch size
+    (within SAME_SIZE). A cell's id names the knobs in which it differs from the config's defaults, so it never changes
     when other cells come or go."""
     from .predict import batch_bytes, ceiling_knobs
 
@@ -440,10 +441,26 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
         if knobs["device"] != "cpu" and size:
             sizes.setdefault(knobs["device"], set()).add(size)
     for device, device_sizes in sizes.items():
+        if any(_probes_sizes(c, device, device_sizes, base) for c in cells):
+            continue  # an experiment's own transfer probe already measures these sizes on this device
         probe = {"scenario": "transfer", "device": device, "transfer_sizes": sorted(device_sizes)}
         probe.update({k: defaults[k] for k in ("steps", "warmup_steps", "torch_threads", "seed") if k in defaults})
         derived[device] = _ceiling_cell("transfer", probe, base, None)
     return list(derived.values())
+
+
+# A probed copy size within this ratio of a batch's bytes measures the batch's copy: the transfer ceiling then
+# shares that probe instead of adding its own (the summary reads the probed size nearest the batch's bytes).
+SAME_SIZE = 1.1
+
+
+def _probes_sizes(cell: PlannedCell, device: str, wanted: set[int], base: dict) -> bool:
+    """Whether `cell` is a transfer probe on `device` with a probed size within SAME_SIZE of every wanted size."""
+    knobs = {**base, **cell.knobs}
+    if knobs["scenario"] != "transfer" or knobs["device"] != device:
+        return False
+    probed = [int(size) for size in knobs["transfer_sizes"]]
+    return all(any(max(s, w) / min(s, w) <= SAME_SIZE for s in probed) for w in wanted)
 
 
 def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
@@ -462,8 +479,13 @@ def ceiling_sources(cell: PlannedCell, cells: list[PlannedCell]) -> dict[str, Pl
     index = {_same_key(effective(c.knobs)): c for c in cells}
     found = {s: index.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in ("loader", "compute")}
     device = cell.knobs.get("device", KNOBS["device"].default)
-    probes = [c for c in cells if c.experiment == CEILING_EXPERIMENTS["transfer"] and c.knobs["device"] == device]
-    found["transfer"] = probes[0] if probes else None
+    probes = [
+        c
+        for c in cells
+        if c.knobs.get("scenario") == "transfer" and c.knobs.get("device", KNOBS["device"].default) == device
+    ]
+    probes.sort(key=lambda c: c.experiment != CEILING_EXPERIMENTS["transfer"])  # the derived probe, else a shared one
+    found["transfer"] = probes[0] if probes and device != "cpu" else None
     return found
 
 
