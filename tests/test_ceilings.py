@@ -69,3 +69,17 @@ def test_without_the_option_nothing_is_added():
 def test_the_ceilings_names_are_reserved():
     with pytest.raises(ConfigError, match="name 'ceilings-loader' is the ceilings' own"):
         cells_of({"w": {"ceilings": True, "base": MLP}, "ceilings-loader": {"base": MLP}})
+
+
+def test_an_experiments_own_transfer_probe_at_the_batch_size_is_shared_not_measured_twice():
+    # As in the default config: 256 samples of 1,024 float32 features and an int64 label are 1,050,624 bytes, within
+    # 10 % of the probe's 1 MiB; another batch size would need its own probe.
+    probe = {"scenario": "transfer", "transfer_sizes": [65536, 1048576, 16777216]}
+    mlp = {**MLP, "input_size": 1024, "batch_size": 256}
+    shared = cells_of({"w": {"ceilings": True, "base": mlp}, "t": {"base": probe}}, defaults={"device": "auto"})
+    assert "ceilings-transfer" not in shared and len(shared["t"]) == 1
+    apart = cells_of(
+        {"w": {"ceilings": True, "base": {**mlp, "batch_size": 64}}, "t": {"base": probe}}, defaults={"device": "auto"}
+    )
+    (own,) = apart["ceilings-transfer"]
+    assert own.knobs["transfer_sizes"] == [64 * (1024 * 4 + 8)]

@@ -133,7 +133,7 @@ def test_every_conda_env_is_used_by_a_rule():
 BAD = {
     "unknown key": (
         {"experiments": {"w": {"base": {}, "titel": "x"}}},
-        "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, reference, title, view",
+        "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, reference, search, title, view",
     ),
     "unknown knob": (
         {"experiments": {"w": {"base": {"num_wokers": 2}}}},

@@ -205,3 +205,69 @@ def test_what_if_is_the_model_with_doubled_hardware():
     assert what_if({**row, "num_workers": 0}, cpu=2) == pytest.approx(1 / (1 / 100 + 1 / 300 + copy_s))
     free_data = {**row, "ceiling_loader_samples_per_s": 1e9}
     assert what_if(free_data, copy=2) == pytest.approx(1 / (1 / 300 + copy_s / 2 + 1e-9))
+
+
+def test_a_cell_above_its_compute_ceiling_is_worded_as_such_not_as_negative_headspace():
+    import pandas as pd
+    from feedbench.verdict import recommend
+
+    # The baseline measured 210 samples/s beside a compute ceiling of 200: noise, or a ceiling measured under load.
+    cells = pd.DataFrame(
+        {
+            "cell": ["w0", "w2"],
+            "num_workers": [0, 2],
+            "median": [210.0, 205.0],
+            "bound": ["compute", "compute"],
+            "ceiling_loader": [400.0, 800.0],
+            "ceiling_compute": [200.0, 200.0],
+            "predicted": [133.0, 200.0],
+        }
+    )
+    records = cells.to_dict("records")
+    found = recommend(cells, records[0], records[0])
+    assert found["headspace_baseline"] == pytest.approx(200 / 210 - 1)
+    assert found["sentence"].startswith(
+        "compute-bound: measured above its compute ceiling by 5 %: the ceiling is not a bound here"
+        " (noise, or a ceiling measured under other load); rerun the ceilings beside it; "
+    )
+    assert "-5 % headspace" not in found["sentence"]
+
+
+def test_the_recommendation_says_whether_pinning_and_stream_prefetch_pay_for_themselves():
+    import pandas as pd
+    from feedbench.verdict import recommend
+
+    # At 2 workers: pinning gains 20 % with intervals apart; stream prefetch gains 2 % inside the noise.
+    rows = [
+        ("w2-pin-none", True, "none", 180.0, 175.0, 185.0),
+        ("w2-nopin-none", False, "none", 150.0, 146.0, 154.0),
+        ("w2-pin-stream", True, "stream", 183.6, 170.0, 197.0),
+    ]
+    cells = pd.DataFrame(
+        [
+            {
+                "cell": cell,
+                "num_workers": 2,
+                "pin_memory": pin,
+                "device_prefetch": prefetch,
+                "median": median,
+                "mean": median,
+                "low": low,
+                "high": high,
+                "n": 3,
+                "bound": "data",
+                "ceiling_loader": 400.0,
+                "ceiling_compute": 200.0,
+                "predicted": 200.0,
+            }
+            for cell, pin, prefetch, median, low, high in rows
+        ]
+    )
+    records = cells.to_dict("records")
+    found = recommend(cells, records[1], records[2])
+    assert found["cell"] == "w2-pin-none"
+    assert found["gains"] == [
+        "pinning +20 % (95 % intervals 175-185 with, 146-154 without: clear)",
+        "stream prefetch +2 % (95 % intervals 170-197 with, 175-185 without: within noise)",
+    ]
+    assert found["sentence"].endswith("; " + "; ".join(found["gains"]))

@@ -383,7 +383,10 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
         check_name(name)
     check_size(experiments, config.get("max_cells", MAX_CELLS))
     python_path = [os.path.abspath(p) for p in config.get("python_path") or []]
+    from .search import check as check_search
+
     for name, experiment in experiments.items():
+        check_search(name, experiment, defaults)
         expanded = expand_experiment(name, experiment, defaults, images_dir)
         expanded = [with_python_path(cell, python_path) for cell in expanded]
         check_plots(name, experiment, expanded)
@@ -402,13 +405,14 @@ CEILING_EXPERIMENTS = {"loader": "ceilings-loader", "compute": "ceilings-compute
 
 def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
     """The ceiling cells (feedbench.predict.ceiling_knobs) of every single-process training cell of an experiment with
-    `ceilings: true`, each once, less those an experiment already has; one transfer probe per device covers all
-    batch sizes. A cell's id names the knobs in which it differs from the config's defaults, so it never changes
+    `ceilings: true` or a `search` (which needs them), each once, less those an experiment already has; one transfer
+    probe per device covers all batch sizes, none where an experiment's own probe on the device has every batch size
+    (within SAME_SIZE). A cell's id names the knobs in which it differs from the config's defaults, so it never changes
     when other cells come or go."""
     from .predict import batch_bytes, ceiling_knobs
 
     experiments = config.get("experiments") or {}
-    wanted = [name for name, spec in experiments.items() if spec.get("ceilings")]
+    wanted = [name for name, spec in experiments.items() if spec.get("ceilings") or spec.get("search")]
     if not wanted:
         return []
     for name in CEILING_EXPERIMENTS.values():
@@ -437,10 +441,26 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
         if knobs["device"] != "cpu" and size:
             sizes.setdefault(knobs["device"], set()).add(size)
     for device, device_sizes in sizes.items():
+        if any(_probes_sizes(c, device, device_sizes, base) for c in cells):
+            continue  # an experiment's own transfer probe already measures these sizes on this device
         probe = {"scenario": "transfer", "device": device, "transfer_sizes": sorted(device_sizes)}
         probe.update({k: defaults[k] for k in ("steps", "warmup_steps", "torch_threads", "seed") if k in defaults})
         derived[device] = _ceiling_cell("transfer", probe, base, None)
     return list(derived.values())
+
+
+# A probed copy size within this ratio of a batch's bytes measures the batch's copy: the transfer ceiling then
+# shares that probe instead of adding its own (the summary reads the probed size nearest the batch's bytes).
+SAME_SIZE = 1.1
+
+
+def _probes_sizes(cell: PlannedCell, device: str, wanted: set[int], base: dict) -> bool:
+    """Whether `cell` is a transfer probe on `device` with a probed size within SAME_SIZE of every wanted size."""
+    knobs = {**base, **cell.knobs}
+    if knobs["scenario"] != "transfer" or knobs["device"] != device:
+        return False
+    probed = [int(size) for size in knobs["transfer_sizes"]]
+    return all(any(max(s, w) / min(s, w) <= SAME_SIZE for s in probed) for w in wanted)
 
 
 def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
@@ -449,6 +469,41 @@ def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | 
     sources = {k: (source.sources.get(k, where) if source else where) for k in knobs}
     name = CEILING_EXPERIMENTS[scenario]
     return PlannedCell(name, cell_id(knobs, keys), knobs, sources, baseline=False)
+
+
+def ceiling_sources(cell: PlannedCell, cells: list[PlannedCell]) -> dict[str, PlannedCell | None]:
+    """The cells that measure the ceilings of a training cell (as ceiling_cells derived or found them):
+    loader, compute, and the transfer probe on its device (None on a CPU, or where no cell measures it)."""
+    from .predict import ceiling_knobs
+
+    index = {_same_key(effective(c.knobs)): c for c in cells}
+    found = {s: index.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in ("loader", "compute")}
+    device = cell.knobs.get("device", KNOBS["device"].default)
+    probes = [
+        c
+        for c in cells
+        if c.knobs.get("scenario") == "transfer" and c.knobs.get("device", KNOBS["device"].default) == device
+    ]
+    probes.sort(key=lambda c: c.experiment != CEILING_EXPERIMENTS["transfer"])  # the derived probe, else a shared one
+    found["transfer"] = probes[0] if probes and device != "cpu" else None
+    return found
+
+
+def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[dict]:
+    """The cells of a searched experiment by combination of its other knobs: [{"knobs": the other knobs that vary
+    in the experiment, "cells": {level of axis: cell}}], in the experiment's order."""
+    own = [c for c in cells if c.experiment == experiment]
+    varying = [
+        k for k in dict.fromkeys(k for c in own for k in c.knobs) if len({_same_key(c.knobs.get(k)) for c in own}) > 1
+    ]
+    groups: dict[str, dict] = {}
+    for cell in own:
+        rest = {k: v for k, v in cell.knobs.items() if k != axis}
+        group = groups.setdefault(
+            _same_key(rest), {"knobs": {k: rest.get(k) for k in varying if k != axis}, "cells": {}}
+        )
+        group["cells"][cell.knobs.get(axis, default_of(axis))] = cell
+    return list(groups.values())
 
 
 def baseline(cells: list[PlannedCell], experiment: str) -> PlannedCell:

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
-from . import accuracy, verdict, views
+from . import accuracy, search, verdict, views
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
 from .plots import plain_text, svg_text
@@ -222,6 +222,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         "has_speedup": False,
         "has_efficiency": False,
         "has_prediction": False,
+        "search": None,
     }
     if rows.empty:
         return context
@@ -299,6 +300,7 @@ def build(
     config: dict,
     config_hash: str,
     references: list[str] = (),
+    searches: list[str] = (),
 ) -> dict:
     """The template's context: verdicts, sections, study views, failures and provenance.
 
@@ -310,6 +312,7 @@ def build(
         summary = summary.assign(host=None)
     figures = {os.path.splitext(os.path.basename(p))[0]: p for p in svgs}
     tables = {os.path.splitext(os.path.basename(p))[0]: p for p in references}
+    searched = {os.path.splitext(os.path.basename(p))[0]: p for p in searches}
     experiments = []
     for name, spec in _experiments(summary, config):
         svg = None
@@ -319,6 +322,8 @@ def build(
         rows = summary[summary["experiment"] == name]
         context = experiment_context(name, spec, rows, svg)
         context["view"] = study_view(name, spec, rows, tables)
+        if name in searched:  # `search: num_workers`: which levels the checkpoint ran (feedbench.search)
+            context["search"] = search.sentence(search.read(searched[name]))
         experiments.append(context)
     failed = summary[summary["status"] != "ok"]
     failures = [
@@ -382,8 +387,10 @@ def write_report(
     html: str,
     templates: str = TEMPLATES,
     references: list[str] = (),
+    searches: list[str] = (),
 ) -> None:
-    """The report rule's work: summary + plots + results (+ published tables) -> one HTML file, written atomically."""
+    """The report rule's work: summary + plots + results (+ published tables, the choices of searches) -> one HTML
+    file, written atomically."""
     summary = pd.read_csv(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    atomic_write(html, render(build(summary, svgs, results, config, config_hash, references), templates))
+    atomic_write(html, render(build(summary, svgs, results, config, config_hash, references, searches), templates))

@@ -362,10 +362,64 @@ def headspace(cell: dict | None) -> float | None:
     return ceiling / measured - 1 if ceiling and measured else None
 
 
+def headspace_text(value: float) -> str:
+    """A headspace in words. A negative one is no headspace: the cell measured above its compute ceiling (noise, or
+    a ceiling measured under other load), so the ceiling does not bound it and the sentence says so."""
+    if value >= 0:
+        return f"{100 * value:.0f} % headspace"
+    above = 1 / (1 + value) - 1  # measured / ceiling - 1
+    return (
+        f"measured above its compute ceiling by {100 * above:.0f} %: the ceiling is not a bound here"
+        " (noise, or a ceiling measured under other load); rerun the ceilings beside it"
+    )
+
+
+# Knobs whose gain the recommendation reports when the experiment varies them: (knob, label, the value that is "on").
+PAYS_OFF = (("pin_memory", "pinning", "true"), ("device_prefetch", "stream prefetch", "stream"))
+
+
+def _same_but(cells: pd.DataFrame, cell: dict, knob: str) -> pd.DataFrame:
+    """The cells that differ from `cell` in `knob` alone (among the knobs the cell table shows)."""
+    others = [k for k in cells.columns if k in KNOBS and k != knob]
+    mask = cells[knob].astype(str) != str(cell.get(knob))
+    for k in others:
+        mask &= cells[k].astype(str) == str(cell.get(k))
+    return cells[mask & cells["median"].notna()]
+
+
+def _span(cell: dict) -> str:
+    return f"{float(cell['low']):,.0f}-{float(cell['high']):,.0f}"
+
+
+def pays_off(cells: pd.DataFrame, cell: dict) -> list[str]:
+    """Whether pinning and stream prefetch pay for themselves, each measured beside `cell`: the gain of the cell with
+    the knob on over the same cell with it off, and what its 95 % intervals allow one to say (gain_wording)."""
+    found = []
+    for knob, label, on in PAYS_OFF:
+        if knob not in cells or cells[knob].astype(str).str.lower().nunique() < 2:
+            continue
+        pair = [cell, *_same_but(cells, cell, knob).to_dict("records")[:1]]
+        if len(pair) < 2:
+            continue
+        with_it, without = sorted(pair, key=lambda c: str(c.get(knob)).lower() != on)
+        if str(with_it.get(knob)).lower() != on or not without.get("median"):
+            continue
+        spans = [_number(c.get(k)) for c in (with_it, without) for k in ("low", "high")]
+        clear = None not in spans and (spans[0] > spans[3] or spans[1] < spans[2])  # the intervals do not overlap
+        gain = float(with_it["median"]) / float(without["median"]) - 1
+        wording = gain_wording(with_it, without, clear).split(":")[0]  # clear, within noise, cannot be judged ...
+        wording = "clear loss" if clear and gain < 0 else wording
+        if None not in spans:
+            wording = f"95 % intervals {_span(with_it)} with, {_span(without)} without: {wording}"
+        found.append(f"{label} {100 * gain:+.0f} % ({wording})")
+    return found
+
+
 def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict | None:
     """The headspace of the baseline and the best cell, and the fix: of the cells whose loader ceiling reaches the
     compute ceiling (within 5 %), the one with the fewest workers (then the highest prediction), with its predicted
-    samples/s; one sentence for the top of the verdict. None when no cell of the experiment was predicted."""
+    samples/s, and whether pinning and stream prefetch pay for themselves there (pays_off); one sentence for the top
+    of the verdict. None when no cell of the experiment was predicted."""
     if "predicted" not in cells or not cells["predicted"].notna().any():
         return None
     found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
@@ -374,9 +428,11 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
     if found["headspace_baseline"] is not None:
-        lead += f": {100 * found['headspace_baseline']:.0f} % headspace"
+        lead += f": {headspace_text(found['headspace_baseline'])}"
     if reaching.empty:
+        found["gains"] = pays_off(cells, best) if best else []
         found["sentence"] = f"{lead}; no measured loader configuration reaches the compute ceiling"
+        found["sentence"] += "".join(f"; {gain}" for gain in found["gains"])
         return found
     workers = reaching["num_workers"].astype(float) if "num_workers" in reaching else pd.Series(0, index=reaching.index)
     pick = reaching.assign(_w=workers, _p=-reaching["predicted"].astype(float)).sort_values(["_w", "_p"]).iloc[0]
@@ -388,8 +444,9 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)
     fix = how[0] if how else f"cell {pick['cell']}"
     fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
+    found["gains"] = pays_off(cells, pick.drop(["_w", "_p"]).to_dict())
     found["sentence"] = (
         f"{lead}; {fix} should reach {100 * share:.0f} % of the compute ceiling"
         f" (predicted {pick['predicted']:,.0f} samples/s)"
-    )
+    ) + "".join(f"; {gain}" for gain in found["gains"])
     return found

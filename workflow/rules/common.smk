@@ -16,9 +16,10 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from feedbench import resources as cell_resources
+from feedbench import search as feedbench_search
 from feedbench import slurm as feedbench_slurm
 from feedbench.config import ConfigError, count_values, one_line, read_config_file, validate_config
-from feedbench.matrix import build_cells, harness_fingerprint
+from feedbench.matrix import build_cells, ceiling_sources, harness_fingerprint, search_groups
 from feedbench.plugins import content_hash
 from feedbench.result import UnusableResult, read_result
 
@@ -79,11 +80,40 @@ def user_code(paths):
 CELLS = validated_config(config)
 REPEATS = config["defaults"]["repeats"]
 HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
-RESULTS = [
-    f"results/cells/{experiment}/{cell}/rep{repeat}/result.json"
-    for (experiment, cell) in CELLS
-    for repeat in range(1, REPEATS + 1)
-]
+# Experiments with `search: num_workers`: their training cells are chosen by checkpoint search (rules/search.smk).
+SEARCHED = {name: spec["search"] for name, spec in config["experiments"].items() if spec.get("search")}
+
+
+def repeats_of(experiment, cell):
+    return [f"results/cells/{experiment}/{cell}/rep{repeat}/result.json" for repeat in range(1, REPEATS + 1)]
+
+
+# Every cell the matrix plans, less those of searched experiments (which wait for their checkpoint).
+PLANNED_RESULTS = [path for (e, c) in CELLS if e not in SEARCHED for path in repeats_of(e, c)]
+SEARCH_PLANS = [f"results/search/{name}.json" for name in SEARCHED]
+
+
+def result_files(wildcards):
+    """The results the summary and the report read: every planned cell, and of each searched experiment the cells
+    its checkpoint chose (so Snakemake re-evaluates the DAG once the ceilings are measured)."""
+    paths = list(PLANNED_RESULTS)
+    for name in SEARCHED:
+        plan = feedbench_search.read(checkpoints.search.get(experiment=name).output.plan)
+        paths += [path for cell in plan["run"] for path in repeats_of(name, cell)]
+    return paths
+
+
+def chosen_cells():
+    """(experiment, cell) of every cell this run measures as far as is known now: a searched experiment's cells once
+    its checkpoint has written its choice, none before."""
+    chosen = set()
+    for name in SEARCHED:
+        if os.path.exists(f"results/search/{name}.json"):
+            chosen |= {(name, cell) for cell in feedbench_search.read(f"results/search/{name}.json")["run"]}
+    return [key for key in CELLS if key[0] not in SEARCHED or key in chosen]
+
+
+RESULTS = result_files
 PLOTS = [f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")]
 # Published tables shown beside the study views: report/references/<name>.csv (README there).
 REFERENCES_DIR = os.path.join(workflow.basedir, "report", "references")
@@ -111,6 +141,46 @@ REFERENCES = reference_tables(config["experiments"])
 def config_hash():
     """sha256 of the validated config (defaults filled in): names the run in the report."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def search_inputs(wildcards):
+    """What checkpoint search reads: every repeat of the ceilings of every cell of the experiment."""
+    cells = list(CELLS.values())
+    sources = set()
+    for group in search_groups(cells, wildcards.experiment, SEARCHED[wildcards.experiment]):
+        for cell in group["cells"].values():
+            sources |= {(c.experiment, c.id) for c in ceiling_sources(cell, cells).values() if c is not None}
+    return [path for (e, c) in sorted(sources) for path in repeats_of(e, c)]
+
+
+def search_groups_json(wildcards):
+    """The checkpoint's params: per combination of the other knobs, each level's cell, knobs and ceiling results."""
+    cells = list(CELLS.values())
+    groups = []
+    for group in search_groups(cells, wildcards.experiment, SEARCHED[wildcards.experiment]):
+        levels = []
+        for level, cell in group["cells"].items():
+            sources = ceiling_sources(cell, cells)
+            ceilings = {s: repeats_of(c.experiment, c.id) if c else [] for s, c in sources.items()}
+            levels.append({"level": level, "cell": cell.id, "knobs": cell.knobs, "ceilings": ceilings})
+        groups.append({"knobs": group["knobs"], "levels": levels})
+    return json.dumps(groups, sort_keys=True)
+
+
+def search_message(wildcards):
+    """The line a dry run prints for checkpoint search before the ceilings exist (feedbench.search.dry_run_line)."""
+    axis = SEARCHED[wildcards.experiment]
+    groups = search_groups(list(CELLS.values()), wildcards.experiment, axis)
+    levels = {level for group in groups for level in group["cells"]}
+    return feedbench_search.dry_run_line(wildcards.experiment, axis, sorted(levels), len(groups))
+
+
+def search_axis(wildcards):
+    return SEARCHED[wildcards.experiment]
+
+
+def search_baseline(wildcards):
+    return next(c.id for (e, _), c in CELLS.items() if e == wildcards.experiment and c.baseline)
 
 
 def cell_of(wildcards):
@@ -225,7 +295,8 @@ def report_lost_cells(log):
     """After lost jobs: a lost.json for each lost cell, then the summary, plots and report from everything there is."""
     states = feedbench_slurm.job_states(feedbench_slurm.run_id(log) or "")
     paths, lost = [], []
-    for (experiment, cell_id), cell in CELLS.items():
+    for experiment, cell_id in chosen_cells():
+        cell = CELLS[(experiment, cell_id)]
         for repeat in range(1, REPEATS + 1):
             folder = f"results/cells/{experiment}/{cell_id}/rep{repeat}"
             result = f"{folder}/result.json"

@@ -43,6 +43,7 @@ rule report:
         plots=PLOTS,
         results=RESULTS,
         references=REFERENCES,
+        searches=SEARCH_PLANS,
     output:
         html=report(
             "results/report/index.html",

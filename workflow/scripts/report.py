@@ -11,4 +11,5 @@ write_report(
     str(snakemake.params.config_hash),
     snakemake.output.html,
     references=list(snakemake.input.get("references", [])),
+    searches=list(snakemake.input.get("searches", [])),
 )

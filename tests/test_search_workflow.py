@@ -1,0 +1,75 @@
+"""`search: num_workers` through a real Snakemake run: a 16-level worker axis measures its ceilings, the checkpoint
+picks the knee, and only the cells around it train (feedbench.search; workflow/rules/search.smk)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from test_workflow import copy_workflow, snakemake
+
+pytestmark = pytest.mark.slow  # 21 tiny cells, one at a time on 2 cores: about three minutes
+
+SIXTEEN = list(range(16))
+CONFIG = {
+    "defaults": {"repeats": 1, "steps": 4, "warmup_steps": 1, "device": "cpu", "torch_threads": 1},
+    "experiments": {
+        "knee": {
+            "title": "How many workers does a slow loader need?",
+            "search": "num_workers",
+            "base": {
+                "scenario": "train",
+                "dataset": "memory",
+                "model": "mlp",
+                "input_size": 16,
+                "width": 16,
+                "batch_size": 8,
+                "num_samples": 64,
+                "sample_delay_ms": 2,
+            },
+            "matrix": {"num_workers": SIXTEEN},
+        }
+    },
+}
+
+
+def bench_jobs(output: str) -> list[str]:
+    """experiment/cell of every bench job in Snakemake's output (a dry run's plan, or a run's log)."""
+    return re.findall(r"output: results/cells/(\S+)/rep\d+/result\.json", output)
+
+
+def test_a_16_level_worker_axis_trains_at_most_4_cells(tmp_path):
+    (tmp_path / "wf").mkdir()
+    workflow = copy_workflow(tmp_path / "wf")
+    work = tmp_path / "run"
+    work.mkdir()
+
+    # Before the ceilings exist, a dry run plans the ceilings alone and says in one line what the checkpoint decides.
+    dry = snakemake(workflow, work, CONFIG, "--dry-run")
+    assert dry.returncode == 0, dry.stderr + dry.stdout
+    planned = bench_jobs(dry.stdout)
+    assert len(planned) == 17 and not [p for p in planned if p.startswith("knee/")]  # 16 loader + 1 compute
+    (line,) = [line for line in dry.stdout.splitlines() if "search knee: after the ceilings" in line]
+    assert "16 levels" in line and "at most 4 training cells" in line and "results/search/knee.json" in line
+
+    # The ceilings and the checkpoint only: then a dry run shows exactly the training cells it chose.
+    ceilings = snakemake(workflow, work, CONFIG, "results/search/knee.json")
+    assert ceilings.returncode == 0, ceilings.stderr + ceilings.stdout
+    plan = json.loads((work / "results/search/knee.json").read_text())
+    assert plan["levels"] == SIXTEEN and plan["run"][0] == "num_workers-0"
+    (group,) = plan["groups"]
+    assert group["knee"] in group["levels"] and len(group["levels"]) <= 3
+    assert all(p["samples_per_s"] > 0 for p in group["predicted"])
+    after = snakemake(workflow, work, CONFIG, "--dry-run")
+    assert after.returncode == 0, after.stderr + after.stdout
+    assert sorted(bench_jobs(after.stdout)) == sorted(f"knee/{cell}" for cell in plan["run"])
+    assert "search knee: after the ceilings" not in after.stdout
+
+    # The run trains those cells and no other; the report cites the search.
+    run = snakemake(workflow, work, CONFIG)
+    assert run.returncode == 0, run.stderr + run.stdout
+    trained = sorted(p.parent.parent.name for p in (work / "results/cells/knee").glob("*/rep1/result.json"))
+    assert trained == sorted(plan["run"]) and 2 <= len(trained) <= 4
+    html = (work / "results/report/index.html").read_text()
+    assert f"searched: 16 levels of num_workers, ran {len(group['levels'])}: " in html

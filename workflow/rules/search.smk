@@ -1,0 +1,26 @@
+# `search: num_workers` (feedbench.search): the ceilings of a searched experiment are measured first; this
+# checkpoint then predicts every level of the worker axis from them and writes which training cells run. The
+# summary's inputs (common.smk: result_files) ask for its output, so Snakemake re-evaluates the DAG after it.
+
+
+checkpoint search:
+    input:
+        ceilings=search_inputs,
+    output:
+        plan="results/search/{experiment}.json",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        groups=search_groups_json,
+        baseline=search_baseline,
+        line=search_message,
+        axis=search_axis,
+    # Printed by --dry-run before the ceilings exist: what the checkpoint will decide.
+    message:
+        "{params.line}"
+    script:
+        "../scripts/search.py"
+
+
+localrules:
+    search,
