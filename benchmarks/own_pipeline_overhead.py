@@ -93,7 +93,7 @@ def main() -> None:
         for _ in range(args.rounds):
             bare.append(bare_loop(dataset, model, device))
             inst.append(instrumented())
-        ratios = [i / b for i, b in zip(inst, bare)]
+        ratios = [i / b for i, b in zip(inst, bare, strict=True)]
         print(
             f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} samples/s, "
             f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})"

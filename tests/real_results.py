@@ -68,7 +68,7 @@ def cells(experiments: dict) -> list[tuple[str, str, dict]]:
     for name, exp in experiments.items():
         axes = exp["matrix"]
         for levels in itertools.product(*axes.values()):
-            point = dict(zip(axes, levels))
+            point = dict(zip(axes, levels, strict=True))
             out.append((name, cell_id(point), {**FAST, **exp["base"], **point}))
     return out
 

@@ -71,7 +71,7 @@ class SlurmCluster:
         names = fields.split(",")
         args = ["sacct", "-n", "-P", "-j", job_id, "-o", fields] + ([] if steps else ["-X"])
         lines = self.run(*args).stdout.splitlines()
-        return [dict(zip(names, line.split("|"))) for line in lines if line]
+        return [dict(zip(names, line.split("|"), strict=True)) for line in lines if line]
 
     def wait(self, job_id: str, timeout: float = 120) -> dict[str, str]:
         """Poll sacct until the job reaches a final state; returns its row."""

@@ -86,7 +86,8 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     cells = workdir / "results" / "cells"
     keys = sorted(str(p.parent.relative_to(cells)) for p in cells.rglob("result.json"))
     assert len(keys) == 9
-    damaged, kept = dict(zip(keys, DAMAGE)), keys[len(DAMAGE) :]
+    # the first len(DAMAGE) cells are damaged (zip stops there), the rest are kept
+    damaged, kept = dict(zip(keys, DAMAGE, strict=False)), keys[len(DAMAGE) :]
     before = {key: (workdir / "results" / "cells" / key / "result.json").read_bytes() for key in keys}
     for key, how in damaged.items():
         (workdir / "results" / "cells" / key / "result.json").write_text(damage(before[key].decode(), how))

@@ -120,7 +120,7 @@ def test_every_cell_went_through_sbatch(slurm_cluster, run):
     out = slurm_cluster.run(
         "sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields
     ).stdout
-    jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if line]
+    jobs = [dict(zip(fields.split(","), line.split("|"), strict=True)) for line in out.splitlines() if line]
     assert jobs, f"sacct knows no job named {run_id}"
     bench = [job for job in jobs if job["Comment"].startswith("rule_bench_")]
     assert sorted(job["Comment"] for job in bench) == sorted(

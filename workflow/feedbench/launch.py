@@ -151,7 +151,7 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
         commands = torchrun_commands(cell, cell_path, out_dir, int(env["MASTER_PORT"]))
         names = [f"node {node}" for node in range(len(commands))]
     procs, logs = [], []
-    for name, command in zip(names, commands):
+    for name, command in zip(names, commands, strict=True):
         log = os.path.join(out_dir, "ranks", name.replace(" ", "") + ".log")
         logs.append(log)
         procs.append(

@@ -251,7 +251,7 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     raw: list[tuple[dict, dict, list[str], str | None]] = []  # knobs, sources, id keys, include path
     if axes:
         for levels in itertools.product(*axes.values()):
-            knobs = {**base_knobs, **dict(zip(axes, levels))}
+            knobs = {**base_knobs, **dict(zip(axes, levels, strict=True))}
             raw.append((knobs, {**sources, **{a: _path(where, "matrix", a) for a in axes}}, list(axes), None))
     excludes = experiment.get("exclude") or []
     for i, partial in enumerate(excludes):

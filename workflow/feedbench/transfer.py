@@ -24,7 +24,7 @@ def probe(cell, device: torch.device) -> tuple[list[dict], dict]:
             src.fill_(1)
             dst = torch.empty(size, dtype=torch.uint8, device=device)
             timings = []
-            for rep in range(cell.warmup_steps + cell.steps):
+            for _ in range(cell.warmup_steps + cell.steps):
                 check_stop()
                 if device.type == "cuda":
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -128,7 +128,7 @@ def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
     if "requested" not in rows or rows.empty:
         return rows
     asked = [json.loads(text) if isinstance(text, str) else {} for text in rows["requested"]]
-    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k])] for k in knobs if k in rows})
+    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k], strict=True)] for k in knobs if k in rows})
 
 
 def cpu_only(rows: pd.DataFrame) -> bool:

@@ -92,7 +92,7 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
     timings = list(table["timing"].drop_duplicates())
     fig = Figure(figsize=(3.4 * len(timings) + 1, 4.4), layout="constrained")
     axes = fig.subplots(1, len(timings), sharey=True, squeeze=False)[0]
-    for ax, timing in zip(axes, timings):
+    for ax, timing in zip(axes, timings, strict=True):
         part = table[table["timing"] == timing]
         bottom = pd.Series(0.0, index=part.index)
         for column, (label, colour) in PARTS.items():

@@ -139,7 +139,7 @@ def _cold_notes(cold_rows: pd.DataFrame) -> list[str]:
 def _figure(stalls: pd.DataFrame) -> Figure:
     models = list(dict.fromkeys(stalls["model"]))
     fig = Figure(figsize=(7.5, 3.2 * len(models)), layout="constrained")
-    for ax, model in zip(fig.subplots(len(models), 1, squeeze=False)[:, 0], models):
+    for ax, model in zip(fig.subplots(len(models), 1, squeeze=False)[:, 0], models, strict=True):
         group = stalls[stalls["model"] == model]
         x = range(len(group))
         parts = [
@@ -151,7 +151,7 @@ def _figure(stalls: pd.DataFrame) -> Figure:
         for column, label, colour in parts:
             heights = [max(v, 0.0) if pd.notna(v) else 0.0 for v in group[column]]
             ax.bar(x, heights, bottom=bottom, label=label, color=colour)
-            bottom = [b + h for b, h in zip(bottom, heights)]
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         ax.set_xticks(list(x), [str(n) for n in group["num_workers"]])
         ax.set_xlabel("loader workers per GPU")
         ax.set_ylabel("time per sample [us]")

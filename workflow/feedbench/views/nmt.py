@@ -40,7 +40,9 @@ def _cells(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     one = cells[cells["gpus"] == 1]
     own = one.set_index(VARIANT)["value"]
     plain = one[one["parallel"] == "none"].set_index("lstm_impl")["value"]
-    base = [own.get((impl, par), plain.get(impl)) for impl, par in zip(cells["lstm_impl"], cells["parallel"])]
+    base = [
+        own.get((impl, par), plain.get(impl)) for impl, par in zip(cells["lstm_impl"], cells["parallel"], strict=True)
+    ]
     cells["speedup"] = cells["value"] / pd.Series(base, index=cells.index, dtype=float)
     cells["efficiency"] = cells["speedup"] / cells["gpus"]
     return cells

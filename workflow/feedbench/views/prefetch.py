@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -56,7 +58,7 @@ def _published_trend(theirs: pd.DataFrame) -> list[str]:
     notes = []
     for epochs, group in theirs.sort_values(KEYS).groupby("epochs"):
         speedups = list(group["speedup"])
-        if len(speedups) > 1 and all(a > b for a, b in zip(speedups, speedups[1:])):
+        if len(speedups) > 1 and all(a > b for a, b in itertools.pairwise(speedups)):
             listed = ", ".join(f"{s:.3f}" for s in speedups)
             layers = ", ".join(str(h) for h in group["hidden_layers"])
             notes.append(
@@ -72,7 +74,7 @@ def _figure(side: pd.DataFrame, series: dict[str, str]) -> Figure:
     epochs = list(side["epochs"].drop_duplicates())
     fig = Figure(figsize=(3.2 * max(len(epochs), 1) + 1, 4.0), layout="constrained")
     axes = fig.subplots(1, max(len(epochs), 1), sharey=True, squeeze=False)[0]
-    for ax, n in zip(axes, epochs):
+    for ax, n in zip(axes, epochs, strict=False):  # no epochs: one empty panel, nothing to draw
         part = side[side["epochs"].eq(n) if not pd.isna(n) else side["epochs"].isna()]
         width = 0.8 / len(series)
         for i, (column, label) in enumerate(series.items()):

@@ -44,7 +44,7 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
     groups = list(ours.groupby(others, dropna=False)) if others else [((), ours)]
     for values, group in groups:
         values = values if isinstance(values, tuple) else (values,)
-        label = plain(", ".join(f"{k}={v}" for k, v in zip(others, values)) or "ours")
+        label = plain(", ".join(f"{k}={v}" for k, v in zip(others, values, strict=True)) or "ours")
         steady.plot(group["num_workers"], group["samples_per_s"], marker="o", label=label)
         first.plot(
             group["num_workers"],
