@@ -128,7 +128,10 @@ class Matrix:
 
 @pytest.fixture(scope="session")
 def real_matrix(tmp_path_factory) -> Matrix:
-    """EXPERIMENTS x 2 repeats plus one failing cell, run once per test session (cached under the session's temp dir)."""
+    """EXPERIMENTS x 2 repeats plus one failing cell, run once per test session.
+
+    Cached under the session's temp dir.
+    """
     root = tmp_path_factory.getbasetemp() / "real-matrix"
     index = root / "paths.json"
     if not index.exists():

@@ -28,7 +28,10 @@ CLUSTER = HERE / "cluster.sh"
 PARTITION = "debug"  # as in cluster.sh
 ACCOUNT = "feedbench"  # an account cluster.sh creates, with root in it
 
-ENABLE = "run the tests as root (the Slurm daemons run as root and munge): `bash tests/slurm/install.sh` installs Debian's packages, the fixture starts the daemons"
+ENABLE = (
+    "run the tests as root (the Slurm daemons run as root and munge): `bash tests/slurm/install.sh` installs Debian's "
+    "packages, the fixture starts the daemons"
+)
 # States in which a job is still going somewhere; anything else is final.
 ACTIVE = {
     "PENDING",

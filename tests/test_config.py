@@ -49,7 +49,8 @@ def test_default_config_is_the_matrix_of_the_issue():
 
 
 def schema_keys(node: dict, prefix: str, defs: dict) -> dict[str, dict]:
-    """Dotted config keys of the schema -> their schema, down to knob mappings (which `python -m feedbench knobs` documents)."""
+    """Dotted config keys of the schema -> their schema, down to knob mappings (which `python -m feedbench knobs`
+    documents)."""
     if "$ref" in node and node["$ref"] != "#/$defs/knobs":
         node = {**defs[node["$ref"].split("/")[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
     keys = {}
@@ -88,7 +89,7 @@ def test_readme_reference_lists_every_key_of_the_schema_with_its_default():
 
 
 def test_config_accepts_exactly_the_knobs_of_the_harness():
-    """Knob names and values are checked against feedbench.knobs.KNOBS (not listed in the schema), so they cannot drift."""
+    """Knob names and values are checked against feedbench.knobs.KNOBS (not listed in the schema): they cannot drift."""
     every = {name: knob.default for name, knob in KNOBS.items()}
     config = {
         "defaults": dict(every),
@@ -133,7 +134,8 @@ def test_every_conda_env_is_used_by_a_rule():
 BAD = {
     "unknown key": (
         {"experiments": {"w": {"base": {}, "titel": "x"}}},
-        "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, reference, title, view",
+        "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, "
+        "reference, title, view",
     ),
     "unknown knob": (
         {"experiments": {"w": {"base": {"num_wokers": 2}}}},
@@ -149,7 +151,8 @@ BAD = {
     ),
     "unknown model": (
         {"experiments": {"w": {"matrix": {"model": ["mlp", "resnet999"]}}}},
-        "bad config: experiments.w.matrix.model: value 'resnet999' is not known; allowed: none, mlp, sleep, lstm or a torchvision",
+        "bad config: experiments.w.matrix.model: value 'resnet999' is not known; allowed: none, mlp, sleep, lstm or a "
+        "torchvision",
     ),
     "unknown dataset": (
         {"experiments": {"w": {"base": {"dataset": "imagenet"}}}},
@@ -186,15 +189,18 @@ BAD = {
     ),
     "name too long": (
         {"experiments": {"x" * 300: {}}},
-        "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64",
+        "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 "
+        "characters; allowed: at most 64",
     ),
     "periodic name": (
         {"experiments": {"a" * 40: {}}},
-        "bad config: experiments: name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' ends in a part repeated 20 times or more",
+        "bad config: experiments: name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' ends in a part repeated 20 times or "
+        "more",
     ),
     "22-digit level": (
         {"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
-        "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000",
+        "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= "
+        "1 and <= 1000000",
     ),
     "plot column": (
         {"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples"}}}},
@@ -206,7 +212,8 @@ BAD = {
     ),
     "levels equal by value": (
         {"experiments": {"w": {"matrix": {"momentum": [1, 1.0]}}}},
-        "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ",
+        "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that "
+        "differ",
     ),
 }
 
@@ -275,11 +282,14 @@ def bad_config_line(run) -> str:
     [
         (
             "experiments:\n  w:\n    base: {steps: 5\n    title: x\n",
-            "bad config: config/config.yaml, line 4, column 10: while parsing a flow mapping: expected ',' or '}', but got ':'; allowed: YAML (or JSON)",
+            "bad config: config/config.yaml, line 4, column 10: while parsing a flow mapping: expected ',' or '}', but "
+            "got ':'; allowed: YAML (or JSON)",
         ),
         (
-            "__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp}/PWNED') or 'yte'\n",
-            "bad config: config/config.yaml: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__",
+            "__use_yte__: true\nexperiments:\n  w:\n"
+            "    title: ?__import__('os').system('touch {tmp}/PWNED') or 'yte'\n",
+            "bad config: config/config.yaml: __use_yte__: YTE templates run Python code in the config; allowed: plain "
+            "YAML without __use_yte__",
         ),
         (
             "\n".join(
@@ -287,7 +297,8 @@ def bad_config_line(run) -> str:
                 + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
             )
             + "\nexperiments: {w: {title: *a9}}\n",
-            "bad config: config/config.yaml: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000",
+            "bad config: config/config.yaml: more than 100000 values (a YAML alias counts each time it is used); "
+            "allowed: at most 100000",
         ),
     ],
     ids=["yaml syntax", "yte templates", "alias bomb"],
@@ -303,10 +314,14 @@ def test_default_config_file_is_checked_before_snakemake_reads_it(text, message,
 
 @pytest.mark.slow
 def test_yte_in_a_configfile_option_is_refused_after_snakemake_ran_it(tmp_path):
-    """Snakemake reads --configfile files before the Snakefile runs: the template has run (README: "Configs are code?")."""
+    """Snakemake reads --configfile files before the Snakefile runs: the template has run.
+
+    README: "Configs are code?".
+    """
     path = tmp_path / "yte.yaml"
     path.write_text(
-        f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp_path}/PWNED') or 'yte'\n"
+        f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp_path}/PWNED') or "
+        "'yte'\n"
     )
     line = bad_config_line(snakemake(tmp_path, "--configfile", str(path)))
     assert line == (

@@ -1,4 +1,5 @@
-"""examples/own-pipeline through real Snakemake: the user's shards, collate, CNN and step, to a report with a verdict (#11)."""
+"""examples/own-pipeline through real Snakemake: the user's shards, collate, CNN and step, to a report with a verdict
+(#11)."""
 
 from __future__ import annotations
 

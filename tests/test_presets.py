@@ -113,7 +113,8 @@ def test_preset_validates_at_full_size_without_the_default_config(workflow, tmp_
 
 
 def test_config_alone_starts_from_the_default_config(workflow):
-    """`--config key=value` without a configfile merges over config/config.yaml (a checkout: the workdir is the workflow)."""
+    """`--config key=value` without a configfile merges over config/config.yaml (a checkout: the workdir is the
+    workflow)."""
     with open(os.path.join(workflow, "config", "config.yaml")) as f:
         default = yaml.safe_load(f)
     jobs = planned(snakemake(workflow, workflow, "--dry-run", "--config", "size=small"))

@@ -1,4 +1,5 @@
-"""The prefetch, workers and breakdown study views: from small summaries made the way aggregate makes them, with the real published tables."""
+"""The prefetch, workers and breakdown study views: from small summaries made the way aggregate makes them, with the
+real published tables."""
 
 from __future__ import annotations
 
@@ -44,7 +45,10 @@ def row(
     step_ms: float | None = None,
     **metrics,
 ) -> dict:
-    """One summary row from a result as the harness writes it (a CPU fits pin_memory=true to false, as resolve() does)."""
+    """One summary row from a result as the harness writes it.
+
+    A CPU fits pin_memory=true to false, as resolve() does.
+    """
     cell = {**defaults(), **knobs, "device": "cuda" if gpu else "cpu"}
     if gpu is None:
         cell["pin_memory"] = False
@@ -116,7 +120,8 @@ def test_published_numbers_are_the_studies():
 
 
 def prefetch_rows(gpu: str | None = H100) -> list[dict]:
-    """Without: 2 s per epoch and layer; with: 1.6 s (pinned) or 1.9 s (pageable); repeats 0 and 2 straddle the median of repeat 1."""
+    """Without: 2 s per epoch and layer; with: 1.6 s (pinned) or 1.9 s (pageable); repeats 0 and 2 straddle the median
+    of repeat 1."""
     rows = []
     for epochs in (1, 5):
         for layers in (1, 4):

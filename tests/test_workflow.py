@@ -179,7 +179,7 @@ def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):
 
 
 def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
-    """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone, then it stays done."""
+    """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone; then it is done."""
     from feedbench.images import make_images
 
     (tmp_path / "workflow").mkdir()

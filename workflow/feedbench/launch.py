@@ -80,7 +80,8 @@ def torchrun_root_cause(logs: list[str]) -> str | None:
     for log in logs:
         text = tail(log, 400)
         found = re.search(
-            r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n",
+            r"Root Cause \(first observed "
+            r"failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n",
             text,
             re.S,
         )

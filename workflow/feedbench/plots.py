@@ -100,7 +100,7 @@ def axis_label(column: str) -> str:
 
 
 def transfer_long(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per-size transfer columns -> one row per cell, repeat, size and pinning (columns size_bytes, pinned, gb_per_s)."""
+    """Per-size transfer columns -> one row per cell, repeat, size and pinning (size_bytes, pinned, gb_per_s)."""
     keep = [c for c in rows.columns if not TRANSFER_COLUMN.match(c)]
     long = rows.melt(
         id_vars=keep,
@@ -327,7 +327,7 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
 
 
 def svg_text(fig: Figure, salt: str) -> str:
-    """The figure as SVG text: text stays text, ids are salted (unique within a page), no date (same output run to run)."""
+    """The figure as SVG text: text stays text, ids are salted (unique within a page), no date (same bytes each run)."""
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "text.usetex": False}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})

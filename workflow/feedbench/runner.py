@@ -205,7 +205,8 @@ def run(
         sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         result["error"] = _error(error)
         print(
-            f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: {result['error']['type']}: {result['error']['message']}",
+            f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: "
+            f"{result['error']['type']}: {result['error']['message']}",
             file=sys.stderr,
         )
         code = 1

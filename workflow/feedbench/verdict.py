@@ -146,7 +146,8 @@ def with_objectives(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def varying_knobs(rows: pd.DataFrame, first: list[str] | tuple = ()) -> list[str]:
-    """Knobs whose value differs between the cells of an experiment (not between repeats of a cell); `first` (the matrix axes) lead."""
+    """Knobs whose value differs between the cells of an experiment (not between repeats of a cell); `first` (the matrix
+    axes) lead."""
     per_cell = rows.groupby("cell", sort=False).first()
     order = [k for k in first if k in KNOBS] + [k for k in KNOBS if k not in first]
     return [k for k in order if k in per_cell and k != "seed" and per_cell[k].astype(str).nunique() > 1]

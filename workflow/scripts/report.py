@@ -1,4 +1,5 @@
-"""Snakemake `script:` of rule report: summary + plots + results + published tables -> results/report/index.html (see feedbench.report)."""
+"""Snakemake `script:` of rule report: summary + plots + results + published tables -> results/report/index.html (see
+feedbench.report)."""
 
 from feedbench.report import write_report
 

@@ -1,4 +1,5 @@
-"""Study view `nmt`: fused vs step-by-step LSTM under DataParallel, DDP and independent replicas (TensorFlow NMT; docs/studies.md)."""
+"""Study view `nmt`: fused vs step-by-step LSTM under DataParallel, DDP and independent replicas (TensorFlow NMT;
+docs/studies.md)."""
 
 from __future__ import annotations
 

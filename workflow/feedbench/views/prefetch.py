@@ -1,4 +1,5 @@
-"""Study view `prefetch`: time with and without the stream prefetcher per epochs x hidden layers (Ray's auto pipeline; docs/studies.md)."""
+"""Study view `prefetch`: time with and without the stream prefetcher per epochs x hidden layers (Ray's auto pipeline;
+docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _source(pin) -> str:
 
 
 def _ours(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
-    """Median window time per (source, epochs, hidden layers, other knobs of the matrix) without and with the prefetcher."""
+    """Median window time per (source, epochs, hidden layers, other knobs of the matrix) without and with the
+    prefetcher."""
     rows = as_requested(rows, ["pin_memory", "device_prefetch"])
     rows = rows.assign(source=[_source(p) for p in rows["pin_memory"]])
     times = median_by(rows, ["source", *KEYS, *others, "device_prefetch"], ["window_s"])
@@ -62,8 +64,9 @@ def _published_trend(theirs: pd.DataFrame) -> list[str]:
             listed = ", ".join(f"{s:.3f}" for s in speedups)
             layers = ", ".join(str(h) for h in group["hidden_layers"])
             notes.append(
-                f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} at {layers} hidden layers), "
-                "although the source says the auto pipeline gains more as the model grows: a larger model leaves the copy "
+                f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} at {layers} hidden "
+                "layers), although the source says the auto pipeline gains more as the model grows: a larger model "
+                "leaves the copy "
                 "a smaller share of each step to hide."
             )
     return notes
@@ -124,7 +127,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         view.tables.append(
             Table.of(
                 theirs.rename(columns={"with_s": "time with auto pipeline [s]", "without_s": "time without [s]"}),
-                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, one run each",
+                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, "
+                "one run each",
             )
         )
         side = (
@@ -161,7 +165,7 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         )
     if cpu_only(rows):
         view.notes.append(
-            "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs there, "
-            "so these speedups say nothing about overlapping copies with compute."
+            "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs "
+            "there, so these speedups say nothing about overlapping copies with compute."
         )
     return view
