@@ -78,7 +78,10 @@ def _runs(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _stalls(runs: pd.DataFrame) -> pd.DataFrame:
     """Per-sample times and the two stalls, absolute and as % of the cold run (no fetch stall where no cold cache was
     made)."""
-    us = lambda column: 1e6 / runs[column]  # noqa: E731
+
+    def us(column: str) -> pd.Series:
+        return 1e6 / runs[column]
+
     cold = us("cold").where(runs["cold_made"] == True)  # noqa: E712 (NaN where not made)
     out = pd.DataFrame(
         {
