@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import tomllib
@@ -15,6 +13,7 @@ from conftest import ROOT
 from feedbench.config import validate_config
 from feedbench.knobs import KNOBS
 from feedbench.matrix import build_cells
+from snakemake_run import run_snakemake
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
 # Run the workflow, never a job: they belong to the machine that drives Snakemake.
@@ -224,24 +223,7 @@ def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
     config, message = BAD[case]
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            os.path.join(ROOT, "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(path),
-            "--cores",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = snakemake(tmp_path, "--configfile", str(path))
     assert run.returncode != 0
     lines = [line for line in (run.stderr + run.stdout).splitlines() if line.startswith("bad config:")]
     assert len(lines) == 1 and lines[0].startswith(message), run.stderr[-2000:]
@@ -249,24 +231,8 @@ def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
 
 
 def snakemake(tmp_path, *args):
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            os.path.join(ROOT, "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--cores",
-            "2",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """The checkout's workflow, run in tmp_path."""
+    return run_snakemake(ROOT, tmp_path, *args, timeout=300)
 
 
 def bad_config_line(run) -> str:

@@ -19,6 +19,7 @@ import time
 
 import pytest
 from feedbench.images import make_images
+from snakemake_run import snakemake_command, snakemake_env
 from test_workflow import copy_workflow, planned, snakemake
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine
@@ -133,23 +134,15 @@ def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
     }
     with open(workdir / "config.yaml", "w") as f:
         json.dump(config, f)
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        os.path.join(workflow, "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-    ]
+    command = snakemake_command(workflow, workdir, "--configfile", str(workdir / "config.yaml"))
     # A terminal's Ctrl-C reaches the whole foreground process group: Snakemake and the job it runs.
     run = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        command,
+        env=snakemake_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     started = workdir / "logs" / "bench" / "slow" / "num_workers-0" / "rep1.log"
     deadline = time.monotonic() + 300

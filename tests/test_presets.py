@@ -17,12 +17,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import yaml
 from conftest import ROOT
 from markupsafe import escape
+from snakemake_run import run_snakemake
 from test_workflow import copy_workflow
 
 PRESETS = ["prefetch", "workers", "scaling", "nmt", "breakdown", "datastall"]
@@ -38,20 +38,7 @@ def load_preset(name: str) -> dict:
 
 def snakemake(workflow: str, workdir, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`snakemake` of the workflow copy in workdir (its profiles/default applies, as in a checkout)."""
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        os.path.join(workflow, "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--cores",
-        "2",
-        *args,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    return run_snakemake(workflow, workdir, *args, timeout=timeout)
 
 
 def preset_args(workflow: str, name: str) -> list[str]:
