@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup test run screenshots
+.PHONY: setup test run screenshots lint
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,16 @@ run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 	@echo "Report: $(CURDIR)/results/report/index.html"
 
-test: setup system-deps
+# The lint gate: ruff (lint and format), snakefmt and `snakemake --lint`, with the venv's bin first on PATH
+# (snakefmt runs shfmt from there). Configs: pyproject.toml ([tool.ruff], [tool.snakefmt]).
+BINPATH := PATH="$(abspath $(VENV))/bin:$$PATH"
+lint: setup
+	$(BINPATH) ruff check .
+	$(BINPATH) ruff format --check .
+	$(BINPATH) snakefmt --check Snakefile workflow/rules
+	$(BINPATH) snakemake --lint
+
+test: setup system-deps lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Chromium for the browser test: Debian's package, never a downloaded browser.

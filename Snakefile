@@ -12,12 +12,18 @@ min_version("9.0")
 
 # The workflow runs the feedbench package that sits beside this Snakefile
 # (workflow/feedbench), here and in every job (PYTHONPATH is inherited), so a
-# copy of the workflow runs its own harness.
+# copy of the workflow runs its own harness. It stays an environment variable:
+# the rules' conda envs do not install feedbench, and shell jobs, script jobs
+# and torchrun's ranks all inherit it; a Slurm job runs this Snakefile again and
+# sets it there. `snakemake --lint` asks for an `envvars:` directive for every
+# os.environ[...] it sees, which is for variables the user must provide; this
+# one the workflow sets itself, hence update() rather than an envvars the user
+# would have to satisfy.
 PACKAGE_ROOT = os.path.join(workflow.basedir, "workflow")
 if PACKAGE_ROOT not in sys.path:
     sys.path.insert(0, PACKAGE_ROOT)
 if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p))
 
 from feedbench.config import ConfigError, one_line, read_config_file
 

@@ -123,7 +123,8 @@ def config(cells: int) -> dict:
 
 
 def trivial_params(cells: int) -> dict[str, dict[str, str]]:
-    """Per job, params as long as the bench job's: the cell's knobs as JSON (as common.smk's cell_knobs) and 16 hex digits."""
+    """Per job, params as long as the bench job's: the cell's knobs as JSON (as common.smk's cell_knobs) and 16 hex
+    digits."""
     params = {}
     for cell in build_cells(config(cells), check=False):
         knobs = json.dumps(dict(cell.labelled(1), attempt="first"), sort_keys=True)
@@ -206,7 +207,8 @@ def main(argv: list[str]) -> int:
     each = {name: ", ".join(f"{w:.1f}" for w in ws) for name, ws in walls.items()}
     print(f"feedbench: {args.cells} cells, {jobs} jobs planned: {median['feedbench']:.1f} s ({each['feedbench']})")
     print(
-        f"snakemake: {trivial_jobs} trivial jobs, params of the same size: {median['trivial']:.1f} s ({each['trivial']})"
+        f"snakemake: {trivial_jobs} trivial jobs, params of the same size: {median['trivial']:.1f} s "
+        f"({each['trivial']})"
     )
     print(f"ratio: {ratio:.2f} (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'MISSED'})")
     print(

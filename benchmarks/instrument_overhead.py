@@ -94,8 +94,9 @@ def main() -> None:
             inst.append(i)
             ratios.append(i / b)
         print(
-            f"{name} on {device.type}: bare {statistics.median(bare):.1f} samples/s, instrumented {statistics.median(inst):.1f} samples/s, "
-            f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})"
+            f"{name} on {device.type}: bare {statistics.median(bare):.1f} samples/s, instrumented "
+            f"{statistics.median(inst):.1f} samples/s, ratio median {statistics.median(ratios):.3f} (rounds: "
+            f"{', '.join(f'{r:.3f}' for r in ratios)})"
         )
 
 

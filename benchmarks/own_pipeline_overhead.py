@@ -85,7 +85,8 @@ def main() -> None:
             return result["metrics"]["samples_per_s"]
 
         print(
-            f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} alternating rounds"
+            f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} alternating "
+            "rounds"
         )
         bare_loop(dataset, model, device)  # one unmeasured round of each: caches, allocator, page cache
         instrumented()
@@ -93,10 +94,11 @@ def main() -> None:
         for _ in range(args.rounds):
             bare.append(bare_loop(dataset, model, device))
             inst.append(instrumented())
-        ratios = [i / b for i, b in zip(inst, bare)]
+        ratios = [i / b for i, b in zip(inst, bare, strict=True)]
         print(
-            f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} samples/s, "
-            f"ratio median {statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})"
+            f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} "
+            f"samples/s, ratio median {statistics.median(ratios):.3f} (rounds: "
+            f"{', '.join(f'{r:.3f}' for r in ratios)})"
         )
 
 

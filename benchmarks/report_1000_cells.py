@@ -124,7 +124,8 @@ def main() -> int:
 
         total = sum(timings.values())
         print(
-            f"{len(paths)} results, {len(config['experiments'])} experiments, report {os.path.getsize(html) / 1e6:.1f} MB"
+            f"{len(paths)} results, {len(config['experiments'])} experiments, report {os.path.getsize(html) / 1e6:.1f} "
+            "MB"
         )
         for stage, seconds in timings.items():
             print(f"  {stage:10} {seconds:6.2f} s")

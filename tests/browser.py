@@ -155,7 +155,8 @@ def inspect(
     max_height: int | None = None,
 ) -> PageReport:
     """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors, figure
-    sizes and the layout's fit. The screenshot shows the whole page, or the element `selector` names, cut at `max_height` pixels when given."""
+    sizes and the layout's fit. The screenshot shows the whole page, or the element `selector` names, cut at
+    `max_height` pixels when given."""
     browser = DevTools(binary or find_chromium())
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]

@@ -68,7 +68,7 @@ def cells(experiments: dict) -> list[tuple[str, str, dict]]:
     for name, exp in experiments.items():
         axes = exp["matrix"]
         for levels in itertools.product(*axes.values()):
-            point = dict(zip(axes, levels))
+            point = dict(zip(axes, levels, strict=True))
             out.append((name, cell_id(point), {**FAST, **exp["base"], **point}))
     return out
 
@@ -128,7 +128,10 @@ class Matrix:
 
 @pytest.fixture(scope="session")
 def real_matrix(tmp_path_factory) -> Matrix:
-    """EXPERIMENTS x 2 repeats plus one failing cell, run once per test session (cached under the session's temp dir)."""
+    """EXPERIMENTS x 2 repeats plus one failing cell, run once per test session.
+
+    Cached under the session's temp dir.
+    """
     root = tmp_path_factory.getbasetemp() / "real-matrix"
     index = root / "paths.json"
     if not index.exists():

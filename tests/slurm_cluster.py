@@ -28,7 +28,10 @@ CLUSTER = HERE / "cluster.sh"
 PARTITION = "debug"  # as in cluster.sh
 ACCOUNT = "feedbench"  # an account cluster.sh creates, with root in it
 
-ENABLE = "run the tests as root (the Slurm daemons run as root and munge): `bash tests/slurm/install.sh` installs Debian's packages, the fixture starts the daemons"
+ENABLE = (
+    "run the tests as root (the Slurm daemons run as root and munge): `bash tests/slurm/install.sh` installs Debian's "
+    "packages, the fixture starts the daemons"
+)
 # States in which a job is still going somewhere; anything else is final.
 ACTIVE = {
     "PENDING",
@@ -71,7 +74,7 @@ class SlurmCluster:
         names = fields.split(",")
         args = ["sacct", "-n", "-P", "-j", job_id, "-o", fields] + ([] if steps else ["-X"])
         lines = self.run(*args).stdout.splitlines()
-        return [dict(zip(names, line.split("|"))) for line in lines if line]
+        return [dict(zip(names, line.split("|"), strict=True)) for line in lines if line]
 
     def wait(self, job_id: str, timeout: float = 120) -> dict[str, str]:
         """Poll sacct until the job reaches a final state; returns its row."""

@@ -40,7 +40,10 @@ def test_the_baseline_travels_from_the_matrix_to_the_summary(tmp_path):
         assert json.load(f)["cell"]["baseline"] is True
     write_summary(load_results(paths), str(tmp_path / "summary.csv"))
     summary = read_summary(str(tmp_path / "summary.csv"))
-    assert dict(zip(summary["cell"], summary["baseline"])) == {"num_workers-1": True, "num_workers-0": False}
+    assert dict(zip(summary["cell"], summary["baseline"], strict=True)) == {
+        "num_workers-1": True,
+        "num_workers-0": False,
+    }
     found = verdict.summarize_experiment(summary, CONFIG["experiments"]["workers"]["matrix"])
     assert found["baseline"]["cell"] == matrix.baseline(cells, "workers").id == "num_workers-1"
     assert found["speedup"] is not None and found["note"] is None

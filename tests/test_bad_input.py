@@ -19,11 +19,13 @@ from feedbench.result import schema
         ({"num_workerz": 2}, "unknown knob 'num_workerz'; allowed: amp, batch_size,"),
         (
             {"model": "resnet1000"},
-            "knob 'model': value 'resnet1000' is not known; allowed: none, mlp, sleep, lstm or a torchvision classification model",
+            "knob 'model': value 'resnet1000' is not known; allowed: none, mlp, sleep, lstm or a torchvision "
+            "classification model",
         ),
         (
             {"dataset": "imagenet"},
-            "knob 'dataset': value 'imagenet' is not allowed; allowed: synthetic, memory, images, cifar10, cifar100, tokens",
+            "knob 'dataset': value 'imagenet' is not allowed; allowed: synthetic, memory, images, cifar10, cifar100, "
+            "tokens",
         ),
         (
             {"scenario": "inference"},
@@ -70,7 +72,8 @@ from feedbench.result import schema
         ),
         (
             {"dataset": "images"},
-            "knob 'data_dir': dataset 'images' needs a data_dir; allowed: an existing folder (make one with: python -m feedbench make-images DIR)",
+            "knob 'data_dir': dataset 'images' needs a data_dir; allowed: an existing folder (make one with: python -m "
+            "feedbench make-images DIR)",
         ),
         (
             {"dataset": "cifar10"},

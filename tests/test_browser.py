@@ -1,4 +1,5 @@
-"""The report as a reader sees it: headless Chromium loads it with no failed request, no console error, every figure drawn.
+"""The report as a reader sees it: headless Chromium loads it with no failed request, no console error, every figure
+drawn.
 
 Needs Debian's chromium package (`make system-deps` installs it as root);
 skipped with that hint where it is missing. The screenshot is kept in

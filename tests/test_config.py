@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import tomllib
@@ -15,6 +13,7 @@ from conftest import ROOT
 from feedbench.config import validate_config
 from feedbench.knobs import KNOBS
 from feedbench.matrix import build_cells
+from snakemake_run import run_snakemake
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
 # Run the workflow, never a job: they belong to the machine that drives Snakemake.
@@ -49,7 +48,8 @@ def test_default_config_is_the_matrix_of_the_issue():
 
 
 def schema_keys(node: dict, prefix: str, defs: dict) -> dict[str, dict]:
-    """Dotted config keys of the schema -> their schema, down to knob mappings (which `python -m feedbench knobs` documents)."""
+    """Dotted config keys of the schema -> their schema, down to knob mappings (which `python -m feedbench knobs`
+    documents)."""
     if "$ref" in node and node["$ref"] != "#/$defs/knobs":
         node = {**defs[node["$ref"].split("/")[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
     keys = {}
@@ -88,7 +88,7 @@ def test_readme_reference_lists_every_key_of_the_schema_with_its_default():
 
 
 def test_config_accepts_exactly_the_knobs_of_the_harness():
-    """Knob names and values are checked against feedbench.knobs.KNOBS (not listed in the schema), so they cannot drift."""
+    """Knob names and values are checked against feedbench.knobs.KNOBS (not listed in the schema): they cannot drift."""
     every = {name: knob.default for name, knob in KNOBS.items()}
     config = {
         "defaults": dict(every),
@@ -133,7 +133,8 @@ def test_every_conda_env_is_used_by_a_rule():
 BAD = {
     "unknown key": (
         {"experiments": {"w": {"base": {}, "titel": "x"}}},
-        "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, reference, search, title, view",
+        "bad config: experiments.w.titel: unknown key; allowed: base, ceilings, exclude, include, matrix, plot, "
+        "reference, search, title, view",
     ),
     "unknown knob": (
         {"experiments": {"w": {"base": {"num_wokers": 2}}}},
@@ -149,7 +150,8 @@ BAD = {
     ),
     "unknown model": (
         {"experiments": {"w": {"matrix": {"model": ["mlp", "resnet999"]}}}},
-        "bad config: experiments.w.matrix.model: value 'resnet999' is not known; allowed: none, mlp, sleep, lstm or a torchvision",
+        "bad config: experiments.w.matrix.model: value 'resnet999' is not known; allowed: none, mlp, sleep, lstm or a "
+        "torchvision",
     ),
     "unknown dataset": (
         {"experiments": {"w": {"base": {"dataset": "imagenet"}}}},
@@ -186,15 +188,18 @@ BAD = {
     ),
     "name too long": (
         {"experiments": {"x" * 300: {}}},
-        "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64",
+        "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 "
+        "characters; allowed: at most 64",
     ),
     "periodic name": (
         {"experiments": {"a" * 40: {}}},
-        "bad config: experiments: name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' ends in a part repeated 20 times or more",
+        "bad config: experiments: name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' ends in a part repeated 20 times or "
+        "more",
     ),
     "22-digit level": (
         {"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
-        "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000",
+        "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= "
+        "1 and <= 1000000",
     ),
     "plot column": (
         {"experiments": {"w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples"}}}},
@@ -206,7 +211,8 @@ BAD = {
     ),
     "levels equal by value": (
         {"experiments": {"w": {"matrix": {"momentum": [1, 1.0]}}}},
-        "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ",
+        "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that "
+        "differ",
     ),
 }
 
@@ -217,24 +223,7 @@ def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
     config, message = BAD[case]
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            os.path.join(ROOT, "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(path),
-            "--cores",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = snakemake(tmp_path, "--configfile", str(path))
     assert run.returncode != 0
     lines = [line for line in (run.stderr + run.stdout).splitlines() if line.startswith("bad config:")]
     assert len(lines) == 1 and lines[0].startswith(message), run.stderr[-2000:]
@@ -242,24 +231,8 @@ def test_bad_config_stops_snakemake_before_any_job(case, tmp_path):
 
 
 def snakemake(tmp_path, *args):
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            os.path.join(ROOT, "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--cores",
-            "2",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """The checkout's workflow, run in tmp_path."""
+    return run_snakemake(ROOT, tmp_path, *args, timeout=300)
 
 
 def bad_config_line(run) -> str:
@@ -275,11 +248,14 @@ def bad_config_line(run) -> str:
     [
         (
             "experiments:\n  w:\n    base: {steps: 5\n    title: x\n",
-            "bad config: config/config.yaml, line 4, column 10: while parsing a flow mapping: expected ',' or '}', but got ':'; allowed: YAML (or JSON)",
+            "bad config: config/config.yaml, line 4, column 10: while parsing a flow mapping: expected ',' or '}', but "
+            "got ':'; allowed: YAML (or JSON)",
         ),
         (
-            "__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp}/PWNED') or 'yte'\n",
-            "bad config: config/config.yaml: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__",
+            "__use_yte__: true\nexperiments:\n  w:\n"
+            "    title: ?__import__('os').system('touch {tmp}/PWNED') or 'yte'\n",
+            "bad config: config/config.yaml: __use_yte__: YTE templates run Python code in the config; allowed: plain "
+            "YAML without __use_yte__",
         ),
         (
             "\n".join(
@@ -287,7 +263,8 @@ def bad_config_line(run) -> str:
                 + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
             )
             + "\nexperiments: {w: {title: *a9}}\n",
-            "bad config: config/config.yaml: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000",
+            "bad config: config/config.yaml: more than 100000 values (a YAML alias counts each time it is used); "
+            "allowed: at most 100000",
         ),
     ],
     ids=["yaml syntax", "yte templates", "alias bomb"],
@@ -303,10 +280,14 @@ def test_default_config_file_is_checked_before_snakemake_reads_it(text, message,
 
 @pytest.mark.slow
 def test_yte_in_a_configfile_option_is_refused_after_snakemake_ran_it(tmp_path):
-    """Snakemake reads --configfile files before the Snakefile runs: the template has run (README: "Configs are code?")."""
+    """Snakemake reads --configfile files before the Snakefile runs: the template has run.
+
+    README: "Configs are code?".
+    """
     path = tmp_path / "yte.yaml"
     path.write_text(
-        f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp_path}/PWNED') or 'yte'\n"
+        f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {tmp_path}/PWNED') or "
+        "'yte'\n"
     )
     line = bad_config_line(snakemake(tmp_path, "--configfile", str(path)))
     assert line == (

@@ -19,6 +19,7 @@ import time
 
 import pytest
 from feedbench.images import make_images
+from snakemake_run import snakemake_command, snakemake_env
 from test_workflow import copy_workflow, planned, snakemake
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine
@@ -86,7 +87,8 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     cells = workdir / "results" / "cells"
     keys = sorted(str(p.parent.relative_to(cells)) for p in cells.rglob("result.json"))
     assert len(keys) == 9
-    damaged, kept = dict(zip(keys, DAMAGE)), keys[len(DAMAGE) :]
+    # the first len(DAMAGE) cells are damaged (zip stops there), the rest are kept
+    damaged, kept = dict(zip(keys, DAMAGE, strict=False)), keys[len(DAMAGE) :]
     before = {key: (workdir / "results" / "cells" / key / "result.json").read_bytes() for key in keys}
     for key, how in damaged.items():
         (workdir / "results" / "cells" / key / "result.json").write_text(damage(before[key].decode(), how))
@@ -132,23 +134,15 @@ def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
     }
     with open(workdir / "config.yaml", "w") as f:
         json.dump(config, f)
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        os.path.join(workflow, "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-    ]
+    command = snakemake_command(workflow, workdir, "--configfile", str(workdir / "config.yaml"))
     # A terminal's Ctrl-C reaches the whole foreground process group: Snakemake and the job it runs.
     run = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        command,
+        env=snakemake_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     started = workdir / "logs" / "bench" / "slow" / "num_workers-0" / "rep1.log"
     deadline = time.monotonic() + 300

@@ -161,7 +161,8 @@ def test_harness_errors_are_rewritten_with_the_key_path():
         ({"experiments": {}}, "bad config: experiments: value {} has too few entries; allowed: at least 1"),
         (
             {"experiments": {"w": {"base": {"dataset": "tokens", "model": "mlp"}}}},
-            "bad config: experiments.w.base.model: value 'mlp' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none",
+            "bad config: experiments.w.base.model: value 'mlp' is not allowed with dataset 'tokens'; allowed: lstm, "
+            "sleep, none",
         ),
     ],
 )
@@ -215,15 +216,18 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
     [
         (
             {"experiments": {"w": {"matrix": {"momentum": [math.nan]}}}},
-            "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1",
+            "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and "
+            "<= 1",
         ),
         (
             {"experiments": {"w": {"base": {"momentum": math.nan}}}},
-            "bad config: experiments.w.base.momentum: value nan is not a finite number; allowed: a number >= 0 and <= 1",
+            "bad config: experiments.w.base.momentum: value nan is not a finite number; allowed: a number >= 0 and "
+            "<= 1",
         ),
         (
             {"experiments": {"w": {"base": {"model": "sleep"}, "matrix": {"compute_ms": [math.inf]}}}},
-            "bad config: experiments.w.matrix.compute_ms: value inf is not a finite number; allowed: a number >= 0 and <= 3600000",
+            "bad config: experiments.w.matrix.compute_ms: value inf is not a finite number; allowed: a number >= 0 and "
+            "<= 3600000",
         ),
         (
             {"defaults": {"lr": -math.inf}, "experiments": {"w": {}}},
@@ -235,11 +239,13 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
         ),
         (
             {"experiments": {"x" * 300: {}}},
-            "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; allowed: at most 64",
+            "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 "
+            "characters; allowed: at most 64",
         ),
         (
             {"experiments": {"a" * 30: {}}},
-            f"bad config: experiments: name '{'a' * 30}' ends in a part repeated 20 times or more, which Snakemake refuses",
+            f"bad config: experiments: name '{'a' * 30}' ends in a part repeated 20 times or more, which Snakemake "
+            "refuses",
         ),
         (
             {"experiments": {"x\n": {}}},
@@ -247,15 +253,18 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
         ),
         (
             {"experiments": {"w": {"view": "nmt", "reference": "nmt\n"}}},
-            "bad config: experiments.w.reference: value 'nmt\\n' is not fit for a path; allowed: letters, digits, _ and -",
+            "bad config: experiments.w.reference: value 'nmt\\n' is not fit for a path;"
+            " allowed: letters, digits, _ and - (not first)",
         ),
         (
             {"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
-            "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer >= 1 and <= 1000000",
+            "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer "
+            ">= 1 and <= 1000000",
         ),
         (
             {"experiments": {"w": {"base": {"num_workers": 100_000}}}},
-            "bad config: experiments.w.base.num_workers: value 100000 is out of range; allowed: an integer >= 0 and <= 256",
+            "bad config: experiments.w.base.num_workers: value 100000 is out of range; allowed: an integer >= 0 and <= "
+            "256",
         ),
         (
             {"defaults": {"repeats": 10**22}, "experiments": {"w": {}}},
@@ -263,7 +272,8 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
         ),
         (
             {"experiments": {"w": {"matrix": {"momentum": [0.0, 1, 1.0]}}}},
-            "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that differ",
+            "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that "
+            "differ",
         ),
         (
             {"experiments": {"w": {"matrix": {"pin_memory": [True, True]}}}},
@@ -275,7 +285,8 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
                     "w": {"matrix": {"momentum": [0.5, 0.9]}, "include": [{"momentum": 0.9, "num_workers": 0}]}
                 }
             },
-            "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' (experiments.w.matrix); allowed: cells that differ",
+            "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' (experiments.w.matrix); allowed: "
+            "cells that differ",
         ),
         (
             {
@@ -285,16 +296,19 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
             },
             (
                 "bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob nor a summary column"
-                " (did you mean samples_per_s?); allowed: a knob, a monitor series' <name>_mean, or experiment, cell, repeat, baseline, status,"
+                " (did you mean samples_per_s?); allowed: a knob, a monitor series' <name>_mean, or experiment, cell, "
+                "repeat, baseline, status,"
             ),
         ),
         (
             {"experiments": {"w": {"plot": [{"x": "num_workers"}, {"x": "num_workers", "hue": "colour"}]}}},
-            "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a summary column; allowed: a knob,",
+            "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a summary column; allowed: a "
+            "knob,",
         ),
         (
             {"experiments": {"w": {"plot": {"x": "num_wrkers", "kind": "phases"}}}},
-            "bad config: experiments.w.plot.x: column 'num_wrkers' is neither a knob nor a summary column (did you mean num_workers?)",
+            "bad config: experiments.w.plot.x: column 'num_wrkers' is neither a knob nor a summary column (did you "
+            "mean num_workers?)",
         ),
         (
             {
@@ -407,7 +421,8 @@ def test_yaml_errors_name_file_line_and_column(tmp_path):
     with pytest.raises(ConfigError) as error:
         read_config_file(str(path))
     assert str(error.value) == (
-        f"{path}, line 4, column 10: while parsing a flow mapping: expected ',' or '}}', but got ':'; allowed: YAML (or JSON)"
+        f"{path}, line 4, column 10: while parsing a flow mapping: expected ',' or '}}', but got ':'; allowed: YAML "
+        "(or JSON)"
     )
     path.write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"value \[1, 2\] is not a mapping; allowed: a mapping of config keys$"):

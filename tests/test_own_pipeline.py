@@ -8,12 +8,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 import yaml
 from conftest import ROOT
+from snakemake_run import run_snakemake
 from test_workflow import copy_workflow
 
 pytestmark = pytest.mark.slow  # one real Snakemake run of 8 small cells and a transfer probe
@@ -22,22 +21,7 @@ EXAMPLE = os.path.join(ROOT, "examples", "own-pipeline")
 
 
 def snakemake(workflow, workdir, configfile, *args):
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        os.path.join(workflow, "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(configfile),
-        "--cores",
-        "2",
-        *args,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    return run_snakemake(workflow, workdir, "--configfile", str(configfile), *args)
 
 
 @pytest.fixture(scope="module")

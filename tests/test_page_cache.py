@@ -46,7 +46,8 @@ def test_warm_reads_every_file_into_the_cache(images):
 
 
 def test_cold_by_fadvise_when_drop_caches_is_out_of_reach(images, tmp_path):
-    """Not root (here: a drop_caches path that cannot be opened): each file is evicted with posix_fadvise, and the note says so."""
+    """Not root (here: a drop_caches path that cannot be opened): each file is evicted with posix_fadvise, and the note
+    says so."""
     _, paths = images
     warm(paths)
     assert resident_pages(paths) > 0

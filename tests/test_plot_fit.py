@@ -36,7 +36,7 @@ def summary() -> pd.DataFrame:
     random.seed(0)
     rows = []
     for levels in itertools.product(*AXES.values()):
-        point = dict(zip(AXES, levels))
+        point = dict(zip(AXES, levels, strict=True))
         for repeat in range(2):
             phases = {f"{p}_ms": random.uniform(1, 20) for p in PHASES}
             step = sum(phases.values())

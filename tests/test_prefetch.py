@@ -23,7 +23,7 @@ def _loader(workers: int = 0, pin: bool = False) -> DataLoader:
 
 def _assert_same(expected: list, got: list) -> None:
     assert len(got) == len(expected) == 10
-    for (x0, y0), (x1, y1) in zip(expected, got):
+    for (x0, y0), (x1, y1) in zip(expected, got, strict=True):
         assert torch.equal(x0, x1.cpu()) and torch.equal(y0, y1.cpu())
 
 

@@ -17,12 +17,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import yaml
 from conftest import ROOT
 from markupsafe import escape
+from snakemake_run import run_snakemake
 from test_workflow import copy_workflow
 
 PRESETS = ["prefetch", "workers", "scaling", "nmt", "breakdown", "datastall"]
@@ -38,20 +38,7 @@ def load_preset(name: str) -> dict:
 
 def snakemake(workflow: str, workdir, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`snakemake` of the workflow copy in workdir (its profiles/default applies, as in a checkout)."""
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        os.path.join(workflow, "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--cores",
-        "2",
-        *args,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    return run_snakemake(workflow, workdir, *args, timeout=timeout)
 
 
 def preset_args(workflow: str, name: str) -> list[str]:
@@ -113,7 +100,8 @@ def test_preset_validates_at_full_size_without_the_default_config(workflow, tmp_
 
 
 def test_config_alone_starts_from_the_default_config(workflow):
-    """`--config key=value` without a configfile merges over config/config.yaml (a checkout: the workdir is the workflow)."""
+    """`--config key=value` without a configfile merges over config/config.yaml (a checkout: the workdir is the
+    workflow)."""
     with open(os.path.join(workflow, "config", "config.yaml")) as f:
         default = yaml.safe_load(f)
     jobs = planned(snakemake(workflow, workflow, "--dry-run", "--config", "size=small"))

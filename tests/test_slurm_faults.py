@@ -63,7 +63,9 @@ def bench_jobs(slurm_cluster, run_id: str) -> dict[str, dict[str, str]]:
     fields = "JobIDRaw,State,Comment,AllocTRES"
     sacct = ["sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields]
     out = slurm_cluster.run(*sacct).stdout
-    jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if "rule_bench_" in line]
+    jobs = [
+        dict(zip(fields.split(","), line.split("|"), strict=True)) for line in out.splitlines() if "rule_bench_" in line
+    ]
     return {job["Comment"].split("_wildcards_")[1]: job for job in jobs}
 
 

@@ -1,4 +1,7 @@
-"""feedbench.slurm without a cluster: the plugin workarounds and the record of a lost cell (docs/reliability-slurm.md)."""
+"""feedbench.slurm without a cluster: the plugin workarounds and the record of a lost cell.
+
+See docs/reliability-slurm.md.
+"""
 
 from __future__ import annotations
 

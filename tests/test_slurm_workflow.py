@@ -78,7 +78,8 @@ def run(slurm_cluster, tmp_path_factory):
         "--configfile", str(config),
         "--profile", os.path.join(workflow, "profiles", "slurm"),
         # What a site adapts, on the command line (it replaces the profile's default-resources).
-        "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}", "runtime=10", "mem_mb=500",
+        "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}",
+        "runtime=10", "mem_mb=500",
         "--slurm-init-seconds-before-status-checks", "2",
         # The test nodes have 4000 MB: less than the 2 GiB per rank a bench job asks for by default.
         # Their GPUs are typed, as on the cluster: every cell names the model (--gpus=tesla:N).
@@ -120,7 +121,7 @@ def test_every_cell_went_through_sbatch(slurm_cluster, run):
     out = slurm_cluster.run(
         "sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields
     ).stdout
-    jobs = [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines() if line]
+    jobs = [dict(zip(fields.split(","), line.split("|"), strict=True)) for line in out.splitlines() if line]
     assert jobs, f"sacct knows no job named {run_id}"
     bench = [job for job in jobs if job["Comment"].startswith("rule_bench_")]
     assert sorted(job["Comment"] for job in bench) == sorted(
@@ -169,7 +170,8 @@ def timed_out(slurm_cluster, tmp_path_factory):
     command = [
         sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
         "--configfile", str(workdir / "config.yaml"), "--profile", os.path.join(workflow, "profiles", "slurm"),
-        "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}", "runtime=10", "mem_mb=500",
+        "--default-resources", f"slurm_partition={slurm_cluster.partition}", f"slurm_account={slurm_cluster.account}",
+        "runtime=10", "mem_mb=500",
         "--slurm-init-seconds-before-status-checks", "2",
         "--set-resources", "bench:mem_mb=1000", "bench:runtime=1",
     ]  # fmt: skip

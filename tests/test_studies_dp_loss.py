@@ -45,7 +45,7 @@ def test_with_loss_returns_the_loss_and_gradients_of_the_outside_loss(kind):
     inside = WithLoss(model, loss_fn)(*batch)
     assert inside.shape == (1,) and torch.allclose(inside[0], outside)
     inside.mean().backward()
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(_gradients(model), expected))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(_gradients(model), expected, strict=True))
 
 
 def _rank(rank: int, world: int, store: str, out: str) -> None:
@@ -71,7 +71,7 @@ def test_gloo_replicas_with_the_loss_inside_match_one_process_on_the_whole_batch
     expected = _gradients(model)
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt")
-        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, expected))
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, expected, strict=True))
 
 
 def test_a_dp_cell_trains_through_the_wrapper_and_weight_decay_is_a_knob(run_cell):

@@ -57,7 +57,7 @@ def test_workers_labels_the_two_first_batch_windows_apart_and_marks_derived_numb
     assert "published first-batch speedup vs 1 (CUDA init in, worker start-up out)" in side.columns
     assert "measured first-batch speedup vs 1 (worker start-up in, CUDA init out)" in side.columns
     published = find(view.tables, "Published")
-    how = dict(zip(column(published, "num_workers"), column(published, "how read")))
+    how = dict(zip(column(published, "num_workers"), column(published, "how read"), strict=True))
     assert how == {
         1: "printed",
         2: "derived: CPU total / CPU total %",
@@ -65,7 +65,7 @@ def test_workers_labels_the_two_first_batch_windows_apart_and_marks_derived_numb
         8: "printed",
         16: "printed",
     }
-    assert dict(zip(column(published, "num_workers"), column(published, "next() + .to() [ms]")))[2] == 40.8
+    assert dict(zip(column(published, "num_workers"), column(published, "next() + .to() [ms]"), strict=True))[2] == 40.8
     assert "enumerate() runs before profile()" in view.text and "mostly worker start-up" not in view.text
 
 
@@ -126,7 +126,7 @@ def breakdown_full_rows() -> list[dict]:
 def test_breakdown_matches_each_statement_on_its_model_gpus_and_batch():
     view = builder("breakdown")(summary(breakdown_full_rows()), reference("breakdown"), BREAKDOWN_FULL)
     published = view.tables[0]
-    rows = [dict(zip(published.columns, r)) for r in published.rows]
+    rows = [dict(zip(published.columns, r, strict=True)) for r in published.rows]
     q3 = {r["model"]: r for r in rows if r["item"] == "Q3" and r["phase"] == "transfer"}
     assert q3["resnet18"]["measured at this timing [ms]"] == pytest.approx(8.0)  # 4 GPUs, 256 in all: not the 1-GPU 4.0
     assert q3["resnet50"]["measured at this timing [ms]"] == pytest.approx(11.0)
@@ -143,7 +143,7 @@ def test_breakdown_compares_processing_per_gpu_one_gpu_against_dataparallel():
         view.tables,
         "Measured on NVIDIA H100 80GB HBM3 (host node1): processing time per step at the same batch per GPU",
     )
-    cases = {(r[0], r[1], r[2], r[3], r[4]): dict(zip(per_gpu.columns, r)) for r in per_gpu.rows}
+    cases = {(r[0], r[1], r[2], r[3], r[4]): dict(zip(per_gpu.columns, r, strict=True)) for r in per_gpu.rows}
     q1 = cases[("resnet18", 256, "naive", True, True)]
     assert q1["processing, 1 GPU [ms]"] == pytest.approx(120.0) and q1[
         "processing, DataParallel on 4 GPUs [ms]"
@@ -199,7 +199,11 @@ def test_workers_shows_our_run_of_the_notebooks_window():
     view = builder("workers")(summary(rows), reference("workers"), WORKERS)
     ours = find(view.tables, "Measured on")
     profiled = dict(
-        zip(column(ours, "num_workers"), column(ours, "next() + .to() under the profiler [ms] (the notebook's window)"))
+        zip(
+            column(ours, "num_workers"),
+            column(ours, "next() + .to() under the profiler [ms] (the notebook's window)"),
+            strict=True,
+        )
     )
     assert profiled[1] == pytest.approx(40.0) and profiled[4] == pytest.approx(10.0)
     side = view.tables[0]
@@ -207,6 +211,7 @@ def test_workers_shows_our_run_of_the_notebooks_window():
         zip(
             column(side, "num_workers"),
             column(side, "measured speedup of the notebook's window vs 1 (CUDA context made before it)"),
+            strict=True,
         )
     )
     assert speedups[4] == pytest.approx(4.0)

@@ -46,14 +46,16 @@ def test_a_cell_stops_at_its_time_limit_with_its_steps(tmp_path):
 
 
 def test_a_cell_stuck_inside_one_step_is_ended_after_a_grace_period(tmp_path):
-    """A loader that does not return in time (one sample takes a minute, the most allowed) never reaches the per-step check."""
+    """A loader that does not return in time (one sample takes a minute, the most allowed) never reaches the per-step
+    check."""
     code, result, elapsed = _run(
         tmp_path, 4, "--set", "compute_ms=1", "--set", "sample_delay_ms=60000", "--set", "warmup_steps=0"
     )
     assert code == 1 and result["status"] == "failed"
     assert (
         result["error"]["message"]
-        == "time limit of 4 s reached (the job's runtime less a margin to record the result); still inside one step 1 s later, so the process was ended"
+        == "time limit of 4 s reached (the job's runtime less a margin to record the result); still inside one step 1 "
+        "s later, so the process was ended"
     )
     assert elapsed < 60
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pandas as pd
@@ -43,7 +44,7 @@ def test_interval_ignores_missing_values_and_needs_two():
 def test_t_quantiles_fall_towards_the_normal_one():
     values = [t975(df) for df in range(1, 200)]
     assert values[0] == 12.706 and values[-1] == 1.960
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(values))
     with pytest.raises(ValueError):
         t975(0)
 

@@ -1,4 +1,5 @@
-"""The prefetch, workers and breakdown study views: from small summaries made the way aggregate makes them, with the real published tables."""
+"""The prefetch, workers and breakdown study views: from small summaries made the way aggregate makes them, with the
+real published tables."""
 
 from __future__ import annotations
 
@@ -44,7 +45,10 @@ def row(
     step_ms: float | None = None,
     **metrics,
 ) -> dict:
-    """One summary row from a result as the harness writes it (a CPU fits pin_memory=true to false, as resolve() does)."""
+    """One summary row from a result as the harness writes it.
+
+    A CPU fits pin_memory=true to false, as resolve() does.
+    """
     cell = {**defaults(), **knobs, "device": "cuda" if gpu else "cpu"}
     if gpu is None:
         cell["pin_memory"] = False
@@ -116,7 +120,8 @@ def test_published_numbers_are_the_studies():
 
 
 def prefetch_rows(gpu: str | None = H100) -> list[dict]:
-    """Without: 2 s per epoch and layer; with: 1.6 s (pinned) or 1.9 s (pageable); repeats 0 and 2 straddle the median of repeat 1."""
+    """Without: 2 s per epoch and layer; with: 1.6 s (pinned) or 1.9 s (pageable); repeats 0 and 2 straddle the median
+    of repeat 1."""
     rows = []
     for epochs in (1, 5):
         for layers in (1, 4):
@@ -146,13 +151,18 @@ def test_prefetch_speedup_is_time_without_over_time_with_per_source():
     ours = find(view.tables, "Measured on NVIDIA H100")
     times = dict(
         zip(
-            zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers")),
+            zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers"), strict=True),
             column(ours, "time without prefetch [s]"),
+            strict=True,
         )
     )
     assert times[("pageable", 5, 4)] == pytest.approx(40.0)  # the median of the repeats, not their mean
     speedups = dict(
-        zip(zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers")), column(ours, "speedup"))
+        zip(
+            zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers"), strict=True),
+            column(ours, "speedup"),
+            strict=True,
+        )
     )
     assert speedups[("pageable", 1, 1)] == pytest.approx(2.0 / 1.9)
     assert speedups[("pinned", 5, 4)] == pytest.approx(2.0 / 1.6)
@@ -306,7 +316,7 @@ def test_breakdown_phases_per_timing_mode():
     view = builder("breakdown")(summary(breakdown_rows()), reference("breakdown"), BREAKDOWN)
     ours = find(view.tables, "Measured on NVIDIA H100")
     assert column(ours, "timing") == ["events"] * 4 + ["sync"] * 4 + ["naive"] * 4
-    cases = {(r[0], r[1], r[2]): dict(zip(ours.columns, r)) for r in ours.rows}
+    cases = {(r[0], r[1], r[2]): dict(zip(ours.columns, r, strict=True)) for r in ours.rows}
     assert cases[("naive", True, True)]["transfer [ms]"] == pytest.approx(0.05)
     assert cases[("naive", True, True)]["processing [ms]"] == pytest.approx(33.95)  # fwd + bwd + opt
     assert cases[("events", False, False)]["load [ms]"] == pytest.approx(3.0)
@@ -318,7 +328,7 @@ def test_breakdown_lists_the_posts_statements_with_our_numbers_and_explanations(
     view = builder("breakdown")(summary(breakdown_rows()), reference("breakdown"), BREAKDOWN)
     published = view.tables[0]
     assert published.caption.startswith("Published") and "not stated" in published.caption
-    rows = [dict(zip(published.columns, r)) for r in published.rows]
+    rows = [dict(zip(published.columns, r, strict=True)) for r in published.rows]
     q3 = [r for r in rows if r["item"] == "Q3"]
     assert {r["phase"] for r in q3} == {"load", "transfer", "processing"}
     transfer = next(r for r in q3 if r["phase"] == "transfer")

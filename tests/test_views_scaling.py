@@ -277,7 +277,10 @@ def test_nmt_without_reference_and_without_tokens():
 # ---------------------------------------------------------------- datastall
 
 IMAGES = {"dataset": "images", "batch_size": 32}
-NO_ROOT = "cold cache could not be made: /proc/sys/vm/drop_caches is not writable (Permission denied) and posix_fadvise failed (EINVAL)"
+NO_ROOT = (
+    "cold cache could not be made: /proc/sys/vm/drop_caches is not writable (Permission denied) and posix_fadvise "
+    "failed (EINVAL)"
+)
 
 
 def datastall_rows(cold_effective_50: str = "asis") -> list[dict]:

@@ -14,11 +14,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
 from conftest import ROOT
+from snakemake_run import run_snakemake
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: about a minute for the module
 
@@ -73,22 +73,7 @@ def snakemake(workflow: str, workdir, config: dict, *args: str) -> subprocess.Co
     path = os.path.join(workdir, "config.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        os.path.join(workflow, "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        path,
-        "--cores",
-        "2",
-        *args,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    return run_snakemake(workflow, workdir, "--configfile", path, *args)
 
 
 def planned(workflow: str, workdir, config: dict) -> set[str]:
@@ -179,7 +164,7 @@ def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):
 
 
 def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
-    """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone, then it stays done."""
+    """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone; then it is done."""
     from feedbench.images import make_images
 
     (tmp_path / "workflow").mkdir()

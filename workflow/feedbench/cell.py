@@ -142,7 +142,8 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         raise KnobError(f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder{hint}")
     if scenario in ("train", "compute") and model == "none":
         raise KnobError(
-            f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, lstm, resnet18, ...)"
+            f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, "
+            "lstm, resnet18, ...)"
         )
     if own_data and model in ("mlp", "lstm") and scenario in ("train", "compute"):
         raise KnobError(
@@ -158,11 +159,13 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
     parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
     if parallel == "none" and (gpus > 1 or nodes > 1):
         raise KnobError(
-            f"knob 'parallel': value 'none' is not allowed with gpus_per_node={gpus}, nodes={nodes}; allowed: dp, ddp, independent"
+            f"knob 'parallel': value 'none' is not allowed with gpus_per_node={gpus}, nodes={nodes}; allowed: dp, ddp, "
+            "independent"
         )
     if parallel == "dp" and nodes > 1:
         raise KnobError(
-            f"knob 'nodes': value {nodes} is not allowed with parallel 'dp' (one process); allowed: 1, or parallel ddp / independent"
+            f"knob 'nodes': value {nodes} is not allowed with parallel 'dp' (one process); allowed: 1, or parallel ddp "
+            "/ independent"
         )
     if parallel != "none" and scenario in ("loader", "transfer"):
         raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
@@ -205,7 +208,8 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
         )
     if device == "cuda" and cell.parallel == "dp" and cell.gpus_per_node > torch.cuda.device_count():
         raise KnobError(
-            f"knob 'gpus_per_node': value {cell.gpus_per_node} is more than the {torch.cuda.device_count()} GPU(s) visible; allowed: 1 to {torch.cuda.device_count()}"
+            f"knob 'gpus_per_node': value {cell.gpus_per_node} is more than the {torch.cuda.device_count()} GPU(s) "
+            f"visible; allowed: 1 to {torch.cuda.device_count()}"
         )
     if cell.channels_last and cell.model in ("mlp", "lstm", "sleep", "none"):
         changes["channels_last"] = False

@@ -70,7 +70,8 @@ def count_values(config, where: str = "config", limit: int = MAX_VALUES) -> None
         count += 1
         if count > limit:
             raise ConfigError(
-                f"{where}: more than {limit} values (a YAML alias counts each time it is used); allowed: at most {limit}"
+                f"{where}: more than {limit} values (a YAML alias counts each time it is used); allowed: at most "
+                f"{limit}"
             )
         if isinstance(value, dict):
             todo.extend(value.values())

@@ -75,7 +75,7 @@ class Measurement:
             table.update(self.clock.read())
             if self.copy_events:  # stream prefetcher on a GPU: the copy ran on its own stream
                 table["h2d"] = [start.elapsed_time(end) for start, end in self.copy_events[:n]]
-        table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts, ends)]
+        table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts[:n], ends, strict=True)]
         return table
 
 
@@ -109,8 +109,12 @@ def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict |
     if n < 2 or "fwd" not in table or "bwd" not in table or "opt" not in table or m.last_done is None:
         return None
     samples = m.samples[:n]
-    fwd = [s / (ms / 1000) for s, ms in zip(samples[1:], table["fwd"][1:n]) if ms > 0]
-    bwd = [s / ((b + o) / 1000) for s, b, o in zip(samples[1:], table["bwd"][1:n], table["opt"][1:n]) if b + o > 0]
+    fwd = [s / (ms / 1000) for s, ms in zip(samples[1:], table["fwd"][1:n], strict=True) if ms > 0]
+    bwd = [
+        s / ((b + o) / 1000)
+        for s, b, o in zip(samples[1:], table["bwd"][1:n], table["opt"][1:n], strict=True)
+        if b + o > 0
+    ]
     wall = m.last_done - m.step_starts[0]
     return {
         "fwd_samples_per_s": statistics.fmean(fwd) if fwd else None,
@@ -176,13 +180,14 @@ def measure(
     m: Measurement,
     out_dir: str | None = None,
     monitor=None,
-    world: World = World(),
+    world: World | None = None,
     user: dict | None = None,
 ) -> None:
     """Run warm-up and the measured window of a train, compute or loader cell, filling `m`.
 
     `user`: knob -> the user's callable (feedbench.api passes objects); by default imported from the cell's paths.
     """
+    world = World() if world is None else world
     torch.manual_seed(cell.seed)
     user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plugins)
     ctx = context(cell, device, world)

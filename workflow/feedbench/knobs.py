@@ -177,7 +177,8 @@ KNOBS: dict[str, Knob] = {
             "page_cache",
             str,
             "asis",
-            "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: drop_caches as root, else posix_fadvise)",
+            "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: "
+            "drop_caches as root, else posix_fadvise)",
             PAGE_CACHE,
         ),
         Knob("sample_delay_ms", float, 0.0, "extra cost per sample in __getitem__", minimum=0, maximum=60_000),
@@ -224,7 +225,8 @@ KNOBS: dict[str, Knob] = {
             "parallel",
             str,
             "none",
-            "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent (replicas, no gradient exchange)",
+            "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent "
+            "(replicas, no gradient exchange)",
             PARALLEL,
         ),
         Knob(
@@ -249,7 +251,8 @@ KNOBS: dict[str, Knob] = {
             "model",
             str,
             "mlp",
-            "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: package.module:attribute called as f(ctx, **model_args)",
+            "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: "
+            "package.module:attribute called as f(ctx, **model_args)",
         ),
         Knob("model_args", dict, {}, "keyword arguments of a user model factory (axis: model_args.<name>)"),
         Knob("collate", str, None, "user collate_fn of the DataLoader", nullable=True, plugin=True),

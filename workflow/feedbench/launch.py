@@ -80,7 +80,8 @@ def torchrun_root_cause(logs: list[str]) -> str | None:
     for log in logs:
         text = tail(log, 400)
         found = re.search(
-            r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n",
+            r"Root Cause \(first observed "
+            r"failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(\((SIG\w+)\))?\n",
             text,
             re.S,
         )
@@ -151,7 +152,7 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
         commands = torchrun_commands(cell, cell_path, out_dir, int(env["MASTER_PORT"]))
         names = [f"node {node}" for node in range(len(commands))]
     procs, logs = [], []
-    for name, command in zip(names, commands):
+    for name, command in zip(names, commands, strict=True):
         log = os.path.join(out_dir, "ranks", name.replace(" ", "") + ".log")
         logs.append(log)
         procs.append(

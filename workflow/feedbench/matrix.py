@@ -251,19 +251,21 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     raw: list[tuple[dict, dict, list[str], str | None]] = []  # knobs, sources, id keys, include path
     if axes:
         for levels in itertools.product(*axes.values()):
-            knobs = {**base_knobs, **dict(zip(axes, levels))}
+            knobs = {**base_knobs, **dict(zip(axes, levels, strict=True))}
             raw.append((knobs, {**sources, **{a: _path(where, "matrix", a) for a in axes}}, list(axes), None))
     excludes = experiment.get("exclude") or []
     for i, partial in enumerate(excludes):
         kept = [r for r in raw if not all(_same(r[0].get(k, default_of(k)), v) for k, v in partial.items())]
         if len(kept) == len(raw):
             raise ConfigError(
-                f"{_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a mapping of axis levels"
+                f"{_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a "
+                "mapping of axis levels"
             )
         raw = kept
     if axes and not any(all(_same(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
         raise ConfigError(
-            f"{_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions that keep it"
+            f"{_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions "
+            "that keep it"
         )
     for i, extra in enumerate(experiment.get("include") or []):
         knobs = {**base_knobs, **extra}
@@ -322,7 +324,8 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
             else ""
         )
         raise ConfigError(
-            f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not exist; allowed: an existing folder{hint}"
+            f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not exist; allowed: an existing "
+            f"folder{hint}"
         )
     return replace(cell, parsed=parsed)
 
@@ -531,7 +534,8 @@ def schema_error(error) -> str:
     if kind in ("additionalProperties", "unevaluatedProperties"):
         known = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(value) - set(known)) if isinstance(value, dict) else []
-        return f"{_path(path, unknown[0]) if unknown else path or 'config'}: unknown key; allowed: {', '.join(known) or 'no keys'}"
+        where = _path(path, unknown[0]) if unknown else path or "config"
+        return f"{where}: unknown key; allowed: {', '.join(known) or 'no keys'}"
     path = path or "config"
     if kind == "type":
         allowed = (
@@ -546,7 +550,8 @@ def schema_error(error) -> str:
         what = "no levels" if "matrix" in path else "too few entries"
         return f"{path}: value {shown(value)} has {what}; allowed: at least {error.validator_value}"
     if kind in ("minimum", "maximum"):
-        return f"{path}: value {shown(value)} is out of range; allowed: {'>=' if kind == 'minimum' else '<='} {error.validator_value}"
+        bound = ">=" if kind == "minimum" else "<="
+        return f"{path}: value {shown(value)} is out of range; allowed: {bound} {error.validator_value}"
     if kind == "required":
         return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
     return f"{path}: {error.message.splitlines()[0]}"

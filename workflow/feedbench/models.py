@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Callable
 
@@ -95,7 +96,7 @@ class RayMLP(nn.Sequential):
 
     def __init__(self, input_size: int, width: int, hidden_layers: int):
         sizes = [input_size] + [width] * hidden_layers + [1]
-        super().__init__(*(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])))
+        super().__init__(*(nn.Linear(a, b) for a, b in itertools.pairwise(sizes)))
 
 
 def build_model(cell: Cell, user: dict | None = None, ctx=None) -> nn.Module:

@@ -100,7 +100,7 @@ def axis_label(column: str) -> str:
 
 
 def transfer_long(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per-size transfer columns -> one row per cell, repeat, size and pinning (columns size_bytes, pinned, gb_per_s)."""
+    """Per-size transfer columns -> one row per cell, repeat, size and pinning (size_bytes, pinned, gb_per_s)."""
     keep = [c for c in rows.columns if not TRANSFER_COLUMN.match(c)]
     long = rows.melt(
         id_vars=keep,
@@ -145,7 +145,7 @@ def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
         if stats.n:
             rows.append(
                 {
-                    **dict(zip(keys + [x], key)),
+                    **dict(zip(keys + [x], key, strict=True)),
                     "median": stats.median,
                     "below": max(stats.median - stats.low, 0) if stats.low is not None else 0.0,
                     "above": max(stats.high - stats.median, 0) if stats.high is not None else 0.0,
@@ -157,7 +157,7 @@ def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
 
 def _label(keys: list[str], values) -> str | None:
     values = values if isinstance(values, tuple) else (values,)
-    return plain(cell_label(dict(zip(keys, values)), keys)) if keys else None
+    return plain(cell_label(dict(zip(keys, values, strict=True)), keys)) if keys else None
 
 
 CHAR_WIDTH = 0.62  # a character's mean width in ems of DejaVu Sans, a little generous: estimates err on the safe side
@@ -213,7 +213,7 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     ranks = {k: {v: i for i, v in enumerate(_ordered(data[k]))} for k in order}
     cells = sorted(
         data.groupby(order, sort=False, dropna=False),
-        key=lambda item: [ranks[k].get(v, -1) for k, v in zip(order, item[0])],
+        key=lambda item: [ranks[k].get(v, -1) for k, v in zip(order, item[0], strict=True)],
     )
     present = [p for p in PHASES if f"{p}_ms" in data and data[f"{p}_ms"].notna().any()]
     bottoms = [0.0] * len(cells)
@@ -222,7 +222,7 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
             float(group[f"{phase}_ms"].median()) if group[f"{phase}_ms"].notna().any() else 0.0 for _, group in cells
         ]
         ax.bar(range(len(cells)), heights, bottom=bottoms, color=PHASE_COLOURS[phase], label=phase)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     steps = [interval(group["step_ms_median"]) for _, group in cells]
     ax.errorbar(
         range(len(cells)),
@@ -238,7 +238,7 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
             [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps],
         ],
     )
-    labels = [plain(cell_label(dict(zip(order, values)), order)) for values, _ in cells]
+    labels = [plain(cell_label(dict(zip(order, values, strict=True)), order)) for values, _ in cells]
     fit_ticks(ax, range(len(cells)), labels, slot(ax, len(cells)))
     ax.set_ylabel("median time per step [ms]")
     ax.set_ylim(bottom=0)
@@ -316,7 +316,7 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
         tall = {"heatmap": max(3.8, 0.2 * cells + 1.5), "phases": 3.8 + (1.5 if cells > 8 else 0)}
         heights = [tall.get(one.get("kind"), 3.8) for one in specs]
         fig = Figure(figsize=(width, sum(heights)), layout="constrained")
-        for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs):
+        for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs, strict=True):
             draw(ax, rows, one)
         if title:
             fig.suptitle(wrap(plain(title), 0.95 * width, 12), fontsize=12)
@@ -327,7 +327,7 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
 
 
 def svg_text(fig: Figure, salt: str) -> str:
-    """The figure as SVG text: text stays text, ids are salted (unique within a page), no date (same output run to run)."""
+    """The figure as SVG text: text stays text, ids are salted (unique within a page), no date (same bytes each run)."""
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "text.usetex": False}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})

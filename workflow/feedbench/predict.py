@@ -75,7 +75,10 @@ def ceiling_knobs(knobs: dict[str, Any], scenario: str) -> dict[str, Any]:
 
 def batch_bytes(knobs: dict[str, Any]) -> int | None:
     """Bytes of one batch copied to the device: float32 samples plus int64 labels; None for tokens (variable)."""
-    get = lambda name: knobs.get(name, KNOBS[name].default)
+
+    def get(name: str) -> Any:
+        return knobs.get(name, KNOBS[name].default)
+
     model = get("model")
     if model == "lstm" or get("dataset") == "tokens":
         return None

@@ -84,7 +84,8 @@ def inline_svg(text: str) -> Markup:
 
 
 def fmt(value, digits: int = 3) -> str:
-    """A number for people: about `digits` significant figures, thousands separated, no exponent above 1; '–' when missing."""
+    """A number for people: about `digits` significant figures, thousands separated, no exponent above 1; '–' when
+    missing."""
     if isinstance(value, str):
         return value
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -117,7 +117,7 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
 
 
 def run(
-    raw: dict, out_dir: str, world: World = World(), time_limit: float | None = None, user: dict | None = None
+    raw: dict, out_dir: str, world: World | None = None, time_limit: float | None = None, user: dict | None = None
 ) -> int:
     """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
 
@@ -125,6 +125,7 @@ def run(
     with its error, for the launcher to name the rank that brought the cell down.
     With a time limit (seconds) the cell stops itself then, as on SIGTERM.
     """
+    world = World() if world is None else world
     clear()
     signal.signal(signal.SIGTERM, on_sigterm)
     os.makedirs(out_dir, exist_ok=True)
@@ -214,7 +215,8 @@ def run(
         sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         result["error"] = _error(error)
         print(
-            f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: {result['error']['type']}: {result['error']['message']}",
+            f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: "
+            f"{result['error']['type']}: {result['error']['message']}",
             file=sys.stderr,
         )
         code = 1

@@ -13,6 +13,7 @@ On CPU all three read the host clock: every phase is synchronous there.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -59,7 +60,7 @@ class PhaseClock:
         if self.use_events:
             out["gpu_idle"] = []
         for i, marks in enumerate(self.steps):
-            for p, (a, b) in zip(self.phases, zip(marks, marks[1:])):
+            for p, (a, b) in zip(self.phases, itertools.pairwise(marks), strict=True):
                 out[p].append(a.elapsed_time(b) if self.use_events else (b - a) * 1000)
             if self.use_events:
                 out["gpu_idle"].append(self.steps[i - 1][-1].elapsed_time(marks[0]) if i else 0.0)

@@ -146,7 +146,8 @@ def with_objectives(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def varying_knobs(rows: pd.DataFrame, first: list[str] | tuple = ()) -> list[str]:
-    """Knobs whose value differs between the cells of an experiment (not between repeats of a cell); `first` (the matrix axes) lead."""
+    """Knobs whose value differs between the cells of an experiment (not between repeats of a cell); `first` (the matrix
+    axes) lead."""
     per_cell = rows.groupby("cell", sort=False).first()
     order = [k for k in first if k in KNOBS] + [k for k in KNOBS if k not in first]
     return [k for k in order if k in per_cell and k != "seed" and per_cell[k].astype(str).nunique() > 1]
@@ -176,6 +177,11 @@ def _no_baseline(rows: pd.DataFrame) -> str:
     return "no baseline: no cell of this experiment is labelled as its baseline"
 
 
+def _median(rows: pd.DataFrame, column: str) -> float | None:
+    """The median of `column` over `rows`; None where the column is absent or empty."""
+    return rows[column].median() if column in rows and rows[column].notna().any() else None
+
+
 def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame:
     """One row per cell of one experiment: its knobs that vary, repeats, the objective's interval, phases and bound."""
     rows = with_objectives(rows)
@@ -186,9 +192,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         ok = group[group["status"] == "ok"]
         first = group.iloc[0]
         stats = interval(ok[metric]) if len(ok) else Interval(0, None, None, None, None)
-        median = lambda column: ok[column].median() if column in ok and ok[column].notna().any() else None  # noqa: E731
         bound, why = classify(
-            first.get("scenario"), median("stall_pct"), median("h2d_share"), first.get("device_prefetch")
+            first.get("scenario"), _median(ok, "stall_pct"), _median(ok, "h2d_share"), first.get("device_prefetch")
         )
         table.append(
             {
@@ -202,18 +207,18 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "low": stats.low,
                 "high": stats.high,
                 "n": stats.n,
-                "step_ms": median("step_ms_median"),
-                "stall_pct": median("stall_pct"),
-                "h2d_share": median("h2d_share"),
+                "step_ms": _median(ok, "step_ms_median"),
+                "stall_pct": _median(ok, "stall_pct"),
+                "h2d_share": _median(ok, "h2d_share"),
                 "gpus": gpu_count(first),
                 # feedbench.predict's prediction from the cell's ceilings, when the summary has them (else None).
-                "predicted": median("predicted_samples_per_s"),
+                "predicted": _median(ok, "predicted_samples_per_s"),
                 "predicted_bound": first.get("predicted_bound")
                 if isinstance(first.get("predicted_bound"), str)
                 else None,
-                "error_pct": median("prediction_error_pct"),
-                "ceiling_loader": median("ceiling_loader_samples_per_s"),
-                "ceiling_compute": median("ceiling_compute_samples_per_s"),
+                "error_pct": _median(ok, "prediction_error_pct"),
+                "ceiling_loader": _median(ok, "ceiling_loader_samples_per_s"),
+                "ceiling_compute": _median(ok, "ceiling_compute_samples_per_s"),
                 "bound": bound if stats.n else "failed",
                 "why": why if stats.n else "no repeat of this cell finished",
             }
@@ -240,7 +245,8 @@ def add_scaling(cells: pd.DataFrame, base: dict) -> pd.DataFrame:
     ]
     if cells["gpus"].nunique() > 1:
         cells["efficiency"] = [
-            s / (g / base["gpus"]) if s is not None else None for s, g in zip(cells["speedup"], cells["gpus"])
+            s / (g / base["gpus"]) if s is not None else None
+            for s, g in zip(cells["speedup"], cells["gpus"], strict=True)
         ]
     return cells
 

@@ -11,6 +11,8 @@ rule aggregate:
             caption="../../report/captions/summary.rst",
             category="Summary",
         ),
+    log:
+        "logs/aggregate.log",
     conda:
         "../../envs/report.yaml"
     script:
@@ -27,6 +29,8 @@ rule plot:
             category="Plots",
             labels={"experiment": "{experiment}"},
         ),
+    log:
+        "logs/plot/{experiment}.log",
     conda:
         "../../envs/report.yaml"
     params:
@@ -50,6 +54,8 @@ rule report:
             caption="../../report/captions/report.rst",
             category="Report",
         ),
+    log:
+        "logs/report.log",
     conda:
         "../../envs/report.yaml"
     params:

@@ -8,6 +8,8 @@ checkpoint search:
         ceilings=search_inputs,
     output:
         plan="results/search/{experiment}.json",
+    log:
+        "logs/search/{experiment}.log",
     conda:
         "../../envs/report.yaml"
     params:

@@ -1,8 +1,15 @@
-"""Snakemake `script:` of rule report: summary + plots + results + published tables -> results/report/index.html (see feedbench.report)."""
+"""Snakemake `script:` of rule report: summary, plots, results, published tables -> results/report/index.html.
+
+See feedbench.report.
+"""
+
+import sys
 
 from feedbench.report import write_report
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
+sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
+
 write_report(
     snakemake.input.summary,
     list(snakemake.input.plots),

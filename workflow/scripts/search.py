@@ -2,6 +2,7 @@
 axis -> results/search/<experiment>.json, the training cells to run (feedbench.search)."""
 
 import json
+import sys
 
 from feedbench.aggregate import _copy_rate, load_results
 from feedbench.knobs import KNOBS
@@ -10,6 +11,7 @@ from feedbench.result import atomic_write
 from feedbench.search import plan
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
+sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
 
 def median_rate(paths):

@@ -113,22 +113,24 @@ def with_gpus(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def unfinished(rows: pd.DataFrame, keys: list[str]) -> list[str]:
-    """A note per cell none of whose repeats finished, named by its keys (those cells are missing from the view's tables)."""
+    """A note per cell none of whose repeats finished, named by its keys (those cells are missing from the view's
+    tables)."""
     finished = set(measured(rows)["cell"]) if "cell" in rows else set()
     lost = rows[~rows["cell"].isin(finished)].drop_duplicates("cell") if "cell" in rows else rows.iloc[0:0]
     return [
-        f"no repeat of {', '.join(f'{k}={r[k]}' for k in keys if k in r)} finished ({r.get('error_type') or 'failed'}): "
-        "it is missing from the tables (see Failed cells)"
+        f"no repeat of {', '.join(f'{k}={r[k]}' for k in keys if k in r)} finished "
+        f"({r.get('error_type') or 'failed'}): it is missing from the tables (see Failed cells)"
         for r in lost.to_dict("records")
     ]
 
 
 def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
-    """The rows with `knobs` as the workflow asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet belongs in its column."""
+    """The rows with `knobs` as the workflow asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet
+    belongs in its column."""
     if "requested" not in rows or rows.empty:
         return rows
     asked = [json.loads(text) if isinstance(text, str) else {} for text in rows["requested"]]
-    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k])] for k in knobs if k in rows})
+    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k], strict=True)] for k in knobs if k in rows})
 
 
 def cpu_only(rows: pd.DataFrame) -> bool:
@@ -146,6 +148,7 @@ def common_notes(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict,
     )
     if reference is None:
         notes.append(
-            f"No published table (report/references/{spec.get('reference') or name}.csv) was given to the report: only measured numbers are shown."
+            f"No published table (report/references/{spec.get('reference') or name}.csv) was given to the report: only "
+            "measured numbers are shown."
         )
     return notes

@@ -1,4 +1,5 @@
-"""Study view `breakdown`: load / transfer / processing per batch for pinning x non_blocking under each timing mode (forum post; docs/studies.md)."""
+"""Study view `breakdown`: load / transfer / processing per batch for pinning x non_blocking under each timing mode
+(forum post; docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -46,19 +47,20 @@ explanation of each; it published no number (its tables are in a linked report).
 per GPU of 1 GPU against DataParallel on 4: that comparison has its own table, per model."""
 
 EXPLAIN = {
-    "Q1": "Host clocks without synchronisation time kernel launches, not kernels: the GPU's work is paid wherever the host "
-    "next waits for it (a blocking copy, loss.item()), possibly in another phase or step. Per-phase times taken that "
-    "way do not compare between 1 and 4 GPUs; CUDA events do.",
+    "Q1": "Host clocks without synchronisation time kernel launches, not kernels: the GPU's work is paid wherever the "
+    "host next waits for it (a blocking copy, loss.item()), possibly in another phase or step. Per-phase times "
+    "taken that way do not compare between 1 and 4 GPUs; CUDA events do.",
     "Q2": "A copy from pageable memory is staged by the driver through a pinned buffer and the host waits for it: "
     "non_blocking=True has no effect there. Compare the pin_memory=false bars with non_blocking on and off.",
     "Q3": "The blocking copy from pageable memory waits for the GPU work queued before it (the previous backward and "
     "update), so that time is counted as transfer and leaves processing. Loading rises because with pin_memory=True "
     "a thread of the main process takes each batch off the workers' queue and pins it while the trainer computes; "
     "with it off, the trainer unpacks each batch inside next(), in the loading time.",
-    "follow-up": "The author's reading is right: with pinned memory and non_blocking the copy returns at once and its cost lands in processing. "
+    "follow-up": "The author's reading is right: with pinned memory and non_blocking the copy returns at once and its "
+    "cost lands in processing. "
     "The post synchronised after .cuda() only, so its transfer also took in the previous step's unfinished GPU work; "
-    "timing=sync here synchronises at every phase boundary, so its transfer is the copy alone (a lower bound of the post's). "
-    "CUDA events (timing=events) split the phases without making the host wait.",
+    "timing=sync here synchronises at every phase boundary, so its transfer is the copy alone (a lower bound of the "
+    "post's). CUDA events (timing=events) split the phases without making the host wait.",
 }
 
 
@@ -67,7 +69,8 @@ def _flag(value) -> bool:
 
 
 def _phases(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
-    """Median load, transfer, processing and step ms per (timing, pin_memory, non_blocking, other knobs), timings in TIMINGS order.
+    """Median load, transfer, processing and step ms per (timing, pin_memory, non_blocking, other knobs), timings in
+    TIMINGS order.
 
     Each row also carries its case (CASE): the model, the GPUs it trained on and its batch over all of them.
     """
@@ -92,7 +95,7 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
     timings = list(table["timing"].drop_duplicates())
     fig = Figure(figsize=(3.4 * len(timings) + 1, 4.4), layout="constrained")
     axes = fig.subplots(1, len(timings), sharey=True, squeeze=False)[0]
-    for ax, timing in zip(axes, timings):
+    for ax, timing in zip(axes, timings, strict=True):
         part = table[table["timing"] == timing]
         bottom = pd.Series(0.0, index=part.index)
         for column, (label, colour) in PARTS.items():
@@ -123,7 +126,8 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
 
 
 def _per_gpu(table: pd.DataFrame) -> pd.DataFrame:
-    """Processing ms per step at the same batch per GPU: one GPU against DataParallel on the most GPUs measured, per model and case."""
+    """Processing ms per step at the same batch per GPU: one GPU against DataParallel on the most GPUs measured, per
+    model and case."""
     known = table.dropna(subset=["gpus", "batch"])
     if known.empty or known["gpus"].nunique() < 2:
         return pd.DataFrame()
@@ -202,8 +206,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         )
     else:
         view.notes.append(
-            "No pair of cells with one GPU and DataParallel at the same batch per GPU finished: the post's Q1 comparison "
-            "(processing time per GPU) is not shown."
+            "No pair of cells with one GPU and DataParallel at the same batch per GPU finished: the post's Q1 "
+            "comparison (processing time per GPU) is not shown."
         )
     if reference is not None:
         where = ", ".join(reference["hardware"].astype(str).unique())
@@ -219,8 +223,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         ].drop_duplicates()
         for item, model, gpus, batch, timing in unmatched.itertuples(index=False):
             view.notes.append(
-                f"{item}: no measured cell of model={model} on {gpus} GPU(s) at batch {batch} in all with timing={timing}; "
-                "its row shows no measured value"
+                f"{item}: no measured cell of model={model} on {gpus} GPU(s) at batch {batch} in all with "
+                f"timing={timing}; its row shows no measured value"
             )
         view.tables.insert(
             0,
@@ -239,8 +243,9 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
                         "explanation",
                     ]
                 ].rename(columns={"batch_size": "batch (all GPUs)"}),
-                f"Published ({', '.join(reference['source'].astype(str).unique())}, {where}): what the post reported, and our measurement of the "
-                f"same model, GPU count, batch, pinning, non_blocking and timing on {here}, and why",
+                f"Published ({', '.join(reference['source'].astype(str).unique())}, {where}): what the post reported, "
+                "and our measurement of the same model, GPU count, batch, pinning, non_blocking and timing on "
+                f"{here}, and why",
             ),
         )
     if len(table):
@@ -255,8 +260,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
             case = "".join(f", {k}={best[k]}" for k in shown)
             view.verdict = (
                 f"Shortest step, timed with {best['timing']}: pin_memory={str(best['pin_memory']).lower()}, "
-                f"non_blocking={str(best['non_blocking']).lower()}{case} ({best['step_ms_median']:.1f} ms: load {best['load_ms']:.1f}, "
-                f"transfer {best['transfer_ms']:.1f}, processing {best['processing_ms']:.1f})."
+                f"non_blocking={str(best['non_blocking']).lower()}{case} ({best['step_ms_median']:.1f} ms: load "
+                f"{best['load_ms']:.1f}, transfer {best['transfer_ms']:.1f}, processing {best['processing_ms']:.1f})."
             )
         missing = [t for t in TIMINGS if t not in set(table["timing"])]
         if missing:
@@ -265,7 +270,7 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
             )
     if cpu_only(rows):
         view.notes.append(
-            "Every cell ran on the CPU (no GPU in the results): the three timing modes read the same host clock and pinning and "
-            "non_blocking do nothing, so the post's surprises cannot appear here; they need a GPU."
+            "Every cell ran on the CPU (no GPU in the results): the three timing modes read the same host clock and "
+            "pinning and non_blocking do nothing, so the post's surprises cannot appear here; they need a GPU."
         )
     return view

@@ -13,14 +13,15 @@ from . import Table, View, hardware, measured, unfinished
 CACHED_MIN_PCT = 99.0
 
 TEXT = f"""\
-Where a training step's time goes when data comes from files, measured the way DS-Analyzer (VLDB 2021) does: three runs \
-per model and worker count. scenario=compute keeps synthetic data on the device: the most the GPU can ingest. \
-scenario=train with page_cache=warm reads real data that is fully cached in memory. scenario=train with page_cache=cold \
-reads it from a cold page cache.
+Where a training step's time goes when data comes from files, measured the way DS-Analyzer (VLDB 2021) does: three \
+runs per model and worker count. scenario=compute keeps synthetic data on the device: the most the GPU can ingest. \
+scenario=train with page_cache=warm reads real data that is fully cached in memory. scenario=train with \
+page_cache=cold reads it from a cold page cache.
 
 Times are per sample (1 / samples per second). Prep stall = cached - compute: the time the CPU spends decoding and \
-augmenting beyond what the GPU needs; more loader workers remove it. Fetch stall = cold - cached: the time spent reading \
-from storage; workers do not remove it, a faster disk or a cache does. Both are shown in microseconds per sample and as a \
+augmenting beyond what the GPU needs; more loader workers remove it. Fetch stall = cold - cached: the time spent \
+reading from storage; workers do not remove it, a faster disk or a cache does. Both are shown in microseconds per \
+sample and as a \
 share of the cold run.
 
 A worker count removes the prep stall when the cached run reaches within {DATA_STALL_PCT:g} % of the compute ceiling; \
@@ -28,8 +29,9 @@ the verdict names the smallest such count per model (workers per GPU: each train
 Those counts were measured with one training process: on a server whose 8 GPUs share the same CPU cores, 8 loaders \
 compete for them, so the workers one GPU needs alone do not carry over to 8.
 
-A run counts as fully cached only where, after warming, at least {CACHED_MIN_PCT:g} % of the files' pages were in the page \
-cache (measured with mincore, as fincore does: page_cache_resident); below that it would include fetch stalls, and the \
+A run counts as fully cached only where, after warming, at least {CACHED_MIN_PCT:g} % of the files' pages were in the \
+page cache (measured with mincore, as fincore does: page_cache_resident); below that it would include fetch stalls, \
+and the \
 view leaves it out. The train cells pin their batches and copy them with non_blocking, so the host-to-device copy is \
 not counted as prep stall (DS-Analyzer's pipeline hands batches over on the device); a pageable synchronous copy would \
 be. The models train in fp32 with torchvision (PIL) decoding; DS-Analyzer's runs used mixed precision (AMP) and DALI, \
@@ -37,14 +39,15 @@ so its GPUs ingest faster and its CPUs decode faster than these cells."""
 
 
 def _uncached(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """The rows without warm runs whose files were not (all but) fully resident after warming, and a note per such cell."""
+    """The rows without the warm runs whose files were not (all but) fully resident after warming; a note per cell."""
     if "page_cache_resident" not in rows:
         return rows, []
     resident = pd.to_numeric(rows["page_cache_resident"], errors="coerce")
     short = (rows["page_cache"] == "warm") & (resident < CACHED_MIN_PCT / 100)
     notes = [
-        f"model={r['model']}, num_workers={r['num_workers']}, repeat {r.get('repeat', '?')}: only {100 * float(r['page_cache_resident']):.1f} % "
-        f"of the files' pages were cached after warming (less than {CACHED_MIN_PCT:g} %: the dataset does not fit in the "
+        f"model={r['model']}, num_workers={r['num_workers']}, repeat {r.get('repeat', '?')}: only "
+        f"{100 * float(r['page_cache_resident']):.1f} % of the files' pages were cached after warming (less than "
+        f"{CACHED_MIN_PCT:g} %: the dataset does not fit in the "
         "page cache), so this run is not called cached and is left out"
         for r in rows[short].to_dict("records")
     ]
@@ -73,8 +76,12 @@ def _runs(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _stalls(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per-sample times and the two stalls, absolute and as % of the cold run (no fetch stall where no cold cache was made)."""
-    us = lambda column: 1e6 / runs[column]  # noqa: E731
+    """Per-sample times and the two stalls, absolute and as % of the cold run (no fetch stall where no cold cache was
+    made)."""
+
+    def us(column: str) -> pd.Series:
+        return 1e6 / runs[column]
+
     cold = us("cold").where(runs["cold_made"] == True)  # noqa: E712 (NaN where not made)
     out = pd.DataFrame(
         {
@@ -118,7 +125,8 @@ def _verdict(stalls: pd.DataFrame) -> str:
 
 
 def _cold_notes(cold_rows: pd.DataFrame) -> list[str]:
-    """Per model: where the cold cache could not be made, and why (the adjustments); how it was made where drop_caches did not."""
+    """Per model: where the cold cache could not be made, and why (the adjustments); how it was made where drop_caches
+    did not."""
     notes = []
     for model, group in cold_rows.groupby("model", sort=False):
         why = "; ".join(dict.fromkeys(str(a) for a in group["adjustments"].dropna())) if "adjustments" in group else ""
@@ -139,7 +147,7 @@ def _cold_notes(cold_rows: pd.DataFrame) -> list[str]:
 def _figure(stalls: pd.DataFrame) -> Figure:
     models = list(dict.fromkeys(stalls["model"]))
     fig = Figure(figsize=(7.5, 3.2 * len(models)), layout="constrained")
-    for ax, model in zip(fig.subplots(len(models), 1, squeeze=False)[:, 0], models):
+    for ax, model in zip(fig.subplots(len(models), 1, squeeze=False)[:, 0], models, strict=True):
         group = stalls[stalls["model"] == model]
         x = range(len(group))
         parts = [
@@ -151,7 +159,7 @@ def _figure(stalls: pd.DataFrame) -> Figure:
         for column, label, colour in parts:
             heights = [max(v, 0.0) if pd.notna(v) else 0.0 for v in group[column]]
             ax.bar(x, heights, bottom=bottom, label=label, color=colour)
-            bottom = [b + h for b, h in zip(bottom, heights)]
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         ax.set_xticks(list(x), [str(n) for n in group["num_workers"]])
         ax.set_xlabel("loader workers per GPU")
         ax.set_ylabel("time per sample [us]")

@@ -1,4 +1,5 @@
-"""Study view `nmt`: fused vs step-by-step LSTM under DataParallel, DDP and independent replicas (TensorFlow NMT; docs/studies.md)."""
+"""Study view `nmt`: fused vs step-by-step LSTM under DataParallel, DDP and independent replicas (TensorFlow NMT;
+docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def _cells(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     one = cells[cells["gpus"] == 1]
     own = one.set_index(VARIANT)["value"]
     plain = one[one["parallel"] == "none"].set_index("lstm_impl")["value"]
-    base = [own.get((impl, par), plain.get(impl)) for impl, par in zip(cells["lstm_impl"], cells["parallel"])]
+    base = [
+        own.get((impl, par), plain.get(impl)) for impl, par in zip(cells["lstm_impl"], cells["parallel"], strict=True)
+    ]
     cells["speedup"] = cells["value"] / pd.Series(base, index=cells.index, dtype=float)
     cells["efficiency"] = cells["speedup"] / cells["gpus"]
     return cells

@@ -1,6 +1,9 @@
-"""Study view `prefetch`: time with and without the stream prefetcher per epochs x hidden layers (Ray's auto pipeline; docs/studies.md)."""
+"""Study view `prefetch`: time with and without the stream prefetcher per epochs x hidden layers (Ray's auto pipeline;
+docs/studies.md)."""
 
 from __future__ import annotations
+
+import itertools
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -29,7 +32,8 @@ def _source(pin) -> str:
 
 
 def _ours(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
-    """Median window time per (source, epochs, hidden layers, other knobs of the matrix) without and with the prefetcher."""
+    """Median window time per (source, epochs, hidden layers, other knobs of the matrix) without and with the
+    prefetcher."""
     rows = as_requested(rows, ["pin_memory", "device_prefetch"])
     rows = rows.assign(source=[_source(p) for p in rows["pin_memory"]])
     times = median_by(rows, ["source", *KEYS, *others, "device_prefetch"], ["window_s"])
@@ -56,12 +60,13 @@ def _published_trend(theirs: pd.DataFrame) -> list[str]:
     notes = []
     for epochs, group in theirs.sort_values(KEYS).groupby("epochs"):
         speedups = list(group["speedup"])
-        if len(speedups) > 1 and all(a > b for a, b in zip(speedups, speedups[1:])):
+        if len(speedups) > 1 and all(a > b for a, b in itertools.pairwise(speedups)):
             listed = ", ".join(f"{s:.3f}" for s in speedups)
             layers = ", ".join(str(h) for h in group["hidden_layers"])
             notes.append(
-                f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} at {layers} hidden layers), "
-                "although the source says the auto pipeline gains more as the model grows: a larger model leaves the copy "
+                f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} at {layers} hidden "
+                "layers), although the source says the auto pipeline gains more as the model grows: a larger model "
+                "leaves the copy "
                 "a smaller share of each step to hide."
             )
     return notes
@@ -72,7 +77,7 @@ def _figure(side: pd.DataFrame, series: dict[str, str]) -> Figure:
     epochs = list(side["epochs"].drop_duplicates())
     fig = Figure(figsize=(3.2 * max(len(epochs), 1) + 1, 4.0), layout="constrained")
     axes = fig.subplots(1, max(len(epochs), 1), sharey=True, squeeze=False)[0]
-    for ax, n in zip(axes, epochs):
+    for ax, n in zip(axes, epochs, strict=False):  # no epochs: one empty panel, nothing to draw
         part = side[side["epochs"].eq(n) if not pd.isna(n) else side["epochs"].isna()]
         width = 0.8 / len(series)
         for i, (column, label) in enumerate(series.items()):
@@ -122,7 +127,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         view.tables.append(
             Table.of(
                 theirs.rename(columns={"with_s": "time with auto pipeline [s]", "without_s": "time without [s]"}),
-                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, one run each",
+                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, "
+                "one run each",
             )
         )
         side = (
@@ -159,7 +165,7 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         )
     if cpu_only(rows):
         view.notes.append(
-            "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs there, "
-            "so these speedups say nothing about overlapping copies with compute."
+            "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs "
+            "there, so these speedups say nothing about overlapping copies with compute."
         )
     return view

@@ -1,4 +1,5 @@
-"""Study view `scaling`: ResNet-50 data-parallel throughput against GPUs and nodes (pytorch_throughput; docs/studies.md)."""
+"""Study view `scaling`: ResNet-50 data-parallel throughput against GPUs and nodes (pytorch_throughput;
+docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ DDP one process per GPU across nodes.
 Speedups and efficiencies compare across machines; samples/s do not, so each absolute number carries the hardware it \
 was measured on. The published numbers come from K80 GPUs on AWS p2.8xlarge instances.
 
-Forward and backward throughput: ours from CUDA events (fwd = batch / median fwd time, bwd = batch / median (backward + \
-optimizer) time, batch = per-GPU batch x GPUs). The original timed them with time.time() and no synchronisation, so \
+Forward and backward throughput: ours from CUDA events (fwd = batch / median fwd time, bwd = batch / median \
+(backward + optimizer) time, batch = per-GPU batch x GPUs). The original timed them with time.time() and no \
+synchronisation, so \
 its split is not meaningful (only the sum holds); timing=naive cells, when the experiment has them, reproduce that \
 method beside ours, with the original's own estimators where the cell is the original's (DataParallel in one process): \
 fwd and bwd as the mean of per-step rates after the first step, overall samples/s as steps x batch over the host wall \
@@ -28,7 +30,8 @@ time with no final synchronisation."""
 
 
 def _cells(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per (timing, GPUs, nodes, parallel): medians over the finished repeats, with fwd/bwd throughput per repeat."""
+    """One row per (timing, GPUs, nodes, parallel): medians over the finished repeats, with fwd/bwd throughput per
+    repeat."""
     ok = with_gpus(measured(rows))
     ok = ok.assign(
         nodes=ok["nodes"].where(ok["parallel"].isin(["ddp", "independent"]), 1).astype(int),
@@ -101,7 +104,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     ours = hardware(rows)
     view = View("scaling", TEXT, notes=unfinished(rows, ["gpus_per_node", "nodes", "parallel", "timing"]))
     cells = _cells(rows)
-    # The table's numbers come from one timing mode (events, else sync, else naive); naive cells go beside them in the split.
+    # The table's numbers come from one timing mode (events, else sync, else naive); naive cells go beside them in
+    # the split.
     timing = next((t for t in ("events", "sync", "naive") if (cells["timing"] == t).any()), "events")
     main, base_label = _with_speedup(cells[cells["timing"] == timing].drop(columns="timing").reset_index(drop=True))
     naive = cells[cells["timing"] == "naive"] if timing != "naive" else cells.iloc[0:0]
@@ -136,7 +140,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         )
     elif timing == "naive":
         view.notes.append(
-            "every cell ran with timing=naive: like the original's, this fwd/bwd split is unsynchronised and not meaningful"
+            "every cell ran with timing=naive: like the original's, this fwd/bwd split is unsynchronised and not "
+            "meaningful"
         )
     else:
         view.notes.append(
@@ -145,8 +150,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     view.tables.append(
         Table.of(
             split.rename(columns={"gpus": "GPUs"}),
-            f"Forward and backward throughput measured on {ours}: timing={timing} (batch / median phase time) beside unsynchronised "
-            f"host timing (naive: the original's mean of per-step rates where recorded)",
+            f"Forward and backward throughput measured on {ours}: timing={timing} (batch / median phase time) beside "
+            "unsynchronised host timing (naive: the original's mean of per-step rates where recorded)",
         )
     )
 
@@ -175,7 +180,10 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
 
     if base_label is not None:
         top = main.sort_values(["gpus", "speedup"]).iloc[-1]
-        text = f"at {top['gpus']} GPUs ({top['parallel']}, {top['nodes']} node(s)) the measured speedup is {top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}"
+        text = (
+            f"at {top['gpus']} GPUs ({top['parallel']}, {top['nodes']} node(s)) the measured speedup is "
+            f"{top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}"
+        )
         if reference is not None and (reference["gpus"] == top["gpus"]).any():
             pub = reference[reference["gpus"] == top["gpus"]].iloc[0]
             text += f"; published on {pub['hardware']}: {pub['speedup']:.2f}x, {pub['speedup'] / pub['gpus']:.0%}"

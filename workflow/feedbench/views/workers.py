@@ -1,4 +1,5 @@
-"""Study view `workers`: steady-state samples/s per loader worker count beside the time to the first batch (CIFAR-100 notebook; docs/studies.md)."""
+"""Study view `workers`: steady-state samples/s per loader worker count beside the time to the first batch (CIFAR-100
+notebook; docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
     groups = list(ours.groupby(others, dropna=False)) if others else [((), ours)]
     for values, group in groups:
         values = values if isinstance(values, tuple) else (values,)
-        label = plain(", ".join(f"{k}={v}" for k, v in zip(others, values)) or "ours")
+        label = plain(", ".join(f"{k}={v}" for k, v in zip(others, values, strict=True)) or "ours")
         steady.plot(group["num_workers"], group["samples_per_s"], marker="o", label=label)
         first.plot(
             group["num_workers"],
@@ -173,8 +174,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
                         "speedup": f"speedup vs {their_base}",
                     }
                 ),
-                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler window of the first batch only "
-                "(workers started before it; the CUDA context created inside it at 1 worker)",
+                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler window of the "
+                "first batch only (workers started before it; the CUDA context created inside it at 1 worker)",
             )
         )
         side = (
@@ -191,7 +192,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         0,
         Table.of(
             side,
-            "Speedup over the baseline worker count: two different first-batch windows (not the same quantity) and our steady state",
+            "Speedup over the baseline worker count: two different first-batch windows (not the same quantity) and our "
+            "steady state",
         ),
     )
     if len(ours) or theirs is not None:
@@ -204,13 +206,17 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         )
         if ours["first_batch_ms"].notna().any():
             first = ours.loc[ours["first_batch_ms"].idxmin()]
-            view.verdict += f"; the first batch alone would pick {int(first['num_workers'])} workers ({first['first_batch_speedup']:.2f}×)"
+            view.verdict += (
+                f"; the first batch alone would pick {int(first['num_workers'])} workers "
+                f"({first['first_batch_speedup']:.2f}×)"
+            )
         if ours["cuda_init_ms"].notna().any():
             view.verdict += f"; creating the CUDA context took {ours['cuda_init_ms'].median():.0f} ms, apart from both"
         view.verdict += "."
     if cpu_only(rows):
         view.notes.append(
-            "Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up the notebook "
-            "counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first batch is worker start-up alone."
+            "Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up "
+            "the notebook counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first "
+            "batch is worker start-up alone."
         )
     return view
