@@ -437,16 +437,49 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
                 continue
             measured.add(key)
             derived[key] = _ceiling_cell(scenario, ceiling, base, cell)
+        if knobs["device"] == "cpu":
+            continue  # a CPU copies nothing: no transfer ceiling
+        if user_batch(knobs):
+            probe = user_probe_knobs(knobs)
+            probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
+            key = _same_key(effective(probe))
+            if key not in measured:
+                measured.add(key)
+                derived[key] = _ceiling_cell("transfer", probe, base, cell)
+            continue
         size = batch_bytes(knobs)
-        if knobs["device"] != "cpu" and size:
+        if size:
             sizes.setdefault(knobs["device"], set()).add(size)
     for device, device_sizes in sizes.items():
         if any(_probes_sizes(c, device, device_sizes, base) for c in cells):
             continue  # an experiment's own transfer probe already measures these sizes on this device
         probe = {"scenario": "transfer", "device": device, "transfer_sizes": sorted(device_sizes)}
-        probe.update({k: defaults[k] for k in ("steps", "warmup_steps", "torch_threads", "seed") if k in defaults})
+        probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
         derived[device] = _ceiling_cell("transfer", probe, base, None)
     return list(derived.values())
+
+
+# The knobs a derived transfer probe takes from the config's defaults: how long and how it measures.
+PROBE_LABELS = ("steps", "warmup_steps", "torch_threads", "seed")
+# The knobs that make a user's batch and move it (feedbench.transfer.batch_probe): a training cell's transfer ceiling
+# times a real batch of its own, so its probe has the same ones.
+USER_BATCH_KNOBS = ("dataset", "dataset_args", "collate", "to_device", "batch_size", "pin_memory", "python_path")
+
+
+def user_batch(knobs: dict) -> bool:
+    """Whether a cell's batch is the user's (its dataset, collate or to_device is an import path): its copy is timed
+    on a real batch (metrics.transfer.user_batch), since feedbench.predict.batch_bytes cannot size it."""
+    return any(IMPORT_PATH.fullmatch(str(knobs.get(k) or "")) for k in ("dataset", "collate", "to_device"))
+
+
+def user_probe_knobs(knobs: dict) -> dict:
+    """The transfer probe that times a real batch of a training cell's own pipeline on its device."""
+    own = {k: knobs[k] for k in USER_BATCH_KNOBS if k in knobs and not _same(knobs[k], KNOBS[k].default)}
+    return {"scenario": "transfer", "device": knobs["device"], **own}
+
+
+def _less_labels(knobs: dict) -> dict:
+    return {k: v for k, v in knobs.items() if k not in PROBE_LABELS}
 
 
 # A probed copy size within this ratio of a batch's bytes measures the batch's copy: the transfer ceiling then
@@ -473,12 +506,18 @@ def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | 
 
 def ceiling_sources(cell: PlannedCell, cells: list[PlannedCell]) -> dict[str, PlannedCell | None]:
     """The cells that measure the ceilings of a training cell (as ceiling_cells derived or found them):
-    loader, compute, and the transfer probe on its device (None on a CPU, or where no cell measures it)."""
+    loader, compute, and the transfer probe on its device (the one timing a real batch of its own pipeline for user
+    code; None on a CPU, or where no cell measures it)."""
     from .predict import ceiling_knobs
 
     index = {_same_key(effective(c.knobs)): c for c in cells}
     found = {s: index.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in ("loader", "compute")}
     device = cell.knobs.get("device", KNOBS["device"].default)
+    if user_batch(cell.knobs):  # the probe that times a real batch of the cell's own pipeline
+        own = _same_key(effective(user_probe_knobs({"device": device, **cell.knobs})))
+        probes = [c for c in cells if _same_key(effective(_less_labels(c.knobs))) == own]
+        found["transfer"] = probes[0] if probes and device != "cpu" else None
+        return found
     probes = [
         c
         for c in cells
