@@ -409,7 +409,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
     probe per device covers all batch sizes, none where an experiment's own probe on the device has every batch size
     (within SAME_SIZE). A cell's id names the knobs in which it differs from the config's defaults, so it never changes
     when other cells come or go."""
-    from .predict import batch_bytes, ceiling_knobs
+    from .predict import batch_bytes, ceiling_knobs, user_batch, user_probe_knobs
 
     experiments = config.get("experiments") or {}
     wanted = [name for name, spec in experiments.items() if spec.get("ceilings") or spec.get("search")]
@@ -461,21 +461,6 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
 
 # The knobs a derived transfer probe takes from the config's defaults: how long and how it measures.
 PROBE_LABELS = ("steps", "warmup_steps", "torch_threads", "seed")
-# The knobs that make a user's batch and move it (feedbench.transfer.batch_probe): a training cell's transfer ceiling
-# times a real batch of its own, so its probe has the same ones.
-USER_BATCH_KNOBS = ("dataset", "dataset_args", "collate", "to_device", "batch_size", "pin_memory", "python_path")
-
-
-def user_batch(knobs: dict) -> bool:
-    """Whether a cell's batch is the user's (its dataset, collate or to_device is an import path): its copy is timed
-    on a real batch (metrics.transfer.user_batch), since feedbench.predict.batch_bytes cannot size it."""
-    return any(IMPORT_PATH.fullmatch(str(knobs.get(k) or "")) for k in ("dataset", "collate", "to_device"))
-
-
-def user_probe_knobs(knobs: dict) -> dict:
-    """The transfer probe that times a real batch of a training cell's own pipeline on its device."""
-    own = {k: knobs[k] for k in USER_BATCH_KNOBS if k in knobs and not _same(knobs[k], KNOBS[k].default)}
-    return {"scenario": "transfer", "device": knobs["device"], **own}
 
 
 def _less_labels(knobs: dict) -> dict:
@@ -508,7 +493,7 @@ def ceiling_sources(cell: PlannedCell, cells: list[PlannedCell]) -> dict[str, Pl
     """The cells that measure the ceilings of a training cell (as ceiling_cells derived or found them):
     loader, compute, and the transfer probe on its device (the one timing a real batch of its own pipeline for user
     code; None on a CPU, or where no cell measures it)."""
-    from .predict import ceiling_knobs
+    from .predict import ceiling_knobs, user_batch, user_probe_knobs
 
     index = {_same_key(effective(c.knobs)): c for c in cells}
     found = {s: index.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in ("loader", "compute")}
