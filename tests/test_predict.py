@@ -338,3 +338,38 @@ def test_on_a_gpu_a_user_pipelines_copy_term_is_its_real_batch(tmp_path, pin_mem
     )
     assert terms["transfer"] == pytest.approx(ms / 16)  # ms per sample: the batch's median copy over its samples
     assert train["predicted_samples_per_s"] == pytest.approx(expected)
+
+
+def test_the_copy_term_reads_the_probe_of_the_cells_own_batch_with_its_pinning():
+    # Stored results of a GPU run (the real ones are made by the gpu test above): a training cell of the shapes
+    # pipeline at 1,000 samples/s of loader (2 workers) and 400 of compute, and two probes of real batches, one of them
+    # another crop. The cell pins: its copy term is the pinned batch of its own probe, 8 ms per batch of 16 samples.
+    from feedbench.aggregate import result_row, with_predictions
+
+    def result(cell, scenario, metrics, **knobs):
+        knobs = {**SHAPES, "device": "cuda", "pin_memory": True, "scenario": scenario, **knobs}
+        return result_row({"status": "ok", "cell": {**knobs, "cell": cell}, "metrics": metrics}, f"{cell}.json")
+
+    def probe(ms_pinned):
+        batches = [
+            {"pinned": False, "bytes": 1_000_000, "batch_median_ms": 50.0},
+            {"pinned": True, "bytes": 1_000_000, "batch_median_ms": ms_pinned},
+        ]
+        return {"transfer": {"by_size": [], "user_batch": {"by_pinning": batches}}}
+
+    rows = [
+        result("train", "train", {"samples_per_s": 90.0}, num_workers=2),
+        result("loader", "loader", {"samples_per_s": 1000.0}, num_workers=2),
+        result("compute", "compute", {"samples_per_s": 400.0}, pin_memory=False),
+        result("own-probe", "transfer", probe(8.0), model="mlp", step=None),
+        result("other-crop", "transfer", probe(1.0), dataset_args={**SHAPES["dataset_args"], "crop": 32}),
+    ]
+    summary = with_predictions(pd.DataFrame(rows)).set_index("cell")
+    train = summary.loc["train"]
+    assert train["ceiling_copy_from"] == "user batch"
+    assert train["ceiling_copy_gb_per_s"] == pytest.approx(1_000_000 / 0.008 / 1e9)
+    # In series with compute (no stream prefetch): 0.5 + 2.5 ms per sample, beside the loader's 1 ms.
+    assert train["predicted_samples_per_s"] == pytest.approx(1000 / 3) and train["predicted_bound"] == "compute"
+    pageable = with_predictions(pd.DataFrame([{**rows[0], "pin_memory": False}, *rows[1:]])).set_index("cell")
+    # Unpinned, its own probe is one with pin_memory false: none here, so no copy term rather than another's.
+    assert pd.isna(pageable.loc["train", "ceiling_copy_from"])

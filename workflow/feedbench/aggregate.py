@@ -205,17 +205,20 @@ def _user_copy(transfer: pd.DataFrame, knobs: dict, pinned: bool) -> tuple[int |
     columns = [f"transfer_user_batch_bytes_{kind}", f"transfer_user_batch_ms_{kind}"]
     if transfer.empty or any(c not in transfer for c in columns):
         return None, None
-    wanted = {k: _plain(_text(knobs.get(k, KNOBS[k].default))) for k in ("device", *USER_BATCH_KNOBS)}
-    same = transfer.apply(lambda row: all(_plain(row.get(k)) == v for k, v in wanted.items()), axis=1)
+    wanted = {k: _or_default(knobs.get(k), k) for k in ("device", *USER_BATCH_KNOBS)}
+    same = transfer.apply(lambda row: all(_or_default(row.get(k), k) == v for k, v in wanted.items()), axis=1)
     size, ms = (_median(transfer.loc[same, column]) for column in columns)
     if not size or not ms:
         return None, None
     return int(size), size / (ms / 1000) / 1e9
 
 
-def _text(value):
-    """A knob value as the summary holds it: lists and dicts as JSON text (as _knobs writes them)."""
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+def _or_default(value, name: str):
+    """A knob's value as the summary holds it (lists and dicts as JSON text, as _knobs writes them), its default
+    where empty."""
+    value = _plain(value)
+    value = KNOBS[name].default if value is None else value
+    return _plain(json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value)
 
 
 def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
