@@ -6,7 +6,9 @@ A training step has three parts that the ceilings measure one by one (docs/harne
     t_load  = 1 / L   L: the loader alone (scenario loader) at the cell's dataset, workers, batch and pinning
     t_comp  = 1 / C   C: compute with the data resident on the device (scenario compute), same model and batch
     t_copy  = batch bytes / (B x batch)   B: the transfer probe's GB/s at the size nearest the batch's bytes,
-                                          pinned when the cell pins its batches, else pageable; 0 on a CPU
+                                          pinned when the cell pins its batches, else pageable; 0 on a CPU.
+              For the user's own pipeline (user_batch), whose bytes batch_bytes cannot know: the median ms of
+              a real batch of theirs, timed by a transfer probe with the cell's USER_BATCH_KNOBS, over the batch
 
 all per sample. The trainer's side of a step is t_gpu = max(t_comp, t_copy) when a side stream
 prefetches the next batch (device_prefetch stream: the copy overlaps compute), else t_comp + t_copy
