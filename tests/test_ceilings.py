@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from feedbench.config import validate_config
-from feedbench.matrix import ConfigError, build_cells
+from feedbench.matrix import ConfigError, build_cells, ceiling_sources
 
 SCHEMA = "config/schema.yaml"
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
@@ -83,3 +85,51 @@ def test_an_experiments_own_transfer_probe_at_the_batch_size_is_shared_not_measu
     )
     (own,) = apart["ceilings-transfer"]
     assert own.knobs["transfer_sizes"] == [64 * (1024 * 4 + 8)]
+
+
+OWN = {
+    "scenario": "train",
+    "dataset": "shapes.data:build_dataset",
+    "dataset_args": {"count": 64, "size": 64, "crop": 56},
+    "collate": "shapes.data:collate",
+    "model": "shapes.models:build_model",
+    "step": "shapes.train:train_step",
+}
+
+
+def test_a_cell_of_the_users_own_pipeline_gets_a_transfer_probe_of_its_own_batch():
+    # predict.batch_bytes cannot size a user's batch: the transfer ceiling times a real one (transfer.batch_probe),
+    # with the cell's dataset, its arguments, collate, batch size and pinning; cells that differ only in knobs no
+    # copy depends on (workers, the model) share it. Built unchecked: the import paths resolve in test_own_pipeline.
+    config = {
+        "python_path": ["examples/own-pipeline/src"],
+        "defaults": {"device": "auto", "batch_size": 16, "steps": 5},
+        "experiments": {
+            "own": {"ceilings": True, "base": OWN, "matrix": {"num_workers": [0, 2], "pin_memory": [False, True]}}
+        },
+    }
+    validate_config(config, SCHEMA)
+    cells = build_cells(config, check=False)
+    probes = [c for c in cells if c.experiment == "ceilings-transfer"]
+    assert len(probes) == 2  # one per pinning, shared by both worker counts
+    for probe in probes:
+        knobs = probe.knobs
+        assert knobs["scenario"] == "transfer" and knobs["device"] == "auto" and knobs["steps"] == 5
+        assert knobs["dataset"] == OWN["dataset"] and knobs["collate"] == OWN["collate"]
+        assert knobs["dataset_args"] == OWN["dataset_args"] and knobs["batch_size"] == 16
+        assert knobs["python_path"] == [os.path.abspath("examples/own-pipeline/src")]
+        assert "model" not in knobs and "num_workers" not in knobs
+    assert {p.knobs.get("pin_memory", False) for p in probes} == {False, True}
+    # Each training cell's prediction reads the probe with its own pinning.
+    for cell in (c for c in cells if c.experiment == "own"):
+        source = ceiling_sources(cell, cells)["transfer"]
+        assert source.knobs.get("pin_memory", False) == cell.knobs.get("pin_memory", False)
+
+
+def test_on_a_cpu_the_users_pipeline_gets_no_transfer_probe():
+    config = {"defaults": {"device": "cpu"}, "experiments": {"own": {"ceilings": True, "base": OWN}}}
+    validate_config(config, SCHEMA)
+    cells = build_cells(config, check=False)
+    assert not [c for c in cells if c.experiment == "ceilings-transfer"]
+    (cell,) = [c for c in cells if c.experiment == "own"]
+    assert ceiling_sources(cell, cells)["transfer"] is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from feedbench.aggregate import load_results
 from feedbench.predict import batch_bytes, ceiling_knobs, predict
@@ -271,3 +272,104 @@ def test_the_recommendation_says_whether_pinning_and_stream_prefetch_pay_for_the
         "stream prefetch +2 % (95 % intervals 170-197 with, 175-185 without: within noise)",
     ]
     assert found["sentence"].endswith("; " + "; ".join(found["gains"]))
+
+
+SHAPES = {
+    "dataset": "shapes.data:build_dataset",
+    "dataset_args": {"count": 64, "size": 64, "crop": 56},
+    "collate": "shapes.data:collate",
+    "model": "shapes.models:build_model",
+    "step": "shapes.train:train_step",
+    "batch_size": 16,
+    "steps": 4,
+    "warmup_steps": 1,
+    "torch_threads": 1,
+}
+
+
+def own_pipeline_summary(root, device: str, pin_memory: bool):
+    """The summary of a real training cell of examples/own-pipeline and its ceilings, each run by the harness as
+    the workflow runs it: loader, compute, and the transfer probe of its own batch (predict.user_probe_knobs)."""
+    import os
+
+    from feedbench.predict import user_probe_knobs
+    from feedbench.runner import run
+
+    src = os.path.abspath("examples/own-pipeline/src")
+    train = {**SHAPES, "scenario": "train", "device": device, "pin_memory": pin_memory, "python_path": [src]}
+    common = {k: train[k] for k in ("steps", "warmup_steps", "torch_threads")}
+    cells = {
+        "train": train,
+        "loader": {**ceiling_knobs(train, "loader"), **common},
+        "compute": {**ceiling_knobs(train, "compute"), **common},
+        "transfer": {**user_probe_knobs(train), **common, "transfer_sizes": [65536]},
+    }
+    paths = []
+    for name, knobs in cells.items():
+        out = root / name / "rep1"
+        assert run({**knobs, "experiment": "own", "cell": name, "repeat": 1}, str(out)) == 0, json.loads(
+            (out / "result.json").read_text()
+        )["error"]
+        paths.append(str(out / "result.json"))
+    return load_results(paths).set_index("cell")
+
+
+def test_on_a_cpu_a_user_pipeline_is_predicted_without_a_copy_term(tmp_path):
+    # The probe times the user's real batch (the mover's own time on CPU), but a CPU copies nothing: no copy term.
+    summary = own_pipeline_summary(tmp_path, "cpu", pin_memory=False)
+    probe, train = summary.loc["transfer"], summary.loc["train"]
+    assert probe["transfer_user_batch_bytes_pageable"] == 16 * (3 * 56 * 56 * 4 + 8)  # float32 crops, int64 labels
+    assert probe["transfer_user_batch_ms_pageable"] > 0
+    assert train["predicted_samples_per_s"] > 0
+    assert pd.isna(train["ceiling_copy_gb_per_s"]) and pd.isna(train["ceiling_copy_from"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_on_a_gpu_a_user_pipelines_copy_term_is_its_real_batch(tmp_path, pin_memory):
+    summary = own_pipeline_summary(tmp_path, "cuda", pin_memory)
+    probe, train = summary.loc["transfer"], summary.loc["train"]
+    kind = "pinned" if pin_memory else "pageable"
+    size, ms = probe[f"transfer_user_batch_bytes_{kind}"], probe[f"transfer_user_batch_ms_{kind}"]
+    assert train["ceiling_copy_from"] == "user batch"
+    assert train["ceiling_copy_gb_per_s"] == pytest.approx(size / (ms / 1000) / 1e9)
+    expected, _bound, terms = predict(
+        train["ceiling_loader_samples_per_s"], train["ceiling_compute_samples_per_s"], 0, 16, size, size / ms / 1e6
+    )
+    assert terms["transfer"] == pytest.approx(ms / 16)  # ms per sample: the batch's median copy over its samples
+    assert train["predicted_samples_per_s"] == pytest.approx(expected)
+
+
+def test_the_copy_term_reads_the_probe_of_the_cells_own_batch_with_its_pinning():
+    # Stored results of a GPU run (the real ones are made by the gpu test above): a training cell of the shapes
+    # pipeline at 1,000 samples/s of loader (2 workers) and 400 of compute, and two probes of real batches, one of them
+    # another crop. The cell pins: its copy term is the pinned batch of its own probe, 8 ms per batch of 16 samples.
+    from feedbench.aggregate import result_row, with_predictions
+
+    def result(cell, scenario, metrics, **knobs):
+        knobs = {**SHAPES, "device": "cuda", "pin_memory": True, "scenario": scenario, **knobs}
+        return result_row({"status": "ok", "cell": {**knobs, "cell": cell}, "metrics": metrics}, f"{cell}.json")
+
+    def probe(ms_pinned):
+        batches = [
+            {"pinned": False, "bytes": 1_000_000, "batch_median_ms": 50.0},
+            {"pinned": True, "bytes": 1_000_000, "batch_median_ms": ms_pinned},
+        ]
+        return {"transfer": {"by_size": [], "user_batch": {"by_pinning": batches}}}
+
+    rows = [
+        result("train", "train", {"samples_per_s": 90.0}, num_workers=2),
+        result("loader", "loader", {"samples_per_s": 1000.0}, num_workers=2),
+        result("compute", "compute", {"samples_per_s": 400.0}, pin_memory=False),
+        result("own-probe", "transfer", probe(8.0), model="mlp", step=None),
+        result("other-crop", "transfer", probe(1.0), dataset_args={**SHAPES["dataset_args"], "crop": 32}),
+    ]
+    summary = with_predictions(pd.DataFrame(rows)).set_index("cell")
+    train = summary.loc["train"]
+    assert train["ceiling_copy_from"] == "user batch"
+    assert train["ceiling_copy_gb_per_s"] == pytest.approx(1_000_000 / 0.008 / 1e9)
+    # In series with compute (no stream prefetch): 0.5 + 2.5 ms per sample, beside the loader's 1 ms.
+    assert train["predicted_samples_per_s"] == pytest.approx(1000 / 3) and train["predicted_bound"] == "compute"
+    pageable = with_predictions(pd.DataFrame([{**rows[0], "pin_memory": False}, *rows[1:]])).set_index("cell")
+    # Unpinned, its own probe is one with pin_memory false: none here, so no copy term rather than another's.
+    assert pd.isna(pageable.loc["train", "ceiling_copy_from"])

@@ -16,7 +16,7 @@ import pandas as pd
 from .knobs import KNOBS
 from .knobs import LABELS as CELL_LABELS
 from .metrics import PHASES
-from .predict import CEILINGS, batch_bytes, ceiling_knobs, predict
+from .predict import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, predict, user_batch
 from .result import UnusableResult, atomic_write, read_result
 
 # A row's place: experiment, cell, repeat (its sort order), and whether the cell is its experiment's baseline.
@@ -29,6 +29,7 @@ PREDICTION_COLUMNS = [
     "ceiling_loader_samples_per_s",
     "ceiling_compute_samples_per_s",
     "ceiling_copy_gb_per_s",
+    "ceiling_copy_from",
     "predicted_samples_per_s",
     "predicted_bound",
     "prediction_error_pct",
@@ -105,6 +106,10 @@ def _metrics(result: dict) -> dict:
         for point in transfer.get("by_size", []):
             kind = "pinned" if point["pinned"] else "pageable"
             row[f"transfer_gb_per_s_{kind}_{point['size_bytes']}"] = point.get("median_gb_per_s")
+        for point in (transfer.get("user_batch") or {}).get("by_pinning", []):  # a real batch of the user's
+            kind = "pinned" if point["pinned"] else "pageable"
+            row[f"transfer_user_batch_bytes_{kind}"] = point.get("bytes")
+            row[f"transfer_user_batch_ms_{kind}"] = point.get("batch_median_ms")
     for name, stats in ((result.get("monitor") or {}).get("stats") or {}).items():
         row[f"{name}_mean"] = stats.get("mean")
     return row
@@ -192,6 +197,30 @@ def _copy_rate(transfer: pd.DataFrame, device, size: int | None, pinned: bool) -
     return _median(rows[f"{prefix}{nearest}"])
 
 
+def _user_copy(transfer: pd.DataFrame, knobs: dict, pinned: bool) -> tuple[int | None, float | None]:
+    """(bytes, GB/s) of the user's real batch as the transfer probe of the cell's own pipeline copied it
+    (feedbench.predict.user_probe_knobs, matched on USER_BATCH_KNOBS and device): median bytes and ms over its
+    repeats, pinned or pageable as the cell."""
+    kind = "pinned" if pinned else "pageable"
+    columns = [f"transfer_user_batch_bytes_{kind}", f"transfer_user_batch_ms_{kind}"]
+    if transfer.empty or any(c not in transfer for c in columns):
+        return None, None
+    wanted = {k: _or_default(knobs.get(k), k) for k in ("device", *USER_BATCH_KNOBS)}
+    same = transfer.apply(lambda row: all(_or_default(row.get(k), k) == v for k, v in wanted.items()), axis=1)
+    size, ms = (_median(transfer.loc[same, column]) for column in columns)
+    if not size or not ms:
+        return None, None
+    return int(size), size / (ms / 1000) / 1e9
+
+
+def _or_default(value, name: str):
+    """A knob's value as the summary holds it (lists and dicts as JSON text, as _knobs writes them), its default
+    where empty."""
+    value = _plain(value)
+    value = KNOBS[name].default if value is None else value
+    return _plain(json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value)
+
+
 def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
     """Add PREDICTION_COLUMNS: each single-process training cell predicted from the ceilings found in the same
     summary (a loader and a compute cell with the knobs feedbench.predict.ceiling_knobs derives, and the transfer
@@ -217,8 +246,14 @@ def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
         compute = rates["compute"].get(_key(row, "compute"))
         knobs = {k: _plain(row.get(k)) for k in KNOBS if _plain(row.get(k)) is not None}
         device = knobs.get("device")
-        size = batch_bytes(knobs) if device not in (None, "cpu") else None
-        copy = _copy_rate(transfer, device, size, bool(knobs.get("pin_memory"))) if size else None
+        pinned, size, copy, source = bool(knobs.get("pin_memory")), None, None, None
+        if device not in (None, "cpu") and user_batch(knobs):  # a user batch: its real copy, timed by its own probe
+            size, copy = _user_copy(transfer, {**knobs, "device": device}, pinned)
+            source = "user batch" if copy else None
+        elif device not in (None, "cpu"):
+            size = batch_bytes(knobs)
+            copy = _copy_rate(transfer, device, size, pinned) if size else None
+            source = "sweep" if copy else None
         workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
         predicted, bound, _terms = predict(
             loader, compute, workers, batch, size, copy, knobs.get("device_prefetch") == "stream"
@@ -226,6 +261,7 @@ def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
         frame.at[index, "ceiling_loader_samples_per_s"] = loader
         frame.at[index, "ceiling_compute_samples_per_s"] = compute
         frame.at[index, "ceiling_copy_gb_per_s"] = copy
+        frame.at[index, "ceiling_copy_from"] = source
         if predicted is None:
             continue
         frame.at[index, "predicted_samples_per_s"] = predicted
@@ -233,7 +269,7 @@ def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
         measured = _plain(row.get("samples_per_s"))
         if row["status"] == "ok" and isinstance(measured, (int, float)):
             frame.at[index, "prediction_error_pct"] = 100 * (measured / predicted - 1)
-    numbers = [c for c in PREDICTION_COLUMNS if c != "predicted_bound"]
+    numbers = [c for c in PREDICTION_COLUMNS if c not in ("predicted_bound", "ceiling_copy_from")]
     frame[numbers] = frame[numbers].apply(pd.to_numeric)
     return frame
 

@@ -412,7 +412,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
     probe per device covers all batch sizes, none where an experiment's own probe on the device has every batch size
     (within SAME_SIZE). A cell's id names the knobs in which it differs from the config's defaults, so it never changes
     when other cells come or go."""
-    from .predict import batch_bytes, ceiling_knobs
+    from .predict import batch_bytes, ceiling_knobs, user_batch, user_probe_knobs
 
     experiments = config.get("experiments") or {}
     wanted = [name for name, spec in experiments.items() if spec.get("ceilings") or spec.get("search")]
@@ -440,16 +440,34 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
                 continue
             measured.add(key)
             derived[key] = _ceiling_cell(scenario, ceiling, base, cell)
+        if knobs["device"] == "cpu":
+            continue  # a CPU copies nothing: no transfer ceiling
+        if user_batch(knobs):
+            probe = user_probe_knobs(knobs)
+            probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
+            key = _same_key(effective(probe))
+            if key not in measured:
+                measured.add(key)
+                derived[key] = _ceiling_cell("transfer", probe, base, cell)
+            continue
         size = batch_bytes(knobs)
-        if knobs["device"] != "cpu" and size:
+        if size:
             sizes.setdefault(knobs["device"], set()).add(size)
     for device, device_sizes in sizes.items():
         if any(_probes_sizes(c, device, device_sizes, base) for c in cells):
             continue  # an experiment's own transfer probe already measures these sizes on this device
         probe = {"scenario": "transfer", "device": device, "transfer_sizes": sorted(device_sizes)}
-        probe.update({k: defaults[k] for k in ("steps", "warmup_steps", "torch_threads", "seed") if k in defaults})
+        probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
         derived[device] = _ceiling_cell("transfer", probe, base, None)
     return list(derived.values())
+
+
+# The knobs a derived transfer probe takes from the config's defaults: how long and how it measures.
+PROBE_LABELS = ("steps", "warmup_steps", "torch_threads", "seed")
+
+
+def _less_labels(knobs: dict) -> dict:
+    return {k: v for k, v in knobs.items() if k not in PROBE_LABELS}
 
 
 # A probed copy size within this ratio of a batch's bytes measures the batch's copy: the transfer ceiling then
@@ -476,12 +494,18 @@ def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | 
 
 def ceiling_sources(cell: PlannedCell, cells: list[PlannedCell]) -> dict[str, PlannedCell | None]:
     """The cells that measure the ceilings of a training cell (as ceiling_cells derived or found them):
-    loader, compute, and the transfer probe on its device (None on a CPU, or where no cell measures it)."""
-    from .predict import ceiling_knobs
+    loader, compute, and the transfer probe on its device (the one timing a real batch of its own pipeline for user
+    code; None on a CPU, or where no cell measures it)."""
+    from .predict import ceiling_knobs, user_batch, user_probe_knobs
 
     index = {_same_key(effective(c.knobs)): c for c in cells}
     found = {s: index.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in ("loader", "compute")}
     device = cell.knobs.get("device", KNOBS["device"].default)
+    if user_batch(cell.knobs):  # the probe that times a real batch of the cell's own pipeline
+        own = _same_key(effective(user_probe_knobs({"device": device, **cell.knobs})))
+        probes = [c for c in cells if _same_key(effective(_less_labels(c.knobs))) == own]
+        found["transfer"] = probes[0] if probes and device != "cpu" else None
+        return found
     probes = [
         c
         for c in cells

@@ -6,7 +6,9 @@ A training step has three parts that the ceilings measure one by one (docs/harne
     t_load  = 1 / L   L: the loader alone (scenario loader) at the cell's dataset, workers, batch and pinning
     t_comp  = 1 / C   C: compute with the data resident on the device (scenario compute), same model and batch
     t_copy  = batch bytes / (B x batch)   B: the transfer probe's GB/s at the size nearest the batch's bytes,
-                                          pinned when the cell pins its batches, else pageable; 0 on a CPU
+                                          pinned when the cell pins its batches, else pageable; 0 on a CPU.
+              For the user's own pipeline (user_batch), whose bytes batch_bytes cannot know: the median ms of
+              a real batch of theirs, timed by a transfer probe with the cell's USER_BATCH_KNOBS, over the batch
 
 all per sample. The trainer's side of a step is t_gpu = max(t_comp, t_copy) when a side stream
 prefetches the next batch (device_prefetch stream: the copy overlaps compute), else t_comp + t_copy
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .knobs import KNOBS
+from .knobs import IMPORT_PATH, KNOBS
 
 # Knobs that only change how the loader delivers batches: a compute ceiling resets them to their defaults.
 LOADER_ONLY = (
@@ -84,6 +86,23 @@ def batch_bytes(knobs: dict[str, Any]) -> int | None:
         return None
     features = get("input_size") if model == "mlp" else 3 * get("image_size") ** 2
     return int(get("batch_size")) * (int(features) * SAMPLE_BYTES + LABEL_BYTES)
+
+
+# The knobs that make a user's batch and move it (feedbench.transfer.batch_probe): a training cell's transfer ceiling
+# times a real batch of its own, so its probe has the same ones.
+USER_BATCH_KNOBS = ("dataset", "dataset_args", "collate", "to_device", "batch_size", "pin_memory", "python_path")
+
+
+def user_batch(knobs: dict) -> bool:
+    """Whether a cell's batch is the user's (its dataset, collate or to_device is an import path): its copy is timed
+    on a real batch (metrics.transfer.user_batch), since feedbench.predict.batch_bytes cannot size it."""
+    return any(IMPORT_PATH.fullmatch(str(knobs.get(k) or "")) for k in ("dataset", "collate", "to_device"))
+
+
+def user_probe_knobs(knobs: dict) -> dict:
+    """The transfer probe that times a real batch of a training cell's own pipeline on its device."""
+    own = {k: knobs[k] for k in USER_BATCH_KNOBS if k in knobs and knobs[k] != KNOBS[k].default}
+    return {"scenario": "transfer", "device": knobs["device"], **own}
 
 
 def _finite(value) -> float | None:
