@@ -115,11 +115,11 @@ def test_the_fit_check_sees_a_page_that_scrolls_sideways_and_a_clipped_cell(tmp_
 
 
 def test_the_fit_check_sees_a_cramped_sentence_and_a_broken_word(tmp_path):
-    """A table whose text column is squeezed (the study view's published table before its fix) fails the check."""
+    """A study view table whose text column is squeezed (the breakdown view's published table before its fix) fails."""
     sentence = "processing time per GPU for 4 GPUs at batch size 1024 lower than for 1 GPU"
     page = tmp_path / "cramped.html"
     page.write_text(
-        '<!doctype html><html><body><table style="width:20rem"><tr>'
+        '<!doctype html><html><body><table class="view-table" style="width:20rem"><tr>'
         + "".join(f"<td>{'x' * 20}</td>" for _ in range(3))
         + f"<td>{sentence}</td><td>follow-up</td></tr></table></body></html>"
     )
