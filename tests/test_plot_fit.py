@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import pandas as pd
@@ -115,6 +116,17 @@ def test_a_line_plot_of_few_series_stays_one_axes(summary):
     spec = {**SPECS["line"], "kind": "line"}
     assert facet_knob(few, spec) is None
     assert len(figure(few, spec).axes) == 1
+
+
+def test_a_cell_fitted_to_the_machine_keeps_its_own_bar(summary):
+    """pin_memory=true cells ran with false on a CPU: plotted as asked, never pooled with the false cells."""
+    ran = summary.assign(
+        requested=[json.dumps({"pin_memory": bool(v)}) for v in summary["pin_memory"]], pin_memory=False
+    )
+    fig = figure(ran, {**SPECS["phases"], "kind": "phases"})
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(labels) == len(set(labels)) == summary["cell"].nunique() == 32
+    assert sum(label.startswith("pin ") for label in labels) == 16
 
 
 def assert_fits(fig, what: str) -> None:

@@ -50,10 +50,12 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .knobs import KNOBS
 from .labels import cell_label, key_text
 from .metrics import PHASES
 from .result import atomic_write
 from .verdict import interval, natural_order, varying_knobs
+from .views import as_requested
 
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {
@@ -352,6 +354,9 @@ def draw_facets(fig, rows: pd.DataFrame, spec: dict, knob: str) -> None:
 def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figure:
     """A figure with one axes per spec, titled with the experiment's title."""
     specs = spec if isinstance(spec, list) else [spec]
+    # Knobs as the matrix asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet is its own cell
+    # (taken as it ran, it would be pooled with the pin_memory=false cell into one bar with a meaningless interval).
+    rows = as_requested(rows, [k for k in KNOBS if k in rows])
     cells = rows["cell"].nunique() if "cell" in rows else 1
     phases = any(one.get("kind") == "phases" for one in specs)
     width = max(7.5, 0.25 * cells + 2) if phases else 7.5  # a bar per cell needs room for its label
