@@ -38,13 +38,33 @@ FIGURES_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg'
   return {width: box.width, height: box.height, shapes: svg.querySelectorAll('path, rect, image, text, use').length};
 }))"""
 
-# Does the page fit its viewport? The page's and the viewport's widths, and every table cell whose content is wider
-# than the cell (clipped), with the start of its text.
-LAYOUT_JS = """JSON.stringify({
-  scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth,
-  clipped: Array.from(document.querySelectorAll('td, th')).filter(c => c.scrollWidth > c.clientWidth + 1)
-             .map(c => c.textContent.trim().slice(0, 80)),
-})"""
+# Does the page fit its viewport? The page's and the viewport's widths; every table cell whose content is wider
+# than the cell (clipped), with the start of its text; and in a study view's tables, every cell holding a sentence
+# (6 words or more, over 30 characters) squeezed narrower than CRAMPED_PX, a word a line, and every short word (up to
+# 20 characters, no space) broken across lines.
+CRAMPED_PX = 160
+LAYOUT_JS = """(() => {
+  const cells = Array.from(document.querySelectorAll('.view-table td'));  // a study view's tables
+  const text = c => c.textContent.trim();
+  const wraps = c => {  // do the cell's text boxes start on more than one line?
+    const walk = document.createTreeWalker(c, NodeFilter.SHOW_TEXT), boxes = [];
+    for (let node; (node = walk.nextNode());) {
+      const r = document.createRange(); r.selectNodeContents(node);
+      boxes.push(...Array.from(r.getClientRects()).filter(b => b.width > 0));
+    }
+    const tops = boxes.map(b => b.top);
+    return boxes.length > 1 && Math.max(...tops) - Math.min(...tops) > Math.min(...boxes.map(b => b.height)) / 2;
+  };
+  return JSON.stringify({
+    scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth,
+    clipped: Array.from(document.querySelectorAll('td, th')).filter(c => c.scrollWidth > c.clientWidth + 1)
+               .map(c => text(c).slice(0, 80)),
+    cramped: cells.filter(c => (text(c).match(/ /g) || []).length >= 5 && text(c).length > 30
+                               && c.getBoundingClientRect().width < CRAMPED)
+               .map(c => `${Math.round(c.getBoundingClientRect().width)} px: ${text(c).slice(0, 60)}`),
+    broken: cells.filter(c => text(c) && !/\\s/.test(text(c)) && text(c).length <= 20 && wraps(c)).map(text),
+  });
+})()""".replace("CRAMPED", str(CRAMPED_PX))
 
 
 def find_chromium() -> str | None:

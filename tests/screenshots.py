@@ -4,7 +4,8 @@
 
 writes docs/report.png (the top of the default report, the README's picture), docs/breakdown-report.png (the whole
 report of the breakdown preset's small run: 5 axes, 12 cells) and docs/study-view.png (its study view alone), each
-1280 px wide. It stops with one line when a page does not fit its width or a table cell clips its content.
+1280 px wide. It stops with one line when a page does not fit its width, a table cell clips its content, squeezes a
+sentence to a word a line or breaks a short word.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def main(default_report: str, breakdown_report: str) -> None:
     for page, name, options in shots:
         found = inspect(page, os.path.join(DOCS, name), width=1280, **options)
         layout = found.layout
-        if layout["scrollWidth"] > layout["clientWidth"] or layout["clipped"] or found.console_errors:
+        cramped = layout["clipped"] or layout["cramped"] or layout["broken"]
+        if layout["scrollWidth"] > layout["clientWidth"] or cramped or found.console_errors:
             sys.exit(f"screenshots: {page} does not fit 1280 px: {layout}, console errors {found.console_errors}")
         print(f"docs/{name}: {page}")
 

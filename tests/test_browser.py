@@ -78,23 +78,28 @@ def breakdown_report(tmp_path_factory):
     return str(workdir / "results" / "report" / "index.html")
 
 
-def assert_fits(page, what: str) -> None:
+def assert_fits(page, what: str, width: int) -> None:
+    """The page fits; on a laptop no sentence is squeezed to a word a line (on a phone a wide table's sentences may
+    be narrow: the table scrolls in its box); at no width is a short word broken."""
     layout = page.layout
     assert layout["scrollWidth"] <= layout["clientWidth"], f"{what}: the page scrolls sideways {layout}"
     assert layout["clipped"] == [], f"{what}: table cells clip their content"
+    if width >= 1280:
+        assert layout["cramped"] == [], f"{what}: sentences squeezed to a word a line"
+    assert layout["broken"] == [], f"{what}: short words broken across lines"
 
 
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_report_fits_a_laptop_and_a_phone(default_report, width):
     page = inspect(default_report, os.path.join(ARTIFACTS, f"report-{width}.png"), width=width)
-    assert_fits(page, f"default report at {width} px")
+    assert_fits(page, f"default report at {width} px", width)
 
 
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_breakdown_small_report_fits_a_laptop_and_a_phone(breakdown_report, width):
     page = inspect(breakdown_report, os.path.join(ARTIFACTS, f"breakdown-{width}.png"), width=width)
     assert page.console_errors == [] and page.failed_loads == []
-    assert_fits(page, f"breakdown small report at {width} px")
+    assert_fits(page, f"breakdown small report at {width} px", width)
 
 
 def test_the_fit_check_sees_a_page_that_scrolls_sideways_and_a_clipped_cell(tmp_path):
@@ -108,3 +113,17 @@ def test_the_fit_check_sees_a_page_that_scrolls_sideways_and_a_clipped_cell(tmp_
     found = inspect(str(page), width=390)
     assert found.layout["scrollWidth"] > found.layout["clientWidth"]
     assert found.layout["clipped"] == ["clipped content here"]
+
+
+def test_the_fit_check_sees_a_cramped_sentence_and_a_broken_word(tmp_path):
+    """A study view table whose text column is squeezed (the breakdown view's published table before its fix) fails."""
+    sentence = "processing time per GPU for 4 GPUs at batch size 1024 lower than for 1 GPU"
+    page = tmp_path / "cramped.html"
+    page.write_text(
+        '<!doctype html><html><body><table class="view-table" style="width:20rem"><tr>'
+        + "".join(f"<td>{'x' * 20}</td>" for _ in range(3))
+        + f"<td>{sentence}</td><td>follow-up</td></tr></table></body></html>"
+    )
+    found = inspect(str(page), width=1280)
+    assert [c.split(" px: ")[1] for c in found.layout["cramped"]] == [sentence[:60]]
+    assert found.layout["broken"] == ["follow-up"]

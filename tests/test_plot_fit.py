@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import pandas as pd
 import pytest
 from feedbench import views
 from feedbench.metrics import PHASES
-from feedbench.plots import KINDS, figure
+from feedbench.plots import KINDS, SERIES_LIMIT, facet_knob, figure
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 AXES = {
@@ -81,7 +82,9 @@ def test_every_kind_fits_a_five_axis_matrix(summary, kind):
     fig = figure(summary, {**SPECS[kind], "kind": kind, "title": TITLE}, title=TITLE)
     assert_fits(fig, kind)
     assert " ".join(fig.get_suptitle().split()) == TITLE  # wrapped, never cut
-    assert " ".join(fig.axes[0].get_title().split()) == TITLE
+    # A line plot of 16 series is split into panels (below): the spec's title heads the row of panels.
+    titled = fig.subfigs[0].get_suptitle() if kind == "line" else fig.axes[0].get_title()
+    assert " ".join(titled.split()).startswith(TITLE)
     ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
     assert not any("model-" in t or "pin_memory=" in t for t in ticks), "labels are short, never ids or key=value lists"
 
@@ -91,6 +94,39 @@ def test_the_breakdown_view_fits_a_five_axis_matrix(summary):
     view = views.builder("breakdown")(summary, None, {"view": "breakdown", "matrix": AXES, "base": {}})
     assert_fits(view.figure, "breakdown view")
     assert "no-pin no-nb w=0 gpus=1 batch=64" in [t.get_text() for t in view.figure.axes[0].get_xticklabels()]
+
+
+def test_a_line_plot_of_many_series_becomes_small_multiples(summary):
+    """16 series (pin_memory, the hue, x 4 other knobs) tangle one axes: one panel per level of a series knob that is
+    not the hue, the legend once, the same lines in each panel, and everything still fits."""
+    spec = {**SPECS["line"], "kind": "line"}
+    knob = facet_knob(summary, spec)
+    assert knob in set(AXES) - {"num_workers", "pin_memory"}
+    fig = figure(summary, spec, title=TITLE)
+    assert len(fig.axes) == 2
+    assert [bool(ax.get_legend()) for ax in fig.axes] == [False, True]
+    lines = [ax.get_legend_handles_labels()[1] for ax in fig.axes]
+    assert lines[0] == lines[1] and len(lines[0]) == 16 // 2 <= SERIES_LIMIT
+    assert fig.axes[0].get_ylim() == fig.axes[1].get_ylim()  # shared y: panels compare by eye
+    assert_fits(fig, "line in panels")
+
+
+def test_a_line_plot_of_few_series_stays_one_axes(summary):
+    few = summary[(summary["timing"] == "events") & (summary["gpus_per_node"] == 1)]  # pin x nb: 4 series
+    spec = {**SPECS["line"], "kind": "line"}
+    assert facet_knob(few, spec) is None
+    assert len(figure(few, spec).axes) == 1
+
+
+def test_a_cell_fitted_to_the_machine_keeps_its_own_bar(summary):
+    """pin_memory=true cells ran with false on a CPU: plotted as asked, never pooled with the false cells."""
+    ran = summary.assign(
+        requested=[json.dumps({"pin_memory": bool(v)}) for v in summary["pin_memory"]], pin_memory=False
+    )
+    fig = figure(ran, {**SPECS["phases"], "kind": "phases"})
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(labels) == len(set(labels)) == summary["cell"].nunique() == 32
+    assert sum(label.startswith("pin ") for label in labels) == 16
 
 
 def assert_fits(fig, what: str) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from feedbench.verdict import POWER_FACTOR, gain_wording, interval, repeats_to_separate, summarize_experiment
+import pytest
+from feedbench.verdict import gain_wording, interval, repeats_to_separate, summarize_experiment
 
 
 def rows(values_by_cell: dict[str, list[float]]) -> pd.DataFrame:
@@ -49,15 +50,77 @@ def test_separate_intervals_are_called_clear():
     assert found["clear"] and found["wording"] == "clear: the 95 % intervals do not overlap"
 
 
+def repeats(mean: float, sd: float, n: int) -> list[float]:
+    """n values whose mean and sample standard deviation are exactly `mean` and `sd`."""
+    steps = [i - (n - 1) / 2 for i in range(n)]
+    scale = sd / math.sqrt(sum(k * k for k in steps) / (n - 1))
+    return [mean + scale * k for k in steps]
+
+
 def test_overlapping_intervals_come_with_a_rough_repeat_estimate():
     base, best = [100.0, 110.0, 90.0], [105.0, 115.0, 95.0]  # sd 10 each, gain 5
     found = summarize_experiment(rows({"num_workers-0": base, "num_workers-2": best}))
-    # n = 2 (1.96 + 0.84)^2 sd^2 / gain^2 = 15.7 * 100 / 25 -> 63.
-    assert repeats_to_separate(found["best"], found["baseline"]) == math.ceil(POWER_FACTOR * 100 / 25) == 63
+    # The first n with sqrt(n) 5 >= t(0.975, n-1) (10 + 10) + 0.8416 sqrt(200): t(0.975, 107) is read from the table's
+    # df 60 row, 2.000, so the right side is 51.90; sqrt(107) 5 = 51.72 falls short, sqrt(108) 5 = 51.96 does not.
+    needed = repeats_to_separate(found["best"], found["baseline"])
+    assert needed == 108
     assert found["wording"] == (
-        "within noise: the 95 % intervals overlap; about 63 repeats per cell would separate a "
-        "gain this size at the measured spread (a rough power estimate: 80 % power, 5 % level)"
+        f"within noise: the 95 % intervals overlap; about {needed} repeats per cell would separate a "
+        "gain this size at the measured spread (a rough power estimate: the intervals apart with 80 % power)"
     )
+
+
+@pytest.mark.parametrize("run", [2, 3])
+def test_the_estimate_names_more_repeats_than_already_overlap(run):
+    # A gain of 3 sd overlaps at 2 and 3 repeats (t 12.7 and 4.3), yet the z-approximation once said "about 2":
+    # 2 (1.96 + 0.84)^2 sd^2 / gain^2 = 1.7.
+    found = summarize_experiment(
+        rows({"num_workers-0": repeats(100.0, 10.0, run), "num_workers-2": repeats(130.0, 10.0, run)})
+    )
+    assert not found["clear"]
+    needed = repeats_to_separate(found["best"], found["baseline"])
+    assert needed > run
+    assert f"about {needed} repeats per cell" in found["wording"]
+
+
+@pytest.mark.parametrize("run", [2, 3, 5])
+def test_at_the_estimated_repeats_the_same_means_and_spread_no_longer_overlap(run):
+    """The estimate is about the verdict's own test: rerun with that many repeats at the measured means and spreads
+    and the intervals are apart; one repeat fewer (when still more than were run) leaves less margin."""
+    base, best = repeats(100.0, 10.0, run), repeats(112.0, 8.0, run)
+    found = summarize_experiment(rows({"num_workers-0": base, "num_workers-2": best}))
+    assert not found["clear"]
+    needed = repeats_to_separate(found["best"], found["baseline"])
+    again = summarize_experiment(
+        rows({"num_workers-0": repeats(100.0, 10.0, needed), "num_workers-2": repeats(112.0, 8.0, needed)})
+    )
+    assert again["clear"] and again["wording"] == "clear: the 95 % intervals do not overlap"
+
+
+def test_a_gain_lost_in_noise_asks_for_more_than_a_thousand():
+    found = summarize_experiment(
+        rows({"num_workers-0": repeats(100.0, 30.0, 3), "num_workers-2": repeats(100.5, 30.0, 3)})
+    )
+    assert found["wording"].startswith("within noise: the 95 % intervals overlap; more than 1,000 repeats per cell")
+
+
+def test_wording_for_one_two_and_three_repeats():
+    wording = {
+        run: summarize_experiment(
+            rows(
+                {
+                    "num_workers-0": repeats(100.0, 10.0, run) if run > 1 else [100.0],
+                    "num_workers-2": repeats(110.0, 10.0, run) if run > 1 else [110.0],
+                }
+            )
+        )["wording"]
+        for run in (1, 2, 3)
+    }
+    assert wording[1].startswith("cannot be judged from one run: with fewer than 2 repeats a cell has no interval")
+    for run in (2, 3):
+        assert wording[run].startswith("within noise: the 95 % intervals overlap; about ")
+        assert int(wording[run].split("about ")[1].split()[0]) > run
+        assert wording[run].endswith("(a rough power estimate: the intervals apart with 80 % power)")
 
 
 def test_the_estimate_falls_with_the_spread_and_needs_a_gain():

@@ -17,6 +17,10 @@ of feedbench.labels (`w=2 pin nb t=ev`), with the key under the figure. How long
              comparison the plot exists for), and the figure widens with the number of cells;
     line/bar the series go to a legend outside the axes (it never hides a point); the x ticks are the levels of one
              knob and turn vertical only when they do not fit side by side;
+    line     above SERIES_LIMIT lines one axes is a tangle a legend cannot untie: the plot becomes small multiples,
+             one axes per level of one knob of the series (the one with the fewest levels, never the hue), side by
+             side with a shared y axis, the legend once at the right (bars stay grouped: side-by-side bars do not
+             cross, so they stay readable with many series);
     heatmap  series label the rows (horizontal text has room there), levels of x the columns, vertical when needed.
 Titles are wrapped to the figure's width, never clipped.
 
@@ -46,10 +50,12 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .knobs import KNOBS
 from .labels import cell_label, key_text
 from .metrics import PHASES
 from .result import atomic_write
 from .verdict import interval, natural_order, varying_knobs
+from .views import as_requested
 
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {
@@ -173,9 +179,14 @@ def fit_ticks(ax, positions, labels: list[str], slot_in: float, fontsize: float 
         ax.set_yticks(positions, labels, fontsize=fontsize)
 
 
+def _page(ax) -> Figure:
+    """The whole figure an axes is drawn on, also when the axes sits in a subfigure (small multiples)."""
+    return ax.figure.figure
+
+
 def slot(ax, count: int) -> float:
     """Inches of axes width per category, from the axes' place in its grid (before the layout shrinks it a little)."""
-    return ax.get_position().width * ax.figure.get_figwidth() / max(count, 1)
+    return ax.get_position().width * _page(ax).get_figwidth() / max(count, 1)
 
 
 def wrap(text: str, width_in: float, fontsize: float) -> str:
@@ -297,16 +308,55 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
         ax.set_ylim(bottom=0)
     if kind != "heatmap" and ax.get_legend_handles_labels()[0]:
         entries = len(ax.get_legend_handles_labels()[0])
-        fits = max(int(0.7 * ax.figure.get_figheight() / len(ax.figure.axes) * 72 / (8 * 2.2)), 1)  # rows, 8 pt
+        page = _page(ax)
+        fits = max(int(0.7 * page.get_figheight() / len(page.axes) * 72 / (8 * 2.2)), 1)  # rows, 8 pt
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, ncols=-(-entries // fits))
     title = spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}")
-    ax.set_title(wrap(plain(title), 0.5 * ax.figure.get_figwidth(), 10), fontsize=10)  # the legend may take the rest
+    ax.set_title(wrap(plain(title), 0.5 * _page(ax).get_figwidth(), 10), fontsize=10)  # the legend may take the rest
     ax.grid(axis="y", alpha=0.3)
+
+
+SERIES_LIMIT = 8  # more lines than this on one axes, and a line plot is split into small multiples
+
+
+def facet_knob(rows: pd.DataFrame, spec: dict) -> str | None:
+    """The knob a line plot is split by when it would draw more than SERIES_LIMIT lines (see the module docstring);
+    None when its lines fit one axes."""
+    if spec.get("kind", "line") != "line" or "status" not in rows or "cell" not in rows:
+        return None
+    if "scenario" in rows and (rows["scenario"] == "transfer").all():
+        return None
+    data = rows[rows["status"] == "ok"]
+    x, hue = spec.get("x"), spec.get("hue")
+    if x not in data or spec.get("y", "samples_per_s") not in data:
+        return None
+    keys = _series(data, x, hue, varying_knobs(rows))
+    others = [k for k in keys if k != hue]
+    if not others or data.groupby(keys, dropna=False).ngroups <= SERIES_LIMIT:
+        return None
+    return min(others, key=lambda k: data[k].astype(str).nunique())
+
+
+def draw_facets(fig, rows: pd.DataFrame, spec: dict, knob: str) -> None:
+    """Small multiples of one line spec in `fig` (a subfigure): one axes per level of `knob`, y shared."""
+    levels = _ordered(rows[knob])
+    axes = fig.subplots(1, len(levels), sharey=True, squeeze=False)[0]
+    for ax, level in zip(axes, levels, strict=True):
+        draw(ax, rows[rows[knob].astype(str) == str(level)], {**spec, "title": cell_label({knob: level}, [knob])})
+        if ax is not axes[-1] and ax.get_legend():
+            ax.get_legend().remove()
+        if ax is not axes[0]:
+            ax.set_ylabel("")  # the y axis is shared: its label once, at the left
+    title = spec.get("title") or f"{spec.get('y', 'samples_per_s')} by {spec.get('x')}"
+    fig.suptitle(wrap(plain(f"{title}, one panel per {knob}"), 0.95 * fig.figure.get_figwidth(), 10), fontsize=10)
 
 
 def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figure:
     """A figure with one axes per spec, titled with the experiment's title."""
     specs = spec if isinstance(spec, list) else [spec]
+    # Knobs as the matrix asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet is its own cell
+    # (taken as it ran, it would be pooled with the pin_memory=false cell into one bar with a meaningless interval).
+    rows = as_requested(rows, [k for k in KNOBS if k in rows])
     cells = rows["cell"].nunique() if "cell" in rows else 1
     phases = any(one.get("kind") == "phases" for one in specs)
     width = max(7.5, 0.25 * cells + 2) if phases else 7.5  # a bar per cell needs room for its label
@@ -316,8 +366,20 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
         tall = {"heatmap": max(3.8, 0.2 * cells + 1.5), "phases": 3.8 + (1.5 if cells > 8 else 0)}
         heights = [tall.get(one.get("kind"), 3.8) for one in specs]
         fig = Figure(figsize=(width, sum(heights)), layout="constrained")
-        for ax, one in zip(fig.subplots(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs, strict=True):
-            draw(ax, rows, one)
+        facets = [facet_knob(rows, one) for one in specs]
+        if any(facets):  # a subfigure per spec, so that one spec may hold a row of axes
+            for sub, one, knob in zip(
+                fig.subfigures(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs, facets, strict=True
+            ):
+                if knob:
+                    draw_facets(sub, rows, one, knob)
+                else:
+                    draw(sub.subplots(), rows, one)
+        else:
+            for ax, one in zip(
+                fig.subplots(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs, strict=True
+            ):
+                draw(ax, rows, one)
         if title:
             fig.suptitle(wrap(plain(title), 0.95 * width, 12), fontsize=12)
         if knobs:

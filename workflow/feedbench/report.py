@@ -236,15 +236,20 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     columns = [k for k in matrix if k in rows] + [k for k in found["knobs"] if k not in matrix]
     cells = _records(found["cells"])
     axis_values(rows, cells, columns)
+    # Labels name knobs as the matrix asked for them: two cells that differ only in an adjusted knob (pin_memory on a
+    # CPU) keep different labels, as they keep their own bars in the plot.
+    asked = views.as_requested(rows, columns)
+    labelled = verdict.varying_knobs(asked, list(matrix))
+    asked = asked.drop_duplicates("cell").set_index("cell")
     for cell in cells:
-        cell["label"] = cell_label(cell, found["knobs"])
+        cell["label"] = cell_label(asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell, labelled)
     context.update(
         cells=cells,
         metric=found["metric"],
         unit=unit(found["metric"]),
         knobs=found["knobs"],
         columns=columns,
-        key=key_text(found["knobs"], cells),
+        key=key_text(labelled, asked.reset_index().to_dict("records")),
         best_id=best["cell"] if best else None,
         baseline_id=base["cell"] if base else None,
         note=found["note"],

@@ -23,11 +23,14 @@ Bound classification (of a `train` cell, from the medians over its repeats)
 Wording of a gain (`gain_wording`)
     A cell with fewer than 2 repeats has no interval, so its gain cannot be
     judged: the verdict says so instead of "within noise". When both
-    intervals exist and overlap, it adds a rough power estimate of the
-    repeats per cell that would separate a gain of the measured size at the
-    measured spread: n = 2 (z(0.975) + z(0.8))^2 sd^2 / gain^2 (two-sample,
-    5 % level, 80 % power, normal approximation, the two cells' variances
-    pooled). It is rough (3 repeats estimate sd poorly) and the report says so.
+    intervals exist and overlap, it adds a rough power estimate: the fewest
+    repeats per cell, more than were run, at which the best cell's 95 % t
+    interval would lie above the baseline's (the test the verdict itself
+    applies) with 80 % power, if the means and spreads stayed as measured:
+    sqrt(n) gain >= t(0.975, n-1) (sd_best + sd_base) + z(0.8) sqrt(sd_best^2 + sd_base^2),
+    solved by counting n up. Using the interval's own t quantiles keeps the
+    estimate from naming a count that already overlaps. It is rough (3
+    repeats estimate sd poorly) and the report says so.
 """
 
 from __future__ import annotations
@@ -251,7 +254,8 @@ def add_scaling(cells: pd.DataFrame, base: dict) -> pd.DataFrame:
     return cells
 
 
-POWER_FACTOR = 2 * (1.960 + 0.8416) ** 2  # 2 (z(0.975) + z(0.8))^2: 5 % two-sided level, 80 % power
+Z80 = 0.8416  # z(0.8): 80 % power
+MOST_REPEATS = 1000  # above this the estimate says "more than 1,000"
 
 
 def _sd(cell: dict) -> float | None:
@@ -263,15 +267,20 @@ def _sd(cell: dict) -> float | None:
 
 
 def repeats_to_separate(best: dict, base: dict) -> int | None:
-    """Rough repeats per cell that would separate the best cell's mean from the baseline's at their spread (see the
-    module docstring); None without two intervals or without a gain."""
+    """Rough repeats per cell, always more than were run, at which the two 95 % t intervals would stop overlapping
+    with 80 % power at the measured means and spreads (see the module docstring); MOST_REPEATS + 1 when even
+    MOST_REPEATS would not; None without two intervals or without a gain."""
     sds = [_sd(best), _sd(base)]
     if None in sds or best.get("mean") is None or base.get("mean") is None:
         return None
     gain = float(best["mean"]) - float(base["mean"])
     if gain <= 0:
         return None
-    return max(2, math.ceil(POWER_FACTOR * (sds[0] ** 2 + sds[1] ** 2) / 2 / gain**2))
+    run = min(int(best["n"]), int(base["n"]))
+    for n in range(run + 1, MOST_REPEATS + 1):
+        if math.sqrt(n) * gain >= t975(n - 1) * (sds[0] + sds[1]) + Z80 * math.hypot(*sds):
+            return n
+    return MOST_REPEATS + 1
 
 
 def gain_wording(best: dict, base: dict, clear: bool) -> str:
@@ -289,10 +298,10 @@ def gain_wording(best: dict, base: dict, clear: bool) -> str:
     needed = repeats_to_separate(best, base)
     if needed is None:
         return "within noise: the 95 % intervals overlap"
-    amount = "more than 1,000" if needed > 1000 else f"about {needed}"
+    amount = f"more than {MOST_REPEATS:,}" if needed > MOST_REPEATS else f"about {needed}"
     return (
         f"within noise: the 95 % intervals overlap; {amount} repeats per cell would separate a gain this size at "
-        "the measured spread (a rough power estimate: 80 % power, 5 % level)"
+        "the measured spread (a rough power estimate: the intervals apart with 80 % power)"
     )
 
 
