@@ -73,7 +73,8 @@ def snakemake(workflow: str, workdir, config: dict, *args: str) -> subprocess.Co
     path = os.path.join(workdir, "config.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
-    return run_snakemake(workflow, workdir, "--configfile", path, *args)
+    # --configfile last: it takes every word up to the next option, so targets in args must come before it.
+    return run_snakemake(workflow, workdir, *args, "--configfile", path)
 
 
 def planned(workflow: str, workdir, config: dict) -> set[str]:

@@ -138,6 +138,13 @@ def result_row(result: dict, path: str) -> dict:
     }
 
 
+def planned_row(knobs: dict, device: str | None) -> dict:
+    """A training cell not run yet, as a summary row on `device` (as its ceilings ran): what with_predictions needs
+    to predict it from ceilings already measured (feedbench.search asks this before choosing the cells to run)."""
+    cell = {**{name: knob.default for name, knob in KNOBS.items()}, **knobs, "device": device}
+    return {"status": "planned", "samples_per_s": None, **_knobs({"cell": cell}), "scenario": "train"}
+
+
 def load_results(paths: list[str]) -> pd.DataFrame:
     """Read every result.json into the tidy summary, sorted by experiment, cell, repeat.
 

@@ -4,9 +4,8 @@ axis -> results/search/<experiment>.json, the training cells to run (feedbench.s
 import json
 import sys
 
-from feedbench.aggregate import _copy_rate, load_results
-from feedbench.knobs import KNOBS
-from feedbench.predict import batch_bytes, predict
+import pandas as pd
+from feedbench.aggregate import _plain, load_results, planned_row, with_predictions
 from feedbench.result import atomic_write
 from feedbench.search import plan
 
@@ -14,46 +13,36 @@ snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
 
-def median_rate(paths):
-    """The median samples/s over the repeats of a ceiling that finished; None when none did."""
-    if not paths:
-        return None
-    frame = load_results(paths)
-    ok = frame.loc[frame["status"] == "ok", "samples_per_s"].dropna()
-    return float(ok.median()) if len(ok) else None
-
-
-def predicted(level):
-    """feedbench.predict's samples/s for one cell from its ceilings, as feedbench.aggregate predicts it afterwards."""
-    knobs = {**{name: knob.default for name, knob in KNOBS.items()}, **level["knobs"]}
-    loader, compute = median_rate(level["ceilings"]["loader"]), median_rate(level["ceilings"]["compute"])
-    size = copy = None
-    if level["ceilings"]["transfer"]:
-        probe = load_results(level["ceilings"]["transfer"])
-        probe = probe[probe["status"] == "ok"]
-        device = probe["device"].iloc[0] if len(probe) else None
-        if device not in (None, "cpu"):  # the probe ran where the cell will: a CPU copies nothing
-            size = batch_bytes(knobs)
-            copy = _copy_rate(probe, device, size, bool(knobs.get("pin_memory")))
-    rate, _bound, _terms = predict(
-        loader,
-        compute,
-        int(knobs.get("num_workers", 0)),
-        int(knobs.get("batch_size", 1)),
-        size,
-        copy,
-        knobs.get("device_prefetch") == "stream",
+def predicted_rates(groups: list[dict]) -> list[list]:
+    """Each level's predicted samples/s (None where a ceiling is missing), by feedbench.aggregate.with_predictions:
+    the level as a planned training row beside its ceilings' results, predicted by the same code that predicts the
+    measured cell in the summary afterwards. The planned row runs on the device its compute ceiling ran on."""
+    paths = sorted(
+        {p for group in groups for level in group["levels"] for ps in level["ceilings"].values() for p in ps}
     )
-    return rate
+    ceilings = load_results(paths)
+    ran_on = {
+        path: _plain(device)
+        for path, device in zip(ceilings.get("result", []), ceilings.get("device", []), strict=True)
+    }
+    rows = []
+    for group in groups:
+        for level in group["levels"]:
+            devices = [ran_on.get(path) for path in level["ceilings"]["compute"]]
+            rows.append(planned_row(level["knobs"], next((d for d in devices if d), level["knobs"].get("device"))))
+    frame = with_predictions(pd.concat([ceilings, pd.DataFrame(rows)], ignore_index=True))
+    rates = iter(frame["predicted_samples_per_s"].iloc[len(ceilings) :].map(_plain))
+    return [[next(rates) for _ in group["levels"]] for group in groups]
 
 
-groups = [
+groups = json.loads(snakemake.params.groups)
+choices = [
     {
         "knobs": group["knobs"],
         "cells": {level["level"]: level["cell"] for level in group["levels"]},
-        "predicted": {level["level"]: predicted(level) for level in group["levels"]},
+        "predicted": {level["level"]: rate for level, rate in zip(group["levels"], rates, strict=True)},
     }
-    for group in json.loads(snakemake.params.groups)
+    for group, rates in zip(groups, predicted_rates(groups), strict=True)
 ]
-decision = plan(snakemake.wildcards.experiment, snakemake.params.axis, groups, snakemake.params.baseline)
+decision = plan(snakemake.wildcards.experiment, snakemake.params.axis, choices, snakemake.params.baseline)
 atomic_write(snakemake.output.plan, json.dumps(decision, indent=1) + "\n")
