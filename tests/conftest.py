@@ -17,7 +17,12 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
+    # One worker runs every Slurm test, so only it starts the session's cluster (tests/slurm_cluster.py).
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
     if has_gpu():
         return
     skip = pytest.mark.skip(
