@@ -31,6 +31,7 @@ def test_gpu_sleep_model_is_timed_by_events(run_cell):
     assert result["metrics"]["step_ms"]["median"] == pytest.approx(20, rel=0.1)
 
 
+@pytest.mark.timing
 def test_events_and_sync_agree_on_phase_times(run_cell):
     knobs = dict(
         model="resnet18",
@@ -67,6 +68,7 @@ def test_pinned_copies_beat_pageable(run_cell):
     assert transfer["peak_gb_per_s_pinned"] > transfer["peak_gb_per_s_pageable"]
 
 
+@pytest.mark.timing
 def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
     knobs = dict(
         model="mlp",

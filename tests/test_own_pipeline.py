@@ -14,7 +14,10 @@ import yaml
 from conftest import ROOT
 from test_workflow import copy_workflow
 
-pytestmark = pytest.mark.slow  # one real Snakemake run of 8 small cells
+pytestmark = [
+    pytest.mark.slow,  # one real Snakemake run of 8 small cells
+    pytest.mark.xdist_group("own_pipeline"),  # one worker: that run is a module fixture
+]
 
 EXAMPLE = os.path.join(ROOT, "examples", "own-pipeline")
 

@@ -174,6 +174,7 @@ def test_provenance_is_an_allow_list(run_cell, monkeypatch):
     assert {"host", "cpu", "torch", "torchvision", "python", "git_commit"} <= set(result["provenance"])
 
 
+@pytest.mark.timing  # monitor samples counted over a window of 0.2 s
 def test_monitor_samples_and_notes_missing_gpu(run_cell):
     # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only lengthens the window.
     code, result = run_cell(
@@ -284,6 +285,7 @@ def test_sigterm_writes_failed_result(tmp_path):
     assert result["metrics"]["steps"] > 0
 
 
+@pytest.mark.timing  # a worker killed 2 s after it started: steps measured by then
 def test_killed_worker_writes_failed_result(tmp_path):
     import psutil
 

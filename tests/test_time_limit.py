@@ -15,7 +15,10 @@ import time
 
 import jsonschema
 import psutil
+import pytest
 from feedbench.result import schema
+
+pytestmark = pytest.mark.timing  # wall-time bounds and steps measured before a limit of seconds
 
 SLEEP_CELL = ["--set", "model=sleep", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000"]
 

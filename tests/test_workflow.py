@@ -20,7 +20,10 @@ import pytest
 import yaml
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow  # real Snakemake runs: about a minute for the module
+pytestmark = [
+    pytest.mark.slow,  # real Snakemake runs: about a minute for the module
+    pytest.mark.xdist_group("workflow"),  # one worker: the module fixture `done` runs the workflow once
+]
 
 COPIED = ["Snakefile", "config", "profiles", "envs", "report", "workflow"]
 
