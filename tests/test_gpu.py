@@ -43,6 +43,7 @@ def test_events_and_sync_agree_on_phase_times(run_cell):
         steps=20,
         warmup_steps=5,
         device="cuda",
+        torch_threads=1,  # the harness's default, pinned: timed
     )
     _, events = run_cell(**knobs, timing="events")
     _, sync = run_cell(**knobs, timing="sync")
@@ -83,6 +84,7 @@ def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
         device="cuda",
         pin_memory=True,
         non_blocking=True,
+        torch_threads=1,  # the harness's default, pinned: timed
     )
     _, none = run_cell(**knobs, device_prefetch="none")
     _, stream = run_cell(**knobs, device_prefetch="stream")
