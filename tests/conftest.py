@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -19,7 +20,13 @@ def has_gpu() -> bool:
 
 def pytest_configure(config):
     """Refuse --dist loadgroup where it would drop the groups without a word (pytest-xdist#1386): every worker would
-    then run its own share of each group, with its own Slurm cluster and its own copies of the module fixtures' runs."""
+    then run its own share of each group, with its own Slurm cluster and its own copies of the module fixtures' runs.
+
+    A run started in the background by a script (`make test &`) inherits SIGINT ignored, as would every process the
+    tests start (xdist's workers, Snakemake): the Ctrl-C test would then see nothing stop. Ctrl-C works as in a
+    terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     version = tuple(int(part) for part in pytest.__version__.split(".")[:2])
     if config.getoption("dist", "no") == "loadgroup" and version >= (9, 2):
         raise pytest.UsageError(
