@@ -31,8 +31,15 @@ lint: setup
 	$(BINPATH) snakefmt --check Snakefile workflow/rules
 	$(BINPATH) snakemake --lint
 
+# Two phases: every test but the timing ones on TEST_WORKERS pytest-xdist workers (most of them wait on Snakemake,
+# Slurm or subprocesses; --dist loadgroup keeps each xdist_group on one worker), then the tests marked `timing`
+# alone, with nothing else running. Either phase failing fails `make test` (5: the phase selected no test).
+TEST_WORKERS ?= 4
 test: setup system-deps lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not timing" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); parallel=$$?; \
+	$(PY) -m pytest -m timing $(PYTEST_ARGS); timing=$$?; \
+	echo "make test: parallel phase exit $$parallel, timing phase exit $$timing"; \
+	[ "$$parallel$$timing" != 55 ] && { [ $$parallel = 0 ] || [ $$parallel = 5 ]; } && { [ $$timing = 0 ] || [ $$timing = 5 ]; }
 
 # Chromium for the browser test: Debian's package, never a downloaded browser.
 # Installed only when missing and we are root; otherwise one line says what to install.

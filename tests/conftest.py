@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -17,7 +18,29 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def pytest_configure(config):
+    """Refuse --dist loadgroup where it would drop the groups without a word (pytest-xdist#1386): every worker would
+    then run its own share of each group, with its own Slurm cluster and its own copies of the module fixtures' runs.
+
+    A run started in the background by a script (`make test &`) inherits SIGINT ignored, as would every process the
+    tests start (xdist's workers, Snakemake): the Ctrl-C test would then see nothing stop. Ctrl-C works as in a
+    terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    version = tuple(int(part) for part in pytest.__version__.split(".")[:2])
+    if config.getoption("dist", "no") == "loadgroup" and version >= (9, 2):
+        raise pytest.UsageError(
+            f"--dist loadgroup: pytest {pytest.__version__} loses pytest-xdist's groups (pytest-xdist#1386); "
+            "allowed: pytest<9.2, as the test extra pins it (pip install -e '.[test]')"
+        )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
+    # One worker runs every Slurm test, so only it starts the session's cluster (tests/slurm_cluster.py).
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
     if has_gpu():
         return
     skip = pytest.mark.skip(

@@ -7,6 +7,7 @@ workflow's results/cells/<experiment>/<cell>/rep<k>/result.json.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -128,15 +129,23 @@ class Matrix:
 
 @pytest.fixture(scope="session")
 def real_matrix(tmp_path_factory) -> Matrix:
-    """EXPERIMENTS x 2 repeats plus one failing cell, run once per test session.
+    """EXPERIMENTS x 2 repeats plus one failing cell, run once per test run.
 
-    Cached under the session's temp dir.
+    Cached under the run's temp dir.
+
+    Under pytest-xdist each worker is a session: the first to need it runs it under a lock in the temp dir the
+    workers share, the others wait and read it.
     """
-    root = tmp_path_factory.getbasetemp() / "real-matrix"
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's temp dir, above this worker's
+    root = base / "real-matrix"
     index = root / "paths.json"
-    if not index.exists():
-        paths = run_matrix(str(root))
-        failing = run_failing_cell(str(root))
-        index.write_text(json.dumps(paths + [failing]))
+    with open(base / "real-matrix.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not index.exists():
+            paths = run_matrix(str(root))
+            failing = run_failing_cell(str(root))
+            index.write_text(json.dumps(paths + [failing]))
     paths = json.loads(index.read_text())
     return Matrix(str(root), paths, paths[-1])

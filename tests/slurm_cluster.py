@@ -6,6 +6,11 @@ each (tests/slurm/cluster.sh up), and always tears them down at the end of the
 session. A test module gets it with `pytest_plugins = ["slurm_cluster"]`
 (a plugin, so that every module shares one cluster per session).
 
+Under pytest-xdist every worker is a session of its own: conftest.py puts every
+test marked `slurm` in one xdist group, so one worker starts the cluster, and
+a lock held while it runs (HOST_LOCK) makes any other session on this host
+wait for it to be torn down instead of starting a second one beside it.
+
 Where the cluster cannot come up (not root, no apt, a daemon that fails) the
 tests are skipped with a message saying how to enable them, except in CI
 (CI=true), where that is a failure: CI must run them.
@@ -13,6 +18,7 @@ tests are skipped with a message saying how to enable them, except in CI
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -27,6 +33,11 @@ INSTALL = HERE / "install.sh"
 CLUSTER = HERE / "cluster.sh"
 PARTITION = "debug"  # as in cluster.sh
 ACCOUNT = "feedbench"  # an account cluster.sh creates, with root in it
+
+# Held by the session whose cluster runs (released when it is torn down, or when that process dies). Not the lock
+# file of the docs' `flock /tmp/feedbench-slurm.lock pytest ...`: that one is held by flock(1) around this process.
+HOST_LOCK = Path("/tmp/feedbench-slurm-cluster.lock")
+HOST_LOCK_WAIT_S = 1800
 
 ENABLE = (
     "run the tests as root (the Slurm daemons run as root and munge): `bash tests/slurm/install.sh` installs Debian's "
@@ -105,6 +116,21 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def _claim_host():
+    """The host's one test cluster: wait (bounded) while another session's runs; returns the open, locked file."""
+    lock = open(HOST_LOCK, "a")
+    deadline = time.monotonic() + HOST_LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                _unavailable(f"another test session's cluster still holds {HOST_LOCK} after {HOST_LOCK_WAIT_S} s")
+            time.sleep(2)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
     if os.geteuid() != 0:
@@ -118,6 +144,7 @@ def slurm_cluster(tmp_path_factory):
     if missing:
         _unavailable(f"{', '.join(missing)} not installed ({install.stdout.strip()})")
 
+    host = _claim_host()
     state_dir = tmp_path_factory.mktemp("slurm")
     env = {**os.environ, "SLURM_CONF": str(state_dir / "etc" / "slurm.conf")}
     try:
@@ -139,3 +166,4 @@ def slurm_cluster(tmp_path_factory):
             shutil.rmtree(state_dir / "mysql", ignore_errors=True)  # ~100 MB of database; the logs stay
         else:
             print(f"cluster.sh down failed:\n{down.stdout}{down.stderr}")
+        host.close()  # releases the lock

@@ -24,9 +24,12 @@ from test_workflow import copy_workflow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 
-pytestmark = pytest.mark.skipif(
-    find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
+    ),
+    pytest.mark.xdist_group("browser"),  # one worker: the module fixtures run the breakdown preset and render once
+]
 
 
 def test_report_loads_cleanly_and_draws_every_figure(real_matrix, config, tmp_path):  # noqa: F811

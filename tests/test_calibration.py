@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.timing  # samples/s within 5 %: run alone (make test's serial phase)
+
 BATCH, DELAY_MS = 4, 32.0  # 128 ms to load one batch in one worker: fixed per-step costs (~1-2 ms) stay small
 LOAD_MS = BATCH * DELAY_MS
 

@@ -31,6 +31,7 @@ def test_gpu_sleep_model_is_timed_by_events(run_cell):
     assert result["metrics"]["step_ms"]["median"] == pytest.approx(20, rel=0.1)
 
 
+@pytest.mark.timing
 def test_events_and_sync_agree_on_phase_times(run_cell):
     knobs = dict(
         model="resnet18",
@@ -42,6 +43,7 @@ def test_events_and_sync_agree_on_phase_times(run_cell):
         steps=20,
         warmup_steps=5,
         device="cuda",
+        torch_threads=1,  # the harness's default, pinned: timed
     )
     _, events = run_cell(**knobs, timing="events")
     _, sync = run_cell(**knobs, timing="sync")
@@ -67,6 +69,7 @@ def test_pinned_copies_beat_pageable(run_cell):
     assert transfer["peak_gb_per_s_pinned"] > transfer["peak_gb_per_s_pageable"]
 
 
+@pytest.mark.timing
 def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
     knobs = dict(
         model="mlp",
@@ -81,6 +84,7 @@ def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
         device="cuda",
         pin_memory=True,
         non_blocking=True,
+        torch_threads=1,  # the harness's default, pinned: timed
     )
     _, none = run_cell(**knobs, device_prefetch="none")
     _, stream = run_cell(**knobs, device_prefetch="stream")

@@ -108,6 +108,7 @@ def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path)
     assert result["status"] == "failed" and "(signal SIGKILL)" in result["error"]["message"], result["error"]
 
 
+@pytest.mark.timing  # --stop-at 3 s ahead, and the run takes < 120 s
 def test_stop_at_is_counted_once_the_harness_has_started(tmp_path):
     """--stop-at 3 s ahead of a cell of minutes: it stops itself with the steps it measured."""
     out = tmp_path / "rep1"

@@ -15,7 +15,10 @@ from conftest import ROOT
 from snakemake_run import run_snakemake
 from test_workflow import copy_workflow
 
-pytestmark = pytest.mark.slow  # one real Snakemake run of 8 small cells and a transfer probe
+pytestmark = [
+    pytest.mark.slow,  # one real Snakemake run of 8 small cells and a transfer probe
+    pytest.mark.xdist_group("own_pipeline"),  # one worker: that run is a module fixture
+]
 
 EXAMPLE = os.path.join(ROOT, "examples", "own-pipeline")
 

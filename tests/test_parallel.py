@@ -102,6 +102,8 @@ def _start(out, *knobs):
             "batch_size=2",
             "--set",
             "steps=100000",
+            "--set",
+            "torch_threads=1",  # the harness's default, pinned: the timing tests signal 4 s after the ranks start
             *knobs,
         ],
         stdout=subprocess.DEVNULL,
@@ -134,6 +136,7 @@ def _ranks(launcher: psutil.Process, count: int) -> list[psutil.Process]:
     raise AssertionError("ranks did not start")
 
 
+@pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_a_rank_that_dies_fails_the_cell_naming_it(tmp_path):
     launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
     ranks = _ranks(psutil.Process(launcher.pid), 2)
@@ -150,6 +153,7 @@ def test_a_rank_that_dies_fails_the_cell_naming_it(tmp_path):
     ), message
 
 
+@pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_a_node_that_fails_fails_the_cell(tmp_path):
     launcher = _start(tmp_path, "--set", "parallel=independent", "--set", "gpus_per_node=1", "--set", "nodes=2")
     parent = psutil.Process(launcher.pid)
@@ -170,6 +174,7 @@ def test_a_node_that_fails_fails_the_cell(tmp_path):
     ]
 
 
+@pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_no_rank_outlives_its_launcher(tmp_path):
     launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
     _ranks(psutil.Process(launcher.pid), 2)
@@ -178,6 +183,7 @@ def test_no_rank_outlives_its_launcher(tmp_path):
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
 
 
+@pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_time_limit_sigterm_fails_the_cell(tmp_path):
     launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
     _ranks(psutil.Process(launcher.pid), 2)

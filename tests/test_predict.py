@@ -116,6 +116,7 @@ def calibration(tmp_path_factory):
 
 
 @pytest.mark.slow  # 63 runs of 2-6 s: about four minutes on a busy 2-core machine
+@pytest.mark.timing  # predicted vs measured samples/s within 5 %
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]
     assert len(train) == 27 and train["predicted_samples_per_s"].notna().all(), train[
@@ -127,12 +128,14 @@ def test_calibration_predicted_within_5_percent(calibration):
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # the measured bound, and the calibration fixture runs once in the timing phase
 def test_calibration_bounds(calibration):
     train = calibration[calibration["scenario"] == "train"].drop_duplicates("cell").set_index("cell")["predicted_bound"]
     assert train["compute-bound-2"] == "compute" and train["loader-bound-2"] == "data", train.to_dict()
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # no assertion on time, but it shares the timed calibration fixture
 def test_report_shows_predicted_beside_measured(calibration, tmp_path):
     from feedbench.accuracy import error_summary, predicted_cells
     from feedbench.aggregate import write_summary

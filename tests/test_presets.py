@@ -209,6 +209,7 @@ def view_section(page: str, name: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("presets_small_run")  # one worker: small_run is one Snakemake run for all six
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
     workdir, all_rows, page = small_run

@@ -14,6 +14,8 @@ from feedbench.report import UnsafeSVG, inline_svg, write_report
 from feedbench.verdict import summarize_experiment
 from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.xdist_group("report")  # one worker: the module fixture `html` renders the report once
+
 EVIL = "<script>alert(1)</script>"
 
 

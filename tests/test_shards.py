@@ -13,6 +13,8 @@ from feedbench.images import make_images
 from feedbench.runner import run
 from feedbench.shards import make_shards
 
+pytestmark = pytest.mark.xdist_group("shards")  # one worker: the module fixture makes the images and shards once
+
 COUNT = 24
 
 

@@ -15,9 +15,15 @@ import time
 
 import jsonschema
 import psutil
+import pytest
 from feedbench.result import schema
 
-SLEEP_CELL = ["--set", "model=sleep", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000"]
+pytestmark = pytest.mark.timing  # wall-time bounds and steps measured before a limit of seconds
+
+SLEEP_CELL = [
+    *("--set", "model=sleep", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000"),
+    *("--set", "torch_threads=1"),  # the harness's default, pinned: these tests time it
+]
 
 
 def _run(out, limit: float, *knobs: str) -> tuple[int, dict, float]:

@@ -68,6 +68,7 @@ def test_bound_rule(scenario, stall, h2d, prefetch, bound):
     assert found == bound and why
 
 
+@pytest.mark.timing  # the stall measured in real_matrix (built in the timing phase, alone)
 def test_a_slow_sample_makes_a_real_training_cell_data_bound(summary):
     """0.5 ms per sample x 32 samples per batch dwarfs a 64-wide MLP step: the measured stall must say data.
 

@@ -20,7 +20,10 @@ import yaml
 from conftest import ROOT
 from snakemake_run import run_snakemake
 
-pytestmark = pytest.mark.slow  # real Snakemake runs: about a minute for the module
+pytestmark = [
+    pytest.mark.slow,  # real Snakemake runs: about a minute for the module
+    pytest.mark.xdist_group("workflow"),  # one worker: the module fixture `done` runs the workflow once
+]
 
 COPIED = ["Snakefile", "config", "profiles", "envs", "report", "workflow"]
 
