@@ -163,7 +163,7 @@ def images_read(knobs):
 # Resources from the cell (README: "Resources of a cell"): feedbench.resources, which the launcher uses too. Knobs
 # a cell does not set take the harness's defaults.
 def per_cell(of_knobs):
-    """A value of the bench rule (an input, threads, a resource): a constant when every cell of the run has the same,
+    """An input, the threads or a resource of rule bench, as a constant when every cell of the run has the same,
     else a function of the job that looks it up for the job's cell.
 
     Snakemake calls a function of the job for every job, inspecting its signature each time, and a constant never:
