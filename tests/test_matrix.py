@@ -366,14 +366,17 @@ def test_plots_may_name_knobs_summary_columns_and_monitor_means():
 
 
 def test_summary_columns_are_what_aggregate_writes():
+    """feedbench.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
     from feedbench.aggregate import PREDICTION_COLUMNS, result_row
+    from feedbench.columns import SUMMARY_COLUMNS
+    from feedbench.knobs import KNOBS
 
-    columns = matrix.summary_columns()
-    assert {"samples_per_s", "stall_pct", "step_ms_median", "wait_ms", "transfer_peak_gb_per_s_pinned"} <= set(columns)
-    assert "predicted_samples_per_s" in columns
-    written = set(result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")) | set(PREDICTION_COLUMNS)
-    assert set(columns) <= written
-    assert "num_workers" not in columns
+    row = result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")  # then with_predictions' columns
+    written = [c for c in row if c not in KNOBS] + PREDICTION_COLUMNS
+    assert SUMMARY_COLUMNS == written
+    assert {"samples_per_s", "stall_pct", "wait_ms", "transfer_peak_gb_per_s_pinned", "predicted_samples_per_s"} <= set(
+        written
+    )
 
 
 def test_ids_never_trip_snakemakes_periodic_wildcard_check():

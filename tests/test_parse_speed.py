@@ -1,4 +1,5 @@
-"""Parsing the Snakefile imports no torch: every parse (the run's and each job's) would pay seconds for it."""
+"""Parsing the Snakefile imports no torch, and feedbench's part of it no pandas: every parse (the run's and each
+job's) would pay seconds for them."""
 
 from __future__ import annotations
 
@@ -11,20 +12,32 @@ from feedbench.model_names import TORCHVISION_MODELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("torch", "torchvision")
+# Heavy for a parse, though Snakemake may import them itself (its Slurm plugin imports pandas): feedbench must not.
+ANALYSIS = ("pandas", "matplotlib")
+
+
+def modules_imported(stderr: str) -> set[str]:
+    """Modules a `python -X importtime` run imported (its stderr)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("import time:") and "|" in line]
+    return {line.rsplit("|", 1)[1].strip() for line in lines[1:]}
 
 
 def imported(stderr: str) -> set[str]:
     """Top-level packages a `python -X importtime` run imported (its stderr)."""
-    lines = [line for line in stderr.splitlines() if line.startswith("import time:") and "|" in line]
-    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in lines[1:]}
+    return {module.split(".")[0] for module in modules_imported(stderr)}
 
 
 def test_snakefile_parses_without_torch(tmp_path):
-    """A dry run checks every cell (a torchvision model among them) and plans every job, importing no torch."""
+    """A dry run checks every cell (a torchvision model among them) and its plot, and plans every job, importing no
+    torch; the feedbench modules it imported bring in no pandas or matplotlib on their own."""
     config = {
         "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
         "experiments": {
-            "tiny": {"base": {"scenario": "train", "image_size": 32}, "matrix": {"model": ["mlp", "resnet18"]}}
+            "tiny": {
+                "base": {"scenario": "train", "image_size": 32},
+                "matrix": {"model": ["mlp", "resnet18"]},
+                "plot": {"x": "model", "y": "stall_pct"},  # a summary column, checked at parse
+            }
         },
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
@@ -54,6 +67,12 @@ def test_snakefile_parses_without_torch(tmp_path):
     modules = imported(run.stderr)
     assert "snakemake" in modules and "feedbench" in modules  # the parse itself is in the trace
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
+    # Snakemake may have imported pandas before feedbench asked for it: import feedbench's modules of the parse alone.
+    ours = sorted(m for m in modules_imported(run.stderr) if m.split(".")[0] == "feedbench")
+    assert "feedbench.matrix" in ours
+    code = f"import sys, {', '.join(ours)}; print(sorted(m for m in {ANALYSIS + HEAVY} if m in sys.modules))"
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert alone.stdout.strip() == "[]", (ours, alone.stdout)
 
 
 def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):

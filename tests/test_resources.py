@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+import yaml
 from feedbench import resources
 from feedbench.cell import parse_cell
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DDP_2X2 = {"parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "num_workers": 2, "device": "auto"}
 
 
@@ -21,7 +24,7 @@ def test_the_module_imports_no_torch():
 
 def test_a_mapping_takes_the_harness_defaults_for_missing_knobs():
     assert resources.ranks({}) == 1
-    assert resources.threads({}) == 1 and resources.cpus_per_task({}) == 1
+    assert resources.threads({}) == 1 and resources.cpus_per_task({}) is None  # unset: Slurm takes the threads
     assert resources.gpus({}) == 1  # device auto, one GPU per node, one node
     assert resources.mem_mb({}) == 2048
 
@@ -35,12 +38,12 @@ def test_a_mapping_and_the_harness_cell_give_the_same_resources():
 @pytest.mark.parametrize(
     "knobs, expected",
     [
-        # one process: the whole cell is one task of threads CPUs
-        ({"num_workers": 3}, dict(ranks=1, threads=4, cpus_per_task=4, tasks=1, tasks_per_node=0, mpi="", gpus=1)),
+        # one process: the whole cell is one task of threads CPUs (cpus_per_task unset: the plugin takes the threads)
+        ({"num_workers": 3}, dict(ranks=1, threads=4, cpus_per_task=None, tasks=1, tasks_per_node=0, mpi="", gpus=1)),
         # dp: one process drives both GPUs
         (
             {"parallel": "dp", "gpus_per_node": 2, "num_workers": 1},
-            dict(ranks=1, threads=4, cpus_per_task=4, tasks=1, tasks_per_node=0, mpi="", gpus=2),
+            dict(ranks=1, threads=4, cpus_per_task=None, tasks=1, tasks_per_node=0, mpi="", gpus=2),
         ),
         # ddp, one GPU per node over 2 nodes: --ntasks=2
         (
@@ -87,3 +90,52 @@ def test_a_cell_wider_than_a_node_is_refused_with_the_partition_and_its_cpus():
         "allowed: at most 2, the CPUs of a node in Slurm partition 'gpu' (sinfo)"
     )
     assert "6 CPUs per node" in resources.node_fit_error(DDP_2X2, node_cpus=4, partition="debug")
+
+
+def planned(tmp_path, matrix: dict) -> dict[str, dict[str, str]]:
+    """cell -> the resources (and threads) a dry run gives its bench job, as Snakemake prints them."""
+    config = {
+        "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
+        "experiments": {"x": {"base": {"scenario": "train", "dataset": "memory", "model": "mlp"}, "matrix": matrix}},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "snakemake", "-s", os.path.join(ROOT, "Snakefile"), "--directory", str(tmp_path)]
+    command += ["--configfile", str(tmp_path / "config.yaml"), "--cores", "16", "--dry-run"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    jobs, cell = {}, None
+    for line in (line.strip() for line in run.stdout.splitlines()):
+        if line.startswith("rule "):
+            cell = None
+        elif line.startswith("wildcards:") and "cell=" in line:
+            cell = line.split("cell=")[1].split(",")[0]
+            jobs[cell] = {}
+        elif cell and line.startswith("threads:"):
+            jobs[cell]["threads"] = line.split(":", 1)[1].strip()
+        elif cell and line.startswith("resources:"):
+            jobs[cell].update(item.split("=", 1) for item in line.split(":", 1)[1].strip().split(", "))
+    return jobs
+
+
+def test_the_bench_rule_gives_one_process_cells_no_slurm_task_resources(tmp_path):
+    """Resources every cell of the run shares are constants of the rule (cheap at 10,000 cells); the threads vary."""
+    jobs = planned(tmp_path, {"num_workers": [0, 3]})
+    assert set(jobs) == {"num_workers-0", "num_workers-3"}
+    assert jobs["num_workers-3"]["threads"] == "4" and jobs["num_workers-3"]["mem_mb"] == str(2048 + 3 * 1024)
+    for job in jobs.values():
+        assert "cpus_per_task" not in job  # unset: the Slurm plugin asks for the job's threads
+        assert (job["gpu"], job["nodes"], job["tasks"], job["tasks_per_node"], job["mpi"]) == ("0", "1", "1", "0", "")
+
+
+def test_the_bench_rule_gives_each_cell_its_own_resources_in_a_mixed_run(tmp_path):
+    jobs = planned(tmp_path, {"parallel": ["dp", "ddp"], "gpus_per_node": [2], "num_workers": [1]})
+    # one process driving 2 "GPUs", and 2 ranks
+    one, ddp = jobs["gpus_per_node-2_num_workers-1_parallel-dp"], jobs["gpus_per_node-2_num_workers-1_parallel-ddp"]
+    assert "cpus_per_task" not in one and (one["threads"], one["tasks"], one["mpi"]) == ("4", "1", "")
+    assert (ddp["threads"], ddp["cpus_per_task"], ddp["tasks"], ddp["tasks_per_node"], ddp["mpi"]) == (
+        "4",
+        "2",
+        "0",
+        "2",
+        "srun",
+    )

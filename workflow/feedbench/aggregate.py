@@ -13,27 +13,12 @@ import os
 
 import pandas as pd
 
+from .columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STATUS
 from .knobs import KNOBS
 from .knobs import LABELS as CELL_LABELS
 from .metrics import PHASES
 from .predict import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, predict, user_batch
 from .result import UnusableResult, atomic_write, read_result
-
-# A row's place: experiment, cell, repeat (its sort order), and whether the cell is its experiment's baseline.
-LABELS = ["experiment", "cell", "repeat", "baseline"]
-ORDER = ["experiment", "cell", "repeat"]
-STATUS = ["status", "error_type", "error_message", "adjustments"]
-PROVENANCE_COLUMNS = ["host", "gpu"]
-# Added to every row by with_predictions: filled for training cells whose ceilings were measured (feedbench.predict).
-PREDICTION_COLUMNS = [
-    "ceiling_loader_samples_per_s",
-    "ceiling_compute_samples_per_s",
-    "ceiling_copy_gb_per_s",
-    "ceiling_copy_from",
-    "predicted_samples_per_s",
-    "predicted_bound",
-    "prediction_error_pct",
-]
 
 
 def _labels(result: dict, path: str) -> dict:

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .columns import SUMMARY_COLUMNS
 from .knobs import IMPORT_PATH, KNOBS, KnobError, shown
 from .plugins import PLUGIN_KNOBS
 
@@ -339,15 +340,6 @@ def with_python_path(cell: PlannedCell, python_path: list[str]) -> PlannedCell:
     )
 
 
-def summary_columns() -> list[str]:
-    """The columns of results/summary.csv that are not knobs, as feedbench.aggregate makes them
-    (from a result with a transfer probe of no sizes; the per-size columns and monitor means vary)."""
-    from .aggregate import PREDICTION_COLUMNS, result_row  # imports pandas: only when a plot names a non-knob column
-
-    row = result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")
-    return [c for c in row if c not in KNOBS] + PREDICTION_COLUMNS
-
-
 def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
     """x, y and hue of every plot spec name a knob or a summary column (feedbench.plots draws from the summary)."""
     plot = experiment.get("plot")
@@ -357,7 +349,7 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
         return  # a transfer probe is drawn on its own axes, whatever the spec names (feedbench.plots.draw)
     where = _path("experiments", name, "plot")
     specs = [(_path(where, i), spec) for i, spec in enumerate(plot)] if isinstance(plot, list) else [(where, plot)]
-    columns: list[str] | None = None
+    columns = SUMMARY_COLUMNS
     for where, spec in specs:
         names = {"x": spec.get("x"), "y": spec.get("y", "samples_per_s"), "hue": spec.get("hue")}
         if spec.get("kind") == "phases":
@@ -365,7 +357,6 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
         for key, column in names.items():
             if column is None or column in KNOBS or re.fullmatch(r"\w+_mean", column):
                 continue
-            columns = columns if columns is not None else summary_columns()
             if column in columns:
                 continue
             close = difflib.get_close_matches(column, list(KNOBS) + columns, n=1)

@@ -50,9 +50,13 @@ def mem_mb(cell, threads_given: int | None = None) -> int:
     return 2048 * per_node + 1024 * max(cpus - per_node, 0)
 
 
-def cpus_per_task(cell) -> int:
-    """Slurm's --cpus-per-task: a rank and its loader workers (the whole cell when it is one process)."""
-    return cpus_per_rank(cell) if ranks(cell) > 1 else threads(cell)
+def cpus_per_task(cell) -> int | None:
+    """Slurm's --cpus-per-task of a multi-process cell: a rank and its loader workers.
+
+    None (unset) for a one-process cell: the Slurm plugin then asks for the job's threads, the whole cell. So
+    every one-process cell has the same value, a constant of the bench rule instead of a function of each job.
+    """
+    return cpus_per_rank(cell) if ranks(cell) > 1 else None
 
 
 def uses_gpus(cell) -> bool:

@@ -6,7 +6,7 @@
 
 rule bench:
     input:
-        unpack(cell_inputs),
+        images=per_cell(images_read),
     output:
         result="results/cells/{experiment}/{cell}/rep{repeat}/result.json",
     log:
@@ -15,17 +15,18 @@ rule bench:
         "results/cells/{experiment}/{cell}/rep{repeat}/benchmark.tsv"
     conda:
         "../../envs/feedbench.yaml"
-    threads: cell_threads
+    # Each is a constant when every cell of the run has the same (per_cell), else a function of the job.
+    threads: per_cell(cell_resources.threads)
     resources:
-        cpus_per_task=cell_cpus_per_task,
+        cpus_per_task=per_cell(cell_resources.cpus_per_task),
         mem_mb=cell_mem_mb,
         runtime=30,
-        gpu=cell_gpus,
-        nodes=cell_nodes,
-        tasks=cell_tasks,
-        tasks_per_node=cell_tasks_per_node,
+        gpu=per_cell(cell_resources.gpus),
+        nodes=per_cell(cell_resources.nodes),
+        tasks=per_cell(cell_resources.tasks),
+        tasks_per_node=per_cell(cell_resources.tasks_per_node),
         tasks_per_gpu=cell_resources.TASKS_PER_GPU,
-        mpi=cell_mpi,
+        mpi=per_cell(cell_resources.mpi),
         bench_slots=1,
     params:
         cell=cell_knobs,

@@ -225,47 +225,36 @@ def cell_knobs(wildcards):
     return json.dumps(knobs, sort_keys=True, ensure_ascii=False)
 
 
-def cell_inputs(wildcards):
-    """The generated image folder, for cells that read it."""
-    return {"images": IMAGES_DIR} if cell_of(wildcards).knobs.get("data_dir") == IMAGES_DIR else {}
+def images_read(knobs):
+    """The generated image folder for a cell that reads it, else nothing: the bench rule's input `images`."""
+    return IMAGES_DIR if knobs.get("data_dir") == IMAGES_DIR else []
 
 
-# Resources from the cell (README: "Resources of a cell"): thin calls into
-# feedbench.resources, which the launcher uses too. Knobs a cell does not set
-# take the harness's defaults. Snakemake calls each of these for every job
-# (docs/performance.md, "Workflow DAG"): a resource that is the same for every
-# cell is a constant in the rule instead.
-def cell_threads(wildcards):
-    """Per node: every rank (gpus_per_node) plus its loader workers. Snakemake caps it at --cores."""
-    return cell_resources.threads(cell_of(wildcards).knobs)
+# Resources from the cell (README: "Resources of a cell"): feedbench.resources, which the launcher uses too. Knobs
+# a cell does not set take the harness's defaults.
+def per_cell(of_knobs):
+    """An input, the threads or a resource of rule bench, as a constant when every cell of the run has the same,
+    else a function of the job that looks it up for the job's cell.
+
+    Snakemake calls a function of the job for every job, inspecting its signature each time, and a constant never:
+    at 10,000 cells each function costs seconds (docs/performance.md, "Workflow DAG"). Most runs have one-process
+    cells only, whose Slurm resources (nodes, tasks, mpi...) are the same for all; they vary in runs that mix in
+    multi-process cells, which then pay for them.
+    """
+    values = [of_knobs(cell.knobs) for cell in CELLS.values()]
+    if values and all(value == values[0] for value in values):
+        return values[0]
+
+    def of_the_job(wildcards):
+        return of_knobs(cell_of(wildcards).knobs)
+
+    of_the_job.__name__ = f"cell_{of_knobs.__name__}"
+    return of_the_job
 
 
 def cell_mem_mb(wildcards, threads):
+    """Per node, from the threads Snakemake gives the job (capped at --cores): always a function of the job."""
     return cell_resources.mem_mb(cell_of(wildcards).knobs, threads)
-
-
-def cell_cpus_per_task(wildcards):
-    return cell_resources.cpus_per_task(cell_of(wildcards).knobs)
-
-
-def cell_gpus(wildcards):
-    return cell_resources.gpus(cell_of(wildcards).knobs)
-
-
-def cell_tasks(wildcards):
-    return cell_resources.tasks(cell_of(wildcards).knobs)
-
-
-def cell_tasks_per_node(wildcards):
-    return cell_resources.tasks_per_node(cell_of(wildcards).knobs)
-
-
-def cell_mpi(wildcards):
-    return cell_resources.mpi(cell_of(wildcards).knobs)
-
-
-def cell_nodes(wildcards):
-    return cell_resources.nodes(cell_of(wildcards).knobs)
 
 
 def plot_spec(wildcards):
