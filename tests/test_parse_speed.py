@@ -9,6 +9,7 @@ import sys
 
 import yaml
 from feedbench.model_names import TORCHVISION_MODELS
+from snakemake_run import snakemake_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("torch", "torchvision")
@@ -42,22 +43,9 @@ def test_snakefile_parses_without_torch(tmp_path):
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "snakemake",
-            "-s",
-            os.path.join(ROOT, "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "config.yaml"),
-            "--cores",
-            "1",
-            "--dry-run",
-        ],
+        # python -X importtime -m snakemake ...: the trace of every module the parse imports, on stderr.
+        [sys.executable, "-X", "importtime"]
+        + snakemake_command(ROOT, tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--dry-run", cores=1)[1:],
         capture_output=True,
         text=True,
         timeout=300,
@@ -79,20 +67,7 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
     config = {"experiments": {"tiny": {"base": {"model": "resnet19"}}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            os.path.join(ROOT, "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "config.yaml"),
-            "--cores",
-            "1",
-            "--dry-run",
-        ],
+        snakemake_command(ROOT, tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--dry-run", cores=1),
         capture_output=True,
         text=True,
         timeout=300,
