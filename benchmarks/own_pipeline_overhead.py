@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Callable
 
 import feedbench
 import torch
@@ -31,8 +32,8 @@ from shapes import data, models, train  # noqa: E402  (the example project, outs
 KNOBS = dict(batch_size=16, num_workers=0, steps=30, warmup_steps=3, torch_threads=1, monitor_interval_s=0.5)
 
 
-def bare_loop(dataset, model, device: torch.device) -> float:
-    """samples/s of the loop a user would write over the same objects."""
+def bare_loop(dataset, model, device: torch.device, mark: Callable[[], None] = lambda: None) -> float:
+    """samples/s of the loop a user would write over the same objects; `mark()` runs at the window's start and end."""
     loader = DataLoader(
         dataset, batch_size=KNOBS["batch_size"], num_workers=KNOBS["num_workers"], collate_fn=data.collate
     )
@@ -56,18 +57,27 @@ def bare_loop(dataset, model, device: torch.device) -> float:
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
+    mark()
     start = time.perf_counter()
     samples = sum(step() for _ in range(KNOBS["steps"]))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return samples / (time.perf_counter() - start)
+    end = time.perf_counter()
+    mark()
+    return samples / (end - start)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=KNOBS["steps"])
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
+    KNOBS["steps"] = args.steps
     torch.set_num_threads(KNOBS["torch_threads"])
     device = torch.device(
         "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
@@ -85,20 +95,24 @@ def main() -> None:
             return result["metrics"]["samples_per_s"]
 
         print(
-            f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} alternating "
-            "rounds"
+            f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} rounds of "
+            f"{KNOBS['steps']} steps, the first loop alternating; load average before: {_load()}"
         )
         bare_loop(dataset, model, device)  # one unmeasured round of each: caches, allocator, page cache
         instrumented()
         bare, inst = [], []
-        for _ in range(args.rounds):
-            bare.append(bare_loop(dataset, model, device))
-            inst.append(instrumented())
+        for round_ in range(args.rounds):
+            if round_ % 2:  # feedbench first
+                inst.append(instrumented())
+                bare.append(bare_loop(dataset, model, device))
+            else:
+                bare.append(bare_loop(dataset, model, device))
+                inst.append(instrumented())
         ratios = [i / b for i, b in zip(inst, bare, strict=True)]
         print(
             f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} "
-            f"samples/s, ratio median {statistics.median(ratios):.3f} (rounds: "
-            f"{', '.join(f'{r:.3f}' for r in ratios)})"
+            f"samples/s, ratio median {statistics.median(ratios):.3f} (rounds, bare first in the 1st, 3rd, ...: "
+            f"{', '.join(f'{r:.3f}' for r in ratios)}); load average after: {_load()}"
         )
 
 
