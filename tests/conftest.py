@@ -72,3 +72,12 @@ def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "feedbench", *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
+
+
+@pytest.fixture(scope="session")
+def calibration_runs(tmp_path_factory):
+    """Result paths of the calibration workloads (tests/calibration.py), measured once for test_calibration and
+    test_predict."""
+    from calibration import measure
+
+    return measure(str(tmp_path_factory.mktemp("calibration")))
