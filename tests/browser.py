@@ -18,6 +18,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+# Screenshots the browser tests keep, for a person to look at.
+ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts")
+
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -251,3 +254,14 @@ def inspect(
         return report
     finally:
         browser.close()
+
+
+def assert_fits(page, what: str, width: int) -> None:
+    """The page fits; on a laptop no sentence is squeezed to a word a line (on a phone a wide table's sentences may
+    be narrow: the table scrolls in its box); at no width is a short word broken."""
+    layout = page.layout
+    assert layout["scrollWidth"] <= layout["clientWidth"], f"{what}: the page scrolls sideways {layout}"
+    assert layout["clipped"] == [], f"{what}: table cells clip their content"
+    if width >= 1280:
+        assert layout["cramped"] == [], f"{what}: sentences squeezed to a word a line"
+    assert layout["broken"] == [], f"{what}: short words broken across lines"

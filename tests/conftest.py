@@ -41,6 +41,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
+    # Under pytest-xdist, the tests marked slow first: --dist loadgroup hands out the groups (largest first), then
+    # every other test on its own in this order, so a slow one (a real Snakemake run of minutes) left for the end
+    # would run on one worker while the others sit idle. A stable sort: each module keeps its own order.
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its collection order is the scheduler's
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if has_gpu():
         return
     skip = pytest.mark.skip(
@@ -72,3 +77,12 @@ def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "feedbench", *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
+
+
+@pytest.fixture(scope="session")
+def calibration_runs(tmp_path_factory):
+    """Result paths of the calibration workloads (tests/calibration.py), measured once for test_calibration and
+    test_predict."""
+    from calibration import measure
+
+    return measure(str(tmp_path_factory.mktemp("calibration")))

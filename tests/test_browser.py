@@ -7,7 +7,8 @@ test-artifacts/report.png.
 
 A report people publish must fit a laptop (1280 px) and a phone (390 px) at any matrix size: the page never
 scrolls sideways (wide tables scroll in their own box) and no table cell clips its content. Checked on the test
-matrix's report and on the breakdown preset's small run (5 axes, 12 cells), made by the real workflow.
+matrix's report here, and on the report of every preset's small run (the breakdown preset's 5 axes and 12 cells
+among them) made by the real workflow in tests/test_presets.py, which runs it once for its own tests.
 """
 
 from __future__ import annotations
@@ -15,20 +16,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser import find_chromium, inspect
+from browser import ARTIFACTS, assert_fits, find_chromium, inspect
 from real_results import real_matrix  # noqa: F401 (fixture)
-from test_presets import preset_args, snakemake
 from test_report import config, make_report  # noqa: F401 (fixture)
-from test_workflow import copy_workflow
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 
 pytestmark = [
     pytest.mark.skipif(
         find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
     ),
-    pytest.mark.xdist_group("browser"),  # one worker: the module fixtures run the breakdown preset and render once
+    pytest.mark.xdist_group("browser"),  # one worker: the module fixture renders the default report once
 ]
 
 
@@ -71,42 +67,14 @@ def default_report(real_matrix, config, tmp_path_factory):  # noqa: F811
     return str(root / "report" / "index.html")
 
 
-@pytest.fixture(scope="module")
-def breakdown_report(tmp_path_factory):
-    """The breakdown preset's small run (the matrix of issue 14: 5 axes, 12 cells) through the real workflow."""
-    workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    workdir = tmp_path_factory.mktemp("breakdown")
-    run = snakemake(workflow, workdir, *preset_args(workflow, "breakdown"), "--config", "size=small")
-    assert run.returncode == 0, run.stderr[-4000:]
-    return str(workdir / "results" / "report" / "index.html")
-
-
-def assert_fits(page, what: str, width: int) -> None:
-    """The page fits; on a laptop no sentence is squeezed to a word a line (on a phone a wide table's sentences may
-    be narrow: the table scrolls in its box); at no width is a short word broken."""
-    layout = page.layout
-    assert layout["scrollWidth"] <= layout["clientWidth"], f"{what}: the page scrolls sideways {layout}"
-    assert layout["clipped"] == [], f"{what}: table cells clip their content"
-    if width >= 1280:
-        assert layout["cramped"] == [], f"{what}: sentences squeezed to a word a line"
-    assert layout["broken"] == [], f"{what}: short words broken across lines"
-
-
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_report_fits_a_laptop_and_a_phone(default_report, width):
     page = inspect(default_report, os.path.join(ARTIFACTS, f"report-{width}.png"), width=width)
     assert_fits(page, f"default report at {width} px", width)
 
 
-@pytest.mark.parametrize("width", [1280, 390])
-def test_the_breakdown_small_report_fits_a_laptop_and_a_phone(breakdown_report, width):
-    page = inspect(breakdown_report, os.path.join(ARTIFACTS, f"breakdown-{width}.png"), width=width)
-    assert page.console_errors == [] and page.failed_loads == []
-    assert_fits(page, f"breakdown small report at {width} px", width)
-
-
 def test_the_fit_check_sees_a_page_that_scrolls_sideways_and_a_clipped_cell(tmp_path):
-    """So the two tests above can fail."""
+    """So the fit tests can fail."""
     page = tmp_path / "wide.html"
     page.write_text(
         "<!doctype html><html><body><table><tr><td>" + "x" * 400 + "</td>"

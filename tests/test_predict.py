@@ -1,9 +1,9 @@
 """The prediction of a training cell from its ceilings (feedbench.predict, docs/harness.md "The prediction model").
 
-The calibration workloads (a sleep model and a per-sample delay, as in tests/test_calibration.py) have known
-ceilings: a loader of W workers delivers W x B / (B x d) samples/s, the sleep model computes B / C. Every case
-and its ceilings are measured as the workflow measures them, the median of 3 repeats (a single run on a busy
-machine can lose 15 % to one burst of other load); the prediction must hold within 5 %.
+The calibration workloads (a sleep model and a per-sample delay, tests/calibration.py) have known ceilings: a
+loader of W workers delivers W x B / (B x d) samples/s, the sleep model computes B / C. Every case and its
+ceilings are measured as the workflow measures them, the median of 3 repeats (a single run on a busy machine can
+lose 15 % to one burst of other load); the prediction must hold within 5 %.
 """
 
 from __future__ import annotations
@@ -14,10 +14,6 @@ import pandas as pd
 import pytest
 from feedbench.aggregate import load_results
 from feedbench.predict import batch_bytes, ceiling_knobs, predict
-
-BATCH, DELAY_MS = 4, 32.0
-LOAD_MS = BATCH * DELAY_MS
-CASES = {"loader-bound": 0.4, "balanced": 0.9, "compute-bound": 2.0}  # compute as a multiple of the batch interval
 
 
 def test_series_without_workers_and_overlap_with_them():
@@ -73,49 +69,12 @@ def test_ceiling_knobs_keep_what_the_ceiling_depends_on():
 
 
 @pytest.fixture(scope="module")
-def calibration(tmp_path_factory):
-    """Summary rows of the 9 calibration cells and their ceilings, 3 repeats each as the workflow runs them.
-
-    A repeat measures a loader ceiling, then each case's training cell and its compute ceiling, so that a burst
-    of other load on a shared machine falls on the cells and their ceilings alike rather than on one of them.
-    """
-    from feedbench.runner import run
-
-    root = tmp_path_factory.mktemp("calibration")
-    common = dict(
-        dataset="synthetic",
-        image_size=8,
-        sample_delay_ms=DELAY_MS,
-        batch_size=BATCH,
-        steps=20,
-        warmup_steps=4,
-        num_samples=4096,
-        model="sleep",
-        torch_threads=1,
-        device="cpu",
-    )
-    paths = []
-
-    def measure(name, repeat, **knobs):
-        out = root / name / f"rep{repeat}"
-        assert run({**common, **knobs, "experiment": "calibration", "cell": name, "repeat": repeat}, str(out)) == 0, (
-            json.loads((out / "result.json").read_text())["error"]
-        )
-        paths.append(str(out / "result.json"))
-
-    for workers in (0, 1, 2):
-        for repeat in (1, 2, 3):
-            measure(f"loader-{workers}", repeat, scenario="loader", num_workers=workers)
-            for case, share in CASES.items():
-                compute_ms = share * LOAD_MS / max(workers, 1)
-                measure(f"{case}-{workers}", repeat, scenario="train", num_workers=workers, compute_ms=compute_ms)
-                measure(
-                    f"compute-{case}-{workers}", repeat, scenario="compute", num_workers=workers, compute_ms=compute_ms
-                )
-    return load_results(paths)
+def calibration(calibration_runs):
+    """Summary rows of the 9 calibration cells and their ceilings, 3 repeats each (tests/calibration.py)."""
+    return load_results(calibration_runs)
 
 
-@pytest.mark.slow  # 63 runs of 2-6 s: about four minutes on a busy 2-core machine
+@pytest.mark.slow  # 54 runs of 2-9 s, three at a time: about a minute and a half
 @pytest.mark.timing  # predicted vs measured samples/s within 5 %
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]

@@ -20,6 +20,7 @@ import subprocess
 
 import pytest
 import yaml
+from browser import ARTIFACTS, assert_fits, find_chromium, inspect
 from conftest import ROOT
 from markupsafe import escape
 from snakemake_run import run_snakemake
@@ -239,3 +240,20 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
             assert "the cold cache could not be made" in page
     if name == "nmt":
         assert all(float(r["tokens_per_s"]) > 0 for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("presets_small_run")
+@pytest.mark.skipif(
+    find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
+)
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_small_presets_report_fits_a_laptop_and_a_phone(small_run, width):
+    """Every study view of the small run (the breakdown preset's 5 axes and 12 cells among them) in Chromium: no
+    failed load, no console error, and the page fits (tests/test_browser.py)."""
+    workdir, _, _ = small_run
+    page = inspect(
+        str(workdir / "results" / "report" / "index.html"), os.path.join(ARTIFACTS, f"presets-{width}.png"), width=width
+    )
+    assert page.console_errors == [] and page.failed_loads == []
+    assert_fits(page, f"small presets report at {width} px", width)

@@ -1,0 +1,84 @@
+"""The calibration workloads, measured once for the timing tests that hold them against ground truth.
+
+A sleep model computes for C ms per step (compute_ms) and a loader takes d ms per sample (sample_delay_ms), so a
+batch of B costs B*d ms in one worker. With W workers a batch arrives every B*d/max(W,1) ms. Without workers
+loading and compute run in series; with workers they overlap:
+  W = 0: step = B*d + C,            stall = B*d / step
+  W > 0: step = max(C, B*d/W),      stall = max(0, B*d/W - C) / step
+tests/test_calibration.py checks each training cell against these values, tests/test_predict.py the prediction
+from the cell's ceilings. Both read one set of runs (`measure`): every training cell with its loader and compute
+ceilings, 3 repeats each, as the workflow runs them (a compute ceiling has no workers, so W = 0 and W = 1, with
+the same C, share theirs, as in the workflow).
+
+The runs go one at a time, in this process, in `make test`'s timing phase, with nothing else running. Three at
+once (a pool of processes) made the one-worker cases 4-6 % slow on this 2-core machine while another process
+kept one core busy, where the same cases run one at a time passed: these cells are sleeps, but their loader
+workers, collate and monitor threads still need a core at the moment they wake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+BATCH, DELAY_MS = 4, 32.0  # 128 ms to load one batch in one worker: fixed per-step costs (~1-2 ms) stay small
+LOAD_MS = BATCH * DELAY_MS
+CASES = {"loader-bound": 0.4, "balanced": 0.9, "compute-bound": 2.0}  # compute as a multiple of the batch interval
+WORKERS = (0, 1, 2)
+REPEATS = 3  # a single run on a busy machine can lose 15 % to one burst of other load: the median repeat counts
+COMMON = dict(
+    dataset="synthetic",
+    image_size=8,
+    sample_delay_ms=DELAY_MS,
+    batch_size=BATCH,
+    steps=20,
+    warmup_steps=4,
+    num_samples=4096,
+    model="sleep",
+    torch_threads=1,  # the trainer's one intra-op thread: nothing here needs more, and it keeps the CPU free
+    device="cpu",
+)
+
+
+def compute_ms(case: str, workers: int) -> float:
+    return CASES[case] * LOAD_MS / max(workers, 1)
+
+
+def expected(compute: float, workers: int) -> tuple[float, float]:
+    """(step ms, stall %) of a training cell with `compute` ms per step and `workers` loader workers."""
+    if workers == 0:
+        step = LOAD_MS + compute
+        return step, 100 * LOAD_MS / step
+    interval = LOAD_MS / workers
+    step = max(compute, interval)
+    return step, 100 * max(0.0, interval - compute) / step
+
+
+def planned() -> list[tuple[str, int, dict]]:
+    """(cell, repeat, knobs) of every run, repeat by repeat, so that a burst of other load falls on the cells and
+    their ceilings alike rather than on one of them."""
+    runs = []
+    for repeat in range(1, REPEATS + 1):
+        computes = {}
+        for workers in WORKERS:
+            runs.append((f"loader-{workers}", repeat, dict(scenario="loader", num_workers=workers)))
+            for case in CASES:
+                knobs = dict(num_workers=workers, compute_ms=compute_ms(case, workers))
+                runs.append((f"{case}-{workers}", repeat, dict(scenario="train", **knobs)))
+                computes.setdefault(knobs["compute_ms"], f"compute-{case}-{workers}")
+        runs += [(name, repeat, dict(scenario="compute", compute_ms=ms)) for ms, name in computes.items()]
+    return runs
+
+
+def measure(root: str) -> list[str]:
+    """Run every planned cell under `root` (<cell>/rep<k>) with the harness; their result paths in plan order."""
+    from feedbench.runner import run
+
+    paths = []
+    for cell, repeat, knobs in planned():
+        out = os.path.join(root, cell, f"rep{repeat}")
+        code = run({**COMMON, **knobs, "experiment": "calibration", "cell": cell, "repeat": repeat}, out)
+        with open(os.path.join(out, "result.json")) as f:
+            assert code == 0, f"{cell} rep{repeat}: {json.load(f)['error']}"
+        paths.append(os.path.join(out, "result.json"))
+    return paths
