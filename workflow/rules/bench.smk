@@ -6,7 +6,7 @@
 
 rule bench:
     input:
-        images=per_cell(images_read),
+        **bench_inputs(),
     output:
         result="results/cells/{experiment}/{cell}/rep{repeat}/result.json",
     log:
