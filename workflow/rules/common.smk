@@ -236,8 +236,8 @@ def bench_inputs():
     """Rule bench's inputs (`input: **bench_inputs()`): `images` (images_read, per_cell) when a cell of the run reads
     the generated images, else none at all.
 
-    Snakemake spends time on every job of a rule that has an input, even an empty one: about 0.3 s of CPU at 10,000
-    cells (docs/performance.md, "Workflow DAG").
+    Snakemake spends time on every job with an input, even an empty one: about 0.3 s of CPU at 10,000 cells
+    (docs/performance.md, "Workflow DAG").
     """
     images = per_cell(images_read)
     return {} if images == [] else {"images": images}
