@@ -19,6 +19,7 @@ from feedbench import resources as cell_resources
 from feedbench import search as feedbench_search
 from feedbench import slurm as feedbench_slurm
 from feedbench.config import ConfigError, count_values, one_line, read_config_file, validate_config
+from feedbench.job import CELL_DIR, CELL_LOG
 from feedbench.matrix import build_cells, ceiling_sources, harness_fingerprint, search_groups
 from feedbench.plugins import content_hash
 from feedbench.result import UnusableResult, read_result
