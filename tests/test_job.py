@@ -9,6 +9,7 @@ import time
 
 import pytest
 from feedbench import job
+from feedbench.job import CELL_DIR, CELL_LOG
 
 WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
 
@@ -78,6 +79,26 @@ def test_a_job_writes_the_cell_and_its_result_and_removes_stale_files(tmp_path):
     assert (out / "cell.yaml").read_text(encoding="utf-8") == cell + "\n"
     assert not (out / "trace.json").exists() or (out / "trace.json").read_text() != "stale"
     assert json.loads((out / "result.json").read_text())["status"] == "ok", (tmp_path / "log").read_text()
+
+
+def test_a_job_finds_its_folder_and_log_from_the_cells_labels(tmp_path):
+    """As rule bench runs it (two fields in its command): the folder and log are the rule's (CELL_DIR, CELL_LOG)."""
+    cell = json.dumps(
+        {
+            "steps": 2,
+            "warmup_steps": 0,
+            "torch_threads": 1,
+            "batch_size": 4,
+            "experiment": "e",
+            "cell": "c~1",
+            "repeat": 2,
+        }
+    )
+    proc = feedbench("job", "--cell", cell, "--runtime", "5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    log = tmp_path / CELL_LOG.format(experiment="e", cell="c~1", repeat=2)
+    result = tmp_path / CELL_DIR.format(experiment="e", cell="c~1", repeat=2) / "result.json"
+    assert json.loads(result.read_text())["status"] == "ok", log.read_text()
 
 
 def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path):

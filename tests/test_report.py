@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 from feedbench.aggregate import load_results, read_summary, write_summary
 from feedbench.plots import plot_experiment
-from feedbench.report import UnsafeSVG, inline_svg, write_report
+from feedbench.report import UnsafeSVG, inline_svg, summary_results, write_report
 from feedbench.verdict import summarize_experiment
 from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
@@ -162,6 +162,20 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
     # The baseline comes with the results (their `baseline` label), not from the config.
     assert "no baseline" not in text
     assert re.search(r"baseline (hidden_layers=1, sample_delay_ms=0|sample_delay_ms=0, hidden_layers=1):", text)
+
+
+def test_rule_report_reads_the_results_its_summary_lists(real_matrix, tmp_path):  # noqa: F811
+    """Rule report has no results as inputs: its script takes them from the summary (feedbench.report.summary_results),
+    damaged ones included, and an empty summary lists none."""
+    damaged = tmp_path / "damaged" / "result.json"
+    damaged.parent.mkdir()
+    damaged.write_text("{")
+    paths = [*real_matrix.paths, str(damaged)]
+    summary = tmp_path / "summary.csv"
+    write_summary(load_results(paths), str(summary))
+    assert sorted(summary_results(str(summary))) == sorted(paths)
+    write_summary(load_results([]), str(tmp_path / "empty.csv"))
+    assert summary_results(str(tmp_path / "empty.csv")) == []
 
 
 def test_every_axis_is_a_column_and_an_adjusted_value_is_marked(html):

@@ -63,12 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         help="as --time-limit, counted to this time once the harness has started (the bench job's end)",
     )
     job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
-    job.add_argument("out")
+    job.add_argument("out", nargs="?", help="default: the cell's folder from its labels (feedbench.job.CELL_DIR)")
     job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
     job.add_argument(
         "--runtime", type=float, required=True, metavar="MINUTES", help="the job's runtime (outside Slurm)"
     )
-    job.add_argument("--log", required=True, help="the harness's output")
+    job.add_argument(
+        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.job.CELL_LOG)"
+    )
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -106,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         record_failure(args.out, raw, args.exit_code, args.log)
         return 0
     if args.command == "job":
-        from .job import run_job
+        from .job import cell_paths, run_job
 
+        if args.out is None or args.log is None:
+            out, log = cell_paths(args.cell)
+            args.out, args.log = args.out or out, args.log or log
         return run_job(args.out, args.cell, args.runtime, args.log)
     if args.command == "make-images":
         from .images import make_images

@@ -1,4 +1,7 @@
-"""One bench job: `python -m feedbench job DIR --cell JSON --runtime MINUTES --log LOG` (the bench rule's command).
+"""One bench job: `python -m feedbench job --cell JSON --runtime MINUTES [DIR] [--log LOG]` (the bench rule's command).
+
+DIR and LOG default to the cell's folder and log as rule bench names them (CELL_DIR and CELL_LOG, from the labels
+`experiment`, `cell` and `repeat` of the cell's JSON).
 
 Writes the cell's knobs to DIR/cell.yaml, runs the harness on it in a
 subprocess (so that a harness killed by SIGKILL or the OOM killer still gets a
@@ -15,11 +18,25 @@ No torch here: the harness imports it in its own process.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+
+# A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
+# and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
+# formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
+CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
+CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
+
+
+def cell_paths(cell_json: str) -> tuple[str, str]:
+    """The folder and log of the job of a cell (its knobs as JSON, with the workflow's labels)."""
+    labels = json.loads(cell_json)
+    return CELL_DIR.format(**labels), CELL_LOG.format(**labels)
+
 
 MIN_MARGIN_S = 30  # writing the result and ending the job, after a stuck step's grace period (at most 20 s)
 
@@ -77,6 +94,7 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
         "--stop-at",
         f"{stop_at(runtime_min, now):.0f}",
     ]
+    os.makedirs(os.path.dirname(log) or ".", exist_ok=True)  # Snakemake makes it; a job run by hand may not
     with open(log, "w", encoding="utf-8") as out:
         harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         try:

@@ -289,7 +289,8 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             first_knobs, first_origin = seen[ident]
             what = "duplicates" if first_knobs == knobs else "has the same id as"
             raise ConfigError(f"{origin or where}: {what} cell '{ident}' ({first_origin}); allowed: cells that differ")
-        key = _same_key(effective(fold_args(knobs, knob_sources)[0]))
+        folded, folded_sources = fold_args(knobs, knob_sources)
+        key = _same_key(effective(folded))
         if key in same:
             first = same[key]
             where_first = seen[first][1]
@@ -298,8 +299,7 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             )
         seen[ident] = (knobs, origin or _path(where, "matrix"))
         same[key] = ident
-        knobs, knob_sources = fold_args(knobs, knob_sources)
-        cells.append(PlannedCell(name, ident, knobs, knob_sources, baseline=index == 0))
+        cells.append(PlannedCell(name, ident, folded, folded_sources, baseline=index == 0))
     return cells
 
 

@@ -384,6 +384,17 @@ def render(context: dict, templates: str = TEMPLATES) -> str:
     return environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
 
 
+def summary_results(summary_csv: str) -> list[str]:
+    """The result files a summary was made from, as feedbench.aggregate wrote their paths (its `result` column).
+
+    Rule report takes them from the summary rather than as inputs of its own: a second rule with every result as an
+    input would double Snakemake's planning of them (docs/performance.md, "Workflow DAG"), and the summary, its input,
+    already changes whenever a result does.
+    """
+    summary = pd.read_csv(summary_csv, usecols=lambda column: column == "result")
+    return [str(path) for path in summary["result"].dropna()] if "result" in summary else []
+
+
 def write_report(
     summary_csv: str,
     svgs: list[str],

@@ -6,13 +6,13 @@
 
 rule bench:
     input:
-        images=per_cell(images_read),
+        **bench_inputs(),
     output:
-        result="results/cells/{experiment}/{cell}/rep{repeat}/result.json",
+        result=f"{CELL_DIR}/result.json",
     log:
-        "logs/bench/{experiment}/{cell}/rep{repeat}.log",
+        CELL_LOG,
     benchmark:
-        "results/cells/{experiment}/{cell}/rep{repeat}/benchmark.tsv"
+        f"{CELL_DIR}/benchmark.tsv"
     conda:
         "../../envs/feedbench.yaml"
     # Each is a constant when every cell of the run has the same (per_cell), else a function of the job.
@@ -31,8 +31,8 @@ rule bench:
     params:
         cell=cell_knobs,
         harness=HARNESS,
-        dir="results/cells/{experiment}/{cell}/rep{repeat}",
     shell:
         # The job's steps are feedbench.job's (write cell.yaml, run the harness, record a failure it left unrecorded,
-        # stop the cell before the job's end): one short command, cheap for Snakemake to format for every job.
-        "python -m feedbench job {params.dir} --cell {params.cell:q} --runtime {resources.runtime} --log {log}"
+        # stop the cell before the job's end): one short command, cheap for Snakemake to format for every job. The job
+        # finds its folder and log (CELL_DIR, CELL_LOG) from the labels in params.cell.
+        "python -m feedbench job --cell {params.cell:q} --runtime {resources.runtime}"

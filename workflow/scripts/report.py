@@ -1,11 +1,13 @@
 """Snakemake `script:` of rule report: summary, plots, results, published tables -> results/report/index.html.
 
+The results are those the summary lists (feedbench.report.summary_results), not inputs of the rule.
+
 See feedbench.report.
 """
 
 import sys
 
-from feedbench.report import write_report
+from feedbench.report import summary_results, write_report
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
@@ -13,7 +15,7 @@ sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks
 write_report(
     snakemake.input.summary,
     list(snakemake.input.plots),
-    list(snakemake.input.results),
+    summary_results(snakemake.input.summary),  # the results the summary was made from
     dict(snakemake.params.get("config") or snakemake.config),
     str(snakemake.params.config_hash),
     snakemake.output.html,
