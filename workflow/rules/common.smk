@@ -85,8 +85,13 @@ HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
 SEARCHED = {name: spec["search"] for name, spec in config["experiments"].items() if spec.get("search")}
 
 
+def result_path(experiment, cell, repeat):
+    """A bench job's result.json, in its folder as rule bench names it (feedbench.job.CELL_DIR)."""
+    return f"{CELL_DIR.format(experiment=experiment, cell=cell, repeat=repeat)}/result.json"
+
+
 def repeats_of(experiment, cell):
-    return [f"results/cells/{experiment}/{cell}/rep{repeat}/result.json" for repeat in range(1, REPEATS + 1)]
+    return [result_path(experiment, cell, repeat) for repeat in range(1, REPEATS + 1)]
 
 
 # Every cell the matrix plans, less those of searched experiments (which wait for their checkpoint).
@@ -221,7 +226,7 @@ def cell_knobs(wildcards):
     Non-ASCII characters are written as themselves, not as \\u escapes, which
     PyYAML would read back as lone surrogates (an emoji in a data_dir, say).
     """
-    path = f"results/cells/{wildcards.experiment}/{wildcards.cell}/rep{wildcards.repeat}/result.json"
+    path = result_path(wildcards.experiment, wildcards.cell, wildcards.repeat)
     knobs = dict(cell_of(wildcards).labelled(int(wildcards.repeat)), attempt=attempt(path))
     if knobs.get("python_path"):  # a change to the user's code reruns the cells that use it
         knobs["code"] = user_code(tuple(knobs["python_path"]))
@@ -301,7 +306,7 @@ def report_lost_cells(log):
     for experiment, cell_id in chosen_cells():
         cell = CELLS[(experiment, cell_id)]
         for repeat in range(1, REPEATS + 1):
-            folder = f"results/cells/{experiment}/{cell_id}/rep{repeat}"
+            folder = CELL_DIR.format(experiment=experiment, cell=cell_id, repeat=repeat)
             result = f"{folder}/result.json"
             job = states.get(feedbench_slurm.comment(experiment, cell_id, repeat))
             if os.path.exists(result) and (job is None or job[1] == "COMPLETED"):
