@@ -101,6 +101,14 @@ def test_a_job_finds_its_folder_and_log_from_the_cells_labels(tmp_path):
     assert json.loads(result.read_text())["status"] == "ok", log.read_text()
 
 
+@pytest.mark.parametrize("cell", ['{"steps": 2}', "not json", "[1]"])
+def test_a_job_without_a_folder_and_a_cell_without_labels_is_one_line(tmp_path, cell):
+    proc = feedbench("job", "--cell", cell, "--runtime", "5", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "allowed: a JSON mapping with the labels" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path):
     """As from the OOM killer: the harness dies at once, without a result; the job still ends 0, with one."""
     out = tmp_path / "rep1"

@@ -111,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         from .job import cell_paths, run_job
 
         if args.out is None or args.log is None:
-            out, log = cell_paths(args.cell)
+            try:
+                out, log = cell_paths(args.cell)
+            except ValueError as error:
+                print(f"feedbench: error: job: {error}", file=sys.stderr)
+                return 2
             args.out, args.log = args.out or out, args.log or log
         return run_job(args.out, args.cell, args.runtime, args.log)
     if args.command == "make-images":

@@ -33,9 +33,16 @@ CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
 
 
 def cell_paths(cell_json: str) -> tuple[str, str]:
-    """The folder and log of the job of a cell (its knobs as JSON, with the workflow's labels)."""
-    labels = json.loads(cell_json)
-    return CELL_DIR.format(**labels), CELL_LOG.format(**labels)
+    """The folder and log of the job of a cell (its knobs as JSON, with the workflow's labels); ValueError in one line
+    when the JSON is not a mapping with them."""
+    try:
+        labels = json.loads(cell_json)
+        return CELL_DIR.format(**labels), CELL_LOG.format(**labels)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(
+            f"--cell names no folder ({type(error).__name__}: {error}); allowed: a JSON mapping with the labels "
+            "experiment, cell and repeat, or DIR and --log given"
+        ) from None
 
 
 MIN_MARGIN_S = 30  # writing the result and ending the job, after a stuck step's grace period (at most 20 s)
