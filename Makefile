@@ -31,15 +31,22 @@ lint: setup
 	$(BINPATH) snakefmt --check Snakefile workflow/rules
 	$(BINPATH) snakemake --lint
 
-# Two phases: every test but the timing ones on TEST_WORKERS pytest-xdist workers (most of them wait on Snakemake,
-# Slurm or subprocesses; --dist loadgroup keeps each xdist_group on one worker), then the tests marked `timing`
-# alone, with nothing else running. Either phase failing fails `make test` (5: the phase selected no test).
-TEST_WORKERS ?= 4
+# Three sessions. The Slurm tests (marked `slurm`: one cluster, mostly waiting on Slurm) start first, in a pytest of
+# their own in the background, its output in $(SLURM_LOG), printed when it ends. Beside them, every other test but
+# the timing ones on TEST_WORKERS pytest-xdist workers (most of them wait on Snakemake or subprocesses; --dist
+# loadgroup keeps each xdist_group on one worker); then the tests marked `timing`, with nothing running but what is
+# left of the Slurm tests (sleeps, mostly). Any session failing fails `make test` (5: it selected no test).
+TEST_WORKERS ?= 3
+SLURM_LOG ?= .pytest-slurm.log
 test: setup system-deps lint
-	$(PY) -m pytest -m "not timing" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); parallel=$$?; \
+	$(PY) -m pytest -m "slurm and not timing" -p no:xdist $(PYTEST_ARGS) >$(SLURM_LOG) 2>&1 & slurm_pid=$$!; \
+	$(PY) -m pytest -m "not timing and not slurm" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); parallel=$$?; \
 	$(PY) -m pytest -m timing $(PYTEST_ARGS); timing=$$?; \
-	echo "make test: parallel phase exit $$parallel, timing phase exit $$timing"; \
-	[ "$$parallel$$timing" != 55 ] && { [ $$parallel = 0 ] || [ $$parallel = 5 ]; } && { [ $$timing = 0 ] || [ $$timing = 5 ]; }
+	wait $$slurm_pid; slurm=$$?; \
+	echo "make test: the Slurm tests ($(SLURM_LOG)):"; cat $(SLURM_LOG); \
+	echo "make test: parallel exit $$parallel, timing exit $$timing, Slurm exit $$slurm"; \
+	[ "$$parallel$$timing$$slurm" != 555 ] && \
+	for code in $$parallel $$timing $$slurm; do [ $$code = 0 ] || [ $$code = 5 ] || exit 1; done
 
 # Chromium for the browser test: Debian's package, never a downloaded browser.
 # Installed only when missing and we are root; otherwise one line says what to install.
