@@ -39,9 +39,9 @@ lint: setup
 TEST_WORKERS ?= 3
 SLURM_LOG ?= .pytest-slurm.log
 test: setup system-deps lint
-	$(PY) -m pytest -m "slurm and not timing" -p no:xdist $(PYTEST_ARGS) >$(SLURM_LOG) 2>&1 & slurm_pid=$$!; \
-	$(PY) -m pytest -m "not timing and not slurm" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); parallel=$$?; \
-	$(PY) -m pytest -m timing $(PYTEST_ARGS); timing=$$?; \
+	$(PY) -m pytest -m "slurm and not timing" -n 0 --durations=8 $(PYTEST_ARGS) >$(SLURM_LOG) 2>&1 & slurm_pid=$$!; \
+	$(PY) -m pytest -m "not timing and not slurm" -n $(TEST_WORKERS) --dist loadgroup --durations=8 $(PYTEST_ARGS); parallel=$$?; \
+	$(PY) -m pytest -m timing --durations=8 $(PYTEST_ARGS); timing=$$?; \
 	wait $$slurm_pid; slurm=$$?; \
 	echo "make test: the Slurm tests ($(SLURM_LOG)):"; cat $(SLURM_LOG); \
 	echo "make test: parallel exit $$parallel, timing exit $$timing, Slurm exit $$slurm"; \

@@ -74,7 +74,7 @@ def calibration(calibration_runs):
     return load_results(calibration_runs)
 
 
-@pytest.mark.slow  # 54 runs of 2-9 s, one at a time (tests/calibration.py): about three and a half minutes
+@pytest.mark.slow  # 54 runs of 1-4 s, one at a time (tests/calibration.py): about two minutes
 @pytest.mark.timing  # predicted vs measured samples/s within 5 %
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]
