@@ -33,9 +33,10 @@ lint: setup
 
 # Three sessions. The Slurm tests (marked `slurm`: one cluster, mostly waiting on Slurm) start first, in a pytest of
 # their own in the background, its output in $(SLURM_LOG), printed when it ends. Beside them, every other test but
-# the timing ones on TEST_WORKERS pytest-xdist workers (most of them wait on Snakemake or subprocesses; --dist
-# loadgroup keeps each xdist_group on one worker); then the tests marked `timing`, with nothing running but what is
-# left of the Slurm tests (sleeps, mostly). Any session failing fails `make test` (5: it selected no test).
+# the timing ones on TEST_WORKERS pytest-xdist workers (three keep two cores busy; --dist loadgroup keeps each
+# xdist_group on one worker); then the tests marked `timing`, with nothing running but what is left of the Slurm
+# tests (sleeps, mostly). Any session failing fails `make test` (5: it selected no test). docs/performance.md has
+# the figures.
 TEST_WORKERS ?= 3
 SLURM_LOG ?= .pytest-slurm.log
 test: setup system-deps lint

@@ -6,7 +6,7 @@ waited for (Snakemake, the harness, torchrun's ranks, Chromium): getrusage of th
 children, before and after. Slurm jobs run under slurmd, not the test, so they are not counted.
 
     rm -rf /tmp/suite-cpu; PYTHONPATH=benchmarks SUITE_CPU_OUT=/tmp/suite-cpu \\
-        .venv/bin/python -m pytest -p suite_cpu -m "not timing" -n 4 --dist loadgroup -q
+        .venv/bin/python -m pytest -p suite_cpu -m "not timing and not slurm" -n 3 --dist loadgroup -q
     .venv/bin/python benchmarks/suite_cpu.py /tmp/suite-cpu      # CPU seconds by module, most first
 """
 

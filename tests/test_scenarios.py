@@ -174,6 +174,18 @@ def test_provenance_is_an_allow_list(run_cell, monkeypatch):
     assert {"host", "cpu", "torch", "torchvision", "python", "git_commit"} <= set(result["provenance"])
 
 
+def test_provenance_names_torchvision_without_importing_it():
+    """Importing torchvision (and with it torch._dynamo) cost every cell about 1.1 s of CPU for one version string."""
+    check = (
+        "import importlib.metadata, sys, torch; from feedbench.provenance import machine_facts; "
+        "facts = machine_facts(torch.device('cpu')); "
+        "assert facts['torchvision'] == importlib.metadata.version('torchvision'), facts; "
+        "assert 'torchvision' not in sys.modules, 'machine_facts imported torchvision'"
+    )
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 @pytest.mark.timing  # monitor samples counted over a window of 0.2 s
 def test_monitor_samples_and_notes_missing_gpu(run_cell):
     # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only lengthens the window.

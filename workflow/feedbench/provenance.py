@@ -44,15 +44,6 @@ def git_commit(path: str) -> str | None:
         return None
 
 
-def _installed_version(distribution: str) -> str | None:
-    """The installed distribution's version, from its metadata: importing torchvision for its __version__ would
-    cost every cell about 1.2 s of CPU (it imports torch._dynamo), a third of a small cell's process."""
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _gpu(device: torch.device) -> dict:
     if device.type != "cuda":
         return {"gpu": None, "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0, "driver": None}
@@ -81,7 +72,9 @@ def machine_facts(device: torch.device) -> dict:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "torch": torch.__version__,
-        "torchvision": _installed_version("torchvision"),
+        # From the installed distribution's metadata: importing torchvision for its __version__ pulls in
+        # torch._dynamo, about 1.1 s of CPU in every cell that does not need torchvision otherwise.
+        "torchvision": importlib.metadata.version("torchvision"),
         "python": sys.version.split()[0],
         "feedbench": __version__,
         "git_commit": git_commit(os.path.dirname(os.path.abspath(__file__))),
