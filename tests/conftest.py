@@ -10,12 +10,19 @@ import sys
 
 import pytest
 import torch
+from browser import find_chromium
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def has_gpu() -> bool:
     return torch.cuda.is_available()
+
+
+# The browser tests (tests/browser.py drives Debian's Chromium): skipped, saying how to get it, where it is missing.
+needs_chromium = pytest.mark.skipif(
+    find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
+)
 
 
 def pytest_configure(config):

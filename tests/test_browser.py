@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser import ARTIFACTS, assert_fits, find_chromium, inspect
+from browser import ARTIFACTS, assert_fits, inspect
+from conftest import needs_chromium
 from real_results import real_matrix  # noqa: F401 (fixture)
 from test_report import config, make_report  # noqa: F401 (fixture)
 
 pytestmark = [
-    pytest.mark.skipif(
-        find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
-    ),
+    needs_chromium,
     pytest.mark.xdist_group("browser"),  # one worker: the module fixture renders the default report once
 ]
 

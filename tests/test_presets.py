@@ -20,8 +20,8 @@ import subprocess
 
 import pytest
 import yaml
-from browser import ARTIFACTS, assert_fits, find_chromium, inspect
-from conftest import ROOT
+from browser import ARTIFACTS, assert_fits, inspect
+from conftest import ROOT, needs_chromium
 from markupsafe import escape
 from snakemake_run import run_snakemake
 from test_workflow import copy_workflow
@@ -244,9 +244,7 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("presets_small_run")
-@pytest.mark.skipif(
-    find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
-)
+@needs_chromium
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_small_presets_report_fits_a_laptop_and_a_phone(small_run, width):
     """Every study view of the small run (the breakdown preset's 5 axes and 12 cells among them) in Chromium: no
