@@ -15,8 +15,9 @@ once (a pool of processes) made the one-worker cases 4-6 % slow on this 2-core m
 kept one core busy, where the same cases run one at a time passed: these cells are sleeps, but their loader
 workers, collate and monitor threads still need a core at the moment they wake.
 
-Measured with a CPU hog on one core (2026-11-24), 8 steps: every case within 1.3 % of its analytic samples/s and
-0.9 points of its stall, its 3 repeats within 0.2 % of each other; 12 steps gave the same figures.
+benchmarks/calibration_error.py prints how far each case lies from its analytic values. With 8 steps and a CPU hog
+on one core (2026-11-24): within 1.3 to 2.1 % of its samples/s and 0.9 to 1.4 points of its stall, its 3 repeats
+within 0.4 % of each other.
 """
 
 from __future__ import annotations

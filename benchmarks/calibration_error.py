@@ -1,0 +1,40 @@
+"""How far the calibration workloads measure from their analytic values: the margins behind tests/test_calibration.py.
+
+    PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py
+    python3 -c "while 1: pass" & PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py; kill %1
+
+Runs the 54 calibration runs (tests/calibration.py: the 9 training cells and their ceilings, 3 repeats each, with
+its steps) and prints, for every training cell, the error of its median samples/s against the analytic value,
+each repeat's error, and its stall against the analytic stall. The test allows 5 % and 3 points; the worst error
+is printed last. The second command holds one core busy meanwhile, as the timing tests must bear.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+from calibration import BATCH, CASES, WORKERS, compute_ms, expected, measure
+from feedbench.aggregate import load_results
+
+
+def main() -> None:
+    start = time.perf_counter()
+    summary = load_results(measure(tempfile.mkdtemp(prefix="calibration-")))
+    print(f"54 runs in {time.perf_counter() - start:.0f} s")
+    worst = 0.0
+    for case in CASES:
+        for workers in WORKERS:
+            step_ms, stall_pct = expected(compute_ms(case, workers), workers)
+            analytic = BATCH / (step_ms / 1000)
+            rows = summary[summary["cell"] == f"{case}-{workers}"]
+            error = 100 * (rows["samples_per_s"].median() / analytic - 1)
+            repeats = ", ".join(f"{100 * (value / analytic - 1):+.1f}" for value in rows["samples_per_s"])
+            stall = rows["stall_pct"].median() - stall_pct
+            print(f"{case:>13} W={workers}: samples/s {error:+.2f} % (repeats {repeats}), stall {stall:+.2f} points")
+            worst = max(worst, abs(error))
+    print(f"worst samples/s error: {worst:.2f} % (the test allows 5 %)")
+
+
+if __name__ == "__main__":
+    main()
