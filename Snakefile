@@ -74,7 +74,7 @@ localrules:
 # (feedbench.slurm; docs/reliability-slurm.md).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
-        feedbench_slurm.patch_plugin()
+        feedbench_slurm.patch_plugin(never_requeued=bool(workflow.executor_settings.no_requeue))
         check_cells_fit_slurm_nodes()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -78,6 +79,13 @@ class SlurmCluster:
         out = self.run("sbatch", "--parsable", f"--partition={self.partition}", *options, str(script)).stdout
         return out.strip().split(";")[0]
 
+    def jobs(self, job_ids, fields: str) -> dict[str, dict[str, str]]:
+        """sacct's rows of the allocations of these jobs, by job id."""
+        names = ["JobIDRaw", *fields.split(",")]
+        out = self.run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", ",".join(names)).stdout
+        rows = [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines() if line]
+        return {row["JobIDRaw"]: row for row in rows}
+
     def sacct(
         self, job_id: str, fields: str = "JobID,State,ExitCode,NodeList,AllocTRES", steps: bool = False
     ) -> list[dict[str, str]]:
@@ -103,6 +111,17 @@ class SlurmCluster:
                     f"job {job_id}: sacct still says {rows} after {timeout:.0f}s; logs in {self.state_dir / 'log'}"
                 )
             time.sleep(1)
+
+
+# The plugin's line for each job it submits; its log folder is the job's wildcards joined by _ (rule_bench/E_C_R/).
+SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: .*/rule_bench/([^/]+)/\d+\.log\)")
+
+
+def submitted_bench_jobs(snakemake_output: str) -> dict[str, str]:
+    """experiment_cell_repeat -> Slurm job id of each bench job a run submitted, from its output. Not from the job
+    comment: sacct returns comments only with AccountingStoreFlags=job_comment, which the test cluster leaves unset,
+    as most sites do."""
+    return {cell: job for job, cell in SUBMITTED.findall(snakemake_output)}
 
 
 def _unavailable(reason: str, hint: str = f"To enable: {ENABLE}") -> None:

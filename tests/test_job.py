@@ -62,6 +62,7 @@ def test_a_job_writes_the_cell_and_its_result_and_removes_stale_files(tmp_path):
     out = tmp_path / "rep1"
     out.mkdir()
     (out / "trace.json").write_text("stale")
+    (out / "lost.json").write_text('{"status": "failed"}')  # an earlier attempt, lost on Slurm
     cell = json.dumps(
         {
             "dataset": "synthetic",
@@ -79,6 +80,7 @@ def test_a_job_writes_the_cell_and_its_result_and_removes_stale_files(tmp_path):
     assert (out / "cell.yaml").read_text(encoding="utf-8") == cell + "\n"
     assert not (out / "trace.json").exists() or (out / "trace.json").read_text() != "stale"
     assert json.loads((out / "result.json").read_text())["status"] == "ok", (tmp_path / "log").read_text()
+    assert not (out / "lost.json").exists(), "the new result replaces the lost attempt's record"
 
 
 def test_a_job_finds_its_folder_and_log_from_the_cells_labels(tmp_path):

@@ -1,11 +1,14 @@
-"""What a real cluster does to a run, on the localhost Slurm cluster (issue #9; docs/reliability-slurm.md).
+"""What a real cluster does to a run, on the localhost Slurm cluster (issues #9 and #26; docs/reliability-slurm.md).
+
+The cluster keeps Slurm's default accounting flags, as sites ship it: sacct returns no job comments.
 
 * a cell wider than a node is refused before any job, with one line;
 * the `gres` way of asking for GPUs (with gpu: 0) reaches sbatch alone and runs;
 * a job cancelled with scancel and a job on a node that fails (NODE_FAIL): the
-  run ends, the report is still made and lists both cells with their Slurm
-  state, the cancelled cell keeps the steps it measured, and the next run runs
-  exactly those two cells again.
+  run ends with exit 1, the report is still made and lists both cells with
+  their Slurm state, each lost cell has a lost.json the result schema accepts,
+  the cancelled cell keeps the steps it measured, and the next run runs exactly
+  those two cells again and leaves no lost.json behind.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import time
 
 import pytest
 import yaml
+from feedbench.result import invalid
+from slurm_cluster import submitted_bench_jobs
 from test_workflow import copy_workflow
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
@@ -58,19 +63,11 @@ def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = Tru
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
 
 
-def bench_jobs(slurm_cluster, run_id: str) -> dict[str, dict[str, str]]:
-    """The run's bench jobs by cell, from accounting."""
-    fields = "JobIDRaw,State,Comment,AllocTRES"
-    sacct = ["sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields]
-    out = slurm_cluster.run(*sacct).stdout
-    jobs = [
-        dict(zip(fields.split(","), line.split("|"), strict=True)) for line in out.splitlines() if "rule_bench_" in line
-    ]
-    return {job["Comment"].split("_wildcards_")[1]: job for job in jobs}
-
-
-def run_ids(text: str) -> list[str]:
-    return [line.split("SLURM run ID: ")[1].strip() for line in text.splitlines() if "SLURM run ID: " in line]
+def bench_jobs(slurm_cluster, output: str) -> dict[str, dict[str, str]]:
+    """The run's bench jobs by experiment_cell_repeat: their ids from the run's output, their rows from accounting."""
+    submitted = submitted_bench_jobs(output)
+    rows = slurm_cluster.jobs(submitted.values(), "State,AllocTRES") if submitted else {}
+    return {cell: rows[job] for cell, job in submitted.items()}
 
 
 def summary(workdir) -> dict[str, dict[str, str]]:
@@ -101,8 +98,7 @@ def test_gpus_asked_for_with_gres_instead_of_gpu(slurm_cluster, tmp_path):
     assert proc.returncode == 0, proc.stderr[-6000:]
     [call] = [line for line in proc.stderr.splitlines() if "sbatch call:" in line and "rule_bench" in line]
     assert "--gres=gpu:tesla:1" in call and "--gpus" not in call, call
-    [run_id] = run_ids(proc.stderr)
-    [job] = bench_jobs(slurm_cluster, run_id).values()
+    [job] = bench_jobs(slurm_cluster, proc.stderr).values()
     assert job["State"] == "COMPLETED" and "gres/gpu=1" in job["AllocTRES"].split(","), job
     assert summary(tmp_path)["base"]["status"] == "ok"
 
@@ -124,14 +120,12 @@ LOST = {
 CANCELLED, NODE_FAILED = "compute_ms-1000", "compute_ms-1001"
 
 
-def running_bench_jobs(slurm_cluster) -> dict[str, tuple[str, str]]:
-    """cell -> (job id, node) of the bench jobs running now."""
-    out = slurm_cluster.run("squeue", "-h", "-t", "running", "-o", "%i|%k|%N").stdout
-    return {
-        comment.split("_wildcards_lost_")[1][:-2]: (job, node)
-        for job, comment, node in (line.split("|") for line in out.splitlines())
-        if "_wildcards_lost_" in comment
-    }
+def running_bench_jobs(slurm_cluster, log) -> dict[str, tuple[str, str]]:
+    """cell -> (job id, node) of the bench jobs running now, by the job ids in the run's log so far."""
+    cells = {job: key for key, job in submitted_bench_jobs(log.read_text()).items()}
+    out = slurm_cluster.run("squeue", "-h", "-t", "running", "-o", "%i|%N").stdout
+    running = dict(line.split("|") for line in out.splitlines())
+    return {cells[job].removeprefix("lost_")[:-2]: (job, node) for job, node in running.items() if job in cells}
 
 
 @pytest.fixture(scope="module")
@@ -142,11 +136,11 @@ def lost(slurm_cluster, tmp_path_factory):
     down = None
     try:
         deadline = time.monotonic() + 240
-        while set(running_bench_jobs(slurm_cluster)) != {CANCELLED, NODE_FAILED}:
+        while set(running_bench_jobs(slurm_cluster, workdir / "snakemake.log")) != {CANCELLED, NODE_FAILED}:
             assert proc.poll() is None and time.monotonic() < deadline, (workdir / "snakemake.log").read_text()[-4000:]
             time.sleep(1)
         time.sleep(12)  # a few of the 20 steps measured
-        jobs = running_bench_jobs(slurm_cluster)
+        jobs = running_bench_jobs(slurm_cluster, workdir / "snakemake.log")
         slurm_cluster.run("scancel", jobs[CANCELLED][0])
         down = jobs[NODE_FAILED][1]
         # What slurmctld does when a node stops answering, without waiting SlurmdTimeout for it.
@@ -168,7 +162,9 @@ def lost(slurm_cluster, tmp_path_factory):
     first_report = workdir / "run" / "results" / "report" / "index.html"
     first_report = first_report.read_text() if first_report.exists() else ""
     again = snakemake(slurm_cluster, workdir, LOST)
+    stale = sorted(str(path.relative_to(cells)) for path in cells.rglob("lost.json"))
     return dict(
+        stale=stale,
         first=first,
         log=log,
         lost=lost_records,
@@ -191,6 +187,18 @@ def test_lost_jobs_end_the_run_with_a_report_that_lists_them(lost):
     assert "ended CANCELLED" in rows[CANCELLED]["error_message"], rows[CANCELLED]
     assert "ended NODE_FAIL" in rows[NODE_FAILED]["error_message"], rows[NODE_FAILED]
     assert "Failed cells" in lost["report"] and "NODE_FAIL" in lost["report"]
+    for cell in (CANCELLED, NODE_FAILED):
+        assert f"lost / {cell} / repeat 1: " in lost["report"], lost["report"][-3000:]
+
+
+def test_every_lost_record_is_a_valid_result_naming_its_cell(lost):
+    for cell, record in lost["lost"].items():
+        assert invalid(record) is None, (cell, invalid(record))
+        assert {k: record["requested"][k] for k in ("experiment", "cell", "repeat")} == {
+            "experiment": "lost",
+            "cell": cell,
+            "repeat": 1,
+        }
 
 
 def test_a_lost_cell_keeps_what_it_measured_and_leaves_no_result_json(lost):
@@ -203,10 +211,10 @@ def test_a_lost_cell_keeps_what_it_measured_and_leaves_no_result_json(lost):
 def test_the_next_run_runs_exactly_the_lost_cells_again(slurm_cluster, lost):
     again = lost["again"]
     assert again.returncode == 0, again.stderr[-6000:]
-    [run_id] = run_ids(again.stderr)
-    assert set(bench_jobs(slurm_cluster, run_id)) == {f"lost_{CANCELLED}_1", f"lost_{NODE_FAILED}_1"}
+    assert set(bench_jobs(slurm_cluster, again.stderr)) == {f"lost_{CANCELLED}_1", f"lost_{NODE_FAILED}_1"}
     assert {cell: row["status"] for cell, row in summary(lost["workdir"]).items()} == {
         "compute_ms-10": "ok",
         CANCELLED: "ok",
         NODE_FAILED: "ok",
     }
+    assert lost["stale"] == [], "a cell run again keeps no lost.json of its lost attempt"

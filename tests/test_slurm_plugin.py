@@ -1,6 +1,12 @@
 """feedbench.slurm without a cluster: the plugin workarounds and the record of a lost cell.
 
-See docs/reliability-slurm.md.
+* Cells are matched to their jobs by what the run's log always holds (the plugin's submission line, Snakemake's
+  error block for array tasks), never by the job comment, which sacct returns only with
+  AccountingStoreFlags=job_comment.
+* Every lost record is a result the schema accepts, whatever the harness wrote before its job ended, and the report
+  names its experiment, cell and repeat.
+
+See docs/reliability-slurm.md; the cluster runs are tests/test_slurm_faults.py.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import shlex
 
 import pytest
 from feedbench import slurm
+from feedbench.result import invalid
+from test_disclosure import make_report
 
 plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
 
@@ -19,13 +27,26 @@ plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
 def test_a_cancelled_job_reads_as_cancelled_through_the_plugins_own_status_query():
     # The plugin's query runs this command as it would run sacct; its output is sacct's for a scancel'ed job.
     command = "printf " + shlex.quote("5|CANCELLED by 0\n6|COMPLETED\n")
-    states, _ = asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))
+    own = getattr(plugin.query_job_status, "feedbench", plugin.query_job_status)  # unpatched, if patched before
+    states, _ = asyncio.run(own(command, logging.getLogger("test")))
     assert states["5"] == "CANCELLED by 0"  # what the plugin compares with "CANCELLED": no match, waits forever
     slurm.patch_plugin()
     slurm.patch_plugin()  # twice is once
     states, _ = asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))
     assert states == {"5": "CANCELLED", "6": "COMPLETED"}
     assert plugin.get_account(logging.getLogger("test")) is None  # no "sacct: invalid option -- '1'"
+
+
+def test_a_preempted_job_ends_the_plugins_wait_unless_slurm_may_requeue_it():
+    # The plugin waits on PREEMPTED for Slurm to requeue the job: forever, for a job submitted with --no-requeue.
+    command = "printf " + shlex.quote("7|PREEMPTED\n")
+    try:
+        slurm.patch_plugin(never_requeued=False)
+        assert asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))[0] == {"7": "PREEMPTED"}
+        slurm.patch_plugin()
+        assert asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))[0] == {"7": "CANCELLED"}
+    finally:
+        slurm.patch_plugin()
 
 
 def test_the_run_id_comes_from_snakemakes_logs(tmp_path):
@@ -45,16 +66,100 @@ def test_the_first_cell_wider_than_a_node_is_named():
     assert slurm.cells_fit_error(cells[:1], "debug", 4) is None
 
 
-def test_a_lost_cell_keeps_the_harness_result_and_says_its_slurm_state(tmp_path):
-    labelled = {"experiment": "e", "cell": "c", "repeat": 1}
-    empty = slurm.lost_result(str(tmp_path / "result.json"), labelled, None)
-    assert empty["status"] == "failed" and empty["error"]["type"] == "SlurmJobLost"
-    assert empty["error"]["message"].startswith("no Slurm job ran")
+# A run's log as Snakemake 9 and snakemake-executor-plugin-slurm 2.8 write it (taken from a run on the test cluster,
+# shortened): two submissions, one failed job with its Slurm log, whose inner Snakemake run has an error block of its
+# own (no external_jobid), and an array task's error block.
+LOG = """\
+SLURM run ID: 4a2c6a43-0dd9-4c8c-9e0e-a4b6c6b2d4f1
+rule bench:
+    output: results/cells/lost/compute_ms-1000/rep1/result.json
+    jobid: 4
+    wildcards: experiment=lost, cell=compute_ms-1000, repeat=1
+Job 4 has been submitted with SLURM jobid 11 (log: /w/run/logs/slurm/rule_bench/lost_compute_ms-1000_1/11.log).
+Job 3 has been submitted with SLURM jobid 12 (log: /w/run/logs/slurm/rule_bench/lost_compute_ms-10_1/12.log).
+Job 5 has been submitted with SLURM jobid 13 (log: /w/run/logs/slurm/rule_other/lost_x_1/13.log).
+[Wed Nov 25 12:19:01 2026]
+Error in rule bench:
+    message: SLURM-job '11' failed, SLURM status is: 'CANCELLED'. Reason: Unknown.
+    jobid: 4
+    output: results/cells/lost/compute_ms-1000/rep1/result.json
+    shell:
+        python -m feedbench job --cell '{"attempt": "first", "cell": "compute_ms-1000"}' --runtime 30
+        (command exited with non-zero exit code)
+    external_jobid: 11
+Logfile /w/run/logs/slurm/rule_bench/lost_compute_ms-1000_1/11.log:
+================================================================================
+Error in rule bench:
+    jobid: 0
+    output: results/cells/lost/compute_ms-1000/rep1/result.json
+================================================================================
+Submitted array job with Snakemake IDs 7,8 and SLURM job ID 20. The individual task IDs are 1-2.
+Error in rule bench:
+    message: SLURM-job '20_2' failed, SLURM status is: 'NODE_FAIL'. Reason: Unknown.
+    jobid: 8
+    output: results/cells/arr_ay/seed-2/rep3/result.json
+    external_jobid: 20_2
+"""
 
-    harness = {"status": "failed", "metrics": {"steps": 7}, "error": {"type": "Terminated", "message": "SIGTERM"}}
-    (tmp_path / "result.json").write_text(json.dumps(harness))
-    kept = slurm.lost_result(str(tmp_path / "result.json"), labelled, ("12", "CANCELLED"))
-    assert kept["metrics"]["steps"] == 7 and kept["error"]["type"] == "Terminated"
-    assert kept["error"]["message"] == (
-        "Slurm job 12 ended CANCELLED; the cell is lost and the next run runs it again; the harness said: SIGTERM"
-    )
+
+def test_jobs_are_found_by_the_ids_the_log_names(tmp_path):
+    log = tmp_path / "run.snakemake.log"
+    log.write_text(LOG)
+    assert slurm.run_id(str(log)) == "4a2c6a43-0dd9-4c8c-9e0e-a4b6c6b2d4f1"
+    assert slurm.submitted_jobs(str(log)) == {
+        "lost_compute_ms-1000_1": "11",
+        "lost_compute_ms-10_1": "12",
+        "arr_ay_seed-2_3": "20_2",
+    }
+    assert slurm.jobs_key("arr_ay", "seed-2", 3) == "arr_ay_seed-2_3"
+    assert slurm.submitted_jobs([str(tmp_path / "missing.log")]) == {}
+
+
+LABELLED = {
+    "scenario": "train",
+    "dataset": "memory",
+    "model": "mlp",
+    "input_size": 16,
+    "width": 16,
+    "batch_size": 8,
+    "num_samples": 32,
+    "steps": 3,
+    "warmup_steps": 1,
+    "device": "cpu",
+    "experiment": "nodefail",
+    "cell": "seed-1",
+    "repeat": 1,
+    "baseline": True,
+}
+
+
+def test_a_cell_lost_before_its_harness_wrote_anything_is_a_valid_record_the_report_names(tmp_path):
+    record = slurm.lost_result(str(tmp_path / "result.json"), LABELLED, ("11", "NODE_FAIL"))
+    assert invalid(record) is None, invalid(record)
+    assert record["error"]["message"].startswith("Slurm job 11 ended NODE_FAIL; the cell is lost")
+    path = tmp_path / "lost.json"
+    path.write_text(json.dumps(record))
+    html = make_report(str(tmp_path), [str(path)], {"experiments": {"nodefail": {}}})
+    assert "nodefail / seed-1 / repeat 1: SlurmJobLost" in html and "NODE_FAIL" in html, html[-3000:]
+
+
+def test_a_harness_result_is_kept_with_its_steps_and_marked_failed(run_cell, tmp_path):
+    code, measured = run_cell(**{k: v for k, v in LABELLED.items() if k not in ("cell", "repeat", "baseline")})
+    assert code == 0 and measured["status"] == "ok", measured["error"]
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(measured))
+    record = slurm.lost_result(str(path), LABELLED, ("13", "TIMEOUT"))
+    assert invalid(record) is None, invalid(record)
+    assert record["status"] == "failed" and record["metrics"] == measured["metrics"]
+    assert record["error"]["message"].startswith("Slurm job 13 ended TIMEOUT")
+    assert record["error"]["message"].endswith("the harness said: nothing")
+
+
+def test_a_damaged_harness_result_still_gives_a_valid_record(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text('{"schema_version": 1, "status": "ok", "metr')  # cut mid-write
+    record = slurm.lost_result(str(path), LABELLED, ("14", "CANCELLED"))
+    assert invalid(record) is None, invalid(record)
+    assert "result.json was unusable (not valid JSON" in record["error"]["message"]
+    record = slurm.lost_result(str(tmp_path / "none.json"), LABELLED, None)
+    assert invalid(record) is None and record["error"]["message"].startswith("no Slurm job ran")

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 import yaml
+from slurm_cluster import submitted_bench_jobs
 from test_workflow import copy_workflow
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
@@ -112,26 +113,20 @@ def test_ddp_cell_ran_four_ranks_on_two_nodes_through_srun(run):
 def test_every_cell_went_through_sbatch(slurm_cluster, run):
     workdir, proc = run
     assert proc.returncode == 0, proc.stderr[-6000:]
-    # The plugin names every job of a run after the run's id and puts the rule
-    # and wildcards in the job comment; sacct has them from slurmdbd.
+    # The plugin names every job of a run after the run's id, and logs each job's id with its wildcards.
     [run_id] = {
         line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line
     }
-    fields = "JobID,State,Submit,End,Comment,AllocTRES"
-    out = slurm_cluster.run(
-        "sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", fields
-    ).stdout
-    jobs = [dict(zip(fields.split(","), line.split("|"), strict=True)) for line in out.splitlines() if line]
-    assert jobs, f"sacct knows no job named {run_id}"
-    bench = [job for job in jobs if job["Comment"].startswith("rule_bench_")]
-    assert sorted(job["Comment"] for job in bench) == sorted(
-        f"rule_bench_wildcards_{e}_{cell}_1" for e, cell in CELLS
-    ), jobs
-    assert {job["State"] for job in jobs} == {"COMPLETED"}, jobs
+    submitted = submitted_bench_jobs(proc.stderr)
+    assert sorted(submitted) == sorted(f"{e}_{cell}_1" for e, cell in CELLS), proc.stderr[-6000:]
+    named = slurm_cluster.run("sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", "JobIDRaw")
     # The rest of the matrix (aggregate, plots, report) is light: localrules, no cluster jobs.
-    assert {job["Comment"].split("_wildcards_")[0] for job in jobs} == {"rule_bench"}, jobs
+    assert sorted(named.stdout.split()) == sorted(submitted.values()), named.stdout
+    jobs = slurm_cluster.jobs(submitted.values(), "State,Submit,End,AllocTRES")
+    assert {job["State"] for job in jobs.values()} == {"COMPLETED"}, jobs
+    bench = list(jobs.values())
     # The 2-GPU x 2-node ddp cell got its 4 GPUs (issue #9: --ntasks-per-gpu beside --ntasks-per-node was refused).
-    [ddp] = [job for job in bench if job["Comment"] == "rule_bench_wildcards_ddp_base_1"]
+    ddp = jobs[submitted["ddp_base_1"]]
     assert "gres/gpu=4" in ddp["AllocTRES"].split(","), ddp
     # Cells are queued together: the workflow profile's one-cell-at-a-time
     # limit (bench_slots) counts per job on a cluster (set-resource-scopes).
@@ -192,12 +187,6 @@ def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slu
     # before the job's own end (squeue's; feedbench.job.margin_s), with the steps it measured.
     assert long["error_type"] == "Terminated" and re.match(r"time limit of \d+ s reached", long["error_message"]), long
     assert int(float(long["measured_steps"])) > 5
-    [run_id] = {
-        line.split("SLURM run ID: ")[1].strip() for line in proc.stderr.splitlines() if "SLURM run ID: " in line
-    }
-    out = slurm_cluster.run(
-        "sacct", "-n", "-P", "-X", "--starttime", "now-1days", "--name", run_id, "-o", "State,Timelimit,Comment"
-    ).stdout
-    bench = [line.split("|") for line in out.splitlines() if "rule_bench_" in line]
-    assert len(bench) == 3 and {(state, limit) for state, limit, _ in bench} == {("COMPLETED", "00:01:00")}, out
+    jobs = slurm_cluster.jobs(submitted_bench_jobs(proc.stderr).values(), "State,Timelimit")
+    assert len(jobs) == 3 and {(j["State"], j["Timelimit"]) for j in jobs.values()} == {("COMPLETED", "00:01:00")}, jobs
     assert "Failed cells" in (workdir / "results" / "report" / "index.html").read_text()

@@ -27,6 +27,9 @@ GPU_TYPE=tesla          # typed GPUs, as sites name them: gpu_model and gres:gpu
 CPUS_PER_NODE=4        # more than a small CI runner has: slurmd is told to trust the config
 MEM_PER_NODE_MB=4000
 UP_TIMEOUT_S=${SLURM_UP_TIMEOUT_S:-60}
+# Slurm's default accounting flags, as sites ship it: sacct then returns no job comments. Set
+# SLURM_ACCOUNTING_STORE_FLAGS=job_comment to try a cluster that keeps them (docs/reliability-slurm.md).
+ACCOUNTING_STORE_FLAGS=${SLURM_ACCOUNTING_STORE_FLAGS:-}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -166,8 +169,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$dbd_port
 AccountingStorageTRES=gres/gpu
-# Keep the job comment: the Snakemake plugin writes the rule and wildcards there.
-AccountingStoreFlags=job_comment
+$([ -z "$ACCOUNTING_STORE_FLAGS" ] || echo "AccountingStoreFlags=$ACCOUNTING_STORE_FLAGS")
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 EOF

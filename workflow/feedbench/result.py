@@ -100,16 +100,25 @@ def read_result(path: str) -> dict:
         raise UnusableResult(path, f"not valid JSON ({error})", tag) from None
     if not isinstance(result, dict):
         raise UnusableResult(path, f"not a mapping but {type(result).__name__}", tag)
+    reason = invalid(result)
+    if reason:
+        raise UnusableResult(path, reason, tag)
+    return result
+
+
+def invalid(result: dict) -> str | None:
+    """Why a parsed result cannot be trusted (the schema refuses it, or an `ok` result has non-finite metrics), else
+    None: read_result's rule, for records made in memory too (a lost cell's, feedbench.slurm)."""
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator().iter_errors(result))
     if error is not None:
-        raise UnusableResult(path, f"{_where(error.absolute_path)}: {error.message}", tag)
+        return f"{_where(error.absolute_path)}: {error.message}"
     if result["status"] == "ok":
         where = _not_finite(result["metrics"], ("metrics",))
         if where:
-            raise UnusableResult(path, f"{where}: not a finite number", tag)
-    return result
+            return f"{where}: not a finite number"
+    return None
 
 
 def atomic_write(path: str, text: str) -> None:

@@ -2,15 +2,18 @@
 
 * Before any job: refuse a cell that needs more CPUs per node than the
   partition's nodes have (sbatch would reject it and the run end without a report).
-* Three workarounds for snakemake-executor-plugin-slurm 2.8 (docs/upstream/):
+* Workarounds for snakemake-executor-plugin-slurm 2.8 (docs/upstream/):
   a job cancelled with scancel ("CANCELLED by 0" in sacct) counts as failed
-  instead of running forever; a failed node list of "None assigned" is never
+  instead of running forever, and so does a preempted one when requeue is off
+  (the profile's default); a failed node list of "None assigned" is never
   passed to sbatch --exclude; the account guess, whose sacct call cannot work,
   is skipped quietly (sbatch then charges the user's default account).
-* After a run in which jobs were lost (NODE_FAIL, cancelled, refused by
-  sbatch): each lost cell gets a lost.json saying its Slurm state, and the
+* After a run in which jobs were lost (NODE_FAIL, cancelled, timed out, refused
+  by sbatch): each lost cell gets a lost.json saying its Slurm state, and the
   summary and report are made from every result plus those, so the report
   lists them. A lost cell has no result.json, so the next run runs it again.
+  Cells are matched to their jobs by the job ids the run's log names, so this
+  works whatever the cluster's accounting keeps (job comments need a flag).
 
 No torch: the Snakefile imports this module.
 """
@@ -78,19 +81,31 @@ def _state(status: str) -> str:
     return status.split(" by ")[0]
 
 
-def patch_plugin() -> None:
-    """Apply the three workarounds to the loaded plugin (docs/upstream/ has the reports to send)."""
+def _plugin_state(status: str) -> str:
+    """The state as the plugin should see it. PREEMPTED is final for the workflow's jobs, which are never requeued
+    (the profile's slurm-no-requeue): the plugin would wait for Slurm to requeue it, forever, so it reads as
+    CANCELLED, a state it ends the job on. The lost cell's record still names PREEMPTED (job_states asks Slurm)."""
+    state = _state(status)
+    return "CANCELLED" if state == "PREEMPTED" else state
+
+
+def patch_plugin(never_requeued: bool = True) -> None:
+    """Apply the workarounds to the loaded plugin (docs/upstream/ has the reports to send). never_requeued: jobs are
+    submitted with --no-requeue (the profile's slurm-no-requeue). Else Slurm may requeue a PREEMPTED job, the
+    plugin's wait for it is right, and is kept."""
     import snakemake_executor_plugin_slurm as plugin
 
     query = plugin.query_job_status
-    if not getattr(query, "feedbench", False):
+    if getattr(query, "feedbench", None) is not None:  # patched before: the plugin's own query beneath
+        query = query.feedbench
+    read = _plugin_state if never_requeued else _state
 
-        async def query_job_status(command, logger):
-            states, duration = await query(command, logger)
-            return ({job: _state(status) for job, status in states.items()} if states is not None else None), duration
+    async def query_job_status(command, logger):
+        states, duration = await query(command, logger)
+        return ({job: read(status) for job, status in states.items()} if states is not None else None), duration
 
-        query_job_status.feedbench = True
-        plugin.query_job_status = query_job_status
+    query_job_status.feedbench = query
+    plugin.query_job_status = query_job_status
 
     submit = plugin.get_submit_command
     if not getattr(submit, "feedbench", False):
@@ -108,25 +123,71 @@ def patch_plugin() -> None:
 # Lost cells -----------------------------------------------------------------
 
 
-def run_id(logs) -> str | None:
-    """The plugin's run id (every job's name) from Snakemake's log of the run (one path, or a list of them)."""
-    found = []
+def _log_lines(logs) -> list[str]:
+    """The lines of Snakemake's log of the run (one path, or a list of them); unreadable ones are skipped."""
+    lines = []
     for path in [logs] if isinstance(logs, (str, os.PathLike)) else list(logs or []):
         try:
             with open(path, errors="replace") as f:
-                found += re.findall(r"SLURM run ID: (\S+)", f.read())
+                lines += f.read().splitlines()
         except OSError:
             continue
+    return lines
+
+
+def run_id(logs) -> str | None:
+    """The plugin's run id (every job's name) from Snakemake's log of the run."""
+    found = [m.group(1) for line in _log_lines(logs) for m in [re.search(r"SLURM run ID: (\S+)", line)] if m]
     return found[-1] if found else None
 
 
-def job_states(run: str) -> dict[str, tuple[str, str]]:
-    """comment -> (job id, state) of the run's jobs, the last job of each comment; sacct, else squeue."""
+# How a run's log names the Slurm job of each bench job, whatever the cluster's accounting keeps (the job comment,
+# rule and wildcards, comes back from sacct only with AccountingStoreFlags=job_comment, which sites rarely set):
+# * the plugin, for each job it submits: "Job 3 has been submitted with SLURM jobid 13 (log:
+#   logs/slurm/rule_bench/<wildcards joined by _>/13.log)."
+# * Snakemake, for each job that failed, array tasks too: an "Error in rule bench:" block with "output: <result.json>"
+#   and "external_jobid: 13" (or "13_2"), indented under it.
+SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\S+) \(log: (.+)\)\.?\s*$")
+RESULT = re.compile(r"results/cells/([^/]+)/([^/]+)/rep(\d+)/result\.json")
+
+
+def submitted_jobs(logs) -> dict[str, str]:
+    """jobs_key -> Slurm job id of each bench job this run submitted (the last one of each)."""
+    jobs, error = {}, None
+    for line in _log_lines(logs):
+        match = SUBMITTED.search(line)
+        if match:
+            folder = os.path.dirname(match.group(2))
+            if os.path.basename(os.path.dirname(folder)) == "rule_bench":
+                jobs[os.path.basename(folder)] = match.group(1)
+        elif line.startswith("Error in rule bench:"):
+            error = {}
+        elif error is not None and line.startswith("    "):
+            key, _, value = line.strip().partition(": ")
+            error[key] = value
+            cell = RESULT.search(error.get("output", ""))
+            if key == "external_jobid" and cell:
+                jobs[jobs_key(cell[1], cell[2], int(cell[3]))] = value
+        elif error is not None and line.strip():
+            error = None
+    return jobs
+
+
+def jobs_key(experiment: str, cell: str, repeat: int) -> str:
+    """The folder of a bench job's Slurm log under logs/slurm/rule_bench/: its wildcards joined by _, as the plugin
+    names it (utils.get_job_wildcards)."""
+    return "_".join((experiment, cell, str(repeat))).replace("/", "_")
+
+
+def job_states(run: str) -> dict[str, str]:
+    """job id -> state of the run's jobs (every job of a run is named after the run): sacct, else squeue.
+
+    Ids as sbatch gave them, "13", or as the plugin names an array's task, "13_2" (sacct's JobID, squeue's %i)."""
     if not run:
         return {}
     commands = [
-        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobIDRaw,State,Comment"],
-        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T|%k"],
+        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobID,State"],
+        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T"],
     ]
     for command in commands:
         if shutil.which(command[0]) is None:
@@ -134,37 +195,68 @@ def job_states(run: str) -> dict[str, tuple[str, str]]:
         out = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
             continue
-        states = {}
-        for line in sorted(out.stdout.splitlines(), key=lambda line: int(line.split("|")[0] or 0)):
-            job, state, comment = line.split("|", 2)
-            states[comment] = (job, _state(state))
-        return states
+        return dict((job, _state(state)) for job, state in (line.split("|", 1) for line in out.stdout.splitlines()))
     return {}
 
 
-def comment(experiment: str, cell: str, repeat: int) -> str:
-    """The job comment the plugin gives a bench job: the rule and its wildcards."""
-    return f"rule_bench_wildcards_{experiment}_{cell}_{repeat}"
+# A job that ends in any other state lost its cell, even when the harness wrote a result first (a job cancelled or
+# timed out after the harness finished): the cell is recorded lost and run again.
+FINISHED = "COMPLETED"
 
 
 def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None) -> dict:
-    """The record of a lost cell: the harness's own result when it wrote one (kept by keep-incomplete), else empty."""
-    from .result import failed_result, now  # result.py loads jsonschema: only when cells were lost
+    """The record of a lost cell, valid against the result schema: the harness's own result when it wrote a usable one
+    (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why."""
+    # result.py loads jsonschema: only when cells were lost
+    from .result import UnusableResult, failed_result, invalid, now, read_result
 
     how = f"Slurm job {job[0]} ended {job[1]}" if job else "no Slurm job ran (sbatch refused it, or the run stopped)"
     message = f"{how}; the cell is lost and the next run runs it again"
-    try:
-        with open(result_path) as f:
-            result = json.load(f)
-    except (OSError, ValueError):
-        result = dict(failed_result(labelled, labelled), finished_at=now())
-        result["error"] = {"type": "SlurmJobLost", "message": message, "traceback": ""}
-        return result
-    result["status"] = "failed"
-    error = result.get("error") or {}
-    result["error"] = dict(
-        error,
-        type=error.get("type") or "SlurmJobLost",
-        message=f"{message}; the harness said: {error.get('message', 'nothing')}",
-    )
-    return result
+    if os.path.exists(result_path):
+        try:
+            result = read_result(result_path)
+            error = result.get("error") or {}
+            said = f"; the harness said: {error.get('message', 'nothing')}"
+            error = dict(error, type=error.get("type") or "SlurmJobLost", message=message + said)
+            record = dict(result, status="failed", error=dict(error, traceback=error.get("traceback", "")))
+            if invalid(record) is None:
+                return record
+            message += "; the harness's result could not be kept"
+        except UnusableResult as damage:
+            message += f"; the harness's result.json was unusable ({damage.reason})"
+    stamp = now()
+    record = dict(failed_result(labelled, labelled), started_at=stamp, finished_at=stamp)
+    record["error"] = {"type": "SlurmJobLost", "message": message, "traceback": ""}
+    return record
+
+
+def record_lost_cells(cells: Iterable[tuple[str, str, int, dict]], log) -> tuple[list[str], list[str]]:
+    """After a run that failed on Slurm: each cell (experiment, id, repeat, labelled knobs) whose job did not complete
+    gets a lost.json, and its result.json goes (Snakemake, which has no record of it, would never rerun it).
+
+    Cells are matched to their jobs by the job ids in the run's log (submitted_jobs), never by the job comment.
+    Returns the paths the summary reads (every result.json plus the lost.json) and one line per lost cell.
+    """
+    from .job import CELL_DIR
+
+    jobs = submitted_jobs(log)
+    states = job_states(run_id(log) or "") if jobs else {}
+    paths, lost = [], []
+    for experiment, cell, repeat, labelled in cells:
+        folder = CELL_DIR.format(experiment=experiment, cell=cell, repeat=repeat)
+        result = f"{folder}/result.json"
+        job_id = jobs.get(jobs_key(experiment, cell, repeat))
+        state = states.get(job_id)
+        if os.path.exists(result) and state in (None, FINISHED):  # None: not submitted by this run, or unknown
+            paths.append(result)
+            continue
+        job = (job_id, state or "in a state neither sacct nor squeue reports") if job_id else None
+        record = lost_result(result, labelled, job)
+        os.makedirs(folder, exist_ok=True)
+        with open(f"{folder}/lost.json", "w") as f:
+            json.dump(record, f, indent=1)
+        if os.path.exists(result):
+            os.remove(result)
+        paths.append(f"{folder}/lost.json")
+        lost.append(f"{experiment}/{cell}/rep{repeat} ({record['error']['message'].split(';')[0]})")
+    return paths, lost

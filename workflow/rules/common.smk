@@ -300,26 +300,14 @@ def check_cells_fit_slurm_nodes():
 
 
 def report_lost_cells(log):
-    """After lost jobs: a lost.json for each lost cell, then the summary, plots and report from everything there is."""
-    states = feedbench_slurm.job_states(feedbench_slurm.run_id(log) or "")
-    paths, lost = [], []
-    for experiment, cell_id in chosen_cells():
-        cell = CELLS[(experiment, cell_id)]
-        for repeat in range(1, REPEATS + 1):
-            folder = CELL_DIR.format(experiment=experiment, cell=cell_id, repeat=repeat)
-            result = f"{folder}/result.json"
-            job = states.get(feedbench_slurm.comment(experiment, cell_id, repeat))
-            if os.path.exists(result) and (job is None or job[1] == "COMPLETED"):
-                paths.append(result)
-                continue
-            record = feedbench_slurm.lost_result(result, cell.labelled(repeat), job)
-            os.makedirs(folder, exist_ok=True)
-            with open(f"{folder}/lost.json", "w") as f:
-                json.dump(record, f, indent=1)
-            if os.path.exists(result):  # no metadata: Snakemake would never run it again
-                os.remove(result)
-            paths.append(f"{folder}/lost.json")
-            lost.append(f"{experiment}/{cell_id}/rep{repeat} ({record['error']['message'].split(';')[0]})")
+    """After lost jobs: a lost.json for each lost cell (feedbench.slurm.record_lost_cells), then the summary, plots
+    and report from everything there is."""
+    cells = (
+        (experiment, cell_id, repeat, CELLS[(experiment, cell_id)].labelled(repeat))
+        for experiment, cell_id in chosen_cells()
+        for repeat in range(1, REPEATS + 1)
+    )
+    paths, lost = feedbench_slurm.record_lost_cells(cells, log)
     if not lost:
         return
     from feedbench.aggregate import load_results, read_summary, write_summary
