@@ -138,9 +138,9 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
     result = os.path.join(out_dir, "result.json")
     status = 0
     if not os.path.exists(result) or os.path.getsize(result) == 0:
-        from .__main__ import main
-
-        status = main(["record-failure", out_dir, "--exit-code", str(code), "--cell", cell, "--log", log])
+        # In its own process, as the harness: it imports torch, which this job never does.
+        record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
+        status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
     # This attempt's result replaces the record of an earlier one lost on Slurm (feedbench.slurm): the cell's folder
     # says one thing. Until then the lost.json stays, with the steps that attempt measured.
     if os.path.exists(result) and os.path.exists(os.path.join(out_dir, "lost.json")):
