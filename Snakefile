@@ -57,7 +57,7 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        "results/report/index.html",
+        REPORT,
 
 
 # Light rules run in this process, not as cluster jobs: on Slurm each job costs
@@ -75,7 +75,9 @@ localrules:
 onstart:
     if feedbench_slurm.on_slurm(workflow):
         feedbench_slurm.patch_plugin(never_requeued=bool(workflow.executor_settings.no_requeue))
-        check_cells_fit_slurm_nodes()
+        error = feedbench_slurm.check_cells_fit(workflow, ((e, c, cell.knobs) for (e, c), cell in CELLS.items()))
+        if error:
+            raise WorkflowError(error)
 
 
 onerror:

@@ -60,12 +60,10 @@ def expected_cells(config: dict) -> set[str]:
 
 
 def small(config: dict) -> dict:
-    """The config as `size: small` makes it (the merge of workflow/rules/common.smk)."""
-    from snakemake.utils import update_config
+    """The config as `size: small` makes it (feedbench.config.sized, as the Snakefile calls it)."""
+    from feedbench.config import sized
 
-    config = json.loads(json.dumps(config))
-    update_config(config, config["small"])
-    return config
+    return sized(dict(json.loads(json.dumps(config)), size="small"))
 
 
 @pytest.fixture(scope="module")

@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 
 import pytest
 import yaml
+from feedbench.config import sized
 from feedbench.matrix import build_cells
 
 PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "presets")
-
-
-def _merge(into: dict, fragment: dict) -> dict:
-    """As `size: small` does (workflow/rules/common.smk): dicts merge, lists and scalars replace."""
-    for key, value in fragment.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(value)
-    return into
 
 
 def cells(name: str, size: str) -> list:
     with open(os.path.join(PRESETS, f"{name}.yaml")) as f:
         config = yaml.safe_load(f)
     if size == "small":
-        _merge(config, config["small"])
+        config = sized(dict(config, size="small"))
     return build_cells(config, check=False)
 
 

@@ -41,7 +41,8 @@ def _load_cell(path: str | None, overrides: list[str]) -> dict:
     return raw
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The commands and their options."""
     parser = argparse.ArgumentParser(prog="feedbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one cell and write DIR/result.json and DIR/steps.csv")
@@ -90,54 +91,66 @@ def main(argv: list[str] | None = None) -> int:
     failure.add_argument("--log", help="the harness's log, whose tail becomes the traceback")
     knobs = sub.add_parser("knobs", help="list every knob with its default and allowed values")
     knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/harness.md")
-    args = parser.parse_args(argv)
+    return parser
 
-    if args.command == "knobs" and args.markdown:
+
+def _knobs(args) -> int:
+    if args.markdown:
         print(markdown_table(), end="")
         return 0
-    if args.command == "knobs":
-        for knob in KNOBS.values():
-            print(f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}")
-        return 0
-    if args.command == "record-failure":
-        from .runner import record_failure
+    for knob in KNOBS.values():
+        print(f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}")
+    return 0
 
-        if os.path.exists(os.path.join(args.out, "result.json")):
-            return 0  # the harness wrote its own result: it knows better
-        raw = _load_cell(args.cell, []) if args.cell and os.path.exists(args.cell) else {}
-        record_failure(args.out, raw, args.exit_code, args.log)
-        return 0
-    if args.command == "job":
-        from .job import cell_paths, run_job
 
-        if args.out is None or args.log is None:
-            try:
-                out, log = cell_paths(args.cell)
-            except ValueError as error:
-                print(f"feedbench: error: job: {error}", file=sys.stderr)
-                return 2
-            args.out, args.log = args.out or out, args.log or log
-        return run_job(args.out, args.cell, args.runtime, args.log)
-    if args.command == "make-images":
-        from .images import make_images
+def _record_failure(args) -> int:
+    from .runner import record_failure
 
+    if os.path.exists(os.path.join(args.out, "result.json")):
+        return 0  # the harness wrote its own result: it knows better
+    raw = _load_cell(args.cell, []) if args.cell and os.path.exists(args.cell) else {}
+    record_failure(args.out, raw, args.exit_code, args.log)
+    return 0
+
+
+def _job(args) -> int:
+    from .job import cell_paths, run_job
+
+    if args.out is None or args.log is None:
         try:
-            n = make_images(args.dir, args.count, args.size, args.classes, args.seed)
+            out, log = cell_paths(args.cell)
         except ValueError as error:
-            print(f"feedbench: error: make-images: {error}", file=sys.stderr)
+            print(f"feedbench: error: job: {error}", file=sys.stderr)
             return 2
-        print(f"wrote {n} JPEG files under {args.dir}/train")
-        return 0
-    if args.command == "make-shards":
-        from .shards import make_shards
+        args.out, args.log = args.out or out, args.log or log
+    return run_job(args.out, args.cell, args.runtime, args.log)
 
-        try:
-            for count in args.shards:
-                print(f"wrote {make_shards(args.images, args.dir, count)}")
-        except (OSError, ValueError) as error:
-            print(f"feedbench: error: make-shards: {error}", file=sys.stderr)
-            return 2
-        return 0
+
+def _make_images(args) -> int:
+    from .images import make_images
+
+    try:
+        n = make_images(args.dir, args.count, args.size, args.classes, args.seed)
+    except ValueError as error:
+        print(f"feedbench: error: make-images: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {n} JPEG files under {args.dir}/train")
+    return 0
+
+
+def _make_shards(args) -> int:
+    from .shards import make_shards
+
+    try:
+        for count in args.shards:
+            print(f"wrote {make_shards(args.images, args.dir, count)}")
+    except (OSError, ValueError) as error:
+        print(f"feedbench: error: make-shards: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run(args) -> int:
     try:
         raw = _load_cell(args.cell, args.set)
     except (OSError, ValueError, yaml.YAMLError) as error:
@@ -150,6 +163,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     return run_or_launch(raw, args.out, args.as_rank, args.time_limit, args.stop_at)
+
+
+COMMANDS = {
+    "run": _run,
+    "job": _job,
+    "make-images": _make_images,
+    "make-shards": _make_shards,
+    "record-failure": _record_failure,
+    "knobs": _knobs,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command](args)
 
 
 def run_or_launch(

@@ -14,13 +14,15 @@ few lines stand for billions of values).
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
 
 import yaml
 from jsonschema import Draft202012Validator, validators
 
 from .knobs import shown
-from .matrix import ConfigError, schema_error
+from .matrix import ConfigError, PlannedCell, build_cells, schema_error
 
 # Values (mappings, lists and scalars; an alias counts each time it is used) a config may hold.
 MAX_VALUES = 100_000
@@ -109,3 +111,43 @@ def one_line(error: Exception) -> str:
     """`bad config: <message>`, on one line and at most MAX_MESSAGE characters long."""
     text = " ".join(str(error).split("\n"))
     return "bad config: " + (text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "...")
+
+
+def sized(config: dict) -> dict:
+    """`size: small` deep-merges the config's `small` fragment over it (dicts merge, lists and scalars replace).
+
+    A preset runs at its study's size by default; `--config size=small` runs the
+    same experiments small enough for a CPU in minutes. The merge comes before
+    validation, so the small config is checked like any other.
+    """
+    from snakemake.utils import update_config
+
+    if config.get("size", "full") == "small" and isinstance(config.get("small"), dict):
+        update_config(config, copy.deepcopy(config["small"]))
+    return config
+
+
+def config_dir(key: str, configfiles: list) -> str:
+    """The folder of the last config file that sets `key` (its paths are relative to it); else the working directory."""
+    for path in reversed(configfiles):
+        try:
+            if key in read_config_file(str(path)):
+                return os.path.dirname(os.path.abspath(str(path)))
+        except ConfigError:
+            continue
+    return os.getcwd()
+
+
+def planned_cells(config: dict, schema_path: str, configfiles: list, images_dir: str) -> list[PlannedCell]:
+    """The workflow's config, in place: its size bounded, `small` merged (sized), defaults filled from the schema,
+    python_path made absolute (relative to the file that sets it); then every cell, checked (matrix.build_cells)."""
+    count_values(config)
+    validate_config(sized(config), schema_path)
+    folder = config_dir("python_path", configfiles)
+    config["python_path"] = [os.path.normpath(os.path.join(folder, p)) for p in config["python_path"]]
+    return build_cells(config, images_dir)
+
+
+def config_hash(config: dict) -> str:
+    """sha256 of the validated config (defaults filled in): names the run in the report."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()

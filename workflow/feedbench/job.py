@@ -32,6 +32,32 @@ CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
 CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
 
 
+def result_path(experiment: str, cell: str, repeat: int) -> str:
+    """A bench job's result.json, in its folder (CELL_DIR)."""
+    return f"{CELL_DIR.format(experiment=experiment, cell=cell, repeat=repeat)}/result.json"
+
+
+def attempt(result_path: str, retry_failed: bool) -> str:
+    """Which attempt at a cell and repeat a run makes (rule bench's params carry it): the retry of failed cells.
+
+    A measured result keeps the attempt it ran as, so its params are unchanged and Snakemake leaves it alone; a
+    failed one asks for a new attempt, named after the failure, so the params trigger reruns of exactly the failed
+    cells. A damaged result (unreadable, not a mapping, or refused by the result schema: feedbench.result.read_result)
+    counts as failed, its retry named after its bytes. A dry run sees the same: nothing is moved or deleted.
+    """
+    from .result import UnusableResult, read_result  # jsonschema: loaded when a result exists
+
+    if not os.path.exists(result_path):
+        return "first"
+    try:
+        result = read_result(result_path)
+    except UnusableResult as damage:
+        return f"retry-after-damaged-{damage.tag}" if retry_failed else "first"
+    if result["status"] == "ok" or not retry_failed:
+        return (result.get("cell") or result.get("requested") or {}).get("attempt", "first")
+    return f"retry-after-{result['finished_at']}"
+
+
 def cell_paths(cell_json: str) -> tuple[str, str]:
     """The folder and log of the job of a cell (its knobs as JSON, with the workflow's labels); ValueError in one line
     when the JSON is not a mapping with them."""
@@ -112,9 +138,9 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
     result = os.path.join(out_dir, "result.json")
     status = 0
     if not os.path.exists(result) or os.path.getsize(result) == 0:
-        from .__main__ import main
-
-        status = main(["record-failure", out_dir, "--exit-code", str(code), "--cell", cell, "--log", log])
+        # In its own process, as the harness: it imports torch, which this job never does.
+        record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
+        status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
     # This attempt's result replaces the record of an earlier one lost on Slurm (feedbench.slurm): the cell's folder
     # says one thing. Until then the lost.json stays, with the steps that attempt measured.
     if os.path.exists(result) and os.path.exists(os.path.join(out_dir, "lost.json")):

@@ -524,6 +524,39 @@ def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[
     return list(groups.values())
 
 
+def search_ceilings(cells: list[PlannedCell], experiment: str, axis: str) -> list[tuple[str, str]]:
+    """(experiment, id) of every ceiling cell that bounds a cell of the searched experiment: what its checkpoint
+    reads."""
+    sources = set()
+    for group in search_groups(cells, experiment, axis):
+        for cell in group["cells"].values():
+            sources |= {(c.experiment, c.id) for c in ceiling_sources(cell, cells).values() if c is not None}
+    return sorted(sources)
+
+
+def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_of) -> list[dict]:
+    """The checkpoint's groups: per combination of the other knobs, each level's cell id, knobs and the result files
+    of its ceilings (results_of(experiment, cell id) -> paths)."""
+    groups = []
+    for group in search_groups(cells, experiment, axis):
+        levels = []
+        for level, cell in group["cells"].items():
+            sources = ceiling_sources(cell, cells)
+            ceilings = {s: results_of(c.experiment, c.id) if c else [] for s, c in sources.items()}
+            levels.append({"level": level, "cell": cell.id, "knobs": cell.knobs, "ceilings": ceilings})
+        groups.append({"knobs": group["knobs"], "levels": levels})
+    return groups
+
+
+def search_dry_run_line(cells: list[PlannedCell], experiment: str, axis: str) -> str:
+    """The line a dry run prints for a searched experiment's checkpoint, before the ceilings exist."""
+    from .search import dry_run_line
+
+    groups = search_groups(cells, experiment, axis)
+    levels = {level for group in groups for level in group["cells"]}
+    return dry_run_line(experiment, axis, sorted(levels), len(groups))
+
+
 def baseline(cells: list[PlannedCell], experiment: str) -> PlannedCell:
     """The experiment's baseline cell: the first level of every axis."""
     return next(c for c in cells if c.experiment == experiment and c.baseline)

@@ -27,6 +27,7 @@ from . import accuracy, search, verdict, views
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
 from .plots import plain_text, svg_text
+from .references import reference_name
 from .result import UnusableResult, atomic_write, read_result
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")  # package data, installed with it
@@ -285,7 +286,7 @@ def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, 
     """The experiment's study view (feedbench.views), with the published table beside it, ready for the template."""
     if not spec.get("view"):
         return None
-    name_of_table = views.reference_name(spec)
+    name_of_table = reference_name(spec)
     reference = views.read_reference(references[name_of_table]) if name_of_table in references else None
     with plain_text():  # user strings in the view's figure are text, never matplotlib math
         view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing

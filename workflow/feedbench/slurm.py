@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable
 
 from . import resources
@@ -71,6 +72,19 @@ def cells_fit_error(cells: Iterable[tuple[str, str, dict]], partition: str, cpus
         if error:
             return f"bad config: experiments.{experiment}: cell {cell} {error}"
     return None
+
+
+def check_cells_fit(workflow, cells: Iterable[tuple[str, str, dict]]) -> str | None:
+    """Before any job (the Snakefile's onstart, on Slurm): one line for a cell (experiment, id, knobs) that needs more
+    CPUs per node than the partition's nodes have, else None. Without sinfo, one line on stderr, and sbatch judges."""
+    try:
+        partition, cpus = node_cpus(bench_resource(workflow, "slurm_partition"))
+    except ValueError as error:  # no such partition
+        return str(error)
+    except (OSError, subprocess.SubprocessError) as error:
+        print(f"feedbench: cannot read the nodes' CPUs with sinfo ({error}); cells are not checked", file=sys.stderr)
+        return None
+    return cells_fit_error(cells, partition, cpus)
 
 
 # Plugin workarounds ---------------------------------------------------------
@@ -237,14 +251,14 @@ def record_lost_cells(cells: Iterable[tuple[str, str, int, dict]], log) -> tuple
     Cells are matched to their jobs by the job ids in the run's log (submitted_jobs), never by the job comment.
     Returns the paths the summary reads (every result.json plus the lost.json) and one line per lost cell.
     """
-    from .job import CELL_DIR
+    from .job import result_path
 
     jobs = submitted_jobs(log)
     states = job_states(run_id(log) or "") if jobs else {}
     paths, lost = [], []
     for experiment, cell, repeat, labelled in cells:
-        folder = CELL_DIR.format(experiment=experiment, cell=cell, repeat=repeat)
-        result = f"{folder}/result.json"
+        result = result_path(experiment, cell, repeat)
+        folder = os.path.dirname(result)
         job_id = jobs.get(jobs_key(experiment, cell, repeat))
         state = states.get(job_id)
         if os.path.exists(result) and state in (None, FINISHED):  # None: not submitted by this run, or unknown

@@ -7,7 +7,7 @@ rule aggregate:
         results=RESULTS,
     output:
         summary=report(
-            "results/summary.csv",
+            SUMMARY,
             caption="../../report/captions/summary.rst",
             category="Summary",
         ),
@@ -21,7 +21,7 @@ rule aggregate:
 
 rule plot:
     input:
-        summary="results/summary.csv",
+        summary=SUMMARY,
     output:
         svg=report(
             "results/plots/{experiment}.svg",
@@ -35,8 +35,7 @@ rule plot:
         "../../envs/report.yaml"
     params:
         experiment="{experiment}",
-        spec=plot_spec,
-        title=plot_title,
+        spec=experiment_spec,
     script:
         "../scripts/plot.py"
 
@@ -46,13 +45,13 @@ rule plot:
 # DAG"). The summary is made again whenever a result changes, so the report is too.
 rule report:
     input:
-        summary="results/summary.csv",
+        summary=SUMMARY,
         plots=PLOTS,
         references=REFERENCES,
         searches=SEARCH_PLANS,
     output:
         html=report(
-            "results/report/index.html",
+            REPORT,
             caption="../../report/captions/report.rst",
             category="Report",
         ),
@@ -62,6 +61,6 @@ rule report:
         "../../envs/report.yaml"
     params:
         config=config,
-        config_hash=config_hash(),
+        config_hash=config_hash(config),
     script:
         "../scripts/report.py"

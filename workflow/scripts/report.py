@@ -2,17 +2,18 @@
 
 The results are those the summary lists (feedbench.report.summary_results), not inputs of the rule.
 
-See feedbench.report.
+See feedbench.publish.report.
 """
 
 import sys
 
-from feedbench.report import summary_results, write_report
+from feedbench import publish
+from feedbench.report import summary_results
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
-write_report(
+publish.report(
     snakemake.input.summary,
     list(snakemake.input.plots),
     summary_results(snakemake.input.summary),  # the results the summary was made from

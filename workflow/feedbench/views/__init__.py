@@ -67,11 +67,6 @@ def builder(name: str) -> Builder:
     return importlib.import_module(f"{__name__}.{name}").build
 
 
-def reference_name(spec: dict) -> str:
-    """The published table an experiment's view shows: its `reference`, else the view's own name."""
-    return spec.get("reference") or spec["view"]
-
-
 def read_reference(path: str) -> pd.DataFrame:
     """A published table (report/references/<name>.csv); lines starting with # are comments."""
     return pd.read_csv(path, comment="#")
