@@ -308,7 +308,7 @@ def measure(
 
     if cell.parallel == "ddp" and cell.comm_probe_steps:
         m.comm = _comm_probe(cell, device, model, batches, prefetch, resident, train_step, move)
-    if cell.profile and out_dir is not None and model is not None:
+    if cell.profile and model is not None:  # on every rank: a ddp step's collectives need them all
         _profile(cell, device, batches, prefetch, train_step, out_dir, resident, move)
 
 
@@ -378,7 +378,11 @@ def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_st
 
 
 def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, resident, move) -> None:
-    """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window."""
+    """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window.
+
+    Every rank runs the steps (under ddp each one all-reduces, so a rank left out would hang the others); only the
+    rank given an out_dir (rank 0) writes the trace.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -394,6 +398,8 @@ def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, residen
                 null.mark()
             train_step(batch, null)
         synchronize(device)
+    if out_dir is None:
+        return
     tmp = os.path.join(out_dir, ".trace.json.tmp")
     prof.export_chrome_trace(tmp)
     os.replace(tmp, os.path.join(out_dir, "trace.json"))
