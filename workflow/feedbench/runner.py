@@ -158,7 +158,7 @@ def run(
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
-        any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        any_device = rank_device("cuda" if torch.cuda.is_available() else "cpu", world)
         result.update(
             error={"type": "KnobError", "message": str(error)},
             provenance=machine_facts(any_device),
@@ -169,7 +169,7 @@ def run(
         limit.cancel()
         print(f"feedbench: error: {error}", file=sys.stderr)
         return 2
-    device = rank_device(cell.device, world) if world.distributed else torch.device(cell.device)
+    device = rank_device(cell.device, world)
     result.update(
         cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
     )

@@ -1,0 +1,42 @@
+"""The GPU paths' decisions, checked on the CPU where they can be: which device, which GPU, which dtype, which
+tensors (#27). What only a device can show is in test_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from feedbench.distributed import World, node_gpus, rank_device
+from feedbench.knobs import KnobError
+from torch.cuda._utils import _get_device_index
+
+
+@pytest.mark.parametrize("world", [World(), World(rank=3, local_rank=1, world_size=4, node_rank=1)])
+def test_every_cuda_device_has_an_index(world):
+    """torch.cuda.set_device and init_process_group(device_id=) refuse a bare torch.device("cuda"); the single-rank
+    ddp cell got one (bug 1). _get_device_index is the check set_device makes first, before any CUDA call."""
+    device = rank_device("cuda", world, gpu_count=2)
+    assert device.index is not None
+    assert _get_device_index(device) == world.local_rank
+    with pytest.raises(ValueError, match="specified index"):  # what the bare device met
+        _get_device_index(torch.device("cuda"))
+
+
+def test_emulated_nodes_get_distinct_gpus():
+    """2 emulated nodes x 4 ranks on an 8-GPU host: torchrun gives each node LOCAL_RANK 0-3, so without a slice of
+    its own each node's ranks shared GPUs 0-3 (bug 2)."""
+    visible = [f"GPU-{i}" for i in range(8)]  # CUDA_VISIBLE_DEVICES may name GPUs by UUID
+    slices = node_gpus(2, 4, visible)
+    placed = []
+    for node, names in enumerate(slices):
+        mine = names.split(",")
+        for local_rank in range(4):
+            device = rank_device("cuda", World(node * 4 + local_rank, local_rank, 8, node), gpu_count=len(mine))
+            placed.append(mine[device.index])
+    assert sorted(placed) == sorted(visible)
+
+
+@pytest.mark.parametrize("nodes, gpus_per_node", [(1, 2), (2, 1)])
+def test_more_ranks_than_gpus_on_a_host_are_refused(nodes, gpus_per_node):
+    """ddp and independent ranks (the launcher's check, as dp's in resolve): 2 ranks on 1 visible GPU."""
+    with pytest.raises(KnobError, match="more than the 1 GPU"):
+        node_gpus(nodes, gpus_per_node, ["0"])
