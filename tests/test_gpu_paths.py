@@ -3,9 +3,13 @@ tensors (#27). What only a device can show is in test_gpu.py."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
+from feedbench.cell import parse_cell
 from feedbench.distributed import World, node_gpus, rank_device
+from feedbench.harness import WithLoss, dp_replica
 from feedbench.knobs import KnobError
 from torch.cuda._utils import _get_device_index
 
@@ -40,3 +44,23 @@ def test_more_ranks_than_gpus_on_a_host_are_refused(nodes, gpus_per_node):
     """ddp and independent ranks (the launcher's check, as dp's in resolve): 2 ranks on 1 visible GPU."""
     with pytest.raises(KnobError, match="more than the 1 GPU"):
         node_gpus(nodes, gpus_per_node, ["0"])
+
+
+def test_dp_replicas_compute_in_the_cells_autocast_dtype():
+    """DataParallel runs each replica in a thread, re-entering autocast with `enabled` only (parallel_apply), so at
+    that thread's default dtype: float16 on CUDA (bug 4). Replayed on the CPU: a second thread whose default is set
+    to float16 as CUDA's is, entering autocast as parallel_apply does, then the replica of a bf16 cell."""
+    seen = []
+    probe = torch.nn.Linear(4, 4)
+    probe.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    replica = dp_replica(WithLoss(probe, lambda out, batch: out.float().mean()), parse_cell({"amp": "bf16"}), "cpu")
+
+    def worker():
+        torch.set_autocast_dtype("cpu", torch.float16)
+        with torch.amp.autocast("cpu", enabled=True):
+            replica(torch.ones(2, 4))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [torch.bfloat16]
