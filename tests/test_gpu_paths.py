@@ -11,6 +11,7 @@ from feedbench.cell import parse_cell
 from feedbench.distributed import World, node_gpus, rank_device
 from feedbench.harness import WithLoss, dp_replica
 from feedbench.knobs import KnobError
+from feedbench.models import SleepModel
 from torch.cuda._utils import _get_device_index
 
 
@@ -64,3 +65,21 @@ def test_dp_replicas_compute_in_the_cells_autocast_dtype():
     thread.start()
     thread.join()
     assert seen == [torch.bfloat16]
+
+
+def test_sleep_model_calibrates_once_under_dataparallel_replicas():
+    """DataParallel builds its replicas at every forward with _replicate_for_data_parallel (a shallow copy of the
+    module's __dict__): a calibration kept in a replica was lost, and every step of every GPU paid it (bug 5). The
+    calibration itself needs a GPU; here it is a function that counts its calls."""
+    model = SleepModel(compute_ms=1.0)
+    calls = []
+
+    def calibrate(device):
+        calls.append(device.index)
+        return 1000.0 + device.index
+
+    for _step in range(3):
+        for gpu in range(2):
+            replica = model._replicate_for_data_parallel()  # what DataParallel's replicate() does, per GPU
+            assert replica.cycles_per_ms(torch.device("cuda", gpu), calibrate) == 1000.0 + gpu
+    assert calls == [0, 1]
