@@ -12,6 +12,7 @@ from feedbench.distributed import World, node_gpus, rank_device
 from feedbench.harness import WithLoss, dp_replica
 from feedbench.knobs import KnobError
 from feedbench.models import SleepModel
+from feedbench.prefetch import streamed
 from torch.cuda._utils import _get_device_index
 
 
@@ -83,3 +84,13 @@ def test_sleep_model_calibrates_once_under_dataparallel_replicas():
             replica = model._replicate_for_data_parallel()  # what DataParallel's replicate() does, per GPU
             assert replica.cycles_per_ms(torch.device("cuda", gpu), calibrate) == 1000.0 + gpu
     assert calls == [0, 1]
+
+
+def test_the_prefetcher_records_only_device_tensors():
+    """A mover that keeps lengths on the host (for pack_padded_sequence): record_stream of a CPU tensor raises
+    NotImplementedError, so the prefetcher crashed at its first batch (bug 7). That the CUDA tensors are recorded
+    needs a GPU: test_gpu.py's stream prefetch tests."""
+    lengths = torch.tensor([3, 2])
+    with pytest.raises(NotImplementedError):  # what the prefetcher met
+        lengths.record_stream(torch.Stream(device="cpu"))
+    assert streamed({"tokens": torch.ones(2, 3), "lengths": lengths}) == []
