@@ -27,6 +27,7 @@ from .prefetch import to_device
 from .provenance import machine_facts
 from .result import failed_result, now, step_rows, tail, write_result, write_rows
 from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
+from .timing import synchronize
 from .transfer import batch_probe, probe
 
 
@@ -43,9 +44,14 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
     table = None
     if device_readable:
         try:
+            if m.clock is not None:  # a stopped loop leaves events in flight: elapsed_time raises "device not ready"
+                synchronize(m.clock.device)
             table = m.step_table(device_readable=True)
-        except Exception:  # device clocks unreadable after a device error: keep the host-side phases
-            pass
+        except Exception as error:  # device clocks unreadable after a device error: keep the host-side phases
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            m.notes.append(
+                f"GPU phases not recorded: the device's clocks could not be read ({type(error).__name__}: {first})"
+            )
     if table is None:
         table = m.step_table(device_readable=False)
     n = len(table["step"])
