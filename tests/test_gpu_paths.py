@@ -4,6 +4,7 @@ tensors (#27). What only a device can show is in test_gpu.py."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from feedbench.distributed import World, node_gpus, rank_device
 from feedbench.harness import WithLoss, dp_replica
 from feedbench.knobs import KnobError
 from feedbench.models import SleepModel
+from feedbench.monitor import Monitor
 from feedbench.prefetch import streamed
 from torch.cuda._utils import _get_device_index
 
@@ -94,3 +96,19 @@ def test_the_prefetcher_records_only_device_tensors():
     with pytest.raises(NotImplementedError):  # what the prefetcher met
         lengths.record_stream(torch.Stream(device="cpu"))
     assert streamed({"tokens": torch.ones(2, 3), "lengths": lengths}) == []
+
+
+def test_an_nvml_error_stops_gpu_sampling_only():
+    """One NVML error ended the monitor's thread, and the host's CPU and memory samples with it (#27, risks). Here
+    NVML is the real library, asked before nvmlInit: it raises as a failing GPU would."""
+    import pynvml
+
+    monitor = Monitor(0.01, torch.device("cpu"))
+    monitor.nvml.handle, monitor.nvml.pynvml = object(), pynvml
+    monitor.start()
+    deadline = time.monotonic() + 10  # a busy machine only delays the samples
+    while len(monitor.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monitor.stop()
+    assert len(monitor.samples) >= 3 and all("host_cpu_pct" in sample for sample in monitor.samples)
+    assert monitor.summary()["notes"][0].startswith("NVML failed while sampling")
