@@ -74,11 +74,11 @@ def test_stream_prefetch_cell_runs_and_reports_copy_phase(run_cell):
 @pytest.mark.parametrize("depth", [1, 2])
 def test_stream_prefetch_keeps_every_batch_intact_under_reuse(depth):
     """Large batches, each filled with its own number, read twice by the compute stream: at once (a missing
-    wait_event reads a copy still in flight) and again after a long spin (a missing record_stream lets the allocator
-    hand the block to the next copy while the spin still holds it). Checked by hand: with either call removed from
-    StreamPrefetcher.__next__ this test fails (#27)."""
+    wait_event reads the first copy still in flight) and again after a long spin (a missing record_stream lets the
+    allocator hand the freed block to the next copy on the side stream while the spin still holds it). To check on a
+    GPU: with either call removed from StreamPrefetcher.__next__ this test should fail (#27; not yet run)."""
     numel = 64 * 2**20  # 256 MB of int32 per batch: copies of milliseconds, reused blocks of the same size
-    batches = [(torch.full((numel,), i, dtype=torch.int32).pin_memory(),) for i in range(6)]
+    batches = [(torch.full((numel,), i + 1, dtype=torch.int32).pin_memory(),) for i in range(6)]
     sums = []
     for _, (device_batch,), _ in StreamPrefetcher(batches, torch.device("cuda", 0), depth):
         first = device_batch.sum()
@@ -86,7 +86,7 @@ def test_stream_prefetch_keeps_every_batch_intact_under_reuse(depth):
         sums.append((first, device_batch.sum()))
         del device_batch  # freed by the host at once, in use by the compute stream for a while yet
     torch.cuda.synchronize()
-    assert [(int(a), int(b)) for a, b in sums] == [(i * numel, i * numel) for i in range(6)]
+    assert [(int(a), int(b)) for a, b in sums] == [((i + 1) * numel, (i + 1) * numel) for i in range(6)]
 
 
 @pytest.mark.gpu
