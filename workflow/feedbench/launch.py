@@ -29,7 +29,7 @@ from .cell import Cell, cell_dict
 from .distributed import free_port, node_gpus, visible_gpus
 from .knobs import KnobError
 from .provenance import machine_facts
-from .result import failed_result, now, tail, write_result
+from .result import failed_result, now, tail, write_refusal, write_result
 from .stop import SIGTERM_REASON, TimeLimit
 
 
@@ -158,15 +158,7 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
                 gpus = node_gpus(cell.nodes, cell.gpus_per_node, visible_gpus())
             except KnobError as error:
                 result = failed_result(raw, cell_dict(cell), notes)
-                result.update(
-                    error={"type": "KnobError", "message": str(error)},
-                    provenance=machine_facts(torch.device("cpu")),
-                    started_at=started,
-                    finished_at=now(),
-                )
-                write_result(out_dir, result)
-                print(f"feedbench: error: {error}", file=sys.stderr)
-                return 2
+                return write_refusal(out_dir, result, error, machine_facts(torch.device("cpu")), started)
             envs = [dict(env, CUDA_VISIBLE_DEVICES=node) for node in gpus]
     procs, logs = [], []
     for name, command, node_env in zip(names, commands, envs, strict=True):

@@ -25,7 +25,7 @@ from .monitor import Monitor
 from .plugins import folder_facts, plugins_of, resolve_all
 from .prefetch import to_device
 from .provenance import machine_facts
-from .result import failed_result, now, step_rows, tail, write_result, write_rows
+from .result import failed_result, now, step_rows, tail, write_refusal, write_result, write_rows
 from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
 from .timing import synchronize
 from .transfer import batch_probe, probe
@@ -48,9 +48,9 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
                 synchronize(m.clock.device)
             table = m.step_table(device_readable=True)
         except Exception as error:  # device clocks unreadable after a device error: keep the host-side phases
-            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            why = _error(error)
             m.notes.append(
-                f"GPU phases not recorded: the device's clocks could not be read ({type(error).__name__}: {first})"
+                f"GPU phases not recorded: the device's clocks could not be read ({why['type']}: {why['message']})"
             )
     if table is None:
         table = m.step_table(device_readable=False)
@@ -164,17 +164,9 @@ def run(
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
-        any_device = rank_device("cuda" if torch.cuda.is_available() else "cpu", world)
-        result.update(
-            error={"type": "KnobError", "message": str(error)},
-            provenance=machine_facts(any_device),
-            started_at=started,
-            finished_at=now(),
-        )
-        write_result(out_dir, result)
         limit.cancel()
-        print(f"feedbench: error: {error}", file=sys.stderr)
-        return 2
+        any_device = rank_device("cuda" if torch.cuda.is_available() else "cpu", world)
+        return write_refusal(out_dir, result, error, machine_facts(any_device), started)
     device = rank_device(cell.device, world)
     result.update(
         cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
