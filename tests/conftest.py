@@ -63,14 +63,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def means_gpu(request) -> bool:
+    return request.node.get_closest_marker("gpu") is not None
+
+
+@pytest.fixture(autouse=True)
+def cpu_unless_gpu(request, monkeypatch):
+    """A test not marked gpu means the CPU, on a GPU machine too: the processes it starts (torchrun ranks, Snakemake
+    jobs) see no GPU. This process has counted its GPUs already: run_cell and the in-process runs say device cpu.
+    The Slurm tests keep the environment Slurm gives their jobs."""
+    if not means_gpu(request) and request.node.get_closest_marker("slurm") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 @pytest.fixture
-def run_cell(tmp_path):
-    """run_cell(**knobs) -> (exit code, result dict): the harness in this process."""
+def run_cell(tmp_path, request):
+    """run_cell(**knobs) -> (exit code, result dict): the harness in this process, on the CPU unless marked gpu."""
     from feedbench.runner import run
 
     counter = iter(range(1000))
 
     def _run(**knobs):
+        if not means_gpu(request):
+            knobs.setdefault("device", "cpu")
         out = tmp_path / f"cell{next(counter)}"
         code = run(knobs, str(out))
         with open(out / "result.json") as f:

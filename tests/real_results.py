@@ -20,7 +20,7 @@ from feedbench.runner import run
 # torch_threads 1 (the harness's default too, pinned here because verdicts are asserted on these timings): with
 # PyTorch's default of one thread per core, a 2-core machine busy elsewhere turned a ~2 ms MLP step into ~200 ms,
 # and the train cells' stall fell under the data-bound threshold (issue #10).
-FAST = {"steps": 6, "warmup_steps": 2, "monitor_interval_s": 0.05, "torch_threads": 1}
+FAST = {"steps": 6, "warmup_steps": 2, "monitor_interval_s": 0.05, "torch_threads": 1, "device": "cpu"}
 
 # A small matrix touching every kind of cell: loader, train, transfer, and one that fails.
 EXPERIMENTS = {
@@ -114,6 +114,7 @@ def run_failing_cell(root: str, experiment: str = "broken", cell: str = "dataset
             "steps": 4,
             "warmup_steps": 0,
             "shuffle": False,
+            "device": "cpu",
         },
         out,
     )

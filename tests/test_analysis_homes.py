@@ -15,7 +15,7 @@ from feedbench.runner import run
 
 PACKAGE = os.path.dirname(os.path.abspath(feedbench.__file__))
 CONFIG = {
-    "defaults": {"steps": 4, "warmup_steps": 1, "monitor_interval_s": 0.05, "torch_threads": 1},
+    "defaults": {"steps": 4, "warmup_steps": 1, "monitor_interval_s": 0.05, "torch_threads": 1, "device": "cpu"},
     "experiments": {
         "workers": {
             "base": {"scenario": "loader", "model": "none", "image_size": 16, "batch_size": 16, "num_samples": 64},
@@ -62,6 +62,7 @@ def test_an_old_result_without_the_label_still_aggregates(tmp_path):
             "steps": 3,
             "warmup_steps": 1,
             "torch_threads": 1,
+            "device": "cpu",
             "experiment": "old",
             "cell": "base",
             "repeat": 1,

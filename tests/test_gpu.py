@@ -6,7 +6,10 @@ you saw in docs/results/gpu-validation.md.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 
 pytestmark = pytest.mark.gpu
 
@@ -89,7 +92,8 @@ def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
     _, none = run_cell(**knobs, device_prefetch="none")
     _, stream = run_cell(**knobs, device_prefetch="stream")
     assert stream["metrics"]["phases"]["h2d"]["median_ms"] > 0
-    assert stream["metrics"]["samples_per_s"] >= none["metrics"]["samples_per_s"]
+    # The study's gain is 1-3 %, within the noise of two runs: prefetch must not lose beyond that (#27, risks).
+    assert stream["metrics"]["samples_per_s"] >= 0.97 * none["metrics"]["samples_per_s"]
 
 
 def test_nvml_monitor_samples_gpu(run_cell):
@@ -117,3 +121,77 @@ def test_resnet_fp16_channels_last_on_gpu(run_cell):
     )
     assert code == 0, result["error"]
     assert result["metrics"]["cuda_init_s"] > 0
+
+
+def test_a_stopped_cell_keeps_its_gpu_phases(tmp_path):
+    """Stopped by its time limit with the host ahead of the GPU: the events were read unsynchronised, elapsed_time
+    raised "device not ready", and every GPU phase was dropped (#27, bug 6)."""
+    from feedbench.runner import run
+
+    code = run(dict(SLEEP, compute_ms=5, steps=1_000_000, timing="events"), str(tmp_path), time_limit=8)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert code == 1 and result["error"]["type"] == "Terminated"
+    assert result["metrics"]["phases"]["fwd"]["median_ms"] == pytest.approx(5, rel=0.1)
+    assert not any("GPU phases not recorded" in note for note in result["adjustments"])
+
+
+@pytest.mark.timing
+def test_sync_timing_keeps_the_stream_prefetch_overlap(run_cell):
+    """timing: sync waits for the compute stream only: a device-wide sync also waited for the side stream's next
+    copy, a wait in the step and in no phase, which removed the overlap it measured (#27, bug 8)."""
+    code, result = run_cell(
+        **dict(SLEEP, image_size=256, batch_size=128, num_samples=512),  # 100 MB batches: copies of milliseconds
+        compute_ms=20,
+        timing="sync",
+        device_prefetch="stream",
+        pin_memory=True,
+        torch_threads=1,  # the harness's default, pinned: timed
+    )
+    assert code == 0, result["error"]
+    phases = {name: p["median_ms"] for name, p in result["metrics"]["phases"].items()}
+    assert phases["h2d"] > 2
+    outside = result["metrics"]["step_ms"]["median"] - (phases["wait"] + phases["fwd"] + phases["bwd"] + phases["opt"])
+    assert outside < 0.5 * phases["h2d"]
+
+
+def test_single_rank_ddp_on_a_gpu(run_cell):
+    """A bare torch.device("cuda") made set_device and init_process_group refuse the cell (#27, bug 1)."""
+    code, result = run_cell(**SLEEP, compute_ms=5, parallel="ddp")
+    assert code == 0, result["error"]
+
+
+needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+
+
+@needs_two
+def test_bf16_under_dp_on_two_gpus():
+    """Every DataParallel replica computes in bfloat16, not in its thread's default float16 (#27, bug 4)."""
+    from feedbench.cell import parse_cell
+    from feedbench.harness import WithLoss, wrap_parallel
+
+    seen = []
+    probe = torch.nn.Linear(64, 64).cuda(0)
+    probe.register_forward_hook(lambda module, args, out: seen.append((out.device.index, out.dtype)))
+    cell = parse_cell({"amp": "bf16", "parallel": "dp", "gpus_per_node": 2, "device": "cuda"})
+    model = wrap_parallel(WithLoss(probe, lambda out, batch: out.float().mean()), cell, torch.device("cuda", 0))
+    with torch.autocast("cuda", dtype=torch.bfloat16):  # as the harness's train_step enters it
+        model(torch.ones(8, 64, device="cuda:0"))
+    assert sorted(seen) == [(0, torch.bfloat16), (1, torch.bfloat16)]
+
+
+@needs_two
+def test_sleep_model_under_dp_takes_its_compute_time(run_cell):
+    """The calibration ran at every step of every replica: ~10 ms and a host sync more per step (#27, bug 5)."""
+    code, result = run_cell(**SLEEP, compute_ms=20, parallel="dp", gpus_per_node=2, timing="events")
+    assert code == 0, result["error"]
+    assert result["metrics"]["step_ms"]["median"] == pytest.approx(20, rel=0.15)
+
+
+@needs_two
+def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
+    """Each emulated node's torchrun numbers LOCAL_RANK from 0: without a slice of GPUs of its own, node 1's rank
+    took node 0's GPU and NCCL refused it (#27, bug 2)."""
+    from feedbench.__main__ import run_or_launch
+
+    knobs = dict(SLEEP, compute_ms=5, steps=5, parallel="ddp", gpus_per_node=1, nodes=2)
+    assert run_or_launch(knobs, str(tmp_path)) == 0

@@ -50,6 +50,28 @@ def test_ddp_two_ranks_gathers_every_rank(tmp_path):
     assert all(r["comm"]["step_ms_sync"] > 0 for r in metrics["ranks"])
 
 
+def test_profile_with_two_ddp_ranks_completes_and_rank_0_writes_the_trace(tmp_path):
+    """Every rank runs the profiled steps (each all-reduces): with rank 0 alone, the other waited in its gather and the
+    cell hung until killed (#27, bug 3). The time limit turns a hang into a failed cell."""
+    code, result, _ = run(
+        tmp_path,
+        "--set",
+        "parallel=ddp",
+        "--set",
+        "gpus_per_node=2",
+        "--set",
+        "profile=true",
+        "--time-limit",
+        "60",
+        steps=6,
+    )
+    assert code == 0, result["error"]
+    assert result["files"]["trace"] == "trace.json"
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert trace["distributedInfo"]["rank"] == 0 and trace["distributedInfo"]["world_size"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if "trace" in p.name) == ["trace.json"]
+
+
 def test_independent_replicas_on_two_emulated_nodes(tmp_path):
     """torchrun with two nodes on localhost: a static rendezvous, GROUP_RANK 0 and 1."""
     code, result, _ = run(tmp_path, "--set", "parallel=independent", "--set", "gpus_per_node=2", "--set", "nodes=2")

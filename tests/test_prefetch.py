@@ -68,3 +68,33 @@ def test_stream_prefetch_cell_runs_and_reports_copy_phase(run_cell):
     assert code == 0, result["error"]
     assert result["metrics"]["steps"] == 10
     assert set(result["metrics"]["phases"]) == {"wait", "h2d", "fwd", "bwd", "opt"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("depth", [1, 2])
+def test_stream_prefetch_keeps_every_batch_intact_under_reuse(depth):
+    """Large batches, each filled with its own number, read twice by the compute stream: at once (a missing
+    wait_event reads the first copy still in flight) and again after a long spin (a missing record_stream lets the
+    allocator hand the freed block to the next copy on the side stream while the spin still holds it). To check on a
+    GPU: with either call removed from StreamPrefetcher.__next__ this test should fail (#27; not yet run)."""
+    numel = 64 * 2**20  # 256 MB of int32 per batch: copies of milliseconds, reused blocks of the same size
+    batches = [(torch.full((numel,), i + 1, dtype=torch.int32).pin_memory(),) for i in range(6)]
+    sums = []
+    for _, (device_batch,), _ in StreamPrefetcher(batches, torch.device("cuda", 0), depth):
+        first = device_batch.sum()
+        torch.cuda._sleep(50_000_000)  # tens of ms on the compute stream, while the next copy is issued
+        sums.append((first, device_batch.sum()))
+        del device_batch  # freed by the host at once, in use by the compute stream for a while yet
+    torch.cuda.synchronize()
+    assert [(int(a), int(b)) for a, b in sums] == [((i + 1) * numel, (i + 1) * numel) for i in range(6)]
+
+
+@pytest.mark.gpu
+def test_stream_prefetch_with_host_tensors_in_the_batch():
+    """A to_device that leaves the lengths on the host, as pack_padded_sequence wants them (#27, bug 7)."""
+
+    def move(batch, device, non_blocking):
+        return batch[0].to(device, non_blocking=non_blocking), batch[1]
+
+    got = list(StreamPrefetcher(_loader(0, pin=True), torch.device("cuda", 0), 1, move=move))
+    assert len(got) == 10 and all(b[1][0].is_cuda and not b[1][1].is_cuda for b in got)

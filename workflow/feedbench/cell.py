@@ -174,8 +174,6 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
 
 def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     """Fit the cell to this machine; return it with the list of adjustments made."""
-    import torch  # here, not at the top: the Snakefile imports this module at every parse, torch takes seconds
-
     notes: list[str] = []
     changes: dict[str, Any] = {}
     if cell.device == "cuda" and not cuda_available:
@@ -206,11 +204,10 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
         notes.append(
             f"parallel=dp on CPU runs one replica on batch_size x {cell.gpus_per_node}: DataParallel needs GPUs"
         )
-    if device == "cuda" and cell.parallel == "dp" and cell.gpus_per_node > torch.cuda.device_count():
-        raise KnobError(
-            f"knob 'gpus_per_node': value {cell.gpus_per_node} is more than the {torch.cuda.device_count()} GPU(s) "
-            f"visible; allowed: 1 to {torch.cuda.device_count()}"
-        )
+    if device == "cuda" and cell.parallel == "dp":  # one process; ddp and independent ranks: the launcher checks
+        from .distributed import node_gpus, visible_gpus  # here: torch, which every Snakefile parse would pay for
+
+        node_gpus(1, cell.gpus_per_node, visible_gpus())
     if cell.channels_last and cell.model in ("mlp", "lstm", "sleep", "none"):
         changes["channels_last"] = False
         notes.append(f"channels_last=true ignored: model '{cell.model}' takes no images")

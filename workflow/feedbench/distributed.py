@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .knobs import KnobError
+
 
 @dataclass(frozen=True)
 class World:
@@ -52,11 +54,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_device(device_type: str, world: World) -> torch.device:
+def visible_gpus() -> list[str]:
+    """This host's GPUs as CUDA_VISIBLE_DEVICES names them (indices, UUIDs or MIG ids), else 0..n-1."""
+    count = torch.cuda.device_count()
+    names = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [n.strip() for n in names.split(",")][:count] if names is not None else [str(i) for i in range(count)]
+
+
+def node_gpus(nodes: int, gpus_per_node: int, visible: list[str]) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES of each node on this host: its own gpus_per_node of the visible GPUs.
+
+    torchrun numbers LOCAL_RANK from 0 on every emulated node, so without a slice of its own each node's ranks
+    would land on the first node's GPUs (NCCL: "Duplicate GPU detected"). Ranks beyond the GPUs are refused:
+    two ranks on one GPU would measure another job, and NCCL refuses it anyway.
+    """
+    need = nodes * gpus_per_node
+    if need > len(visible):
+        asked = f"{gpus_per_node} x nodes {nodes}" if nodes > 1 else f"{gpus_per_node}"
+        raise KnobError(
+            f"knob 'gpus_per_node': value {asked} is more than the {len(visible)} GPU(s) visible; allowed: at most "
+            f"{len(visible)} rank(s) on this host, one GPU each"
+        )
+    return [",".join(visible[node * gpus_per_node : (node + 1) * gpus_per_node]) for node in range(nodes)]
+
+
+def rank_device(device_type: str, world: World, gpu_count: int | None = None) -> torch.device:
+    """This process's device; a CUDA one always with its index (set_device and init_process_group refuse it bare).
+
+    Each node's ranks see their own GPUs (node_gpus; under srun with GPU binding, maybe only their own one).
+    """
     if device_type != "cuda":
         return torch.device("cpu")
-    # Under srun with GPU binding each task may see only its own GPU(s).
-    return torch.device("cuda", world.local_rank % torch.cuda.device_count())
+    count = torch.cuda.device_count() if gpu_count is None else gpu_count
+    return torch.device("cuda", world.local_rank % count)
 
 
 def init(world: World, device: torch.device, timeout_s: float = 300) -> None:

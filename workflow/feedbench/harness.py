@@ -35,6 +35,7 @@ from .timing import PhaseClock, synchronize
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
 PHASES_OF = {"train": CLOCKED_PHASES, "compute": CLOCKED_PHASES[1:], "loader": ()}
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # amp: off has none
 
 
 @dataclass
@@ -165,12 +166,35 @@ class WithLoss(nn.Module):
         return self.loss_fn(self.model(inputs), (inputs, *rest)).reshape(1)
 
 
+class Autocast(nn.Module):
+    """A model whose forward enters the cell's autocast itself, as PyTorch's AMP notes advise under DataParallel.
+
+    DataParallel runs each replica in a thread of its own, and autocast state is thread-local: PyTorch re-enters it
+    there with `enabled` only, so at the thread's default dtype (float16 on CUDA). amp: bf16 then ran float16 with
+    no GradScaler.
+    """
+
+    def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype):
+        super().__init__()
+        self.model, self.device_type, self.dtype = model, device_type, dtype
+
+    def forward(self, *args, **kwargs):
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.model(*args, **kwargs)
+
+
+def dp_replica(model: nn.Module, cell: Cell, device_type: str) -> nn.Module:
+    """What DataParallel copies to each GPU: the model, inside the cell's autocast when amp is on."""
+    dtype = AMP_DTYPES.get(cell.amp)
+    return Autocast(model, device_type, dtype) if dtype is not None else model
+
+
 def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Module:
     """ddp: gradients all-reduced across ranks; dp: one process splits each batch over its GPUs."""
     if cell.parallel == "ddp":
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if cell.parallel == "dp" and device.type == "cuda" and cell.gpus_per_node > 1:
-        return nn.DataParallel(model, device_ids=list(range(cell.gpus_per_node)))
+        return nn.DataParallel(dp_replica(model, cell, device.type), device_ids=list(range(cell.gpus_per_node)))
     return model  # none, independent (replicas that never talk), dp on CPU
 
 
@@ -211,7 +235,7 @@ def measure(
         )
         scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         ctx.optimizer = optimizer
-        autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cell.amp)
+        autocast_dtype = AMP_DTYPES.get(cell.amp)
 
     def train_step(batch, clock: PhaseClock) -> None:
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -308,7 +332,7 @@ def measure(
 
     if cell.parallel == "ddp" and cell.comm_probe_steps:
         m.comm = _comm_probe(cell, device, model, batches, prefetch, resident, train_step, move)
-    if cell.profile and out_dir is not None and model is not None:
+    if cell.profile and model is not None:  # on every rank: a ddp step's collectives need them all
         _profile(cell, device, batches, prefetch, train_step, out_dir, resident, move)
 
 
@@ -378,7 +402,11 @@ def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_st
 
 
 def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, resident, move) -> None:
-    """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window."""
+    """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window.
+
+    Every rank runs the steps (under ddp each one all-reduces, so a rank left out would hang the others); only the
+    rank given an out_dir (rank 0) writes the trace.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -394,6 +422,8 @@ def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, residen
                 null.mark()
             train_step(batch, null)
         synchronize(device)
+    if out_dir is None:
+        return
     tmp = os.path.join(out_dir, ".trace.json.tmp")
     prof.export_chrome_trace(tmp)
     os.replace(tmp, os.path.join(out_dir, "trace.json"))

@@ -26,9 +26,10 @@ import yaml
 
 from . import resources
 from .cell import Cell, cell_dict
-from .distributed import free_port
+from .distributed import free_port, node_gpus, visible_gpus
+from .knobs import KnobError
 from .provenance import machine_facts
-from .result import failed_result, now, tail, write_result
+from .result import failed_result, now, tail, write_refusal, write_result
 from .stop import SIGTERM_REASON, TimeLimit
 
 
@@ -147,16 +148,26 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
     )
     env = dict(os.environ, MASTER_PORT=str(free_port()))  # the rendezvous listens here, on this (the first) node
     if in_slurm_job():
-        names, commands = ["srun"], [srun_command(cell, cell_path, out_dir)]
+        names, commands, envs = ["srun"], [srun_command(cell, cell_path, out_dir)], [env]
     else:
         commands = torchrun_commands(cell, cell_path, out_dir, int(env["MASTER_PORT"]))
         names = [f"node {node}" for node in range(len(commands))]
+        envs = [env] * len(commands)
+        if cell.device == "cuda":  # every emulated node its own GPUs
+            try:
+                gpus = node_gpus(cell.nodes, cell.gpus_per_node, visible_gpus())
+            except KnobError as error:
+                result = failed_result(raw, cell_dict(cell), notes)
+                return write_refusal(out_dir, result, error, machine_facts(torch.device("cpu")), started)
+            envs = [dict(env, CUDA_VISIBLE_DEVICES=node) for node in gpus]
     procs, logs = [], []
-    for name, command in zip(names, commands, strict=True):
+    for name, command, node_env in zip(names, commands, envs, strict=True):
         log = os.path.join(out_dir, "ranks", name.replace(" ", "") + ".log")
         logs.append(log)
         procs.append(
-            subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            subprocess.Popen(
+                command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=node_env
+            )
         )
 
     # Every rank ever seen under a torchrun: torchrun starts ranks in sessions of

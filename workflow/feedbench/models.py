@@ -30,6 +30,19 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
 
 
+def gpu_cycles_per_ms(device: torch.device) -> float:
+    """How many torch.cuda._sleep cycles `device` spins per ms, timed by CUDA events (a host sync, about 10 ms)."""
+    with torch.cuda.device(device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 10_000_000
+        torch.cuda._sleep(cycles)  # warm the kernel up
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / start.elapsed_time(end)
+
+
 class SleepModel(nn.Module):
     """A fixed compute time per step, for calibration: sleeps on the host, or spins the GPU."""
 
@@ -37,26 +50,22 @@ class SleepModel(nn.Module):
         super().__init__()
         self.compute_ms = compute_ms
         self.weight = nn.Parameter(torch.ones(()))
-        self._cycles_per_ms: float | None = None
+        # GPU index -> cycles per ms, measured once per GPU. A dict, not a number: DataParallel rebuilds its replicas
+        # from a shallow copy of __dict__ at every forward, so a number set in a replica was lost and every step of
+        # every GPU paid the calibration again; the replicas share this one dict.
+        self._cycles_per_ms: dict[int | None, float] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda:
-            torch.cuda._sleep(int(self.compute_ms * self._gpu_cycles_per_ms()))
+            torch.cuda._sleep(int(self.compute_ms * self.cycles_per_ms(x.device)))
         else:
             time.sleep(self.compute_ms / 1000)
         return self.weight * x.float().mean()
 
-    def _gpu_cycles_per_ms(self) -> float:
-        if self._cycles_per_ms is None:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            cycles = 10_000_000
-            torch.cuda._sleep(cycles)  # warm the kernel up
-            start.record()
-            torch.cuda._sleep(cycles)
-            end.record()
-            end.synchronize()
-            self._cycles_per_ms = cycles / start.elapsed_time(end)
-        return self._cycles_per_ms
+    def cycles_per_ms(self, device: torch.device, calibrate: Callable = gpu_cycles_per_ms) -> float:
+        if device.index not in self._cycles_per_ms:
+            self._cycles_per_ms[device.index] = calibrate(device)
+        return self._cycles_per_ms[device.index]
 
 
 class TokenLSTM(nn.Module):

@@ -36,10 +36,16 @@ class NVML:
             self.note = f"NVML unavailable ({type(error).__name__}: {error}): GPU utilisation not sampled"
 
     def sample(self) -> dict[str, float]:
+        """The GPU's sample; {} once NVML has failed, so the host's sampling goes on without it."""
         if self.handle is None:
             return {}
-        util = self.pynvml.nvmlDeviceGetUtilizationRates(self.handle)
-        memory = self.pynvml.nvmlDeviceGetMemoryInfo(self.handle)
+        try:
+            util = self.pynvml.nvmlDeviceGetUtilizationRates(self.handle)
+            memory = self.pynvml.nvmlDeviceGetMemoryInfo(self.handle)
+        except Exception as error:  # a MIG instance (no utilisation), a driver reset, a lost GPU
+            self.handle = None
+            self.note = f"NVML failed while sampling ({type(error).__name__}: {error}): GPU sampling stopped there"
+            return {}
         return {"gpu_util_pct": float(util.gpu), "gpu_mem_used_mb": memory.used / 2**20}
 
 

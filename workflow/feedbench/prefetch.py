@@ -82,6 +82,15 @@ class StreamPrefetcher:
         if events is not None:
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(events[1])
-            for tensor in batch_tensors(device_batch):  # a custom batch type: only the tensors it exposes
+            for tensor in streamed(device_batch):
                 tensor.record_stream(compute)
         return host, device_batch, events
+
+
+def streamed(device_batch) -> list[torch.Tensor]:
+    """The tensors of a copied batch that the compute stream must record: the CUDA ones it exposes.
+
+    A mover may leave some on the host (lengths for pack_padded_sequence, say), and record_stream of a CPU tensor
+    raises NotImplementedError; a custom batch type shows only the tensors it exposes.
+    """
+    return [tensor for tensor in batch_tensors(device_batch) if tensor.is_cuda]

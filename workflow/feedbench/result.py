@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import sys
 from importlib import resources
 
 SCHEMA_VERSION = 1
@@ -158,6 +159,16 @@ def write_result(out_dir: str, result: dict, name: str = "result.json") -> str:
     path = os.path.join(out_dir, name)
     atomic_write(path, json.dumps(result, indent=2, default=str) + "\n")
     return path
+
+
+def write_refusal(out_dir: str, result: dict, error: Exception, provenance: dict, started: str) -> int:
+    """A cell refused before it ran (bad input): its failed result and one line on stderr; exit code 2."""
+    result.update(
+        error={"type": "KnobError", "message": str(error)}, provenance=provenance, started_at=started, finished_at=now()
+    )
+    write_result(out_dir, result)
+    print(f"feedbench: error: {error}", file=sys.stderr)
+    return 2
 
 
 def write_rows(out_dir: str, rows: list[dict], name: str = "steps.csv") -> str | None:

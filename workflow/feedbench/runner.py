@@ -25,8 +25,9 @@ from .monitor import Monitor
 from .plugins import folder_facts, plugins_of, resolve_all
 from .prefetch import to_device
 from .provenance import machine_facts
-from .result import failed_result, now, step_rows, tail, write_result, write_rows
+from .result import failed_result, now, step_rows, tail, write_refusal, write_result, write_rows
 from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
+from .timing import synchronize
 from .transfer import batch_probe, probe
 
 
@@ -43,9 +44,14 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
     table = None
     if device_readable:
         try:
+            if m.clock is not None:  # a stopped loop leaves events in flight: elapsed_time raises "device not ready"
+                synchronize(m.clock.device)
             table = m.step_table(device_readable=True)
-        except Exception:  # device clocks unreadable after a device error: keep the host-side phases
-            pass
+        except Exception as error:  # device clocks unreadable after a device error: keep the host-side phases
+            why = _error(error)
+            m.notes.append(
+                f"GPU phases not recorded: the device's clocks could not be read ({why['type']}: {why['message']})"
+            )
     if table is None:
         table = m.step_table(device_readable=False)
     n = len(table["step"])
@@ -158,18 +164,10 @@ def run(
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
-        any_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        result.update(
-            error={"type": "KnobError", "message": str(error)},
-            provenance=machine_facts(any_device),
-            started_at=started,
-            finished_at=now(),
-        )
-        write_result(out_dir, result)
         limit.cancel()
-        print(f"feedbench: error: {error}", file=sys.stderr)
-        return 2
-    device = rank_device(cell.device, world) if world.distributed else torch.device(cell.device)
+        any_device = rank_device("cuda" if torch.cuda.is_available() else "cpu", world)
+        return write_refusal(out_dir, result, error, machine_facts(any_device), started)
+    device = rank_device(cell.device, world)
     result.update(
         cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
     )

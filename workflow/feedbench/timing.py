@@ -3,8 +3,9 @@
 * events: CUDA events recorded at phase boundaries on the compute stream, no
   host synchronisation; read once after the measured window. The instrument
   does not change the schedule it measures.
-* sync: synchronise the device at each boundary, then read the host clock:
-  the classic method; true per-phase GPU time, but it serialises host and GPU.
+* sync: synchronise the compute stream at each boundary, then read the host
+  clock: the classic method; true per-phase GPU time, but it serialises host
+  and GPU. The compute stream only, so a side-stream copy still overlaps.
 * naive: the host clock with no synchronisation, as the published studies
   did: asynchronous work lands in whichever phase happens to block.
 
@@ -47,8 +48,8 @@ class PhaseClock:
             event.record()
             self.steps[-1].append(event)
             return
-        if self.sync:
-            torch.cuda.synchronize(self.device)
+        if self.sync:  # the compute stream only: a device-wide sync would also wait for the prefetcher's next copy
+            torch.cuda.current_stream(self.device).synchronize()
         self.steps[-1].append(time.perf_counter())
 
     def read(self) -> dict[str, list[float]]:

@@ -1,0 +1,114 @@
+"""The GPU paths' decisions, checked on the CPU where they can be: which device, which GPU, which dtype, which
+tensors (#27). What only a device can show is in test_gpu.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from feedbench.cell import parse_cell
+from feedbench.distributed import World, node_gpus, rank_device
+from feedbench.harness import WithLoss, dp_replica
+from feedbench.knobs import KnobError
+from feedbench.models import SleepModel
+from feedbench.monitor import Monitor
+from feedbench.prefetch import streamed
+from torch.cuda._utils import _get_device_index
+
+
+@pytest.mark.parametrize("world", [World(), World(rank=3, local_rank=1, world_size=4, node_rank=1)])
+def test_every_cuda_device_has_an_index(world):
+    """torch.cuda.set_device and init_process_group(device_id=) refuse a bare torch.device("cuda"); the single-rank
+    ddp cell got one (bug 1). _get_device_index is the check set_device makes first, before any CUDA call."""
+    device = rank_device("cuda", world, gpu_count=2)
+    assert device.index is not None
+    assert _get_device_index(device) == world.local_rank
+    with pytest.raises(ValueError, match="specified index"):  # what the bare device met
+        _get_device_index(torch.device("cuda"))
+
+
+def test_emulated_nodes_get_distinct_gpus():
+    """2 emulated nodes x 4 ranks on an 8-GPU host: torchrun gives each node LOCAL_RANK 0-3, so without a slice of
+    its own each node's ranks shared GPUs 0-3 (bug 2)."""
+    visible = [f"GPU-{i}" for i in range(8)]  # CUDA_VISIBLE_DEVICES may name GPUs by UUID
+    slices = node_gpus(2, 4, visible)
+    placed = []
+    for node, names in enumerate(slices):
+        mine = names.split(",")
+        for local_rank in range(4):
+            device = rank_device("cuda", World(node * 4 + local_rank, local_rank, 8, node), gpu_count=len(mine))
+            placed.append(mine[device.index])
+    assert sorted(placed) == sorted(visible)
+
+
+@pytest.mark.parametrize("nodes, gpus_per_node", [(1, 2), (2, 1)])
+def test_more_ranks_than_gpus_on_a_host_are_refused(nodes, gpus_per_node):
+    """ddp and independent ranks (the launcher's check, as dp's in resolve): 2 ranks on 1 visible GPU."""
+    with pytest.raises(KnobError, match="more than the 1 GPU"):
+        node_gpus(nodes, gpus_per_node, ["0"])
+
+
+def test_dp_replicas_compute_in_the_cells_autocast_dtype():
+    """DataParallel runs each replica in a thread, re-entering autocast with `enabled` only (parallel_apply), so at
+    that thread's default dtype: float16 on CUDA (bug 4). Replayed on the CPU: a second thread whose default is set
+    to float16 as CUDA's is, entering autocast as parallel_apply does, then the replica of a bf16 cell."""
+    seen = []
+    probe = torch.nn.Linear(4, 4)
+    probe.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    replica = dp_replica(WithLoss(probe, lambda out, batch: out.float().mean()), parse_cell({"amp": "bf16"}), "cpu")
+
+    def worker():
+        torch.set_autocast_dtype("cpu", torch.float16)
+        with torch.amp.autocast("cpu", enabled=True):
+            replica(torch.ones(2, 4))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [torch.bfloat16]
+
+
+def test_sleep_model_calibrates_once_under_dataparallel_replicas():
+    """DataParallel builds its replicas at every forward with _replicate_for_data_parallel (a shallow copy of the
+    module's __dict__): a calibration kept in a replica was lost, and every step of every GPU paid it (bug 5). The
+    calibration itself needs a GPU; here it is a function that counts its calls."""
+    model = SleepModel(compute_ms=1.0)
+    calls = []
+
+    def calibrate(device):
+        calls.append(device.index)
+        return 1000.0 + device.index
+
+    for _step in range(3):
+        for gpu in range(2):
+            replica = model._replicate_for_data_parallel()  # what DataParallel's replicate() does, per GPU
+            assert replica.cycles_per_ms(torch.device("cuda", gpu), calibrate) == 1000.0 + gpu
+    assert calls == [0, 1]
+
+
+def test_the_prefetcher_records_only_device_tensors():
+    """A mover that keeps lengths on the host (for pack_padded_sequence): record_stream of a CPU tensor raises
+    NotImplementedError, so the prefetcher crashed at its first batch (bug 7). That the CUDA tensors are recorded
+    needs a GPU: test_gpu.py's stream prefetch tests."""
+    lengths = torch.tensor([3, 2])
+    with pytest.raises(NotImplementedError):  # what the prefetcher met
+        lengths.record_stream(torch.Stream(device="cpu"))
+    assert streamed({"tokens": torch.ones(2, 3), "lengths": lengths}) == []
+
+
+def test_an_nvml_error_stops_gpu_sampling_only():
+    """One NVML error ended the monitor's thread, and the host's CPU and memory samples with it (#27, risks). Here
+    NVML is the real library, asked before nvmlInit: it raises as a failing GPU would."""
+    import pynvml
+
+    monitor = Monitor(0.01, torch.device("cpu"))
+    monitor.nvml.handle, monitor.nvml.pynvml = object(), pynvml
+    monitor.start()
+    deadline = time.monotonic() + 10  # a busy machine only delays the samples
+    while len(monitor.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monitor.stop()
+    assert len(monitor.samples) >= 3 and all("host_cpu_pct" in sample for sample in monitor.samples)
+    assert monitor.summary()["notes"][0].startswith("NVML failed while sampling")
