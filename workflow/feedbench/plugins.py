@@ -18,19 +18,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .knobs import IMPORT_PATH, KnobError
-
-# The knobs that may name user code, and what each must name.
-PLUGIN_KNOBS = ("dataset", "model", "collate", "to_device", "step")
-
-
-def is_import_path(value: Any) -> bool:
-    return isinstance(value, str) and IMPORT_PATH.fullmatch(value) is not None
+from .knobs import KnobError, user_code_of
 
 
 def plugins_of(cell) -> dict[str, str]:
-    """knob -> import path, for the knobs of the cell that name user code."""
-    return {name: getattr(cell, name) for name in PLUGIN_KNOBS if is_import_path(getattr(cell, name))}
+    """knob -> import path, for the knobs of the cell (a feedbench.cell.Cell) that name user code."""
+    return user_code_of(vars(cell))
 
 
 def add_paths(paths: list[str]) -> None:
