@@ -115,11 +115,8 @@ class Knob:
         return value
 
 
-SCENARIOS = ("train", "loader", "compute", "transfer")
-
-
 @dataclass(frozen=True)
-class Dataset:
+class BuiltinDataset:
     """A built-in dataset (feedbench.data.DATASETS builds it): what the workflow knows of it without torch."""
 
     name: str
@@ -131,20 +128,21 @@ class Dataset:
 
 
 _MAKE_SHARDS = "make one with: python -m feedbench make-shards IMAGES DIR"
-BUILTIN_DATASETS: dict[str, Dataset] = {
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     d.name: d
     for d in [
-        Dataset("synthetic", "model"),
-        Dataset("memory", "model"),
-        Dataset("images", "image", "make one with: python -m feedbench make-images DIR"),
-        Dataset("cifar10", "image", "or download: true"),
-        Dataset("cifar100", "image", "or download: true"),
-        Dataset("tokens", "tokens"),
-        Dataset("webdataset", "image", _MAKE_SHARDS),
-        Dataset("parquet", "image", _MAKE_SHARDS),
+        BuiltinDataset("synthetic", "model"),
+        BuiltinDataset("memory", "model"),
+        BuiltinDataset("images", "image", "make one with: python -m feedbench make-images DIR"),
+        BuiltinDataset("cifar10", "image", "or download: true"),
+        BuiltinDataset("cifar100", "image", "or download: true"),
+        BuiltinDataset("tokens", "tokens"),
+        BuiltinDataset("webdataset", "image", _MAKE_SHARDS),
+        BuiltinDataset("parquet", "image", _MAKE_SHARDS),
     ]
 }
 DATASETS = tuple(BUILTIN_DATASETS)
+SCENARIOS = ("train", "loader", "compute", "transfer")
 TIMINGS = ("events", "sync", "naive")
 AMP = ("off", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -154,6 +152,9 @@ LSTM_IMPLS = ("fused", "cell")
 PARALLEL = ("none", "dp", "ddp", "independent")
 PAGE_CACHE = ("asis", "warm", "cold")
 MLP_STYLES = ("relu", "ray")
+
+# The ceilings of a knob that makes the batch: all of them, the probe timing a real batch of the user's included.
+MAKES_BATCH = ("loader", "compute", "transfer")
 
 # 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
 DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
@@ -208,14 +209,14 @@ KNOBS: dict[str, Knob] = {
             DATASETS,
             user_code=True,
             short="data",
-            ceilings=("loader", "compute", "transfer"),
+            ceilings=MAKES_BATCH,
         ),
         Knob(
             "dataset_args",
             dict,
             {},
             "keyword arguments of a user dataset factory (axis: dataset_args.<name>)",
-            ceilings=("loader", "compute", "transfer"),
+            ceilings=MAKES_BATCH,
         ),
         Knob(
             "data_dir",
@@ -284,7 +285,7 @@ KNOBS: dict[str, Knob] = {
             minimum=1,
             maximum=1_048_576,
             short="bs",
-            ceilings=("loader", "compute", "transfer"),
+            ceilings=MAKES_BATCH,
         ),
         Knob(
             "num_workers",
@@ -431,7 +432,7 @@ KNOBS: dict[str, Knob] = {
             "user collate_fn of the DataLoader",
             nullable=True,
             user_code=True,
-            ceilings=("loader", "compute", "transfer"),
+            ceilings=MAKES_BATCH,
         ),
         Knob(
             "to_device",
@@ -440,7 +441,7 @@ KNOBS: dict[str, Knob] = {
             "user f(batch, device, non_blocking) moving a custom batch",
             nullable=True,
             user_code=True,
-            ceilings=("loader", "compute", "transfer"),
+            ceilings=MAKES_BATCH,
         ),
         Knob(
             "step",
@@ -455,7 +456,7 @@ KNOBS: dict[str, Knob] = {
             list,
             [],
             "folders put first on sys.path before user code is imported (the config's python_path)",
-            ceilings=("loader", "compute", "transfer"),
+            ceilings=MAKES_BATCH,
         ),
         # The model's work per batch: a loader ceiling resets it (not `model`, whose kind shapes the samples).
         Knob(
