@@ -112,9 +112,9 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     device = "cuda" if cell.device == "cuda" or (cell.device == "auto" and cuda_available) else "cpu"
     changes["device"] = device
     if cell.num_workers == 0:
-        for name in (name for name, knob in KNOBS.items() if knob.needs_workers):
-            if getattr(cell, name) != KNOBS[name].default:
-                changes[name] = KNOBS[name].default
+        for name, knob in KNOBS.items():
+            if knob.needs_workers and getattr(cell, name) != knob.default:
+                changes[name] = knob.default
                 notes.append(f"{name}={getattr(cell, name)} ignored: it needs num_workers > 0")
     if device == "cpu":
         if cell.pin_memory:
