@@ -13,6 +13,7 @@ import dataclasses
 import feedbench
 import pytest
 import torch
+from feedbench.batches import move_batch
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -49,7 +50,7 @@ class Mover:
 
     def __call__(self, batch, device, non_blocking):
         self.calls.append(type(batch).__name__)
-        moved = feedbench.plugins.move_batch(batch, device, non_blocking)
+        moved = move_batch(batch, device, non_blocking)
         return {"batch": moved, "moved_by_user": True}
 
 

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from feedbench.batches import batch_len, default_loss, move_batch, unpinned_note
 from feedbench.cell import parse_cell
 from feedbench.knobs import KnobError
-from feedbench.plugins import batch_len, content_hash, default_loss, load, move_batch, unpinned_note
+from feedbench.plugins import content_hash, load
 from feedbench.runner import run
 
 USER_CODE = """

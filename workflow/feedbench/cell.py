@@ -7,97 +7,34 @@ each adaptation so the result says what really ran.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+import functools
+from dataclasses import field, make_dataclass
+from typing import Any, Optional, Union
 
-from .knobs import DEFAULT_TRANSFER_SIZES, IMPORT_PATH, KNOBS, LABELS, KnobError, defaults
-from .model_names import check_model_name
+from .knobs import BUILTIN_DATASETS, KNOBS, LABELS, Knob, KnobError, defaults, user_code
 
 
-@dataclass(frozen=True)
-class Cell:
-    """The knobs of one cell, checked by parse_cell. Meanings and allowed values: feedbench.knobs.KNOBS.
+def _field(knob: Knob) -> tuple[str, Any, Any]:
+    """One field of Cell: the knob's name, type (or None, when nullable) and default (lists and mappings: a copy)."""
+    kind = knob.type if isinstance(knob.type, type) else Union[knob.type]
+    hint = Optional[kind] if knob.nullable else kind
+    if isinstance(knob.default, (list, dict)):
+        return knob.name, hint, field(default_factory=functools.partial(copy.copy, knob.default))
+    return knob.name, hint, field(default=knob.default)
 
-    One field per knob, with the knob table's type and default (tests/test_cell_type.py keeps the two equal),
-    then the labels the workflow adds. Import-light on purpose: the Snakefile checks every cell with it.
-    """
 
-    # What runs.
-    scenario: str = "train"
-    device: str = "auto"
-    steps: int = 50
-    epochs: int | None = None
-    warmup_steps: int = 5
-    seed: int = 0
-    # Data.
-    dataset: str = "synthetic"
-    dataset_args: dict = field(default_factory=dict)
-    data_dir: str | None = None
-    shards: int = 8
-    download: bool = False
-    num_samples: int = 2048
-    image_size: int = 224
-    input_size: int = 4096
-    num_classes: int = 1000
-    page_cache: str = "asis"
-    sample_delay_ms: float = 0.0
-    seq_len: int = 100
-    seq_len_spread: float = 0.5
-    vocab_size: int = 1000
-    # Loader.
-    batch_size: int = 64
-    num_workers: int = 0
-    pin_memory: bool = False
-    non_blocking: bool = False
-    prefetch_factor: int | None = None
-    persistent_workers: bool = False
-    multiprocessing_context: str | None = None
-    in_order: bool = True
-    shuffle: bool = True
-    device_prefetch: str = "none"
-    prefetch_depth: int = 1
-    resident_batches: int = 8
-    # Parallelism.
-    parallel: str = "none"
-    gpus_per_node: int = 1
-    nodes: int = 1
-    comm_probe_steps: int = 10
-    # Model and step.
-    model: str = "mlp"
-    model_args: dict = field(default_factory=dict)
-    collate: str | None = None
-    to_device: str | None = None
-    step: str | None = None
-    python_path: list[str] = field(default_factory=list)
-    hidden_layers: int = 1
-    width: int = 4096
-    compute_ms: float = 10.0
-    lstm_impl: str = "fused"
-    lstm_layers: int = 2
-    embedding_dim: int = 128
-    hidden_size: int = 128
-    lr: float = 0.01
-    momentum: float = 0.0
-    amp: str = "off"
-    channels_last: bool = False
-    # Measurement.
-    timing: str = "events"
-    profile: bool = False
-    profile_steps: int = 5
-    torch_threads: int | None = 1
-    monitor_interval_s: float = 0.5
-    transfer_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_TRANSFER_SIZES))
-    mlp_style: str = "relu"
-    weight_decay: float = 0.0
-    profile_first_batch: bool = False
-    # Labels (knobs.LABELS): set by the workflow, copied into the result, unused by the harness.
-    experiment: str | None = None
-    cell: str | None = None
-    repeat: int | None = None
-    baseline: bool | None = None
-    attempt: str | None = None
-    code: str | None = None
+# The knobs of one cell, checked by parse_cell: one field per knob of feedbench.knobs.KNOBS, with its type and default,
+# then the labels the workflow adds (knobs.LABELS: set by the workflow, copied into the result, unused by the harness).
+# Derived from the declarations, so a knob is declared once. Import-light: the Snakefile checks every cell with it.
+Cell = make_dataclass(
+    "Cell",
+    [_field(knob) for knob in KNOBS.values()] + [(label, Any, field(default=None)) for label in LABELS],
+    frozen=True,
+)
+Cell.__module__ = __name__  # where pickle finds it (a spawned loader worker unpickles the cell)
+Cell.__doc__ = "The knobs of one cell (feedbench.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
 
 
 def parse_cell(raw: dict[str, Any]) -> Cell:
@@ -115,13 +52,11 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         raise KnobError(
             f"knob 'transfer_sizes': value {sizes!r} is not allowed; allowed: a non-empty list of byte counts > 0"
         )
-    if not IMPORT_PATH.fullmatch(values["model"]):
-        check_model_name(values["model"])
     if not all(isinstance(p, str) and p for p in values["python_path"]):
         raise KnobError(
             f"knob 'python_path': value {values['python_path']!r} is not allowed; allowed: a list of folders"
         )
-    own_data, own_model = IMPORT_PATH.fullmatch(values["dataset"]), IMPORT_PATH.fullmatch(values["model"])
+    own_data, own_model = user_code("dataset", values["dataset"]), user_code("model", values["model"])
     for name, own in (("dataset_args", own_data), ("model_args", own_model)):
         if values[name] and not own:
             raise KnobError(
@@ -129,17 +64,9 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
                 "allowed: {} or a package.module:attribute " + name[:-5]
             )
     scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
-    if (
-        dataset in ("images", "cifar10", "cifar100", "webdataset", "parquet")
-        and not values["data_dir"]
-        and not values["download"]
-    ):
-        hint = {
-            "images": " (make one with: python -m feedbench make-images DIR)",
-            "webdataset": " (make one with: python -m feedbench make-shards IMAGES DIR)",
-            "parquet": " (make one with: python -m feedbench make-shards IMAGES DIR)",
-        }.get(dataset, " (or download: true)")
-        raise KnobError(f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder{hint}")
+    hint = BUILTIN_DATASETS[dataset].data_dir_hint if dataset in BUILTIN_DATASETS else None
+    if hint and not values["data_dir"] and not values["download"]:
+        raise KnobError(f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder ({hint})")
     if scenario in ("train", "compute") and model == "none":
         raise KnobError(
             f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, "
@@ -183,14 +110,9 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     device = "cuda" if cell.device == "cuda" or (cell.device == "auto" and cuda_available) else "cpu"
     changes["device"] = device
     if cell.num_workers == 0:
-        for name, neutral in (
-            ("prefetch_factor", None),
-            ("persistent_workers", False),
-            ("multiprocessing_context", None),
-            ("in_order", True),
-        ):
-            if getattr(cell, name) != neutral:
-                changes[name] = neutral
+        for name, knob in KNOBS.items():
+            if knob.needs_workers and getattr(cell, name) != knob.default:
+                changes[name] = knob.default
                 notes.append(f"{name}={getattr(cell, name)} ignored: it needs num_workers > 0")
     if device == "cpu":
         if cell.pin_memory:

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 
 from .cell import Cell
 from .knobs import KnobError
-from .models import input_kind
+from .model_names import input_kind
 from .plugins import expect
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from .batches import batch_bytes, batch_len, default_loss, model_input, unpinned_note
 from .cache import prepare as prepare_page_cache
 from .cell import Cell
 from .data import batch_size_of, build_dataset, build_loader
@@ -28,8 +29,8 @@ from .distributed import World
 from .knobs import KnobError
 from .metrics import CLOCKED_PHASES
 from .models import build_model, loss_function
-from .plugins import Context, batch_len, default_loss, model_input, resolve_all, unpinned_note
-from .prefetch import StreamPrefetcher, batch_bytes, to_device
+from .plugins import Context, resolve_all
+from .prefetch import StreamPrefetcher, to_device
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
 

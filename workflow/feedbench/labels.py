@@ -9,35 +9,11 @@ shown once at the top of an experiment and beside its figure. Torch-free: plots 
 
 from __future__ import annotations
 
-# Short names of the knobs people vary most (and of the transfer plots' `pinned` series).
-SHORT_KNOBS = {
-    "num_workers": "w",
-    "pin_memory": "pin",
-    "non_blocking": "nb",
-    "gpus_per_node": "gpus",
-    "nodes": "nodes",
-    "batch_size": "bs",
-    "timing": "t",
-    "model": "m",
-    "device_prefetch": "pf",
-    "prefetch_factor": "pff",
-    "prefetch_depth": "depth",
-    "persistent_workers": "pw",
-    "in_order": "ord",
-    "dataset": "data",
-    "parallel": "par",
-    "sample_delay_ms": "delay",
-    "hidden_layers": "hl",
-    "channels_last": "cl",
-    "page_cache": "cache",
-    "amp": "amp",
-    "image_size": "img",
-    "width": "width",
-    "num_samples": "n",
-    "scenario": "sc",
-    "multiprocessing_context": "mp",
-    "pinned": "pinned",
-}
+from .knobs import KNOBS
+
+# Short names of the knobs people vary most (declared with each knob: Knob.short), and of the transfer plots' `pinned`
+# series.
+SHORT_KNOBS = {**{name: knob.short for name, knob in KNOBS.items() if knob.short}, "pinned": "pinned"}
 SHORT_VALUES = {"events": "ev", "naive": "nv", "sync": "sync", "stream": "stream", "synthetic": "syn", "memory": "mem"}
 
 

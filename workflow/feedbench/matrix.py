@@ -33,8 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .columns import SUMMARY_COLUMNS
-from .knobs import IMPORT_PATH, KNOBS, KnobError, shown
-from .plugins import PLUGIN_KNOBS
+from .knobs import KNOBS, KnobError, shown, user_batch, user_code_of
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
@@ -333,7 +332,7 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
 
 def with_python_path(cell: PlannedCell, python_path: list[str]) -> PlannedCell:
     """The config's python_path (absolute) on cells that name user code, and only on them: their params carry it."""
-    if not python_path or not any(IMPORT_PATH.fullmatch(str(cell.knobs.get(k, ""))) for k in PLUGIN_KNOBS):
+    if not python_path or not user_code_of(cell.knobs):
         return cell
     return replace(
         cell, knobs={**cell.knobs, "python_path": python_path}, sources={**cell.sources, "python_path": "python_path"}
@@ -403,7 +402,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
     probe per device covers all batch sizes, none where an experiment's own probe on the device has every batch size
     (within SAME_SIZE). A cell's id names the knobs in which it differs from the config's defaults, so it never changes
     when other cells come or go."""
-    from .predict import batch_bytes, ceiling_knobs, user_batch, user_probe_knobs
+    from .predict import batch_bytes, ceiling_knobs, user_probe_knobs
 
     experiments = config.get("experiments") or {}
     wanted = [name for name, spec in experiments.items() if spec.get("ceilings") or spec.get("search")]
@@ -487,7 +486,7 @@ def ceiling_sources(cell: PlannedCell, cells: list[PlannedCell]) -> dict[str, Pl
     """The cells that measure the ceilings of a training cell (as ceiling_cells derived or found them):
     loader, compute, and the transfer probe on its device (the one timing a real batch of its own pipeline for user
     code; None on a CPU, or where no cell measures it)."""
-    from .predict import ceiling_knobs, user_batch, user_probe_knobs
+    from .predict import ceiling_knobs, user_probe_knobs
 
     index = {_same_key(effective(c.knobs)): c for c in cells}
     found = {s: index.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in ("loader", "compute")}

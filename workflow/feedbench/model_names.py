@@ -14,6 +14,12 @@ from .knobs import KnobError
 # feedbench's own models (feedbench.models builds them).
 OWN_MODELS = ("none", "mlp", "sleep", "lstm")
 
+
+def input_kind(model: str) -> str:
+    """What samples the model eats: vector, tokens, or image (also for none/sleep); torch-free for predict."""
+    return {"mlp": "vector", "lstm": "tokens"}.get(model, "image")
+
+
 # torchvision's classification models: torchvision.models.get_model builds them.
 TORCHVISION_MODELS = (
     "alexnet",

@@ -14,11 +14,6 @@ from .cell import Cell
 # Which names a cell may ask for is checked without torch: feedbench.model_names.
 
 
-def input_kind(model: str) -> str:
-    """What samples the model eats: vector, tokens, or image (also for none/sleep)."""
-    return {"mlp": "vector", "lstm": "tokens"}.get(model, "image")
-
-
 class MLP(nn.Sequential):
     """The prefetch study's model: Linear+ReLU stacks on wide vectors, one output."""
 

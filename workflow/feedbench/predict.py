@@ -26,43 +26,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .knobs import IMPORT_PATH, KNOBS
+from .knobs import BUILTIN_DATASETS, KNOBS, dropped_by, kept_by
+from .model_names import input_kind
 
-# Knobs that only change how the loader delivers batches: a compute ceiling resets them to their defaults.
-LOADER_ONLY = (
-    "num_workers",
-    "pin_memory",
-    "non_blocking",
-    "prefetch_factor",
-    "persistent_workers",
-    "multiprocessing_context",
-    "in_order",
-    "shuffle",
-    "device_prefetch",
-    "prefetch_depth",
-    "sample_delay_ms",
-    "page_cache",
-)
-# Knobs that only change the model's work per batch: a loader ceiling resets them (not `model`, whose kind
-# decides the shape of the samples the loader makes), and the copy knobs the loader alone never uses.
-MODEL_ONLY = (
-    "hidden_layers",
-    "width",
-    "compute_ms",
-    "lstm_impl",
-    "lstm_layers",
-    "embedding_dim",
-    "hidden_size",
-    "lr",
-    "momentum",
-    "amp",
-    "channels_last",
-    "non_blocking",
-    "device_prefetch",
-    "prefetch_depth",
-)
-# Knobs a ceiling never depends on: labels of the measurement, not of the work.
-NEVER = ("scenario", "profile", "profile_steps", "monitor_interval_s", "transfer_sizes", "comm_probe_steps")
+# Which ceilings keep each knob is declared with it (feedbench.knobs.Knob.ceilings); these are derived from that.
+# Knobs that only change how the loader delivers batches (and the copy knobs): a compute ceiling resets them.
+LOADER_ONLY = dropped_by("compute")
+# Knobs that only change the model's work per batch (and the copy knobs the loader alone never uses): a loader ceiling
+# resets them. Not `model`, whose kind decides the shape of the samples the loader makes.
+MODEL_ONLY = dropped_by("loader")
+# Knobs no ceiling keeps: labels of the measurement, not of the work (and the copy knobs).
+NEVER = tuple(name for name in LOADER_ONLY if name in MODEL_ONLY)
 CEILINGS = ("loader", "compute")
 # Bytes per element of a sample (float32) and of a label (int64), as feedbench.data makes them.
 SAMPLE_BYTES, LABEL_BYTES = 4, 8
@@ -81,22 +55,19 @@ def batch_bytes(knobs: dict[str, Any]) -> int | None:
     def get(name: str) -> Any:
         return knobs.get(name, KNOBS[name].default)
 
-    model = get("model")
-    if model == "lstm" or get("dataset") == "tokens":
+    model, dataset = get("model"), get("dataset")
+    sample = BUILTIN_DATASETS[dataset].sample if dataset in BUILTIN_DATASETS else "model"
+    if sample == "model":  # shaped for the model
+        sample = input_kind(model)
+    if sample == "tokens":
         return None
-    features = get("input_size") if model == "mlp" else 3 * get("image_size") ** 2
+    features = get("input_size") if sample == "vector" else 3 * get("image_size") ** 2
     return int(get("batch_size")) * (int(features) * SAMPLE_BYTES + LABEL_BYTES)
 
 
 # The knobs that make a user's batch and move it (feedbench.transfer.batch_probe): a training cell's transfer ceiling
 # times a real batch of its own, so its probe has the same ones.
-USER_BATCH_KNOBS = ("dataset", "dataset_args", "collate", "to_device", "batch_size", "pin_memory", "python_path")
-
-
-def user_batch(knobs: dict) -> bool:
-    """Whether a cell's batch is the user's (its dataset, collate or to_device is an import path): its copy is timed
-    on a real batch (metrics.transfer.user_batch), since feedbench.predict.batch_bytes cannot size it."""
-    return any(IMPORT_PATH.fullmatch(str(knobs.get(k) or "")) for k in ("dataset", "collate", "to_device"))
+USER_BATCH_KNOBS = kept_by("transfer")
 
 
 def user_probe_knobs(knobs: dict) -> dict:

@@ -5,7 +5,7 @@ side stream while batch k computes; the consumer's stream waits for that copy
 only, and record_stream tells the caching allocator the compute stream uses
 the memory. On CPU there is no copy to overlap: each batch only goes through the mover.
 Every copy goes through one mover: the user's to_device knob, else
-feedbench.plugins.move_batch (nested dicts, lists, tuples, namedtuples, dataclasses).
+feedbench.batches.move_batch (nested dicts, lists, tuples, namedtuples, dataclasses).
 """
 
 from __future__ import annotations
@@ -15,14 +15,9 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-from .plugins import batch_tensors, move_batch
+from .batches import batch_tensors, move_batch
 
 to_device = move_batch  # the default mover, under the name the harness's callers know
-
-
-def batch_bytes(batch) -> int:
-    """Bytes of every tensor in a (possibly nested) batch: what one host-to-device copy of it moves."""
-    return sum(t.numel() * t.element_size() for t in batch_tensors(batch))
 
 
 class StreamPrefetcher:

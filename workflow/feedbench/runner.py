@@ -19,7 +19,7 @@ from .cell import cell_dict, parse_cell, resolve
 from .data import short_batch_note
 from .distributed import World, finish, gather, init, rank_device
 from .harness import Measurement, cuda_init, first_batches, measure, original_estimators
-from .knobs import KnobError
+from .knobs import KnobError, user_batch
 from .metrics import summarize
 from .monitor import Monitor
 from .plugins import folder_facts, plugins_of, resolve_all
@@ -189,7 +189,7 @@ def run(
         if cell.scenario == "transfer":
             rows, summary = probe(cell, device)
             names = plugins_of(cell)
-            if {"dataset", "collate", "to_device"} & names.keys():  # the user's batch structure, copied as it is
+            if user_batch(names):  # the user's batch structure, copied as it is
                 user = resolve_all(cell) if user is None else user
                 move = user.get("to_device", to_device)
                 own_rows, summary["user_batch"], copied = batch_probe(

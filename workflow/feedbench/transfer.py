@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from .plugins import batch_tensors, unpinned_note
+from .batches import batch_bytes, batch_tensors, unpinned_note
 from .stop import check_stop
 
 
@@ -72,7 +72,7 @@ def batch_probe(
     by_pinning = []
     batches = {pinned: first_batch(pinned) for pinned in ((False, True) if device.type == "cuda" else (False,))}
     for pinned, batch in batches.items():
-        size = sum(t.numel() * t.element_size() for t in batch_tensors(batch))
+        size = batch_bytes(batch)
         if pinned and unpinned_note(batch):
             notes.append(unpinned_note(batch))
         flat = torch.ones(size, dtype=torch.uint8, pin_memory=pinned)
@@ -102,7 +102,7 @@ def batch_probe(
         if device.type == "cuda"
         else "to_device on cpu (no copy: the mover's own time)",
         "structure": structure(batches[False]),
-        "to_device": names.get("to_device", "feedbench.plugins:move_batch"),
+        "to_device": names.get("to_device", "feedbench.batches:move_batch"),
         "by_pinning": by_pinning,
     }
     origin = f"dataset {cell.dataset}" + (f" and collate {names['collate']}" if "collate" in names else "")
