@@ -95,7 +95,7 @@ def test_anonymize_withholds_the_host_and_every_absolute_path(real_matrix, confi
 
 
 def test_the_config_key_defaults_to_false_and_refuses_other_values():
-    from feedbench.matrix import schema_error
+    from feedbench.config import schema_error
     from snakemake.utils import validate
 
     schema = os.path.join(os.path.dirname(__file__), "..", "config", "schema.yaml")

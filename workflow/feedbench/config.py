@@ -1,4 +1,4 @@
-"""A config as data: read its files, bound its size, check it against config/schema.yaml.
+"""A config as data: read its files, bound its size, check it against config/schema.yaml; its errors (ConfigError).
 
 Snakemake reads `--configfile` files itself, before the Snakefile runs, and
 its YTE templating evaluates the `?` expressions of a file that sets
@@ -17,12 +17,17 @@ import copy
 import hashlib
 import json
 import os
+from typing import Any
 
 import yaml
 from jsonschema import Draft202012Validator, validators
 
 from .knobs import shown
-from .matrix import ConfigError, PlannedCell, build_cells, schema_error
+
+
+class ConfigError(ValueError):
+    """A bad config: the message is one line naming the key path, the value and what is allowed."""
+
 
 # Values (mappings, lists and scalars; an alias counts each time it is used) a config may hold.
 MAX_VALUES = 100_000
@@ -107,6 +112,67 @@ def validate_config(config: dict, schema_path: str) -> None:
         raise ConfigError(schema_error(error))
 
 
+def key_path(*parts: Any) -> str:
+    """A config key path as errors name it: `experiments.e.matrix[0]`."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def schema_error(error) -> str:
+    """One line from a jsonschema ValidationError: key path, value, what is allowed."""
+    path = key_path(*error.absolute_path) if error.absolute_path else ""
+    kind, value = error.validator, error.instance
+    if kind == "pattern":  # the schema's only pattern: names that become folders and file names
+        what = "name" if "propertyNames" in error.relative_schema_path else "value"
+        return f"{path}: {what} {shown(value)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+    if "propertyNames" in error.relative_schema_path and kind == "maxLength":
+        return f"{path}: name {shown(value)} has {len(value)} characters; allowed: at most {error.validator_value}"
+    if kind in ("oneOf", "anyOf") and error.context:
+        # The branch that fits the value's shape says what is wrong (a spec vs a list of specs).
+        fitting = [e for e in error.context if e.validator != "type" or e.relative_path]
+        return schema_error(max(fitting or error.context, key=lambda e: len(e.absolute_path)))
+    if kind in ("additionalProperties", "unevaluatedProperties"):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(value) - set(known)) if isinstance(value, dict) else []
+        where = key_path(path, unknown[0]) if unknown else path or "config"
+        return f"{where}: unknown key; allowed: {', '.join(known) or 'no keys'}"
+    path = path or "config"
+    if kind == "type":
+        allowed = (
+            "a non-empty list of levels"
+            if len(error.absolute_path) == 4 and error.absolute_path[2] == "matrix"
+            else _type_text(error.validator_value)
+        )
+        return f"{path}: value {shown(value)} has the wrong type; allowed: {allowed}"
+    if kind == "enum":
+        return f"{path}: value {shown(value)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+    if kind in ("minItems", "minProperties"):
+        what = "no levels" if "matrix" in path else "too few entries"
+        return f"{path}: value {shown(value)} has {what}; allowed: at least {error.validator_value}"
+    if kind in ("minimum", "maximum"):
+        bound = ">=" if kind == "minimum" else "<="
+        return f"{path}: value {shown(value)} is out of range; allowed: {bound} {error.validator_value}"
+    if kind == "required":
+        return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
+    return f"{path}: {error.message.splitlines()[0]}"
+
+
+def _type_text(types) -> str:
+    names = {
+        "integer": "an integer",
+        "number": "a number",
+        "string": "a string",
+        "boolean": "true or false",
+        "object": "a mapping",
+        "array": "a list",
+        "null": "null",
+    }
+    types = types if isinstance(types, list) else [types]
+    return " or ".join(names.get(t, t) for t in types)
+
+
 def one_line(error: Exception) -> str:
     """`bad config: <message>`, on one line and at most MAX_MESSAGE characters long."""
     text = " ".join(str(error).split("\n"))
@@ -136,16 +202,6 @@ def config_dir(key: str, configfiles: list) -> str:
         except ConfigError:
             continue
     return os.getcwd()
-
-
-def planned_cells(config: dict, schema_path: str, configfiles: list, images_dir: str) -> list[PlannedCell]:
-    """The workflow's config, in place: its size bounded, `small` merged (sized), defaults filled from the schema,
-    python_path made absolute (relative to the file that sets it); then every cell, checked (matrix.build_cells)."""
-    count_values(config)
-    validate_config(sized(config), schema_path)
-    folder = config_dir("python_path", configfiles)
-    config["python_path"] = [os.path.normpath(os.path.join(folder, p)) for p in config["python_path"]]
-    return build_cells(config, images_dir)
 
 
 def config_hash(config: dict) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .columns import SUMMARY_COLUMNS
+from .config import ConfigError, config_dir, count_values, key_path, sized, validate_config
 from .knobs import KNOBS, KnobError, shown, user_batch, user_code_of
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
@@ -47,10 +48,6 @@ MAX_ID_LENGTH = 200
 MAX_CELLS = 10_000
 # Snakemake refuses a wildcard value that ends in a part repeated this often (snakemake.io.PeriodicityDetector).
 PERIODIC_REPEATS = 20
-
-
-class ConfigError(ValueError):
-    """A bad config: the message is one line naming the key path, the value and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -147,13 +144,6 @@ def _same(a: Any, b: Any) -> bool:
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
-def _path(*parts: Any) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
 def knob_error(error: KnobError, sources: dict[str, str]) -> ConfigError:
     """Rewrite the harness's `knob 'x': ...` as `<key path of x>: ...`."""
     message = str(error)
@@ -170,7 +160,7 @@ def check_names(mapping: dict, where: str, extra: tuple[str, ...] = ()) -> None:
             allowed = sorted(KNOBS) + list(extra)
             close = difflib.get_close_matches(str(name), allowed, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{_path(where, name)}: unknown knob{hint}; allowed: {', '.join(allowed)}")
+            raise ConfigError(f"{key_path(where, name)}: unknown knob{hint}; allowed: {', '.join(allowed)}")
 
 
 def check_values(mapping: dict, where: str) -> None:
@@ -180,7 +170,7 @@ def check_values(mapping: dict, where: str) -> None:
             try:
                 KNOBS[name].check(value)
             except KnobError as error:
-                raise knob_error(error, {name: _path(where, name)}) from None
+                raise knob_error(error, {name: key_path(where, name)}) from None
 
 
 def check_levels(axis: str, levels: list, where: str) -> None:
@@ -209,7 +199,7 @@ def effective(knobs: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in normalised.items() if value != KNOBS[name].default}
 
 
-def planned_cells(experiment: dict) -> int:
+def cell_count(experiment: dict) -> int:
     """Cells of an experiment before it is expanded: the product of its axes' lengths plus its includes (at least 1)."""
     axes = experiment.get("matrix") or {}
     product = math.prod(len(levels) if isinstance(levels, list) else 1 for levels in axes.values()) if axes else 0
@@ -218,7 +208,7 @@ def planned_cells(experiment: dict) -> int:
 
 def check_size(experiments: dict, limit: int) -> None:
     """Refuse more than `limit` cells before expanding them: a million cells would take minutes and gigabytes."""
-    counts = {name: planned_cells(experiment) for name, experiment in experiments.items()}
+    counts = {name: cell_count(experiment) for name, experiment in experiments.items()}
     total = sum(counts.values())
     if total > limit:
         largest = ", ".join(f"{name}: {count}" for name, count in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
@@ -227,51 +217,56 @@ def check_size(experiments: dict, limit: int) -> None:
 
 def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: str | None = None) -> list[PlannedCell]:
     """The cells of one experiment, in order: the product (less exclusions), then the includes."""
-    where = _path("experiments", name)
+    where = key_path("experiments", name)
     check_names(defaults, "defaults", NOT_KNOBS)
     check_values(defaults, "defaults")
     for key in ("base", "matrix"):
-        check_names(experiment.get(key) or {}, _path(where, key))
-    check_values(experiment.get("base") or {}, _path(where, "base"))
+        check_names(experiment.get(key) or {}, key_path(where, key))
+    check_values(experiment.get("base") or {}, key_path(where, "base"))
     for key in ("exclude", "include"):
         for i, mapping in enumerate(experiment.get(key) or []):
-            check_names(mapping, _path(where, key, i))
-            check_values(mapping, _path(where, key, i))
+            check_names(mapping, key_path(where, key, i))
+            check_values(mapping, key_path(where, key, i))
     base_knobs = {k: v for k, v in defaults.items() if k not in NOT_KNOBS}
-    sources = {k: _path("defaults", k) for k in base_knobs}
+    sources = {k: key_path("defaults", k) for k in base_knobs}
     base_knobs.update(experiment.get("base") or {})
-    sources.update({k: _path(where, "base", k) for k in experiment.get("base") or {}})
+    sources.update({k: key_path(where, "base", k) for k in experiment.get("base") or {}})
     axes = experiment.get("matrix") or {}
     for axis, levels in axes.items():
         if not isinstance(levels, list) or not levels:
             raise ConfigError(
-                f"{_path(where, 'matrix', axis)}: value {shown(levels)} has no levels; allowed: a non-empty list"
+                f"{key_path(where, 'matrix', axis)}: value {shown(levels)} has no levels; allowed: a non-empty list"
             )
-        check_levels(axis, levels, _path(where, "matrix", axis))
+        check_levels(axis, levels, key_path(where, "matrix", axis))
     raw: list[tuple[dict, dict, list[str], str | None]] = []  # knobs, sources, id keys, include path
     if axes:
         for levels in itertools.product(*axes.values()):
             knobs = {**base_knobs, **dict(zip(axes, levels, strict=True))}
-            raw.append((knobs, {**sources, **{a: _path(where, "matrix", a) for a in axes}}, list(axes), None))
+            raw.append((knobs, {**sources, **{a: key_path(where, "matrix", a) for a in axes}}, list(axes), None))
     excludes = experiment.get("exclude") or []
     for i, partial in enumerate(excludes):
         kept = [r for r in raw if not all(_same(r[0].get(k, default_of(k)), v) for k, v in partial.items())]
         if len(kept) == len(raw):
             raise ConfigError(
-                f"{_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a "
+                f"{key_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a "
                 "mapping of axis levels"
             )
         raw = kept
     if axes and not any(all(_same(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
         raise ConfigError(
-            f"{_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions "
+            f"{key_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions "
             "that keep it"
         )
     for i, extra in enumerate(experiment.get("include") or []):
         knobs = {**base_knobs, **extra}
         keys = list(axes) + sorted(k for k in extra if k not in axes)
         raw.append(
-            (knobs, {**sources, **{k: _path(where, "include", i, k) for k in extra}}, keys, _path(where, "include", i))
+            (
+                knobs,
+                {**sources, **{k: key_path(where, "include", i, k) for k in extra}},
+                keys,
+                key_path(where, "include", i),
+            )
         )
     if not raw:
         raw.append((base_knobs, sources, [], None))
@@ -296,7 +291,7 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             raise ConfigError(
                 f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells that differ"
             )
-        seen[ident] = (knobs, origin or _path(where, "matrix"))
+        seen[ident] = (knobs, origin or key_path(where, "matrix"))
         same[key] = ident
         cells.append(PlannedCell(name, ident, folded, folded_sources, baseline=index == 0))
     return cells
@@ -346,8 +341,8 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
         return
     if all(c.knobs.get("scenario", KNOBS["scenario"].default) == "transfer" for c in cells):
         return  # a transfer probe is drawn on its own axes, whatever the spec names (feedbench.plots.draw)
-    where = _path("experiments", name, "plot")
-    specs = [(_path(where, i), spec) for i, spec in enumerate(plot)] if isinstance(plot, list) else [(where, plot)]
+    where = key_path("experiments", name, "plot")
+    specs = [(key_path(where, i), spec) for i, spec in enumerate(plot)] if isinstance(plot, list) else [(where, plot)]
     columns = SUMMARY_COLUMNS
     for where, spec in specs:
         names = {"x": spec.get("x"), "y": spec.get("y", "samples_per_s"), "hue": spec.get("hue")}
@@ -361,7 +356,7 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
             close = difflib.get_close_matches(column, list(KNOBS) + columns, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(
-                f"{_path(where, key)}: column {shown(column)} is neither a knob nor a summary column{hint};"
+                f"{key_path(where, key)}: column {shown(column)} is neither a knob nor a summary column{hint};"
                 f" allowed: a knob, a monitor series' <name>_mean, or {', '.join(columns)}"
             )
 
@@ -476,7 +471,7 @@ def _probes_sizes(cell: PlannedCell, device: str, wanted: set[int], base: dict) 
 
 def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
     keys = sorted(k for k in knobs if k not in ("scenario", "transfer_sizes") and not _same(knobs[k], base.get(k)))
-    where = _path("experiments", source.experiment, "ceilings") if source else "ceilings"
+    where = key_path("experiments", source.experiment, "ceilings") if source else "ceilings"
     sources = {k: (source.sources.get(k, where) if source else where) for k in knobs}
     name = CEILING_EXPERIMENTS[scenario]
     return PlannedCell(name, cell_id(knobs, keys), knobs, sources, baseline=False)
@@ -565,57 +560,14 @@ def needs_images(cells: list[PlannedCell], images_dir: str) -> bool:
     return any(c.knobs.get("data_dir") == images_dir for c in cells)
 
 
-def schema_error(error) -> str:
-    """One line from a jsonschema ValidationError: key path, value, what is allowed."""
-    path = _path(*error.absolute_path) if error.absolute_path else ""
-    kind, value = error.validator, error.instance
-    if kind == "pattern":  # the schema's only pattern: names that become folders and file names
-        what = "name" if "propertyNames" in error.relative_schema_path else "value"
-        return f"{path}: {what} {shown(value)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
-    if "propertyNames" in error.relative_schema_path and kind == "maxLength":
-        return f"{path}: name {shown(value)} has {len(value)} characters; allowed: at most {error.validator_value}"
-    if kind in ("oneOf", "anyOf") and error.context:
-        # The branch that fits the value's shape says what is wrong (a spec vs a list of specs).
-        fitting = [e for e in error.context if e.validator != "type" or e.relative_path]
-        return schema_error(max(fitting or error.context, key=lambda e: len(e.absolute_path)))
-    if kind in ("additionalProperties", "unevaluatedProperties"):
-        known = sorted(error.schema.get("properties", {}))
-        unknown = sorted(set(value) - set(known)) if isinstance(value, dict) else []
-        where = _path(path, unknown[0]) if unknown else path or "config"
-        return f"{where}: unknown key; allowed: {', '.join(known) or 'no keys'}"
-    path = path or "config"
-    if kind == "type":
-        allowed = (
-            "a non-empty list of levels"
-            if len(error.absolute_path) == 4 and error.absolute_path[2] == "matrix"
-            else _type_text(error.validator_value)
-        )
-        return f"{path}: value {shown(value)} has the wrong type; allowed: {allowed}"
-    if kind == "enum":
-        return f"{path}: value {shown(value)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
-    if kind in ("minItems", "minProperties"):
-        what = "no levels" if "matrix" in path else "too few entries"
-        return f"{path}: value {shown(value)} has {what}; allowed: at least {error.validator_value}"
-    if kind in ("minimum", "maximum"):
-        bound = ">=" if kind == "minimum" else "<="
-        return f"{path}: value {shown(value)} is out of range; allowed: {bound} {error.validator_value}"
-    if kind == "required":
-        return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
-    return f"{path}: {error.message.splitlines()[0]}"
-
-
-def _type_text(types) -> str:
-    names = {
-        "integer": "an integer",
-        "number": "a number",
-        "string": "a string",
-        "boolean": "true or false",
-        "object": "a mapping",
-        "array": "a list",
-        "null": "null",
-    }
-    types = types if isinstance(types, list) else [types]
-    return " or ".join(names.get(t, t) for t in types)
+def planned_cells(config: dict, schema_path: str, configfiles: list, images_dir: str) -> list[PlannedCell]:
+    """The workflow's config, in place: its size bounded, `small` merged (sized), defaults filled from the schema,
+    python_path made absolute (relative to the file that sets it); then every cell, checked (build_cells)."""
+    count_values(config)
+    validate_config(sized(config), schema_path)
+    folder = config_dir("python_path", configfiles)
+    config["python_path"] = [os.path.normpath(os.path.join(folder, p)) for p in config["python_path"]]
+    return build_cells(config, images_dir)
 
 
 # What `python -m feedbench run` and `make-images` execute: __main__ and everything it imports.

@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .config import ConfigError
 from .knobs import KNOBS, shown
-from .matrix import ConfigError
 
 # Axes a search may walk; the knobs `search` allows.
 SEARCHABLE = ("num_workers",)

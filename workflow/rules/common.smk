@@ -11,9 +11,9 @@ from snakemake.exceptions import WorkflowError
 from feedbench import resources as cell_resources
 from feedbench import search as feedbench_search
 from feedbench import slurm as feedbench_slurm
-from feedbench.config import ConfigError, config_hash, one_line, planned_cells
+from feedbench.config import ConfigError, config_hash, one_line
 from feedbench.job import CELL_DIR, CELL_LOG, attempt, result_path
-from feedbench.matrix import baseline, harness_fingerprint, search_ceilings, search_dry_run_line, search_levels
+from feedbench.matrix import baseline, harness_fingerprint, planned_cells, search_ceilings, search_dry_run_line, search_levels
 from feedbench.plugins import content_hash
 from feedbench.references import reference_tables
 
@@ -27,7 +27,7 @@ wildcard_constraints:
 
 
 def validated_config(config):
-    """Every cell of the config, checked (feedbench.config.planned_cells); one line on error."""
+    """Every cell of the config, checked (feedbench.matrix.planned_cells); one line on error."""
     configfiles = workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]
     try:
         cells = planned_cells(config, os.path.join(workflow.basedir, "config", "schema.yaml"), configfiles, IMAGES_DIR)
