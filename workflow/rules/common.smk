@@ -13,7 +13,14 @@ from feedbench import search as feedbench_search
 from feedbench import slurm as feedbench_slurm
 from feedbench.config import ConfigError, config_hash, one_line
 from feedbench.job import CELL_DIR, CELL_LOG, attempt, result_path
-from feedbench.matrix import baseline, harness_fingerprint, planned_cells, search_ceilings, search_dry_run_line, search_levels
+from feedbench.matrix import (
+    baseline,
+    harness_fingerprint,
+    planned_cells,
+    search_ceilings,
+    search_dry_run_line,
+    search_levels,
+)
 from feedbench.plugins import content_hash
 from feedbench.references import reference_tables
 
@@ -152,7 +159,7 @@ def bench_inputs():
 # Resources from the cell (README: "Resources of a cell"): feedbench.resources, which the launcher uses too. Knobs
 # a cell does not set take the harness's defaults.
 def per_cell(of_knobs):
-    """An input, the threads or a resource of rule bench: a constant when every cell has the same, else a function of
+    """An input, the threads or a resource of the bench rule: a constant when every cell has the same, else a function of
     the job. Snakemake calls a function for every job, a constant never: seconds at 10,000 cells (docs/performance.md,
     "Workflow DAG"); runs that mix in multi-process cells pay for it."""
     values = [of_knobs(cell.knobs) for cell in CELLS.values()]
