@@ -6,9 +6,10 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..aggregate import as_requested, is_true
 from ..labels import cell_label
 from ..plots import PHASE_COLOURS, fit_ticks, plain, slot
-from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished, with_gpus
+from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinished, with_gpus
 
 # The post's three parts of a batch, each the sum of our phases named in the module's TEXT.
 PARTS = {
@@ -64,10 +65,6 @@ EXPLAIN = {
 }
 
 
-def _flag(value) -> bool:
-    return value is True or str(value).lower() == "true"
-
-
 def _phases(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
     """Median load, transfer, processing and step ms per (timing, pin_memory, non_blocking, other knobs), timings in
     TIMINGS order.
@@ -82,8 +79,8 @@ def _phases(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
         load_ms=numbers["wait_ms"],
         transfer_ms=numbers["h2d_ms"],
         processing_ms=numbers["fwd_ms"] + numbers["bwd_ms"] + numbers["opt_ms"],
-        pin_memory=[_flag(v) for v in rows["pin_memory"]],
-        non_blocking=[_flag(v) for v in rows["non_blocking"]],
+        pin_memory=[is_true(v) for v in rows["pin_memory"]],
+        non_blocking=[is_true(v) for v in rows["non_blocking"]],
     )
     table = median_by(rows, [*KEYS, *others], [*PARTS, "step_ms_median"])
     table = table.drop(columns=[k for k in ("gpus_per_node", "batch_size") if k in table and k not in CASE])
@@ -212,8 +209,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     if reference is not None:
         where = ", ".join(reference["hardware"].astype(str).unique())
         said = reference.assign(
-            pin_memory=[_flag(v) for v in reference["pin_memory"]],
-            non_blocking=[_flag(v) for v in reference["non_blocking"]],
+            pin_memory=[is_true(v) for v in reference["pin_memory"]],
+            non_blocking=[is_true(v) for v in reference["non_blocking"]],
             explanation=reference["item"].map(EXPLAIN).where(~reference["item"].duplicated()),
         )
         said = _matched(said, table)
