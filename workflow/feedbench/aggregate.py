@@ -299,8 +299,8 @@ def _typed(column: pd.Series, dtype: str) -> pd.Series:
 def typed(frame: pd.DataFrame) -> pd.DataFrame:
     """The summary with each knob's column typed as its Knob declares (bools as booleans, integers as nullable
     integers), the baseline label as a boolean and `requested` as the mapping of knobs the cell asked for."""
-    columns = {name: _typed(frame[name], _DTYPES[knob.type]) for name, knob in KNOBS.items()
-               if name in frame and knob.type in _DTYPES}  # fmt: skip
+    knobs = [name for name, knob in KNOBS.items() if name in frame and knob.type in _DTYPES]
+    columns = {name: _typed(frame[name], _DTYPES[KNOBS[name].type]) for name in knobs}
     if "baseline" in frame:
         columns["baseline"] = _typed(frame["baseline"], "boolean")
     if "requested" in frame:
