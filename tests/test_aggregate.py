@@ -8,7 +8,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from feedbench.aggregate import load_results, read_summary, write_summary
+from feedbench.aggregate import load_results, read_summary, typed, write_summary
 from feedbench.knobs import KNOBS
 from real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
 from test_damaged_results import damage
@@ -98,7 +98,7 @@ def test_adjusted_knobs_are_as_ran_and_requested_is_kept(summary):
     if row["device"] == "cuda":
         pytest.skip("pinning is honoured on a GPU: nothing is adjusted")
     assert not row["pin_memory"]
-    assert json.loads(row["requested"])["pin_memory"] is True
+    assert row["requested"]["pin_memory"] is True  # read_summary gives the mapping
     assert "pin_memory" in row["adjustments"]
 
 
@@ -193,3 +193,27 @@ def test_a_failed_result_without_provenance_keeps_its_own_error(real_matrix, tmp
     row = load_results([str(stuck)]).iloc[0]
     assert (row["status"], row["error_type"]) == ("failed", "Terminated")
     assert row["error_message"] == "time limit of 30 s reached"
+
+
+STORED_SUMMARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stored", "workers-small", "summary.csv")
+
+
+def test_a_stored_summary_reads_with_knob_columns_typed_from_the_knob_spec():
+    """A summary written before issue #22 (tests/stored) reads typed: each knob's column as its Knob declares (bools
+    as booleans, integers as nullable integers), `requested` as the mapping of knobs asked for."""
+    summary = read_summary(STORED_SUMMARY)
+    expected = {bool: "boolean", int: "Int64", float: "float64"}
+    for name, knob in KNOBS.items():
+        if name in summary and knob.type in expected:
+            assert str(summary[name].dtype) == expected[knob.type], name
+    assert summary["num_workers"].tolist() == [1, 2, 4]
+    assert summary["epochs"].isna().all()  # a nullable knob left empty
+    assert summary["pin_memory"].tolist() == [False, False, False] and summary["in_order"].all()
+    assert summary["requested"][0]["num_workers"] == 1 and summary["requested"][0]["pin_memory"] is False
+
+
+def test_a_knob_value_its_type_does_not_allow_stays_as_read():
+    """A cell that failed validation keeps the value it asked for: its column is not typed, never coerced to empty."""
+    frame = typed(pd.DataFrame({"num_workers": ["many", "2"], "pin_memory": ["yes", None], "batch_size": [8.0, None]}))
+    assert frame["num_workers"].tolist() == ["many", "2"] and frame["pin_memory"].tolist()[0] == "yes"
+    assert str(frame["batch_size"].dtype) == "Int64" and frame["batch_size"][0] == 8

@@ -216,3 +216,22 @@ def test_a_mapping_knob_shows_as_its_json_and_is_not_called_adjusted():
     axis_values(rows, cells, ["dataset_args"])
     assert cells[0]["shown"]["dataset_args"] == ('{"shards": 4}', None)
     assert fmt({"b": 1, "a": [2]}) == '{"a": [2], "b": 1}' and fmt("x") == "x"
+
+
+def test_a_failed_cell_without_its_knobs_leaves_the_others_integers(tmp_path):
+    """A cell that failed before its knobs were known leaves num_workers empty in the summary: read typed
+    (aggregate.read_summary), the other cells still show 1, 2, 4 workers, not 1.00, 2.00, 4.00 as a float column did."""
+    import pandas as pd
+    import yaml
+
+    stored = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stored", "workers-small")
+    rows = pd.read_csv(os.path.join(stored, "summary.csv"), dtype=str, keep_default_na=False)
+    lost = {c: "" for c in rows.columns} | {"experiment": "workers", "cell": "num_workers-8", "repeat": "1"}
+    lost |= {"status": "failed", "error_type": "Terminated", "error_message": "lost", "requested": "{}"}
+    pd.concat([rows, pd.DataFrame([lost])]).to_csv(tmp_path / "summary.csv", index=False)
+    config = yaml.safe_load(open(os.path.join(stored, "config.yaml")))
+    write_report(str(tmp_path / "summary.csv"), [], [], config, "c0ffee42", str(tmp_path / "index.html"))
+    cells = (tmp_path / "index.html").read_text()
+    cells = cells[cells.index('class="cells"') : cells.index("</table>", cells.index('class="cells"'))]
+    shown = re.findall(r"<td>([^<]*)</td>", cells)  # the knob columns
+    assert {"1", "2", "4"} <= set(shown) and not {"1.00", "2.00", "4.00"} & set(shown)

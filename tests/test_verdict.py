@@ -5,9 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 
-import pandas as pd
 import pytest
-from feedbench.aggregate import load_results
+from feedbench.aggregate import load_results, read_summary
 from feedbench.verdict import (
     DATA_STALL_PCT,
     TRANSFER_SHARE,
@@ -135,7 +134,7 @@ def test_failed_experiment_and_failed_baseline_say_so(summary):
 def test_the_baseline_label_survives_the_csv(summary, tmp_path):
     path = tmp_path / "s.csv"
     summary.to_csv(path, index=False)
-    again = pd.read_csv(path)
+    again = read_summary(path)
     assert baseline_cell(again[again["experiment"] == "loader"]) == "num_workers-0_pin_memory-false"
     assert baseline_cell(again[again["experiment"] == "train"]) == "hidden_layers-1_sample_delay_ms-0.0"
 

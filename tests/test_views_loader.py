@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 import pytest
-from feedbench.aggregate import result_row
+from feedbench.aggregate import read_summary, result_row
 from feedbench.knobs import defaults
 from feedbench.report import build as build_report
 from feedbench.report import render
@@ -72,8 +72,8 @@ def row(
 
 
 def summary(rows: list[dict]) -> pd.DataFrame:
-    """Through CSV and back, as the report reads results/summary.csv."""
-    return pd.read_csv(io.StringIO(pd.DataFrame(rows).to_csv(index=False)))
+    """Through CSV and back, as the report reads results/summary.csv (aggregate.read_summary)."""
+    return read_summary(io.StringIO(pd.DataFrame(rows).to_csv(index=False)))
 
 
 def column(table, name: str) -> list:

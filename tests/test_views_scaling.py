@@ -10,6 +10,7 @@ import os
 import pandas as pd
 import pytest
 from feedbench import report
+from feedbench.aggregate import read_summary
 from feedbench.knobs import defaults
 from feedbench.verdict import DATA_STALL_PCT
 from feedbench.views import builder, read_reference
@@ -55,8 +56,8 @@ def row(experiment: str, cell: str, repeat: int = 0, status: str = "ok", **value
 
 
 def summary(rows: list[dict]) -> pd.DataFrame:
-    """Through a CSV and back, as the report reads results/summary.csv."""
-    return pd.read_csv(io.StringIO(pd.DataFrame(rows).to_csv(index=False)))
+    """Through a CSV and back, as the report reads results/summary.csv (aggregate.read_summary)."""
+    return read_summary(io.StringIO(pd.DataFrame(rows).to_csv(index=False)))
 
 
 def repeats(experiment, cell, values: list[float], metric="samples_per_s", **knobs) -> list[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .aggregate import knob_value
 from .plots import plain_text, svg_text
 from .predict import batch_bytes, predict
 
@@ -18,7 +19,7 @@ def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
     loader (a loader with workers scales with them; the main process of num_workers 0 does not) and `copy`
     times the host-to-device bandwidth. A prediction, never a measurement."""
     knobs = {k: row.get(k) for k in ("model", "dataset", "input_size", "image_size", "batch_size")}
-    workers = int(row.get("num_workers") or 0)
+    workers = knob_value(row, "num_workers")
     loader = row.get("ceiling_loader_samples_per_s")
     bandwidth = row.get("ceiling_copy_gb_per_s")
     size = batch_bytes(knobs) if bandwidth and not pd.isna(bandwidth) else None
@@ -26,7 +27,7 @@ def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
         loader * (cpu if workers else 1.0),
         row.get("ceiling_compute_samples_per_s"),
         workers,
-        int(row.get("batch_size") or 1),
+        knob_value(row, "batch_size"),
         size,
         bandwidth * copy if size else None,
         row.get("device_prefetch") == "stream",

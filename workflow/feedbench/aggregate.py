@@ -11,6 +11,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pandas as pd
 
 from .columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STATUS
@@ -100,6 +101,11 @@ def _metrics(result: dict) -> dict:
     return row
 
 
+def _requested_text(knobs: dict) -> str:
+    """The `requested` column as the CSV holds it: the knobs as JSON text (read_summary gives the mapping back)."""
+    return json.dumps(knobs, sort_keys=True, default=str)
+
+
 def result_row(result: dict, path: str) -> dict:
     """One summary row from one result.json (already parsed)."""
     error = result.get("error") or {}
@@ -114,10 +120,8 @@ def result_row(result: dict, path: str) -> dict:
         **_metrics(result),
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
-        "requested": json.dumps(
-            {k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS},
-            sort_keys=True,
-            default=str,
+        "requested": _requested_text(
+            {k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS}
         ),
         "result": path,
     }
@@ -269,8 +273,72 @@ def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
 def write_summary(frame: pd.DataFrame, path: str) -> None:
     """Write the summary CSV atomically (a reader never sees half a table)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if "requested" in frame:  # a summary read back (read_summary) holds mappings there
+        frame = frame.assign(requested=[_requested_text(v) if isinstance(v, dict) else v for v in frame["requested"]])
     atomic_write(path, frame.to_csv(index=False))
 
 
+# The pandas type of a knob's column, by the type its Knob declares: nullable, as a failed cell may lack the knob.
+# Text knobs stay text, and lists and mappings the JSON text _knobs writes (comparable, as plots and verdicts group
+# cells by them).
+_DTYPES = {bool: "boolean", int: "Int64", float: "float64"}
+
+
+def _typed(column: pd.Series, dtype: str) -> pd.Series:
+    """A knob's column as `dtype`; as read where a value does not fit (a cell that failed validation keeps the value
+    it asked for, say num_workers 'many')."""
+    values = column.dropna()
+    if dtype == "boolean" and not all(isinstance(v, (bool, np.bool_)) for v in values):
+        return column
+    try:
+        return column.astype(dtype)
+    except (TypeError, ValueError):
+        return column
+
+
+def typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """The summary with each knob's column typed as its Knob declares (bools as booleans, integers as nullable
+    integers), the baseline label as a boolean and `requested` as the mapping of knobs the cell asked for."""
+    knobs = [name for name, knob in KNOBS.items() if name in frame and knob.type in _DTYPES]
+    columns = {name: _typed(frame[name], _DTYPES[KNOBS[name].type]) for name in knobs}
+    if "baseline" in frame:
+        columns["baseline"] = _typed(frame["baseline"], "boolean")
+    if "requested" in frame:
+        columns["requested"] = frame["requested"].map(requested).astype(object)
+    return frame.assign(**columns)
+
+
 def read_summary(path: str) -> pd.DataFrame:
-    return pd.read_csv(path)
+    """The summary CSV as plots, report, views and verdicts read it: typed by typed(), so none types a value again.
+    A summary written before the knobs were typed reads the same way."""
+    return typed(pd.read_csv(path))
+
+
+def requested(value) -> dict:
+    """The knobs a row's cell asked for, from its `requested` column: a mapping as read_summary gives it, the JSON text
+    result_row writes, {} where empty."""
+    if isinstance(value, dict):
+        return value
+    return json.loads(value) if isinstance(value, str) and value else {}
+
+
+def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
+    """The rows with `knobs` as the workflow asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet
+    belongs in its column."""
+    if "requested" not in rows or rows.empty:
+        return rows
+    asked = [requested(value) for value in rows["requested"]]
+    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k], strict=True)] for k in knobs if k in rows})
+
+
+def knob_value(row, name: str):
+    """Knob `name` of a summary row (a dict or a pandas row), its default where the row has none (a failed cell that
+    never validated, a result written before the knob existed)."""
+    value = row.get(name)
+    missing = value is None or (not isinstance(value, (list, dict)) and pd.isna(value))
+    return KNOBS[name].default if missing else value
+
+
+def is_true(value) -> bool:
+    """Whether a boolean value of the typed summary is set: True (Python's or numpy's), not False or missing."""
+    return isinstance(value, (bool, np.bool_)) and bool(value)

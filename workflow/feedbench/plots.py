@@ -50,12 +50,12 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .aggregate import as_requested
 from .knobs import KNOBS
 from .labels import cell_label, key_text
 from .metrics import PHASES
 from .result import atomic_write
 from .verdict import interval, natural_order, varying_knobs
-from .views import as_requested
 
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {

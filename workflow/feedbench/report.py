@@ -24,6 +24,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from . import accuracy, search, verdict, views
+from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
 from .plots import plain_text, svg_text
@@ -89,7 +90,7 @@ def fmt(value, digits: int = 3) -> str:
     missing."""
     if isinstance(value, str):
         return value
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value)).lower()
@@ -129,15 +130,12 @@ def axis_values(rows: pd.DataFrame, cells: list[dict], columns: list[str]) -> No
     first = rows.drop_duplicates("cell").set_index("cell")
     for cell in cells:
         row = first.loc[cell["cell"]] if cell["cell"] in first.index else {}
-        try:
-            requested = json.loads(row.get("requested") or "{}")
-        except (TypeError, ValueError):
-            requested = {}
+        asked_for = requested(row.get("requested"))
         notes = str(row.get("adjustments") or "").split("; ")
         shown = {}
         for k in columns:
             ran = row.get(k) if k in row else cell.get(k)
-            asked = requested.get(k, ran)
+            asked = asked_for.get(k, ran)
             if asked is not None and not _same(asked, ran):
                 why = next((n for n in notes if n.startswith(f"{k}=")), "adjusted by the harness to fit this machine")
                 shown[k] = (f"{fmt(asked)} → {fmt(ran)}", why)
@@ -239,7 +237,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     axis_values(rows, cells, columns)
     # Labels name knobs as the matrix asked for them: two cells that differ only in an adjusted knob (pin_memory on a
     # CPU) keep different labels, as they keep their own bars in the plot.
-    asked = views.as_requested(rows, columns)
+    asked = as_requested(rows, columns)
     labelled = verdict.varying_knobs(asked, list(matrix))
     asked = asked.drop_duplicates("cell").set_index("cell")
     for cell in cells:
@@ -409,6 +407,6 @@ def write_report(
 ) -> None:
     """The report rule's work: summary + plots + results (+ published tables, the choices of searches) -> one HTML
     file, written atomically."""
-    summary = pd.read_csv(summary_csv)
+    summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
     atomic_write(html, render(build(summary, svgs, results, config, config_hash, references, searches), templates))

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .aggregate import is_true, knob_value
 from .knobs import KNOBS
 
 DATA_STALL_PCT = 10.0
@@ -156,17 +157,12 @@ def varying_knobs(rows: pd.DataFrame, first: list[str] | tuple = ()) -> list[str
     return [k for k in order if k in per_cell and k != "seed" and per_cell[k].astype(str).nunique() > 1]
 
 
-def _labelled_true(value) -> bool:
-    """True for a baseline label as written (True) or read back from the CSV (numpy's True, 'True')."""
-    return str(value).lower() == "true"
-
-
 def baseline_cell(rows: pd.DataFrame) -> str | None:
     """The cell labelled as its experiment's baseline (feedbench.matrix marks it; the label travels through
     cell.yaml and result.json to the summary's `baseline` column). None when no row carries the label."""
     if "baseline" not in rows:
         return None
-    cells = rows.loc[rows["baseline"].map(_labelled_true), "cell"].unique()
+    cells = rows.loc[rows["baseline"].map(is_true), "cell"].unique()
     return cells[0] if len(cells) else None
 
 
@@ -232,10 +228,11 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
 
 def gpu_count(row) -> int:
     """GPUs (or gloo "GPUs") a cell trains on: gpus_per_node x nodes unless it is one plain process."""
-    if row.get("parallel") in (None, "none") or pd.isna(row.get("parallel")):
+    parallel = knob_value(row, "parallel")
+    if parallel == "none":
         return 1
-    nodes = row.get("nodes") if row.get("parallel") != "dp" else 1
-    return int(row.get("gpus_per_node") or 1) * int(nodes if nodes is not None and not pd.isna(nodes) else 1)
+    nodes = knob_value(row, "nodes") if parallel != "dp" else 1
+    return int(knob_value(row, "gpus_per_node")) * int(nodes)
 
 
 def add_scaling(cells: pd.DataFrame, base: dict) -> pd.DataFrame:
@@ -454,7 +451,7 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     share = float(pick["predicted"]) / float(pick["ceiling_compute"])
     has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
     how = [f"{int(pick['num_workers'])} workers per GPU"] if has_workers else []
-    how += ["pinned memory"] if str(pick.get("pin_memory")).lower() == "true" else []
+    how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
     found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)
     fix = how[0] if how else f"cell {pick['cell']}"

@@ -16,7 +16,6 @@ speedups and efficiencies compare across machines, samples per second do not.
 from __future__ import annotations
 
 import importlib
-import json
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -117,15 +116,6 @@ def unfinished(rows: pd.DataFrame, keys: list[str]) -> list[str]:
         f"({r.get('error_type') or 'failed'}): it is missing from the tables (see Failed cells)"
         for r in lost.to_dict("records")
     ]
-
-
-def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
-    """The rows with `knobs` as the workflow asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet
-    belongs in its column."""
-    if "requested" not in rows or rows.empty:
-        return rows
-    asked = [json.loads(text) if isinstance(text, str) else {} for text in rows["requested"]]
-    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k], strict=True)] for k in knobs if k in rows})
 
 
 def cpu_only(rows: pd.DataFrame) -> bool:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..aggregate import as_requested, is_true
 from ..labels import cell_label
 from ..plots import PHASE_COLOURS, fit_ticks, plain, slot
-from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished, with_gpus
+from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinished, with_gpus
 
 # The post's three parts of a batch, each the sum of our phases named in the module's TEXT.
 PARTS = {
@@ -64,10 +65,6 @@ EXPLAIN = {
 }
 
 
-def _flag(value) -> bool:
-    return value is True or str(value).lower() == "true"
-
-
 def _phases(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
     """Median load, transfer, processing and step ms per (timing, pin_memory, non_blocking, other knobs), timings in
     TIMINGS order.
@@ -82,8 +79,8 @@ def _phases(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
         load_ms=numbers["wait_ms"],
         transfer_ms=numbers["h2d_ms"],
         processing_ms=numbers["fwd_ms"] + numbers["bwd_ms"] + numbers["opt_ms"],
-        pin_memory=[_flag(v) for v in rows["pin_memory"]],
-        non_blocking=[_flag(v) for v in rows["non_blocking"]],
+        pin_memory=[is_true(v) for v in rows["pin_memory"]],
+        non_blocking=[is_true(v) for v in rows["non_blocking"]],
     )
     table = median_by(rows, [*KEYS, *others], [*PARTS, "step_ms_median"])
     table = table.drop(columns=[k for k in ("gpus_per_node", "batch_size") if k in table and k not in CASE])
@@ -173,6 +170,77 @@ def _matched(said: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     return said
 
 
+def _measured_table(table: pd.DataFrame, here: str) -> Table:
+    return Table.of(
+        table.rename(
+            columns={
+                "load_ms": "load [ms]",
+                "transfer_ms": "transfer [ms]",
+                "processing_ms": "processing [ms]",
+                "step_ms_median": "step [ms]",
+                "batch": "batch (all GPUs)",
+            }
+        ),
+        f"Measured on {here}: median ms per step of each phase, per timing mode",
+    )
+
+
+NO_PER_GPU = (
+    "No pair of cells with one GPU and DataParallel at the same batch per GPU finished: the post's Q1 "
+    "comparison (processing time per GPU) is not shown."
+)
+
+
+def _published(reference: pd.DataFrame, table: pd.DataFrame, here: str) -> tuple[Table, list[str]]:
+    """The post's statements beside our measurement of the same case, and a note per statement none matches."""
+    where = ", ".join(reference["hardware"].astype(str).unique())
+    said = reference.assign(
+        pin_memory=[is_true(v) for v in reference["pin_memory"]],
+        non_blocking=[is_true(v) for v in reference["non_blocking"]],
+        explanation=reference["item"].map(EXPLAIN).where(~reference["item"].duplicated()),
+    )
+    said = _matched(said, table)
+    said["explanation"] = said["explanation"].where(~said["item"].duplicated())
+    unmatched = said[said["measured at this timing [ms]"].isna()][
+        ["item", "model", "gpus", "batch_size", "timing"]
+    ].drop_duplicates()
+    notes = [
+        f"{item}: no measured cell of model={model} on {gpus} GPU(s) at batch {batch} in all with "
+        f"timing={timing}; its row shows no measured value"
+        for item, model, gpus, batch, timing in unmatched.itertuples(index=False)
+    ]
+    columns = ["item", "model", "gpus", "batch_size", *KEYS, "phase", "reported", "measured at this timing [ms]"]
+    published = Table.of(
+        said[[*columns, "measured with events [ms]", "explanation"]].rename(columns={"batch_size": "batch (all GPUs)"}),
+        f"Published ({', '.join(reference['source'].astype(str).unique())}, {where}): what the post reported, "
+        "and our measurement of the same model, GPU count, batch, pinning, non_blocking and timing on "
+        f"{here}, and why",
+    )
+    return published, notes
+
+
+def _verdict(table: pd.DataFrame, shown: list[str]) -> str | None:
+    """The shortest step among the cells timed with events (else sync), with its phases."""
+    trusted = (
+        table[table["timing"] == "events"] if (table["timing"] == "events").any() else table[table["timing"] == "sync"]
+    )
+    if not len(trusted) or not trusted["step_ms_median"].notna().any():
+        return None
+    best = trusted.loc[trusted["step_ms_median"].astype(float).idxmin()]
+    case = "".join(f", {k}={best[k]}" for k in shown)
+    return (
+        f"Shortest step, timed with {best['timing']}: pin_memory={str(best['pin_memory']).lower()}, "
+        f"non_blocking={str(best['non_blocking']).lower()}{case} ({best['step_ms_median']:.1f} ms: load "
+        f"{best['load_ms']:.1f}, transfer {best['transfer_ms']:.1f}, processing {best['processing_ms']:.1f})."
+    )
+
+
+CPU_ONLY = (
+    "Every cell ran on the CPU (no GPU in the results): the three timing modes read the same host clock and "
+    "pinning and non_blocking do nothing, so the post's surprises cannot appear here; they need a GPU."
+)
+
+
 def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
     others = [k for k in spec.get("matrix") or {} if k not in KEYS and k in rows]
     table = _phases(rows, others)
@@ -181,20 +249,7 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     view = View(
         "breakdown", TEXT, notes=common_notes(rows, reference, spec, "breakdown") + unfinished(rows, [*KEYS, *others])
     )
-    view.tables.append(
-        Table.of(
-            table.rename(
-                columns={
-                    "load_ms": "load [ms]",
-                    "transfer_ms": "transfer [ms]",
-                    "processing_ms": "processing [ms]",
-                    "step_ms_median": "step [ms]",
-                    "batch": "batch (all GPUs)",
-                }
-            ),
-            f"Measured on {here}: median ms per step of each phase, per timing mode",
-        )
-    )
+    view.tables.append(_measured_table(table, here))
     per_gpu = _per_gpu(table)
     if len(per_gpu):
         view.tables.append(
@@ -205,72 +260,19 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
             )
         )
     else:
-        view.notes.append(
-            "No pair of cells with one GPU and DataParallel at the same batch per GPU finished: the post's Q1 "
-            "comparison (processing time per GPU) is not shown."
-        )
+        view.notes.append(NO_PER_GPU)
     if reference is not None:
-        where = ", ".join(reference["hardware"].astype(str).unique())
-        said = reference.assign(
-            pin_memory=[_flag(v) for v in reference["pin_memory"]],
-            non_blocking=[_flag(v) for v in reference["non_blocking"]],
-            explanation=reference["item"].map(EXPLAIN).where(~reference["item"].duplicated()),
-        )
-        said = _matched(said, table)
-        said["explanation"] = said["explanation"].where(~said["item"].duplicated())
-        unmatched = said[said["measured at this timing [ms]"].isna()][
-            ["item", "model", "gpus", "batch_size", "timing"]
-        ].drop_duplicates()
-        for item, model, gpus, batch, timing in unmatched.itertuples(index=False):
-            view.notes.append(
-                f"{item}: no measured cell of model={model} on {gpus} GPU(s) at batch {batch} in all with "
-                f"timing={timing}; its row shows no measured value"
-            )
-        view.tables.insert(
-            0,
-            Table.of(
-                said[
-                    [
-                        "item",
-                        "model",
-                        "gpus",
-                        "batch_size",
-                        *KEYS,
-                        "phase",
-                        "reported",
-                        "measured at this timing [ms]",
-                        "measured with events [ms]",
-                        "explanation",
-                    ]
-                ].rename(columns={"batch_size": "batch (all GPUs)"}),
-                f"Published ({', '.join(reference['source'].astype(str).unique())}, {where}): what the post reported, "
-                "and our measurement of the same model, GPU count, batch, pinning, non_blocking and timing on "
-                f"{here}, and why",
-            ),
-        )
+        published, notes = _published(reference, table, here)
+        view.notes += notes
+        view.tables.insert(0, published)
     if len(table):
         view.figure = _figure(table, shown, here)
-        trusted = (
-            table[table["timing"] == "events"]
-            if (table["timing"] == "events").any()
-            else table[table["timing"] == "sync"]
-        )
-        if len(trusted) and trusted["step_ms_median"].notna().any():
-            best = trusted.loc[trusted["step_ms_median"].astype(float).idxmin()]
-            case = "".join(f", {k}={best[k]}" for k in shown)
-            view.verdict = (
-                f"Shortest step, timed with {best['timing']}: pin_memory={str(best['pin_memory']).lower()}, "
-                f"non_blocking={str(best['non_blocking']).lower()}{case} ({best['step_ms_median']:.1f} ms: load "
-                f"{best['load_ms']:.1f}, transfer {best['transfer_ms']:.1f}, processing {best['processing_ms']:.1f})."
-            )
+        view.verdict = _verdict(table, shown)
         missing = [t for t in TIMINGS if t not in set(table["timing"])]
         if missing:
             view.notes.append(
                 f"No cells with timing={', '.join(missing)}: the side-by-side comparison of timing modes is incomplete."
             )
     if cpu_only(rows):
-        view.notes.append(
-            "Every cell ran on the CPU (no GPU in the results): the three timing modes read the same host clock and "
-            "pinning and non_blocking do nothing, so the post's surprises cannot appear here; they need a GPU."
-        )
+        view.notes.append(CPU_ONLY)
     return view

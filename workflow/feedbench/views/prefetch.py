@@ -8,8 +8,9 @@ import itertools
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..aggregate import as_requested, is_true
 from ..plots import plain
-from . import Table, View, as_requested, common_notes, cpu_only, hardware, median_by, unfinished
+from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinished
 
 KEYS = ["epochs", "hidden_layers"]
 
@@ -28,7 +29,7 @@ Times belong to the machine they were measured on (each table names it); speedup
 
 
 def _source(pin) -> str:
-    return "pinned" if pin is True or str(pin).lower() == "true" else "pageable"
+    return "pinned" if is_true(pin) else "pageable"
 
 
 def _ours(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:

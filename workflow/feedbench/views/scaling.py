@@ -100,6 +100,85 @@ def _figure(cells: pd.DataFrame, base_label: str | None, reference: pd.DataFrame
     return fig
 
 
+def _measured_table(main: pd.DataFrame, ours: str, base_label: str | None) -> Table:
+    return Table.of(
+        main[[*KEYS, "samples_per_s", "speedup", "ideal_speedup", "efficiency"]].rename(
+            columns={"gpus": "GPUs", "samples_per_s": "samples/s", "ideal_speedup": "ideal speedup"}
+        ),
+        f"Measured on {ours}: median over repeats; speedup over the one-GPU cell ({base_label or 'none finished'})",
+    )
+
+
+def _split(main: pd.DataFrame, naive: pd.DataFrame, timing: str, ours: str) -> tuple[Table, list[str]]:
+    """Forward and backward throughput at `timing` beside the naive cells' (the original's unsynchronised split), and
+    a note where the naive side is missing or is all there is."""
+    split = main[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s"]].rename(
+        columns={"fwd_samples_per_s": f"fwd samples/s ({timing})", "bwd_samples_per_s": f"bwd samples/s ({timing})"}
+    )
+    notes = []
+    if len(naive):
+        split = split.merge(
+            naive[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s"]].rename(
+                columns={
+                    "fwd_samples_per_s": "fwd samples/s (naive)",
+                    "bwd_samples_per_s": "bwd samples/s (naive)",
+                    "samples_per_s": "overall samples/s (naive)",
+                }
+            ),
+            on=KEYS,
+            how="outer",
+        )
+    elif timing == "naive":
+        notes.append(
+            "every cell ran with timing=naive: like the original's, this fwd/bwd split is unsynchronised and not "
+            "meaningful"
+        )
+    else:
+        notes.append(
+            "no timing=naive cell in this experiment: the original's unsynchronised fwd/bwd split is not reproduced"
+        )
+    table = Table.of(
+        split.rename(columns={"gpus": "GPUs"}),
+        f"Forward and backward throughput measured on {ours}: timing={timing} (batch / median phase time) beside "
+        "unsynchronised host timing (naive: the original's mean of per-step rates where recorded)",
+    )
+    return table, notes
+
+
+def _published_tables(main: pd.DataFrame, reference: pd.DataFrame) -> list[Table]:
+    """Speedup and efficiency measured beside published, then the published table itself."""
+    published = reference.assign(efficiency=reference["speedup"] / reference["gpus"])
+    side = main[["gpus", "parallel", "speedup", "efficiency"]].merge(
+        published[["gpus", "parallel", "speedup", "efficiency"]],
+        on="gpus",
+        how="outer",
+        suffixes=(" measured", " published"),
+    )
+    return [
+        Table.of(
+            side.rename(columns={"gpus": "GPUs"}),
+            "Speedup and efficiency side by side, measured and published (these compare across machines)",
+        ),
+        Table.of(
+            published.rename(columns={"efficiency": "efficiency (speedup / gpus)"}),
+            f"Published: {', '.join(dict.fromkeys(reference['source']))}, each number on the hardware of its row",
+        ),
+    ]
+
+
+def _verdict(main: pd.DataFrame, reference: pd.DataFrame | None) -> str:
+    """Speedup and efficiency at the most GPUs measured, beside the published ones at as many GPUs."""
+    top = main.sort_values(["gpus", "speedup"]).iloc[-1]
+    text = (
+        f"at {top['gpus']} GPUs ({top['parallel']}, {top['nodes']} node(s)) the measured speedup is "
+        f"{top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}"
+    )
+    if reference is not None and (reference["gpus"] == top["gpus"]).any():
+        pub = reference[reference["gpus"] == top["gpus"]].iloc[0]
+        text += f"; published on {pub['hardware']}: {pub['speedup']:.2f}x, {pub['speedup'] / pub['gpus']:.0%}"
+    return text[0].upper() + text[1:]
+
+
 def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
     ours = hardware(rows)
     view = View("scaling", TEXT, notes=unfinished(rows, ["gpus_per_node", "nodes", "parallel", "timing"]))
@@ -114,79 +193,15 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     elif base_label is None:
         view.notes.insert(0, "no one-GPU cell finished: speedups and efficiencies cannot be computed")
     main = main.assign(ideal_speedup=main["gpus"].astype(float))
-    view.tables.append(
-        Table.of(
-            main[[*KEYS, "samples_per_s", "speedup", "ideal_speedup", "efficiency"]].rename(
-                columns={"gpus": "GPUs", "samples_per_s": "samples/s", "ideal_speedup": "ideal speedup"}
-            ),
-            f"Measured on {ours}: median over repeats; speedup over the one-GPU cell ({base_label or 'none finished'})",
-        )
-    )
-
-    split = main[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s"]].rename(
-        columns={"fwd_samples_per_s": f"fwd samples/s ({timing})", "bwd_samples_per_s": f"bwd samples/s ({timing})"}
-    )
-    if len(naive):
-        split = split.merge(
-            naive[[*KEYS, "fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s"]].rename(
-                columns={
-                    "fwd_samples_per_s": "fwd samples/s (naive)",
-                    "bwd_samples_per_s": "bwd samples/s (naive)",
-                    "samples_per_s": "overall samples/s (naive)",
-                }
-            ),
-            on=KEYS,
-            how="outer",
-        )
-    elif timing == "naive":
-        view.notes.append(
-            "every cell ran with timing=naive: like the original's, this fwd/bwd split is unsynchronised and not "
-            "meaningful"
-        )
-    else:
-        view.notes.append(
-            "no timing=naive cell in this experiment: the original's unsynchronised fwd/bwd split is not reproduced"
-        )
-    view.tables.append(
-        Table.of(
-            split.rename(columns={"gpus": "GPUs"}),
-            f"Forward and backward throughput measured on {ours}: timing={timing} (batch / median phase time) beside "
-            "unsynchronised host timing (naive: the original's mean of per-step rates where recorded)",
-        )
-    )
-
+    view.tables.append(_measured_table(main, ours, base_label))
+    split, notes = _split(main, naive, timing, ours)
+    view.notes += notes
+    view.tables.append(split)
     if reference is None:
         view.notes.append("no published table: the measured numbers stand alone")
     else:
-        published = reference.assign(efficiency=reference["speedup"] / reference["gpus"])
-        side = main[["gpus", "parallel", "speedup", "efficiency"]].merge(
-            published[["gpus", "parallel", "speedup", "efficiency"]],
-            on="gpus",
-            how="outer",
-            suffixes=(" measured", " published"),
-        )
-        view.tables.append(
-            Table.of(
-                side.rename(columns={"gpus": "GPUs"}),
-                "Speedup and efficiency side by side, measured and published (these compare across machines)",
-            )
-        )
-        view.tables.append(
-            Table.of(
-                published.rename(columns={"efficiency": "efficiency (speedup / gpus)"}),
-                f"Published: {', '.join(dict.fromkeys(reference['source']))}, each number on the hardware of its row",
-            )
-        )
-
+        view.tables += _published_tables(main, reference)
     if base_label is not None:
-        top = main.sort_values(["gpus", "speedup"]).iloc[-1]
-        text = (
-            f"at {top['gpus']} GPUs ({top['parallel']}, {top['nodes']} node(s)) the measured speedup is "
-            f"{top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}"
-        )
-        if reference is not None and (reference["gpus"] == top["gpus"]).any():
-            pub = reference[reference["gpus"] == top["gpus"]].iloc[0]
-            text += f"; published on {pub['hardware']}: {pub['speedup']:.2f}x, {pub['speedup'] / pub['gpus']:.0%}"
-        view.verdict = text[0].upper() + text[1:]
+        view.verdict = _verdict(main, reference)
     view.figure = _figure(main, base_label, reference, ours) if len(main) else None
     return view

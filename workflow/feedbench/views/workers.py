@@ -88,8 +88,9 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
     return fig
 
 
-def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
-    others = [k for k in spec.get("matrix") or {} if k != "num_workers" and k in rows]
+def _ours(rows: pd.DataFrame, others: list[str]) -> tuple[pd.DataFrame, int | None]:
+    """Our medians per worker count (and other knob of the matrix), in ms, with the speedups over the baseline worker
+    count; and that count."""
     ours = median_by(
         rows,
         ["num_workers", *others],
@@ -110,40 +111,30 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         first_batch_speedup=_relative(ours, "first_batch_ms", others, base, False),
         profiled_speedup=_relative(ours, "profiled_ms", others, base, False),
     )
-    here = hardware(rows)
-    view = View(
-        "workers",
-        TEXT,
-        notes=common_notes(rows, reference, spec, "workers") + unfinished(rows, ["num_workers", *others]),
+    return ours, base
+
+
+def _measured_table(ours: pd.DataFrame, others: list[str], here: str) -> Table:
+    columns = ["num_workers", *others, "samples_per_s", "steady_ms", "first_batch_ms", "profiled_ms", "cuda_init_ms"]
+    return Table.of(
+        ours[[*columns, "first_over_steady"]].rename(
+            columns={
+                "profiled_ms": "next() + .to() under the profiler [ms] (the notebook's window)",
+                "samples_per_s": "samples/s (steady state)",
+                "steady_ms": "ms per batch (steady state)",
+                "first_batch_ms": "first batch [ms]",
+                "cuda_init_ms": "CUDA init [ms], apart",
+                "first_over_steady": "first batch / steady batch",
+            }
+        ),
+        f"Measured on {here}: medians over the repeats",
     )
-    view.tables.append(
-        Table.of(
-            ours[
-                [
-                    "num_workers",
-                    *others,
-                    "samples_per_s",
-                    "steady_ms",
-                    "first_batch_ms",
-                    "profiled_ms",
-                    "cuda_init_ms",
-                    "first_over_steady",
-                ]
-            ].rename(
-                columns={
-                    "profiled_ms": "next() + .to() under the profiler [ms] (the notebook's window)",
-                    "samples_per_s": "samples/s (steady state)",
-                    "steady_ms": "ms per batch (steady state)",
-                    "first_batch_ms": "first batch [ms]",
-                    "cuda_init_ms": "CUDA init [ms], apart",
-                    "first_over_steady": "first batch / steady batch",
-                }
-            ),
-            f"Measured on {here}: medians over the repeats",
-        )
-    )
+
+
+def _our_speedups(ours: pd.DataFrame, others: list[str], base: int | None) -> pd.DataFrame:
+    """Our speedups over the baseline worker count: first batch, the notebook's window where profiled, steady state."""
     profiled = ours["profiled_ms"].notna().any()
-    side = ours[
+    return ours[
         ["num_workers", *others, "first_batch_speedup", *(["profiled_speedup"] if profiled else []), "steady_speedup"]
     ].rename(
         columns={
@@ -152,42 +143,92 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
             "steady_speedup": f"measured steady-state speedup vs {base}",
         }
     )
+
+
+def _theirs(reference: pd.DataFrame) -> tuple[pd.DataFrame, str, int | None]:
+    """The published table by worker count with its first-batch speedup and how each time was read; where it ran,
+    and its baseline worker count."""
+    where, their_base = ", ".join(reference["hardware"].astype(str).unique()), _baseline(reference["num_workers"])
+    theirs = reference.sort_values("num_workers", ignore_index=True)
+    theirs["speedup"] = theirs.loc[theirs["num_workers"] == their_base, "data_load_ms"].max() / theirs["data_load_ms"]
+    if "data_load_derived" not in theirs:
+        theirs["data_load_derived"] = False
+    theirs["how read"] = [
+        "derived: CPU total / CPU total %" if str(d).lower() == "true" else "printed"
+        for d in theirs["data_load_derived"]
+    ]
+    return theirs, where, their_base
+
+
+def _published_table(theirs: pd.DataFrame, reference: pd.DataFrame, where: str, their_base: int | None) -> Table:
+    return Table.of(
+        theirs[["num_workers", "data_load_ms", "how read", "h2d_memcpy_us", "speedup"]].rename(
+            columns={
+                "data_load_ms": "next() + .to() [ms]",
+                "h2d_memcpy_us": "H2D copy [µs]",
+                "speedup": f"speedup vs {their_base}",
+            }
+        ),
+        f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler window of the "
+        "first batch only (workers started before it; the CUDA context created inside it at 1 worker)",
+    )
+
+
+def _with_their_speedups(side: pd.DataFrame, theirs: pd.DataFrame, others: list[str], their_base) -> pd.DataFrame:
+    """Our speedups beside the published first-batch speedup, by worker count."""
+    return (
+        theirs[["num_workers", "speedup"]]
+        .rename(
+            columns={"speedup": f"published first-batch speedup vs {their_base} (CUDA init in, worker start-up out)"}
+        )
+        .merge(side, on="num_workers", how="outer")
+        .sort_values(["num_workers", *others], ignore_index=True)
+    )
+
+
+def _verdict(ours: pd.DataFrame, base: int | None) -> str | None:
+    """The worker count the steady state picks, beside the one the first batch alone would pick."""
+    if not ours["samples_per_s"].notna().any():
+        return None
+    best = ours.loc[ours["samples_per_s"].idxmax()]
+    verdict = (
+        f"Steady state: {int(best['num_workers'])} workers load the most ({best['samples_per_s']:.0f} samples/s, "
+        f"{best['steady_speedup']:.2f}× {base} worker(s))"
+    )
+    if ours["first_batch_ms"].notna().any():
+        first = ours.loc[ours["first_batch_ms"].idxmin()]
+        verdict += (
+            f"; the first batch alone would pick {int(first['num_workers'])} workers "
+            f"({first['first_batch_speedup']:.2f}×)"
+        )
+    if ours["cuda_init_ms"].notna().any():
+        verdict += f"; creating the CUDA context took {ours['cuda_init_ms'].median():.0f} ms, apart from both"
+    return verdict + "."
+
+
+CPU_ONLY = (
+    "Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up the "
+    "notebook counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first batch is worker "
+    "start-up alone."
+)
+
+
+def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
+    others = [k for k in spec.get("matrix") or {} if k != "num_workers" and k in rows]
+    ours, base = _ours(rows, others)
+    here = hardware(rows)
+    view = View(
+        "workers",
+        TEXT,
+        notes=common_notes(rows, reference, spec, "workers") + unfinished(rows, ["num_workers", *others]),
+    )
+    view.tables.append(_measured_table(ours, others, here))
+    side = _our_speedups(ours, others, base)
     theirs, where = None, ""
     if reference is not None:
-        where, their_base = ", ".join(reference["hardware"].astype(str).unique()), _baseline(reference["num_workers"])
-        theirs = reference.sort_values("num_workers", ignore_index=True)
-        theirs["speedup"] = (
-            theirs.loc[theirs["num_workers"] == their_base, "data_load_ms"].max() / theirs["data_load_ms"]
-        )
-        if "data_load_derived" not in theirs:
-            theirs["data_load_derived"] = False
-        theirs["how read"] = [
-            "derived: CPU total / CPU total %" if str(d).lower() == "true" else "printed"
-            for d in theirs["data_load_derived"]
-        ]
-        view.tables.append(
-            Table.of(
-                theirs[["num_workers", "data_load_ms", "how read", "h2d_memcpy_us", "speedup"]].rename(
-                    columns={
-                        "data_load_ms": "next() + .to() [ms]",
-                        "h2d_memcpy_us": "H2D copy [µs]",
-                        "speedup": f"speedup vs {their_base}",
-                    }
-                ),
-                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler window of the "
-                "first batch only (workers started before it; the CUDA context created inside it at 1 worker)",
-            )
-        )
-        side = (
-            theirs[["num_workers", "speedup"]]
-            .rename(
-                columns={
-                    "speedup": f"published first-batch speedup vs {their_base} (CUDA init in, worker start-up out)"
-                }
-            )
-            .merge(side, on="num_workers", how="outer")
-            .sort_values(["num_workers", *others], ignore_index=True)
-        )
+        theirs, where, their_base = _theirs(reference)
+        view.tables.append(_published_table(theirs, reference, where, their_base))
+        side = _with_their_speedups(side, theirs, others, their_base)
     view.tables.insert(
         0,
         Table.of(
@@ -198,25 +239,7 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     )
     if len(ours) or theirs is not None:
         view.figure = _figure(ours, others, theirs, here, where)
-    if ours["samples_per_s"].notna().any():
-        best = ours.loc[ours["samples_per_s"].idxmax()]
-        view.verdict = (
-            f"Steady state: {int(best['num_workers'])} workers load the most ({best['samples_per_s']:.0f} samples/s, "
-            f"{best['steady_speedup']:.2f}× {base} worker(s))"
-        )
-        if ours["first_batch_ms"].notna().any():
-            first = ours.loc[ours["first_batch_ms"].idxmin()]
-            view.verdict += (
-                f"; the first batch alone would pick {int(first['num_workers'])} workers "
-                f"({first['first_batch_speedup']:.2f}×)"
-            )
-        if ours["cuda_init_ms"].notna().any():
-            view.verdict += f"; creating the CUDA context took {ours['cuda_init_ms'].median():.0f} ms, apart from both"
-        view.verdict += "."
+    view.verdict = _verdict(ours, base)
     if cpu_only(rows):
-        view.notes.append(
-            "Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up "
-            "the notebook counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first "
-            "batch is worker start-up alone."
-        )
+        view.notes.append(CPU_ONLY)
     return view
