@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from feedbench.ceilings import ceiling_sources
 from feedbench.config import validate_config
-from feedbench.matrix import ConfigError, build_cells, ceiling_sources
+from feedbench.matrix import ConfigError, build_cells
 
 SCHEMA = "config/schema.yaml"
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
@@ -98,7 +99,7 @@ OWN = {
 
 
 def test_a_cell_of_the_users_own_pipeline_gets_a_transfer_probe_of_its_own_batch():
-    # predict.batch_bytes cannot size a user's batch: the transfer ceiling times a real one (transfer.batch_probe),
+    # ceilings.batch_bytes cannot size a user's batch: the transfer ceiling times a real one (transfer.batch_probe),
     # with the cell's dataset, its arguments, collate, batch size and pinning; cells that differ only in knobs no
     # copy depends on (workers, the model) share it. Built unchecked: the import paths resolve in test_own_pipeline.
     config = {

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .ceilings import batch_bytes
 from .plots import plain_text, svg_text
-from .predict import batch_bytes, predict
+from .predict import predict
 
 
 def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:

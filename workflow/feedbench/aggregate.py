@@ -13,11 +13,12 @@ import os
 
 import pandas as pd
 
+from .ceilings import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs
 from .columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STATUS
 from .knobs import KNOBS, user_batch
 from .knobs import LABELS as CELL_LABELS
 from .metrics import PHASES
-from .predict import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, predict
+from .predict import predict
 from .result import UnusableResult, atomic_write, read_result
 
 
