@@ -50,6 +50,9 @@ NEVER = tuple(name for name in LOADER_ONLY if name in MODEL_ONLY)
 USER_BATCH_KNOBS = kept_by("transfer")
 # The knobs a derived transfer probe takes from the config's defaults: how long and how it measures.
 PROBE_LABELS = ("steps", "warmup_steps", "torch_threads", "seed")
+# Knobs that say where the user's code lives, not what the cell does: left out of a ceiling's id, so a checkout
+# moved elsewhere keeps its ids (and its results).
+NOT_IN_IDS = ("python_path",)
 # A probed copy size within this ratio of a batch's bytes measures the batch's copy: the transfer ceiling then
 # shares that probe instead of adding its own.
 SAME_SIZE = 1.1
@@ -172,7 +175,10 @@ def _same_size(probed: int | None, size: int) -> bool:
 
 
 def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
-    keys = sorted(k for k in knobs if k not in ("scenario", "transfer_sizes") and not _same(knobs[k], base.get(k)))
+    """A derived ceiling cell, named by the knobs in which it differs from the defaults (less NOT_IN_IDS)."""
+    keys = sorted(
+        k for k in knobs if k not in ("scenario", "transfer_sizes", *NOT_IN_IDS) and not _same(knobs[k], base.get(k))
+    )
     where = key_path("experiments", source.experiment, "ceilings") if source else "ceilings"
     sources = {k: (source.sources.get(k, where) if source else where) for k in knobs}
     name = CEILING_EXPERIMENTS[scenario]
