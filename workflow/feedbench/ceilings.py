@@ -17,13 +17,16 @@ Planning layer: no torch, no pandas (the Snakefile parses with it).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any
 
 from .config import ConfigError, key_path
 from .knobs import BUILTIN_DATASETS, KNOBS, dropped_by, kept_by, user_batch
 from .matrix import NOT_KNOBS, PlannedCell, _same, _same_key, cell_id, effective
 from .model_names import input_kind
+from .result import atomic_write
 
 # A level of the searched axis whose prediction is within this fraction of the best prediction of its combination
 # reaches it: the knee the search runs around (feedbench.search.knee).
@@ -236,3 +239,14 @@ def ceiling_map(cells: list[PlannedCell]) -> dict[str, dict[str, str | None]]:
         if any(found.values()):
             links[f"{cell.experiment}/{cell.id}"] = found
     return links
+
+
+def write_map(path: str, links: dict[str, dict[str, str | None]]) -> None:
+    """The planner's map (ceiling_map) as JSON: what the summary's ceiling columns were joined on."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write(path, json.dumps(links, indent=1, sort_keys=True) + "\n")
+
+
+def read_map(path: str) -> dict[str, dict[str, str | None]]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
