@@ -117,18 +117,6 @@ def search_groups_json(wildcards):
     return json.dumps(search_levels(list(CELLS.values()), experiment, SEARCHED[experiment], repeats_of), sort_keys=True)
 
 
-def search_message(wildcards):
-    return search_dry_run_line(list(CELLS.values()), wildcards.experiment, SEARCHED[wildcards.experiment])
-
-
-def search_axis(wildcards):
-    return SEARCHED[wildcards.experiment]
-
-
-def search_baseline(wildcards):
-    return baseline(list(CELLS.values()), wildcards.experiment).id
-
-
 def cell_of(wildcards):
     key = (wildcards.experiment, wildcards.cell)
     if key not in CELLS:
