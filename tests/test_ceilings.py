@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from feedbench.ceilings import ceiling_sources
 from feedbench.config import validate_config
-from feedbench.matrix import ConfigError, build_cells, ceiling_sources
+from feedbench.matrix import ConfigError, build_cells
 
 SCHEMA = "config/schema.yaml"
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
@@ -98,7 +99,7 @@ OWN = {
 
 
 def test_a_cell_of_the_users_own_pipeline_gets_a_transfer_probe_of_its_own_batch():
-    # predict.batch_bytes cannot size a user's batch: the transfer ceiling times a real one (transfer.batch_probe),
+    # ceilings.batch_bytes cannot size a user's batch: the transfer ceiling times a real one (transfer.batch_probe),
     # with the cell's dataset, its arguments, collate, batch size and pinning; cells that differ only in knobs no
     # copy depends on (workers, the model) share it. Built unchecked: the import paths resolve in test_own_pipeline.
     config = {
@@ -133,3 +134,24 @@ def test_on_a_cpu_the_users_pipeline_gets_no_transfer_probe():
     assert not [c for c in cells if c.experiment == "ceilings-transfer"]
     (cell,) = [c for c in cells if c.experiment == "own"]
     assert ceiling_sources(cell, cells)["transfer"] is None
+
+
+def test_ceiling_ids_name_no_path_and_stay_when_the_checkout_moves(tmp_path):
+    # python_path is made absolute, so a ceiling named by it would carry the checkout's path (with + for /): moved or
+    # mounted elsewhere, every ceiling would get a new id and run again. Ceilings are named by the knobs that set them
+    # apart, as experiment cells are; the knobs keep the path, which the job needs.
+    def ids(root) -> set[str]:
+        config = {
+            "python_path": [str(root / "own-pipeline" / "src")],
+            "defaults": {"device": "auto", "batch_size": 16},
+            "experiments": {"own": {"ceilings": True, "base": OWN, "matrix": {"num_workers": [0, 2]}}},
+        }
+        validate_config(config, SCHEMA)
+        cells = [c for c in build_cells(config, check=False) if c.experiment.startswith("ceilings-")]
+        assert {c.experiment for c in cells} == {"ceilings-loader", "ceilings-compute", "ceilings-transfer"}
+        assert all(c.knobs["python_path"] == config["python_path"] for c in cells)
+        for cell in cells:
+            assert str(root).strip("/").split("/")[0] not in cell.id and "python_path" not in cell.id, cell.id
+        return {(c.experiment, c.id) for c in cells}
+
+    assert ids(tmp_path / "here") == ids(tmp_path / "moved" / "elsewhere")

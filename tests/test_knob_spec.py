@@ -13,11 +13,11 @@ import os
 import pytest
 from conftest import ROOT
 from feedbench import data
+from feedbench.ceilings import LABEL_BYTES, batch_bytes
 from feedbench.cell import parse_cell
 from feedbench.images import make_images
 from feedbench.knobs import BUILTIN_DATASETS, KNOBS
 from feedbench.matrix import harness_files
-from feedbench.predict import LABEL_BYTES, batch_bytes
 from feedbench.shards import make_shards
 
 PACKAGE = os.path.join(ROOT, "workflow", "feedbench")
@@ -79,7 +79,7 @@ CASES = [
 
 @pytest.mark.parametrize("dataset, model", CASES)
 def test_batch_bytes_follows_the_declared_sample(dataset, model, folders):
-    """predict.batch_bytes sizes a batch from the dataset's declared sample: its samples' bytes are a real batch's."""
+    """ceilings.batch_bytes sizes a batch from the dataset's declared sample: its samples' bytes are a real batch's."""
     knobs = {"dataset": dataset, "model": model, "batch_size": 2, "num_samples": 4, "input_size": 32, "image_size": 16}
     knobs.update({"data_dir": folders[dataset], "shards": 1} if dataset in folders else {})
     cell = parse_cell(knobs)

@@ -13,7 +13,8 @@ import json
 import pandas as pd
 import pytest
 from feedbench.aggregate import load_results
-from feedbench.predict import batch_bytes, ceiling_knobs, predict
+from feedbench.ceilings import batch_bytes, ceiling_knobs
+from feedbench.predict import predict
 
 
 def test_series_without_workers_and_overlap_with_them():
@@ -251,10 +252,10 @@ SHAPES = {
 
 def own_pipeline_summary(root, device: str, pin_memory: bool):
     """The summary of a real training cell of examples/own-pipeline and its ceilings, each run by the harness as
-    the workflow runs it: loader, compute, and the transfer probe of its own batch (predict.user_probe_knobs)."""
+    the workflow runs it: loader, compute, and the transfer probe of its own batch (ceilings.user_probe_knobs)."""
     import os
 
-    from feedbench.predict import user_probe_knobs
+    from feedbench.ceilings import user_probe_knobs
     from feedbench.runner import run
 
     src = os.path.abspath("examples/own-pipeline/src")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from feedbench import search
+from feedbench.ceilings import ceiling_sources
 from feedbench.config import validate_config
-from feedbench.matrix import ConfigError, build_cells, ceiling_sources, search_groups
+from feedbench.matrix import ConfigError, build_cells, search_groups
 
 SCHEMA = "config/schema.yaml"
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 16, "width": 16, "batch_size": 8}

@@ -10,8 +10,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .aggregate import knob_value
+from .ceilings import batch_bytes
 from .plots import plain_text, svg_text
-from .predict import batch_bytes, predict
+from .predict import predict
 
 
 def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:

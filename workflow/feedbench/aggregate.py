@@ -14,11 +14,12 @@ import os
 import numpy as np
 import pandas as pd
 
+from .ceilings import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, nearest_size
 from .columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STATUS
 from .knobs import KNOBS, user_batch
 from .knobs import LABELS as CELL_LABELS
 from .metrics import PHASES
-from .predict import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, predict
+from .predict import predict
 from .result import UnusableResult, atomic_write, read_result
 
 
@@ -134,7 +135,7 @@ def planned_row(knobs: dict, device: str | None) -> dict:
     return {"status": "planned", "samples_per_s": None, **_knobs({"cell": cell}), "scenario": "train"}
 
 
-def load_results(paths: list[str]) -> pd.DataFrame:
+def load_results(paths: list[str], links: dict | None = None) -> pd.DataFrame:
     """Read every result.json into the tidy summary, sorted by experiment, cell, repeat.
 
     Every result is validated (feedbench.result.read_result, as the workflow's
@@ -151,7 +152,7 @@ def load_results(paths: list[str]) -> pd.DataFrame:
     # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
     frame = pd.DataFrame(rows, columns=None if rows else [*LABELS, *STATUS, *KNOBS])
     frame = frame.sort_values(ORDER, kind="stable", na_position="last").reset_index(drop=True)
-    return with_predictions(frame)
+    return with_predictions(frame, links)
 
 
 def _plain(value):
@@ -181,29 +182,22 @@ def _median(values) -> float | None:
     return float(values.median()) if len(values) else None
 
 
-def _copy_rate(transfer: pd.DataFrame, device, size: int | None, pinned: bool) -> float | None:
-    """The transfer probe's median GB/s on `device` at the probed size nearest `size` (by ratio)."""
-    kind = "pinned" if pinned else "pageable"
-    prefix = f"transfer_gb_per_s_{kind}_"
-    rows = transfer[transfer["device"].map(_plain) == device] if "device" in transfer else transfer
-    sizes = [int(c[len(prefix) :]) for c in rows if c.startswith(prefix) and rows[c].notna().any()]
-    if not size or not sizes:
-        return None
-    nearest = min(sizes, key=lambda s: abs(math.log(s / size)))
-    return _median(rows[f"{prefix}{nearest}"])
+def _copy_rate(probe: pd.DataFrame, size: int | None, pinned: bool) -> float | None:
+    """The transfer probe's median GB/s at its probed size that stands for `size` (feedbench.ceilings.nearest_size)."""
+    prefix = f"transfer_gb_per_s_{'pinned' if pinned else 'pageable'}_"
+    sizes = [int(c[len(prefix) :]) for c in probe if c.startswith(prefix) and probe[c].notna().any()]
+    nearest = nearest_size(sizes, size)
+    return _median(probe[f"{prefix}{nearest}"]) if nearest else None
 
 
-def _user_copy(transfer: pd.DataFrame, knobs: dict, pinned: bool) -> tuple[int | None, float | None]:
-    """(bytes, GB/s) of the user's real batch as the transfer probe of the cell's own pipeline copied it
-    (feedbench.predict.user_probe_knobs, matched on USER_BATCH_KNOBS and device): median bytes and ms over its
-    repeats, pinned or pageable as the cell."""
+def _user_copy(probe: pd.DataFrame, pinned: bool) -> tuple[int | None, float | None]:
+    """(bytes, GB/s) of the user's real batch as the transfer probe of the cell's own pipeline copied it: median
+    bytes and ms over its repeats, pinned or pageable as the cell."""
     kind = "pinned" if pinned else "pageable"
     columns = [f"transfer_user_batch_bytes_{kind}", f"transfer_user_batch_ms_{kind}"]
-    if transfer.empty or any(c not in transfer for c in columns):
+    if probe.empty or any(c not in probe for c in columns):
         return None, None
-    wanted = {k: _or_default(knobs.get(k), k) for k in ("device", *USER_BATCH_KNOBS)}
-    same = transfer.apply(lambda row: all(_or_default(row.get(k), k) == v for k, v in wanted.items()), axis=1)
-    size, ms = (_median(transfer.loc[same, column]) for column in columns)
+    size, ms = (_median(probe[column]) for column in columns)
     if not size or not ms:
         return None, None
     return int(size), size / (ms / 1000) / 1e9
@@ -217,39 +211,70 @@ def _or_default(value, name: str):
     return _plain(json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value)
 
 
-def with_predictions(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add PREDICTION_COLUMNS: each single-process training cell predicted from the ceilings found in the same
-    summary (a loader and a compute cell with the knobs feedbench.predict.ceiling_knobs derives, and the transfer
-    probe on the same device), and the measured samples/s against it: 100 x (measured / predicted - 1)."""
+def _planned(ok: pd.DataFrame, links: dict):
+    """row -> (loader samples/s, compute samples/s, the transfer probe's rows) of the cells the planner's map
+    (feedbench.ceilings.ceiling_map) names for the row's cell."""
+    names = ok["experiment"].astype(str) + "/" + ok["cell"].astype(str) if len(ok) else pd.Series(dtype=str)
+    by_cell = dict(tuple(ok.groupby(names))) if len(ok) else {}
+
+    def find(row, knobs: dict):
+        bounds = links.get(f"{row.get('experiment')}/{row.get('cell')}") or {}
+        rows = {s: by_cell.get(bounds.get(s)) for s in (*CEILINGS, "transfer")}
+        loader, compute = (_median(rows[s]["samples_per_s"]) if rows[s] is not None else None for s in CEILINGS)
+        return loader, compute, rows["transfer"]
+
+    return find
+
+
+def _matched(ok: pd.DataFrame):
+    """row -> (loader samples/s, compute samples/s, the transfer probes' rows), found by matching: a summary rebuilt
+    from results without the planner's map (or a search's planned rows). A loader and a compute row with the knobs
+    feedbench.ceilings.ceiling_knobs derives, every transfer probe on the cell's device (for the user's own batch, the
+    probes with its USER_BATCH_KNOBS, as feedbench.ceilings.user_probe_knobs plans them)."""
+    rates = {}
+    for scenario in CEILINGS:
+        groups: dict[tuple, list] = {}
+        for _, row in ok[ok["scenario"] == scenario].iterrows():
+            groups.setdefault(_key(row, scenario), []).append(row["samples_per_s"])
+        rates[scenario] = {key: _median(values) for key, values in groups.items()}
+    transfer = ok[ok["scenario"] == "transfer"]
+
+    def find(row, knobs: dict):
+        device = knobs.get("device")
+        probes = transfer[transfer["device"].map(_plain) == device] if "device" in transfer else transfer
+        if user_batch(knobs) and not probes.empty:
+            wanted = {k: _or_default(knobs.get(k), k) for k in USER_BATCH_KNOBS}
+            probes = probes[probes.apply(lambda r: all(_or_default(r.get(k), k) == v for k, v in wanted.items()), 1)]
+        return rates["loader"].get(_key(row, "loader")), rates["compute"].get(_key(row, "compute")), probes
+
+    return find
+
+
+def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataFrame:
+    """Add PREDICTION_COLUMNS: each single-process training cell predicted from its ceilings (feedbench.predict), and
+    the measured samples/s against it: 100 x (measured / predicted - 1). The ceilings are the cells the planner's map
+    names (links: feedbench.ceilings.ceiling_map, results/ceilings.json); without a map, the rows that match."""
     frame = frame.copy()
     for column in PREDICTION_COLUMNS:
         frame[column] = None
     if frame.empty or "scenario" not in frame:
         return frame
     ok = frame[frame["status"] == "ok"]
-    rates = {}
-    for scenario in CEILINGS:
-        rows = ok[ok["scenario"] == scenario]
-        groups: dict[tuple, list] = {}
-        for _, row in rows.iterrows():
-            groups.setdefault(_key(row, scenario), []).append(row["samples_per_s"])
-        rates[scenario] = {key: _median(values) for key, values in groups.items()}
-    transfer = ok[ok["scenario"] == "transfer"]
+    find = _matched(ok) if links is None else _planned(ok, links)
     for index, row in frame.iterrows():
         if row["scenario"] != "train" or _plain(row.get("parallel")) not in (None, "none"):
             continue
-        loader = rates["loader"].get(_key(row, "loader"))
-        compute = rates["compute"].get(_key(row, "compute"))
         knobs = {k: _plain(row.get(k)) for k in KNOBS if _plain(row.get(k)) is not None}
-        device = knobs.get("device")
+        loader, compute, probe = find(row, knobs)
         pinned, size, copy, source = bool(knobs.get("pin_memory")), None, None, None
-        if device not in (None, "cpu") and user_batch(knobs):  # a user batch: its real copy, timed by its own probe
-            size, copy = _user_copy(transfer, {**knobs, "device": device}, pinned)
-            source = "user batch" if copy else None
-        elif device not in (None, "cpu"):
-            size = batch_bytes(knobs)
-            copy = _copy_rate(transfer, device, size, pinned) if size else None
-            source = "sweep" if copy else None
+        if knobs.get("device") not in (None, "cpu") and probe is not None:
+            if user_batch(knobs):  # a user batch: its real copy, timed by its own probe
+                size, copy = _user_copy(probe, pinned)
+                source = "user batch" if copy else None
+            else:
+                size = batch_bytes(knobs)
+                copy = _copy_rate(probe, size, pinned)
+                source = "sweep" if copy else None
         workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
         predicted, bound, _terms = predict(
             loader, compute, workers, batch, size, copy, knobs.get("device_prefetch") == "stream"

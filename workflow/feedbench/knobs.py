@@ -120,7 +120,7 @@ class BuiltinDataset:
     """A built-in dataset (feedbench.data.DATASETS builds it): what the workflow knows of it without torch."""
 
     name: str
-    # What one sample is, for the bytes of a batch (feedbench.predict.batch_bytes): "image" (3 x image_size^2 floats),
+    # What one sample is, for the bytes of a batch (feedbench.ceilings.batch_bytes): "image" (3 x image_size^2 floats),
     # "model" (what the model takes: input_size floats for the mlp, else an image) or "tokens" (of varying length).
     sample: str
     # How to make or get the folder it reads, when it needs a data_dir: the hint of the error without one.
@@ -578,7 +578,7 @@ def user_code_of(knobs: Mapping[str, Any]) -> dict[str, str]:
 
 def user_batch(knobs: Mapping[str, Any]) -> bool:
     """Whether a cell's batch is the user's: a knob that makes the batch (one the transfer probe keeps: dataset,
-    collate, to_device) names user code. Its copy is timed on a real batch, since predict.batch_bytes cannot size it."""
+    collate, to_device) names user code. Its copy is timed on a real batch: ceilings.batch_bytes cannot size it."""
     return any("transfer" in KNOBS[name].ceilings for name in user_code_of(knobs))
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from .columns import SUMMARY_COLUMNS
 from .config import ConfigError, config_dir, count_values, key_path, sized, validate_config
-from .knobs import KNOBS, KnobError, shown, user_batch, user_code_of
+from .knobs import KNOBS, KnobError, shown, user_code_of
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
@@ -381,124 +381,12 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
         if check:
             expanded = [check_cell(cell, images_dir) for cell in expanded]
         cells.extend(expanded)
+    from .ceilings import ceiling_cells  # which imports this module
+
     derived = ceiling_cells(config, cells)
     if check:
         derived = [check_cell(cell, images_dir) for cell in derived]
     return cells + derived
-
-
-# The experiments `ceilings: true` adds, by the scenario of their cells.
-CEILING_EXPERIMENTS = {"loader": "ceilings-loader", "compute": "ceilings-compute", "transfer": "ceilings-transfer"}
-
-
-def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
-    """The ceiling cells (feedbench.predict.ceiling_knobs) of every single-process training cell of an experiment with
-    `ceilings: true` or a `search` (which needs them), each once, less those an experiment already has; one transfer
-    probe per device covers all batch sizes, none where an experiment's own probe on the device has every batch size
-    (within SAME_SIZE). A cell's id names the knobs in which it differs from the config's defaults, so it never changes
-    when other cells come or go."""
-    from .predict import batch_bytes, ceiling_knobs, user_probe_knobs
-
-    experiments = config.get("experiments") or {}
-    wanted = [name for name, spec in experiments.items() if spec.get("ceilings") or spec.get("search")]
-    if not wanted:
-        return []
-    for name in CEILING_EXPERIMENTS.values():
-        if name in experiments:
-            raise ConfigError(
-                f"experiments: name {name!r} is the ceilings' own (ceilings: true in {wanted[0]});"
-                " allowed: another name"
-            )
-    defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
-    base = {**{k: knob.default for k, knob in KNOBS.items()}, **defaults}
-    measured = {_same_key(effective(c.knobs)) for c in cells}
-    derived: dict[str, PlannedCell] = {}
-    sizes: dict[str, set[int]] = {}  # device -> batch bytes
-    for cell in cells:
-        knobs = {**base, **cell.knobs}
-        if cell.experiment not in wanted or knobs["scenario"] != "train" or knobs["parallel"] != "none":
-            continue
-        for scenario in ("loader", "compute"):
-            ceiling = ceiling_knobs(cell.knobs, scenario)
-            key = _same_key(effective(ceiling))
-            if key in measured:
-                continue
-            measured.add(key)
-            derived[key] = _ceiling_cell(scenario, ceiling, base, cell)
-        if knobs["device"] == "cpu":
-            continue  # a CPU copies nothing: no transfer ceiling
-        if user_batch(knobs):
-            probe = user_probe_knobs(knobs)
-            probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
-            key = _same_key(effective(probe))
-            if key not in measured:
-                measured.add(key)
-                derived[key] = _ceiling_cell("transfer", probe, base, cell)
-            continue
-        size = batch_bytes(knobs)
-        if size:
-            sizes.setdefault(knobs["device"], set()).add(size)
-    for device, device_sizes in sizes.items():
-        if any(_probes_sizes(c, device, device_sizes, base) for c in cells):
-            continue  # an experiment's own transfer probe already measures these sizes on this device
-        probe = {"scenario": "transfer", "device": device, "transfer_sizes": sorted(device_sizes)}
-        probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
-        derived[device] = _ceiling_cell("transfer", probe, base, None)
-    return list(derived.values())
-
-
-# The knobs a derived transfer probe takes from the config's defaults: how long and how it measures.
-PROBE_LABELS = ("steps", "warmup_steps", "torch_threads", "seed")
-
-
-def _less_labels(knobs: dict) -> dict:
-    return {k: v for k, v in knobs.items() if k not in PROBE_LABELS}
-
-
-# A probed copy size within this ratio of a batch's bytes measures the batch's copy: the transfer ceiling then
-# shares that probe instead of adding its own (the summary reads the probed size nearest the batch's bytes).
-SAME_SIZE = 1.1
-
-
-def _probes_sizes(cell: PlannedCell, device: str, wanted: set[int], base: dict) -> bool:
-    """Whether `cell` is a transfer probe on `device` with a probed size within SAME_SIZE of every wanted size."""
-    knobs = {**base, **cell.knobs}
-    if knobs["scenario"] != "transfer" or knobs["device"] != device:
-        return False
-    probed = [int(size) for size in knobs["transfer_sizes"]]
-    return all(any(max(s, w) / min(s, w) <= SAME_SIZE for s in probed) for w in wanted)
-
-
-def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
-    keys = sorted(k for k in knobs if k not in ("scenario", "transfer_sizes") and not _same(knobs[k], base.get(k)))
-    where = key_path("experiments", source.experiment, "ceilings") if source else "ceilings"
-    sources = {k: (source.sources.get(k, where) if source else where) for k in knobs}
-    name = CEILING_EXPERIMENTS[scenario]
-    return PlannedCell(name, cell_id(knobs, keys), knobs, sources, baseline=False)
-
-
-def ceiling_sources(cell: PlannedCell, cells: list[PlannedCell]) -> dict[str, PlannedCell | None]:
-    """The cells that measure the ceilings of a training cell (as ceiling_cells derived or found them):
-    loader, compute, and the transfer probe on its device (the one timing a real batch of its own pipeline for user
-    code; None on a CPU, or where no cell measures it)."""
-    from .predict import ceiling_knobs, user_probe_knobs
-
-    index = {_same_key(effective(c.knobs)): c for c in cells}
-    found = {s: index.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in ("loader", "compute")}
-    device = cell.knobs.get("device", KNOBS["device"].default)
-    if user_batch(cell.knobs):  # the probe that times a real batch of the cell's own pipeline
-        own = _same_key(effective(user_probe_knobs({"device": device, **cell.knobs})))
-        probes = [c for c in cells if _same_key(effective(_less_labels(c.knobs))) == own]
-        found["transfer"] = probes[0] if probes and device != "cpu" else None
-        return found
-    probes = [
-        c
-        for c in cells
-        if c.knobs.get("scenario") == "transfer" and c.knobs.get("device", KNOBS["device"].default) == device
-    ]
-    probes.sort(key=lambda c: c.experiment != CEILING_EXPERIMENTS["transfer"])  # the derived probe, else a shared one
-    found["transfer"] = probes[0] if probes and device != "cpu" else None
-    return found
 
 
 def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[dict]:
@@ -521,21 +409,25 @@ def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[
 def search_ceilings(cells: list[PlannedCell], experiment: str, axis: str) -> list[tuple[str, str]]:
     """(experiment, id) of every ceiling cell that bounds a cell of the searched experiment: what its checkpoint
     reads."""
-    sources = set()
+    from .ceilings import Bounds  # which imports this module
+
+    bounds, sources = Bounds(cells), set()
     for group in search_groups(cells, experiment, axis):
         for cell in group["cells"].values():
-            sources |= {(c.experiment, c.id) for c in ceiling_sources(cell, cells).values() if c is not None}
+            sources |= {(c.experiment, c.id) for c in bounds.of(cell).values() if c is not None}
     return sorted(sources)
 
 
 def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_of) -> list[dict]:
     """The checkpoint's groups: per combination of the other knobs, each level's cell id, knobs and the result files
     of its ceilings (results_of(experiment, cell id) -> paths)."""
-    groups = []
+    from .ceilings import Bounds  # which imports this module
+
+    bounds, groups = Bounds(cells), []
     for group in search_groups(cells, experiment, axis):
         levels = []
         for level, cell in group["cells"].items():
-            sources = ceiling_sources(cell, cells)
+            sources = bounds.of(cell)
             ceilings = {s: results_of(c.experiment, c.id) if c else [] for s, c in sources.items()}
             levels.append({"level": level, "cell": cell.id, "knobs": cell.knobs, "ceilings": ceilings})
         groups.append({"knobs": group["knobs"], "levels": levels})

@@ -8,13 +8,17 @@ onerror: feedbench.slurm.record_lost_cells, then publish).
 from __future__ import annotations
 
 from .aggregate import load_results, read_summary, write_summary
+from .ceilings import write_map
 from .plots import plot_experiment
 from .report import write_report
 
 
-def summarize(results: list[str], summary: str) -> None:
-    """Rule aggregate: every result file -> the summary CSV (feedbench.aggregate)."""
-    write_summary(load_results(results), summary)
+def summarize(results: list[str], summary: str, links: dict | None = None, ceilings: str | None = None) -> None:
+    """Rule aggregate: every result file -> the summary CSV (feedbench.aggregate), its ceiling columns joined on the
+    planner's map (links: feedbench.ceilings.ceiling_map), which is written to `ceilings` beside it."""
+    if ceilings and links is not None:
+        write_map(ceilings, links)
+    write_summary(load_results(results, links), summary)
 
 
 def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
@@ -30,9 +34,9 @@ def report(summary: str, plots: list[str], results: list[str], config: dict, con
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,
-            references: list[str] = ()) -> list[str]:  # fmt: skip
+            references: list[str] = (), links: dict | None = None) -> list[str]:  # fmt: skip
     """The three steps at once (plots: experiment -> its SVG, for those with a plot spec); returns the files written."""
-    summarize(results, summary)
+    summarize(results, summary, links)
     for name, svg in plots.items():
         plot(summary, name, config["experiments"][name], svg)
     report(summary, list(plots.values()), results, config, config_hash, html, references=references)

@@ -21,13 +21,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .ceilings import KNEE_REACHES
 from .config import ConfigError
 from .knobs import KNOBS, shown
 
 # Axes a search may walk; the knobs `search` allows.
 SEARCHABLE = ("num_workers",)
-# A level whose prediction is within this fraction of the best counts as reaching it (as verdict.REACHES).
-REACHES = 0.95
 
 
 def check(name: str, experiment: dict, defaults: dict) -> None:
@@ -58,11 +57,12 @@ def check(name: str, experiment: dict, defaults: dict) -> None:
 
 
 def knee(predictions: dict[Any, float | None]) -> Any | None:
-    """The fewest workers whose predicted samples/s reaches REACHES of the best; None when any prediction is missing."""
+    """The fewest workers whose predicted samples/s reaches KNEE_REACHES of the best; None when a prediction is
+    missing."""
     if not predictions or any(p is None for p in predictions.values()):
         return None
     best = max(predictions.values())
-    return min(level for level, p in predictions.items() if p >= REACHES * best)
+    return min(level for level, p in predictions.items() if p >= KNEE_REACHES * best)
 
 
 def around(levels: list, centre: Any) -> list:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .aggregate import is_true, knob_value
+from .ceilings import LOADER_REACHES
 from .knobs import KNOBS
 
 DATA_STALL_PCT = 10.0
@@ -358,10 +359,6 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     return verdict
 
 
-# A loader ceiling within this fraction of the compute ceiling counts as reaching it.
-REACHES = 0.95
-
-
 def _number(value) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
@@ -436,7 +433,7 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
         return None
     found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
     reaching = cells[cells["predicted"].notna() & cells["ceiling_loader"].notna() & cells["ceiling_compute"].notna()]
-    reaching = reaching[reaching["ceiling_loader"] >= REACHES * reaching["ceiling_compute"]]
+    reaching = reaching[reaching["ceiling_loader"] >= LOADER_REACHES * reaching["ceiling_compute"]]
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
     if found["headspace_baseline"] is not None:

@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from feedbench import resources as cell_resources
 from feedbench import search as feedbench_search
 from feedbench import slurm as feedbench_slurm
+from feedbench.ceilings import ceiling_map
 from feedbench.config import ConfigError, config_hash, one_line
 from feedbench.job import CELL_DIR, CELL_LOG, attempt, result_path
 from feedbench.matrix import (
@@ -90,6 +91,7 @@ def chosen_cells():
 RESULTS = result_files if SEARCHED else PLANNED_RESULTS
 # The published files (rules aggregate, plot, report); after lost Slurm jobs, report_lost_cells makes them too.
 SUMMARY = "results/summary.csv"
+CEILING_MAP = "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.ceilings)
 REPORT = "results/report/index.html"
 PLOT_FILES = {name: f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")}
 PLOTS = list(PLOT_FILES.values())
@@ -113,18 +115,6 @@ def search_groups_json(wildcards):
     """The checkpoint's params (feedbench.matrix.search_levels), as JSON."""
     experiment = wildcards.experiment
     return json.dumps(search_levels(list(CELLS.values()), experiment, SEARCHED[experiment], repeats_of), sort_keys=True)
-
-
-def search_message(wildcards):
-    return search_dry_run_line(list(CELLS.values()), wildcards.experiment, SEARCHED[wildcards.experiment])
-
-
-def search_axis(wildcards):
-    return SEARCHED[wildcards.experiment]
-
-
-def search_baseline(wildcards):
-    return baseline(list(CELLS.values()), wildcards.experiment).id
 
 
 def cell_of(wildcards):
@@ -197,7 +187,8 @@ def report_lost_cells(log):
 
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).
-    for path in publish(paths, PLOT_FILES, dict(config), config_hash(config), SUMMARY, REPORT, REFERENCES):
+    links = ceiling_map(list(CELLS.values()))
+    for path in publish(paths, PLOT_FILES, dict(config), config_hash(config), SUMMARY, REPORT, REFERENCES, links):
         os.utime(path, (0, 0))
     print(
         f"feedbench: {len(lost)} cell(s) lost on Slurm, listed in {REPORT}; the next run runs them"

@@ -11,10 +11,13 @@ rule aggregate:
             caption="../../report/captions/summary.rst",
             category="Summary",
         ),
+        ceilings=CEILING_MAP,
     log:
         "logs/aggregate.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        ceilings=lambda wildcards: ceiling_map(list(CELLS.values())),
     script:
         "../scripts/aggregate.py"
 

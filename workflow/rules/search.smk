@@ -14,9 +14,9 @@ checkpoint search:
         "../../envs/report.yaml"
     params:
         groups=search_groups_json,
-        baseline=search_baseline,
-        line=search_message,
-        axis=search_axis,
+        baseline=lambda w: baseline(list(CELLS.values()), w.experiment).id,
+        line=lambda w: search_dry_run_line(list(CELLS.values()), w.experiment, SEARCHED[w.experiment]),
+        axis=lambda w: SEARCHED[w.experiment],
     # Printed by --dry-run before the ceilings exist: what the checkpoint will decide.
     message:
         "{params.line}"

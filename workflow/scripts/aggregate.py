@@ -1,4 +1,5 @@
-"""Snakemake `script:` of rule aggregate: every result.json -> results/summary.csv (feedbench.publish.summarize)."""
+"""Snakemake `script:` of rule aggregate: every result.json -> results/summary.csv, joined on the planner's map of
+ceilings, written as results/ceilings.json (feedbench.publish.summarize)."""
 
 import sys
 
@@ -7,4 +8,6 @@ from feedbench import publish
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
-publish.summarize(list(snakemake.input.results), snakemake.output.summary)
+publish.summarize(
+    list(snakemake.input.results), snakemake.output.summary, snakemake.params.ceilings, snakemake.output.ceilings
+)
