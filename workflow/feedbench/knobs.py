@@ -58,7 +58,7 @@ class Knob:
     names: Callable[[str], None] | None = None
     # Its part of a cell's short label (feedbench.labels): `w` for num_workers; None: its initials.
     short: str | None = None
-    # Means nothing without loader workers: a cell with num_workers 0 resets it to its default (feedbench.cell.resolve).
+    # Means nothing without loader workers: a cell with num_workers 0 resets it to its default (feedbench.fit.resolve).
     needs_workers: bool = False
     # The ceilings whose cells keep this knob of the training cell they bound (feedbench.predict): loader (the loader
     # alone), compute (data resident on the device), transfer (the probe timing a real batch of the user's pipeline).

@@ -15,9 +15,10 @@ import traceback
 
 import torch
 
-from .cell import cell_dict, parse_cell, resolve
+from .cell import cell_dict, parse_cell
 from .data import short_batch_note
 from .distributed import World, finish, gather, init, rank_device
+from .fit import resolve
 from .harness import Measurement, cuda_init, first_batches, measure, original_estimators
 from .knobs import KnobError, user_batch
 from .metrics import summarize
