@@ -16,8 +16,9 @@ import statistics
 import time
 
 import torch
-from feedbench.cell import parse_cell, resolve
+from feedbench.cell import parse_cell
 from feedbench.data import build_dataset, build_loader
+from feedbench.fit import resolve
 from feedbench.harness import Measurement, _epochs, measure
 from feedbench.models import build_model, loss_function
 from feedbench.monitor import Monitor

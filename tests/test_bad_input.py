@@ -8,7 +8,8 @@ import jsonschema
 import pytest
 import torch
 from conftest import cli
-from feedbench.cell import parse_cell, resolve
+from feedbench.cell import parse_cell
+from feedbench.fit import resolve
 from feedbench.knobs import KnobError
 from feedbench.result import schema
 

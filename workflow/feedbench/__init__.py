@@ -1,7 +1,6 @@
 """feedbench: is the GPU starved by its input pipeline, and which knobs fix it?"""
 
-__version__ = "0.1.0"
-
-from .api import measure  # noqa: E402  (torch-free until called: the Snakefile imports this package)
+from .api import measure  # torch-free until called: the Snakefile imports this package
+from .version import __version__ as __version__  # a leaf: provenance reads it there
 
 __all__ = ["measure"]

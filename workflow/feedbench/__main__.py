@@ -186,8 +186,9 @@ def run_or_launch(
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 
-    from .cell import parse_cell, resolve
+    from .cell import parse_cell
     from .distributed import world_from_env
+    from .fit import resolve
     from .knobs import KnobError
     from .launch import launch
     from .resources import ranks

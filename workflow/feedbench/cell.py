@@ -1,8 +1,9 @@
-"""A cell: one point of the experiment matrix, validated and resolved.
+"""A cell: one point of the experiment matrix, validated.
 
-Validation turns bad input into one line (KnobError). Resolution adapts the
-knobs to the machine where PyTorch would refuse a combination, and records
-each adaptation so the result says what really ran.
+Validation turns bad input into one line (KnobError). It is the planning
+layer's: the Snakefile checks every cell with it, so this module imports no
+torch and no harness module. Fitting a cell to the machine that runs it is the
+harness's (feedbench.fit).
 """
 
 from __future__ import annotations
@@ -97,58 +98,6 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
     if parallel != "none" and scenario in ("loader", "transfer"):
         raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
     return Cell(**values)
-
-
-def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
-    """Fit the cell to this machine; return it with the list of adjustments made."""
-    notes: list[str] = []
-    changes: dict[str, Any] = {}
-    if cell.device == "cuda" and not cuda_available:
-        raise KnobError(
-            "knob 'device': value 'cuda' is not available (torch.cuda.is_available() is False); allowed: auto, cpu"
-        )
-    device = "cuda" if cell.device == "cuda" or (cell.device == "auto" and cuda_available) else "cpu"
-    changes["device"] = device
-    if cell.num_workers == 0:
-        for name, knob in KNOBS.items():
-            if knob.needs_workers and getattr(cell, name) != knob.default:
-                changes[name] = knob.default
-                notes.append(f"{name}={getattr(cell, name)} ignored: it needs num_workers > 0")
-    if device == "cpu":
-        if cell.pin_memory:
-            changes["pin_memory"] = False
-            notes.append("pin_memory=true ignored: no accelerator to pin for")
-        if cell.device_prefetch == "stream":
-            notes.append("device_prefetch=stream is a pass-through on CPU: there is no copy to overlap")
-        if cell.timing == "events":
-            notes.append("timing=events uses the host clock on CPU, where every phase is synchronous")
-    if cell.parallel == "dp" and device == "cpu" and cell.gpus_per_node > 1:
-        notes.append(
-            f"parallel=dp on CPU runs one replica on batch_size x {cell.gpus_per_node}: DataParallel needs GPUs"
-        )
-    if device == "cuda" and cell.parallel == "dp":  # one process; ddp and independent ranks: the launcher checks
-        from .distributed import node_gpus, visible_gpus  # here: torch, which every Snakefile parse would pay for
-
-        node_gpus(1, cell.gpus_per_node, visible_gpus())
-    if cell.channels_last and cell.model in ("mlp", "lstm", "sleep", "none"):
-        changes["channels_last"] = False
-        notes.append(f"channels_last=true ignored: model '{cell.model}' takes no images")
-    if cell.page_cache != "asis" and (cell.dataset != "images" or cell.scenario in ("compute", "transfer")):
-        changes["page_cache"] = "asis"
-        why = (
-            f"scenario '{cell.scenario}' reads no files in its window"
-            if cell.dataset == "images"
-            else f"dataset '{cell.dataset}' is read into memory when built"
-            if cell.dataset.startswith("cifar")
-            else f"dataset '{cell.dataset}': page_cache is implemented for images only"
-            if cell.dataset in ("webdataset", "parquet")
-            else f"dataset '{cell.dataset}' reads no files"
-        )
-        notes.append(f"page_cache={cell.page_cache} ignored: {why}")
-    if cell.amp != "off" and cell.model in ("sleep", "none"):
-        changes["amp"] = "off"
-        notes.append(f"amp={cell.amp} ignored: model '{cell.model}' does no arithmetic")
-    return dataclasses.replace(cell, **changes), notes
 
 
 def cell_dict(cell: Cell) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -217,72 +217,134 @@ def measure(
     user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plugins)
     ctx = context(cell, device, world)
     move = user.get("to_device", to_device)  # every copy of a batch goes through it: loop, prefetcher, probes
+    loader = _loader(cell, device, m, user, ctx, world, move)
+    steps = cell.epochs * len(loader) if cell.epochs else cell.steps
+    step = TrainStep(cell, device, m, user, ctx) if cell.scenario != "loader" else None
+    feed = _feed(cell, device, m, loader, move)
+    _window(cell, device, m, feed, step, steps, monitor, move)
+    _close_window(device, m, monitor, feed)
+    if cell.parallel == "ddp" and cell.comm_probe_steps:
+        m.comm = _comm_probe(cell, device, step, feed, move)
+    if cell.profile and step is not None:  # on every rank: a ddp step's collectives need them all
+        _profile(cell, device, feed, step, out_dir, move)
+
+
+def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context, world: World, move: Callable):
+    """The cell's dataset (its page cache as asked) and loader; the notebook's first-batch profile, if asked."""
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"))
     if cell.profile_first_batch and cell.scenario == "loader":
         m.first_batch_profile = profile_first_batch(loader, device, move)
-    steps = cell.epochs * len(loader) if cell.epochs else cell.steps
-    model = None
-    if cell.scenario != "loader":
+    return loader
+
+
+class TrainStep:
+    """One step of the cell's model: forward and loss, backward, optimizer step, each phase closed by a clock mark.
+
+    Built once per cell, before the loader starts: the model (channels_last, wrapped for ddp or dp), SGD and the
+    GradScaler; the optimizer is also the user's step's ctx.optimizer.
+    """
+
+    def __init__(self, cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context):
+        self.cell, self.device, self.m, self.user, self.ctx = cell, device, m, user, ctx
         model = build_model(cell, user, ctx).to(device)
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        loss_fn = None if "model" in user else loss_function(cell.model)
-        loss_inside = cell.parallel == "dp" and loss_fn is not None  # each DataParallel replica reduces its own output
-        model = wrap_parallel(WithLoss(model, loss_fn) if loss_inside else model, cell, device)
-        optimizer = torch.optim.SGD(
-            model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay
+        self.loss_fn = None if "model" in user else loss_function(cell.model)
+        # each DataParallel replica reduces its own output
+        self.loss_inside = cell.parallel == "dp" and self.loss_fn is not None
+        self.model = wrap_parallel(WithLoss(model, self.loss_fn) if self.loss_inside else model, cell, device)
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay
         )
-        scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
-        ctx.optimizer = optimizer
-        autocast_dtype = AMP_DTYPES.get(cell.amp)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
+        ctx.optimizer = self.optimizer
+        self.autocast_dtype = AMP_DTYPES.get(cell.amp)
 
-    def train_step(batch, clock: PhaseClock) -> None:
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            if "step" in user:
-                loss = user["step"](model, batch, ctx)
-                if loss is not None and not isinstance(loss, torch.Tensor):
-                    raise KnobError(
-                        f"knob 'step': '{cell.step}' returned {type(loss).__module__}.{type(loss).__qualname__}; "
-                        "allowed: the loss tensor, or None after its own backward and optimizer step"
-                    )
-            elif loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
-                loss, rule = default_loss(model(model_input(batch)), batch)
-                note = f"loss: {rule} (no step given)"
-                if note not in m.notes:
-                    m.notes.append(note)
-            else:
-                inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
-                loss = model(inputs, *batch[1:]).mean() if loss_inside else loss_fn(model(inputs), batch)
+    def __call__(self, batch, clock: PhaseClock) -> None:
+        dtype = self.autocast_dtype
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+            loss = self.loss(batch)
         clock.mark()
         if loss is None:  # the user's step did backward and the optimizer step itself
-            note = "step returned None (it ran backward and the optimizer itself): the forward phase holds all three"
-            if note not in m.notes:
-                m.notes.append(note)
+            self._note_once(
+                "step returned None (it ran backward and the optimizer itself): the forward phase holds all three"
+            )
             clock.mark()
             clock.mark()
             return
-        scaler.scale(loss).backward()
+        self.scaler.scale(loss).backward()
         clock.mark()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
         clock.mark()
 
+    def loss(self, batch) -> torch.Tensor | None:
+        """The forward phase: the user's step, the default loss of a user model without one, or the built-in loss."""
+        cell, model = self.cell, self.model
+        if "step" in self.user:
+            loss = self.user["step"](model, batch, self.ctx)
+            if loss is not None and not isinstance(loss, torch.Tensor):
+                raise KnobError(
+                    f"knob 'step': '{cell.step}' returned {type(loss).__module__}.{type(loss).__qualname__}; "
+                    "allowed: the loss tensor, or None after its own backward and optimizer step"
+                )
+            return loss
+        if self.loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
+            loss, rule = default_loss(model(model_input(batch)), batch)
+            self._note_once(f"loss: {rule} (no step given)")
+            return loss
+        inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
+        return model(inputs, *batch[1:]).mean() if self.loss_inside else self.loss_fn(model(inputs), batch)
+
+    def _note_once(self, note: str) -> None:
+        if note not in self.m.notes:
+            self.m.notes.append(note)
+
+
+@dataclass
+class Feed:
+    """Where the loop's batches come from: the loader (through the stream prefetcher, when on), or, for a compute
+    cell, resident batches copied to the device once and replayed."""
+
+    batches: Iterator
+    prefetch: bool  # items are (host batch, device batch, copy events)
+    start: float  # when the loader was asked for its first batch: time_to_first_batch_s counts from here
+    residents: list | None = None
+    resident_tokens: list[int] | None = None
+    resident: object = None  # the first resident batch; None: batches come from the loader
+
+
+def _feed(cell: Cell, device: torch.device, m: Measurement, loader, move: Callable) -> Feed:
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
     start = time.perf_counter()
     batches = iter(_epochs(loader))
     if prefetch:
         batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True, move=move)
-    resident = None
+    feed = Feed(batches, prefetch, start)
     if cell.scenario == "compute":  # resident_batches real batches, copied to the device once and replayed
         firsts = [next(batches) for _ in range(cell.resident_batches)]
-        resident_tokens = [int(b[2].sum()) for b in firsts] if cell.dataset == "tokens" else None
-        residents = [move(b, device, False) for b in firsts]
-        resident = residents[0]
+        feed.resident_tokens = [int(b[2].sum()) for b in firsts] if cell.dataset == "tokens" else None
+        feed.residents = [move(b, device, False) for b in firsts]
+        feed.resident = feed.residents[0]
         m.time_to_first_batch_s = time.perf_counter() - start
+    return feed
 
+
+def _window(
+    cell: Cell,
+    device: torch.device,
+    m: Measurement,
+    feed: Feed,
+    step: TrainStep | None,
+    steps: int,
+    monitor,
+    move: Callable,
+) -> None:
+    """Warm-up steps on a clock of their own, then `steps` measured ones; the window opens synchronised, and the
+    monitor starts with it."""
     phases = PHASES_OF[cell.scenario]
     warm = PhaseClock("naive", device, phases)
     m.clock = PhaseClock(cell.timing, device, phases)
@@ -295,46 +357,52 @@ def measure(
         clock = m.clock if measuring else warm
         check_stop()
         t_start = time.perf_counter()
-        item = residents[i % len(residents)] if resident is not None else next(batches)
+        item = feed.residents[i % len(feed.residents)] if feed.resident is not None else next(feed.batches)
         t_ready = time.perf_counter()
         if m.time_to_first_batch_s is None:
-            m.time_to_first_batch_s = t_ready - start
-        host, batch, events = item if prefetch else (item, None, None)
-        if i == 0 and cell.pin_memory and device.type == "cuda" and resident is None:
+            m.time_to_first_batch_s = t_ready - feed.start
+        host, batch, events = item if feed.prefetch else (item, None, None)
+        if i == 0 and cell.pin_memory and device.type == "cuda" and feed.resident is None:
             note = unpinned_note(host)
             if note:
                 m.notes.append(note)
         if measuring:
-            m.step_starts.append(t_start)
-            m.waits_ms.append((t_ready - t_start) * 1000)
-            m.samples.append(batch_len(host))
-            if cell.dataset == "tokens":
-                m.tokens.append(resident_tokens[i % len(residents)] if resident is not None else int(host[2].sum()))
-            if cell.scenario == "train":
-                m.h2d_bytes += batch_bytes(host)
-            if events is not None:
-                m.copy_events.append(events)
+            _record_step(cell, m, feed, i, t_start, t_ready, host, events)
         if cell.scenario != "loader":
             clock.start_step()
             if cell.scenario == "train":
-                if not prefetch:
+                if not feed.prefetch:
                     batch = move(host, device, cell.non_blocking)
                 clock.mark()
-            train_step(batch if batch is not None else host, clock)
+            step(batch if batch is not None else host, clock)
         if measuring:
             m.completed += 1
             m.last_done = time.perf_counter()
+
+
+def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, t_start: float, t_ready: float, host, events) -> None:
+    """A measured step's host figures: its start, its wait for data, its samples, tokens and bytes copied."""
+    m.step_starts.append(t_start)
+    m.waits_ms.append((t_ready - t_start) * 1000)
+    m.samples.append(batch_len(host))
+    if cell.dataset == "tokens":
+        m.tokens.append(
+            feed.resident_tokens[i % len(feed.residents)] if feed.resident is not None else int(host[2].sum())
+        )
+    if cell.scenario == "train":
+        m.h2d_bytes += batch_bytes(host)
+    if events is not None:
+        m.copy_events.append(events)
+
+
+def _close_window(device: torch.device, m: Measurement, monitor, feed: Feed) -> None:
+    """The window ends synchronised; the monitor stops with it."""
     synchronize(device)
     m.window_end = time.perf_counter()
     if monitor is not None and monitor.is_alive():
         monitor.stop()
-    if prefetch and batches.note:
-        m.notes.append(batches.note)
-
-    if cell.parallel == "ddp" and cell.comm_probe_steps:
-        m.comm = _comm_probe(cell, device, model, batches, prefetch, resident, train_step, move)
-    if cell.profile and model is not None:  # on every rank: a ddp step's collectives need them all
-        _profile(cell, device, batches, prefetch, train_step, out_dir, resident, move)
+    if feed.prefetch and feed.batches.note:
+        m.notes.append(feed.batches.note)
 
 
 def context(cell: Cell, device: torch.device, world: World | None = None) -> Context:
@@ -370,14 +438,15 @@ def first_batches(cell: Cell, device: torch.device, user: dict, world: World | N
     return first
 
 
-def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_step, move) -> dict:
+def _comm_probe(cell: Cell, device, step: TrainStep, feed: Feed, move) -> dict:
     """The exposed cost of gradient all-reduce: the same steps with and without DDP's sync.
 
     One batch kept on the device, so data loading does not blur the comparison.
     """
+    resident = feed.resident
     if resident is None:
-        item = next(batches)
-        resident = item[1] if prefetch else move(item, device, False)
+        item = next(feed.batches)
+        resident = item[1] if feed.prefetch else move(item, device, False)
     null = PhaseClock("naive", device, PHASES_OF["compute"])
 
     def timed(no_sync: bool) -> float:
@@ -387,8 +456,8 @@ def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_st
             synchronize(device)
             start = time.perf_counter()
             null.start_step()
-            with model.no_sync() if no_sync else contextlib.nullcontext():
-                train_step(resident, null)
+            with step.model.no_sync() if no_sync else contextlib.nullcontext():
+                step(resident, null)
             synchronize(device)
             times.append((time.perf_counter() - start) * 1000)
         return statistics.median(times)
@@ -402,7 +471,7 @@ def _comm_probe(cell: Cell, device, model, batches, prefetch, resident, train_st
     }
 
 
-def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, resident, move) -> None:
+def _profile(cell: Cell, device, feed: Feed, step: TrainStep, out_dir, move) -> None:
     """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window.
 
     Every rank runs the steps (under ddp each one all-reduces, so a rank left out would hang the others); only the
@@ -415,13 +484,13 @@ def _profile(cell: Cell, device, batches, prefetch, train_step, out_dir, residen
     with profile(activities=activities) as prof:
         for _ in range(cell.profile_steps):
             null.start_step()
-            if resident is not None:
-                batch = resident
+            if feed.resident is not None:
+                batch = feed.resident
             else:
-                item = next(batches)
-                batch = item[1] if prefetch else move(item, device, cell.non_blocking)
+                item = next(feed.batches)
+                batch = item[1] if feed.prefetch else move(item, device, cell.non_blocking)
                 null.mark()
-            train_step(batch, null)
+            step(batch, null)
         synchronize(device)
     if out_dir is None:
         return

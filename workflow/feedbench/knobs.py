@@ -17,6 +17,8 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .model_names import model_error
+
 # How much of a value an error message shows: a config may hold a list of a million levels.
 _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 3, 6, 6, 60, 60, 40
@@ -56,7 +58,7 @@ class Knob:
     names: Callable[[str], None] | None = None
     # Its part of a cell's short label (feedbench.labels): `w` for num_workers; None: its initials.
     short: str | None = None
-    # Means nothing without loader workers: a cell with num_workers 0 resets it to its default (feedbench.cell.resolve).
+    # Means nothing without loader workers: a cell with num_workers 0 resets it to its default (feedbench.fit.resolve).
     needs_workers: bool = False
     # The ceilings whose cells keep this knob of the training cell they bound (feedbench.predict): loader (the loader
     # alone), compute (data resident on the device), transfer (the probe timing a real batch of the user's pipeline).
@@ -161,10 +163,10 @@ DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
 
 
 def _model_name(name: str) -> None:
-    """A model a cell can train by name: feedbench.model_names knows them without torch (it imports this module)."""
-    from .model_names import check_model_name
-
-    check_model_name(name)
+    """A model a cell can train by name: feedbench.model_names knows them without torch."""
+    error = model_error(name)
+    if error:
+        raise KnobError(error)
 
 
 KNOBS: dict[str, Knob] = {

@@ -134,14 +134,7 @@ def describe_failure(
 def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: float | None = None) -> int:
     """Start the ranks, wait for them, and write the cell's result if rank 0 could not (or the cell failed)."""
     started = now()
-    result_path, ranks_dir = os.path.join(out_dir, "result.json"), os.path.join(out_dir, "ranks")
-    if os.path.exists(result_path):  # a stale result must not pass for this run's
-        os.remove(result_path)
-    shutil.rmtree(ranks_dir, ignore_errors=True)
-    os.makedirs(ranks_dir)
-    cell_path = os.path.join(ranks_dir, "cell.yaml")
-    with open(cell_path, "w") as f:
-        yaml.safe_dump(raw, f)
+    cell_path = _fresh_ranks_dir(raw, out_dir)
     print(
         f"feedbench: launching {resources.ranks(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}",
         file=sys.stderr,
@@ -152,14 +145,39 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
     else:
         commands = torchrun_commands(cell, cell_path, out_dir, int(env["MASTER_PORT"]))
         names = [f"node {node}" for node in range(len(commands))]
-        envs = [env] * len(commands)
-        if cell.device == "cuda":  # every emulated node its own GPUs
-            try:
-                gpus = node_gpus(cell.nodes, cell.gpus_per_node, visible_gpus())
-            except KnobError as error:
-                result = failed_result(raw, cell_dict(cell), notes)
-                return write_refusal(out_dir, result, error, machine_facts(torch.device("cpu")), started)
-            envs = [dict(env, CUDA_VISIBLE_DEVICES=node) for node in gpus]
+        try:
+            envs = _node_envs(cell, env, len(commands))
+        except KnobError as error:
+            result = failed_result(raw, cell_dict(cell), notes)
+            return write_refusal(out_dir, result, error, machine_facts(torch.device("cpu")), started)
+    ranks = Ranks(*_start(names, commands, envs, out_dir))
+    ranks.wait(time_limit)
+    return _conclude(raw, cell, notes, out_dir, started, ranks, names)
+
+
+def _fresh_ranks_dir(raw: dict, out_dir: str) -> str:
+    """An empty ranks/ folder holding the cell the ranks read (its path returned); no result.json left from before."""
+    result_path, ranks_dir = os.path.join(out_dir, "result.json"), os.path.join(out_dir, "ranks")
+    if os.path.exists(result_path):  # a stale result must not pass for this run's
+        os.remove(result_path)
+    shutil.rmtree(ranks_dir, ignore_errors=True)
+    os.makedirs(ranks_dir)
+    cell_path = os.path.join(ranks_dir, "cell.yaml")
+    with open(cell_path, "w") as f:
+        yaml.safe_dump(raw, f)
+    return cell_path
+
+
+def _node_envs(cell: Cell, env: dict, nodes: int) -> list[dict]:
+    """Each torchrun's environment: on GPUs, every emulated node its own GPUs (KnobError when too few are visible)."""
+    if cell.device != "cuda":
+        return [env] * nodes
+    gpus = node_gpus(cell.nodes, cell.gpus_per_node, visible_gpus())
+    return [dict(env, CUDA_VISIBLE_DEVICES=node) for node in gpus]
+
+
+def _start(names: list[str], commands: list[list[str]], envs: list[dict], out_dir: str):
+    """One process per command, in a session of its own, its output in ranks/<name>.log; the processes and logs."""
     procs, logs = [], []
     for name, command, node_env in zip(names, commands, envs, strict=True):
         log = os.path.join(out_dir, "ranks", name.replace(" ", "") + ".log")
@@ -169,53 +187,71 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
                 command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=node_env
             )
         )
+    return procs, logs
 
-    # Every rank ever seen under a torchrun: torchrun starts ranks in sessions of
-    # their own, so a rank whose torchrun died must still be found and stopped.
-    seen: dict[int, psutil.Process] = {}
 
-    def note_ranks():
-        for p in procs:
+class Ranks:
+    """The launched processes (srun, or one torchrun per node), and every rank ever seen under them.
+
+    torchrun starts ranks in sessions of their own, so a rank whose torchrun died must still be found and stopped.
+    """
+
+    def __init__(self, procs: list[subprocess.Popen], logs: list[str]):
+        self.procs, self.logs = procs, logs
+        self.seen: dict[int, psutil.Process] = {}
+        self.terminated: str | None = None  # why the ranks were told to stop, if they were
+        self.first_node: int | None = None  # the first process to exit with an error
+
+    def note_ranks(self) -> None:
+        for p in self.procs:
             try:
                 for child in psutil.Process(p.pid).children(recursive=True):
-                    seen.setdefault(child.pid, child)
+                    self.seen.setdefault(child.pid, child)
             except psutil.NoSuchProcess:
                 pass
 
-    def stop_all():
-        note_ranks()
-        for proc in [*seen.values(), *(psutil.Process(p.pid) for p in procs if p.poll() is None)]:
+    def stop_all(self) -> None:
+        self.note_ranks()
+        for proc in [*self.seen.values(), *(psutil.Process(p.pid) for p in self.procs if p.poll() is None)]:
             try:
                 proc.terminate()
             except psutil.NoSuchProcess:
                 pass
 
-    terminated = None  # why the ranks were told to stop, if they were
+    def stop(self, reason: str) -> None:  # every rank gets SIGTERM, then the result is written
+        self.terminated = self.terminated or reason
+        self.stop_all()
 
-    def stop(reason: str) -> None:  # every rank gets SIGTERM, then the result is written
-        nonlocal terminated
-        terminated = terminated or reason
-        stop_all()
+    def wait(self, time_limit: float | None) -> None:
+        """Until every process has exited; the first to fail, SIGTERM or the time limit stops the others."""
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: self.stop(SIGTERM_REASON))
+        limit = TimeLimit(time_limit, on_expiry=self.stop)
+        try:
+            while any(p.poll() is None for p in self.procs):
+                self.note_ranks()
+                for node, p in enumerate(self.procs):
+                    if p.poll() not in (None, 0) and self.first_node is None:  # like srun --kill-on-bad-exit
+                        self.first_node = node
+                        self.stop_all()
+                time.sleep(0.2)
+        finally:
+            limit.cancel()
+            signal.signal(signal.SIGTERM, previous)
+            _, orphans = psutil.wait_procs([r for r in self.seen.values() if r.is_running()], timeout=30)
+            for orphan in orphans:  # still there after SIGTERM and a grace period
+                orphan.kill()
 
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop(SIGTERM_REASON))
-    limit = TimeLimit(time_limit, on_expiry=stop)
-    first_node = None
-    try:
-        while any(p.poll() is None for p in procs):
-            note_ranks()
-            for node, p in enumerate(procs):
-                if p.poll() not in (None, 0) and first_node is None:  # like srun --kill-on-bad-exit
-                    first_node = node
-                    stop_all()
-            time.sleep(0.2)
-    finally:
-        limit.cancel()
-        signal.signal(signal.SIGTERM, previous)
-        _, orphans = psutil.wait_procs([r for r in seen.values() if r.is_running()], timeout=30)
-        for orphan in orphans:  # still there after SIGTERM and a grace period
-            orphan.kill()
-    codes = [p.returncode for p in procs]
+    @property
+    def codes(self) -> list[int]:
+        return [p.returncode for p in self.procs]
 
+
+def _conclude(
+    raw: dict, cell: Cell, notes: list[str], out_dir: str, started: str, ranks: Ranks, names: list[str]
+) -> int:
+    """0 when rank 0 wrote an ok result and every process exited cleanly; else one failed result naming the cause."""
+    codes = ranks.codes
+    result_path = os.path.join(out_dir, "result.json")
     result = None
     if os.path.exists(result_path):
         with open(result_path) as f:
@@ -232,7 +268,9 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
             finished_at=now(),
         )
     result["status"] = "failed"
-    result["error"] = describe_failure(out_dir, resources.ranks(cell), codes, first_node, names, terminated, logs)
+    result["error"] = describe_failure(
+        out_dir, resources.ranks(cell), codes, ranks.first_node, names, ranks.terminated, ranks.logs
+    )
     write_result(out_dir, result)
     print(f"feedbench: cell failed: {result['error']['message']}", file=sys.stderr)
     return 2 if result["error"]["type"] == "KnobError" else 1

@@ -4,12 +4,11 @@ The workflow checks every cell's model while it parses the Snakefile, and every
 job parses it again: importing torchvision there would cost each of them about
 3 s. TORCHVISION_MODELS is torchvision.models.list_models(module=torchvision.models)
 of torchvision 0.29.2; tests/test_parse_speed.py compares it with the installed
-torchvision, so the list cannot go stale silently.
+torchvision, so the list cannot go stale silently. A leaf: it imports nothing of
+feedbench, so the knob table (feedbench.knobs) can ask it without a cycle.
 """
 
 from __future__ import annotations
-
-from .knobs import KnobError
 
 # feedbench's own models (feedbench.models builds them).
 OWN_MODELS = ("none", "mlp", "sleep", "lstm")
@@ -105,11 +104,11 @@ TORCHVISION_MODELS = (
 )
 
 
-def check_model_name(name: str) -> None:
-    """A model a cell can train: one of ours or a torchvision classification model; else one line."""
+def model_error(name: str) -> str | None:
+    """Why a cell cannot train a model of this name, in the knob table's words; None for ours and torchvision's."""
     if name in OWN_MODELS or name in TORCHVISION_MODELS:
-        return
-    raise KnobError(
+        return None
+    return (
         f"knob 'model': value {name!r} is not known; allowed: {', '.join(OWN_MODELS)} "
         f"or a torchvision classification model ({', '.join(TORCHVISION_MODELS[:6])}, ...)"
     )

@@ -15,6 +15,8 @@ import sys
 import psutil
 import torch
 
+from .version import __version__
+
 
 def _cpu_model() -> str:
     try:
@@ -60,8 +62,6 @@ def _gpu(device: torch.device) -> dict:
 
 def machine_facts(device: torch.device) -> dict:
     """This machine and its software for one result's `provenance` (the allow-list above; the report reads it back)."""
-    from . import __version__
-
     return {
         "host": socket.gethostname(),
         "os": platform.platform(),

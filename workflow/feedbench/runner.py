@@ -12,12 +12,14 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 
 import torch
 
-from .cell import cell_dict, parse_cell, resolve
+from .cell import Cell, cell_dict, parse_cell
 from .data import short_batch_note
 from .distributed import World, finish, gather, init, rank_device
+from .fit import resolve
 from .harness import Measurement, cuda_init, first_batches, measure, original_estimators
 from .knobs import KnobError, user_batch
 from .metrics import summarize
@@ -122,6 +124,38 @@ def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> 
     write_result(out_dir, result)
 
 
+@dataclass
+class CellRun:
+    """One cell's run in this process: what its steps have found so far, for the result written whatever happens."""
+
+    out_dir: str
+    world: World
+    time_limit: float | None
+    started: str
+    t0: float
+    result: dict
+    m: Measurement = field(default_factory=Measurement)
+    monitor: Monitor | None = None
+    rows: list[dict] = field(default_factory=list)
+
+    def stamp(self) -> None:
+        self.result.update(started_at=self.started, finished_at=now(), duration_s=time.perf_counter() - self.t0)
+
+    def stuck(self, reason: str) -> None:
+        """Still inside one step grace_s() after the time limit: record what was measured and end the process."""
+        try:
+            self.result["metrics"] = _loop_metrics(self.m, device_readable=False)[0]  # the device may be what is stuck
+        except Exception:  # the loop is mid-step: keep the skeleton's metrics
+            pass
+        message = f"{reason}; still inside one step {grace_s(self.time_limit):g} s later, so the process was ended"
+        self.result["status"] = "failed"
+        self.stamp()
+        self.result["error"] = {"type": "Terminated", "message": message, "traceback": ""}
+        write_result(self.out_dir, self.result)
+        print(f"feedbench: cell failed: {self.result['error']['message']}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+
 def run(
     raw: dict, out_dir: str, world: World | None = None, time_limit: float | None = None, user: dict | None = None
 ) -> int:
@@ -135,126 +169,151 @@ def run(
     clear()
     signal.signal(signal.SIGTERM, on_sigterm)
     os.makedirs(out_dir, exist_ok=True)
-    started, t0 = now(), time.perf_counter()
-    result = failed_result(raw)
-    m = Measurement()
-
-    def stuck(reason: str) -> None:
-        """Still inside one step grace_s() after the time limit: record what was measured and end the process."""
-        try:
-            result["metrics"] = _loop_metrics(m, device_readable=False)[0]  # the device may be what is stuck
-        except Exception:  # the loop is mid-step: keep the skeleton's metrics
-            pass
-        result.update(
-            status="failed",
-            started_at=started,
-            finished_at=now(),
-            duration_s=time.perf_counter() - t0,
-            error={
-                "type": "Terminated",
-                "message": f"{reason}; still inside one step {grace_s(time_limit):g} s later, so the process was ended",
-                "traceback": "",
-            },
-        )
-        write_result(out_dir, result)
-        print(f"feedbench: cell failed: {result['error']['message']}", file=sys.stderr, flush=True)
-        os._exit(1)
-
-    limit = TimeLimit(time_limit, on_stuck=stuck)
+    r = CellRun(out_dir, world, time_limit, started=now(), t0=time.perf_counter(), result=failed_result(raw))
+    limit = TimeLimit(time_limit, on_stuck=r.stuck)
     try:
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
         limit.cancel()
-        any_device = rank_device("cuda" if torch.cuda.is_available() else "cpu", world)
-        return write_refusal(out_dir, result, error, machine_facts(any_device), started)
+        return _refuse(r, error)
     device = rank_device(cell.device, world)
-    result.update(
-        cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
-    )
-    if world.rank == 0:
-        for note in notes:
-            print(f"feedbench: note: {note}", file=sys.stderr)
-
-    if cell.torch_threads:
-        torch.set_num_threads(cell.torch_threads)
-    result["torch_threads"] = torch.get_num_threads()
-    monitor = None
-    rows: list[dict] = []
-    code = 0
-    sigchld = None
+    _describe(r, cell, notes, device)
+    _set_threads(r, cell)
+    code, sigchld = 0, None
     try:
-        m.cuda_init_s = cuda_init(device)
-        if world.distributed or cell.parallel == "ddp":
-            init(world, device)
-        if cell.scenario == "transfer":
-            rows, summary = probe(cell, device)
-            names = plugins_of(cell)
-            if user_batch(names):  # the user's batch structure, copied as it is
-                user = resolve_all(cell) if user is None else user
-                move = user.get("to_device", to_device)
-                own_rows, summary["user_batch"], copied = batch_probe(
-                    cell, device, first_batches(cell, device, user, world), move, names
-                )
-                rows = [{"copy": "sweep", **row} for row in rows] + own_rows
-                result["adjustments"] = result["adjustments"] + copied
-            result["metrics"] = {"transfer": summary, "cuda_init_s": m.cuda_init_s}
-            result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
-        else:
-            monitor = Monitor(cell.monitor_interval_s, device)
-            measure(cell, device, m, out_dir if world.rank == 0 else None, monitor, world, user)
-        result["status"] = "ok"
+        _run_scenario(r, cell, device, user)
+        r.result["status"] = "ok"
     except KnobError as error:  # found while building the cell (a dataset path, say)
-        result["error"] = {"type": "KnobError", "message": str(error)}
-        print(f"feedbench: error: {error}", file=sys.stderr)
-        code = 2
+        code = _bad_input(r, error)
     except (Exception, Terminated, KeyboardInterrupt) as error:
         # A dead loader worker makes PyTorch's SIGCHLD handler raise at every later
         # SIGCHLD: keep it quiet while the failure is recorded, then put it back.
         sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        result["error"] = _error(error)
-        print(
-            f"feedbench: {'rank %d: ' % world.rank if world.distributed else ''}cell failed: "
-            f"{result['error']['type']}: {result['error']['message']}",
-            file=sys.stderr,
-        )
-        code = 1
+        code = _failed(r, error)
     finally:
-        if monitor is not None and monitor.is_alive():
-            monitor.stop()
+        _stop_monitor(r)
         if cell.scenario != "transfer":
-            result["metrics"], rows = _loop_metrics(m)
-            result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
-            result["monitor"] = monitor.summary() if monitor is not None else None
-            result["page_cache"] = m.page_cache
-            if m.page_cache and m.page_cache["note"]:
-                result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]
-            short = short_batch_note(cell, m.samples)
-            if short:
-                result["adjustments"] = result["adjustments"] + [short]
-            if m.comm:
-                result["metrics"]["comm"] = m.comm
-            result["adjustments"] = result["adjustments"] + m.notes
-            if cell.python_path:
-                result["provenance"]["user_code"] = [folder_facts(path) for path in cell.python_path]
-        result.update(started_at=started, finished_at=now(), duration_s=time.perf_counter() - t0)
-        if world.distributed:
-            result["rank"] = {"rank": world.rank, "node": world.node_rank, "world_size": world.world_size}
-            if code:
-                write_result(os.path.join(out_dir, "ranks"), result, f"rank{world.rank}.json")
-        if code == 0 and world.distributed:
-            ranks = gather({"rank": world.rank, "node": world.node_rank, "metrics": result["metrics"], "comm": m.comm})
-            result["metrics"] = _combine_ranks(result["metrics"], ranks)
+            _record_loop(r, cell)
+        r.stamp()
+        _share_with_ranks(r, code)
         if world.rank == 0:
-            result["files"] = {
-                "steps": write_rows(out_dir, rows),
-                "trace": "trace.json"
-                if cell.profile and result["status"] == "ok" and cell.scenario in ("train", "compute")
-                else None,
-            }
-            write_result(out_dir, result)
+            _write(r, cell)
         limit.cancel()
         if code == 0:
             finish()
     if sigchld is not None:
         signal.signal(signal.SIGCHLD, sigchld)
     return code
+
+
+def _refuse(r: CellRun, error: KnobError) -> int:
+    """A cell this machine cannot run as asked (bad knobs, a GPU it lacks): the refusal, exit code 2."""
+    any_device = rank_device("cuda" if torch.cuda.is_available() else "cpu", r.world)
+    return write_refusal(r.out_dir, r.result, error, machine_facts(any_device), r.started)
+
+
+def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) -> None:
+    """What the result says before anything runs: the fitted cell, its adjustments, the machine."""
+    r.result.update(
+        cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
+    )
+    if r.world.rank == 0:
+        for note in notes:
+            print(f"feedbench: note: {note}", file=sys.stderr)
+
+
+def _set_threads(r: CellRun, cell: Cell) -> None:
+    if cell.torch_threads:
+        torch.set_num_threads(cell.torch_threads)
+    r.result["torch_threads"] = torch.get_num_threads()
+
+
+def _run_scenario(r: CellRun, cell: Cell, device: torch.device, user: dict | None) -> None:
+    """The CUDA context and the process group first (timed apart), then the probe or the measured loop."""
+    r.m.cuda_init_s = cuda_init(device)
+    if r.world.distributed or cell.parallel == "ddp":
+        init(r.world, device)
+    if cell.scenario == "transfer":
+        _probe_transfer(r, cell, device, user)
+    else:
+        r.monitor = Monitor(cell.monitor_interval_s, device)
+        measure(cell, device, r.m, r.out_dir if r.world.rank == 0 else None, r.monitor, r.world, user)
+
+
+def _probe_transfer(r: CellRun, cell: Cell, device: torch.device, user: dict | None) -> None:
+    """The copy sweep, then the user's own batch structure copied as it is, if the cell names user code for it."""
+    r.rows, summary = probe(cell, device)
+    names = plugins_of(cell)
+    if user_batch(names):
+        user = resolve_all(cell) if user is None else user
+        move = user.get("to_device", to_device)
+        own_rows, summary["user_batch"], copied = batch_probe(
+            cell, device, first_batches(cell, device, user, r.world), move, names
+        )
+        r.rows = [{"copy": "sweep", **row} for row in r.rows] + own_rows
+        r.result["adjustments"] = r.result["adjustments"] + copied
+    r.result["metrics"] = {"transfer": summary, "cuda_init_s": r.m.cuda_init_s}
+    r.result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
+
+
+def _bad_input(r: CellRun, error: KnobError) -> int:
+    r.result["error"] = {"type": "KnobError", "message": str(error)}
+    print(f"feedbench: error: {error}", file=sys.stderr)
+    return 2
+
+
+def _failed(r: CellRun, error: BaseException) -> int:
+    r.result["error"] = _error(error)
+    print(
+        f"feedbench: {'rank %d: ' % r.world.rank if r.world.distributed else ''}cell failed: "
+        f"{r.result['error']['type']}: {r.result['error']['message']}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _stop_monitor(r: CellRun) -> None:
+    if r.monitor is not None and r.monitor.is_alive():
+        r.monitor.stop()
+
+
+def _record_loop(r: CellRun, cell: Cell) -> None:
+    """What the loop measured, complete or cut short: metrics, step rows, the monitor's samples and the loop's notes."""
+    result, m = r.result, r.m
+    result["metrics"], r.rows = _loop_metrics(m)
+    result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
+    result["monitor"] = r.monitor.summary() if r.monitor is not None else None
+    result["page_cache"] = m.page_cache
+    if m.page_cache and m.page_cache["note"]:
+        result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]
+    short = short_batch_note(cell, m.samples)
+    if short:
+        result["adjustments"] = result["adjustments"] + [short]
+    if m.comm:
+        result["metrics"]["comm"] = m.comm
+    result["adjustments"] = result["adjustments"] + m.notes
+    if cell.python_path:
+        result["provenance"]["user_code"] = [folder_facts(path) for path in cell.python_path]
+
+
+def _share_with_ranks(r: CellRun, code: int) -> None:
+    """A failed rank leaves its own report; after a clean run rank 0 gathers every rank's metrics."""
+    world, result = r.world, r.result
+    if world.distributed:
+        result["rank"] = {"rank": world.rank, "node": world.node_rank, "world_size": world.world_size}
+        if code:
+            write_result(os.path.join(r.out_dir, "ranks"), result, f"rank{world.rank}.json")
+    if code == 0 and world.distributed:
+        ranks = gather({"rank": world.rank, "node": world.node_rank, "metrics": result["metrics"], "comm": r.m.comm})
+        result["metrics"] = _combine_ranks(result["metrics"], ranks)
+
+
+def _write(r: CellRun, cell: Cell) -> None:
+    """Rank 0's files: the step rows, the trace's name if one was written, and result.json last."""
+    r.result["files"] = {
+        "steps": write_rows(r.out_dir, r.rows),
+        "trace": "trace.json"
+        if cell.profile and r.result["status"] == "ok" and cell.scenario in ("train", "compute")
+        else None,
+    }
+    write_result(r.out_dir, r.result)
