@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 from conftest import ROOT
-from feedbench import matrix
+from feedbench import matrix, planned_cell
 from feedbench.config import count_values, one_line, read_config_file, validate_config
 from feedbench.knobs import KnobError
 from feedbench.matrix import ConfigError, PlannedCell, build_cells, cell_id, expand_experiment
@@ -91,7 +91,7 @@ def test_ids_are_sanitised_for_paths_and_bounded():
         ["data_dir", "transfer_sizes", "prefetch_factor"],
     ) == ("data_dir-+data+my+images_transfer_sizes-1024+4096_prefetch_factor-none")
     long = cell_id({"data_dir": "x" * 500}, ["data_dir"])
-    assert len(long) == matrix.MAX_ID_LENGTH and "/" not in long
+    assert len(long) == planned_cell.MAX_ID_LENGTH and "/" not in long
     assert long != cell_id({"data_dir": "x" * 499}, ["data_dir"])
 
 
@@ -386,9 +386,9 @@ def test_ids_never_trip_snakemakes_periodic_wildcard_check():
     for value in ["ab" * 30, "x" * 150, "1" * 22, "/data/" + "ab+" * 40, "a" * 500]:
         ident = cell_id({"data_dir": value}, ["data_dir"])
         assert detector.is_periodic(ident) is None, ident
-        assert len(ident) <= matrix.MAX_ID_LENGTH
+        assert len(ident) <= planned_cell.MAX_ID_LENGTH
     assert cell_id({"data_dir": "abab"}, ["data_dir"]) == "data_dir-abab"  # ordinary ids are untouched
-    assert matrix.periodic("steps-1" + "0" * 21) and not matrix.periodic("steps-1000")
+    assert planned_cell.periodic("steps-1" + "0" * 21) and not planned_cell.periodic("steps-1000")
 
 
 def test_checked_cells_keep_the_harness_cell():

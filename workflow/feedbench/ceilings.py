@@ -24,8 +24,8 @@ from typing import Any
 
 from .config import ConfigError, key_path
 from .knobs import BUILTIN_DATASETS, KNOBS, dropped_by, kept_by, user_batch
-from .matrix import NOT_KNOBS, PlannedCell, _same, _same_key, cell_id, effective
 from .model_names import input_kind
+from .planned_cell import NOT_KNOBS, PlannedCell, cell_id, effective, same_key, same_value
 from .result import atomic_write
 
 # A level of the searched axis whose prediction is within this fraction of the best prediction of its combination
@@ -117,7 +117,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
             )
     defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
     base = {**{k: knob.default for k, knob in KNOBS.items()}, **defaults}
-    measured = {_same_key(effective(c.knobs)) for c in cells}
+    measured = {same_key(effective(c.knobs)) for c in cells}
     derived: dict[str, PlannedCell] = {}
     sizes: dict[str, set[int]] = {}  # device -> batch bytes
     for cell in cells:
@@ -126,7 +126,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
             continue
         for scenario in CEILINGS:
             ceiling = ceiling_knobs(cell.knobs, scenario)
-            key = _same_key(effective(ceiling))
+            key = same_key(effective(ceiling))
             if key in measured:
                 continue
             measured.add(key)
@@ -136,7 +136,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
         if user_batch(knobs):
             probe = user_probe_knobs(knobs)
             probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
-            key = _same_key(effective(probe))
+            key = same_key(effective(probe))
             if key not in measured:
                 measured.add(key)
                 derived[key] = _ceiling_cell("transfer", probe, base, cell)
@@ -179,9 +179,8 @@ def _same_size(probed: int | None, size: int) -> bool:
 
 def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
     """A derived ceiling cell, named by the knobs in which it differs from the defaults (less NOT_IN_IDS)."""
-    keys = sorted(
-        k for k in knobs if k not in ("scenario", "transfer_sizes", *NOT_IN_IDS) and not _same(knobs[k], base.get(k))
-    )
+    left_out = ("scenario", "transfer_sizes", *NOT_IN_IDS)
+    keys = sorted(k for k in knobs if k not in left_out and not same_value(knobs[k], base.get(k)))
     where = key_path("experiments", source.experiment, "ceilings") if source else "ceilings"
     sources = {k: (source.sources.get(k, where) if source else where) for k in knobs}
     name = CEILING_EXPERIMENTS[scenario]
@@ -197,9 +196,9 @@ class Bounds:
         self.by_probe: dict[str, PlannedCell] = {}  # a transfer probe less its labels -> the first such cell
         self.probes: dict[str, list[PlannedCell]] = {}  # device -> its transfer probes, the derived one first
         for cell in cells:
-            self.by_knobs[_same_key(effective(cell.knobs))] = cell
+            self.by_knobs[same_key(effective(cell.knobs))] = cell
             if cell.knobs.get("scenario") == "transfer":
-                self.by_probe.setdefault(_same_key(effective(_less_labels(cell.knobs))), cell)
+                self.by_probe.setdefault(same_key(effective(_less_labels(cell.knobs))), cell)
                 device = cell.knobs.get("device", KNOBS["device"].default)
                 self.probes.setdefault(device, []).append(cell)
         for probes in self.probes.values():
@@ -208,12 +207,12 @@ class Bounds:
     def of(self, cell: PlannedCell) -> dict[str, PlannedCell | None]:
         """Loader, compute, and the transfer probe on the cell's device (the one timing a real batch of its own
         pipeline for user code; None on a CPU, or where no cell measures it)."""
-        found = {s: self.by_knobs.get(_same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in CEILINGS}
+        found = {s: self.by_knobs.get(same_key(effective(ceiling_knobs(cell.knobs, s)))) for s in CEILINGS}
         device = cell.knobs.get("device", KNOBS["device"].default)
         if device == "cpu":
             probe = None
         elif user_batch(cell.knobs):  # the probe that times a real batch of the cell's own pipeline
-            probe = self.by_probe.get(_same_key(effective(user_probe_knobs({"device": device, **cell.knobs}))))
+            probe = self.by_probe.get(same_key(effective(user_probe_knobs({"device": device, **cell.knobs}))))
         else:
             probe = next(iter(self.probes.get(device, [])), None)
         return {**found, "transfer": probe}

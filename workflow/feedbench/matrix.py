@@ -25,102 +25,37 @@ import ast
 import difflib
 import hashlib
 import itertools
-import json
 import math
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from .ceilings import Bounds, ceiling_cells
 from .columns import SUMMARY_COLUMNS
 from .config import ConfigError, config_dir, count_values, key_path, sized, validate_config
 from .knobs import KNOBS, KnobError, shown, user_code_of
+from .planned_cell import (
+    NOT_KNOBS,
+    PERIODIC_REPEATS,
+    PlannedCell,
+    arg_key,
+    cell_id,
+    default_of,
+    effective,
+    fold_args,
+    periodic,
+    same_key,
+    same_value,
+)
+from .search import check as check_search
+from .search import dry_run_line
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 MAX_NAME_LENGTH = 64
-# Keys of `defaults` that are not knobs.
-NOT_KNOBS = ("repeats",)
-# Knobs whose entries vary like knobs: an axis `dataset_args.crop: [160, 224]` sets dataset_args["crop"].
-ARG_KNOBS = ("dataset_args", "model_args")
-MAX_ID_LENGTH = 200
 # Cells of all experiments together, unless the config's `max_cells` says otherwise (config/schema.yaml).
 MAX_CELLS = 10_000
-# Snakemake refuses a wildcard value that ends in a part repeated this often (snakemake.io.PeriodicityDetector).
-PERIODIC_REPEATS = 20
-
-
-@dataclass(frozen=True)
-class PlannedCell:
-    """One point of an experiment: the knobs it sets, where each came from in the config,
-    and the harness's parsed cell (feedbench.cell.Cell) once checked, so nothing parses it again."""
-
-    experiment: str
-    id: str
-    knobs: dict[str, Any]
-    sources: dict[str, str] = field(repr=False)
-    baseline: bool = False
-    parsed: Any = field(default=None, repr=False, compare=False)
-
-    def labelled(self, repeat: int) -> dict[str, Any]:
-        """The knobs plus the labels the harness copies into its result (so the baseline reaches the summary)."""
-        labels = {"experiment": self.experiment, "cell": self.id, "repeat": repeat, "baseline": self.baseline}
-        return {**self.knobs, **labels}
-
-
-def arg_key(name: Any) -> bool:
-    """`dataset_args.<name>` or `model_args.<name>`: one argument of a user factory, as an axis or a knob."""
-    return isinstance(name, str) and name.partition(".")[0] in ARG_KNOBS and bool(name.partition(".")[2])
-
-
-def default_of(name: str) -> Any:
-    """A knob's default; an argument (arg_key) has none: None."""
-    return None if arg_key(name) else KNOBS[name].default
-
-
-def fold_args(knobs: dict[str, Any], sources: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """`dataset_args.crop: 160` into `dataset_args: {..., crop: 160}`, the knob's source the last argument's path."""
-    knobs, sources = dict(knobs), dict(sources)
-    for name in [n for n in knobs if arg_key(n)]:
-        knob, _, key = name.partition(".")
-        base = knobs.get(knob)
-        knobs[knob] = {**(base if isinstance(base, dict) else {}), key: knobs.pop(name)}
-        sources[knob] = sources.pop(name, sources.get(knob, knob))
-    return knobs, sources
-
-
-def format_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "none"
-    if isinstance(value, (list, tuple)):
-        return "+".join(format_value(v) for v in value)
-    return str(value)
-
-
-def periodic(text: str) -> bool:
-    """Whether Snakemake would take `text` as a wildcard value for a cyclic dependency (PeriodicWildcardError)."""
-    from snakemake.io import PeriodicityDetector  # the workflow's own rule, not a copy of it
-
-    return PeriodicityDetector(min_repeat=PERIODIC_REPEATS).is_periodic(text) is not None
-
-
-def cell_id(knobs: dict[str, Any], keys: list[str]) -> str:
-    """`<knob>-<value>_...` for `keys` (a knob left out shows its default), sanitised for a path;
-    `base` when nothing varies.
-
-    An id too long for a file name, or one Snakemake would refuse as periodic, is cut and ends in
-    `~<digest>`: `~` occurs nowhere else in an id, so no part of its end can repeat.
-    """
-    if not keys:
-        return "base"
-    text = "_".join(f"{key}-{format_value(knobs[key] if key in knobs else default_of(key))}" for key in keys)
-    text = re.sub(r"[^A-Za-z0-9._+-]+", "+", text)
-    if len(text) > MAX_ID_LENGTH or periodic(text):
-        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-        text = f"{text[: MAX_ID_LENGTH - 13]}~{digest}"
-    return text
 
 
 def check_name(name: Any) -> None:
@@ -138,10 +73,6 @@ def check_name(name: Any) -> None:
             f"experiments: name {name!r} ends in a part repeated {PERIODIC_REPEATS} times or more,"
             " which Snakemake refuses as a wildcard; allowed: a name without such a repeat"
         )
-
-
-def _same(a: Any, b: Any) -> bool:
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
 def knob_error(error: KnobError, sources: dict[str, str]) -> ConfigError:
@@ -181,22 +112,11 @@ def check_levels(axis: str, levels: list, where: str) -> None:
             value = level if arg_key(axis) else KNOBS[axis].check(level)
         except KnobError as error:
             raise knob_error(error, {axis: where}) from None
-        key = _same_key(value)
+        key = same_key(value)
         if key in seen:
             twice = f" (as {shown(seen[key])} and {shown(level)})" if repr(seen[key]) != repr(level) else ""
             raise ConfigError(f"{where}: value {shown(level)} is given twice{twice}; allowed: levels that differ")
         seen[key] = level
-
-
-def _same_key(value: Any) -> str:
-    """Equal for values that make the same cell once the knob table has normalised them (1 and 1.0 for a float knob)."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def effective(knobs: dict[str, Any]) -> dict[str, Any]:
-    """The knobs as the harness reads them, less those at their default: equal for cells that run the same."""
-    normalised = {name: KNOBS[name].check(value) for name, value in knobs.items()}
-    return {name: value for name, value in normalised.items() if value != KNOBS[name].default}
 
 
 def cell_count(experiment: dict) -> int:
@@ -245,14 +165,14 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             raw.append((knobs, {**sources, **{a: key_path(where, "matrix", a) for a in axes}}, list(axes), None))
     excludes = experiment.get("exclude") or []
     for i, partial in enumerate(excludes):
-        kept = [r for r in raw if not all(_same(r[0].get(k, default_of(k)), v) for k, v in partial.items())]
+        kept = [r for r in raw if not all(same_value(r[0].get(k, default_of(k)), v) for k, v in partial.items())]
         if len(kept) == len(raw):
             raise ConfigError(
                 f"{key_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a "
                 "mapping of axis levels"
             )
         raw = kept
-    if axes and not any(all(_same(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
+    if axes and not any(all(same_value(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
         raise ConfigError(
             f"{key_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions "
             "that keep it"
@@ -284,7 +204,7 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
             what = "duplicates" if first_knobs == knobs else "has the same id as"
             raise ConfigError(f"{origin or where}: {what} cell '{ident}' ({first_origin}); allowed: cells that differ")
         folded, folded_sources = fold_args(knobs, knob_sources)
-        key = _same_key(effective(folded))
+        key = same_key(effective(folded))
         if key in same:
             first = same[key]
             where_first = seen[first][1]
@@ -371,7 +291,6 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
         check_name(name)
     check_size(experiments, config.get("max_cells", MAX_CELLS))
     python_path = [os.path.abspath(p) for p in config.get("python_path") or []]
-    from .search import check as check_search
 
     for name, experiment in experiments.items():
         check_search(name, experiment, defaults)
@@ -381,7 +300,6 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
         if check:
             expanded = [check_cell(cell, images_dir) for cell in expanded]
         cells.extend(expanded)
-    from .ceilings import ceiling_cells  # which imports this module
 
     derived = ceiling_cells(config, cells)
     if check:
@@ -394,13 +312,13 @@ def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[
     in the experiment, "cells": {level of axis: cell}}], in the experiment's order."""
     own = [c for c in cells if c.experiment == experiment]
     varying = [
-        k for k in dict.fromkeys(k for c in own for k in c.knobs) if len({_same_key(c.knobs.get(k)) for c in own}) > 1
+        k for k in dict.fromkeys(k for c in own for k in c.knobs) if len({same_key(c.knobs.get(k)) for c in own}) > 1
     ]
     groups: dict[str, dict] = {}
     for cell in own:
         rest = {k: v for k, v in cell.knobs.items() if k != axis}
         group = groups.setdefault(
-            _same_key(rest), {"knobs": {k: rest.get(k) for k in varying if k != axis}, "cells": {}}
+            same_key(rest), {"knobs": {k: rest.get(k) for k in varying if k != axis}, "cells": {}}
         )
         group["cells"][cell.knobs.get(axis, default_of(axis))] = cell
     return list(groups.values())
@@ -409,7 +327,6 @@ def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[
 def search_ceilings(cells: list[PlannedCell], experiment: str, axis: str) -> list[tuple[str, str]]:
     """(experiment, id) of every ceiling cell that bounds a cell of the searched experiment: what its checkpoint
     reads."""
-    from .ceilings import Bounds  # which imports this module
 
     bounds, sources = Bounds(cells), set()
     for group in search_groups(cells, experiment, axis):
@@ -421,7 +338,6 @@ def search_ceilings(cells: list[PlannedCell], experiment: str, axis: str) -> lis
 def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_of) -> list[dict]:
     """The checkpoint's groups: per combination of the other knobs, each level's cell id, knobs and the result files
     of its ceilings (results_of(experiment, cell id) -> paths)."""
-    from .ceilings import Bounds  # which imports this module
 
     bounds, groups = Bounds(cells), []
     for group in search_groups(cells, experiment, axis):
@@ -436,7 +352,6 @@ def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_
 
 def search_dry_run_line(cells: list[PlannedCell], experiment: str, axis: str) -> str:
     """The line a dry run prints for a searched experiment's checkpoint, before the ceilings exist."""
-    from .search import dry_run_line
 
     groups = search_groups(cells, experiment, axis)
     levels = {level for group in groups for level in group["cells"]}
