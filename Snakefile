@@ -26,7 +26,7 @@ if PACKAGE_ROOT not in sys.path:
 if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p))
 
-from feedbench.config import ConfigError, one_line, read_config_file
+from feedbench.plan.config import ConfigError, one_line, read_config_file
 
 # The config files, read as plain data before Snakemake's `configfile:` reads
 # them: a syntax error names its line, YTE templates (code) are refused, a YAML
@@ -71,7 +71,7 @@ localrules:
 
 # On Slurm (profiles/slurm): refuse cells wider than a node before any job, work
 # around the executor plugin's faults, and after lost jobs still make the report
-# (feedbench.slurm; docs/reliability-slurm.md).
+# (feedbench.plan.slurm; docs/reliability-slurm.md).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
         feedbench_slurm.patch_plugin(never_requeued=bool(workflow.executor_settings.no_requeue))

@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from calibration import BATCH, CASES, WORKERS, compute_ms, expected, measure
-from feedbench.aggregate import load_results
+from feedbench.analysis.aggregate import load_results
 
 
 def main() -> None:

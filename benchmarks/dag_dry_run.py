@@ -35,7 +35,7 @@ import tempfile
 import time
 
 import yaml
-from feedbench.matrix import build_cells
+from feedbench.plan.matrix import build_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_RATIO = 1.3
@@ -63,7 +63,7 @@ rule job:
         "echo {params.cell:q} > {output}"
 """
 
-# The floor of rule bench's shape for this matrix (one-process cells: feedbench.resources): the same jobs with a log,
+# The floor of rule bench's shape for this matrix (one-process cells: plan.resources): the same jobs with a log,
 # a benchmark file, threads and mem_mb as functions of the job (they vary with num_workers) and the other resources
 # as constants. This splits feedbench's cost into the rule's shape, which Snakemake handles for every job, and
 # feedbench's own code (the parse, the matrix, the functions of the job).

@@ -16,13 +16,13 @@ import statistics
 import time
 
 import torch
-from feedbench.cell import parse_cell
-from feedbench.data import build_dataset, build_loader
-from feedbench.fit import resolve
-from feedbench.harness import Measurement, _epochs, measure
-from feedbench.models import build_model, loss_function
-from feedbench.monitor import Monitor
-from feedbench.prefetch import to_device
+from feedbench.harness.data import build_dataset, build_loader
+from feedbench.harness.fit import resolve
+from feedbench.harness.loop import Measurement, _epochs, measure
+from feedbench.harness.models import build_model, loss_function
+from feedbench.harness.monitor import Monitor
+from feedbench.harness.prefetch import to_device
+from feedbench.plan.cell import parse_cell
 
 CONFIGS = {
     "resnet18 synthetic 64px b16": dict(

@@ -23,7 +23,7 @@ from typing import Callable
 
 import feedbench
 import torch
-from feedbench.plugins import Context
+from feedbench.plan.plugins import Context
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "own-pipeline", "src"))

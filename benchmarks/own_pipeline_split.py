@@ -26,8 +26,8 @@ import tempfile
 import time
 
 import feedbench
-import feedbench.harness
-import feedbench.runner
+import feedbench.harness.loop
+import feedbench.harness.runner
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +35,7 @@ import own_pipeline_overhead as own  # noqa: E402  (the benchmark beside this fi
 
 
 class NoMonitor:
-    """Stands in for feedbench.monitor.Monitor: no sampling thread."""
+    """Stands in for feedbench.harness.monitor.Monitor: no sampling thread."""
 
     def __init__(self, *args):
         pass
@@ -79,8 +79,8 @@ class WindowHook:
     def __init__(self):
         self.marks: list = []
         self.armed = False
-        self.synchronize, self.check_stop = feedbench.harness.synchronize, feedbench.harness.check_stop
-        feedbench.harness.synchronize, feedbench.harness.check_stop = self._synchronize, self._check_stop
+        self.synchronize, self.check_stop = feedbench.harness.loop.synchronize, feedbench.harness.loop.check_stop
+        feedbench.harness.loop.synchronize, feedbench.harness.loop.check_stop = self._synchronize, self._check_stop
 
     def _synchronize(self, device) -> None:
         self.synchronize(device)
@@ -105,7 +105,7 @@ def main() -> None:
     torch.set_num_threads(own.KNOBS["torch_threads"])
     device = torch.device("cpu")
     hook = WindowHook()
-    monitor = feedbench.runner.Monitor
+    monitor = feedbench.harness.runner.Monitor
     with tempfile.TemporaryDirectory() as root:
         ctx = own.Context(0, 1, 0, device, own.KNOBS["batch_size"], 0, 0)
         dataset = own.data.build_dataset(ctx, root=root, shards=4, count=512)
@@ -117,7 +117,7 @@ def main() -> None:
             return split(*marks, own.KNOBS["steps"] * own.KNOBS["batch_size"])
 
         def instrumented(monitor_class) -> dict:
-            feedbench.runner.Monitor = monitor_class
+            feedbench.harness.runner.Monitor = monitor_class
             hook.marks, hook.armed = [], False
             result = feedbench.measure(
                 dataset=dataset, model=model, collate=own.data.collate, step=own.train.train_step, device="cpu",

@@ -24,10 +24,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from feedbench.aggregate import load_results, read_summary, write_summary  # noqa: E402
-from feedbench.plots import plot_experiment  # noqa: E402
-from feedbench.report import write_report  # noqa: E402
-from feedbench.runner import run  # noqa: E402
+from feedbench.analysis.aggregate import load_results, read_summary, write_summary  # noqa: E402
+from feedbench.analysis.plots import plot_experiment  # noqa: E402
+from feedbench.analysis.report import write_report  # noqa: E402
+from feedbench.harness.runner import run  # noqa: E402
 from real_results import run_failing_cell  # noqa: E402
 
 WORKERS, BATCHES = [0, 1, 2, 4, 8], [16, 32, 64, 128, 256]

@@ -76,7 +76,7 @@ def planned() -> list[tuple[str, int, dict]]:
 
 def measure(root: str) -> list[str]:
     """Run every planned cell under `root` (<cell>/rep<k>) with the harness; their result paths in plan order."""
-    from feedbench.runner import run
+    from feedbench.harness.runner import run
 
     paths = []
     for cell, repeat, knobs in planned():

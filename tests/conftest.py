@@ -79,7 +79,7 @@ def cpu_unless_gpu(request, monkeypatch):
 @pytest.fixture
 def run_cell(tmp_path, request):
     """run_cell(**knobs) -> (exit code, result dict): the harness in this process, on the CPU unless marked gpu."""
-    from feedbench.runner import run
+    from feedbench.harness.runner import run
 
     counter = iter(range(1000))
 

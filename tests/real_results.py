@@ -1,6 +1,6 @@
 """Real harness results laid out as the workflow writes them, for the analysis and report tests.
 
-Every result here comes from the harness itself (feedbench.runner.run, in this
+Every result here comes from the harness itself (feedbench.harness.runner.run, in this
 process): small, fast cells on the CPU. The layout and the cell ids mimic the
 workflow's results/cells/<experiment>/<cell>/rep<k>/result.json.
 """
@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 
 import pytest
-from feedbench.images import make_images
-from feedbench.runner import run
+from feedbench.harness.images import make_images
+from feedbench.harness.runner import run
 
 # torch_threads 1 (the harness's default too, pinned here because verdicts are asserted on these timings): with
 # PyTorch's default of one thread per core, a 2-core machine busy elsewhere turned a ~2 ms MLP step into ~200 ms,

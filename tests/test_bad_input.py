@@ -8,10 +8,10 @@ import jsonschema
 import pytest
 import torch
 from conftest import cli
-from feedbench.cell import parse_cell
-from feedbench.fit import resolve
-from feedbench.knobs import KnobError
-from feedbench.result import schema
+from feedbench.harness.fit import resolve
+from feedbench.plan.cell import parse_cell
+from feedbench.plan.knobs import KnobError
+from feedbench.plan.result import schema
 
 
 @pytest.mark.parametrize(

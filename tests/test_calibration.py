@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timing  # samples/s within 5 %: run alone (make test's 
 
 @pytest.fixture(scope="module")
 def summary(calibration_runs):
-    from feedbench.aggregate import load_results
+    from feedbench.analysis.aggregate import load_results
 
     return load_results(calibration_runs)
 

@@ -1,4 +1,4 @@
-"""The planner's map of ceilings (feedbench.ceilings.ceiling_map): the summary joins on it, and falls back to matching
+"""The planner's map of ceilings (plan.ceilings.ceiling_map): the summary joins on it, and falls back to matching
 rows when a summary is rebuilt from results that have none."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 
 import pandas as pd
 import pytest
-from feedbench.aggregate import load_results, result_row, with_predictions
-from feedbench.ceilings import Bounds, batch_bytes, ceiling_map
-from feedbench.config import validate_config
-from feedbench.matrix import build_cells
+from feedbench.analysis.aggregate import load_results, result_row, with_predictions
+from feedbench.plan.ceilings import Bounds, batch_bytes, ceiling_map
+from feedbench.plan.config import validate_config
+from feedbench.plan.matrix import build_cells
 from test_workflow import copy_workflow, snakemake
 
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}

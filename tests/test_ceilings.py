@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from feedbench.ceilings import ceiling_sources
-from feedbench.config import validate_config
-from feedbench.matrix import ConfigError, build_cells
+from feedbench.plan.ceilings import ceiling_sources
+from feedbench.plan.config import validate_config
+from feedbench.plan.matrix import ConfigError, build_cells
 
 SCHEMA = "config/schema.yaml"
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}

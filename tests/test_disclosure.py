@@ -9,9 +9,9 @@ import socket
 import sys
 
 import pytest
-from feedbench.aggregate import load_results, read_summary, write_summary
-from feedbench.disclosure import Disclosure
-from feedbench.report import write_report
+from feedbench.analysis.aggregate import load_results, read_summary, write_summary
+from feedbench.analysis.disclosure import Disclosure
+from feedbench.analysis.report import write_report
 from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 # Stands for /home/<user>: the folder holding the virtual env, whose files a real traceback names.
@@ -95,7 +95,7 @@ def test_anonymize_withholds_the_host_and_every_absolute_path(real_matrix, confi
 
 
 def test_the_config_key_defaults_to_false_and_refuses_other_values():
-    from feedbench.config import schema_error
+    from feedbench.plan.config import schema_error
     from snakemake.utils import validate
 
     schema = os.path.join(os.path.dirname(__file__), "..", "config", "schema.yaml")

@@ -6,7 +6,7 @@ import os
 import re
 
 from conftest import ROOT
-from feedbench.knobs import markdown_table
+from feedbench.plan.knobs import markdown_table
 
 
 def test_knob_table_in_docs_matches_knobs():

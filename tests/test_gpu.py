@@ -126,7 +126,7 @@ def test_resnet_fp16_channels_last_on_gpu(run_cell):
 def test_a_stopped_cell_keeps_its_gpu_phases(tmp_path):
     """Stopped by its time limit with the host ahead of the GPU: the events were read unsynchronised, elapsed_time
     raised "device not ready", and every GPU phase was dropped (#27, bug 6)."""
-    from feedbench.runner import run
+    from feedbench.harness.runner import run
 
     code = run(dict(SLEEP, compute_ms=5, steps=1_000_000, timing="events"), str(tmp_path), time_limit=8)
     result = json.loads((tmp_path / "result.json").read_text())
@@ -166,8 +166,8 @@ needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GP
 @needs_two
 def test_bf16_under_dp_on_two_gpus():
     """Every DataParallel replica computes in bfloat16, not in its thread's default float16 (#27, bug 4)."""
-    from feedbench.cell import parse_cell
-    from feedbench.harness import WithLoss, wrap_parallel
+    from feedbench.harness.loop import WithLoss, wrap_parallel
+    from feedbench.plan.cell import parse_cell
 
     seen = []
     probe = torch.nn.Linear(64, 64).cuda(0)

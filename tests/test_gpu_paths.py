@@ -8,13 +8,13 @@ import time
 
 import pytest
 import torch
-from feedbench.cell import parse_cell
-from feedbench.distributed import World, node_gpus, rank_device
-from feedbench.harness import WithLoss, dp_replica
-from feedbench.knobs import KnobError
-from feedbench.models import SleepModel
-from feedbench.monitor import Monitor
-from feedbench.prefetch import streamed
+from feedbench.harness.distributed import World, node_gpus, rank_device
+from feedbench.harness.loop import WithLoss, dp_replica
+from feedbench.harness.models import SleepModel
+from feedbench.harness.monitor import Monitor
+from feedbench.harness.prefetch import streamed
+from feedbench.plan.cell import parse_cell
+from feedbench.plan.knobs import KnobError
 from torch.cuda._utils import _get_device_index
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from conftest import cli
-from feedbench.images import make_images
+from feedbench.harness.images import make_images
 from PIL import Image
 from torchvision.datasets import ImageFolder
 

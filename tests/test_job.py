@@ -1,4 +1,4 @@
-"""The bench rule's job (feedbench/job.py): when a cell stops itself, and what a job leaves behind."""
+"""The bench rule's job (feedbench/plan/job.py): when a cell stops itself, and what a job leaves behind."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from feedbench import job
-from feedbench.job import CELL_DIR, CELL_LOG
+from feedbench.plan import job
+from feedbench.plan.job import CELL_DIR, CELL_LOG
 
 WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
 

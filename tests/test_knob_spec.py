@@ -1,4 +1,4 @@
-"""The knob and dataset declarations (feedbench.knobs) against the code that must follow them.
+"""The knob and dataset declarations (feedbench.plan.knobs) against the code that must follow them.
 
 Adding a knob is one declaration plus the code that reads it, and adding a dataset one declaration plus its
 builder (README, "Where a new thing goes"): these tests fail when the second half is missing.
@@ -12,13 +12,13 @@ import os
 
 import pytest
 from conftest import ROOT
-from feedbench import data
-from feedbench.ceilings import LABEL_BYTES, batch_bytes
-from feedbench.cell import parse_cell
-from feedbench.images import make_images
-from feedbench.knobs import BUILTIN_DATASETS, KNOBS
-from feedbench.matrix import harness_files
-from feedbench.shards import make_shards
+from feedbench.harness import data
+from feedbench.harness.images import make_images
+from feedbench.harness.shards import make_shards
+from feedbench.plan.ceilings import LABEL_BYTES, batch_bytes
+from feedbench.plan.cell import parse_cell
+from feedbench.plan.knobs import BUILTIN_DATASETS, KNOBS
+from feedbench.plan.matrix import harness_files
 
 PACKAGE = os.path.join(ROOT, "workflow", "feedbench")
 
@@ -46,7 +46,7 @@ def harness_reads() -> frozenset[str]:
 @pytest.mark.parametrize("name", list(KNOBS))
 def test_every_declared_knob_is_read_by_the_harness(name):
     assert name in harness_reads(), (
-        f"knob {name!r} is declared in feedbench/knobs.py but no harness module reads it (cell.{name}): a cell would"
+        f"knob {name!r} is declared in plan/knobs.py but no harness module reads it (cell.{name}): a cell would"
         " accept it, run without it, and the result would say it was set"
     )
 

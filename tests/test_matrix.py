@@ -1,4 +1,4 @@
-"""feedbench.matrix: config experiments -> cells, ids, baseline, errors with key paths (no Snakemake run)."""
+"""feedbench.plan.matrix: config experiments -> cells, ids, baseline, errors with key paths (no Snakemake run)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import os
 import pytest
 import yaml
 from conftest import ROOT
-from feedbench import matrix, planned_cell
-from feedbench.config import count_values, one_line, read_config_file, validate_config
-from feedbench.knobs import KnobError
-from feedbench.matrix import ConfigError, PlannedCell, build_cells, cell_id, expand_experiment
+from feedbench.plan import matrix, planned_cell
+from feedbench.plan.config import count_values, one_line, read_config_file, validate_config
+from feedbench.plan.knobs import KnobError
+from feedbench.plan.matrix import ConfigError, PlannedCell, build_cells, cell_id, expand_experiment
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
 PACKAGE = os.path.join(ROOT, "workflow", "feedbench")
@@ -187,14 +187,17 @@ def test_harness_files_are_what_the_cli_runs():
     assert {
         "__main__.py",
         "__init__.py",
-        "runner.py",
-        "harness.py",
-        "cell.py",
-        "knobs.py",
-        "images.py",
+        os.path.join("harness", "__init__.py"),
+        os.path.join("harness", "runner.py"),
+        os.path.join("harness", "loop.py"),
+        os.path.join("plan", "cell.py"),
+        os.path.join("plan", "knobs.py"),
+        os.path.join("harness", "images.py"),
         os.path.join("schemas", "result.schema.json"),
     } <= names
-    assert "matrix.py" not in names  # the workflow's own module: editing it reruns no cell
+    # The workflow's own modules and the analysis: editing them reruns no cell.
+    assert os.path.join("plan", "matrix.py") not in names
+    assert not any(n.startswith("analysis") for n in names)
     assert not any(n.endswith(".pyc") for n in names)
 
 
@@ -366,10 +369,10 @@ def test_plots_may_name_knobs_summary_columns_and_monitor_means():
 
 
 def test_summary_columns_are_what_aggregate_writes():
-    """feedbench.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
-    from feedbench.aggregate import PREDICTION_COLUMNS, result_row
-    from feedbench.columns import SUMMARY_COLUMNS
-    from feedbench.knobs import KNOBS
+    """plan.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
+    from feedbench.analysis.aggregate import PREDICTION_COLUMNS, result_row
+    from feedbench.plan.columns import SUMMARY_COLUMNS
+    from feedbench.plan.knobs import KNOBS
 
     row = result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")  # then with_predictions' columns
     written = [c for c in row if c not in KNOBS] + PREDICTION_COLUMNS

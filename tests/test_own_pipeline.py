@@ -62,7 +62,7 @@ def test_the_transfer_cell_times_a_real_batch_of_the_users_collate(example):
         result = json.load(f)
     assert result["status"] == "ok", result["error"]
     user = result["metrics"]["transfer"]["user_batch"]
-    assert user["structure"] == "dict of 2 tensors" and user["to_device"] == "feedbench.batches:move_batch"
+    assert user["structure"] == "dict of 2 tensors" and user["to_device"] == "feedbench.harness.batches:move_batch"
     assert user["by_pinning"][0]["bytes"] == 16 * 3 * 56 * 56 * 4 + 16 * 8  # float images, int64 labels
     assert any(
         a.startswith("transfer: also timed a real batch (dict of 2 tensors, ")

@@ -13,7 +13,7 @@ import dataclasses
 import feedbench
 import pytest
 import torch
-from feedbench.batches import move_batch
+from feedbench.harness.batches import move_batch
 from torch import nn
 from torch.utils.data import Dataset
 

@@ -18,7 +18,7 @@ import textwrap
 import zipfile
 
 import pytest
-from feedbench.matrix import harness_files
+from feedbench.plan.matrix import harness_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One worker runs the module: the fixture `installed` builds a wheel and a venv.
@@ -31,10 +31,10 @@ RENDER = textwrap.dedent("""
 
     import yaml
 
-    import feedbench, feedbench.report
-    from feedbench.aggregate import read_summary
-    from feedbench.plots import plot_experiment
-    from feedbench.report import write_report
+    import feedbench, feedbench.analysis.report
+    from feedbench.analysis.aggregate import read_summary
+    from feedbench.analysis.plots import plot_experiment
+    from feedbench.analysis.report import write_report
 
     stored, references, out = sys.argv[1:4]
     print(feedbench.__file__)
@@ -116,12 +116,12 @@ def outside(tmp_path) -> dict:
 def test_the_wheel_holds_the_views_the_schemas_and_the_templates(installed):
     _, names, _ = installed
     for name in (
-        "feedbench/views/__init__.py",
-        "feedbench/views/workers.py",
+        "feedbench/analysis/views/__init__.py",
+        "feedbench/analysis/views/workers.py",
         "feedbench/schemas/result.schema.json",
         "feedbench/templates/report.html.j2",
         "feedbench/templates/report.css",
-        "feedbench/model_names.py",
+        "feedbench/plan/model_names.py",
     ):
         assert name in names
     assert not any(n.startswith(("rules/", "scripts/", "report/")) for n in names)
@@ -141,7 +141,7 @@ def test_the_installed_package_renders_a_report_from_a_stored_run(installed, tmp
     html = (tmp_path / "index.html").read_text()
     assert "How many loader workers does CIFAR-100 need?" in html  # the experiment, through the templates
     assert "<style>" in html and "<svg" in html  # report.css and the figure, inline
-    assert 'class="view"' in html  # the workers view (feedbench.views.workers), with its tables
+    assert 'class="view"' in html  # the workers view (feedbench.analysis.views.workers), with its tables
     assert html.count('class="view-table"') >= 2  # ours and the published one (report/references/workers.csv)
 
 

@@ -11,9 +11,9 @@ import shutil
 import subprocess
 
 import pytest
-from feedbench.cache import cold, dataset_files, prepare, resident_fraction, warm
-from feedbench.cache import resident_pages as mincore_pages
-from feedbench.images import make_images
+from feedbench.harness.cache import cold, dataset_files, prepare, resident_fraction, warm
+from feedbench.harness.cache import resident_pages as mincore_pages
+from feedbench.harness.images import make_images
 
 pytestmark = pytest.mark.skipif(
     shutil.which("fincore") is None, reason="needs util-linux fincore to read the page cache"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import yaml
-from feedbench.model_names import TORCHVISION_MODELS
+from feedbench.plan.model_names import TORCHVISION_MODELS
 from snakemake_run import snakemake_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,7 +57,7 @@ def test_snakefile_parses_without_torch(tmp_path):
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
     # Snakemake may have imported pandas before feedbench asked for it: import feedbench's modules of the parse alone.
     ours = sorted(m for m in modules_imported(run.stderr) if m.split(".")[0] == "feedbench")
-    assert "feedbench.matrix" in ours
+    assert "feedbench.plan.matrix" in ours
     code = f"import sys, {', '.join(ours)}; print(sorted(m for m in {ANALYSIS + HEAVY} if m in sys.modules))"
     alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert alone.stdout.strip() == "[]", (ours, alone.stdout)
@@ -80,12 +80,12 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
 
 
 def test_the_cached_model_list_is_the_installed_torchvisions():
-    """feedbench.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
+    """plan.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
     import torchvision
 
     installed = tuple(torchvision.models.list_models(module=torchvision.models))
     assert TORCHVISION_MODELS == installed, (
         f"torchvision {torchvision.__version__} has other classification models: update "
-        f"workflow/feedbench/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
+        f"workflow/feedbench/plan/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
         f"gone: {sorted(set(TORCHVISION_MODELS) - set(installed))})"
     )

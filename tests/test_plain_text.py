@@ -6,10 +6,10 @@ import json
 import os
 
 import pytest
-from feedbench import views
-from feedbench.aggregate import load_results, read_summary, write_summary
-from feedbench.plots import figure, plain, plot_experiment, svg_text
-from feedbench.report import write_report
+from feedbench.analysis import views
+from feedbench.analysis.aggregate import load_results, read_summary, write_summary
+from feedbench.analysis.plots import figure, plain, plot_experiment, svg_text
+from feedbench.analysis.report import write_report
 from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 MATH = r"Rate $\nope$"  # matplotlib's math parser refuses \nope: drawn as math, the figure cannot be saved

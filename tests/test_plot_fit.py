@@ -9,9 +9,9 @@ import random
 
 import pandas as pd
 import pytest
-from feedbench import views
-from feedbench.metrics import PHASES
-from feedbench.plots import KINDS, SERIES_LIMIT, facet_knob, figure
+from feedbench.analysis import views
+from feedbench.analysis.plots import KINDS, SERIES_LIMIT, facet_knob, figure
+from feedbench.plan.metrics import PHASES
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 AXES = {

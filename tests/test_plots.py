@@ -6,9 +6,9 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from feedbench.aggregate import load_results
-from feedbench.plots import KINDS, axis_label, plot_experiment, transfer_long
-from feedbench.report import inline_svg
+from feedbench.analysis.aggregate import load_results
+from feedbench.analysis.plots import KINDS, axis_label, plot_experiment, transfer_long
+from feedbench.analysis.report import inline_svg
 from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from feedbench.batches import batch_len, default_loss, move_batch, unpinned_note
-from feedbench.cell import parse_cell
-from feedbench.knobs import KnobError
-from feedbench.plugins import content_hash, load
-from feedbench.runner import run
+from feedbench.harness.batches import batch_len, default_loss, move_batch, unpinned_note
+from feedbench.harness.runner import run
+from feedbench.plan.cell import parse_cell
+from feedbench.plan.knobs import KnobError
+from feedbench.plan.plugins import content_hash, load
 
 USER_CODE = """
 import torch
@@ -282,7 +282,7 @@ def test_default_loss_rules():
 
 
 def test_argument_axes_name_their_cells_and_fold_into_the_args(project):
-    from feedbench.matrix import build_cells
+    from feedbench.plan.matrix import build_cells
 
     config = {
         "python_path": [project],
@@ -312,7 +312,7 @@ def test_argument_axes_name_their_cells_and_fold_into_the_args(project):
 
 
 def test_a_target_that_does_not_import_stops_the_config_with_its_key_path(project):
-    from feedbench.matrix import ConfigError, build_cells
+    from feedbench.plan.matrix import ConfigError, build_cells
 
     config = {
         "python_path": [project],
@@ -329,7 +329,7 @@ def test_a_target_that_does_not_import_stops_the_config_with_its_key_path(projec
 
 
 def test_builtin_cells_do_not_carry_the_python_path(project):
-    from feedbench.matrix import build_cells
+    from feedbench.plan.matrix import build_cells
 
     cells = build_cells({"python_path": [project], "experiments": {"plain": {"base": {"steps": 3}}}})
     assert "python_path" not in cells[0].knobs

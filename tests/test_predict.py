@@ -1,4 +1,4 @@
-"""The prediction of a training cell from its ceilings (feedbench.predict, docs/harness.md "The prediction model").
+"""The prediction of a training cell from its ceilings (analysis.predict, docs/harness.md "The prediction model").
 
 The calibration workloads (a sleep model and a per-sample delay, tests/calibration.py) have known ceilings: a
 loader of W workers delivers W x B / (B x d) samples/s, the sleep model computes B / C. Every case and its
@@ -12,9 +12,9 @@ import json
 
 import pandas as pd
 import pytest
-from feedbench.aggregate import load_results
-from feedbench.ceilings import batch_bytes, ceiling_knobs
-from feedbench.predict import predict
+from feedbench.analysis.aggregate import load_results
+from feedbench.analysis.predict import predict
+from feedbench.plan.ceilings import batch_bytes, ceiling_knobs
 
 
 def test_series_without_workers_and_overlap_with_them():
@@ -97,9 +97,9 @@ def test_calibration_bounds(calibration):
 @pytest.mark.slow
 @pytest.mark.timing  # no assertion on time, but it shares the timed calibration fixture
 def test_report_shows_predicted_beside_measured(calibration, tmp_path):
-    from feedbench.accuracy import error_summary, predicted_cells
-    from feedbench.aggregate import write_summary
-    from feedbench.report import write_report
+    from feedbench.analysis.accuracy import error_summary, predicted_cells
+    from feedbench.analysis.aggregate import write_summary
+    from feedbench.analysis.report import write_report
 
     summary, html = tmp_path / "summary.csv", tmp_path / "report" / "index.html"
     write_summary(calibration, str(summary))
@@ -118,7 +118,7 @@ def test_report_shows_predicted_beside_measured(calibration, tmp_path):
 
 def test_headspace_and_the_fewest_workers_that_reach_the_compute_ceiling():
     import pandas as pd
-    from feedbench.verdict import recommend
+    from feedbench.analysis.verdict import recommend
 
     # Loader ceilings 100, 190, 400 samples/s at 0, 2, 4 workers beside a 200 samples/s compute ceiling.
     cells = pd.DataFrame(
@@ -148,7 +148,7 @@ def test_headspace_and_the_fewest_workers_that_reach_the_compute_ceiling():
 
 
 def test_what_if_is_the_model_with_doubled_hardware():
-    from feedbench.accuracy import what_if
+    from feedbench.analysis.accuracy import what_if
 
     # 100 samples/s of loader at 2 workers, 300 of compute; 16 samples of 1,000 features per batch at 1 GB/s in series.
     row = {
@@ -173,7 +173,7 @@ def test_what_if_is_the_model_with_doubled_hardware():
 
 def test_a_cell_above_its_compute_ceiling_is_worded_as_such_not_as_negative_headspace():
     import pandas as pd
-    from feedbench.verdict import recommend
+    from feedbench.analysis.verdict import recommend
 
     # The baseline measured 210 samples/s beside a compute ceiling of 200: noise, or a ceiling measured under load.
     cells = pd.DataFrame(
@@ -199,7 +199,7 @@ def test_a_cell_above_its_compute_ceiling_is_worded_as_such_not_as_negative_head
 
 def test_the_recommendation_says_whether_pinning_and_stream_prefetch_pay_for_themselves():
     import pandas as pd
-    from feedbench.verdict import recommend
+    from feedbench.analysis.verdict import recommend
 
     # At 2 workers: pinning gains 20 % with intervals apart; stream prefetch gains 2 % inside the noise.
     rows = [
@@ -255,8 +255,8 @@ def own_pipeline_summary(root, device: str, pin_memory: bool):
     the workflow runs it: loader, compute, and the transfer probe of its own batch (ceilings.user_probe_knobs)."""
     import os
 
-    from feedbench.ceilings import user_probe_knobs
-    from feedbench.runner import run
+    from feedbench.harness.runner import run
+    from feedbench.plan.ceilings import user_probe_knobs
 
     src = os.path.abspath("examples/own-pipeline/src")
     train = {**SHAPES, "scenario": "train", "device": device, "pin_memory": pin_memory, "python_path": [src]}
@@ -307,7 +307,7 @@ def test_the_copy_term_reads_the_probe_of_the_cells_own_batch_with_its_pinning()
     # Stored results of a GPU run (the real ones are made by the gpu test above): a training cell of the shapes
     # pipeline at 1,000 samples/s of loader (2 workers) and 400 of compute, and two probes of real batches, one of them
     # another crop. The cell pins: its copy term is the pinned batch of its own probe, 8 ms per batch of 16 samples.
-    from feedbench.aggregate import result_row, with_predictions
+    from feedbench.analysis.aggregate import result_row, with_predictions
 
     def result(cell, scenario, metrics, **knobs):
         knobs = {**SHAPES, "device": "cuda", "pin_memory": True, "scenario": scenario, **knobs}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from feedbench.data import SyntheticDataset
-from feedbench.prefetch import StreamPrefetcher, to_device
+from feedbench.harness.data import SyntheticDataset
+from feedbench.harness.prefetch import StreamPrefetcher, to_device
 from torch.utils.data import DataLoader
 
 

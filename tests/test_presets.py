@@ -54,14 +54,14 @@ def planned(run: subprocess.CompletedProcess) -> list[str]:
 
 def expected_cells(config: dict) -> set[str]:
     """experiment/cell of a config, by the workflow's own matrix builder (no harness checks: no torch, no folders)."""
-    from feedbench.matrix import build_cells
+    from feedbench.plan.matrix import build_cells
 
     return {f"{c.experiment}/{c.id}" for c in build_cells(config, "results/data/images", check=False)}
 
 
 def small(config: dict) -> dict:
-    """The config as `size: small` makes it (feedbench.config.sized, as the Snakefile calls it)."""
-    from feedbench.config import sized
+    """The config as `size: small` makes it (feedbench.plan.config.sized, as the Snakefile calls it)."""
+    from feedbench.plan.config import sized
 
     return sized(dict(json.loads(json.dumps(config)), size="small"))
 
@@ -170,7 +170,7 @@ def merged_small() -> dict:
 
 def test_merged_small_config_has_each_presets_own_cells():
     """The one small run below measures exactly the cells, with exactly the knobs, of the six runs it replaces."""
-    from feedbench.matrix import build_cells
+    from feedbench.plan.matrix import build_cells
 
     def knobs(cells):
         return {(c.experiment, c.id): c.knobs for c in cells}

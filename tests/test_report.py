@@ -8,10 +8,10 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from feedbench.aggregate import load_results, read_summary, write_summary
-from feedbench.plots import plot_experiment
-from feedbench.report import UnsafeSVG, inline_svg, summary_results, write_report
-from feedbench.verdict import summarize_experiment
+from feedbench.analysis.aggregate import load_results, read_summary, write_summary
+from feedbench.analysis.plots import plot_experiment
+from feedbench.analysis.report import UnsafeSVG, inline_svg, summary_results, write_report
+from feedbench.analysis.verdict import summarize_experiment
 from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.xdist_group("report")  # one worker: the module fixture `html` renders the report once
@@ -165,7 +165,7 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
 
 
 def test_rule_report_reads_the_results_its_summary_lists(real_matrix, tmp_path):  # noqa: F811
-    """Rule report has no results as inputs: its script takes them from the summary (feedbench.report.summary_results),
+    """Rule report has no results as inputs: its script takes them from the summary (analysis.report.summary_results),
     damaged ones included, and an empty summary lists none."""
     damaged = tmp_path / "damaged" / "result.json"
     damaged.parent.mkdir()
@@ -200,7 +200,7 @@ def test_cells_carry_a_short_label_with_a_key_and_their_id_wraps(html):
 def test_a_mapping_knob_shows_as_its_json_and_is_not_called_adjusted():
     """A user's dataset_args (issue #11) reach the summary as JSON text and the requested knobs as a mapping."""
     import pandas as pd
-    from feedbench.report import axis_values, fmt
+    from feedbench.analysis.report import axis_values, fmt
 
     rows = pd.DataFrame(
         [

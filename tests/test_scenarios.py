@@ -12,8 +12,8 @@ import time
 
 import jsonschema
 import pytest
-from feedbench.images import make_images
-from feedbench.result import schema
+from feedbench.harness.images import make_images
+from feedbench.plan.result import schema
 
 TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1)
 
@@ -136,7 +136,7 @@ def test_tokens_count_true_lengths(run_cell, tmp_path):
     assert code == 0
     out = [p for p in tmp_path.iterdir() if (p / "steps.csv").exists()][0]
     rows = list(csv.DictReader(open(out / "steps.csv")))
-    from feedbench.data import TokenDataset
+    from feedbench.harness.data import TokenDataset
 
     lengths = TokenDataset(2048, 10, 0.5, 30, 0).lengths
     assert [int(r["tokens"]) for r in rows] == [int(lengths[4 * i : 4 * i + 4].sum()) for i in range(5)]
@@ -177,7 +177,7 @@ def test_provenance_is_an_allow_list(run_cell, monkeypatch):
 def test_provenance_names_torchvision_without_importing_it():
     """Importing torchvision (and with it torch._dynamo) cost every cell about 1.1 s of CPU for one version string."""
     check = (
-        "import importlib.metadata, sys, torch; from feedbench.provenance import machine_facts; "
+        "import importlib.metadata, sys, torch; from feedbench.harness.provenance import machine_facts; "
         "facts = machine_facts(torch.device('cpu')); "
         "assert facts['torchvision'] == importlib.metadata.version('torchvision'), facts; "
         "assert 'torchvision' not in sys.modules, 'machine_facts imported torchvision'"

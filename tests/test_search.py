@@ -1,13 +1,13 @@
-"""`search: num_workers`: the choice of the training cells around the predicted knee (feedbench.search), and the
+"""`search: num_workers`: the choice of the training cells around the predicted knee (feedbench.plan.search), and the
 config checks; tests/test_search_workflow.py runs it through Snakemake."""
 
 from __future__ import annotations
 
 import pytest
-from feedbench import search
-from feedbench.ceilings import ceiling_sources
-from feedbench.config import validate_config
-from feedbench.matrix import ConfigError, build_cells, search_groups
+from feedbench.plan import search
+from feedbench.plan.ceilings import ceiling_sources
+from feedbench.plan.config import validate_config
+from feedbench.plan.matrix import ConfigError, build_cells, search_groups
 
 SCHEMA = "config/schema.yaml"
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 16, "width": 16, "batch_size": 8}

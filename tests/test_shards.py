@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from feedbench.images import make_images
-from feedbench.runner import run
-from feedbench.shards import make_shards
+from feedbench.harness.images import make_images
+from feedbench.harness.runner import run
+from feedbench.harness.shards import make_shards
 
 pytestmark = pytest.mark.xdist_group("shards")  # one worker: the module fixture makes the images and shards once
 

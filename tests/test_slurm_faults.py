@@ -22,7 +22,7 @@ import time
 
 import pytest
 import yaml
-from feedbench.result import invalid
+from feedbench.plan.result import invalid
 from slurm_cluster import submitted_bench_jobs
 from test_workflow import copy_workflow
 

@@ -1,4 +1,4 @@
-"""feedbench.slurm without a cluster: the plugin workarounds and the record of a lost cell.
+"""feedbench.plan.slurm without a cluster: the plugin workarounds and the record of a lost cell.
 
 * Cells are matched to their jobs by what the run's log always holds (the plugin's submission line, Snakemake's
   error block for array tasks), never by the job comment, which sacct returns only with
@@ -17,8 +17,8 @@ import logging
 import shlex
 
 import pytest
-from feedbench import slurm
-from feedbench.result import invalid
+from feedbench.plan import slurm
+from feedbench.plan.result import invalid
 from test_disclosure import make_report
 
 plugin = pytest.importorskip("snakemake_executor_plugin_slurm")

@@ -184,7 +184,7 @@ def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slu
     }
     long = rows["compute_ms-1000_steps-10000"]
     # One minute of runtime, of which Slurm and Snakemake took some: the cell stops itself a quarter of its time left
-    # before the job's own end (squeue's; feedbench.job.margin_s), with the steps it measured.
+    # before the job's own end (squeue's; feedbench.plan.job.margin_s), with the steps it measured.
     assert long["error_type"] == "Terminated" and re.match(r"time limit of \d+ s reached", long["error_message"]), long
     assert int(float(long["measured_steps"])) > 5
     jobs = slurm_cluster.jobs(submitted_bench_jobs(proc.stderr).values(), "State,Timelimit")

@@ -11,7 +11,7 @@ import glob
 import os
 
 import pandas as pd
-from feedbench.publish import summarize
+from feedbench.analysis.publish import summarize
 
 STORED = os.path.join(os.path.dirname(__file__), "stored", "workers-small")
 

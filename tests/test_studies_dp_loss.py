@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from feedbench.harness import WithLoss
-from feedbench.models import MLP, TokenLSTM, loss_function
+from feedbench.harness.loop import WithLoss
+from feedbench.harness.models import MLP, TokenLSTM, loss_function
 from torch import nn
 
 

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 import yaml
-from feedbench.config import sized
-from feedbench.matrix import build_cells
+from feedbench.plan.config import sized
+from feedbench.plan.matrix import build_cells
 
 PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "presets")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from feedbench.harness import Measurement, original_estimators
-from feedbench.views import builder
+from feedbench.analysis.views import builder
+from feedbench.harness.loop import Measurement, original_estimators
 from test_views_scaling import RESNET, reference, row, summary, table
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from feedbench.views import builder
+from feedbench.analysis.views import builder
 from test_views_loader import PREFETCH, column, find, prefetch_rows, reference, row, summary
 
 # --- prefetch ---------------------------------------------------------------------------------------------------------

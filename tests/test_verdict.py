@@ -6,8 +6,8 @@ import itertools
 import math
 
 import pytest
-from feedbench.aggregate import load_results, read_summary
-from feedbench.verdict import (
+from feedbench.analysis.aggregate import load_results, read_summary
+from feedbench.analysis.verdict import (
     DATA_STALL_PCT,
     TRANSFER_SHARE,
     baseline_cell,
@@ -144,8 +144,8 @@ def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
     import subprocess
     import sys
 
-    from feedbench.aggregate import load_results
-    from feedbench.verdict import summarize_experiment
+    from feedbench.analysis.aggregate import load_results
+    from feedbench.analysis.verdict import summarize_experiment
 
     paths = []
     for gpus in (1, 2):

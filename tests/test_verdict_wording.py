@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 import pytest
-from feedbench.verdict import gain_wording, interval, repeats_to_separate, summarize_experiment
+from feedbench.analysis.verdict import gain_wording, interval, repeats_to_separate, summarize_experiment
 
 
 def rows(values_by_cell: dict[str, list[float]]) -> pd.DataFrame:

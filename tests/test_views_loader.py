@@ -8,11 +8,11 @@ import os
 
 import pandas as pd
 import pytest
-from feedbench.aggregate import read_summary, result_row
-from feedbench.knobs import defaults
-from feedbench.report import build as build_report
-from feedbench.report import render
-from feedbench.views import builder, read_reference
+from feedbench.analysis.aggregate import read_summary, result_row
+from feedbench.analysis.report import build as build_report
+from feedbench.analysis.report import render
+from feedbench.analysis.views import builder, read_reference
+from feedbench.plan.knobs import defaults
 from markupsafe import escape
 from matplotlib.figure import Figure
 

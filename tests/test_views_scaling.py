@@ -9,11 +9,11 @@ import os
 
 import pandas as pd
 import pytest
-from feedbench import report
-from feedbench.aggregate import read_summary
-from feedbench.knobs import defaults
-from feedbench.verdict import DATA_STALL_PCT
-from feedbench.views import builder, read_reference
+from feedbench.analysis import report
+from feedbench.analysis.aggregate import read_summary
+from feedbench.analysis.verdict import DATA_STALL_PCT
+from feedbench.analysis.views import builder, read_reference
+from feedbench.plan.knobs import defaults
 
 REFERENCES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "report", "references")
 H100 = "NVIDIA H100 80GB HBM3"

@@ -169,7 +169,7 @@ def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):
 
 def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
     """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone; then it is done."""
-    from feedbench.images import make_images
+    from feedbench.harness.images import make_images
 
     (tmp_path / "workflow").mkdir()
     workflow = copy_workflow(tmp_path / "workflow")
@@ -224,7 +224,7 @@ def test_changing_the_harness_code_reruns_the_cells(done, tmp_path):
     workflow, workdir = done
     edited = copy_workflow(tmp_path, source=workflow)
     assert planned(edited, workdir, TINY) == failed_cells(TINY)  # same code elsewhere: only the retries
-    with open(os.path.join(edited, "workflow", "feedbench", "metrics.py"), "a") as f:
+    with open(os.path.join(edited, "workflow", "feedbench", "plan", "metrics.py"), "a") as f:
         f.write("\n# an edit of the harness\n")
     assert planned(edited, workdir, TINY) == everything(TINY)
 
@@ -232,7 +232,7 @@ def test_changing_the_harness_code_reruns_the_cells(done, tmp_path):
 def test_changing_a_module_the_harness_does_not_run_reruns_no_cell(done, tmp_path):
     workflow, workdir = done
     edited = copy_workflow(tmp_path, source=workflow)
-    with open(os.path.join(edited, "workflow", "feedbench", "matrix.py"), "a") as f:
+    with open(os.path.join(edited, "workflow", "feedbench", "plan", "matrix.py"), "a") as f:
         f.write("\n# an edit of the workflow's own module\n")
     assert planned(edited, workdir, TINY) == failed_cells(TINY)
 

@@ -11,7 +11,7 @@ import time
 
 import yaml
 
-from .knobs import KNOBS, markdown_table
+from .plan.knobs import KNOBS, markdown_table
 
 
 class _Loader(yaml.SafeLoader):
@@ -64,13 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="as --time-limit, counted to this time once the harness has started (the bench job's end)",
     )
     job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
-    job.add_argument("out", nargs="?", help="default: the cell's folder from its labels (feedbench.job.CELL_DIR)")
+    job.add_argument("out", nargs="?", help="default: the cell's folder from its labels (feedbench.plan.job.CELL_DIR)")
     job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
     job.add_argument(
         "--runtime", type=float, required=True, metavar="MINUTES", help="the job's runtime (outside Slurm)"
     )
     job.add_argument(
-        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.job.CELL_LOG)"
+        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.plan.job.CELL_LOG)"
     )
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
@@ -104,7 +104,7 @@ def _knobs(args) -> int:
 
 
 def _record_failure(args) -> int:
-    from .runner import record_failure
+    from .harness.runner import record_failure
 
     if os.path.exists(os.path.join(args.out, "result.json")):
         return 0  # the harness wrote its own result: it knows better
@@ -114,7 +114,7 @@ def _record_failure(args) -> int:
 
 
 def _job(args) -> int:
-    from .job import cell_paths, run_job
+    from .plan.job import cell_paths, run_job
 
     if args.out is None or args.log is None:
         try:
@@ -127,7 +127,7 @@ def _job(args) -> int:
 
 
 def _make_images(args) -> int:
-    from .images import make_images
+    from .harness.images import make_images
 
     try:
         n = make_images(args.dir, args.count, args.size, args.classes, args.seed)
@@ -139,7 +139,7 @@ def _make_images(args) -> int:
 
 
 def _make_shards(args) -> int:
-    from .shards import make_shards
+    from .harness.shards import make_shards
 
     try:
         for count in args.shards:
@@ -186,13 +186,13 @@ def run_or_launch(
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 
-    from .cell import parse_cell
-    from .distributed import world_from_env
-    from .fit import resolve
-    from .knobs import KnobError
-    from .launch import launch
-    from .resources import ranks
-    from .runner import run
+    from .harness.distributed import world_from_env
+    from .harness.fit import resolve
+    from .harness.launch import launch
+    from .harness.runner import run
+    from .plan.cell import parse_cell
+    from .plan.knobs import KnobError
+    from .plan.resources import ranks
 
     if stop_at is not None:  # counted after the imports, which take seconds on a busy node; at least 1 s
         time_limit = max(round(stop_at - time.time()), 1)

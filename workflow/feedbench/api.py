@@ -1,6 +1,6 @@
 """feedbench.measure: one cell from a notebook or a script, on objects instead of import paths.
 
-The same harness as a workflow job (feedbench.runner.run), without Snakemake. It
+The same harness as a workflow job (feedbench.harness.runner.run), without Snakemake. It
 runs in a temporary folder, removed afterwards, and returns the result dict;
 with `out_dir` it keeps result.json and steps.csv there.
 """
@@ -29,7 +29,7 @@ def measure(
     The other knobs are those of `python -m feedbench knobs`. Returns the result (docs/result-schema.md);
     a bad knob gives status failed and a one-line error, as in the workflow.
     """
-    from .runner import run  # imports torch
+    from .harness.runner import run  # imports torch
 
     user: dict = {}
     for name, value in (("dataset", dataset), ("model", model)):

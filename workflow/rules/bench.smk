@@ -1,5 +1,5 @@
 # One job per cell and repeat: write the cell's knobs (params.cell) to
-# cell.yaml and run the harness on it (feedbench/job.py). The knobs and the harness fingerprint
+# cell.yaml and run the harness on it (feedbench/plan/job.py). The knobs and the harness fingerprint
 # are params, so Snakemake's params trigger reruns exactly the cells whose
 # knobs or harness code changed.
 
@@ -32,7 +32,7 @@ rule bench:
         cell=cell_knobs,
         harness=HARNESS,
     shell:
-        # The job's steps are feedbench.job's (write cell.yaml, run the harness, record a failure it left unrecorded,
+        # The job's steps are feedbench.plan.job's (write cell.yaml, run the harness, record a failure it left unrecorded,
         # stop the cell before the job's end): one short command, cheap for Snakemake to format for every job. The job
         # finds its folder and log (CELL_DIR, CELL_LOG) from the labels in params.cell.
         "python -m feedbench job --cell {params.cell:q} --runtime {resources.runtime}"

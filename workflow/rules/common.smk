@@ -8,13 +8,13 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from feedbench import resources as cell_resources
-from feedbench import search as feedbench_search
-from feedbench import slurm as feedbench_slurm
-from feedbench.ceilings import ceiling_map
-from feedbench.config import ConfigError, config_hash, one_line
-from feedbench.job import CELL_DIR, CELL_LOG, attempt, result_path
-from feedbench.matrix import (
+from feedbench.plan import resources as cell_resources
+from feedbench.plan import search as feedbench_search
+from feedbench.plan import slurm as feedbench_slurm
+from feedbench.plan.ceilings import ceiling_map
+from feedbench.plan.config import ConfigError, config_hash, one_line
+from feedbench.plan.job import CELL_DIR, CELL_LOG, attempt, result_path
+from feedbench.plan.matrix import (
     baseline,
     harness_fingerprint,
     planned_cells,
@@ -22,8 +22,8 @@ from feedbench.matrix import (
     search_dry_run_line,
     search_levels,
 )
-from feedbench.plugins import content_hash
-from feedbench.references import reference_tables
+from feedbench.plan.plugins import content_hash
+from feedbench.plan.references import reference_tables
 
 IMAGES_DIR = "results/data/images"
 
@@ -35,7 +35,7 @@ wildcard_constraints:
 
 
 def validated_config(config):
-    """Every cell of the config, checked (feedbench.matrix.planned_cells); one line on error."""
+    """Every cell of the config, checked (feedbench.plan.matrix.planned_cells); one line on error."""
     configfiles = workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]
     try:
         cells = planned_cells(config, os.path.join(workflow.basedir, "config", "schema.yaml"), configfiles, IMAGES_DIR)
@@ -91,7 +91,9 @@ def chosen_cells():
 RESULTS = result_files if SEARCHED else PLANNED_RESULTS
 # The published files (rules aggregate, plot, report); after lost Slurm jobs, report_lost_cells makes them too.
 SUMMARY = "results/summary.csv"
-CEILING_MAP = "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.ceilings)
+CEILING_MAP = (
+    "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.plan.ceilings)
+)
 REPORT = "results/report/index.html"
 PLOT_FILES = {name: f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")}
 PLOTS = list(PLOT_FILES.values())
@@ -112,7 +114,7 @@ def search_inputs(wildcards):
 
 
 def search_groups_json(wildcards):
-    """The checkpoint's params (feedbench.matrix.search_levels), as JSON."""
+    """The checkpoint's params (feedbench.plan.matrix.search_levels), as JSON."""
     experiment = wildcards.experiment
     return json.dumps(search_levels(list(CELLS.values()), experiment, SEARCHED[experiment], repeats_of), sort_keys=True)
 
@@ -146,7 +148,7 @@ def bench_inputs():
     return {} if images == [] else {"images": images}
 
 
-# Resources from the cell (README: "Resources of a cell"): feedbench.resources, which the launcher uses too. Knobs
+# Resources from the cell (README: "Resources of a cell"): feedbench.plan.resources, which the launcher uses too. Knobs
 # a cell does not set take the harness's defaults.
 def per_cell(of_knobs):
     """An input, the threads or a resource of the bench rule: a constant when every cell has the same, else a function of
@@ -174,7 +176,7 @@ def experiment_spec(wildcards):
 
 def report_lost_cells(log):
     """After lost Slurm jobs (the Snakefile's onerror; docs/reliability-slurm.md): a lost.json for each lost cell
-    (feedbench.slurm.record_lost_cells), then the summary, plots and report from everything there is."""
+    (feedbench.plan.slurm.record_lost_cells), then the summary, plots and report from everything there is."""
     cells = (
         (experiment, cell_id, repeat, CELLS[(experiment, cell_id)].labelled(repeat))
         for experiment, cell_id in chosen_cells()
@@ -183,7 +185,7 @@ def report_lost_cells(log):
     paths, lost = feedbench_slurm.record_lost_cells(cells, log)
     if not lost:
         return
-    from feedbench.publish import publish
+    from feedbench.analysis.publish import publish
 
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).

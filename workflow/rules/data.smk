@@ -15,7 +15,7 @@ rule make_images:
         size=config["images"]["size"],
         classes=config["images"]["classes"],
         seed=config["images"]["seed"],
-        harness=HARNESS,  # the generator is harness code (feedbench/images.py)
+        harness=HARNESS,  # the generator is harness code (feedbench/harness/images.py)
     shell:
         "python -m feedbench make-images {output} --count {params.images} --size {params.size}"
         " --classes {params.classes} --seed {params.seed} > {log} 2>&1"

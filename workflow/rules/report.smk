@@ -43,7 +43,7 @@ rule plot:
         "../scripts/plot.py"
 
 
-# The results the report reads are those the summary lists (feedbench.report.summary_results), not inputs here: a
+# The results the report reads are those the summary lists (feedbench.analysis.report.summary_results), not inputs here: a
 # second rule with every result as input would double Snakemake's planning of them (docs/performance.md, "Workflow
 # DAG"). The summary is made again whenever a result changes, so the report is too.
 rule report:

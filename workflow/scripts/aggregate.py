@@ -1,9 +1,9 @@
 """Snakemake `script:` of rule aggregate: every result.json -> results/summary.csv, joined on the planner's map of
-ceilings, written as results/ceilings.json (feedbench.publish.summarize)."""
+ceilings, written as results/ceilings.json (feedbench.analysis.publish.summarize)."""
 
 import sys
 
-from feedbench import publish
+from feedbench.analysis import publish
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log

@@ -1,14 +1,14 @@
 """Snakemake `script:` of rule report: summary, plots, results, published tables -> results/report/index.html.
 
-The results are those the summary lists (feedbench.report.summary_results), not inputs of the rule.
+The results are those the summary lists (feedbench.analysis.report.summary_results), not inputs of the rule.
 
-See feedbench.publish.report.
+See feedbench.analysis.publish.report.
 """
 
 import sys
 
-from feedbench import publish
-from feedbench.report import summary_results
+from feedbench.analysis import publish
+from feedbench.analysis.report import summary_results
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log

@@ -1,20 +1,20 @@
 """Snakemake `script:` of checkpoint search: the ceilings' results -> a prediction of every level of the searched
-axis -> results/search/<experiment>.json, the training cells to run (feedbench.search)."""
+axis -> results/search/<experiment>.json, the training cells to run (feedbench.plan.search)."""
 
 import json
 import sys
 
 import pandas as pd
-from feedbench.aggregate import _plain, load_results, planned_row, with_predictions
-from feedbench.result import atomic_write
-from feedbench.search import plan
+from feedbench.analysis.aggregate import _plain, load_results, planned_row, with_predictions
+from feedbench.plan.result import atomic_write
+from feedbench.plan.search import plan
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
 
 def predicted_rates(groups: list[dict]) -> list[list]:
-    """Each level's predicted samples/s (None where a ceiling is missing), by feedbench.aggregate.with_predictions:
+    """Each level's predicted samples/s (None where a ceiling is missing), by analysis.aggregate.with_predictions:
     the level as a planned training row beside its ceilings' results, predicted by the same code that predicts the
     measured cell in the summary afterwards. The planned row runs on the device its compute ceiling ran on."""
     paths = sorted(

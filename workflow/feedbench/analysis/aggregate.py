@@ -1,0 +1,369 @@
+"""Flatten cell results into one tidy table: one row per cell x repeat.
+
+The summary is the product the plots, the report and any notebook start from,
+so it keeps failed cells (with their error) beside measured ones: nothing
+is dropped on the way from result.json to summary.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pandas as pd
+
+from ..plan.ceilings import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, nearest_size
+from ..plan.columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STATUS
+from ..plan.knobs import KNOBS, user_batch
+from ..plan.knobs import LABELS as CELL_LABELS
+from ..plan.metrics import PHASES
+from ..plan.result import UnusableResult, atomic_write, read_result
+from .predict import predict
+
+
+def _labels(result: dict, path: str) -> dict:
+    """The cell's labels, else experiment, cell, repeat from results/cells/<experiment>/<cell>/rep<k>/result.json.
+
+    `baseline` is True or False as feedbench.plan.matrix marked the cell; a result written before cells carried
+    the label leaves it empty (unknown): the verdict then names no baseline and says why.
+    """
+    parts = os.path.normpath(path).split(os.sep)
+    from_path = {}
+    if len(parts) >= 4 and parts[-1] == "result.json" and parts[-2].startswith("rep") and parts[-2][3:].isdigit():
+        from_path = {"experiment": parts[-4], "cell": parts[-3], "repeat": int(parts[-2][3:])}
+    labels = {}
+    for name in LABELS:
+        value = (result.get("cell") or {}).get(name)
+        if value is None:
+            value = (result.get("requested") or {}).get(name)
+        labels[name] = value if value is not None else from_path.get(name)
+    if labels["baseline"] is not None:
+        labels["baseline"] = labels["baseline"] is True
+    return labels
+
+
+def _knobs(result: dict) -> dict:
+    """Every knob as it ran (as requested when the cell did not validate); lists as JSON text."""
+    knobs = result.get("cell") or result.get("requested") or {}
+    row = {}
+    for name in KNOBS:
+        value = knobs.get(name)
+        row[name] = json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+    return row
+
+
+def _metrics(result: dict) -> dict:
+    metrics = result.get("metrics") or {}
+    step = metrics.get("step_ms") or {}
+    row = {
+        "samples_per_s": metrics.get("samples_per_s"),
+        "tokens_per_s": metrics.get("tokens_per_s"),
+        "step_ms_median": step.get("median"),
+        "step_ms_p10": step.get("p10"),
+        "step_ms_p90": step.get("p90"),
+        "stall_pct": metrics.get("stall_pct"),
+        "h2d_gb_per_s": metrics.get("h2d_gb_per_s"),
+        "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
+        "cuda_init_s": metrics.get("cuda_init_s"),
+        **{
+            f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
+            for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")
+        },
+        "first_batch_profiled_ms": (metrics.get("first_batch_profile") or {}).get("data_load_ms"),
+        "measured_steps": metrics.get("steps"),
+        "window_s": metrics.get("window_s"),
+        "page_cache_effective": (result.get("page_cache") or {}).get("effective"),
+        "page_cache_resident": (result.get("page_cache") or {}).get("resident_fraction"),
+        "world_size": metrics.get("world_size"),
+        "comm_share": metrics.get("comm_share"),
+        "timing_effective": (result.get("timing") or {}).get("effective"),
+        "duration_s": result.get("duration_s"),
+    }
+    phases = metrics.get("phases") or {}
+    for phase in PHASES:
+        row[f"{phase}_ms"] = (phases.get(phase) or {}).get("median_ms")
+        row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
+    transfer = metrics.get("transfer")
+    if transfer:
+        row["transfer_method"] = transfer.get("method")
+        row["transfer_peak_gb_per_s_pinned"] = transfer.get("peak_gb_per_s_pinned")
+        row["transfer_peak_gb_per_s_pageable"] = transfer.get("peak_gb_per_s_pageable")
+        for point in transfer.get("by_size", []):
+            kind = "pinned" if point["pinned"] else "pageable"
+            row[f"transfer_gb_per_s_{kind}_{point['size_bytes']}"] = point.get("median_gb_per_s")
+        for point in (transfer.get("user_batch") or {}).get("by_pinning", []):  # a real batch of the user's
+            kind = "pinned" if point["pinned"] else "pageable"
+            row[f"transfer_user_batch_bytes_{kind}"] = point.get("bytes")
+            row[f"transfer_user_batch_ms_{kind}"] = point.get("batch_median_ms")
+    for name, stats in ((result.get("monitor") or {}).get("stats") or {}).items():
+        row[f"{name}_mean"] = stats.get("mean")
+    return row
+
+
+def _requested_text(knobs: dict) -> str:
+    """The `requested` column as the CSV holds it: the knobs as JSON text (read_summary gives the mapping back)."""
+    return json.dumps(knobs, sort_keys=True, default=str)
+
+
+def result_row(result: dict, path: str) -> dict:
+    """One summary row from one result.json (already parsed)."""
+    error = result.get("error") or {}
+    provenance = result.get("provenance") or {}
+    return {
+        **_labels(result, path),
+        "status": result.get("status"),
+        "error_type": error.get("type"),
+        "error_message": error.get("message"),
+        "adjustments": "; ".join(result.get("adjustments") or []) or None,
+        **_knobs(result),
+        **_metrics(result),
+        **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
+        # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
+        "requested": _requested_text(
+            {k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS}
+        ),
+        "result": path,
+    }
+
+
+def planned_row(knobs: dict, device: str | None) -> dict:
+    """A training cell not run yet, as a summary row on `device` (as its ceilings ran): what with_predictions needs
+    to predict it from ceilings already measured (feedbench.plan.search asks this before choosing the cells to run)."""
+    cell = {**{name: knob.default for name, knob in KNOBS.items()}, **knobs, "device": device}
+    return {"status": "planned", "samples_per_s": None, **_knobs({"cell": cell}), "scenario": "train"}
+
+
+def load_results(paths: list[str], links: dict | None = None) -> pd.DataFrame:
+    """Read every result.json into the tidy summary, sorted by experiment, cell, repeat.
+
+    Every result is validated (feedbench.plan.result.read_result, as the workflow's
+    retries are): an unusable one becomes a failed row labelled by its path and
+    saying why, not an exception, so one bad cell never hides the rest of the matrix.
+    """
+    rows = []
+    for path in paths:
+        try:
+            result = read_result(path)
+        except UnusableResult as damage:
+            result = {"status": "failed", "error": {"type": "UnusableResult", "message": str(damage)}}
+        rows.append(result_row(result, str(path)))
+    # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
+    frame = pd.DataFrame(rows, columns=None if rows else [*LABELS, *STATUS, *KNOBS])
+    frame = frame.sort_values(ORDER, kind="stable", na_position="last").reset_index(drop=True)
+    return with_predictions(frame, links)
+
+
+def _plain(value):
+    """A knob value as Python and the CSV both give it back: None for empty, bool, int for whole numbers, else text."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, str) and value in ("True", "False", "true", "false"):
+        return value in ("True", "true")
+    if hasattr(value, "item"):
+        value = value.item()  # numpy scalars
+    if isinstance(value, bool):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return int(number) if number.is_integer() else number
+
+
+def _key(row, scenario: str) -> tuple:
+    knobs = {k: _plain(row.get(k)) for k in KNOBS}
+    return tuple(sorted(ceiling_knobs(knobs, scenario).items()))
+
+
+def _median(values) -> float | None:
+    values = pd.to_numeric(pd.Series(list(values)), errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
+
+
+def _copy_rate(probe: pd.DataFrame, size: int | None, pinned: bool) -> float | None:
+    """The transfer probe's median GB/s at its probed size that stands for `size` (plan.ceilings.nearest_size)."""
+    prefix = f"transfer_gb_per_s_{'pinned' if pinned else 'pageable'}_"
+    sizes = [int(c[len(prefix) :]) for c in probe if c.startswith(prefix) and probe[c].notna().any()]
+    nearest = nearest_size(sizes, size)
+    return _median(probe[f"{prefix}{nearest}"]) if nearest else None
+
+
+def _user_copy(probe: pd.DataFrame, pinned: bool) -> tuple[int | None, float | None]:
+    """(bytes, GB/s) of the user's real batch as the transfer probe of the cell's own pipeline copied it: median
+    bytes and ms over its repeats, pinned or pageable as the cell."""
+    kind = "pinned" if pinned else "pageable"
+    columns = [f"transfer_user_batch_bytes_{kind}", f"transfer_user_batch_ms_{kind}"]
+    if probe.empty or any(c not in probe for c in columns):
+        return None, None
+    size, ms = (_median(probe[column]) for column in columns)
+    if not size or not ms:
+        return None, None
+    return int(size), size / (ms / 1000) / 1e9
+
+
+def _or_default(value, name: str):
+    """A knob's value as the summary holds it (lists and dicts as JSON text, as _knobs writes them), its default
+    where empty."""
+    value = _plain(value)
+    value = KNOBS[name].default if value is None else value
+    return _plain(json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value)
+
+
+def _planned(ok: pd.DataFrame, links: dict):
+    """row -> (loader samples/s, compute samples/s, the transfer probe's rows) of the cells the planner's map
+    (feedbench.plan.ceilings.ceiling_map) names for the row's cell."""
+    names = ok["experiment"].astype(str) + "/" + ok["cell"].astype(str) if len(ok) else pd.Series(dtype=str)
+    by_cell = dict(tuple(ok.groupby(names))) if len(ok) else {}
+
+    def find(row, knobs: dict):
+        bounds = links.get(f"{row.get('experiment')}/{row.get('cell')}") or {}
+        rows = {s: by_cell.get(bounds.get(s)) for s in (*CEILINGS, "transfer")}
+        loader, compute = (_median(rows[s]["samples_per_s"]) if rows[s] is not None else None for s in CEILINGS)
+        return loader, compute, rows["transfer"]
+
+    return find
+
+
+def _matched(ok: pd.DataFrame):
+    """row -> (loader samples/s, compute samples/s, the transfer probes' rows), found by matching: a summary rebuilt
+    from results without the planner's map (or a search's planned rows). A loader and a compute row with the knobs
+    plan.ceilings.ceiling_knobs derives, every transfer probe on the cell's device (for the user's own batch, the
+    probes with its USER_BATCH_KNOBS, as feedbench.plan.ceilings.user_probe_knobs plans them)."""
+    rates = {}
+    for scenario in CEILINGS:
+        groups: dict[tuple, list] = {}
+        for _, row in ok[ok["scenario"] == scenario].iterrows():
+            groups.setdefault(_key(row, scenario), []).append(row["samples_per_s"])
+        rates[scenario] = {key: _median(values) for key, values in groups.items()}
+    transfer = ok[ok["scenario"] == "transfer"]
+
+    def find(row, knobs: dict):
+        device = knobs.get("device")
+        probes = transfer[transfer["device"].map(_plain) == device] if "device" in transfer else transfer
+        if user_batch(knobs) and not probes.empty:
+            wanted = {k: _or_default(knobs.get(k), k) for k in USER_BATCH_KNOBS}
+            probes = probes[probes.apply(lambda r: all(_or_default(r.get(k), k) == v for k, v in wanted.items()), 1)]
+        return rates["loader"].get(_key(row, "loader")), rates["compute"].get(_key(row, "compute")), probes
+
+    return find
+
+
+def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataFrame:
+    """Add PREDICTION_COLUMNS: each single-process training cell predicted from its ceilings (analysis.predict), and
+    the measured samples/s against it: 100 x (measured / predicted - 1). The ceilings are the cells the planner's map
+    names (links: feedbench.plan.ceilings.ceiling_map, results/ceilings.json); without a map, the rows that match."""
+    frame = frame.copy()
+    for column in PREDICTION_COLUMNS:
+        frame[column] = None
+    if frame.empty or "scenario" not in frame:
+        return frame
+    ok = frame[frame["status"] == "ok"]
+    find = _matched(ok) if links is None else _planned(ok, links)
+    for index, row in frame.iterrows():
+        if row["scenario"] != "train" or _plain(row.get("parallel")) not in (None, "none"):
+            continue
+        knobs = {k: _plain(row.get(k)) for k in KNOBS if _plain(row.get(k)) is not None}
+        loader, compute, probe = find(row, knobs)
+        pinned, size, copy, source = bool(knobs.get("pin_memory")), None, None, None
+        if knobs.get("device") not in (None, "cpu") and probe is not None:
+            if user_batch(knobs):  # a user batch: its real copy, timed by its own probe
+                size, copy = _user_copy(probe, pinned)
+                source = "user batch" if copy else None
+            else:
+                size = batch_bytes(knobs)
+                copy = _copy_rate(probe, size, pinned)
+                source = "sweep" if copy else None
+        workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
+        predicted, bound, _terms = predict(
+            loader, compute, workers, batch, size, copy, knobs.get("device_prefetch") == "stream"
+        )
+        frame.at[index, "ceiling_loader_samples_per_s"] = loader
+        frame.at[index, "ceiling_compute_samples_per_s"] = compute
+        frame.at[index, "ceiling_copy_gb_per_s"] = copy
+        frame.at[index, "ceiling_copy_from"] = source
+        if predicted is None:
+            continue
+        frame.at[index, "predicted_samples_per_s"] = predicted
+        frame.at[index, "predicted_bound"] = bound
+        measured = _plain(row.get("samples_per_s"))
+        if row["status"] == "ok" and isinstance(measured, (int, float)):
+            frame.at[index, "prediction_error_pct"] = 100 * (measured / predicted - 1)
+    numbers = [c for c in PREDICTION_COLUMNS if c not in ("predicted_bound", "ceiling_copy_from")]
+    frame[numbers] = frame[numbers].apply(pd.to_numeric)
+    return frame
+
+
+def write_summary(frame: pd.DataFrame, path: str) -> None:
+    """Write the summary CSV atomically (a reader never sees half a table)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if "requested" in frame:  # a summary read back (read_summary) holds mappings there
+        frame = frame.assign(requested=[_requested_text(v) if isinstance(v, dict) else v for v in frame["requested"]])
+    atomic_write(path, frame.to_csv(index=False))
+
+
+# The pandas type of a knob's column, by the type its Knob declares: nullable, as a failed cell may lack the knob.
+# Text knobs stay text, and lists and mappings the JSON text _knobs writes (comparable, as plots and verdicts group
+# cells by them).
+_DTYPES = {bool: "boolean", int: "Int64", float: "float64"}
+
+
+def _typed(column: pd.Series, dtype: str) -> pd.Series:
+    """A knob's column as `dtype`; as read where a value does not fit (a cell that failed validation keeps the value
+    it asked for, say num_workers 'many')."""
+    values = column.dropna()
+    if dtype == "boolean" and not all(isinstance(v, (bool, np.bool_)) for v in values):
+        return column
+    try:
+        return column.astype(dtype)
+    except (TypeError, ValueError):
+        return column
+
+
+def typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """The summary with each knob's column typed as its Knob declares (bools as booleans, integers as nullable
+    integers), the baseline label as a boolean and `requested` as the mapping of knobs the cell asked for."""
+    knobs = [name for name, knob in KNOBS.items() if name in frame and knob.type in _DTYPES]
+    columns = {name: _typed(frame[name], _DTYPES[KNOBS[name].type]) for name in knobs}
+    if "baseline" in frame:
+        columns["baseline"] = _typed(frame["baseline"], "boolean")
+    if "requested" in frame:
+        columns["requested"] = frame["requested"].map(requested).astype(object)
+    return frame.assign(**columns)
+
+
+def read_summary(path: str) -> pd.DataFrame:
+    """The summary CSV as plots, report, views and verdicts read it: typed by typed(), so none types a value again.
+    A summary written before the knobs were typed reads the same way."""
+    return typed(pd.read_csv(path))
+
+
+def requested(value) -> dict:
+    """The knobs a row's cell asked for, from its `requested` column: a mapping as read_summary gives it, the JSON text
+    result_row writes, {} where empty."""
+    if isinstance(value, dict):
+        return value
+    return json.loads(value) if isinstance(value, str) and value else {}
+
+
+def as_requested(rows: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
+    """The rows with `knobs` as the workflow asked for them: a pin_memory=true cell fitted to a CPU ran with false, yet
+    belongs in its column."""
+    if "requested" not in rows or rows.empty:
+        return rows
+    asked = [requested(value) for value in rows["requested"]]
+    return rows.assign(**{k: [a.get(k, v) for a, v in zip(asked, rows[k], strict=True)] for k in knobs if k in rows})
+
+
+def knob_value(row, name: str):
+    """Knob `name` of a summary row (a dict or a pandas row), its default where the row has none (a failed cell that
+    never validated, a result written before the knob existed)."""
+    value = row.get(name)
+    missing = value is None or (not isinstance(value, (list, dict)) and pd.isna(value))
+    return KNOBS[name].default if missing else value
+
+
+def is_true(value) -> bool:
+    """Whether a boolean value of the typed summary is set: True (Python's or numpy's), not False or missing."""
+    return isinstance(value, (bool, np.bool_)) and bool(value)

@@ -1,0 +1,43 @@
+"""Results -> summary -> plots -> report: the one path from measured cells to the published HTML.
+
+Snakemake's rules aggregate, plot and report run its three steps, one script each (workflow/scripts/); a run whose
+Slurm jobs were lost runs all three in-process, from every result plus the lost cells' records (the Snakefile's
+onerror: feedbench.plan.slurm.record_lost_cells, then publish).
+"""
+
+from __future__ import annotations
+
+from ..plan.ceilings import write_map
+from .aggregate import load_results, read_summary, write_summary
+from .plots import plot_experiment
+from .report import write_report
+
+
+def summarize(results: list[str], summary: str, links: dict | None = None, ceilings: str | None = None) -> None:
+    """Rule aggregate: every result file -> the summary CSV (analysis.aggregate), its ceiling columns joined on the
+    planner's map (links: feedbench.plan.ceilings.ceiling_map), which is written to `ceilings` beside it."""
+    if ceilings and links is not None:
+        write_map(ceilings, links)
+    write_summary(load_results(results, links), summary)
+
+
+def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
+    """Rule plot: an experiment's plot spec (spec: the experiment's config) over the summary -> its SVG, titled with
+    the experiment's `title`, else its name (feedbench.analysis.plots)."""
+    plot_experiment(read_summary(summary), experiment, spec["plot"], svg, title=spec.get("title", experiment))
+
+
+def report(summary: str, plots: list[str], results: list[str], config: dict, config_hash: str, html: str,
+           references: list[str] = (), searches: list[str] = ()) -> None:  # fmt: skip
+    """Rule report: summary, plots, results, published tables, searches' choices -> one HTML file (analysis.report)."""
+    write_report(summary, plots, results, config, config_hash, html, references=references, searches=searches)
+
+
+def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,
+            references: list[str] = (), links: dict | None = None) -> list[str]:  # fmt: skip
+    """The three steps at once (plots: experiment -> its SVG, for those with a plot spec); returns the files written."""
+    summarize(results, summary, links)
+    for name, svg in plots.items():
+        plot(summary, name, config["experiments"][name], svg)
+    report(summary, list(plots.values()), results, config, config_hash, html, references=references)
+    return [summary, *plots.values(), html]

@@ -1,0 +1,415 @@
+"""Render the summary, the plots and the results' provenance into one self-contained HTML file.
+
+Self-contained means: CSS and SVG inline, no request to any network, so the
+file can be mailed, archived or published as it is. Every value goes through
+Jinja's autoescape; the only markup inserted as is are our own matplotlib
+SVGs, and only after `inline_svg` has checked that they carry no script, no
+event handler and no link outside the document.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import re
+import xml.etree.ElementTree as ET
+from importlib import metadata
+
+import jinja2
+import numpy as np
+import pandas as pd
+import yaml
+from markupsafe import Markup, escape
+
+from ..plan import search
+from ..plan.references import reference_name
+from ..plan.result import UnusableResult, atomic_write, read_result
+from . import accuracy, verdict, views
+from .aggregate import as_requested, read_summary, requested
+from .disclosure import Disclosure
+from .labels import cell_label, key_text
+from .plots import plain_text, svg_text
+
+TEMPLATES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates"
+)  # package data, installed with it
+
+# What the report says about where results came from: an allow-list, never the whole environment.
+PROVENANCE_FIELDS = [
+    "host",
+    "os",
+    "cpu",
+    "cpu_count",
+    "ram_gb",
+    "gpu",
+    "gpu_count",
+    "driver",
+    "cuda",
+    "cudnn",
+    "torch",
+    "torchvision",
+    "python",
+    "feedbench",
+    "git_commit",
+    "slurm_job_id",
+]
+ERROR_LINES = 8
+
+_FORBIDDEN_TAGS = {"script", "foreignobject", "iframe", "object", "embed"}
+_OUTSIDE_CSS = re.compile(r"@import|url\(\s*['\"]?(?!#)", re.I)  # CSS may only point at ids of the page
+
+
+class UnsafeSVG(ValueError):
+    """An SVG that would run code or load something if inlined."""
+
+
+def inline_svg(text: str) -> Markup:
+    """Our matplotlib SVG as markup for the page: the prolog dropped, checked to be inert."""
+    start = text.find("<svg")
+    if start < 0:
+        raise UnsafeSVG("no <svg> element")
+    svg = text[start:]
+    for element in ET.fromstring(svg).iter():
+        tag = element.tag.rsplit("}", 1)[-1].lower()
+        if tag in _FORBIDDEN_TAGS:
+            raise UnsafeSVG(f"<{tag}> is not allowed in an inline figure")
+        for name, value in element.attrib.items():
+            local = name.rsplit("}", 1)[-1].lower()
+            if local.startswith("on"):
+                raise UnsafeSVG(f"event handler attribute {local} is not allowed")
+            if local == "href" and not (value.startswith("#") or value.startswith("data:image/")):
+                raise UnsafeSVG(f"link {value!r} leaves the document")
+            if _OUTSIDE_CSS.search(value):
+                raise UnsafeSVG(f"style {value!r} refers outside the document")
+        if element.text and _OUTSIDE_CSS.search(element.text) and tag == "style":
+            raise UnsafeSVG("a <style> of the figure refers outside the document")
+    return Markup(svg)
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A number for people: about `digits` significant figures, thousands separated, no exponent above 1; '–' when
+    missing."""
+    if isinstance(value, str):
+        return value
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value)).lower()
+    if isinstance(value, (list, dict)):  # a mapping knob such as dataset_args, as the summary writes it
+        return json.dumps(value, sort_keys=True)
+    if not isinstance(value, numbers.Real):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return f"{value:,}"
+    if abs(value) >= 1:
+        decimals = max(digits - len(str(int(abs(value)))), 0)
+        return f"{value:,.{decimals}f}"
+    return f"{value:.{digits}g}"
+
+
+def breakable(text) -> Markup:
+    """Text that may wrap after `_` and `-` (a <wbr> there), so a long cell id never pushes the page sideways."""
+    return Markup("").join(
+        Markup("{}<wbr>").format(part) if part[-1:] in "_-" else escape(part)
+        for part in re.split(r"(?<=[_-])", str(text))
+        if part
+    )
+
+
+def _same(a, b) -> bool:
+    """Equal as the report shows values: True, 'True' and 'true' alike, 2 and 2.0 alike, a mapping and its JSON."""
+    a, b = (json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v for v in (a, b))
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a).lower() == str(b).lower()
+
+
+def axis_values(rows: pd.DataFrame, cells: list[dict], columns: list[str]) -> None:
+    """Give each cell record `shown`: per column, (text, why) where why says how the harness adjusted the value the
+    matrix asked for (say 'true → false' with 'pin_memory=true ignored: no accelerator to pin for'), else None."""
+    first = rows.drop_duplicates("cell").set_index("cell")
+    for cell in cells:
+        row = first.loc[cell["cell"]] if cell["cell"] in first.index else {}
+        asked_for = requested(row.get("requested"))
+        notes = str(row.get("adjustments") or "").split("; ")
+        shown = {}
+        for k in columns:
+            ran = row.get(k) if k in row else cell.get(k)
+            asked = asked_for.get(k, ran)
+            if asked is not None and not _same(asked, ran):
+                why = next((n for n in notes if n.startswith(f"{k}=")), "adjusted by the harness to fit this machine")
+                shown[k] = (f"{fmt(asked)} → {fmt(ran)}", why)
+            else:
+                shown[k] = (fmt(ran), None)
+        cell["shown"] = shown
+
+
+def _knob_text(cell: dict | pd.Series, knobs: list[str]) -> str:
+    return ", ".join(f"{k}={fmt(cell[k])}" for k in knobs) or "(the only cell)"
+
+
+def _error_tail(path: str | None, fallback: str | None) -> str:
+    """The last lines of a failed cell's traceback (or its message when it has none)."""
+    try:
+        error = read_result(path).get("error") or {}
+    except (TypeError, UnusableResult):
+        error = {}
+    text = error.get("traceback") or error.get("message") or fallback or "no error recorded"
+    return "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
+
+
+def provenance_table(paths: list[str], withheld: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Each allow-listed field (less `withheld`) with the distinct values the results report (several hosts show as
+    several values), then the Snakemake version and when the cells ran."""
+    values: dict[str, set] = {name: set() for name in PROVENANCE_FIELDS if name not in withheld}
+    span = []
+    for path in paths:
+        try:
+            result = read_result(path)
+        except UnusableResult:
+            continue
+        for name in values:
+            value = (result.get("provenance") or {}).get(name)
+            if value is not None:
+                values[name].add(str(value))
+        span += [t for t in (result.get("started_at"), result.get("finished_at")) if t]
+    out = {name: sorted(v) or ["–"] for name, v in values.items()}  # every field shown, '–' where no result knows it
+    try:
+        out["snakemake"] = [metadata.version("snakemake")]
+    except metadata.PackageNotFoundError:
+        pass
+    if span:
+        out["cells ran"] = [f"{min(span)} to {max(span)}"]
+    return out
+
+
+def _experiments(summary: pd.DataFrame, config: dict) -> list[tuple[str, dict]]:
+    """Experiments in config order, then any the summary has that the config does not name."""
+    declared = dict((config or {}).get("experiments") or {})
+    for name in summary["experiment"].dropna().unique():
+        declared.setdefault(str(name), {})
+    return list(declared.items())
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """DataFrame rows as dicts with None where pandas has NaN, so templates test one kind of missing."""
+    return [
+        {k: (None if not isinstance(v, (list, dict, str)) and pd.isna(v) else v) for k, v in row.items()}
+        for row in frame.to_dict("records")
+    ]
+
+
+def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
+    """What one experiment's section and its verdict line show."""
+    context = {
+        "name": name,
+        "title": spec.get("title") or name,
+        "base": spec.get("base") or {},
+        "matrix": spec.get("matrix") or {},
+        "svg": svg,
+        "view": None,
+        "cells": [],
+        "columns": [],
+        "key": "",
+        "metric": None,
+        "unit": "",
+        "knobs": [],
+        "verdict": None,
+        "best_id": None,
+        "baseline_id": None,
+        "note": "no result for this experiment",
+        "adjusted": [],
+        "has_speedup": False,
+        "has_efficiency": False,
+        "has_prediction": False,
+        "search": None,
+    }
+    if rows.empty:
+        return context
+    # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
+    found = verdict.summarize_experiment(rows, (spec or {}).get("matrix"))
+    best, base = found["best"], found["baseline"]
+    # Every matrix axis is a column, even one the harness adjusted away (pin_memory on a CPU), then any other knob
+    # that varies; the short label names only the knobs whose values differ between the cells.
+    matrix = (spec or {}).get("matrix") or {}
+    columns = [k for k in matrix if k in rows] + [k for k in found["knobs"] if k not in matrix]
+    cells = _records(found["cells"])
+    axis_values(rows, cells, columns)
+    # Labels name knobs as the matrix asked for them: two cells that differ only in an adjusted knob (pin_memory on a
+    # CPU) keep different labels, as they keep their own bars in the plot.
+    asked = as_requested(rows, columns)
+    labelled = verdict.varying_knobs(asked, list(matrix))
+    asked = asked.drop_duplicates("cell").set_index("cell")
+    for cell in cells:
+        cell["label"] = cell_label(asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell, labelled)
+    context.update(
+        cells=cells,
+        metric=found["metric"],
+        unit=unit(found["metric"]),
+        knobs=found["knobs"],
+        columns=columns,
+        key=key_text(labelled, asked.reset_index().to_dict("records")),
+        best_id=best["cell"] if best else None,
+        baseline_id=base["cell"] if base else None,
+        note=found["note"],
+        adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]])
+        if "adjustments" in rows
+        else [],
+        has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
+        has_efficiency="efficiency" in found["cells"],
+        has_prediction=bool(found["cells"]["predicted"].notna().any()) if "predicted" in found["cells"] else False,
+    )
+    if best is not None:
+        context["verdict"] = {
+            "best": _knob_text(best, found["knobs"]),
+            "best_median": best["median"],
+            "speedup": found["speedup"],
+            "beyond_noise": found["clear"],
+            "wording": found["wording"],
+            "baseline": _knob_text(base, found["knobs"]) if base else None,
+            "baseline_median": base["median"] if base else None,
+            "bound": best["bound"],
+            "why": best["why"],
+            "baseline_bound": base["bound"] if base else None,
+            "recommendation": found["recommendation"],
+        }
+    return context
+
+
+def unit(metric: str) -> str:
+    return {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}.get(metric, "")
+
+
+def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str]) -> dict | None:
+    """The experiment's study view (analysis.views), with the published table beside it, ready for the template."""
+    if not spec.get("view"):
+        return None
+    name_of_table = reference_name(spec)
+    reference = views.read_reference(references[name_of_table]) if name_of_table in references else None
+    with plain_text():  # user strings in the view's figure are text, never matplotlib math
+        view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
+    return {
+        "name": view.name,
+        "paragraphs": [p.strip() for p in view.text.strip().split("\n\n") if p.strip()],
+        "tables": view.tables,
+        "verdict": view.verdict,
+        "notes": view.notes,
+        "svg": inline_svg(svg_text(view.figure, salt=f"{name}-view")) if view.figure is not None else None,
+    }
+
+
+def build(
+    summary: pd.DataFrame,
+    svgs: list[str],
+    results: list[str],
+    config: dict,
+    config_hash: str,
+    references: list[str] = (),
+    searches: list[str] = (),
+) -> dict:
+    """The template's context: verdicts, sections, study views, failures and provenance.
+
+    With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
+    provenance names no host; `disclosure` then shortens every string at render time (feedbench.analysis.disclosure).
+    """
+    disclosure = Disclosure.of(config, hosts=summary["host"] if "host" in summary else ())
+    if disclosure.anonymize and "host" in summary:
+        summary = summary.assign(host=None)
+    figures = {os.path.splitext(os.path.basename(p))[0]: p for p in svgs}
+    tables = {os.path.splitext(os.path.basename(p))[0]: p for p in references}
+    searched = {os.path.splitext(os.path.basename(p))[0]: p for p in searches}
+    experiments = []
+    for name, spec in _experiments(summary, config):
+        svg = None
+        if name in figures:
+            with open(figures[name]) as f:
+                svg = inline_svg(f.read())
+        rows = summary[summary["experiment"] == name]
+        context = experiment_context(name, spec, rows, svg)
+        context["view"] = study_view(name, spec, rows, tables)
+        if name in searched:  # `search: num_workers`: which levels the checkpoint ran (feedbench.plan.search)
+            context["search"] = search.sentence(search.read(searched[name]))
+        experiments.append(context)
+    failed = summary[summary["status"] != "ok"]
+    failures = [
+        {
+            "experiment": r["experiment"],
+            "cell": r["cell"],
+            "repeat": r["repeat"],
+            "type": r["error_type"],
+            "message": r["error_message"],
+            "tail": _error_tail(r.get("result"), r["error_message"]),
+        }
+        for r in failed.to_dict("records")
+    ]
+    prediction = accuracy.report_context(summary)
+    if prediction is not None:
+        prediction["svg"] = inline_svg(prediction["svg"])
+    return {
+        "experiments": experiments,
+        "prediction": prediction,
+        "failures": failures,
+        "counts": {
+            "rows": len(summary),
+            "ok": int((summary["status"] == "ok").sum()),
+            "failed": len(failed),
+            "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0],
+        },
+        "provenance": provenance_table(results, withheld=("host",) if disclosure.anonymize else ()),
+        "anonymized": disclosure.anonymize,
+        "disclosure": disclosure,
+        "config_hash": config_hash,
+        "config_yaml": yaml.safe_dump(config or {}, sort_keys=False, default_flow_style=None),
+        "rule": {"stall_pct": verdict.DATA_STALL_PCT, "transfer_pct": 100 * verdict.TRANSFER_SHARE},
+    }
+
+
+def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None) -> jinja2.Environment:
+    """Autoescaping, strict Jinja; every printed string goes through `disclosure` (paths shortened, hosts withheld)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=(disclosure or Disclosure()).finalize,
+    )
+    env.filters["num"] = fmt
+    env.filters["breakable"] = lambda text: breakable((disclosure or Disclosure()).text(str(text)))
+    return env
+
+
+def render(context: dict, templates: str = TEMPLATES) -> str:
+    return environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
+
+
+def summary_results(summary_csv: str) -> list[str]:
+    """The result files a summary was made from, as analysis.aggregate wrote their paths (its `result` column).
+
+    Rule report takes them from the summary rather than as inputs of its own: a second rule with every result as an
+    input would double Snakemake's planning of them (docs/performance.md, "Workflow DAG"), and the summary, its input,
+    already changes whenever a result does.
+    """
+    summary = pd.read_csv(summary_csv, usecols=lambda column: column == "result")
+    return [str(path) for path in summary["result"].dropna()] if "result" in summary else []
+
+
+def write_report(
+    summary_csv: str,
+    svgs: list[str],
+    results: list[str],
+    config: dict,
+    config_hash: str,
+    html: str,
+    templates: str = TEMPLATES,
+    references: list[str] = (),
+    searches: list[str] = (),
+) -> None:
+    """The report rule's work: summary + plots + results (+ published tables, the choices of searches) -> one HTML
+    file, written atomically."""
+    summary = read_summary(summary_csv)
+    os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
+    atomic_write(html, render(build(summary, svgs, results, config, config_hash, references, searches), templates))

@@ -1,0 +1,93 @@
+"""A batch as a tree of tensors, whatever its shape: the harness's own rules for the user's batches.
+
+A batch may be a tensor, or nested dicts, lists, tuples, namedtuples and dataclasses of them (a user's
+collate makes any of these). Here are how feedbench finds its tensors, moves them to the device, counts
+its samples and bytes, says when pinning did not reach them, and, for a user model without a step, what
+the model is called with and which loss it gets. Harness layer: only torch-importing modules use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..plan.knobs import KnobError
+
+
+def batch_tensors(batch) -> list:
+    """Every tensor of a batch: nested dicts, lists, tuples and dataclasses."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        return [t for v in batch.values() for t in batch_tensors(v)]
+    if isinstance(batch, (list, tuple)):
+        return [t for v in batch for t in batch_tensors(v)]
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return [t for f in dataclasses.fields(batch) for t in batch_tensors(getattr(batch, f.name))]
+    return []
+
+
+def move_batch(batch, device, non_blocking: bool):
+    """Every tensor of a batch on the device: nested dicts, lists, tuples, namedtuples and dataclasses."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return type(batch)((k, move_batch(v, device, non_blocking)) for k, v in batch.items())
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(move_batch(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_batch(v, device, non_blocking) for v in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(
+            batch,
+            **{
+                f.name: move_batch(getattr(batch, f.name), device, non_blocking)
+                for f in dataclasses.fields(batch)
+                if f.init
+            },
+        )
+    return batch
+
+
+def batch_bytes(batch) -> int:
+    """Bytes of every tensor in a batch: what one host-to-device copy of it moves."""
+    return sum(t.numel() * t.element_size() for t in batch_tensors(batch))
+
+
+def batch_len(batch) -> int:
+    """Samples in a batch: the first dimension of its first tensor (0 when it holds none)."""
+    tensors = batch_tensors(batch)
+    return int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
+
+
+def unpinned_note(batch) -> str | None:
+    """The adjustment when pin_memory was asked for and the first batch came back with unpinned tensors."""
+    tensors = batch_tensors(batch)
+    unpinned = sum(1 for t in tensors if not t.is_pinned())
+    if not tensors or not unpinned:
+        return None
+    return (
+        f"pin_memory=true but the first batch came back unpinned ({unpinned} of {len(tensors)} tensors, "
+        f"batch type {type(batch).__name__}): the DataLoader pins tensors, dicts, lists, tuples and namedtuples; "
+        "a custom batch type needs a pin_memory() method"
+    )
+
+
+def default_loss(output, batch):
+    """(loss, rule): the model's output when it is a scalar, else cross-entropy against batch[1] or batch['label']."""
+    if isinstance(output, torch.Tensor) and output.dim() == 0:
+        return output, "the model's output (a scalar)"
+    if isinstance(batch, dict) and "label" in batch:
+        return torch.nn.functional.cross_entropy(output.float(), batch["label"]), "cross-entropy against batch['label']"
+    if isinstance(batch, (list, tuple)) and len(batch) > 1:
+        return torch.nn.functional.cross_entropy(output.float(), batch[1]), "cross-entropy against batch[1]"
+    raise KnobError(
+        "knob 'step': no loss: the model's output is not a scalar and the batch has no batch[1] or "
+        "batch['label']; allowed: a step (package.module:train_step) returning the loss"
+    )
+
+
+def model_input(batch):
+    """What a user model is called with without a step: batch[0] of a list or tuple, else the whole batch."""
+    return batch[0] if isinstance(batch, (list, tuple)) and not hasattr(batch, "_fields") else batch

@@ -1,0 +1,82 @@
+"""Where a result came from: an allow-list of host, hardware and software facts.
+
+Never the whole environment: it can hold secrets and makes results unshareable.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+import sys
+
+import psutil
+import torch
+
+from ..version import __version__
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit(path: str) -> str | None:
+    """The commit of the workflow checkout, with '-dirty' when it has local changes."""
+    try:
+        commit = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if commit.returncode:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", path, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _gpu(device: torch.device) -> dict:
+    if device.type != "cuda":
+        return {"gpu": None, "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0, "driver": None}
+    info = {"gpu": torch.cuda.get_device_name(device), "gpu_count": torch.cuda.device_count(), "driver": None}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        info["driver"] = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:
+        pass
+    return info
+
+
+def machine_facts(device: torch.device) -> dict:
+    """This machine and its software for one result's `provenance` (the allow-list above; the report reads it back)."""
+    return {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        **_gpu(device),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "torch": torch.__version__,
+        # From the installed distribution's metadata: importing torchvision for its __version__ pulls in
+        # torch._dynamo, about 1.1 s of CPU in every cell that does not need torchvision otherwise.
+        "torchvision": importlib.metadata.version("torchvision"),
+        "python": sys.version.split()[0],
+        "feedbench": __version__,
+        "git_commit": git_commit(os.path.dirname(os.path.abspath(__file__))),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }

@@ -1,0 +1,319 @@
+"""Run one cell end to end: validate, fit to the machine, measure, and always write a result.
+
+Exit codes: 0 measured, 1 the cell failed while running, 2 bad input. A failed
+cell still writes result.json (status: failed, the error, and whatever steps
+completed), so a matrix never loses a cell silently.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+from ..plan.cell import Cell, cell_dict, parse_cell
+from ..plan.knobs import KnobError, user_batch
+from ..plan.metrics import summarize
+from ..plan.plugins import folder_facts, plugins_of, resolve_all
+from ..plan.result import failed_result, now, step_rows, tail, write_refusal, write_result, write_rows
+from .data import short_batch_note
+from .distributed import World, finish, gather, init, rank_device
+from .fit import resolve
+from .loop import Measurement, cuda_init, first_batches, measure, original_estimators
+from .monitor import Monitor
+from .prefetch import to_device
+from .provenance import machine_facts
+from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
+from .timing import synchronize
+from .transfer import batch_probe, probe
+
+
+def _error(exc: BaseException) -> dict:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+        "traceback": "".join(lines)[-4000:],
+    }
+
+
+def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, list[dict]]:
+    table = None
+    if device_readable:
+        try:
+            if m.clock is not None:  # a stopped loop leaves events in flight: elapsed_time raises "device not ready"
+                synchronize(m.clock.device)
+            table = m.step_table(device_readable=True)
+        except Exception as error:  # device clocks unreadable after a device error: keep the host-side phases
+            why = _error(error)
+            m.notes.append(
+                f"GPU phases not recorded: the device's clocks could not be read ({why['type']}: {why['message']})"
+            )
+    if table is None:
+        table = m.step_table(device_readable=False)
+    n = len(table["step"])
+    metrics: dict = {"steps": n}
+    if n:
+        window_s = sum(table["step"]) / 1000  # first step's start to last step's end
+        tokens = sum(m.tokens[:n]) if m.tokens else None
+        metrics = summarize(table, window_s, sum(m.samples[:n]), tokens, m.h2d_bytes if m.window_end is not None else 0)
+    metrics["time_to_first_batch_s"] = m.time_to_first_batch_s
+    metrics["cuda_init_s"] = m.cuda_init_s
+    metrics["original_estimators"] = original_estimators(table, m)  # pytorch_throughput's, for the scaling study
+    metrics["first_batch_profile"] = m.first_batch_profile  # the CIFAR-100 notebook's window, for the workers study
+    return metrics, step_rows(table, m.samples, m.tokens)
+
+
+def _combine_ranks(own: dict, ranks: list[dict]) -> dict:
+    """Rank 0's metrics, plus the job-wide throughput and every rank's summary."""
+    metrics = dict(own)
+    per_rank = [
+        {
+            "rank": r["rank"],
+            "node": r["node"],
+            "samples": r["metrics"].get("samples", 0),
+            "window_s": r["metrics"].get("window_s"),
+            "samples_per_s": r["metrics"].get("samples_per_s"),
+            "step_ms_median": r["metrics"].get("step_ms", {}).get("median"),
+            "stall_pct": r["metrics"].get("stall_pct"),
+            "phases_median_ms": {k: v["median_ms"] for k, v in r["metrics"].get("phases", {}).items()},
+            "comm": r["comm"],
+        }
+        for r in ranks
+    ]
+    slowest = max(per_rank, key=lambda r: r["window_s"] or 0)
+    window_s = slowest["window_s"]
+    metrics.update(
+        world_size=len(ranks),
+        samples=sum(r["samples"] for r in per_rank),
+        samples_per_s=sum(r["samples"] for r in per_rank) / window_s if window_s else None,
+        tokens_per_s=sum(r["metrics"]["tokens_per_s"] * r["metrics"]["window_s"] for r in ranks) / window_s
+        if window_s and own.get("tokens_per_s") is not None
+        else None,
+        slowest_rank=slowest["rank"],
+        ranks=per_rank,
+    )
+    comms = [r["comm"]["comm_share"] for r in per_rank if r["comm"] and r["comm"]["comm_share"] is not None]
+    if comms:
+        metrics["comm_share"] = max(comms)
+    return metrics
+
+
+def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> None:
+    """A result for a harness that died without writing one (SIGKILL, the OOM killer, a crash at import)."""
+    signal_name = ""
+    if exit_code < 0 or exit_code > 128:
+        number = -exit_code if exit_code < 0 else exit_code - 128
+        signal_name = f" (signal {signal.Signals(number).name})" if number in signal.Signals._value2member_map_ else ""
+    result = failed_result(raw)
+    result.update(
+        error={
+            "type": "Killed" if signal_name else "Crashed",
+            "message": f"the harness exited with code {exit_code}{signal_name} without writing a result",
+            "traceback": tail(log)[-4000:],
+        },
+        provenance=machine_facts(torch.device("cpu")),
+        started_at=now(),
+        finished_at=now(),
+    )
+    write_result(out_dir, result)
+
+
+@dataclass
+class CellRun:
+    """One cell's run in this process: what its steps have found so far, for the result written whatever happens."""
+
+    out_dir: str
+    world: World
+    time_limit: float | None
+    started: str
+    t0: float
+    result: dict
+    m: Measurement = field(default_factory=Measurement)
+    monitor: Monitor | None = None
+    rows: list[dict] = field(default_factory=list)
+
+    def stamp(self) -> None:
+        self.result.update(started_at=self.started, finished_at=now(), duration_s=time.perf_counter() - self.t0)
+
+    def stuck(self, reason: str) -> None:
+        """Still inside one step grace_s() after the time limit: record what was measured and end the process."""
+        try:
+            self.result["metrics"] = _loop_metrics(self.m, device_readable=False)[0]  # the device may be what is stuck
+        except Exception:  # the loop is mid-step: keep the skeleton's metrics
+            pass
+        message = f"{reason}; still inside one step {grace_s(self.time_limit):g} s later, so the process was ended"
+        self.result["status"] = "failed"
+        self.stamp()
+        self.result["error"] = {"type": "Terminated", "message": message, "traceback": ""}
+        write_result(self.out_dir, self.result)
+        print(f"feedbench: cell failed: {self.result['error']['message']}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+
+def run(
+    raw: dict, out_dir: str, world: World | None = None, time_limit: float | None = None, user: dict | None = None
+) -> int:
+    """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
+
+    Rank 0 writes result.json; any rank that fails also writes ranks/rank<k>.json
+    with its error, for the launcher to name the rank that brought the cell down.
+    With a time limit (seconds) the cell stops itself then, as on SIGTERM.
+    """
+    world = World() if world is None else world
+    clear()
+    signal.signal(signal.SIGTERM, on_sigterm)
+    os.makedirs(out_dir, exist_ok=True)
+    r = CellRun(out_dir, world, time_limit, started=now(), t0=time.perf_counter(), result=failed_result(raw))
+    limit = TimeLimit(time_limit, on_stuck=r.stuck)
+    try:
+        cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
+    except KnobError as error:
+        limit.cancel()
+        return _refuse(r, error)
+    device = rank_device(cell.device, world)
+    _describe(r, cell, notes, device)
+    _set_threads(r, cell)
+    code, sigchld = 0, None
+    try:
+        _run_scenario(r, cell, device, user)
+        r.result["status"] = "ok"
+    except KnobError as error:  # found while building the cell (a dataset path, say)
+        code = _bad_input(r, error)
+    except (Exception, Terminated, KeyboardInterrupt) as error:
+        # A dead loader worker makes PyTorch's SIGCHLD handler raise at every later
+        # SIGCHLD: keep it quiet while the failure is recorded, then put it back.
+        sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        code = _failed(r, error)
+    finally:
+        _stop_monitor(r)
+        if cell.scenario != "transfer":
+            _record_loop(r, cell)
+        r.stamp()
+        _share_with_ranks(r, code)
+        if world.rank == 0:
+            _write(r, cell)
+        limit.cancel()
+        if code == 0:
+            finish()
+    if sigchld is not None:
+        signal.signal(signal.SIGCHLD, sigchld)
+    return code
+
+
+def _refuse(r: CellRun, error: KnobError) -> int:
+    """A cell this machine cannot run as asked (bad knobs, a GPU it lacks): the refusal, exit code 2."""
+    any_device = rank_device("cuda" if torch.cuda.is_available() else "cpu", r.world)
+    return write_refusal(r.out_dir, r.result, error, machine_facts(any_device), r.started)
+
+
+def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) -> None:
+    """What the result says before anything runs: the fitted cell, its adjustments, the machine."""
+    r.result.update(
+        cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
+    )
+    if r.world.rank == 0:
+        for note in notes:
+            print(f"feedbench: note: {note}", file=sys.stderr)
+
+
+def _set_threads(r: CellRun, cell: Cell) -> None:
+    if cell.torch_threads:
+        torch.set_num_threads(cell.torch_threads)
+    r.result["torch_threads"] = torch.get_num_threads()
+
+
+def _run_scenario(r: CellRun, cell: Cell, device: torch.device, user: dict | None) -> None:
+    """The CUDA context and the process group first (timed apart), then the probe or the measured loop."""
+    r.m.cuda_init_s = cuda_init(device)
+    if r.world.distributed or cell.parallel == "ddp":
+        init(r.world, device)
+    if cell.scenario == "transfer":
+        _probe_transfer(r, cell, device, user)
+    else:
+        r.monitor = Monitor(cell.monitor_interval_s, device)
+        measure(cell, device, r.m, r.out_dir if r.world.rank == 0 else None, r.monitor, r.world, user)
+
+
+def _probe_transfer(r: CellRun, cell: Cell, device: torch.device, user: dict | None) -> None:
+    """The copy sweep, then the user's own batch structure copied as it is, if the cell names user code for it."""
+    r.rows, summary = probe(cell, device)
+    names = plugins_of(cell)
+    if user_batch(names):
+        user = resolve_all(cell) if user is None else user
+        move = user.get("to_device", to_device)
+        own_rows, summary["user_batch"], copied = batch_probe(
+            cell, device, first_batches(cell, device, user, r.world), move, names
+        )
+        r.rows = [{"copy": "sweep", **row} for row in r.rows] + own_rows
+        r.result["adjustments"] = r.result["adjustments"] + copied
+    r.result["metrics"] = {"transfer": summary, "cuda_init_s": r.m.cuda_init_s}
+    r.result["timing"]["effective"] = "events" if device.type == "cuda" else "wall"
+
+
+def _bad_input(r: CellRun, error: KnobError) -> int:
+    r.result["error"] = {"type": "KnobError", "message": str(error)}
+    print(f"feedbench: error: {error}", file=sys.stderr)
+    return 2
+
+
+def _failed(r: CellRun, error: BaseException) -> int:
+    r.result["error"] = _error(error)
+    print(
+        f"feedbench: {'rank %d: ' % r.world.rank if r.world.distributed else ''}cell failed: "
+        f"{r.result['error']['type']}: {r.result['error']['message']}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _stop_monitor(r: CellRun) -> None:
+    if r.monitor is not None and r.monitor.is_alive():
+        r.monitor.stop()
+
+
+def _record_loop(r: CellRun, cell: Cell) -> None:
+    """What the loop measured, complete or cut short: metrics, step rows, the monitor's samples and the loop's notes."""
+    result, m = r.result, r.m
+    result["metrics"], r.rows = _loop_metrics(m)
+    result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
+    result["monitor"] = r.monitor.summary() if r.monitor is not None else None
+    result["page_cache"] = m.page_cache
+    if m.page_cache and m.page_cache["note"]:
+        result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]
+    short = short_batch_note(cell, m.samples)
+    if short:
+        result["adjustments"] = result["adjustments"] + [short]
+    if m.comm:
+        result["metrics"]["comm"] = m.comm
+    result["adjustments"] = result["adjustments"] + m.notes
+    if cell.python_path:
+        result["provenance"]["user_code"] = [folder_facts(path) for path in cell.python_path]
+
+
+def _share_with_ranks(r: CellRun, code: int) -> None:
+    """A failed rank leaves its own report; after a clean run rank 0 gathers every rank's metrics."""
+    world, result = r.world, r.result
+    if world.distributed:
+        result["rank"] = {"rank": world.rank, "node": world.node_rank, "world_size": world.world_size}
+        if code:
+            write_result(os.path.join(r.out_dir, "ranks"), result, f"rank{world.rank}.json")
+    if code == 0 and world.distributed:
+        ranks = gather({"rank": world.rank, "node": world.node_rank, "metrics": result["metrics"], "comm": r.m.comm})
+        result["metrics"] = _combine_ranks(result["metrics"], ranks)
+
+
+def _write(r: CellRun, cell: Cell) -> None:
+    """Rank 0's files: the step rows, the trace's name if one was written, and result.json last."""
+    r.result["files"] = {
+        "steps": write_rows(r.out_dir, r.rows),
+        "trace": "trace.json"
+        if cell.profile and r.result["status"] == "ok" and cell.scenario in ("train", "compute")
+        else None,
+    }
+    write_result(r.out_dir, r.result)

@@ -1,0 +1,104 @@
+"""A cell: one point of the experiment matrix, validated.
+
+Validation turns bad input into one line (KnobError). It is the planning
+layer's: the Snakefile checks every cell with it, so this module imports no
+torch and no harness module. Fitting a cell to the machine that runs it is the
+harness's (feedbench.harness.fit).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+from dataclasses import field, make_dataclass
+from typing import Any, Optional, Union
+
+from .knobs import BUILTIN_DATASETS, KNOBS, LABELS, Knob, KnobError, defaults, user_code
+
+
+def _field(knob: Knob) -> tuple[str, Any, Any]:
+    """One field of Cell: the knob's name, type (or None, when nullable) and default (lists and mappings: a copy)."""
+    kind = knob.type if isinstance(knob.type, type) else Union[knob.type]
+    hint = Optional[kind] if knob.nullable else kind
+    if isinstance(knob.default, (list, dict)):
+        return knob.name, hint, field(default_factory=functools.partial(copy.copy, knob.default))
+    return knob.name, hint, field(default=knob.default)
+
+
+# The knobs of one cell, checked by parse_cell: one field per knob of plan.knobs.KNOBS, with its type and default,
+# then the labels the workflow adds (knobs.LABELS: set by the workflow, copied into the result, unused by the harness).
+# Derived from the declarations, so a knob is declared once. Import-light: the Snakefile checks every cell with it.
+Cell = make_dataclass(
+    "Cell",
+    [_field(knob) for knob in KNOBS.values()] + [(label, Any, field(default=None)) for label in LABELS],
+    frozen=True,
+)
+Cell.__module__ = __name__  # where pickle finds it (a spawned loader worker unpickles the cell)
+Cell.__doc__ = "The knobs of one cell (feedbench.plan.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
+
+
+def parse_cell(raw: dict[str, Any]) -> Cell:
+    """Validate a mapping of knobs (missing ones take their defaults)."""
+    if not isinstance(raw, dict):
+        raise KnobError(f"a cell must be a mapping of knob: value, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(KNOBS) - set(LABELS))
+    if unknown:
+        raise KnobError(f"unknown knob '{unknown[0]}'; allowed: {', '.join(sorted(KNOBS))}")
+    values = defaults()
+    for name, value in raw.items():
+        values[name] = value if name in LABELS else KNOBS[name].check(value)
+    sizes = values["transfer_sizes"]
+    if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        raise KnobError(
+            f"knob 'transfer_sizes': value {sizes!r} is not allowed; allowed: a non-empty list of byte counts > 0"
+        )
+    if not all(isinstance(p, str) and p for p in values["python_path"]):
+        raise KnobError(
+            f"knob 'python_path': value {values['python_path']!r} is not allowed; allowed: a list of folders"
+        )
+    own_data, own_model = user_code("dataset", values["dataset"]), user_code("model", values["model"])
+    for name, own in (("dataset_args", own_data), ("model_args", own_model)):
+        if values[name] and not own:
+            raise KnobError(
+                f"knob '{name}': value {values[name]!r} is set but knob '{name[:-5]}' is not user code; "
+                "allowed: {} or a package.module:attribute " + name[:-5]
+            )
+    scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
+    hint = BUILTIN_DATASETS[dataset].data_dir_hint if dataset in BUILTIN_DATASETS else None
+    if hint and not values["data_dir"] and not values["download"]:
+        raise KnobError(f"knob 'data_dir': dataset '{dataset}' needs a data_dir; allowed: an existing folder ({hint})")
+    if scenario in ("train", "compute") and model == "none":
+        raise KnobError(
+            f"knob 'model': value 'none' is not allowed with scenario '{scenario}'; allowed: a model (mlp, sleep, "
+            "lstm, resnet18, ...)"
+        )
+    if own_data and model in ("mlp", "lstm") and scenario in ("train", "compute"):
+        raise KnobError(
+            f"knob 'model': value '{model}' is not allowed with a user dataset; allowed: a user model "
+            "(package.module:attribute), sleep, or a torchvision image model"
+        )
+    if model == "lstm" and dataset != "tokens" and scenario in ("train", "compute"):
+        raise KnobError(f"knob 'dataset': value '{dataset}' is not allowed with model 'lstm'; allowed: tokens")
+    if dataset == "tokens" and model not in ("lstm", "sleep", "none"):
+        raise KnobError(
+            f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none"
+        )
+    parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
+    if parallel == "none" and (gpus > 1 or nodes > 1):
+        raise KnobError(
+            f"knob 'parallel': value 'none' is not allowed with gpus_per_node={gpus}, nodes={nodes}; allowed: dp, ddp, "
+            "independent"
+        )
+    if parallel == "dp" and nodes > 1:
+        raise KnobError(
+            f"knob 'nodes': value {nodes} is not allowed with parallel 'dp' (one process); allowed: 1, or parallel ddp "
+            "/ independent"
+        )
+    if parallel != "none" and scenario in ("loader", "transfer"):
+        raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
+    return Cell(**values)
+
+
+def cell_dict(cell: Cell) -> dict[str, Any]:
+    return dataclasses.asdict(cell)

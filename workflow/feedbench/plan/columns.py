@@ -1,0 +1,64 @@
+"""The columns of results/summary.csv that are not knobs: their one list, without pandas.
+
+analysis.aggregate writes them; plan.matrix checks every plot spec against them when the Snakefile is parsed,
+where importing pandas would cost every parse (the run's and each job's) about a second.
+"""
+
+from __future__ import annotations
+
+from .metrics import PHASES
+
+# A row's place: experiment, cell, repeat (its sort order), and whether the cell is its experiment's baseline.
+LABELS = ["experiment", "cell", "repeat", "baseline"]
+ORDER = ["experiment", "cell", "repeat"]
+STATUS = ["status", "error_type", "error_message", "adjustments"]
+# The metrics of a result (feedbench.analysis.aggregate._metrics), then one median and one share per phase.
+METRIC_COLUMNS = [
+    "samples_per_s",
+    "tokens_per_s",
+    "step_ms_median",
+    "step_ms_p10",
+    "step_ms_p90",
+    "stall_pct",
+    "h2d_gb_per_s",
+    "time_to_first_batch_s",
+    "cuda_init_s",
+    "original_fwd_samples_per_s",
+    "original_bwd_samples_per_s",
+    "original_samples_per_s",
+    "first_batch_profiled_ms",
+    "measured_steps",
+    "window_s",
+    "page_cache_effective",
+    "page_cache_resident",
+    "world_size",
+    "comm_share",
+    "timing_effective",
+    "duration_s",
+    *(f"{phase}_{stat}" for phase in PHASES for stat in ("ms", "share")),
+]
+# A transfer probe's: also one column per probed size (transfer_gb_per_s_<pinned|pageable>_<bytes>), which vary.
+TRANSFER_COLUMNS = ["transfer_method", "transfer_peak_gb_per_s_pinned", "transfer_peak_gb_per_s_pageable"]
+PROVENANCE_COLUMNS = ["host", "gpu"]
+# The knobs as the workflow asked for them, and the result's path.
+REQUEST_COLUMNS = ["requested", "result"]
+# Added to every row by analysis.aggregate.with_predictions: filled for training cells whose ceilings were measured.
+PREDICTION_COLUMNS = [
+    "ceiling_loader_samples_per_s",
+    "ceiling_compute_samples_per_s",
+    "ceiling_copy_gb_per_s",
+    "ceiling_copy_from",
+    "predicted_samples_per_s",
+    "predicted_bound",
+    "prediction_error_pct",
+]
+# Every column that is not a knob, in the summary's order; monitor means (<name>_mean) and transfer sizes vary.
+SUMMARY_COLUMNS = [
+    *LABELS,
+    *STATUS,
+    *METRIC_COLUMNS,
+    *TRANSFER_COLUMNS,
+    *PROVENANCE_COLUMNS,
+    *REQUEST_COLUMNS,
+    *PREDICTION_COLUMNS,
+]

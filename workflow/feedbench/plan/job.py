@@ -1,0 +1,148 @@
+"""One bench job: `python -m feedbench job --cell JSON --runtime MINUTES [DIR] [--log LOG]` (the bench rule's command).
+
+DIR and LOG default to the cell's folder and log as rule bench names them (CELL_DIR and CELL_LOG, from the labels
+`experiment`, `cell` and `repeat` of the cell's JSON).
+
+Writes the cell's knobs to DIR/cell.yaml, runs the harness on it in a
+subprocess (so that a harness killed by SIGKILL or the OOM killer still gets a
+result) and, when the harness left no result.json, writes a failed one
+(record-failure). Either way the job succeeds, so the matrix goes on and the
+report lists the failure.
+
+The cell stops itself before the job's end (docs/reliability-slurm.md): a job
+killed by Slurm at its limit loses its result. Inside a Slurm job the end is
+the job's own (squeue's time left, so the seconds Slurm and Snakemake spent
+starting the job are counted); elsewhere it is the rule's runtime from now.
+No torch here: the harness imports it in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+# A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
+# and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
+# formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
+CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
+CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
+
+
+def result_path(experiment: str, cell: str, repeat: int) -> str:
+    """A bench job's result.json, in its folder (CELL_DIR)."""
+    return f"{CELL_DIR.format(experiment=experiment, cell=cell, repeat=repeat)}/result.json"
+
+
+def attempt(result_path: str, retry_failed: bool) -> str:
+    """Which attempt at a cell and repeat a run makes (rule bench's params carry it): the retry of failed cells.
+
+    A measured result keeps the attempt it ran as, so its params are unchanged and Snakemake leaves it alone; a
+    failed one asks for a new attempt, named after the failure, so the params trigger reruns of exactly the failed
+    cells. A damaged result (unreadable, not a mapping, or refused by the result schema: plan.result.read_result)
+    counts as failed, its retry named after its bytes. A dry run sees the same: nothing is moved or deleted.
+    """
+    from .result import UnusableResult, read_result  # jsonschema: loaded when a result exists
+
+    if not os.path.exists(result_path):
+        return "first"
+    try:
+        result = read_result(result_path)
+    except UnusableResult as damage:
+        return f"retry-after-damaged-{damage.tag}" if retry_failed else "first"
+    if result["status"] == "ok" or not retry_failed:
+        return (result.get("cell") or result.get("requested") or {}).get("attempt", "first")
+    return f"retry-after-{result['finished_at']}"
+
+
+def cell_paths(cell_json: str) -> tuple[str, str]:
+    """The folder and log of the job of a cell (its knobs as JSON, with the workflow's labels); ValueError in one line
+    when the JSON is not a mapping with them."""
+    try:
+        labels = json.loads(cell_json)
+        return CELL_DIR.format(**labels), CELL_LOG.format(**labels)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(
+            f"--cell names no folder ({type(error).__name__}: {error}); allowed: a JSON mapping with the labels "
+            "experiment, cell and repeat, or DIR and --log given"
+        ) from None
+
+
+MIN_MARGIN_S = 30  # writing the result and ending the job, after a stuck step's grace period (at most 20 s)
+
+
+def margin_s(runtime_s: float, left_s: float) -> float:
+    """Seconds kept between the cell's stop and the job's end: a tenth of the job's runtime, at least MIN_MARGIN_S,
+    at most a quarter of the time left (a 1-minute Slurm job that took 20 s to start still measures for a while)."""
+    return min(max(runtime_s / 10, MIN_MARGIN_S), left_s / 4)
+
+
+def parse_time_left(text: str) -> float | None:
+    """Seconds in squeue's %L ([days-][hours:]minutes:seconds), or None (UNLIMITED, NOT_SET, anything else)."""
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def slurm_time_left(job_id: str) -> float | None:
+    """Seconds left to Slurm job job_id, or None when squeue cannot say."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_time_left(out.stdout) if out.returncode == 0 else None
+
+
+def stop_at(runtime_min: float, now: float, environ=os.environ) -> float:
+    """Unix time at which the cell stops itself: the job's end less margin_s()."""
+    runtime_s = runtime_min * 60
+    left = slurm_time_left(environ["SLURM_JOB_ID"]) if environ.get("SLURM_JOB_ID") else None
+    left = runtime_s if left is None else left
+    return now + left - margin_s(runtime_s, left)
+
+
+def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
+    """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's)."""
+    now = time.time()
+    for stale in ("steps.csv", "trace.json"):
+        if os.path.exists(os.path.join(out_dir, stale)):
+            os.remove(os.path.join(out_dir, stale))
+    os.makedirs(out_dir, exist_ok=True)
+    cell = os.path.join(out_dir, "cell.yaml")
+    with open(cell, "w", encoding="utf-8") as f:  # JSON is YAML too; the harness reads it back as JSON
+        f.write(cell_json + "\n")
+    command = [
+        sys.executable,
+        "-m",
+        "feedbench",
+        "run",
+        cell,
+        "--out",
+        out_dir,
+        "--stop-at",
+        f"{stop_at(runtime_min, now):.0f}",
+    ]
+    os.makedirs(os.path.dirname(log) or ".", exist_ok=True)  # Snakemake makes it; a job run by hand may not
+    with open(log, "w", encoding="utf-8") as out:
+        harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = harness.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the harness too: let it record what it measured, then end
+            harness.wait()
+            return 130
+    result = os.path.join(out_dir, "result.json")
+    status = 0
+    if not os.path.exists(result) or os.path.getsize(result) == 0:
+        # In its own process, as the harness: it imports torch, which this job never does.
+        record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
+        status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
+    # This attempt's result replaces the record of an earlier one lost on Slurm (plan.slurm): the cell's folder
+    # says one thing. Until then the lost.json stays, with the steps that attempt measured.
+    if os.path.exists(result) and os.path.exists(os.path.join(out_dir, "lost.json")):
+        os.remove(os.path.join(out_dir, "lost.json"))
+    return status

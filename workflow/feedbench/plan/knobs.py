@@ -1,0 +1,629 @@
+"""The knobs of one cell, and the built-in datasets: every fact about each, declared once.
+
+A knob's declaration says its type, default, bounds and help, its short label,
+whether it takes user code, whether it needs loader workers, and which
+ceilings keep it. Everything else is derived from it: the command line, the
+validation of a cell, the documentation, the `Cell` type (feedbench.plan.cell),
+the short labels (feedbench.analysis.labels) and the knobs each ceiling keeps
+(feedbench.analysis.predict). So adding a knob is one declaration here plus the code
+that reads it. Torch- and pandas-free: the Snakefile plans with it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import reprlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .model_names import model_error
+
+# How much of a value an error message shows: a config may hold a list of a million levels.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 3, 6, 6, 60, 60, 40
+
+
+def shown(value: Any) -> str:
+    """repr(value), bounded in length, for one-line error messages."""
+    return _SHOWN.repr(value)
+
+
+# `package.module:attribute`: a knob that takes user code (Knob.user_code) names it so (plan.plugins imports it).
+IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+class KnobError(ValueError):
+    """A bad knob value: the message is one line naming knob, value and choices."""
+
+
+def _number(bound: float) -> str:
+    """1000000 rather than 1e+06: a bound as people write it."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    type: type | tuple[type, ...]
+    default: Any
+    help: str
+    choices: tuple | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = False
+    # Also takes the user's code, named by an import path `package.module:attribute` (see user_code).
+    user_code: bool = False
+    # Checks a value that is not user code where the names allowed are too many for `choices` (model).
+    names: Callable[[str], None] | None = None
+    # Its part of a cell's short label (feedbench.analysis.labels): `w` for num_workers; None: its initials.
+    short: str | None = None
+    # Means nothing without loader workers: a cell with num_workers 0 resets it to its default (harness.fit.resolve).
+    needs_workers: bool = False
+    # The ceilings whose cells keep this knob of the training cell they bound (analysis.predict): loader (the loader
+    # alone), compute (data resident on the device), transfer (the probe timing a real batch of the user's pipeline).
+    # A ceiling resets the knobs it does not keep to their defaults, so cells that differ only there share it.
+    ceilings: tuple[str, ...] = ("loader", "compute")
+
+    def allowed(self) -> str:
+        if self.choices is not None:
+            text = ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices)
+            return text + (" or package.module:attribute" if self.user_code else "")
+        if self.user_code:
+            named = "a name or " if self.names else ""
+            return named + "package.module:attribute" + (" or null" if self.nullable else "")
+        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}.get(
+            self.type if isinstance(self.type, type) else float, "a number"
+        )
+        if self.type is list:
+            kind = "a list"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f">= {_number(self.minimum)}")
+        if self.maximum is not None:
+            bounds.append(f"<= {_number(self.maximum)}")
+        text = kind + (" " + " and ".join(bounds) if bounds else "")
+        return text + (" or null" if self.nullable else "")
+
+    def check(self, value: Any) -> Any:
+        """Return the value, normalised, or raise KnobError."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise KnobError(f"knob '{self.name}': value null is not allowed; allowed: {self.allowed()}")
+        expected = self.type
+        ok = isinstance(value, expected) and not (isinstance(value, bool) and expected in (int, float, (int, float)))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > 2**1023:  # beyond any float
+                raise KnobError(f"knob '{self.name}': value {shown(value)} is out of range; allowed: {self.allowed()}")
+            value, ok = float(value), True
+        if not ok:
+            raise KnobError(f"knob '{self.name}': value {shown(value)} has the wrong type; allowed: {self.allowed()}")
+        if self.user_code and user_code(self.name, value):
+            return value
+        if self.names is not None:
+            self.names(value)
+            return value
+        if self.user_code and self.choices is None:
+            raise KnobError(
+                f"knob '{self.name}': value {shown(value)} is not an import path; allowed: {self.allowed()}"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise KnobError(f"knob '{self.name}': value {value!r} is not a finite number; allowed: {self.allowed()}")
+        if self.choices is not None and value not in self.choices:
+            raise KnobError(f"knob '{self.name}': value {shown(value)} is not allowed; allowed: {self.allowed()}")
+        if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
+            raise KnobError(f"knob '{self.name}': value {shown(value)} is out of range; allowed: {self.allowed()}")
+        return value
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A built-in dataset (feedbench.harness.data.DATASETS builds it): what the workflow knows of it without torch."""
+
+    name: str
+    # What one sample is, for the bytes of a batch (plan.ceilings.batch_bytes): "image" (3 x image_size^2 floats),
+    # "model" (what the model takes: input_size floats for the mlp, else an image) or "tokens" (of varying length).
+    sample: str
+    # How to make or get the folder it reads, when it needs a data_dir: the hint of the error without one.
+    data_dir_hint: str | None = None
+
+
+_MAKE_SHARDS = "make one with: python -m feedbench make-shards IMAGES DIR"
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
+    d.name: d
+    for d in [
+        BuiltinDataset("synthetic", "model"),
+        BuiltinDataset("memory", "model"),
+        BuiltinDataset("images", "image", "make one with: python -m feedbench make-images DIR"),
+        BuiltinDataset("cifar10", "image", "or download: true"),
+        BuiltinDataset("cifar100", "image", "or download: true"),
+        BuiltinDataset("tokens", "tokens"),
+        BuiltinDataset("webdataset", "image", _MAKE_SHARDS),
+        BuiltinDataset("parquet", "image", _MAKE_SHARDS),
+    ]
+}
+DATASETS = tuple(BUILTIN_DATASETS)
+SCENARIOS = ("train", "loader", "compute", "transfer")
+TIMINGS = ("events", "sync", "naive")
+AMP = ("off", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+DEVICE_PREFETCH = ("none", "stream")
+MP_CONTEXTS = ("fork", "spawn", "forkserver")
+LSTM_IMPLS = ("fused", "cell")
+PARALLEL = ("none", "dp", "ddp", "independent")
+PAGE_CACHE = ("asis", "warm", "cold")
+MLP_STYLES = ("relu", "ray")
+
+# The ceilings of a knob that makes the batch: all of them, the probe timing a real batch of the user's included.
+MAKES_BATCH = ("loader", "compute", "transfer")
+
+# 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
+DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
+
+
+def _model_name(name: str) -> None:
+    """A model a cell can train by name: feedbench.plan.model_names knows them without torch."""
+    error = model_error(name)
+    if error:
+        raise KnobError(error)
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in [
+        # What runs.
+        Knob(
+            "scenario",
+            str,
+            "train",
+            "train | loader (loader alone) | compute (data resident on the device) | transfer (H2D GB/s)",
+            SCENARIOS,
+            short="sc",
+            ceilings=(),  # each ceiling sets its own
+        ),
+        Knob("device", str, "auto", "auto picks cuda when available", DEVICES),
+        Knob("steps", int, 50, "measured steps (ignored when epochs is set)", minimum=1, maximum=1_000_000),
+        Knob(
+            "epochs",
+            int,
+            None,
+            "measured epochs; overrides steps with epochs x batches per epoch",
+            minimum=1,
+            maximum=10_000,
+            nullable=True,
+        ),
+        Knob(
+            "warmup_steps",
+            int,
+            5,
+            "steps run before the measured window, excluded from every metric",
+            minimum=0,
+            maximum=100_000,
+        ),
+        Knob("seed", int, 0, "seed of data generation, shuffling and model init", minimum=0, maximum=2**32 - 1),
+        # Data.
+        Knob(
+            "dataset",
+            str,
+            "synthetic",
+            "where samples come from; user code: a factory called as f(ctx, **dataset_args)",
+            DATASETS,
+            user_code=True,
+            short="data",
+            ceilings=MAKES_BATCH,
+        ),
+        Knob(
+            "dataset_args",
+            dict,
+            {},
+            "keyword arguments of a user dataset factory (axis: dataset_args.<name>)",
+            ceilings=MAKES_BATCH,
+        ),
+        Knob(
+            "data_dir",
+            str,
+            None,
+            "root of images (ImageNet layout), CIFAR, or of make-shards (webdataset, parquet)",
+            nullable=True,
+        ),
+        Knob(
+            "shards",
+            int,
+            8,
+            "webdataset, parquet: the shard set data_dir/shards-<N> (python -m feedbench make-shards --shards N)",
+            minimum=1,
+            maximum=1_000_000,
+        ),
+        Knob("download", bool, False, "let torchvision download CIFAR into data_dir"),
+        Knob(
+            "num_samples",
+            int,
+            2048,
+            "dataset length for synthetic, memory and tokens",
+            minimum=1,
+            maximum=100_000_000,
+            short="n",
+        ),
+        Knob("image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096, short="img"),
+        Knob("input_size", int, 4096, "features per sample for the mlp", minimum=1, maximum=1_048_576),
+        Knob("num_classes", int, 1000, "classes of generated labels and classifiers", minimum=1, maximum=1_000_000),
+        Knob(
+            "page_cache",
+            str,
+            "asis",
+            "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: "
+            "drop_caches as root, else posix_fadvise)",
+            PAGE_CACHE,
+            short="cache",
+            ceilings=("loader",),
+        ),
+        Knob(
+            "sample_delay_ms",
+            float,
+            0.0,
+            "extra cost per sample in __getitem__",
+            minimum=0,
+            maximum=60_000,
+            short="delay",
+            ceilings=("loader",),
+        ),
+        Knob("seq_len", int, 100, "mean sequence length of tokens", minimum=2, maximum=1_000_000),
+        Knob(
+            "seq_len_spread",
+            float,
+            0.5,
+            "tokens: lengths are uniform in seq_len x (1 +- spread)",
+            minimum=0,
+            maximum=0.95,
+        ),
+        Knob("vocab_size", int, 1000, "tokens and lstm vocabulary", minimum=4, maximum=10_000_000),
+        # Loader.
+        Knob(
+            "batch_size",
+            int,
+            64,
+            "samples per step",
+            minimum=1,
+            maximum=1_048_576,
+            short="bs",
+            ceilings=MAKES_BATCH,
+        ),
+        Knob(
+            "num_workers",
+            int,
+            0,
+            "DataLoader worker processes",
+            minimum=0,
+            maximum=256,
+            short="w",
+            ceilings=("loader",),
+        ),
+        Knob(
+            "pin_memory",
+            bool,
+            False,
+            "DataLoader pins batches in page-locked memory",
+            short="pin",
+            ceilings=("loader", "transfer"),
+        ),
+        # The copy knobs: the loader alone never copies, and a compute ceiling's data is already on the device.
+        Knob("non_blocking", bool, False, "asynchronous host-to-device copies", short="nb", ceilings=()),
+        Knob(
+            "prefetch_factor",
+            int,
+            None,
+            "batches loaded ahead per worker (needs workers)",
+            minimum=1,
+            maximum=1024,
+            nullable=True,
+            short="pff",
+            needs_workers=True,
+            ceilings=("loader",),
+        ),
+        Knob(
+            "persistent_workers",
+            bool,
+            False,
+            "keep workers alive across epochs (needs workers)",
+            short="pw",
+            needs_workers=True,
+            ceilings=("loader",),
+        ),
+        Knob(
+            "multiprocessing_context",
+            str,
+            None,
+            "how workers start (needs workers)",
+            MP_CONTEXTS,
+            nullable=True,
+            short="mp",
+            needs_workers=True,
+            ceilings=("loader",),
+        ),
+        Knob(
+            "in_order",
+            bool,
+            True,
+            "deliver batches in order (False lets fast workers go first)",
+            short="ord",
+            needs_workers=True,
+            ceilings=("loader",),
+        ),
+        Knob("shuffle", bool, True, "shuffle the dataset every epoch", ceilings=("loader",)),
+        Knob(
+            "device_prefetch",
+            str,
+            "none",
+            "none | stream: copy the next batches on a side stream",
+            DEVICE_PREFETCH,
+            short="pf",
+            ceilings=(),
+        ),
+        Knob(
+            "prefetch_depth",
+            int,
+            1,
+            "batches the stream prefetcher keeps in flight",
+            minimum=1,
+            maximum=64,
+            short="depth",
+            ceilings=(),
+        ),
+        Knob(
+            "resident_batches",
+            int,
+            8,
+            "compute: real batches of the loader copied to the device once and replayed",
+            minimum=1,
+            maximum=1024,
+        ),
+        # Parallelism.
+        Knob(
+            "parallel",
+            str,
+            "none",
+            "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent "
+            "(replicas, no gradient exchange)",
+            PARALLEL,
+            short="par",
+        ),
+        Knob(
+            "gpus_per_node",
+            int,
+            1,
+            "GPUs per node (processes on gloo without GPUs); batch_size is per GPU",
+            minimum=1,
+            maximum=64,
+            short="gpus",
+        ),
+        Knob(
+            "nodes",
+            int,
+            1,
+            "nodes (ddp, independent); emulated on localhost outside Slurm",
+            minimum=1,
+            maximum=4096,
+            short="nodes",
+        ),
+        Knob(
+            "comm_probe_steps",
+            int,
+            10,
+            "ddp: steps with and without gradient sync after the window, for the communication share (0: off)",
+            minimum=0,
+            maximum=100_000,
+            ceilings=(),  # a label of the measurement, not of the work
+        ),
+        # Model and step.
+        Knob(
+            "model",
+            str,
+            "mlp",
+            "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: "
+            "package.module:attribute called as f(ctx, **model_args)",
+            user_code=True,
+            names=_model_name,
+            short="m",
+        ),
+        Knob("model_args", dict, {}, "keyword arguments of a user model factory (axis: model_args.<name>)"),
+        Knob(
+            "collate",
+            str,
+            None,
+            "user collate_fn of the DataLoader",
+            nullable=True,
+            user_code=True,
+            ceilings=MAKES_BATCH,
+        ),
+        Knob(
+            "to_device",
+            str,
+            None,
+            "user f(batch, device, non_blocking) moving a custom batch",
+            nullable=True,
+            user_code=True,
+            ceilings=MAKES_BATCH,
+        ),
+        Knob(
+            "step",
+            str,
+            None,
+            "user f(model, batch, ctx) -> loss (None: it did backward and the optimizer itself)",
+            nullable=True,
+            user_code=True,
+        ),
+        Knob(
+            "python_path",
+            list,
+            [],
+            "folders put first on sys.path before user code is imported (the config's python_path)",
+            ceilings=MAKES_BATCH,
+        ),
+        # The model's work per batch: a loader ceiling resets it (not `model`, whose kind shapes the samples).
+        Knob(
+            "hidden_layers",
+            int,
+            1,
+            "mlp: hidden Linear+ReLU layers",
+            minimum=0,
+            maximum=1000,
+            short="hl",
+            ceilings=("compute",),
+        ),
+        Knob(
+            "width",
+            int,
+            4096,
+            "mlp: width of hidden layers",
+            minimum=1,
+            maximum=1_048_576,
+            short="width",
+            ceilings=("compute",),
+        ),
+        Knob(
+            "compute_ms",
+            float,
+            10.0,
+            "sleep: compute time per step",
+            minimum=0,
+            maximum=3_600_000,
+            ceilings=("compute",),
+        ),
+        Knob(
+            "lstm_impl",
+            str,
+            "fused",
+            "lstm: fused nn.LSTM or a step-by-step LSTMCell loop",
+            LSTM_IMPLS,
+            ceilings=("compute",),
+        ),
+        Knob("lstm_layers", int, 2, "lstm: layers", minimum=1, maximum=100, ceilings=("compute",)),
+        Knob("embedding_dim", int, 128, "lstm: embedding size", minimum=1, maximum=1_048_576, ceilings=("compute",)),
+        Knob("hidden_size", int, 128, "lstm: hidden units", minimum=1, maximum=1_048_576, ceilings=("compute",)),
+        Knob("lr", float, 0.01, "SGD learning rate", minimum=0, ceilings=("compute",)),
+        Knob("momentum", float, 0.0, "SGD momentum", minimum=0, maximum=1, ceilings=("compute",)),
+        Knob("amp", str, "off", "autocast dtype of forward", AMP, short="amp", ceilings=("compute",)),
+        Knob(
+            "channels_last",
+            bool,
+            False,
+            "channels-last memory format for image models",
+            short="cl",
+            ceilings=("compute",),
+        ),
+        # Measurement.
+        Knob(
+            "timing",
+            str,
+            "events",
+            "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)",
+            TIMINGS,
+            short="t",
+        ),
+        # Labels of the measurement, not of the work: no ceiling depends on them.
+        Knob("profile", bool, False, "write a torch.profiler Chrome trace of profile_steps extra steps", ceilings=()),
+        Knob("profile_steps", int, 5, "steps traced when profile is on", minimum=1, maximum=10_000, ceilings=()),
+        Knob(
+            "torch_threads",
+            int,
+            1,
+            "intra-op CPU threads of the trainer (torch.set_num_threads), 1 as torchrun's ranks get; "
+            "null: PyTorch's default",
+            minimum=1,
+            maximum=1024,
+            nullable=True,
+        ),
+        Knob(
+            "monitor_interval_s",
+            float,
+            0.5,
+            "sampling period of the GPU/CPU/memory monitor",
+            minimum=0.01,
+            maximum=3600,
+            ceilings=(),
+        ),
+        Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy", ceilings=()),
+        # Added for the studies' own models and optimisers (docs/studies.md).
+        Knob(
+            "mlp_style",
+            str,
+            "relu",
+            "mlp: relu (input Linear+ReLU, hidden Linear+ReLU) | "
+            "ray (hidden_layers square Linear, no activation: Ray's benchmark)",
+            MLP_STYLES,
+        ),
+        Knob("weight_decay", float, 0.0, "SGD weight decay", minimum=0),
+        Knob(
+            "profile_first_batch",
+            bool,
+            False,
+            "loader: before the window, time next() + .to() of a fresh loader's "
+            "first batch under torch.profiler, as the CIFAR-100 notebook did",
+        ),
+    ]
+}
+
+
+def user_code(knob: str, value: Any) -> bool:
+    """Whether knob `knob` set to `value` names the user's code: the one rule for it, wherever it is asked.
+
+    True for an import path `package.module:attribute` given to a knob that takes user code (Knob.user_code).
+    """
+    return KNOBS[knob].user_code and isinstance(value, str) and IMPORT_PATH.fullmatch(value) is not None
+
+
+def user_code_of(knobs: Mapping[str, Any]) -> dict[str, str]:
+    """knob -> import path, for the knobs of a mapping (a cell's, a summary row's) that name user code."""
+    return {name: value for name, value in knobs.items() if name in KNOBS and user_code(name, value)}
+
+
+def user_batch(knobs: Mapping[str, Any]) -> bool:
+    """Whether a cell's batch is the user's: a knob that makes the batch (one the transfer probe keeps: dataset,
+    collate, to_device) names user code. Its copy is timed on a real batch: ceilings.batch_bytes cannot size it."""
+    return any("transfer" in KNOBS[name].ceilings for name in user_code_of(knobs))
+
+
+def dropped_by(ceiling: str) -> tuple[str, ...]:
+    """The knobs a `ceiling` (loader, compute, transfer) resets to their defaults: those it does not keep."""
+    return tuple(name for name, knob in KNOBS.items() if ceiling not in knob.ceilings)
+
+
+def kept_by(ceiling: str) -> tuple[str, ...]:
+    """The knobs a `ceiling` keeps from the training cell it bounds."""
+    return tuple(name for name, knob in KNOBS.items() if ceiling in knob.ceilings)
+
+
+# Keys a cell may carry that only name it (set by the workflow, unused by the harness):
+# where it belongs, whether it is its experiment's baseline (feedbench.plan.matrix marks it),
+# and which attempt at it this is (see workflow/rules/common.smk).
+# `code` is the fingerprint of the user's python_path folders (plan.plugins.content_hash): it reruns their cells.
+LABELS = ("experiment", "cell", "repeat", "baseline", "attempt", "code")
+
+
+# Every knob's default, and the knobs whose default is a list or a mapping (copied for each caller).
+_DEFAULTS = {name: k.default for name, k in KNOBS.items()}
+_MUTABLE_DEFAULTS = tuple(name for name, default in _DEFAULTS.items() if isinstance(default, (list, dict)))
+
+
+def defaults() -> dict[str, Any]:
+    """Every knob at its default, in a new dict whose lists and mappings are copies.
+
+    Built from a table made once: the workflow parses every cell of the matrix with it (feedbench.plan.cell.parse_cell),
+    and a dict of a hundred knobs rebuilt per cell cost a tenth of a second at 10,000 cells.
+    """
+    values = dict(_DEFAULTS)
+    for name in _MUTABLE_DEFAULTS:
+        values[name] = type(values[name])(values[name])
+    return values
+
+
+def markdown_table() -> str:
+    """The knob reference as a Markdown table (docs/harness.md embeds it; a test keeps them equal)."""
+    lines = ["| knob | default | allowed | meaning |", "|---|---|---|---|"]
+    for k in KNOBS.values():
+        default = (
+            "null" if k.default is None else str(k.default).lower() if isinstance(k.default, bool) else str(k.default)
+        )
+        lines.append(f"| `{k.name}` | `{default}` | {k.allowed()} | {k.help.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
