@@ -89,6 +89,29 @@ from feedbench.plan.result import schema
             {"model": "resnet18", "dataset": "tokens"},
             "knob 'model': value 'resnet18' is not allowed with dataset 'tokens'",
         ),
+        (
+            {"decoder": "simd"},
+            "knob 'decoder': value 'simd' is not allowed; allowed: pil, torchvision, torchvision-cuda",
+        ),
+        (
+            {"decoder": "torchvision", "dataset": "cifar10", "download": True, "data_dir": "/d"},
+            "knob 'decoder': value 'torchvision' is not allowed with dataset 'cifar10', which decodes no JPEG; "
+            "allowed: pil, or a dataset that does (images, webdataset, parquet)",
+        ),
+        (
+            {"decoder": "torchvision", "dataset": "own.data:make", "model": "sleep"},
+            "knob 'decoder': value 'torchvision' is not allowed with dataset 'own.data:make', which decodes no JPEG",
+        ),
+        (
+            {"decoder": "torchvision-cuda", "dataset": "images", "data_dir": "/d", "device": "cpu"},
+            "knob 'decoder': value 'torchvision-cuda' is not allowed with device 'cpu'; allowed: pil, torchvision, "
+            "or device auto or cuda",
+        ),
+        (
+            {"decoder": "torchvision-cuda", "dataset": "images", "data_dir": "/d", "collate": "own.data:collate"},
+            "knob 'collate': value 'own.data:collate' is not allowed with decoder 'torchvision-cuda', whose loader "
+            "yields undecoded bytes; allowed: null",
+        ),
     ],
 )
 def test_bad_knob_names_knob_value_and_choices(knobs, message):
@@ -102,6 +125,18 @@ def test_bad_knob_names_knob_value_and_choices(knobs, message):
 def test_cuda_without_gpu_is_refused():
     with pytest.raises(KnobError, match=r"knob 'device': value 'cuda' is not available .*; allowed: auto, cpu"):
         resolve(parse_cell({"device": "cuda"}), cuda_available=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given where no GPU is present")
+def test_cuda_decoder_without_gpu_is_refused():
+    """device auto passes the plan (the node may have a GPU); the node without one refuses the cell in one line."""
+    cell = parse_cell({"decoder": "torchvision-cuda", "dataset": "images", "data_dir": "/d"})
+    with pytest.raises(KnobError) as error:
+        resolve(cell, cuda_available=False)
+    assert str(error.value) == (
+        "knob 'decoder': value 'torchvision-cuda' needs a GPU and this node has none (torch.cuda.is_available() is "
+        "False); allowed: pil, torchvision"
+    )
 
 
 @pytest.mark.parametrize(

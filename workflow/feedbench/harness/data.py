@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import io
 import os
 import time
 from typing import Callable
@@ -10,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
 from ..plan.cell import Cell
-from ..plan.knobs import KnobError
+from ..plan.knobs import JPEG_DATASETS, KnobError
 from ..plan.model_names import input_kind
 from ..plan.plugins import expect
 
@@ -94,13 +96,28 @@ def _need_dir(cell: Cell, how: str) -> str:
     return path
 
 
-def load_image(path: str):
-    """torchvision's image loader, whose errors name the file (PIL's 'image file is truncated' does not)."""
-    from torchvision.datasets.folder import default_loader
+def decode(data: bytes, decoder: str):
+    """One JPEG's bytes as the cell's decoder hands them to the transforms (knob `decoder`): an RGB PIL image (pil),
+    a uint8 3 x H x W tensor (torchvision), or, for torchvision-cuda, the bytes as a uint8 tensor that DeviceDecoded
+    decodes on the GPU a batch at a time."""
+    if decoder == "pil":
+        from PIL import Image
 
+        return Image.open(io.BytesIO(data)).convert("RGB")
+    encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a copy: frombuffer warns on read-only bytes
+    if decoder == "torchvision-cuda":
+        return encoded
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    return decode_jpeg(encoded, mode=ImageReadMode.RGB)
+
+
+def load_image(path: str, decoder: str = "pil"):
+    """The file decoded by `decode`, with errors that name the file (PIL's 'image file is truncated' does not)."""
     try:
-        return default_loader(path)
-    except OSError as error:  # the same type (UnidentifiedImageError stays itself), the message prefixed with the file
+        with open(path, "rb") as f:
+            return decode(f.read(), decoder)
+    except (OSError, RuntimeError) as error:  # the same type (UnidentifiedImageError stays itself), named
         try:
             named = type(error)(f"{path}: {error}")
         except TypeError:  # a subclass whose constructor takes other arguments
@@ -110,21 +127,13 @@ def load_image(path: str):
 
 def _images(cell: Cell) -> Dataset:
     import torchvision
-    from torchvision import transforms as T
 
     root = _need_dir(cell, f"make one with: python -m feedbench make-images {cell.data_dir or 'DIR'}")
     if os.path.isdir(os.path.join(root, "train")):
         root = os.path.join(root, "train")
-    transform = T.Compose(
-        [
-            T.RandomResizedCrop(cell.image_size),
-            T.RandomHorizontalFlip(),
-            T.ToTensor(),
-            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-        ]
-    )
+    loader = functools.partial(load_image, decoder=cell.decoder)
     try:
-        return torchvision.datasets.ImageFolder(root, transform=transform, loader=load_image)
+        return torchvision.datasets.ImageFolder(root, transform=_sample_transform(cell), loader=loader)
     except FileNotFoundError as error:
         raise KnobError(f"knob 'data_dir': {error}; make one with: python -m feedbench make-images DIR") from None
 
@@ -147,16 +156,29 @@ def _cifar(cell: Cell) -> Dataset:
 
 
 def _image_transform(cell: Cell):
+    """Crop, flip, to float and normalise a decoded JPEG: a PIL image (pil) or a uint8 tensor (the torchvision
+    decoders), into the same float32 3 x image_size x image_size."""
     from torchvision import transforms as T
 
     return T.Compose(
         [
             T.RandomResizedCrop(cell.image_size),
             T.RandomHorizontalFlip(),
-            T.ToTensor(),
+            T.ToTensor() if cell.decoder == "pil" else T.ConvertImageDtype(torch.float32),
             T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
         ]
     )
+
+
+def _sample_transform(cell: Cell):
+    """What a JPEG dataset's worker applies after decode: none for torchvision-cuda (DeviceDecoded does it)."""
+    return None if cell.decoder == "torchvision-cuda" else _image_transform(cell)
+
+
+def jpeg_sample(data: bytes, decoder: str, transform):
+    """A sample of JPEG bytes: decoded, then transformed where the worker transforms (_sample_transform)."""
+    image = decode(data, decoder)
+    return image if transform is None else transform(image)
 
 
 def _shard_files(cell: Cell, fmt: str, ext: str) -> list[str]:
@@ -179,7 +201,7 @@ def _webdataset(cell: Cell) -> Dataset:
     """WebDataset tar shards, split over ranks (split_by_node) and loader workers (split_by_worker)."""
     import webdataset as wds
 
-    transform = _image_transform(cell)
+    sample = functools.partial(jpeg_sample, decoder=cell.decoder, transform=_sample_transform(cell))
     return (
         wds.WebDataset(
             _shard_files(cell, "webdataset", ".tar"),
@@ -188,36 +210,32 @@ def _webdataset(cell: Cell) -> Dataset:
             nodesplitter=wds.split_by_node,
             workersplitter=wds.split_by_worker,
         )
-        .decode("pil")
         .to_tuple("jpg", "cls")
-        .map_tuple(transform, int)
+        .map_tuple(sample, int)
     )
 
 
 class ParquetImages(Dataset):
     """Parquet files of JPEG bytes (columns jpg, cls), read with pyarrow once; decoded in __getitem__."""
 
-    def __init__(self, files: list[str], transform):
+    def __init__(self, files: list[str], sample: Callable):
         import pyarrow.parquet as pq
 
         tables = [pq.read_table(f, columns=["jpg", "cls"]) for f in files]
         self.jpegs = [b for t in tables for b in t.column("jpg").to_pylist()]
         self.labels = [c for t in tables for c in t.column("cls").to_pylist()]
-        self.transform = transform
+        self.sample = sample
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, index: int):
-        import io
-
-        from PIL import Image
-
-        return self.transform(Image.open(io.BytesIO(self.jpegs[index])).convert("RGB")), self.labels[index]
+        return self.sample(self.jpegs[index]), self.labels[index]
 
 
 def _parquet(cell: Cell) -> Dataset:
-    return ParquetImages(_shard_files(cell, "parquet", ".parquet"), _image_transform(cell))
+    sample = functools.partial(jpeg_sample, decoder=cell.decoder, transform=_sample_transform(cell))
+    return ParquetImages(_shard_files(cell, "parquet", ".parquet"), sample)
 
 
 def _synthetic(cell: Cell) -> Dataset:
@@ -287,13 +305,84 @@ def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
     )
 
 
+def collate_jpegs(samples: list) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """torchvision-cuda: a batch of undecoded JPEGs (uint8 tensors of different lengths, kept as a list) and labels."""
+    return [jpeg for jpeg, _ in samples], torch.tensor([label for _, label in samples])
+
+
+class DeviceDecoded:
+    """torchvision-cuda: the loader's batches of JPEG bytes decoded together on this process's GPU (one batched
+    decode_jpeg), then cropped, flipped and normalised there image by image, in the training process.
+
+    The rest of the loader (len, sampler) is the DataLoader's. A loader cell waits for the decode to finish: it has
+    no step for the GPU's work to overlap with, and its batch is not ready before.
+    """
+
+    def __init__(self, loader: DataLoader, cell: Cell):
+        self.loader, self.transform = loader, _image_transform(cell)
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.sync = cell.scenario == "loader"
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str):
+        if name == "loader":  # not set yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        for jpegs, labels in self.loader:
+            images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device)
+            batch = torch.stack([self.transform(image) for image in images])
+            if self.sync:
+                torch.cuda.synchronize(self.device)
+            yield batch, labels
+
+
+def decoder_facts(cell: Cell) -> dict | None:
+    """The JPEG decoder of a cell that decodes JPEG, and its library: result.json's `decoder`; None otherwise (a
+    transfer cell times copies of made-up tensors)."""
+    if cell.dataset not in JPEG_DATASETS or cell.scenario == "transfer":
+        return None
+    if cell.decoder == "pil":
+        import PIL
+        from PIL import features
+
+        turbo = features.version("libjpeg_turbo")
+        library = f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"
+        return {"name": "pil", "library": f"{library} (Pillow {PIL.__version__})"}
+    import importlib.metadata
+
+    version = importlib.metadata.version("torchvision")
+    if cell.decoder == "torchvision-cuda":
+        return {"name": cell.decoder, "library": f"nvJPEG of CUDA {torch.version.cuda} (torchvision {version})"}
+    return {"name": cell.decoder, "library": f"{_torchvision_libjpeg()} (torchvision {version})"}
+
+
+def _torchvision_libjpeg() -> str:
+    """What torchvision says of the libjpeg it was built with: turbo or not, and the libjpeg API version (its own
+    ops, private; torchvision exposes no release number of it)."""
+    import torchvision.io  # noqa: F401  (registers torch.ops.image)
+
+    try:
+        api = int(torch.ops.image._jpeg_version())
+        turbo = bool(torch.ops.image._is_compiled_against_turbo())
+    except (AttributeError, RuntimeError):
+        return "libjpeg (version not exposed)"
+    return f"{'libjpeg-turbo' if turbo else 'libjpeg'}, libjpeg API {api // 10}.{api % 10}"
+
+
 def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
     With several ranks each reads its own shard (DistributedSampler); with dp
     one process feeds all GPUs, so its batch is batch_size x gpus_per_node.
     An IterableDataset shards itself (ctx and torch.utils.data.get_worker_info):
-    no sampler, no shuffle, and its last short batch is kept.
+    no sampler, no shuffle, and its last short batch is kept. With decoder torchvision-cuda it yields JPEG bytes,
+    decoded on the GPU by DeviceDecoded, which wraps it.
     """
     sampler = None
     iterable = isinstance(dataset, IterableDataset)
@@ -310,7 +399,8 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
             multiprocessing_context=cell.multiprocessing_context,
             in_order=cell.in_order,
         )
-    return DataLoader(
+    on_device = cell.decoder == "torchvision-cuda"
+    loader = DataLoader(
         dataset,
         batch_size=batch_size,
         shuffle=cell.shuffle if sampler is None and not iterable else False,
@@ -318,7 +408,8 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
         num_workers=cell.num_workers,
         pin_memory=cell.pin_memory,
         drop_last=not iterable and len(dataset) >= batch_size * world_size,
-        collate_fn=collate or (pad_tokens if cell.dataset == "tokens" else None),
+        collate_fn=collate or (pad_tokens if cell.dataset == "tokens" else collate_jpegs if on_device else None),
         generator=torch.Generator().manual_seed(cell.seed),
         **options,
     )
+    return DeviceDecoded(loader, cell) if on_device else loader

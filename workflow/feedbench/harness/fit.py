@@ -26,6 +26,11 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
         )
     device = "cuda" if cell.device == "cuda" or (cell.device == "auto" and cuda_available) else "cpu"
     changes["device"] = device
+    if cell.decoder == "torchvision-cuda" and device != "cuda":
+        raise KnobError(
+            "knob 'decoder': value 'torchvision-cuda' needs a GPU and this node has none "
+            "(torch.cuda.is_available() is False); allowed: pil, torchvision"
+        )
     if cell.num_workers == 0:
         for name, knob in KNOBS.items():
             if knob.needs_workers and getattr(cell, name) != knob.default:

@@ -21,7 +21,7 @@ from ..plan.knobs import KnobError, user_batch
 from ..plan.metrics import summarize
 from ..plan.plugins import folder_facts, plugins_of, resolve_all
 from ..plan.result import failed_result, now, step_rows, tail, write_refusal, write_result, write_rows
-from .data import short_batch_note
+from .data import decoder_facts, short_batch_note
 from .distributed import World, finish, gather, init, rank_device
 from .fit import resolve
 from .loop import Measurement, cuda_init, first_batches, measure, original_estimators
@@ -217,6 +217,9 @@ def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) ->
     r.result.update(
         cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
     )
+    decoder = decoder_facts(cell)
+    if decoder:
+        r.result["decoder"] = decoder
     if r.world.rank == 0:
         for note in notes:
             print(f"feedbench: note: {note}", file=sys.stderr)

@@ -14,7 +14,7 @@ import functools
 from dataclasses import field, make_dataclass
 from typing import Any, Optional, Union
 
-from .knobs import BUILTIN_DATASETS, KNOBS, LABELS, Knob, KnobError, defaults, user_code
+from .knobs import BUILTIN_DATASETS, JPEG_DATASETS, KNOBS, LABELS, Knob, KnobError, defaults, user_code
 
 
 def _field(knob: Knob) -> tuple[str, Any, Any]:
@@ -84,6 +84,7 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         raise KnobError(
             f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none"
         )
+    _check_decoder(values)
     parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
     if parallel == "none" and (gpus > 1 or nodes > 1):
         raise KnobError(
@@ -98,6 +99,29 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
     if parallel != "none" and scenario in ("loader", "transfer"):
         raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
     return Cell(**values)
+
+
+def _check_decoder(values: dict[str, Any]) -> None:
+    """A decoder other than pil needs a built-in JPEG dataset; torchvision-cuda a device that may be a GPU and
+    feedbench's own collate (its loader yields undecoded bytes: see harness.data.DeviceDecoded)."""
+    decoder, dataset = values["decoder"], values["dataset"]
+    if decoder == "pil":
+        return
+    if dataset not in JPEG_DATASETS:
+        raise KnobError(
+            f"knob 'decoder': value '{decoder}' is not allowed with dataset '{dataset}', which decodes no JPEG; "
+            f"allowed: pil, or a dataset that does ({', '.join(JPEG_DATASETS)})"
+        )
+    if decoder == "torchvision-cuda" and values["device"] == "cpu":
+        raise KnobError(
+            "knob 'decoder': value 'torchvision-cuda' is not allowed with device 'cpu'; allowed: pil, torchvision, "
+            "or device auto or cuda"
+        )
+    if decoder == "torchvision-cuda" and values["collate"] is not None:
+        raise KnobError(
+            f"knob 'collate': value {values['collate']!r} is not allowed with decoder 'torchvision-cuda', whose "
+            "loader yields undecoded bytes; allowed: null"
+        )
 
 
 def cell_dict(cell: Cell) -> dict[str, Any]:

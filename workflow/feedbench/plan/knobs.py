@@ -127,6 +127,8 @@ class BuiltinDataset:
     sample: str
     # How to make or get the folder it reads, when it needs a data_dir: the hint of the error without one.
     data_dir_hint: str | None = None
+    # Its samples are JPEG files decoded per sample: the knob `decoder` picks how.
+    jpeg: bool = False
 
 
 _MAKE_SHARDS = "make one with: python -m feedbench make-shards IMAGES DIR"
@@ -135,15 +137,16 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     for d in [
         BuiltinDataset("synthetic", "model"),
         BuiltinDataset("memory", "model"),
-        BuiltinDataset("images", "image", "make one with: python -m feedbench make-images DIR"),
+        BuiltinDataset("images", "image", "make one with: python -m feedbench make-images DIR", jpeg=True),
         BuiltinDataset("cifar10", "image", "or download: true"),
         BuiltinDataset("cifar100", "image", "or download: true"),
         BuiltinDataset("tokens", "tokens"),
-        BuiltinDataset("webdataset", "image", _MAKE_SHARDS),
-        BuiltinDataset("parquet", "image", _MAKE_SHARDS),
+        BuiltinDataset("webdataset", "image", _MAKE_SHARDS, jpeg=True),
+        BuiltinDataset("parquet", "image", _MAKE_SHARDS, jpeg=True),
     ]
 }
 DATASETS = tuple(BUILTIN_DATASETS)
+JPEG_DATASETS = tuple(name for name, d in BUILTIN_DATASETS.items() if d.jpeg)
 SCENARIOS = ("train", "loader", "compute", "transfer")
 TIMINGS = ("events", "sync", "naive")
 AMP = ("off", "bf16", "fp16")
@@ -154,6 +157,7 @@ LSTM_IMPLS = ("fused", "cell")
 PARALLEL = ("none", "dp", "ddp", "independent")
 PAGE_CACHE = ("asis", "warm", "cold")
 MLP_STYLES = ("relu", "ray")
+DECODERS = ("pil", "torchvision", "torchvision-cuda")
 
 # The ceilings of a knob that makes the batch: all of them, the probe timing a real batch of the user's included.
 MAKES_BATCH = ("loader", "compute", "transfer")
@@ -266,6 +270,16 @@ KNOBS: dict[str, Knob] = {
             minimum=0,
             maximum=60_000,
             short="delay",
+            ceilings=("loader",),
+        ),
+        Knob(
+            "decoder",
+            str,
+            "pil",
+            "JPEG decoder of images, webdataset, parquet: pil | torchvision (torchvision.io.decode_jpeg on the CPU) "
+            "| torchvision-cuda (decode_jpeg of a batch on the GPU, in the training process)",
+            DECODERS,
+            short="dec",
             ceilings=("loader",),
         ),
         Knob("seq_len", int, 100, "mean sequence length of tokens", minimum=2, maximum=1_000_000),

@@ -1,0 +1,137 @@
+"""The JPEG decoder as an axis (knob decoder, issue #23 part 5): the CPU decoders give the model the same batch
+layout from the same files, their pixels near-equal, and each runs a cell through the harness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+import torch
+from feedbench.harness import data
+from feedbench.harness.images import make_images
+from feedbench.harness.shards import make_shards
+from feedbench.plan.cell import parse_cell
+from feedbench.plan.knobs import JPEG_DATASETS
+from feedbench.plan.result import schema
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, str]:
+    """Six JPEGs of the project's generator, and the same as one shard of each format: each JPEG dataset's data_dir."""
+    root = tmp_path_factory.mktemp("jpegs")
+    images = str(root / "images")
+    make_images(images, 6, 64, 2)
+    make_shards(images, str(root / "shards"), 1)
+    return {name: images if name == "images" else str(root / "shards") for name in JPEG_DATASETS}
+
+
+def test_the_decoders_decode_a_file_to_near_equal_pixels(folders):
+    """Pillow and torchvision each bundle their own libjpeg-turbo: the same file may decode a level apart."""
+    path = min(Path(folders["images"]).rglob("*.JPEG"))
+    with open(path, "rb") as f:
+        raw = f.read()
+    pil = torch.from_numpy(np.array(data.decode(raw, "pil"))).permute(2, 0, 1)
+    ours = data.decode(raw, "torchvision")
+    assert ours.shape == pil.shape == (3, 64, 64) and ours.dtype == pil.dtype == torch.uint8
+    assert (ours.int() - pil.int()).abs().max() <= 2
+    assert data.decode(raw, "torchvision-cuda").equal(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("dataset", JPEG_DATASETS)
+def test_both_cpu_decoders_give_the_model_the_same_batch(folders, dataset):
+    """Same shape and dtype, float32 normalised, and the same crops (the same random draws): pixels within a level."""
+    batches = {}
+    for decoder in ("pil", "torchvision"):
+        knobs = dict(dataset=dataset, data_dir=folders[dataset], shards=1, decoder=decoder, model="resnet18")
+        cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3, "shuffle": False})
+        torch.manual_seed(0)
+        batches[decoder] = next(iter(data.build_loader(cell, data.build_dataset(cell))))
+    pil, ours = batches["pil"], batches["torchvision"]
+    assert ours[0].shape == pil[0].shape == (3, 3, 32, 32) and ours[0].dtype == pil[0].dtype == torch.float32
+    assert ours[1].equal(pil[1])
+    # One level of 255, normalised by the smallest std (0.224), is 0.0175; resizing spreads a level's difference.
+    assert (ours[0] - pil[0]).abs().max() < 0.05
+    assert (ours[0] - pil[0]).abs().mean() < 0.01
+
+
+@pytest.mark.parametrize("decoder", ["pil", "torchvision"])
+def test_a_cell_runs_with_each_cpu_decoder_and_records_it(run_cell, folders, decoder):
+    code, result = run_cell(
+        dataset="images",
+        data_dir=folders["images"],
+        decoder=decoder,
+        model="sleep",
+        compute_ms=1,
+        image_size=16,
+        batch_size=2,
+        steps=3,
+        warmup_steps=1,
+        num_workers=1,
+    )
+    assert code == 0, result["error"]
+    assert result["cell"]["decoder"] == decoder and result["decoder"]["name"] == decoder
+    assert "libjpeg" in result["decoder"]["library"]
+
+    jsonschema.validate(result, schema())
+
+
+def test_a_truncated_jpeg_names_the_file_with_torchvision_too(run_cell, tmp_path):
+    make_images(str(tmp_path / "imgs"), count=4, size=32, classes=1)
+    victim = min((tmp_path / "imgs").rglob("*.JPEG"))
+    with open(victim, "r+b") as f:
+        f.truncate(100)
+    code, result = run_cell(
+        scenario="loader",
+        dataset="images",
+        data_dir=str(tmp_path / "imgs"),
+        decoder="torchvision",
+        image_size=16,
+        batch_size=2,
+        steps=2,
+        warmup_steps=0,
+        shuffle=False,
+    )
+    assert code == 1 and result["status"] == "failed"
+    assert result["error"]["message"].startswith(f"{victim}: "), result["error"]
+
+
+def test_no_decoder_is_recorded_where_no_jpeg_is_decoded(run_cell):
+    code, result = run_cell(model="mlp", input_size=8, width=8, batch_size=4, steps=2, warmup_steps=0)
+    assert code == 0 and "decoder" not in result and result["cell"]["decoder"] == "pil"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal given where no GPU is present")
+def test_a_node_without_gpu_refuses_the_cuda_decoder_in_one_line(run_cell, folders):
+    code, result = run_cell(dataset="images", data_dir=folders["images"], decoder="torchvision-cuda", device="auto")
+    assert code == 2 and result["status"] == "failed"
+    assert result["error"]["message"].startswith("knob 'decoder': value 'torchvision-cuda' needs a GPU")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scenario", ["train", "loader"])
+def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario):
+    """Batched decode_jpeg on the device: the same layout and dtype as the CPU decoders, on the GPU, in a cell."""
+    cell = parse_cell(
+        dict(dataset="images", data_dir=folders["images"], decoder="torchvision-cuda", image_size=32, batch_size=3)
+    )
+    images, labels = next(iter(data.build_loader(cell, data.build_dataset(cell), collate=None)))
+    assert images.shape == (3, 3, 32, 32) and images.dtype == torch.float32 and images.is_cuda
+    assert labels.dtype == torch.int64 and labels.shape == (3,)
+    knobs = dict(model="resnet18") if scenario == "train" else {}
+    code, result = run_cell(
+        scenario=scenario,
+        dataset="images",
+        data_dir=folders["images"],
+        decoder="torchvision-cuda",
+        image_size=32,
+        batch_size=2,
+        steps=3,
+        warmup_steps=1,
+        num_workers=1,
+        device="cuda",
+        **knobs,
+    )
+    assert code == 0, result["error"]
+    assert result["decoder"]["name"] == "torchvision-cuda" and "nvJPEG" in result["decoder"]["library"]
