@@ -56,6 +56,23 @@ def test_both_cpu_decoders_give_the_model_the_same_batch(folders, dataset):
     assert (ours[0] - pil[0]).abs().mean() < 0.01
 
 
+def test_the_batched_device_decode_gives_what_the_workers_decode(folders, monkeypatch):
+    """torchvision-cuda's design, run on the CPU: the loader yields bytes, DeviceDecoded decodes the batch in one call
+    and transforms each image, drawing the same crops in the same order: the batch the CPU decoder's workers give."""
+    monkeypatch.setattr(data, "decode_device", lambda: torch.device("cpu"))
+    batches = {}
+    for decoder in ("torchvision", "torchvision-cuda"):
+        knobs = dict(dataset="images", data_dir=folders["images"], decoder=decoder, model="resnet18", device="auto")
+        cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3, "shuffle": False})
+        loader = data.build_loader(cell, data.build_dataset(cell))
+        torch.manual_seed(0)
+        batches[decoder] = next(iter(loader))
+    assert isinstance(loader, data.DeviceDecoded) and len(loader) == 2 and loader.batch_size == 3
+    (ours, labels), (cpu, cpu_labels) = batches["torchvision-cuda"], batches["torchvision"]
+    assert ours.shape == cpu.shape == (3, 3, 32, 32) and ours.dtype == torch.float32
+    assert labels.equal(cpu_labels) and torch.allclose(ours, cpu)
+
+
 @pytest.mark.parametrize("decoder", ["pil", "torchvision"])
 def test_a_cell_runs_with_each_cpu_decoder_and_records_it(run_cell, folders, decoder):
     code, result = run_cell(
@@ -112,13 +129,19 @@ def test_a_node_without_gpu_refuses_the_cuda_decoder_in_one_line(run_cell, folde
 @pytest.mark.gpu
 @pytest.mark.parametrize("scenario", ["train", "loader"])
 def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario):
-    """Batched decode_jpeg on the device: the same layout and dtype as the CPU decoders, on the GPU, in a cell."""
-    cell = parse_cell(
-        dict(dataset="images", data_dir=folders["images"], decoder="torchvision-cuda", image_size=32, batch_size=3)
-    )
-    images, labels = next(iter(data.build_loader(cell, data.build_dataset(cell), collate=None)))
+    """Batched decode_jpeg on the device: the same layout and dtype as the CPU decoders, on the GPU, pixels close
+    (nvJPEG is a third decoder), in a cell."""
+    batches = {}
+    for decoder in ("torchvision", "torchvision-cuda"):
+        knobs = dict(dataset="images", data_dir=folders["images"], decoder=decoder, model="resnet18", shuffle=False)
+        cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3})
+        loader = data.build_loader(cell, data.build_dataset(cell))
+        torch.manual_seed(0)
+        batches[decoder] = next(iter(loader))
+    images, labels = batches["torchvision-cuda"]
     assert images.shape == (3, 3, 32, 32) and images.dtype == torch.float32 and images.is_cuda
-    assert labels.dtype == torch.int64 and labels.shape == (3,)
+    assert labels.equal(batches["torchvision"][1])
+    assert (images.cpu() - batches["torchvision"][0]).abs().mean() < 0.02
     knobs = dict(model="resnet18") if scenario == "train" else {}
     code, result = run_cell(
         scenario=scenario,

@@ -318,9 +318,8 @@ class DeviceDecoded:
     no step for the GPU's work to overlap with, and its batch is not ready before.
     """
 
-    def __init__(self, loader: DataLoader, cell: Cell):
-        self.loader, self.transform = loader, _image_transform(cell)
-        self.device = torch.device("cuda", torch.cuda.current_device())
+    def __init__(self, loader: DataLoader, cell: Cell, device: torch.device):
+        self.loader, self.transform, self.device = loader, _image_transform(cell), device
         self.sync = cell.scenario == "loader"
 
     def __len__(self) -> int:
@@ -340,6 +339,11 @@ class DeviceDecoded:
             if self.sync:
                 torch.cuda.synchronize(self.device)
             yield batch, labels
+
+
+def decode_device() -> torch.device:
+    """Where torchvision-cuda decodes: this process's GPU (distributed.init sets each rank's)."""
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def decoder_facts(cell: Cell) -> dict | None:
@@ -412,4 +416,4 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
         generator=torch.Generator().manual_seed(cell.seed),
         **options,
     )
-    return DeviceDecoded(loader, cell) if on_device else loader
+    return DeviceDecoded(loader, cell, decode_device()) if on_device else loader
