@@ -94,26 +94,6 @@ def test_a_cell_runs_with_each_cpu_decoder_and_records_it(run_cell, folders, dec
     jsonschema.validate(result, schema())
 
 
-def test_a_truncated_jpeg_names_the_file_with_torchvision_too(run_cell, tmp_path):
-    make_images(str(tmp_path / "imgs"), count=4, size=32, classes=1)
-    victim = min((tmp_path / "imgs").rglob("*.JPEG"))
-    with open(victim, "r+b") as f:
-        f.truncate(100)
-    code, result = run_cell(
-        scenario="loader",
-        dataset="images",
-        data_dir=str(tmp_path / "imgs"),
-        decoder="torchvision",
-        image_size=16,
-        batch_size=2,
-        steps=2,
-        warmup_steps=0,
-        shuffle=False,
-    )
-    assert code == 1 and result["status"] == "failed"
-    assert result["error"]["message"].startswith(f"{victim}: "), result["error"]
-
-
 def test_no_decoder_is_recorded_where_no_jpeg_is_decoded(run_cell):
     code, result = run_cell(model="mlp", input_size=8, width=8, batch_size=4, steps=2, warmup_steps=0)
     assert code == 0 and "decoder" not in result and result["cell"]["decoder"] == "pil"
