@@ -7,12 +7,13 @@ import time
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset, default_collate
 
 from ..plan.cell import Cell
 from ..plan.knobs import KnobError
 from ..plan.model_names import input_kind
 from ..plan.plugins import expect
+from .stages import TimedCollate, stage
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -81,7 +82,8 @@ class Delayed(Dataset):
         sample = self.dataset[index]
         remaining = deadline - time.perf_counter()
         if remaining > 0:
-            time.sleep(remaining)
+            with stage("sample_delay"):
+                time.sleep(remaining)
         return sample
 
 
@@ -95,11 +97,18 @@ def _need_dir(cell: Cell, how: str) -> str:
 
 
 def load_image(path: str):
-    """torchvision's image loader, whose errors name the file (PIL's 'image file is truncated' does not)."""
-    from torchvision.datasets.folder import default_loader
+    """torchvision's PIL loader, timed as the stages `read` and `decode`, whose errors name the file (PIL's 'image
+    file is truncated' does not)."""
+    import io
+
+    from PIL import Image
 
     try:
-        return default_loader(path)
+        with stage("read"):
+            with open(path, "rb") as f:
+                data = f.read()
+        with stage("decode"):
+            return Image.open(io.BytesIO(data)).convert("RGB")
     except OSError as error:  # the same type (UnidentifiedImageError stays itself), the message prefixed with the file
         try:
             named = type(error)(f"{path}: {error}")
@@ -213,7 +222,9 @@ class ParquetImages(Dataset):
 
         from PIL import Image
 
-        return self.transform(Image.open(io.BytesIO(self.jpegs[index])).convert("RGB")), self.labels[index]
+        with stage("decode"):
+            image = Image.open(io.BytesIO(self.jpegs[index])).convert("RGB")
+        return self.transform(image), self.labels[index]
 
 
 def _parquet(cell: Cell) -> Dataset:
@@ -287,13 +298,16 @@ def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
     )
 
 
-def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None) -> DataLoader:
+def build_loader(
+    cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None, timed: bool = False
+) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
     With several ranks each reads its own shard (DistributedSampler); with dp
     one process feeds all GPUs, so its batch is batch_size x gpus_per_node.
     An IterableDataset shards itself (ctx and torch.utils.data.get_worker_info):
     no sampler, no shuffle, and its last short batch is kept.
+    `timed`: collate is timed and returns each batch with its stage timings (harness.stages).
     """
     sampler = None
     iterable = isinstance(dataset, IterableDataset)
@@ -302,6 +316,9 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
             dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True
         )
     batch_size = batch_size_of(cell)
+    collate = collate or (pad_tokens if cell.dataset == "tokens" else None)
+    if timed:
+        collate = TimedCollate(collate or default_collate)
     options = {}
     if cell.num_workers > 0:
         options = dict(
@@ -318,7 +335,7 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
         num_workers=cell.num_workers,
         pin_memory=cell.pin_memory,
         drop_last=not iterable and len(dataset) >= batch_size * world_size,
-        collate_fn=collate or (pad_tokens if cell.dataset == "tokens" else None),
+        collate_fn=collate,
         generator=torch.Generator().manual_seed(cell.seed),
         **options,
     )

@@ -66,6 +66,7 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
     metrics["cuda_init_s"] = m.cuda_init_s
     metrics["original_estimators"] = original_estimators(table, m)  # pytorch_throughput's, for the scaling study
     metrics["first_batch_profile"] = m.first_batch_profile  # the CIFAR-100 notebook's window, for the workers study
+    metrics["stages"] = m.stages()  # what each sample's stages cost inside the loader (harness.stages)
     return metrics, step_rows(table, m.samples, m.tokens)
 
 

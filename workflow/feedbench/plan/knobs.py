@@ -331,6 +331,15 @@ KNOBS: dict[str, Knob] = {
             ceilings=("loader",),
         ),
         Knob(
+            "stage_timing",
+            bool,
+            True,
+            "time each sample's stages (read, decode, each Compose transform, feedbench.stage spans, collate) "
+            "inside the loader",
+            short="st",
+            ceilings=("loader",),
+        ),
+        Knob(
             "multiprocessing_context",
             str,
             None,
