@@ -230,3 +230,20 @@ def test_the_users_batch_is_the_same_with_stage_timing_on_and_off(workers):
     assert [_shape(b) for b in seen_on] == [_shape(b) for b in seen_off]
     if workers == 0:  # in this process: the step gets the collate's own object
         assert all(any(b is m for m in made_on) for b in seen_on)
+
+
+def test_the_summary_has_a_column_per_stage_and_statistic():
+    from feedbench.analysis.aggregate import result_row
+
+    stats = {"mean_ms": 2.5, "median_ms": 2.0, "p90_ms": 3.0, "p99_ms": 4.0, "share": 0.5, "calls": 8}
+    timed = {"samples": 8, "batches": 2, "worker_ms_per_sample": 5.0, "stages": {"decode": stats}}
+    row = result_row({"status": "ok", "metrics": {"steps": 2, "stages": timed}}, "result.json")
+    assert row["stage_worker_ms"] == 5.0
+    assert {k: v for k, v in row.items() if k.startswith("stage_decode_")} == {
+        "stage_decode_ms": 2.0,
+        "stage_decode_mean_ms": 2.5,
+        "stage_decode_p90_ms": 3.0,
+        "stage_decode_p99_ms": 4.0,
+        "stage_decode_share": 0.5,
+        "stage_decode_calls": 8,
+    }
