@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import statistics
 import sys
@@ -117,6 +118,7 @@ def test_each_stage_and_the_unattributed_rest_come_back_within_5_percent(user_mo
         "warmup_steps": 1,
         "torch_threads": 1,
         "monitor_interval_s": 5,
+        "stage_timing": True,
     }
     run(knobs, str(tmp_path / "out"))  # as the bench job runs it: the user's module imported by its path
     result = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -136,6 +138,9 @@ def test_each_stage_and_the_unattributed_rest_come_back_within_5_percent(user_mo
         assert got[name]["calls"] == 64
         assert got[name]["p99_ms"] >= got[name]["p90_ms"] >= got[name]["median_ms"]
     assert got["collate"]["calls"] == 16
+    with open(tmp_path / "out" / "steps.csv") as f:  # each step's batch: its samples' time in the worker
+        made = [float(row["worker_ms"]) for row in csv.DictReader(f)]
+    assert len(made) == 16 and min(made) >= 4 * sum(COSTS.values()) * 0.99
     assert sum(s["share"] for s in got.values()) == pytest.approx(1.0)
 
 

@@ -83,9 +83,13 @@ class Measurement:
         table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts[:n], ends, strict=True)]
         return table
 
+    def stage_batches(self) -> list[dict]:
+        """The stage timings of the measured steps' batches, one per step (none when not timed)."""
+        return self.stage_log[self.stage_skip : self.stage_skip + self.completed]
+
     def stages(self) -> dict | None:
-        """The stage timings of the measured steps' batches (harness.stages), or None when not timed."""
-        return summarize_stages(self.stage_log[self.stage_skip : self.stage_skip + self.completed])
+        """What each stage cost per sample in the measured steps' batches (harness.stages), or None when not timed."""
+        return summarize_stages(self.stage_batches())
 
 
 def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:

@@ -48,13 +48,21 @@ class stage(contextlib.ContextDecorator):
 
     def __exit__(self, *exc) -> bool:
         if self.opened and _sample is not None and len(_open) > 1:
-            start, nested = _open.pop()
-            span = time.perf_counter() - start
-            _open[-1][1] += span
-            record = _sample.setdefault(self.name, [0.0, 0])
-            record[0] += span - nested
-            record[1] += 1
+            _close(self.name)
         return False
+
+
+def _close(name: str) -> None:
+    """The innermost open span ends as stage `name`: its time less its nested spans' is the stage's own."""
+    start, nested = _open.pop()
+    span = time.perf_counter() - start
+    _open[-1][1] += span
+    record = _sample.get(name)
+    if record is None:
+        _sample[name] = [span - nested, 1]
+    else:
+        record[0] += span - nested
+        record[1] += 1
 
 
 def _timed_sample(make: Callable[[], Any]) -> Any:
@@ -139,8 +147,12 @@ class TimedTransform:
     def __call__(self, *args, **kwargs):
         if _sample is None:
             return self.transform(*args, **kwargs)
-        with stage(self.name):
+        _open.append([time.perf_counter(), 0.0])  # stage(self.name), inlined: it runs for every transform of a sample
+        try:
             return self.transform(*args, **kwargs)
+        finally:
+            if _sample is not None:
+                _close(self.name)
 
     def __getattr__(self, name: str):
         if name == "transform":  # not set yet: unpickling
@@ -176,11 +188,17 @@ def time_transforms(dataset) -> list[str]:
     steps = [(compose, i, t) for compose in composes for i, t in enumerate(compose.transforms)]
     classes = [type(t.transform if isinstance(t, TimedTransform) else t).__name__ for _, _, t in steps]
     names, seen = [], {}
+    for compose in composes:  # a tuple of transforms cannot be wrapped in place: a list of the same
+        if isinstance(compose.transforms, tuple):
+            compose.transforms = list(compose.transforms)
     for (compose, i, transform), cls in zip(steps, classes, strict=True):
         seen[cls] = seen.get(cls, 0) + 1
         name = f"{cls}#{seen[cls]}" if classes.count(cls) > 1 else cls
         if not isinstance(transform, TimedTransform):
-            compose.transforms[i] = TimedTransform(name, transform)
+            try:
+                compose.transforms[i] = TimedTransform(name, transform)
+            except TypeError:  # a container that takes modules only (nn.ModuleList): left untimed, unattributed
+                continue
         names.append(name)
     return names
 

@@ -333,9 +333,10 @@ KNOBS: dict[str, Knob] = {
         Knob(
             "stage_timing",
             bool,
-            True,
+            False,
             "time each sample's stages (read, decode, each Compose transform, feedbench.stage spans, collate) "
-            "inside the loader",
+            "inside the loader; off by default: it cost up to 2 % of a cheap pipeline's throughput "
+            "(docs/performance.md)",
             short="st",
             ceilings=("loader",),
         ),
