@@ -27,7 +27,7 @@ import time
 import feedbench
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from torchvision import transforms
 
 COSTS = {COSTS!r}
@@ -86,6 +86,23 @@ def build(ctx, n=128):
     return Costs(n)
 
 
+class Stream(IterableDataset):  # the same samples as a stream split over the workers; Costs' transform
+
+    def __init__(self, n):
+        self.costs = Costs(n)
+        self.transform = self.costs.transform
+
+    def __iter__(self):
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        for index in range(worker, len(self.costs), workers):
+            yield self.costs[index]
+
+
+def build_stream(ctx, n=128):
+    return Stream(n)
+
+
 def model(ctx):
     return nn.Linear(4, 1)
 
@@ -142,6 +159,32 @@ def test_each_stage_and_the_unattributed_rest_come_back_within_5_percent(user_mo
         made = [float(row["worker_ms"]) for row in csv.DictReader(f)]
     assert len(made) == 16 and min(made) >= 4 * sum(COSTS.values()) * 0.99
     assert sum(s["share"] for s in got.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "dataset, context", [("known_costs:build_stream", None), ("known_costs:build", "spawn")], ids=["stream", "spawn"]
+)
+def test_a_stream_and_spawned_workers_are_timed_too(user_module, tmp_path, dataset, context):
+    knobs = {
+        "dataset": dataset,
+        "python_path": [user_module],
+        "scenario": "loader",
+        "device": "cpu",
+        "batch_size": 4,
+        "num_workers": 2,
+        "multiprocessing_context": context,
+        "steps": 4,
+        "warmup_steps": 1,
+        "torch_threads": 1,
+        "monitor_interval_s": 5,
+        "stage_timing": True,
+    }
+    run(knobs, str(tmp_path / "out"))
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "ok", result["error"]
+    got = result["metrics"]["stages"]["stages"]
+    assert set(got) == {*COSTS, "collate"}
+    assert all(got[name]["calls"] == 16 and got[name]["median_ms"] >= ms * 0.99 for name, ms in COSTS.items())
 
 
 def test_stage_is_a_no_op_outside_a_timed_sample():
