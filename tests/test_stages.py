@@ -295,3 +295,22 @@ def test_the_summary_has_a_column_per_stage_and_statistic():
         "stage_decode_share": 0.5,
         "stage_decode_calls": 8,
     }
+
+
+def test_pin_memory_pins_the_users_batch_inside_and_keeps_the_timings(monkeypatch):
+    """The pin thread gets the StagedBatch: it must pin the batch as it would alone, and pass the floats."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    pinned = []
+
+    def fake_pin(self, *args, **kwargs):  # no accelerator here: record what would be pinned
+        pinned.append(self)
+        return self.clone()
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    batch = {"x": torch.ones(2, 3), "ids": [1, 2]}
+    timings = {"sample_s": [0.1, 0.2], "stages": {"decode": [0.05, 0.06]}, "calls": {"decode": 2}, "collate_s": 0.01}
+    out = pin_memory(stages.StagedBatch(batch, timings))
+    assert isinstance(out, stages.StagedBatch) and out.timings == timings
+    assert len(pinned) == 1 and pinned[0] is batch["x"]
+    assert torch.equal(stages.strip(out)["x"], batch["x"]) and stages.strip(out)["ids"] == [1, 2]
