@@ -37,7 +37,7 @@ class stage(contextlib.ContextDecorator):
     def __init__(self, name: str):
         self.name, self.opened = str(name), False
 
-    def _recreate_cm(self):  # a decorator's every call gets its own span, so recursion and threads stay apart
+    def _recreate_cm(self):  # a decorator's every call gets its own span: a recursive call opens one of its own
         return stage(self.name)
 
     def __enter__(self):
@@ -165,18 +165,15 @@ class TimedTransform:
 
 def _composes(dataset) -> list:
     """The torchvision Composes (v1 and v2) on the dataset's transform attributes, each once."""
-    kinds = []
     try:
         from torchvision.transforms import Compose
         from torchvision.transforms.v2 import Compose as ComposeV2
-
-        kinds = [Compose, ComposeV2]
     except ImportError:  # no torchvision: nothing to find
         return []
     found = []
     for attribute in TIMED_ATTRIBUTES:
         value = getattr(dataset, attribute, None)
-        if isinstance(value, tuple(kinds)) and all(value is not f for f in found):
+        if isinstance(value, (Compose, ComposeV2)) and all(value is not f for f in found):
             found.append(value)
     return found
 
