@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..plan.ceilings import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, nearest_size
-from ..plan.columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STATUS
+from ..plan.columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STAGE_STATS, STATUS
 from ..plan.knobs import KNOBS, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
 from ..plan.metrics import PHASES
@@ -85,6 +85,11 @@ def _metrics(result: dict) -> dict:
     for phase in PHASES:
         row[f"{phase}_ms"] = (phases.get(phase) or {}).get("median_ms")
         row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
+    stages = metrics.get("stages") or {}
+    row["stage_worker_ms"] = stages.get("worker_ms_per_sample")
+    for name, stats in (stages.get("stages") or {}).items():
+        for column, key in STAGE_STATS.items():
+            row[f"stage_{name}_{column}"] = stats.get(key)
     transfer = metrics.get("transfer")
     if transfer:
         row["transfer_method"] = transfer.get("method")

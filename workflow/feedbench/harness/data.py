@@ -9,12 +9,13 @@ import time
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset, default_collate
 
 from ..plan.cell import Cell
 from ..plan.knobs import JPEG_DATASETS, KnobError
 from ..plan.model_names import input_kind
 from ..plan.plugins import expect
+from .stages import StagedBatch, TimedCollate, stage
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -83,7 +84,8 @@ class Delayed(Dataset):
         sample = self.dataset[index]
         remaining = deadline - time.perf_counter()
         if remaining > 0:
-            time.sleep(remaining)
+            with stage("sample_delay"):
+                time.sleep(remaining)
         return sample
 
 
@@ -100,23 +102,26 @@ def decode(data: bytes, decoder: str):
     """One JPEG's bytes as the cell's decoder hands them to the transforms (knob `decoder`): an RGB PIL image (pil),
     a uint8 3 x H x W tensor (torchvision), or, for torchvision-cuda, the bytes as a uint8 tensor that DeviceDecoded
     decodes on the GPU a batch at a time."""
-    if decoder == "pil":
-        from PIL import Image
+    with stage("decode"):
+        if decoder == "pil":
+            from PIL import Image
 
-        return Image.open(io.BytesIO(data)).convert("RGB")
-    encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a copy: frombuffer warns on read-only bytes
-    if decoder == "torchvision-cuda":
-        return encoded
-    from torchvision.io import ImageReadMode, decode_jpeg
+            return Image.open(io.BytesIO(data)).convert("RGB")
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a copy: frombuffer warns on read-only bytes
+        if decoder == "torchvision-cuda":
+            return encoded
+        from torchvision.io import ImageReadMode, decode_jpeg
 
-    return decode_jpeg(encoded, mode=ImageReadMode.RGB)
+        return decode_jpeg(encoded, mode=ImageReadMode.RGB)
 
 
 def load_image(path: str, decoder: str = "pil"):
     """The file decoded by `decode`, with errors that name the file (PIL's 'image file is truncated' does not)."""
     try:
-        with open(path, "rb") as f:
-            return decode(f.read(), decoder)
+        with stage("read"):
+            with open(path, "rb") as f:
+                data = f.read()
+        return decode(data, decoder)
     except (OSError, RuntimeError) as error:  # the same type (UnidentifiedImageError stays itself), named
         try:
             named = type(error)(f"{path}: {error}")
@@ -333,12 +338,14 @@ class DeviceDecoded:
     def __iter__(self):
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        for jpegs, labels in self.loader:
+        for item in self.loader:
+            staged = isinstance(item, StagedBatch)  # stage timing on: decode the batch, keep its timings
+            jpegs, labels = item.batch if staged else item
             images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device)
             batch = torch.stack([self.transform(image) for image in images])
             if self.sync:
                 torch.cuda.synchronize(self.device)
-            yield batch, labels
+            yield StagedBatch((batch, labels), item.timings) if staged else (batch, labels)
 
 
 def decode_device() -> torch.device:
@@ -379,7 +386,9 @@ def _torchvision_libjpeg() -> str:
     return f"{'libjpeg-turbo' if turbo else 'libjpeg'}, libjpeg API {api // 10}.{api % 10}"
 
 
-def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None) -> DataLoader:
+def build_loader(
+    cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None, timed: bool = False
+) -> DataLoader:
     """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
 
     With several ranks each reads its own shard (DistributedSampler); with dp
@@ -387,6 +396,7 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
     An IterableDataset shards itself (ctx and torch.utils.data.get_worker_info):
     no sampler, no shuffle, and its last short batch is kept. With decoder torchvision-cuda it yields JPEG bytes,
     decoded on the GPU by DeviceDecoded, which wraps it.
+    `timed`: collate is timed and returns each batch with its stage timings (harness.stages).
     """
     sampler = None
     iterable = isinstance(dataset, IterableDataset)
@@ -395,6 +405,10 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
             dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True
         )
     batch_size = batch_size_of(cell)
+    on_device = cell.decoder == "torchvision-cuda"
+    collate = collate or (pad_tokens if cell.dataset == "tokens" else collate_jpegs if on_device else None)
+    if timed:
+        collate = TimedCollate(collate or default_collate)
     options = {}
     if cell.num_workers > 0:
         options = dict(
@@ -403,7 +417,6 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
             multiprocessing_context=cell.multiprocessing_context,
             in_order=cell.in_order,
         )
-    on_device = cell.decoder == "torchvision-cuda"
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
@@ -412,7 +425,7 @@ def build_loader(cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 
         num_workers=cell.num_workers,
         pin_memory=cell.pin_memory,
         drop_last=not iterable and len(dataset) >= batch_size * world_size,
-        collate_fn=collate or (pad_tokens if cell.dataset == "tokens" else collate_jpegs if on_device else None),
+        collate_fn=collate,
         generator=torch.Generator().manual_seed(cell.seed),
         **options,
     )

@@ -31,6 +31,7 @@ from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, loss_function
 from .prefetch import StreamPrefetcher, to_device
+from .stages import strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
 
@@ -58,6 +59,8 @@ class Measurement:
     clock: PhaseClock | None = None
     page_cache: dict | None = None
     first_batch_profile: dict | None = None
+    stage_log: list[dict] = field(default_factory=list)  # each loader batch's stage timings, in the loader's order
+    stage_skip: int = 0  # the batches before the measured window: warm-up
     notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
@@ -80,6 +83,14 @@ class Measurement:
         table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts[:n], ends, strict=True)]
         return table
 
+    def stage_batches(self) -> list[dict]:
+        """The stage timings of the measured steps' batches, one per step (none when not timed)."""
+        return self.stage_log[self.stage_skip : self.stage_skip + self.completed]
+
+    def stages(self) -> dict | None:
+        """What each stage cost per sample in the measured steps' batches (harness.stages), or None when not timed."""
+        return summarize_stages(self.stage_batches())
+
 
 def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:
     """The CIFAR-100 notebook's window: next() on an iterator made beforehand (its workers started outside the window)
@@ -94,6 +105,7 @@ def profile_first_batch(loader, device: torch.device, move: Callable = to_device
     with profile(activities=activities) as prof:
         with record_function("data_load"):
             _, batch = next(batches)
+            batch = strip(batch)
             move(batch, device, non_blocking=False)
     del batches  # shuts its workers down before the measured loader starts its own
     totals = {e.key: e.cpu_time_total / 1000 for e in prof.key_averages()}
@@ -233,7 +245,9 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     """The cell's dataset (its page cache as asked) and loader; the notebook's first-batch profile, if asked."""
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
-    loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"))
+    staged = cell.stage_timing and cell.scenario != "compute"
+    dataset = timed(dataset) if staged else dataset
+    loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     if cell.profile_first_batch and cell.scenario == "loader":
         m.first_batch_profile = profile_first_batch(loader, device, move)
     return loader
@@ -320,7 +334,8 @@ class Feed:
 def _feed(cell: Cell, device: torch.device, m: Measurement, loader, move: Callable) -> Feed:
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
     start = time.perf_counter()
-    batches = iter(_epochs(loader))
+    batches = unwrap(_epochs(loader), m.stage_log)  # the user's batches, their stage timings kept apart
+    m.stage_skip = cell.warmup_steps
     if prefetch:
         batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True, move=move)
     feed = Feed(batches, prefetch, start)

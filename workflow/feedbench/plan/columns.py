@@ -6,6 +6,8 @@ where importing pandas would cost every parse (the run's and each job's) about a
 
 from __future__ import annotations
 
+import re
+
 from .metrics import PHASES
 
 # A row's place: experiment, cell, repeat (its sort order), and whether the cell is its experiment's baseline.
@@ -36,7 +38,19 @@ METRIC_COLUMNS = [
     "timing_effective",
     "duration_s",
     *(f"{phase}_{stat}" for phase in PHASES for stat in ("ms", "share")),
+    "stage_worker_ms",  # a sample's mean time in the loader's worker (knob stage_timing), its stages' sum
 ]
+# Then, per stage a cell timed (knob stage_timing; harness.stages), columns stage_<name>_<stat>: the stage's ms per
+# sample (median; mean, p90, p99), its share of the worker's time and its calls. Which stages there are varies.
+STAGE_STATS = {
+    "ms": "median_ms",
+    "mean_ms": "mean_ms",
+    "p90_ms": "p90_ms",
+    "p99_ms": "p99_ms",
+    "share": "share",
+    "calls": "calls",
+}
+STAGE_COLUMN = re.compile(r"stage_.+_(" + "|".join(STAGE_STATS) + ")")
 # A transfer probe's: also one column per probed size (transfer_gb_per_s_<pinned|pageable>_<bytes>), which vary.
 TRANSFER_COLUMNS = ["transfer_method", "transfer_peak_gb_per_s_pinned", "transfer_peak_gb_per_s_pageable"]
 PROVENANCE_COLUMNS = ["host", "gpu"]

@@ -345,6 +345,16 @@ KNOBS: dict[str, Knob] = {
             ceilings=("loader",),
         ),
         Knob(
+            "stage_timing",
+            bool,
+            False,
+            "time each sample's stages (read, decode, each Compose transform, feedbench.stage spans, collate) "
+            "inside the loader; off by default: it cost up to 2 % of a cheap pipeline's throughput "
+            "(docs/performance.md)",
+            short="st",
+            ceilings=("loader",),
+        ),
+        Knob(
             "multiprocessing_context",
             str,
             None,

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from .ceilings import Bounds, ceiling_cells
-from .columns import SUMMARY_COLUMNS
+from .columns import STAGE_COLUMN, SUMMARY_COLUMNS
 from .config import ConfigError, config_dir, count_values, key_path, sized, validate_config
 from .knobs import KNOBS, KnobError, shown, user_code_of
 from .planned_cell import (
@@ -269,7 +269,7 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
         if spec.get("kind") == "phases":
             del names["y"]  # phases draws the step's phases, not y
         for key, column in names.items():
-            if column is None or column in KNOBS or re.fullmatch(r"\w+_mean", column):
+            if column is None or column in KNOBS or re.fullmatch(r"\w+_mean", column) or STAGE_COLUMN.fullmatch(column):
                 continue
             if column in columns:
                 continue

@@ -1,0 +1,264 @@
+"""Stage timing inside the loader: which part of a sample's __getitem__ (or of collate) costs the time.
+
+A sample is timed from the start to the end of its __getitem__ (or of its next() on an IterableDataset), in whichever
+process makes it: a loader worker, or the main process with num_workers 0. Inside it, `stage(name)` spans record
+their own time (a span nested in another is taken out of the outer one's), and whatever the sample cost outside every
+span is its `unattributed` time, never spread over the stages. The samples of a batch ride with it from collate to
+the loop as a `StagedBatch`, through the DataLoader's own queue (pin_memory pins a namedtuple's fields), and the loop
+strips them off before the user's code sees the batch (`unwrap`). Outside a timed sample `stage` does nothing but
+check one global, so user code may keep its spans when it runs without feedbench.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+from torch.utils.data import Dataset, IterableDataset
+
+UNATTRIBUTED = "unattributed"
+COLLATE = "collate"
+TIMED_ATTRIBUTES = ("transform", "transforms", "target_transform")
+
+# This process's timed sample: stage -> [seconds of its own, calls]; None outside one (stage() is then a no-op).
+_sample: dict[str, list] | None = None
+_open: list[list[float]] = []  # the open spans of the sample: [start, seconds of the spans nested in it]
+_made: list[tuple[float, dict]] = []  # the samples made since the last collate: (seconds, their stages)
+
+
+class stage(contextlib.ContextDecorator):
+    """Times a span of user code as the stage `name`, while feedbench times a sample; a no-op otherwise.
+
+    `with feedbench.stage("tokenize"): ...` or `@feedbench.stage("tokenize")`.
+    """
+
+    def __init__(self, name: str):
+        self.name, self.opened = str(name), False
+
+    def _recreate_cm(self):  # a decorator's every call gets its own span: a recursive call opens one of its own
+        return stage(self.name)
+
+    def __enter__(self):
+        self.opened = _sample is not None
+        if self.opened:
+            _open.append([time.perf_counter(), 0.0])
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.opened and _sample is not None and len(_open) > 1:
+            _close(self.name)
+        return False
+
+
+def _close(name: str) -> None:
+    """The innermost open span ends as stage `name`: its time less its nested spans' is the stage's own."""
+    start, nested = _open.pop()
+    span = time.perf_counter() - start
+    _open[-1][1] += span
+    record = _sample.get(name)
+    if record is None:
+        _sample[name] = [span - nested, 1]
+    else:
+        record[0] += span - nested
+        record[1] += 1
+
+
+def _timed_sample(make: Callable[[], Any]) -> Any:
+    """make() timed as one sample: its stages and its unattributed rest are kept for the batch's collate."""
+    global _sample
+    _sample, _open[:] = {}, [[time.perf_counter(), 0.0]]
+    try:
+        item = make()
+        start, nested = _open[0]
+        total = time.perf_counter() - start
+        _sample[UNATTRIBUTED] = [total - nested, 1]
+        _made.append((total, _sample))
+        return item
+    finally:
+        _sample, _open[:] = None, []
+
+
+class TimedSamples(Dataset):
+    """A map-style dataset whose every __getitem__ is timed as a sample."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return _timed_sample(lambda: self.dataset[index])
+
+
+class TimedStream(IterableDataset):
+    """An IterableDataset whose every next() is timed as a sample."""
+
+    def __init__(self, dataset: IterableDataset):
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator:
+        items = iter(self.dataset)
+        done = object()
+        while True:
+            item = _timed_sample(lambda: next(items, done))
+            if item is done:
+                _made.pop()  # the end of the stream is no sample
+                return
+            yield item
+
+
+class StagedBatch(NamedTuple):
+    """The user's batch and the stage timings of the samples it holds (plain floats), on their way to the loop."""
+
+    batch: Any
+    timings: dict
+
+
+class TimedCollate:
+    """The loader's collate, timed as the stage `collate`; returns the batch with its samples' timings."""
+
+    def __init__(self, collate: Callable):
+        self.collate = collate
+
+    def __call__(self, samples):
+        start = time.perf_counter()
+        batch = self.collate(samples)
+        collate_s = time.perf_counter() - start
+        made, _made[:] = list(_made), []
+        names = sorted({name for _, stages in made for name in stages})
+        timings = {
+            "sample_s": [total for total, _ in made],
+            "stages": {name: [stages.get(name, (0.0, 0))[0] for _, stages in made] for name in names},
+            "calls": {name: sum(stages.get(name, (0.0, 0))[1] for _, stages in made) for name in names},
+            "collate_s": collate_s,
+        }
+        return StagedBatch(batch, timings)
+
+
+class TimedTransform:
+    """One callable of a Compose, timed as the stage `name`; otherwise the callable itself (its repr, attributes)."""
+
+    def __init__(self, name: str, transform: Callable):
+        self.name, self.transform = name, transform
+
+    def __call__(self, *args, **kwargs):
+        if _sample is None:
+            return self.transform(*args, **kwargs)
+        _open.append([time.perf_counter(), 0.0])  # stage(self.name), inlined: it runs for every transform of a sample
+        try:
+            return self.transform(*args, **kwargs)
+        finally:
+            if _sample is not None:
+                _close(self.name)
+
+    def __getattr__(self, name: str):
+        if name == "transform":  # not set yet: unpickling
+            raise AttributeError(name)
+        return getattr(self.transform, name)
+
+    def __repr__(self) -> str:
+        return repr(self.transform)
+
+
+def _composes(dataset) -> list:
+    """The torchvision Composes (v1 and v2) on the dataset's transform attributes, each once."""
+    try:
+        from torchvision.transforms import Compose
+        from torchvision.transforms.v2 import Compose as ComposeV2
+    except ImportError:  # no torchvision: nothing to find
+        return []
+    found = []
+    for attribute in TIMED_ATTRIBUTES:
+        value = getattr(dataset, attribute, None)
+        if isinstance(value, (Compose, ComposeV2)) and all(value is not f for f in found):
+            found.append(value)
+    return found
+
+
+def time_transforms(dataset) -> list[str]:
+    """Wrap, in place, each callable of the Composes found on the dataset (or on the dataset a Delayed wraps) to
+    time it, named by its class (numbered where a class comes twice); the stage names, in order."""
+    composes = _composes(dataset) or _composes(getattr(dataset, "dataset", None))
+    steps = [(compose, i, t) for compose in composes for i, t in enumerate(compose.transforms)]
+    classes = [type(t.transform if isinstance(t, TimedTransform) else t).__name__ for _, _, t in steps]
+    names, seen = [], {}
+    for compose in composes:  # a tuple of transforms cannot be wrapped in place: a list of the same
+        if isinstance(compose.transforms, tuple):
+            compose.transforms = list(compose.transforms)
+    for (compose, i, transform), cls in zip(steps, classes, strict=True):
+        seen[cls] = seen.get(cls, 0) + 1
+        name = f"{cls}#{seen[cls]}" if classes.count(cls) > 1 else cls
+        if not isinstance(transform, TimedTransform):
+            try:
+                compose.transforms[i] = TimedTransform(name, transform)
+            except TypeError:  # a container that takes modules only (nn.ModuleList): left untimed, unattributed
+                continue
+        names.append(name)
+    return names
+
+
+def timed(dataset: Dataset) -> Dataset:
+    """The dataset with its samples and its Compose transforms timed."""
+    time_transforms(dataset)
+    return TimedStream(dataset) if isinstance(dataset, IterableDataset) else TimedSamples(dataset)
+
+
+def unwrap(batches: Iterable, log: list) -> Iterator:
+    """The user's batches, each one's timings appended to `log` (in the order the batches come)."""
+    for batch in batches:
+        yield strip(batch, log)
+
+
+def strip(batch, log: list | None = None):
+    """The user's batch out of a StagedBatch (its timings appended to `log`); any other batch as it is."""
+    if not isinstance(batch, StagedBatch):
+        return batch
+    if log is not None:
+        log.append(batch.timings)
+    return batch.batch
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summarize_stages(log: list[dict]) -> dict | None:
+    """Per stage over the batches in `log`: ms per sample (mean, median, p90, p99), share of the worker's time, calls.
+
+    A sample stage's per-sample values are its own time in each sample (0 where it did not run); collate's are each
+    batch's collate time over its samples. The worker's time is every sample's time plus every collate.
+    """
+    samples = sum(len(t["sample_s"]) for t in log)
+    if not samples:
+        return None
+    names = sorted({name for t in log for name in t["stages"]})
+    per_sample: dict[str, list[float]] = {name: [] for name in [*names, COLLATE]}
+    calls = {name: sum(t["calls"].get(name, 0) for t in log) for name in names}
+    calls[COLLATE] = len(log)
+    for t in log:
+        n = len(t["sample_s"])
+        for name in names:
+            per_sample[name].extend(t["stages"].get(name, [0.0] * n))
+        per_sample[COLLATE].extend([t["collate_s"] / n] * n)
+    worker_s = sum(sum(t["sample_s"]) + t["collate_s"] for t in log)
+    stages = {
+        name: {
+            "mean_ms": sum(values) / len(values) * 1000,
+            "median_ms": statistics.median(values) * 1000,
+            "p90_ms": _percentile(values, 0.9) * 1000,
+            "p99_ms": _percentile(values, 0.99) * 1000,
+            "share": sum(values) / worker_s if worker_s > 0 else None,
+            "calls": calls[name],
+        }
+        for name, values in per_sample.items()
+    }
+    return {
+        "samples": samples,
+        "batches": len(log),
+        "worker_ms_per_sample": worker_s / samples * 1000,
+        "stages": stages,
+    }
