@@ -12,6 +12,7 @@ import torch
 from feedbench.harness import data
 from feedbench.harness.images import make_images
 from feedbench.harness.shards import make_shards
+from feedbench.harness.stages import StagedBatch, strip
 from feedbench.plan.cell import parse_cell
 from feedbench.plan.knobs import JPEG_DATASETS
 from feedbench.plan.result import schema
@@ -56,17 +57,21 @@ def test_both_cpu_decoders_give_the_model_the_same_batch(folders, dataset):
     assert (ours[0] - pil[0]).abs().mean() < 0.01
 
 
-def test_the_batched_device_decode_gives_what_the_workers_decode(folders, monkeypatch):
+@pytest.mark.parametrize("timed", [False, True])
+def test_the_batched_device_decode_gives_what_the_workers_decode(folders, monkeypatch, timed):
     """torchvision-cuda's design, run on the CPU: the loader yields bytes, DeviceDecoded decodes the batch in one call
-    and transforms each image, drawing the same crops in the same order: the batch the CPU decoder's workers give."""
+    and transforms each image, drawing the same crops in the same order: the batch the CPU decoder's workers give.
+    With stage timing on, the batch comes with its timings and the loop's strip gives the same batch."""
     monkeypatch.setattr(data, "decode_device", lambda: torch.device("cpu"))
     batches = {}
     for decoder in ("torchvision", "torchvision-cuda"):
         knobs = dict(dataset="images", data_dir=folders["images"], decoder=decoder, model="resnet18", device="auto")
         cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3, "shuffle": False})
-        loader = data.build_loader(cell, data.build_dataset(cell))
+        loader = data.build_loader(cell, data.build_dataset(cell), timed=timed)
         torch.manual_seed(0)
-        batches[decoder] = next(iter(loader))
+        first = next(iter(loader))
+        assert isinstance(first, StagedBatch) == timed
+        batches[decoder] = strip(first)
     assert isinstance(loader, data.DeviceDecoded) and len(loader) == 2 and loader.batch_size == 3
     (ours, labels), (cpu, cpu_labels) = batches["torchvision-cuda"], batches["torchvision"]
     assert ours.shape == cpu.shape == (3, 3, 32, 32) and ours.dtype == torch.float32
