@@ -65,3 +65,48 @@ def test_a_cell_pinned_to_one_core_records_it(tmp_path):
     facts = read_result(str(tmp_path / "result.json"))["provenance"]["cores"]
     assert facts["usable"] == 1 and facts["affinity"] == 1
     assert facts["bound_by"] == ("machine" if os.cpu_count() == 1 else "affinity")
+
+
+SPIN = '''
+import time
+
+import torch
+from torch.utils.data import Dataset
+
+
+class Spin(Dataset):
+    """Burns 20 ms of CPU per sample: a CPU-bound worker."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        end = time.process_time() + 0.02
+        while time.process_time() < end:
+            pass
+        return torch.zeros(16), 0
+
+
+def make(ctx):
+    return Spin()
+'''
+
+
+def worker_shares(tmp_path, **knobs) -> list[float]:
+    from feedbench.harness.runner import run
+
+    raw = {"scenario": "loader", "model": "mlp", "input_size": 16, "batch_size": 4, "num_workers": 2, "steps": 8}
+    raw.update(warmup_steps=1, torch_threads=1, device="cpu", num_samples=64, monitor_interval_s=0.05, **knobs)
+    assert run(raw, str(tmp_path)) == 0
+    workers = read_result(str(tmp_path / "result.json"))["monitor"]["workers"]
+    assert len(workers) == 2 and all(w["wall_s"] > 0 and w["cpu_s"] >= 0 for w in workers)
+    return [w["cpu_share"] for w in workers]
+
+
+def test_each_worker_records_its_cpu_time_beside_its_wall_time(tmp_path):
+    """A worker that computes gets a CPU share several times that of one that sleeps (as on storage)."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "spin.py").write_text(SPIN)
+    busy = worker_shares(tmp_path / "busy", dataset="spin:make", python_path=[str(tmp_path / "project")])
+    asleep = worker_shares(tmp_path / "asleep", dataset="memory", sample_delay_ms=20.0)
+    assert min(busy) > 3 * max(asleep), (busy, asleep)
