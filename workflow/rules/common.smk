@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 
 from feedbench.plan import resources as cell_resources
 from feedbench.plan import search as feedbench_search
+from feedbench.plan import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan.ceilings import ceiling_map
 from feedbench.plan.config import ConfigError, config_hash, one_line

@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..plan.cell import Cell
-from ..plan.knobs import KNOBS, KnobError
+from ..plan import shm
+from ..plan.ceilings import batch_bytes
+from ..plan.cell import Cell, cell_dict
+from ..plan.knobs import KNOBS, KnobError, user_batch
 from .distributed import node_gpus, visible_gpus
+from .launch import in_slurm_job
 
 
 def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
@@ -68,4 +71,16 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     if cell.amp != "off" and cell.model in ("sleep", "none"):
         changes["amp"] = "off"
         notes.append(f"amp={cell.amp} ignored: model '{cell.model}' does no arithmetic")
-    return dataclasses.replace(cell, **changes), notes
+    resolved = dataclasses.replace(cell, **changes)
+    check_shm(resolved)
+    return resolved, notes
+
+
+def check_shm(cell: Cell) -> None:
+    """Refuse a cell whose batches in flight cannot fit this node's shared memory, before its loader starts (a
+    loader that runs out dies mid-run of a bus error). A user's batch has no declared size: not checked here."""
+    knobs = cell_dict(cell)
+    size = None if user_batch(knobs) else batch_bytes(knobs)
+    error = shm.shm_error(knobs, size, shm.free_bytes(), local=not in_slurm_job())
+    if error:
+        raise KnobError(f"knob 'num_workers': value {cell.num_workers} {error}")

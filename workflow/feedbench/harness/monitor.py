@@ -1,4 +1,4 @@
-"""A sampling thread: GPU utilisation and memory (NVML), host CPU, trainer RSS, workers' PSS/USS.
+"""A sampling thread: GPU utilisation and memory (NVML), host CPU, trainer RSS, workers' PSS/USS and CPU time.
 
 Sampling runs beside the measured loop at a low rate so it does not compete
 with it; a missing GPU or NVML is a note in the result, not an error.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+import time
 
 import psutil
 import torch
@@ -61,6 +62,23 @@ def _workers_memory(process: psutil.Process) -> dict[str, float]:
     return {"workers_pss_mb": pss / 2**20, "workers_uss_mb": uss / 2**20}
 
 
+def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -> None:
+    """Each worker's CPU time so far beside its wall time since it started, by (pid, start): a worker that ends
+    keeps its last sample. A starved worker shows a CPU share far below one while it is busy."""
+    now = time.time()
+    for child in process.children(recursive=True):
+        try:
+            with child.oneshot():
+                times, started = child.cpu_times(), child.create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        seen[(child.pid, started)] = {
+            "pid": child.pid,
+            "cpu_s": round(times.user + times.system, 3),
+            "wall_s": round(max(now - started, 0.0), 3),
+        }
+
+
 class Monitor(threading.Thread):
     """Samples until stop(); summary() gives mean and max of each series."""
 
@@ -70,6 +88,7 @@ class Monitor(threading.Thread):
         self.nvml = NVML(device)
         self.process = psutil.Process()
         self.samples: list[dict[str, float]] = []
+        self.workers: dict[tuple[int, float], dict] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -82,6 +101,7 @@ class Monitor(threading.Thread):
                 "trainer_rss_mb": self.process.memory_info().rss / 2**20,
             }
             sample.update(_workers_memory(self.process))
+            _workers_cpu(self.process, self.workers)
             sample.update(self.nvml.sample())
             self.samples.append(sample)
 
@@ -99,5 +119,9 @@ class Monitor(threading.Thread):
             "interval_s": self.interval_s,
             "samples": len(self.samples),
             "stats": stats,
+            "workers": [
+                {**w, "cpu_share": round(w["cpu_s"] / w["wall_s"], 3) if w["wall_s"] > 0 else None}
+                for w in self.workers.values()
+            ],
             "notes": [self.nvml.note] if self.nvml.note else [],
         }

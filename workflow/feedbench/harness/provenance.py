@@ -15,6 +15,7 @@ import sys
 import psutil
 import torch
 
+from ..plan.cores import usable_cores
 from ..version import __version__
 
 
@@ -79,4 +80,5 @@ def machine_facts(device: torch.device) -> dict:
         "feedbench": __version__,
         "git_commit": git_commit(os.path.dirname(os.path.abspath(__file__))),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "cores": usable_cores(),
     }

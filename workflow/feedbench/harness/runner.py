@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..plan import shm
 from ..plan.cell import Cell, cell_dict, parse_cell
 from ..plan.knobs import KnobError, user_batch
 from ..plan.metrics import summarize
@@ -233,6 +234,9 @@ def _set_threads(r: CellRun, cell: Cell) -> None:
     if cell.torch_threads:
         torch.set_num_threads(cell.torch_threads)
     r.result["torch_threads"] = torch.get_num_threads()
+    # Process-wide, and inherited by forked workers: set for every cell, so one cell's strategy never leaks into the
+    # next one run by the same process.
+    torch.multiprocessing.set_sharing_strategy(cell.sharing_strategy)
 
 
 def _run_scenario(r: CellRun, cell: Cell, device: torch.device, user: dict | None) -> None:
@@ -271,6 +275,9 @@ def _bad_input(r: CellRun, error: KnobError) -> int:
 
 def _failed(r: CellRun, error: BaseException) -> int:
     r.result["error"] = _error(error)
+    out_of_shm = shm.failure(str(error))  # a bus error in a worker: name the cause, not the first line of a traceback
+    if out_of_shm:
+        r.result["error"]["message"] = out_of_shm
     print(
         f"feedbench: {'rank %d: ' % r.world.rank if r.world.distributed else ''}cell failed: "
         f"{r.result['error']['type']}: {r.result['error']['message']}",

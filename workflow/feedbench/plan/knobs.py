@@ -151,6 +151,8 @@ SCENARIOS = ("train", "loader", "compute", "transfer")
 TIMINGS = ("events", "sync", "naive")
 AMP = ("off", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
+# torch.multiprocessing.set_sharing_strategy, set in the cell's process before its loader starts (harness.runner).
+SHARING_STRATEGIES = ("file_descriptor", "file_system")
 DEVICE_PREFETCH = ("none", "stream")
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
 LSTM_IMPLS = ("fused", "cell")
@@ -362,6 +364,17 @@ KNOBS: dict[str, Knob] = {
             MP_CONTEXTS,
             nullable=True,
             short="mp",
+            needs_workers=True,
+            ceilings=("loader",),
+        ),
+        Knob(
+            "sharing_strategy",
+            str,
+            "file_descriptor",
+            "how workers pass batches in shared memory: file_descriptor (torch's default) | file_system (named files, "
+            "for 'Too many open files'; same bytes in /dev/shm) (needs workers)",
+            SHARING_STRATEGIES,
+            short="share",
             needs_workers=True,
             ceilings=("loader",),
         ),

@@ -1,0 +1,167 @@
+"""Shared memory: the bytes a cell's loader keeps in /dev/shm, checked before it starts (issue #24, part 2).
+
+The arithmetic and the refusals are plain unit tests. The done-when is real: in a private mount namespace with a
+1 MB tmpfs on /dev/shm (root only), a local run refuses a cell whose batches in flight do not fit, with one line and
+before any job, and a tiny cell given sharing_strategy: file_system runs there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT
+from feedbench.plan import shm
+from feedbench.plan.ceilings import batch_bytes
+from snakemake_run import snakemake_command, snakemake_env
+
+MB = 2**20
+# A loader whose one batch is 8 x 65536 float32 (2 MB): more than a 1 MB /dev/shm holds even once.
+BIG = {"scenario": "loader", "dataset": "memory", "model": "mlp", "input_size": 65536, "batch_size": 8}
+# A few hundred bytes a batch: fits anywhere.
+TINY = {"scenario": "loader", "dataset": "memory", "model": "mlp", "input_size": 16, "batch_size": 8}
+RUN = {"steps": 3, "warmup_steps": 1, "torch_threads": 1, "device": "cpu", "num_samples": 64, "num_workers": 2}
+
+
+def test_bytes_in_flight_are_the_prefetched_batches_plus_the_one_consumed():
+    assert shm.in_flight(1000, 0, 8) == 0  # no workers: batches never leave the process
+    assert shm.in_flight(1000, 4, None) == 1000 * (2 * 4 + 1)  # torch's prefetch_factor 2
+    assert shm.in_flight(1000, 3, 5) == 1000 * (5 * 3 + 1)
+
+
+def test_ranks_multiply_the_loaders_and_dp_the_batch():
+    ddp = {"parallel": "ddp", "gpus_per_node": 2, "nodes": 2}
+    assert shm.loaders(ddp, local=True) == (4, 1)  # every emulated node on this host
+    assert shm.loaders(ddp, local=False) == (2, 1)  # a node's own ranks
+    assert shm.loaders({"parallel": "dp", "gpus_per_node": 4}, local=False) == (1, 4)
+    assert shm.loaders({}, local=True) == (1, 1)
+
+
+def test_a_cell_that_fits_passes_and_one_that_does_not_gets_one_line():
+    knobs = {**BIG, "num_workers": 4}
+    batch = batch_bytes(knobs)
+    need = batch * (2 * 4 + 1)
+    assert shm.shm_error(knobs, batch, need, local=True) is None
+    line = shm.shm_error(knobs, batch, need - 1, local=True, path="/x/shm")
+    assert "\n" not in line
+    assert f"{need / MB:.1f} MB" in line and "4 workers x prefetch_factor 2 + 1 batches of 2.0 MB" in line
+    assert "/x/shm has" in line and "--shm-size" in line and "fewer num_workers" in line and "prefetch_factor" in line
+    assert shm.shm_error({**knobs, "num_workers": 0}, batch, 0, local=True) is None
+    assert shm.shm_error(knobs, None, 0, local=True) is None  # a batch of unknown size
+    assert shm.shm_error(knobs, batch, None, local=True) is None  # no shared-memory filesystem
+
+
+def test_plan_names_the_first_cell_that_does_not_fit_and_leaves_a_users_batch_alone(monkeypatch):
+    monkeypatch.setattr(shm, "free_bytes", lambda path=None: MB)
+    cells = [("e", "small", {**TINY, "num_workers": 2}), ("e", "big", {**BIG, "num_workers": 1})]
+    assert shm.plan_error(cells).startswith("bad config: experiments.e: cell big needs 6.0 MB of shared memory")
+    user = {**BIG, "num_workers": 1, "dataset": "mypkg.data:Big"}
+    assert shm.plan_error([("e", "user", user)]) is None
+
+
+def test_a_loader_that_ran_out_of_shared_memory_is_named():
+    text = (
+        "Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        "RuntimeError: unable to allocate shared memory(shm) for file </torch_1_2_0>: No space left on device (28)"
+    )
+    reason = shm.failure(text)
+    assert reason.startswith("the loader ran out of shared memory") and "No space left on device" in reason
+    assert "--shm-size" in reason and "\n" not in reason
+    sigbus = "DataLoader worker (pid 7) is killed by signal: Bus error. It is possible that ..."
+    assert "Bus error" in shm.failure(sigbus)
+    assert shm.failure("CUDA out of memory") is None
+
+
+def test_the_node_refuses_a_cell_that_does_not_fit_and_writes_its_failed_result(tmp_path, monkeypatch):
+    from feedbench.harness.runner import run
+
+    monkeypatch.setattr(shm, "free_bytes", lambda path=None: MB)
+    code = run({**BIG, **RUN, "num_workers": 1}, str(tmp_path))
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert code == 2 and result["status"] == "failed"
+    assert result["error"]["message"].startswith("knob 'num_workers': value 1 needs 6.0 MB of shared memory")
+
+
+def _namespace_unusable() -> str | None:
+    """Why a private mount namespace with its own /dev/shm cannot be made here, else None."""
+    if not sys.platform.startswith("linux"):
+        return "Linux only: /dev/shm and mount namespaces"
+    if os.geteuid() != 0:
+        return "needs root: mounting a tmpfs in a private mount namespace"
+    if shutil.which("unshare") is None:
+        return "needs unshare (util-linux)"
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare --mount is not allowed here: {probe.stderr.strip()}"
+    return None
+
+
+small_shm = pytest.mark.skipif(_namespace_unusable() is not None, reason=str(_namespace_unusable()))
+
+
+def in_small_shm(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """`command` in a private mount namespace whose /dev/shm is a 1 MB tmpfs."""
+    wrapped = ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"', "sh"]
+    return subprocess.run(wrapped + command, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def local_run(workdir, config: dict, *targets: str) -> subprocess.CompletedProcess:
+    path = os.path.join(workdir, "config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    command = snakemake_command(ROOT, workdir, *targets, "--configfile", path)
+    return in_small_shm(command, env=snakemake_env())
+
+
+@pytest.mark.slow
+@small_shm
+def test_a_local_plan_refuses_a_cell_bigger_than_shared_memory_before_any_job(tmp_path):
+    config = {
+        "defaults": {"repeats": 1, **{k: v for k, v in RUN.items() if k != "num_workers"}},
+        "experiments": {"shm": {"title": "Too big", "base": BIG, "matrix": {"num_workers": [0, 1]}}},
+    }
+    run = local_run(tmp_path, config)
+    assert run.returncode != 0
+    lines = [line for line in (run.stderr + run.stdout).splitlines() if "of shared memory" in line]
+    assert len(lines) == 1, run.stderr + run.stdout
+    assert "cell num_workers-1 needs 6.0 MB of shared memory" in lines[0] and "/dev/shm has 1.0 MB free" in lines[0]
+    assert not (tmp_path / "results" / "cells").exists()  # no job ran, not even the cell that fits
+
+
+@pytest.mark.slow
+@small_shm
+def test_a_cell_given_the_file_system_strategy_runs_in_a_small_shared_memory(tmp_path):
+    config = {
+        "defaults": {"repeats": 1, **RUN},
+        "experiments": {"fs": {"title": "Tiny", "base": TINY, "matrix": {"sharing_strategy": ["file_system"]}}},
+    }
+    target = "results/cells/fs/sharing_strategy-file_system/rep1/result.json"
+    run = local_run(tmp_path, config, target)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((tmp_path / target).read_text())
+    assert (
+        result["status"] == "ok"
+        and result["metrics"]["steps"] == 3
+        and result["cell"]["sharing_strategy"] == "file_system"
+    )
+
+
+@pytest.mark.slow
+@small_shm
+def test_a_loader_that_runs_out_of_shared_memory_anyway_fails_with_that_reason(tmp_path):
+    """The check passed (here: told there is room), the loader dies in a worker: the result names the cause."""
+    raw = {**BIG, **RUN, "num_workers": 1}
+    script = (
+        "import json, sys\nfrom feedbench.plan import shm\nshm.free_bytes = lambda path=None: 1 << 40\n"
+        "from feedbench.harness.runner import run\nsys.exit(run(json.loads(sys.argv[1]), sys.argv[2]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "workflow"))
+    run = in_small_shm([sys.executable, "-c", script, json.dumps(raw), str(tmp_path)], env=env)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert run.returncode == 1 and result["status"] == "failed", run.stderr[-3000:]
+    assert result["error"]["message"].startswith("the loader ran out of shared memory (/dev/shm: ")

@@ -1,0 +1,99 @@
+"""The cores this process may use: the fewest of its affinity mask, its cgroup's CPU quota and Slurm's CPUs.
+
+os.cpu_count() is the machine's; a container or a Slurm job gets fewer, and loader workers beyond them wait for a
+core instead of loading (pytorch-caney #44: a "slow Lustre" that was Slurm giving the workers no CPUs). Each source
+is read as this process sees it:
+
+    affinity  os.sched_getaffinity(0): the CPUs the scheduler may run it on (taskset, Slurm's task/affinity, Docker
+              --cpuset-cpus)
+    cgroup    cpu.max of its cgroup v2 and of every parent (quota / period, the smallest), or cgroup v1's
+              cpu.cfs_quota_us / cpu.cfs_period_us (Docker --cpus, Kubernetes limits): a share of time, not CPUs,
+              rounded down to whole cores (at least 1)
+    slurm     SLURM_CPUS_PER_TASK (a rank and its workers), else SLURM_CPUS_ON_NODE (the job's CPUs on this node)
+
+Plain Python (the plan layer): the job records it in its result's provenance (harness.provenance).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def affinity() -> int | None:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return None
+
+
+def _quota(text: str) -> float | None:
+    """Cores from cgroup v2's cpu.max ("max 100000" or "200000 100000"); None without a limit."""
+    parts = text.split()
+    if not parts or parts[0] == "max":
+        return None
+    quota, period = int(parts[0]), int(parts[1]) if len(parts) > 1 else 100_000
+    return quota / period if quota > 0 and period > 0 else None  # cgroup v1 says -1 for no limit
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _own_cgroup(proc: str) -> str:
+    """This process's cgroup v2 path ("0::/path" in /proc/self/cgroup); "/" when unknown."""
+    for line in (_read(proc) or "").splitlines():
+        if line.startswith("0::"):
+            return line[3:] or "/"
+    return "/"
+
+
+def cgroup_cores(root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup") -> float | None:
+    """The smallest CPU quota (in cores) of this process's cgroup and its parents; None without one."""
+    limits = []
+    path = _own_cgroup(proc).strip("/")
+    while True:
+        text = _read(os.path.join(root, path, "cpu.max"))
+        limits.append(_quota(text) if text else None)
+        if not path:
+            break
+        path = os.path.dirname(path)
+    v1_quota, v1_period = (
+        _read(os.path.join(root, "cpu", "cpu.cfs_quota_us")),
+        _read(os.path.join(root, "cpu", "cpu.cfs_period_us")),
+    )
+    if v1_quota and v1_period:
+        limits.append(_quota(f"{v1_quota} {v1_period}"))
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def slurm_cpus(env: Mapping[str, str] = os.environ) -> int | None:
+    """Slurm's CPUs for this task (SLURM_CPUS_PER_TASK), else for the job on this node (SLURM_CPUS_ON_NODE)."""
+    for name in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def usable_cores(env: Mapping[str, str] = os.environ, root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup"):
+    """Each source's cores, the fewest of them (`usable`) and which one that is (`bound_by`: machine when nothing
+    narrows it); for a result."""
+    cgroup = cgroup_cores(root, proc)
+    sources = {
+        "machine": os.cpu_count(),
+        "affinity": affinity(),
+        "cgroup": max(1, math.floor(cgroup)) if cgroup is not None else None,
+        "slurm": slurm_cpus(env),
+    }
+    known = {name: n for name, n in sources.items() if n is not None}
+    bound_by = min(known, key=lambda name: (known[name], list(sources).index(name))) if known else None
+    return {"usable": known.get(bound_by), "bound_by": bound_by, **sources, "cgroup_quota": cgroup}

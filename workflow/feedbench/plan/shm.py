@@ -1,0 +1,114 @@
+"""Shared memory: whether a cell's loader can hold its batches in flight in /dev/shm (docs/harness.md).
+
+A DataLoader worker hands each batch to the training process in shared memory (torch.multiprocessing), so a loader
+keeps up to prefetch_factor x num_workers batches there, plus the one the training step (or the pin thread) holds.
+Docker gives a container 64 MB of /dev/shm unless told `--shm-size`; a loader that needs more dies mid-run of a bus
+error or "No space left on device". Both sharing strategies put the same bytes there (file_system names them as
+files instead of passing descriptors), so the check is the same for both.
+
+Checked before the loader starts: at plan time when the run is local (the Snakefile's onstart) and in the cell's job
+on the node that runs it (feedbench.harness.runner). Plain Python: the planner and the job call the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from . import resources
+from .ceilings import batch_bytes
+from .knobs import user_batch
+
+SHM_PATH = "/dev/shm"
+# torch's prefetch_factor when the knob is None and there are workers.
+PREFETCH_DEFAULT = 2
+# How a loader that ran out of shared memory anyway says so: a worker killed by SIGBUS (torch names the cause), or
+# torch's own allocation failing in a worker.
+OUT_OF_SHM = re.compile(
+    r"bus error|sigbus|insufficient shared memory|out of shared memory|unable to allocate shared memory", re.I
+)
+FIXES = (
+    "allowed: a larger /dev/shm (docker run --shm-size, a bigger tmpfs), fewer num_workers, a smaller prefetch_factor"
+)
+
+
+def free_bytes(path: str | None = None) -> int | None:
+    """Bytes free to this user on the shared-memory filesystem (SHM_PATH unless given); None where there is none."""
+    try:
+        st = os.statvfs(path or SHM_PATH)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def in_flight(batch: int, num_workers: int, prefetch_factor: int | None) -> int:
+    """Bytes one loader keeps in shared memory: its prefetched batches plus the one being consumed; 0 without
+    workers (the batches never leave the process)."""
+    if num_workers == 0:
+        return 0
+    return batch * ((prefetch_factor or PREFETCH_DEFAULT) * num_workers + 1)
+
+
+def loaders(knobs: Mapping[str, Any] | Any, local: bool) -> tuple[int, int]:
+    """(loaders on this host, samples per loader batch as a multiple of batch_size): a rank per GPU for ddp and
+    independent (every node's when local, where nodes are emulated on one host), one loader of batch_size x GPUs for
+    dp, one otherwise."""
+    parallel, gpus = resources.knob(knobs, "parallel"), resources.knob(knobs, "gpus_per_node")
+    if parallel in ("ddp", "independent"):
+        return (resources.ranks(knobs) if local else gpus), 1
+    return 1, gpus if parallel == "dp" else 1
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
+
+
+def shm_error(knobs: Mapping[str, Any] | Any, batch: int | None, free: int | None, local: bool, path: str = ""):
+    """One line when the cell's batches in flight (`batch` bytes each, per rank) exceed `free` bytes of shared
+    memory, else None (also when either size is unknown)."""
+    workers, prefetch = resources.knob(knobs, "num_workers"), resources.knob(knobs, "prefetch_factor")
+    if batch is None or free is None or workers == 0:
+        return None
+    count, scale = loaders(knobs, local)
+    need = count * in_flight(batch * scale, workers, prefetch)
+    if need <= free:
+        return None
+    ranks = f" x {count} loaders" if count > 1 else ""
+    where = path or SHM_PATH
+    return (
+        f"needs {_mb(need)} of shared memory for its batches in flight ({workers} workers x prefetch_factor "
+        f"{prefetch or PREFETCH_DEFAULT} + 1 batches of {_mb(batch * scale)}{ranks}) and {where} has {_mb(free)} free; "
+        f"allowed: {FIXES}"
+    )
+
+
+def plan_error(cells: Iterable[tuple[str, str, dict]], path: str = "") -> str | None:
+    """Before any job of a local run (the Snakefile's onstart): one line for the first cell (experiment, id, knobs)
+    whose batches in flight do not fit this host's shared memory. A user's batch has no size before it is made:
+    not checked (a bus error it dies of is still named: failure)."""
+    free = free_bytes(path)
+    for experiment, cell, knobs in cells:
+        size = None if user_batch(knobs) else batch_bytes(knobs)
+        error = shm_error(knobs, size, free, local=True, path=path)
+        if error:
+            return f"bad config: experiments.{experiment}: cell {cell} {error}"
+    return None
+
+
+def runs_here(workflow) -> bool:
+    """Whether this Snakemake process runs the jobs on this host (the local executor, not a dry run)."""
+    plugin = workflow.executor_plugin
+    return (plugin is None or plugin.name == "local") and not workflow.dryrun
+
+
+def failure(text: str, path: str = "") -> str | None:
+    """The one-line reason for a loader that ran out of shared memory anyway, from its error's text; else None."""
+    match = OUT_OF_SHM.search(text)
+    if match is None:
+        return None
+    free = free_bytes(path)
+    room = f" ({path or SHM_PATH}: {_mb(free)} free now)" if free is not None else ""
+    line = next(line for line in text.splitlines() if OUT_OF_SHM.search(line)).strip()[:300]
+    return f"the loader ran out of shared memory{room}: {line}; fix: {FIXES}"
