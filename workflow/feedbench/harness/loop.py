@@ -140,12 +140,11 @@ def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict |
     }
 
 
-def _epochs(loader, m: Measurement | None = None):
+def _epochs(loader, m: Measurement):
     """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent).
 
     `m` counts the pulls and where each epoch starts, so the loop can tell which step's wait held a boundary.
     """
-    m = Measurement() if m is None else m
     for epoch in itertools.count():
         if hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)
