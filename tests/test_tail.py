@@ -124,6 +124,14 @@ def test_out_of_order_delivery_lowers_the_p99_wait_behind_a_slow_sample(user_mod
     assert ordered["epoch_boundaries"] is None and ordered["epoch_stall_s"] is None  # 62 of 400 samples: no epoch
 
 
+def test_spawned_workers_start_later_than_forked_ones(user_module, tmp_path):
+    knobs = dict(dataset="tail_data:one_slow_in_20", python_path=[user_module], batch_size=1, num_workers=1, steps=4)
+    _, forked = _run(tmp_path, "fork", multiprocessing_context="fork", **knobs)
+    _, spawned = _run(tmp_path, "spawn", multiprocessing_context="spawn", **knobs)
+    # a spawned worker imports torch and unpickles the dataset before its first sample; a forked one has them
+    assert spawned["time_to_first_batch_s"] > forked["time_to_first_batch_s"] + 0.2
+
+
 def test_the_verdict_names_what_costs_more_than_5_percent_of_the_run():
     cell = {"cell": "c", "window_s": 10.0, "first_batch_s": 0.4, "epoch_stall_s": 0.4, "epoch_boundaries": 2}
     assert time_lost_parts(cell) == []  # 0.4 s of 10.4: under 5 %
