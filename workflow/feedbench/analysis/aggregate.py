@@ -54,6 +54,19 @@ def _knobs(result: dict) -> dict:
     return row
 
 
+def _tail(metrics: dict) -> dict:
+    """The data wait's p50/p90/p99 and the epoch-boundary stalls (absent from older results: empty)."""
+    wait = metrics.get("wait_ms") or {}
+    epochs = metrics.get("epoch_boundaries") or {}
+    return {
+        **{f"wait_ms_{q}": wait.get(q) for q in ("p50", "p90", "p99")},
+        "epoch_stall_ms": epochs.get("median_ms"),
+        "epoch_stall_ms_max": epochs.get("max_ms"),
+        "epoch_stall_s": epochs.get("excess_s"),
+        "epoch_boundaries": epochs.get("count"),
+    }
+
+
 def _metrics(result: dict) -> dict:
     metrics = result.get("metrics") or {}
     step = metrics.get("step_ms") or {}
@@ -66,6 +79,7 @@ def _metrics(result: dict) -> dict:
         "stall_pct": metrics.get("stall_pct"),
         "h2d_gb_per_s": metrics.get("h2d_gb_per_s"),
         "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
+        **_tail(metrics),
         "cuda_init_s": metrics.get("cuda_init_s"),
         **{
             f"original_{k}": (metrics.get("original_estimators") or {}).get(k)

@@ -225,6 +225,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         "has_speedup": False,
         "has_efficiency": False,
         "has_prediction": False,
+        "has_epoch_stall": False,
         "search": None,
     }
     if rows.empty:
@@ -261,6 +262,9 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
         has_efficiency="efficiency" in found["cells"],
         has_prediction=bool(found["cells"]["predicted"].notna().any()) if "predicted" in found["cells"] else False,
+        has_epoch_stall=bool(found["cells"]["epoch_stall_ms"].notna().any())
+        if "epoch_stall_ms" in found["cells"]
+        else False,
     )
     if best is not None:
         context["verdict"] = {
@@ -275,6 +279,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
             "why": best["why"],
             "baseline_bound": base["bound"] if base else None,
             "recommendation": found["recommendation"],
+            "time_lost": found["time_lost"],
         }
     return context
 

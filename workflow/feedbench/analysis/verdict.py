@@ -47,6 +47,7 @@ from .aggregate import is_true, knob_value
 
 DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
+LOST_SHARE = 0.05  # the first batch or the epoch stalls are named in the verdict above this share of the run
 
 # Two-sided 95 % critical values of Student's t, t(0.975, df), from the standard table.
 _T975 = {
@@ -211,6 +212,7 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "stall_pct": _median(ok, "stall_pct"),
                 "h2d_share": _median(ok, "h2d_share"),
                 "gpus": gpu_count(first),
+                **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
                 # analysis.predict's prediction from the cell's ceilings, when the summary has them (else None).
                 "predicted": _median(ok, "predicted_samples_per_s"),
                 "predicted_bound": first.get("predicted_bound")
@@ -329,6 +331,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         "note": None,
         "recommendation": None,
         "wording": None,
+        "time_lost": None,
     }
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
@@ -356,11 +359,63 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         )
         verdict["wording"] = gain_wording(verdict["best"], verdict["baseline"], verdict["clear"])
     verdict["recommendation"] = recommend(verdict["cells"], verdict["baseline"], verdict["best"])
+    verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"])
     return verdict
 
 
 def _number(value) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
+
+
+def time_lost(ok: pd.DataFrame) -> dict:
+    """What a cell's finished repeats lost outside their steady state (medians): the first batch, the epoch
+    boundaries' stalls and the data wait's p99; window_s, the measured window they are set against."""
+    columns = {
+        "first_batch_s": "time_to_first_batch_s",
+        "wait_p99_ms": "wait_ms_p99",
+        "epoch_stall_ms": "epoch_stall_ms",
+        "epoch_stall_s": "epoch_stall_s",
+        "epoch_boundaries": "epoch_boundaries",
+        "window_s": "window_s",
+    }
+    return {key: _median(ok, column) for key, column in columns.items()}
+
+
+def time_lost_parts(cell: dict | None) -> list[str]:
+    """The first batch and the epoch boundaries, each named when it costs more than LOST_SHARE of the run.
+
+    The run is what a training run of this length waits through: the first batch, then the measured window
+    (which holds the epoch boundaries' stalls; their cost is what they waited beyond the median wait).
+    """
+    window = _number((cell or {}).get("window_s"))
+    if not window:
+        return []
+    first = _number(cell.get("first_batch_s")) or 0.0
+    stalls = _number(cell.get("epoch_stall_s")) or 0.0
+    run = first + window
+    parts = []
+    if first > LOST_SHARE * run:
+        parts.append(f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the run (worker start-up)")
+    if stalls > LOST_SHARE * run:
+        count, each = int(_number(cell.get("epoch_boundaries")) or 0), _number(cell.get("epoch_stall_ms")) or 0.0
+        parts.append(
+            f"{count} epoch boundaries stalled {each:.0f} ms each (median), {100 * stalls / run:.0f} % of the run; "
+            "persistent_workers keeps the workers across epochs"
+        )
+    return parts
+
+
+def time_lost_note(best: dict | None, base: dict | None) -> str | None:
+    """The verdict's note on time lost to the first batch or to epoch boundaries: the best cell's, then the
+    baseline's when it is another cell; None when neither costs more than LOST_SHARE of its run."""
+    notes = []
+    for name, cell in (("best cell", best), ("baseline", base)):
+        if cell is None or (name == "baseline" and best is not None and cell["cell"] == best["cell"]):
+            continue
+        parts = time_lost_parts(cell)
+        if parts:
+            notes.append(f"{name} {cell['cell']}: " + "; ".join(parts))
+    return ". ".join(notes) + "." if notes else None
 
 
 def headspace(cell: dict | None) -> float | None:

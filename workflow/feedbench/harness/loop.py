@@ -61,6 +61,9 @@ class Measurement:
     first_batch_profile: dict | None = None
     stage_log: list[dict] = field(default_factory=list)  # each loader batch's stage timings, in the loader's order
     stage_skip: int = 0  # the batches before the measured window: warm-up
+    pulled: int = 0  # batches taken from the loader so far (by the loop or the stream prefetcher ahead of it)
+    epoch_starts: list[int] = field(default_factory=list)  # the pull index of each epoch's first batch
+    boundary_steps: list[int] = field(default_factory=list)  # measured steps whose wait pulled a later epoch's first
     notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
@@ -137,14 +140,19 @@ def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict |
     }
 
 
-def _epochs(loader):
-    """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent)."""
+def _epochs(loader, m: Measurement):
+    """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent).
+
+    `m` counts the pulls and where each epoch starts, so the loop can tell which step's wait held a boundary.
+    """
     for epoch in itertools.count():
         if hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)
+        m.epoch_starts.append(m.pulled)
         empty = True
         for batch in loader:
             empty = False
+            m.pulled += 1
             yield batch
         if empty:
             raise RuntimeError("the loader yields no batch: the dataset is smaller than batch_size")
@@ -334,7 +342,7 @@ class Feed:
 def _feed(cell: Cell, device: torch.device, m: Measurement, loader, move: Callable) -> Feed:
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
     start = time.perf_counter()
-    batches = unwrap(_epochs(loader), m.stage_log)  # the user's batches, their stage timings kept apart
+    batches = unwrap(_epochs(loader, m), m.stage_log)  # the user's batches, their stage timings kept apart
     m.stage_skip = cell.warmup_steps
     if prefetch:
         batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True, move=move)
@@ -371,9 +379,12 @@ def _window(
                 monitor.start()
         clock = m.clock if measuring else warm
         check_stop()
+        pulled = m.pulled
         t_start = time.perf_counter()
         item = feed.residents[i % len(feed.residents)] if feed.resident is not None else next(feed.batches)
         t_ready = time.perf_counter()
+        if measuring and any(pulled <= s < m.pulled for s in m.epoch_starts[1:]):
+            m.boundary_steps.append(len(m.waits_ms))  # this step's wait started a later epoch (its workers)
         if m.time_to_first_batch_s is None:
             m.time_to_first_batch_s = t_ready - feed.start
         host, batch, events = item if feed.prefetch else (item, None, None)

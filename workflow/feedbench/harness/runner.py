@@ -19,7 +19,7 @@ import torch
 from ..plan import shm
 from ..plan.cell import Cell, cell_dict, parse_cell
 from ..plan.knobs import KnobError, user_batch
-from ..plan.metrics import summarize
+from ..plan.metrics import epoch_boundaries, summarize, wait_tail
 from ..plan.plugins import folder_facts, plugins_of, resolve_all
 from ..plan.result import failed_result, now, step_rows, tail, write_refusal, write_result, write_rows
 from .data import decoder_facts, short_batch_note
@@ -64,6 +64,8 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
         tokens = sum(m.tokens[:n]) if m.tokens else None
         metrics = summarize(table, window_s, sum(m.samples[:n]), tokens, m.h2d_bytes if m.window_end is not None else 0)
     metrics["time_to_first_batch_s"] = m.time_to_first_batch_s
+    metrics["wait_ms"] = wait_tail(table["wait"][:n])  # the data wait's tail over the measured steps
+    metrics["epoch_boundaries"] = epoch_boundaries(table["wait"][:n], m.boundary_steps)
     metrics["cuda_init_s"] = m.cuda_init_s
     metrics["original_estimators"] = original_estimators(table, m)  # pytorch_throughput's, for the scaling study
     metrics["first_batch_profile"] = m.first_batch_profile  # the CIFAR-100 notebook's window, for the workers study

@@ -24,6 +24,13 @@ METRIC_COLUMNS = [
     "stall_pct",
     "h2d_gb_per_s",
     "time_to_first_batch_s",
+    "wait_ms_p50",  # the data wait's tail over the measured steps (metrics.wait_tail)
+    "wait_ms_p90",
+    "wait_ms_p99",
+    "epoch_stall_ms",  # the median wait of the steps that began a later epoch (metrics.epoch_boundaries)
+    "epoch_stall_ms_max",
+    "epoch_stall_s",  # what those waits cost beyond the median wait, summed
+    "epoch_boundaries",
     "cuda_init_s",
     "original_fwd_samples_per_s",
     "original_bwd_samples_per_s",

@@ -50,3 +50,31 @@ def summarize(steps: dict[str, list[float]], window_s: float, samples: int, toke
         "stall_pct": 100 * sum(steps.get("wait", [])) / total_step if total_step else None,
         "h2d_gb_per_s": h2d_bytes / (h2d_ms / 1000) / 1e9 if h2d_ms > 0 and h2d_bytes else None,
     }
+
+
+def wait_tail(waits_ms: list[float]) -> dict | None:
+    """p50/p90/p99 of the data wait over the measured steps: the tail a mean hides (slow samples, GC pauses).
+
+    Interpolated between ranks, so with fewer than 100 steps p99 lies between the two slowest waits.
+    """
+    if not waits_ms:
+        return None
+    return {f"p{q}": _quantile(waits_ms, q / 100) for q in (50, 90, 99)}
+
+
+def epoch_boundaries(waits_ms: list[float], boundary_steps: list[int]) -> dict | None:
+    """The wait of each measured step that began a later epoch (workers restart there unless persistent).
+
+    excess_s: what those waits cost beyond the median wait, summed: the run's time lost at epoch boundaries.
+    """
+    stalls = [waits_ms[i] for i in boundary_steps if i < len(waits_ms)]
+    if not stalls:
+        return None
+    median_wait = statistics.median(waits_ms)
+    return {
+        "count": len(stalls),
+        "stalls_ms": stalls,
+        "median_ms": statistics.median(stalls),
+        "max_ms": max(stalls),
+        "excess_s": sum(max(0.0, w - median_wait) for w in stalls) / 1000,
+    }
