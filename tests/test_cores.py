@@ -110,3 +110,17 @@ def test_each_worker_records_its_cpu_time_beside_its_wall_time(tmp_path):
     busy = worker_shares(tmp_path / "busy", dataset="spin:make", python_path=[str(tmp_path / "project")])
     asleep = worker_shares(tmp_path / "asleep", dataset="memory", sample_delay_ms=20.0)
     assert min(busy) > 3 * max(asleep), (busy, asleep)
+
+
+def test_multiprocessing_helpers_are_not_counted_as_workers():
+    """A spawn loader's resource tracker outlives it: a later cell in the same process must not list it as a worker."""
+    from multiprocessing import resource_tracker
+
+    import psutil
+    from feedbench.harness import monitor
+
+    resource_tracker.ensure_running()
+    me = psutil.Process()
+    helpers = {c.pid for c in me.children() if "multiprocessing.resource_tracker" in " ".join(c.cmdline())}
+    assert helpers, "no resource tracker started"
+    assert not helpers & {w.pid for w in monitor._workers(me)}

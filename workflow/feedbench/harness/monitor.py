@@ -50,9 +50,27 @@ class NVML:
         return {"gpu_util_pct": float(util.gpu), "gpu_mem_used_mb": memory.used / 2**20}
 
 
+# multiprocessing's own helper processes, started beside spawn and forkserver workers: not loader workers.
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _workers(process: psutil.Process) -> list[psutil.Process]:
+    """The process's descendants less multiprocessing's helpers (a resource tracker outlives the loader that
+    started it, so a later cell in the same process would count it as a worker)."""
+    workers = []
+    for child in process.children(recursive=True):
+        try:
+            command = " ".join(child.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if not any(helper in command for helper in HELPERS):
+            workers.append(child)
+    return workers
+
+
 def _workers_memory(process: psutil.Process) -> dict[str, float]:
     pss = uss = 0.0
-    for child in process.children(recursive=True):
+    for child in _workers(process):
         try:
             info = child.memory_full_info()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -66,7 +84,7 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
     """Each worker's CPU time so far beside its wall time since it started, by (pid, start): a worker that ends
     keeps its last sample. A starved worker shows a CPU share far below one while it is busy."""
     now = time.time()
-    for child in process.children(recursive=True):
+    for child in _workers(process):
         try:
             with child.oneshot():
                 times, started = child.cpu_times(), child.create_time()
