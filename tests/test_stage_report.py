@@ -1,5 +1,5 @@
 """The report names the stage (issue #23, part 2): a data-bound cell's verdict names its costliest loader stage with
-its share and ms per sample."""
+its share and ms per sample, and an experiment whose cells timed their stages gets a stacked bar of them."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import re
 
 import pandas as pd
 import pytest
+from feedbench.analysis import stages
 from feedbench.analysis.aggregate import load_results
+from feedbench.analysis.plots import stage_figure
 from feedbench.analysis.verdict import summarize_experiment
 from real_results import run_matrix
+from test_report import make_report
 
 DELAY_MS = 2.0
 # One experiment of data-bound cells (a 2 ms sample delay, no workers): the same cell with stage timing off and on;
@@ -104,3 +107,37 @@ def test_a_cell_that_is_not_data_bound_names_no_stage():
     found = summarize_experiment(rows({"decode": 0.9, "unattributed": 0.1}, stall_pct=2.0))
     assert found["best"]["bound"] == "compute" and pd.isna(found["best"]["culprit"])
     assert "decode" not in found["best"]["why"]
+
+
+def test_the_stage_figure_has_a_bar_per_cell_and_a_segment_per_stage(summary):
+    timed = summary[summary["experiment"] == "timed"]
+    fig = stage_figure(timed, "timed")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "unattributed",
+        *reversed([n for n in stages.names(timed) if n != "unattributed"]),
+        "worker (median)",
+    ]
+    assert len(ax.get_xticklabels()) == 1  # only the timed cell has stages to draw
+    assert stage_figure(summary[summary["experiment"] == "untimed"], "untimed") is None
+
+
+def test_the_report_shows_the_stage_figure_only_where_cells_timed_their_stages(paths, tmp_path):
+    html = make_report(str(tmp_path), paths, {"experiments": EXPERIMENTS})
+    sections = {name: html[html.index(f'id="exp-{name}"') :].split("</section>")[0] for name in EXPERIMENTS}
+    assert sections["timed"].count("<figure>") == 2 and "Stage time per sample in the loader" in sections["timed"]
+    assert sections["untimed"].count("<figure>") == 1 and "Stage time" not in sections["untimed"]
+    assert "ms in the loader is sample_delay" in sections["timed"]  # the timed cell's bound says why, naming it
+
+
+def test_the_recommendation_leads_with_the_stage_of_its_data_bound_cell():
+    predicted = {
+        "predicted_samples_per_s": 100.0,
+        "ceiling_loader_samples_per_s": 80.0,
+        "ceiling_compute_samples_per_s": 150.0,
+    }
+    found = summarize_experiment(rows({"RandomResizedCrop": 0.58, "unattributed": 0.42}).assign(**predicted))
+    assert found["recommendation"]["sentence"].startswith(
+        "data-bound: 58 % of each sample's 6.1 ms in the loader is RandomResizedCrop (3.5 ms per sample);"
+        " 50 % headspace;"
+    )
