@@ -397,10 +397,10 @@ def _draw_stages(ax, cells: list[tuple[str, pd.DataFrame]], stages: list[str]) -
     worker's ms per sample (median of the repeats) with its 95 % interval."""
     profiles = [profile(group) for _, group in cells]
     bottoms = [0.0] * len(cells)
-    colours = matplotlib.colormaps["tab10"]
+    colours = matplotlib.colormaps["tab10" if len(stages) <= 10 else "tab20"]  # distinct colours for 19 named stages
     for i, stage in enumerate(stages):
         heights = [(p["stages"].get(stage) or (0.0, 0.0))[0] if p else 0.0 for p in profiles]
-        colour = "#bbbbbb" if stage == UNATTRIBUTED else colours(i % 10)
+        colour = "#bbbbbb" if stage == UNATTRIBUTED else colours(i % colours.N)
         ax.bar(range(len(cells)), heights, bottom=bottoms, color=colour, label=plain(stage))
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     workers = [interval(group["stage_worker_ms"]) for _, group in cells]
@@ -423,6 +423,21 @@ def _draw_stages(ax, cells: list[tuple[str, pd.DataFrame]], stages: list[str]) -
     ax.grid(axis="y", alpha=0.3)
 
 
+def _stage_legend(ax, ncols: int) -> None:
+    """The legend outside the axes: the stages top first, as the stacked bars read them, the worker's mark last."""
+    handles, texts = ax.get_legend_handles_labels()
+    order = [*range(len(handles) - 2, -1, -1), len(handles) - 1]
+    ax.legend(
+        [handles[i] for i in order],
+        [texts[i] for i in order],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+        borderaxespad=0,
+        ncols=ncols,
+    )
+
+
 def stage_figure(rows: pd.DataFrame, title: str = "") -> Figure | None:
     """The stage profile of an experiment's cells (knob stage_timing), for the report beside the experiment's own
     plot; None when no finished cell timed its stages."""
@@ -435,25 +450,21 @@ def stage_figure(rows: pd.DataFrame, title: str = "") -> Figure | None:
     firsts = data.drop_duplicates("cell")
     firsts = firsts.sort_values(knobs, key=natural_order, kind="stable") if knobs else firsts
     cells = [(cell, data[data["cell"] == cell]) for cell in firsts["cell"] if profile(data[data["cell"] == cell])]
-    width = max(7.5, 0.25 * len(cells) + 2)
+    height = 3.8 + (1.5 if len(cells) > 8 else 0)
+    # The legend's room is known before drawing (rows of 8 pt, as draw() counts them): the figure widens by it, so
+    # that many stages never squeeze the bars, and the tick labels are fitted to what is left for the axes.
+    ncols = -(-(len(stages) + 1) // max(int(0.7 * height * 72 / (8 * 2.2)), 1))
+    legend_in = ncols * (max(len(s) for s in [*stages, "worker (median)"]) * CHAR_WIDTH * 8 / 72 + 0.6)
+    width = max(7.5, 0.25 * len(cells) + 2 + legend_in)
     with plain_text():
-        fig = Figure(figsize=(width, 3.8 + (1.5 if len(cells) > 8 else 0)), layout="constrained")
+        fig = Figure(figsize=(width, height), layout="constrained")
         ax = fig.subplots()
         _draw_stages(ax, cells, stages)
         labels = [plain(cell_label(group.iloc[0], knobs)) if knobs else plain(cell) for cell, group in cells]
-        fit_ticks(ax, range(len(cells)), labels, slot(ax, len(cells)))
-        handles, texts = ax.get_legend_handles_labels()  # the stages top first, as the bars read; the mark last
-        order = [*range(len(handles) - 2, -1, -1), len(handles) - 1]
-        ax.legend(
-            [handles[i] for i in order],
-            [texts[i] for i in order],
-            fontsize=8,
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1),
-            borderaxespad=0,
-        )
+        fit_ticks(ax, range(len(cells)), labels, (width - legend_in - 1.0) / max(len(cells), 1))
+        _stage_legend(ax, ncols)
         heading = f"{title}: stage time per sample" if title else "Stage time per sample"
-        ax.set_title(wrap(plain(heading), 0.5 * width, 10), fontsize=10)
+        ax.set_title(wrap(plain(heading), width - legend_in - 1.0, 10), fontsize=10)
         if knobs:
             key = key_text(knobs, firsts.to_dict("records"))
             fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
