@@ -43,6 +43,7 @@ EXPERIMENTS = {
             "width": 64,
             "batch_size": 32,
             "num_samples": 256,
+            "stage_timing": True,  # the report's stage profile and the verdict's costliest stage, from real timings
         },
         "matrix": {"hidden_layers": [1, 4], "sample_delay_ms": [0.0, 0.5]},
         "plot": [

@@ -35,7 +35,7 @@ def test_report_loads_cleanly_and_draws_every_figure(real_matrix, config, tmp_pa
     assert page.failed_loads == []
     assert page.console_errors == []
     assert all(url.startswith(("file://", "data:")) for url in page.requests), page.requests
-    assert len(page.figures) == len(config["experiments"])
+    assert len(page.figures) == len(config["experiments"]) + 1  # and the train experiment's stage profile
     for figure in page.figures:  # the broken experiment's figure holds only its note: a text, still drawn
         assert figure["width"] > 100 and figure["height"] > 100 and figure["shapes"] > 0, figure
     # A drawn plot has axes, ticks, labels and marks (dozens of shapes; how many depends on the data);

@@ -10,7 +10,7 @@ import random
 import pandas as pd
 import pytest
 from feedbench.analysis import views
-from feedbench.analysis.plots import KINDS, SERIES_LIMIT, facet_knob, figure
+from feedbench.analysis.plots import KINDS, SERIES_LIMIT, facet_knob, figure, stage_figure
 from feedbench.plan.metrics import PHASES
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -94,6 +94,18 @@ def test_the_breakdown_view_fits_a_five_axis_matrix(summary):
     view = views.builder("breakdown")(summary, None, {"view": "breakdown", "matrix": AXES, "base": {}})
     assert_fits(view.figure, "breakdown view")
     assert "no-pin no-nb w=0 gpus=1 batch=64" in [t.get_text() for t in view.figure.axes[0].get_xticklabels()]
+
+
+def test_the_stage_profile_fits_a_five_axis_matrix_of_many_stages(summary):
+    """32 cells and 15 stages with long names (a deep user pipeline): the legend takes columns, the bars keep room."""
+    stages = [f"RandomResizedCropNumber{i}" for i in range(14)] + ["unattributed"]
+    timed = summary.assign(
+        stage_worker_ms=15.0,
+        **{f"stage_{n}_{stat}": value for n in stages for stat, value in (("share", 1 / 15), ("mean_ms", 1.0))},
+    )
+    fig = stage_figure(timed, TITLE)
+    assert_fits(fig, "stage profile")
+    assert len(fig.axes[0].get_xticklabels()) == 32 and len(fig.axes[0].get_legend().get_texts()) == 16
 
 
 def test_a_line_plot_of_many_series_becomes_small_multiples(summary):

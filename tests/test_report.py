@@ -104,7 +104,8 @@ def test_each_experiment_has_its_figure_and_table(html, config):
         assert "<svg" in section
         if name != "broken":
             assert "95 % interval" in section and "<table" in section
-    assert html.count("<figure>") == len(config["experiments"])
+    # Each experiment's plot, and the train experiment's stage profile (its cells run with stage_timing).
+    assert html.count("<figure>") == len(config["experiments"]) + 1
 
 
 def test_failed_cells_are_listed_with_the_end_of_their_error(html, real_matrix):  # noqa: F811

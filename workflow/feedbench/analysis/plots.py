@@ -24,6 +24,9 @@ of analysis.labels (`w=2 pin nb t=ev`), with the key under the figure. How long 
     heatmap  series label the rows (horizontal text has room there), levels of x the columns, vertical when needed.
 Titles are wrapped to the figure's width, never clipped.
 
+The stage profile (`stage_figure`, knob stage_timing) is no kind: the report draws it beside the experiment's own
+plot whenever its cells timed their stages, one stacked bar per cell (analysis.stages gives the numbers).
+
 Transfer experiments (every cell scenario=transfer) are plotted from the
 per-size columns: GB/s against copy size, one line per pinning (and cell),
 whatever x and y their spec names (say x: size_bytes, y: gb_per_s, hue: pinned).
@@ -55,6 +58,7 @@ from ..plan.metrics import PHASES
 from ..plan.result import atomic_write
 from .aggregate import as_requested
 from .labels import cell_label, key_text
+from .stages import UNATTRIBUTED, names, profile
 from .verdict import interval, natural_order, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
@@ -384,6 +388,85 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
             fig.suptitle(wrap(plain(title), 0.95 * width, 12), fontsize=12)
         if knobs:
             key = key_text(knobs, rows.drop_duplicates("cell").to_dict("records"))
+            fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
+    return fig
+
+
+def _draw_stages(ax, cells: list[tuple[str, pd.DataFrame]], stages: list[str]) -> None:
+    """One stacked bar per cell: the mean ms per sample of each stage, `unattributed` grey on top; a marker at the
+    worker's ms per sample (median of the repeats) with its 95 % interval."""
+    profiles = [profile(group) for _, group in cells]
+    bottoms = [0.0] * len(cells)
+    colours = matplotlib.colormaps["tab10" if len(stages) <= 10 else "tab20"]  # distinct colours for 19 named stages
+    for i, stage in enumerate(stages):
+        heights = [(p["stages"].get(stage) or (0.0, 0.0))[0] if p else 0.0 for p in profiles]
+        colour = "#bbbbbb" if stage == UNATTRIBUTED else colours(i % colours.N)
+        ax.bar(range(len(cells)), heights, bottom=bottoms, color=colour, label=plain(stage))
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    workers = [interval(group["stage_worker_ms"]) for _, group in cells]
+    ax.errorbar(
+        range(len(cells)),
+        [w.median if w.n else float("nan") for w in workers],
+        yerr=[
+            [max(w.median - w.low, 0) if w.low is not None else 0 for w in workers],
+            [max(w.high - w.median, 0) if w.high is not None else 0 for w in workers],
+        ],
+        marker="_",
+        markersize=18,
+        color="black",
+        linestyle="none",
+        capsize=3,
+        label="worker (median)",
+    )
+    ax.set_ylabel("ms per sample in the loader")
+    ax.set_ylim(bottom=0)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _stage_legend(ax, ncols: int) -> None:
+    """The legend outside the axes: the stages top first, as the stacked bars read them, the worker's mark last."""
+    handles, texts = ax.get_legend_handles_labels()
+    order = [*range(len(handles) - 2, -1, -1), len(handles) - 1]
+    ax.legend(
+        [handles[i] for i in order],
+        [texts[i] for i in order],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+        borderaxespad=0,
+        ncols=ncols,
+    )
+
+
+def stage_figure(rows: pd.DataFrame, title: str = "") -> Figure | None:
+    """The stage profile of an experiment's cells (knob stage_timing), for the report beside the experiment's own
+    plot; None when no finished cell timed its stages."""
+    rows = as_requested(rows, [k for k in KNOBS if k in rows])
+    data = rows[rows["status"] == "ok"] if "status" in rows else rows.iloc[:0]
+    stages = names(data)
+    if not stages:
+        return None
+    knobs = varying_knobs(rows)
+    firsts = data.drop_duplicates("cell")
+    firsts = firsts.sort_values(knobs, key=natural_order, kind="stable") if knobs else firsts
+    cells = [(cell, data[data["cell"] == cell]) for cell in firsts["cell"] if profile(data[data["cell"] == cell])]
+    height = 3.8 + (1.5 if len(cells) > 8 else 0)
+    # The legend's room is known before drawing (rows of 8 pt, as draw() counts them): the figure widens by it, so
+    # that many stages never squeeze the bars, and the tick labels are fitted to what is left for the axes.
+    ncols = -(-(len(stages) + 1) // max(int(0.7 * height * 72 / (8 * 2.2)), 1))
+    legend_in = ncols * (max(len(s) for s in [*stages, "worker (median)"]) * CHAR_WIDTH * 8 / 72 + 0.6)
+    width = max(7.5, 0.25 * len(cells) + 2 + legend_in)
+    with plain_text():
+        fig = Figure(figsize=(width, height), layout="constrained")
+        ax = fig.subplots()
+        _draw_stages(ax, cells, stages)
+        labels = [plain(cell_label(group.iloc[0], knobs)) if knobs else plain(cell) for cell, group in cells]
+        fit_ticks(ax, range(len(cells)), labels, (width - legend_in - 1.0) / max(len(cells), 1))
+        _stage_legend(ax, ncols)
+        heading = f"{title}: stage time per sample" if title else "Stage time per sample"
+        ax.set_title(wrap(plain(heading), width - legend_in - 1.0, 10), fontsize=10)
+        if knobs:
+            key = key_text(knobs, firsts.to_dict("records"))
             fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
     return fig
 

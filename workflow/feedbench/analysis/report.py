@@ -30,7 +30,7 @@ from . import accuracy, verdict, views
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
-from .plots import plain_text, svg_text
+from .plots import plain_text, stage_figure, svg_text
 
 TEMPLATES = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates"
@@ -210,6 +210,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         "base": spec.get("base") or {},
         "matrix": spec.get("matrix") or {},
         "svg": svg,
+        "stages_svg": None,
         "view": None,
         "cells": [],
         "columns": [],
@@ -306,6 +307,12 @@ def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, 
     }
 
 
+def stages_svg(name: str, spec: dict, rows: pd.DataFrame) -> Markup | None:
+    """The stacked bar of stage time per sample for each cell, when the experiment's cells timed their stages."""
+    fig = stage_figure(rows, spec.get("title") or name)
+    return inline_svg(svg_text(fig, salt=f"{name}-stages")) if fig is not None else None
+
+
 def build(
     summary: pd.DataFrame,
     svgs: list[str],
@@ -335,6 +342,7 @@ def build(
         rows = summary[summary["experiment"] == name]
         context = experiment_context(name, spec, rows, svg)
         context["view"] = study_view(name, spec, rows, tables)
+        context["stages_svg"] = stages_svg(name, spec, rows)
         if name in searched:  # `search: num_workers`: which levels the checkpoint ran (feedbench.plan.search)
             context["search"] = search.sentence(search.read(searched[name]))
         experiments.append(context)

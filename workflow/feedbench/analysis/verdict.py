@@ -18,7 +18,9 @@ Bound classification (of a `train` cell, from the medians over its repeats)
               its share;
     compute   otherwise: the model itself is the limit.
     Loader, compute and transfer cells are ceilings, not training runs: they
-    are labelled `ceiling` and never classified.
+    are labelled `ceiling` and never classified. A data cell whose repeats
+    timed their stages (knob stage_timing) adds its costliest stage to the
+    why (analysis.stages.culprit).
 
 Wording of a gain (`gain_wording`)
     A cell with fewer than 2 repeats has no interval, so its gain cannot be
@@ -43,6 +45,7 @@ import pandas as pd
 
 from ..plan.ceilings import LOADER_REACHES
 from ..plan.knobs import KNOBS
+from . import stages
 from .aggregate import is_true, knob_value
 
 DATA_STALL_PCT = 10.0
@@ -196,6 +199,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         bound, why = classify(
             first.get("scenario"), _median(ok, "stall_pct"), _median(ok, "h2d_share"), first.get("device_prefetch")
         )
+        culprit = stages.culprit(ok) if bound == "data" else None  # the stage that costs the most, with stage timing
+        why += f"; {culprit}" if culprit else ""
         table.append(
             {
                 "cell": cell,
@@ -221,6 +226,7 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "error_pct": _median(ok, "prediction_error_pct"),
                 "ceiling_loader": _median(ok, "ceiling_loader_samples_per_s"),
                 "ceiling_compute": _median(ok, "ceiling_compute_samples_per_s"),
+                "culprit": culprit,
                 "bound": bound if stats.n else "failed",
                 "why": why if stats.n else "no repeat of this cell finished",
             }
@@ -491,8 +497,11 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     reaching = reaching[reaching["ceiling_loader"] >= LOADER_REACHES * reaching["ceiling_compute"]]
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
+    culprit = subject.get("culprit") if subject else None  # a data-bound cell's costliest stage (stage timing)
+    details = [culprit] if isinstance(culprit, str) else []
     if found["headspace_baseline"] is not None:
-        lead += f": {headspace_text(found['headspace_baseline'])}"
+        details.append(headspace_text(found["headspace_baseline"]))
+    lead += f": {'; '.join(details)}" if details else ""
     if reaching.empty:
         found["gains"] = pays_off(cells, best) if best else []
         found["sentence"] = f"{lead}; no measured loader configuration reaches the compute ceiling"
