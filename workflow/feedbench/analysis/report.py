@@ -202,9 +202,9 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     ]
 
 
-def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
-    """What one experiment's section and its verdict line show."""
-    context = {
+def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
+    """An experiment's section before its results are read: what it shows when it has none."""
+    return {
         "name": name,
         "title": spec.get("title") or name,
         "base": spec.get("base") or {},
@@ -229,6 +229,35 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         "has_epoch_stall": False,
         "search": None,
     }
+
+
+def _has_values(cells: pd.DataFrame, column: str) -> bool:
+    """Whether any cell has a value in `column` (a column the summary may lack)."""
+    return bool(cells[column].notna().any()) if column in cells else False
+
+
+def _verdict_context(found: dict) -> dict:
+    """The experiment's verdict line: its best cell, against the baseline, and what bounds it."""
+    best, base = found["best"], found["baseline"]
+    return {
+        "best": _knob_text(best, found["knobs"]),
+        "best_median": best["median"],
+        "speedup": found["speedup"],
+        "beyond_noise": found["clear"],
+        "wording": found["wording"],
+        "baseline": _knob_text(base, found["knobs"]) if base else None,
+        "baseline_median": base["median"] if base else None,
+        "bound": best["bound"],
+        "why": best["why"],
+        "baseline_bound": base["bound"] if base else None,
+        "recommendation": found["recommendation"],
+        "time_lost": found["time_lost"],
+    }
+
+
+def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
+    """What one experiment's section and its verdict line show."""
+    context = _empty_context(name, spec, svg)
     if rows.empty:
         return context
     # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
@@ -262,26 +291,11 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         else [],
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
         has_efficiency="efficiency" in found["cells"],
-        has_prediction=bool(found["cells"]["predicted"].notna().any()) if "predicted" in found["cells"] else False,
-        has_epoch_stall=bool(found["cells"]["epoch_stall_ms"].notna().any())
-        if "epoch_stall_ms" in found["cells"]
-        else False,
+        has_prediction=_has_values(found["cells"], "predicted"),
+        has_epoch_stall=_has_values(found["cells"], "epoch_stall_ms"),
     )
     if best is not None:
-        context["verdict"] = {
-            "best": _knob_text(best, found["knobs"]),
-            "best_median": best["median"],
-            "speedup": found["speedup"],
-            "beyond_noise": found["clear"],
-            "wording": found["wording"],
-            "baseline": _knob_text(base, found["knobs"]) if base else None,
-            "baseline_median": base["median"] if base else None,
-            "bound": best["bound"],
-            "why": best["why"],
-            "baseline_bound": base["bound"] if base else None,
-            "recommendation": found["recommendation"],
-            "time_lost": found["time_lost"],
-        }
+        context["verdict"] = _verdict_context(found)
     return context
 
 
