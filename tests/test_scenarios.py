@@ -329,20 +329,35 @@ def test_killed_worker_writes_failed_result(tmp_path):
         text=True,
     )
     parent = psutil.Process(proc.pid)
+
+    def loader_workers() -> list:
+        """The cell's forked DataLoader workers (its command line): not a short-lived child such as provenance's
+        `git`, which a loaded machine can show first, so the kill found no worker and the cell ran on."""
+        found = []
+        for child in parent.children():
+            try:
+                if child.cmdline() == parent.cmdline():
+                    found.append(child)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
     deadline = time.time() + 60
-    while time.time() < deadline and not parent.children():
+    while time.time() < deadline and not loader_workers():
         time.sleep(0.2)
     time.sleep(2)
-    for worker in parent.children(recursive=True):
+    workers = loader_workers()
+    assert workers, "no loader worker to kill"
+    for worker in workers:
         worker.kill()
     assert proc.wait(timeout=60) == 1
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "failed"
     # PyTorch reports the death as "worker ... exited unexpectedly" or, when the batch was
     # half-received from the dead worker, as a reset connection; either way it is recorded.
-    assert any(
-        text in result["error"]["message"]
-        for text in ("exited unexpectedly", "killed by signal", "Connection reset by peer")
+    message = result["error"]["message"]
+    assert any(text in message for text in ("exited unexpectedly", "killed by signal", "Connection reset by peer")), (
+        result["error"]
     )
     assert "dataloader" in result["error"]["traceback"].lower() or "reductions" in result["error"]["traceback"]
     assert result["metrics"]["steps"] > 0
