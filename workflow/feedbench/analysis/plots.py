@@ -157,8 +157,8 @@ def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
                 {
                     **dict(zip(keys + [x], key, strict=True)),
                     "median": stats.median,
-                    "below": max(stats.median - stats.low, 0) if stats.low is not None else 0.0,
-                    "above": max(stats.high - stats.median, 0) if stats.high is not None else 0.0,
+                    "below": stats.below,
+                    "above": stats.above,
                 }
             )
     frame = pd.DataFrame(rows)
@@ -223,6 +223,21 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
         ax.set_xticks(xs, [_bytes(v) for v in xs], rotation=30)
 
 
+def _median_marks(ax, stats: list, label: str) -> None:
+    """A black mark at each bar's median over the repeats, with its 95 % interval (none where nothing finished)."""
+    ax.errorbar(
+        range(len(stats)),
+        [s.median if s.n else float("nan") for s in stats],
+        yerr=[[s.below for s in stats], [s.above for s in stats]],
+        marker="_",
+        markersize=18,
+        color="black",
+        linestyle="none",
+        capsize=3,
+        label=label,
+    )
+
+
 def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     order = [x] + keys
     ranks = {k: {v: i for i, v in enumerate(_ordered(data[k]))} for k in order}
@@ -238,21 +253,7 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
         ]
         ax.bar(range(len(cells)), heights, bottom=bottoms, color=PHASE_COLOURS[phase], label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    steps = [interval(group["step_ms_median"]) for _, group in cells]
-    ax.errorbar(
-        range(len(cells)),
-        [s.median for s in steps],
-        marker="_",
-        markersize=18,
-        color="black",
-        linestyle="none",
-        capsize=3,
-        label="step (median)",
-        yerr=[
-            [max(s.median - s.low, 0) if s.low is not None else 0 for s in steps],
-            [max(s.high - s.median, 0) if s.high is not None else 0 for s in steps],
-        ],
-    )
+    _median_marks(ax, [interval(group["step_ms_median"]) for _, group in cells], "step (median)")
     labels = [plain(cell_label(dict(zip(order, values, strict=True)), order)) for values, _ in cells]
     fit_ticks(ax, range(len(cells)), labels, slot(ax, len(cells)))
     ax.set_ylabel("median time per step [ms]")
@@ -403,21 +404,7 @@ def _draw_stages(ax, cells: list[tuple[str, pd.DataFrame]], stages: list[str]) -
         colour = "#bbbbbb" if stage == UNATTRIBUTED else colours(i % colours.N)
         ax.bar(range(len(cells)), heights, bottom=bottoms, color=colour, label=plain(stage))
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    workers = [interval(group["stage_worker_ms"]) for _, group in cells]
-    ax.errorbar(
-        range(len(cells)),
-        [w.median if w.n else float("nan") for w in workers],
-        yerr=[
-            [max(w.median - w.low, 0) if w.low is not None else 0 for w in workers],
-            [max(w.high - w.median, 0) if w.high is not None else 0 for w in workers],
-        ],
-        marker="_",
-        markersize=18,
-        color="black",
-        linestyle="none",
-        capsize=3,
-        label="worker (median)",
-    )
+    _median_marks(ax, [interval(group["stage_worker_ms"]) for _, group in cells], "worker (median)")
     ax.set_ylabel("ms per sample in the loader")
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)

@@ -107,6 +107,16 @@ class Interval:
     low: float | None
     high: float | None
 
+    @property
+    def below(self) -> float:
+        """How far the interval reaches under the median: an error bar's lower arm (0 without an interval)."""
+        return max(self.median - self.low, 0) if self.low is not None else 0.0
+
+    @property
+    def above(self) -> float:
+        """How far the interval reaches over the median: an error bar's upper arm (0 without an interval)."""
+        return max(self.high - self.median, 0) if self.high is not None else 0.0
+
 
 def interval(values) -> Interval:
     """Median, mean and 95 % t interval of the mean over the finite values given."""
