@@ -2,30 +2,37 @@
 
     PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py
     python3 -c "while 1: pass" & PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py; kill %1
+    PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py --device cuda   # on a GPU machine
 
 Runs the 54 calibration runs (tests/calibration.py: the 9 training cells and their ceilings, 3 repeats each, with
 its steps) and prints, for every training cell, the error of its median samples/s against the analytic value,
 each repeat's error, and its stall against the analytic stall. The test allows 5 % and 3 points; the worst error
-is printed last. The second command holds one core busy meanwhile, as the timing tests must bear.
+is printed last. The second command holds one core busy meanwhile, as the timing tests must bear. The third runs the
+same cells on a GPU: the sleep model then spins the GPU (torch.cuda._sleep) and CUDA events time the phases.
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 
-from calibration import BATCH, CASES, WORKERS, compute_ms, expected, measure
+from calibration import BATCH, CASES, COMMON, WORKERS, compute_ms, expected, measure
 from feedbench.analysis.aggregate import load_results
+from feedbench.plan.metrics import PHASES as PHASE_COLUMNS
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the cells run (default: cpu)")
+    COMMON["device"] = parser.parse_args().device
     start = time.perf_counter()
     summary = load_results(measure(tempfile.mkdtemp(prefix="calibration-")))
-    print(f"54 runs in {time.perf_counter() - start:.0f} s")
+    print(f"54 runs on {COMMON['device']} in {time.perf_counter() - start:.0f} s")
     worst = 0.0
     for case in CASES:
         for workers in WORKERS:
-            step_ms, stall_pct = expected(compute_ms(case, workers), workers)
+            step_ms, stall_pct = expected(compute_ms(case, workers), workers, COMMON["device"])
             analytic = BATCH / (step_ms / 1000)
             rows = summary[summary["cell"] == f"{case}-{workers}"]
             error = 100 * (rows["samples_per_s"].median() / analytic - 1)
@@ -33,6 +40,9 @@ def main() -> None:
             stall = rows["stall_pct"].median() - stall_pct
             print(f"{case:>13} W={workers}: samples/s {error:+.2f} % (repeats {repeats}), stall {stall:+.2f} points")
             worst = max(worst, abs(error))
+            if COMMON["device"] == "cuda":  # where a GPU step's time goes: the host's wait against the GPU's idling
+                phases = ", ".join(f"{name} {rows[f'{name}_ms'].median():.1f}" for name in PHASE_COLUMNS)
+                print(f"{'':>19}median ms: step {rows['step_ms_median'].median():.1f}, {phases}")
     print(f"worst samples/s error: {worst:.2f} % (the test allows 5 %)")
 
 

@@ -5,6 +5,9 @@ batch of B costs B*d ms in one worker. With W workers a batch arrives every B*d/
 loading and compute run in series; with workers they overlap:
   W = 0: step = B*d + C,            stall = B*d / step
   W > 0: step = max(C, B*d/W),      stall = max(0, B*d/W - C) / step
+On a GPU the sleep model spins the GPU without holding the host, so with W = 0 the host loads the next batch while
+the GPU computes: W = 0 steps as W = 1 does, but for the window's first step, which starts synchronised with nothing
+in flight and pays B*d + C (benchmarks/calibration_error.py --device cuda; on an H200, #27).
 tests/test_calibration.py checks each training cell against these values, tests/test_predict.py the prediction
 from the cell's ceilings. Both read one set of runs (`measure`): every training cell with its loader and compute
 ceilings, 3 repeats each, as the workflow runs them (a compute ceiling has no workers, so W = 0 and W = 1, with
@@ -48,13 +51,17 @@ def compute_ms(case: str, workers: int) -> float:
     return CASES[case] * LOAD_MS / max(workers, 1)
 
 
-def expected(compute: float, workers: int) -> tuple[float, float]:
+def expected(compute: float, workers: int, device: str = "cpu") -> tuple[float, float]:
     """(step ms, stall %) of a training cell with `compute` ms per step and `workers` loader workers."""
-    if workers == 0:
+    if workers == 0 and device == "cpu":
         step = LOAD_MS + compute
         return step, 100 * LOAD_MS / step
-    interval = LOAD_MS / workers
+    interval = LOAD_MS / max(workers, 1)
     step = max(compute, interval)
+    if workers == 0:  # on a GPU: the first step fills the pipeline, the mean step of the window carries it
+        steps = COMMON["steps"]
+        window = (steps - 1) * step + LOAD_MS + compute
+        return window / steps, 100 * (LOAD_MS + (steps - 1) * max(0.0, interval - compute)) / window
     return step, 100 * max(0.0, interval - compute) / step
 
 

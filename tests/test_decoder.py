@@ -126,7 +126,11 @@ def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario
     images, labels = batches["torchvision-cuda"]
     assert images.shape == (3, 3, 32, 32) and images.dtype == torch.float32 and images.is_cuda
     assert labels.equal(batches["torchvision"][1])
-    assert (images.cpu() - batches["torchvision"][0]).abs().mean() < 0.02
+    # nvJPEG rounds its IDCT and upsamples chroma its own way: on an H200, 0.033 apart on average after normalising
+    # (about 2 of 255 levels). Each decode must lie far closer to the same image's CPU decode than to another image.
+    cpu = batches["torchvision"][0]
+    own = (images.cpu() - cpu).abs().mean()
+    assert own < 0.06 and own < 0.25 * (cpu[0] - cpu[1]).abs().mean(), own
     knobs = dict(model="resnet18") if scenario == "train" else {}
     code, result = run_cell(
         scenario=scenario,

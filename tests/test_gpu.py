@@ -25,6 +25,23 @@ SLEEP = dict(
 )
 
 
+def best_of_alternating(run_cell, knobs: dict, rounds: int = 2, **choices) -> list[dict]:
+    """The fastest of `rounds` runs of each choice of one knob, taken in turn after one run that is thrown away.
+
+    On an H200 a pair of single runs compared the first cell of a process, its GPU still at idle clocks, with the
+    second: the first ran 13 % slow whichever mode it measured. Alternating spreads clock and heat drift over both.
+    """
+    ((knob, values),) = choices.items()
+    run_cell(**knobs, **{knob: values[0]})
+    runs: dict = {value: [] for value in values}
+    for _ in range(rounds):
+        for value in values:
+            code, result = run_cell(**knobs, **{knob: value})
+            assert code == 0, result["error"]
+            runs[value].append(result)
+    return [max(runs[value], key=lambda r: r["metrics"]["samples_per_s"]) for value in values]
+
+
 def test_gpu_sleep_model_is_timed_by_events(run_cell):
     code, result = run_cell(**SLEEP, compute_ms=20, timing="events")
     assert code == 0, result["error"]
@@ -32,6 +49,35 @@ def test_gpu_sleep_model_is_timed_by_events(run_cell):
     fwd = result["metrics"]["phases"]["fwd"]["median_ms"]
     assert fwd == pytest.approx(20, rel=0.05)
     assert result["metrics"]["step_ms"]["median"] == pytest.approx(20, rel=0.1)
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("timing", ["events", "sync"])
+def test_the_stall_is_the_gpus_idle_time_not_the_hosts_wait(run_cell, timing):
+    """One worker delivers a batch every 40 ms, the GPU computes 36 ms of it: the GPU idles 4 ms of each 40 ms step.
+    With events the host runs ahead and waits out the GPU's compute for the next batch too: on an H200 the stall
+    read from that wait was 88 % where the GPU idled 10 % (#27, the calibration run on a GPU)."""
+    code, result = run_cell(
+        model="sleep",
+        dataset="synthetic",
+        image_size=8,
+        batch_size=4,
+        sample_delay_ms=10,
+        num_workers=1,
+        compute_ms=36,
+        num_samples=4096,
+        steps=20,
+        warmup_steps=4,
+        device="cuda",
+        timing=timing,
+        torch_threads=1,
+    )
+    assert code == 0, result["error"]
+    metrics = result["metrics"]
+    assert metrics["step_ms"]["median"] == pytest.approx(40, rel=0.05)
+    assert metrics["stall_pct"] == pytest.approx(10, abs=4), metrics["phases"]
+    if timing == "events":
+        assert metrics["phases"]["wait"]["share"] > 0.5  # what the stall read before
 
 
 @pytest.mark.timing
@@ -43,13 +89,12 @@ def test_events_and_sync_agree_on_phase_times(run_cell):
         num_classes=100,
         batch_size=64,
         num_samples=1024,
-        steps=20,
+        steps=50,
         warmup_steps=5,
         device="cuda",
         torch_threads=1,  # the harness's default, pinned: timed
     )
-    _, events = run_cell(**knobs, timing="events")
-    _, sync = run_cell(**knobs, timing="sync")
+    events, sync = best_of_alternating(run_cell, knobs, timing=("events", "sync"))
     for phase in ("fwd", "bwd"):
         assert events["metrics"]["phases"][phase]["median_ms"] == pytest.approx(
             sync["metrics"]["phases"][phase]["median_ms"], rel=0.25
@@ -89,8 +134,7 @@ def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
         non_blocking=True,
         torch_threads=1,  # the harness's default, pinned: timed
     )
-    _, none = run_cell(**knobs, device_prefetch="none")
-    _, stream = run_cell(**knobs, device_prefetch="stream")
+    none, stream = best_of_alternating(run_cell, knobs, device_prefetch=("none", "stream"))
     assert stream["metrics"]["phases"]["h2d"]["median_ms"] > 0
     # The study's gain is 1-3 %, within the noise of two runs: prefetch must not lose beyond that (#27, risks).
     assert stream["metrics"]["samples_per_s"] >= 0.97 * none["metrics"]["samples_per_s"]
@@ -149,7 +193,7 @@ def test_sync_timing_keeps_the_stream_prefetch_overlap(run_cell):
     )
     assert code == 0, result["error"]
     phases = {name: p["median_ms"] for name, p in result["metrics"]["phases"].items()}
-    assert phases["h2d"] > 2
+    assert phases["h2d"] > 1  # an H200 copied these 100 MB in 1.9 ms
     outside = result["metrics"]["step_ms"]["median"] - (phases["wait"] + phases["fwd"] + phases["bwd"] + phases["opt"])
     assert outside < 0.5 * phases["h2d"]
 

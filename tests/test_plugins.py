@@ -275,6 +275,21 @@ def test_unpinned_first_batch_is_named():
     assert unpinned_note({"meta": "no tensors"}) is None
 
 
+class Hidden:
+    """A batch type that keeps its tensors to itself, as a user's may; `pinnable` gives it a pin_memory()."""
+
+    def __init__(self, pinnable: bool = False):
+        self.images = torch.zeros(2, 3)
+        if pinnable:
+            self.pin_memory = lambda: self
+
+
+def test_an_opaque_batch_without_pin_memory_is_named_unpinned():
+    """The DataLoader hands back an object it cannot walk as it is (seen on an H200: the note was missing, #27)."""
+    assert "its tensors hidden from feedbench and from the DataLoader, batch type Hidden" in unpinned_note(Hidden())
+    assert unpinned_note(Hidden(pinnable=True)) is None
+
+
 def test_default_loss_rules():
     assert default_loss(torch.tensor(2.0), None)[1] == "the model's output (a scalar)"
     with pytest.raises(KnobError, match="knob 'step': no loss"):

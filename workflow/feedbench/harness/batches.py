@@ -65,13 +65,23 @@ def unpinned_note(batch) -> str | None:
     """The adjustment when pin_memory was asked for and the first batch came back with unpinned tensors."""
     tensors = batch_tensors(batch)
     unpinned = sum(1 for t in tensors if not t.is_pinned())
-    if not tensors or not unpinned:
+    if tensors and unpinned:
+        counted = f"{unpinned} of {len(tensors)} tensors, "
+    elif not tensors and _opaque(batch) and not callable(getattr(batch, "pin_memory", None)):
+        counted = "its tensors hidden from feedbench and from the DataLoader, "  # the DataLoader returns it as it is
+    else:
         return None
     return (
-        f"pin_memory=true but the first batch came back unpinned ({unpinned} of {len(tensors)} tensors, "
-        f"batch type {type(batch).__name__}): the DataLoader pins tensors, dicts, lists, tuples and namedtuples; "
-        "a custom batch type needs a pin_memory() method"
+        f"pin_memory=true but the first batch came back unpinned ({counted}batch type {type(batch).__name__}): "
+        "the DataLoader pins tensors, dicts, lists, tuples and namedtuples; a custom batch type needs a "
+        "pin_memory() method"
     )
+
+
+def _opaque(batch) -> bool:
+    """A batch of a type none of feedbench's rules walks (batch_tensors): an object only the user's code reads."""
+    walked = (torch.Tensor, dict, list, tuple, str, bytes, int, float, bool, type(None))
+    return not isinstance(batch, walked) and not dataclasses.is_dataclass(batch)
 
 
 def default_loss(output, batch):

@@ -81,6 +81,8 @@ class Measurement:
         if device_readable and self.clock is not None and self.clock.phases:
             self.clock.steps = self.clock.steps[:n]
             table.update(self.clock.read())
+            if table.get("gpu_idle"):  # the window starts synchronised: the GPU idles through the first step's wait
+                table["gpu_idle"][0] = table["wait"][0]
             if self.copy_events:  # stream prefetcher on a GPU: the copy ran on its own stream
                 table["h2d"] = [start.elapsed_time(end) for start, end in self.copy_events[:n]]
         table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts[:n], ends, strict=True)]
