@@ -127,3 +127,30 @@ def test_same_input_same_svg(summary, tmp_path):
 )
 def test_axis_labels_carry_units(column, unit):
     assert axis_label(column).endswith(unit) if unit else "[" not in axis_label(column)
+
+
+def test_a_gpu_bar_stacks_the_gpus_idle_time_not_the_hosts_overlapping_wait():
+    """Under events timing the host's wait overlaps the GPU's compute: stacked with it the bar read 229 ms of a 129 ms
+    step (the H200 calibration's balanced cell, one worker). A CPU cell keeps its wait."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from feedbench.analysis.plots import _draw_phases
+
+    rows = pd.DataFrame(
+        {
+            "num_workers": [1, 0],
+            "wait_ms": [127.7, 100.0],
+            "h2d_ms": [0.1, 0.0],
+            "fwd_ms": [115.2, 50.0],
+            "gpu_idle_ms": [13.7, None],
+            "step_ms_median": [129.1, 150.0],
+        }
+    )
+    fig, ax = plt.subplots()
+    _draw_phases(ax, rows, [], "num_workers")
+    tops = {}
+    for bar in ax.patches:
+        x = round(bar.get_x() + bar.get_width() / 2)
+        tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
+    plt.close(fig)
+    assert tops[0] == pytest.approx(150.0) and tops[1] == pytest.approx(129.0)

@@ -247,9 +247,15 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     )
     present = [p for p in PHASES if f"{p}_ms" in data and data[f"{p}_ms"].notna().any()]
     bottoms = [0.0] * len(cells)
+    # One timeline per bar: a GPU cell under events timing stacks its GPU's idle time, not the host's wait, which
+    # overlaps its compute (feedbench.plan.metrics.stall_phase).
+    on_gpu = ["gpu_idle_ms" in group and group["gpu_idle_ms"].notna().any() for _, group in cells]
     for phase in present:
         heights = [
-            float(group[f"{phase}_ms"].median()) if group[f"{phase}_ms"].notna().any() else 0.0 for _, group in cells
+            float(group[f"{phase}_ms"].median())
+            if group[f"{phase}_ms"].notna().any() and not (phase == "wait" and gpu)
+            else 0.0
+            for (_, group), gpu in zip(cells, on_gpu, strict=True)
         ]
         ax.bar(range(len(cells)), heights, bottom=bottoms, color=PHASE_COLOURS[phase], label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
