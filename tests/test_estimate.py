@@ -6,8 +6,9 @@ import os
 
 import pytest
 from conftest import ROOT
-from feedbench.harness.flops import PARAMETER_PASSES, count_step, published_error
-from feedbench.plan.estimate import PUBLISHED_BOUND, published_cells, summary_table
+from feedbench.harness.flops import PARAMETER_PASSES, StepCount, count_step, published_error
+from feedbench.plan.estimate import PUBLISHED_BOUND, compute_seconds, published_cells, summary_table
+from feedbench.plan.target import find_gpu
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
 
@@ -61,3 +62,11 @@ def test_the_leave_one_study_out_error_is_deterministic_and_is_the_published_one
         assert f"| {family} | {value:.3f} |" in doc
     # Held out, no study's own efficiency serves it: each is the only study of its family.
     assert {p.efficiency_from for p in first} == {"pooled"}
+
+
+def test_a_family_no_study_covers_takes_the_pooled_efficiency():
+    v100 = find_gpu("V100")  # 15.7 TFLOP/s fp32
+    work = StepCount(flops=15.7e12, bytes=0.0, parameters=0, family="transformer")
+    assert compute_seconds(work, {"model": "vit_b_16"}, v100, {"cnn": 0.5, "pooled": 0.25}) == (4.0, "pooled")
+    cnn = StepCount(flops=15.7e12, bytes=0.0, parameters=0, family="cnn")
+    assert compute_seconds(cnn, {"model": "resnet50"}, v100, {"cnn": 0.5, "pooled": 0.25}) == (2.0, "cnn")

@@ -164,11 +164,16 @@ class Prediction:
         return self.bound == PUBLISHED_BOUND[self.cell.study][0]
 
 
+def compute_seconds(work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float]) -> tuple[float, str]:
+    """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, family: what
+    feedbench.harness.flops.count_step gives), and which efficiency served: its family's, else "pooled"."""
+    source = work.family if work.family in efficiencies else "pooled"
+    return roofline_seconds(work.flops, work.bytes, gpu, dtype(knobs, gpu)) / efficiencies[source], source
+
+
 def predict(cell: PublishedCell, efficiencies: dict[str, float], count: Callable) -> Prediction:
     """The cell's step on its GPU with the given efficiencies: compute and copy, overlapped as its knobs say."""
-    family = count(cell.knobs).family
-    source = family if family in efficiencies else "pooled"
-    compute = roofline(cell, count) / efficiencies[source]
+    compute, source = compute_seconds(count(cell.knobs), cell.knobs, cell.gpu, efficiencies)
     copy = copy_seconds(cell.copy_bytes, _target(cell))
     step = trainer_seconds(compute, copy, cell.overlapped)
     error = abs(cell.published_step_s / step - 1)
