@@ -82,8 +82,9 @@ def weakest(predictions) -> list[str]:
         "## Where the method is weakest",
         "",
         "* **A family no public number covers.** ResNet-50 on the K80 reaches about a quarter of its roofline, the",
-        "  MLP and the LSTM a half to two thirds: held out, the CNN is predicted 2.5 to 3 times too fast (median error "
-        f"{100 * by_study['scaling'].median_error:.0f} %). A new family (transformers) gets the pooled efficiency and",
+        "  MLP and the LSTM a half to two thirds: held out, the CNN is predicted 2.5 to 3 times too fast (median",
+        f"  error {100 * by_study['scaling'].median_error:.0f} %). A new family (transformers) gets the pooled "
+        "efficiency and",
         "  an error of this size, unmeasured.",
         "* **Small, fixed costs.** The 1-layer MLP spends more than half its step outside its two matmuls (the",
         "  pageable copy, the loss, kernel launches); the 8-layer one runs at 80 to 90 % of the GPU's peak. One",

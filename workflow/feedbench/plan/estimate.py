@@ -90,6 +90,10 @@ def _cell(study: str, row: dict, knobs: dict, step_s: float, label: str) -> Publ
     return PublishedCell(study, label, find_gpu(STUDY_GPUS[study][0]), gpus, knobs, step_s, copy or 0, overlapped)
 
 
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("s" if count > 1 else "")
+
+
 def published_cells(presets_dir: str, references_dir: str) -> list[PublishedCell]:
     """One PublishedCell per published GPU throughput of the scaling, nmt and prefetch studies, in table order."""
     cells = []
@@ -97,11 +101,11 @@ def published_cells(presets_dir: str, references_dir: str) -> list[PublishedCell
     for row in _rows(references_dir, "scaling"):
         gpus = int(row["gpus"])
         step = base["batch_size"] * gpus / float(row["samples_per_s"])
-        cells.append(_cell("scaling", row, base, step, f"{gpus} GPUs, {row['parallel']}"))
+        cells.append(_cell("scaling", row, base, step, f"{_gpus(gpus)}, {row['parallel']}"))
     base = _preset_knobs(presets_dir, "nmt")
     for row in _rows(references_dir, "nmt"):
         knobs = {**base, "lstm_impl": row["lstm_impl"], "batch_size": int(row["batch_size"])}
-        label = f"{row['variant']}, {row['gpus']} GPUs, warm-up {row['warmup_steps']}"
+        label = f"{row['variant']}, {_gpus(int(row['gpus']))}, warm-up {row['warmup_steps']}"
         cells.append(_cell("nmt", row, knobs, float(row["seconds"]) / NMT_TIMED_BATCHES, label))
     base = _preset_knobs(presets_dir, "prefetch")
     per_epoch = base["num_samples"] // base["batch_size"]
