@@ -209,6 +209,11 @@ BAD = {
         {"experiments": {"w": {"matrix": {"seed": list(range(1000)), "steps": list(range(1, 1001))}}}},
         "bad config: experiments: 1000000 cells (w: 1000000); allowed: at most 10000 cells in all (max_cells)",
     ),
+    # Issue #25: a target the plan cannot predict for is refused before any job (the other cases: test_target.py).
+    "unknown target GPU": (
+        {"target": {"gpu": "B300", "cores_per_gpu": 8, "cpu_speed": 1.0}, "experiments": {"w": {"base": {}}}},
+        "bad config: target.gpu: unknown GPU 'B300'; allowed: K80, P100, RTX2080Ti, V100, A100, H100, H200, L4",
+    ),
     "levels equal by value": (
         {"experiments": {"w": {"matrix": {"momentum": [1, 1.0]}}}},
         "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that "

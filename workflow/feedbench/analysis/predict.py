@@ -15,7 +15,8 @@ prefetches the next batch (device_prefetch stream: the copy overlaps compute), e
 (the copy runs on the compute stream, in series; non_blocking alone overlaps nothing there, since the
 next kernel waits for the copy). With loader workers the loader runs beside the trainer, so
 t = max(t_load, t_gpu); without workers the main process loads, then trains: t = t_load + t_gpu.
-The prediction is 1 / t samples/s and the bound is the largest term.
+The prediction is 1 / t samples/s and the bound is the largest term. The trainer's side is
+feedbench.plan.ceilings.trainer_seconds, which the estimate for a target GPU (feedbench.plan.estimate) shares.
 
 Which cells measure the ceilings of which training cell, and the bytes of a batch, are feedbench.plan.ceilings'.
 """
@@ -23,6 +24,8 @@ Which cells measure the ceilings of which training cell, and the bytes of a batc
 from __future__ import annotations
 
 import math
+
+from ..plan.ceilings import trainer_seconds
 
 
 def _finite(value) -> float | None:
@@ -55,7 +58,7 @@ def predict(
         "compute": 1 / compute_rate,
         "transfer": size / (bandwidth * 1e9) / batch if bandwidth and size else 0.0,
     }
-    gpu = max(terms["compute"], terms["transfer"]) if stream_prefetch else terms["compute"] + terms["transfer"]
+    gpu = trainer_seconds(terms["compute"], terms["transfer"], stream_prefetch)
     per_sample = terms["data"] + gpu if workers == 0 else max(terms["data"], gpu)
     bound = max(terms, key=terms.get)
     return 1 / per_sample, bound, {k: 1000 * v for k, v in terms.items()}

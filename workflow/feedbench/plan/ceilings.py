@@ -86,6 +86,13 @@ def batch_bytes(knobs: dict[str, Any]) -> int | None:
     return int(get("batch_size")) * (int(features) * SAMPLE_BYTES + LABEL_BYTES)
 
 
+def trainer_seconds(compute: float, copy: float, stream_prefetch: bool) -> float:
+    """The trainer's side of a step from its compute and its copy: overlapped (the larger) when a side stream
+    prefetches the next batch (device_prefetch stream), else in series (their sum): the copy runs on the compute
+    stream, and non_blocking alone overlaps nothing there, since the next kernel waits for the copy."""
+    return max(compute, copy) if stream_prefetch else compute + copy
+
+
 def nearest_size(probed: list[int], size: int | None) -> int | None:
     """The probed copy size that stands for a batch of `size` bytes: the nearest by ratio (None without either)."""
     if not size or not probed:

@@ -50,6 +50,7 @@ from .planned_cell import (
 )
 from .search import check as check_search
 from .search import dry_run_line
+from .target import check_cells, read_target
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
@@ -304,6 +305,8 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
     derived = ceiling_cells(config, cells)
     if check:
         derived = [check_cell(cell, images_dir) for cell in derived]
+    if config.get("target"):
+        check_cells(read_target(config["target"]), cells)
     return cells + derived
 
 

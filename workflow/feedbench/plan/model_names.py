@@ -19,6 +19,22 @@ def input_kind(model: str) -> str:
     return {"mlp": "vector", "lstm": "tokens"}.get(model, "image")
 
 
+# Model families whose compute efficiency (achieved over peak FLOP/s) a compute estimate fits apart
+# (feedbench.plan.estimate): convolutions, recurrent layers, dense layers, attention.
+FAMILIES = ("cnn", "rnn", "mlp", "transformer")
+# torchvision's classification models built of attention blocks; every other one of TORCHVISION_MODELS is a CNN.
+TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")
+
+
+def model_family(model: str) -> str | None:
+    """The family of a model name for the compute estimate; None for none, sleep and the user's own models."""
+    if model in ("mlp", "lstm"):
+        return {"mlp": "mlp", "lstm": "rnn"}[model]
+    if model in TORCHVISION_MODELS:
+        return "transformer" if model.startswith(TRANSFORMER_PREFIXES) else "cnn"
+    return None
+
+
 # torchvision's classification models: torchvision.models.get_model builds them.
 TORCHVISION_MODELS = (
     "alexnet",

@@ -1,0 +1,72 @@
+"""The compute estimate for a target GPU (#25): FLOPs counted on the CPU, its leave-one-study-out error published."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import ROOT
+from feedbench.harness.flops import PARAMETER_PASSES, StepCount, count_step, published_error
+from feedbench.plan.estimate import PUBLISHED_BOUND, compute_seconds, published_cells, summary_table
+from feedbench.plan.target import find_gpu
+
+DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
+
+
+def test_the_flops_of_an_mlp_are_what_the_hand_counts():
+    """MLP(64 -> 32, 2 hidden 32 x 32, -> 1) at batch 8: forward 2 B (64*32 + 2*32*32 + 32); backward the weight
+    gradients of every layer (as many) and the input gradients of every layer but the first (the data needs none)."""
+    count = count_step({"model": "mlp", "input_size": 64, "width": 32, "hidden_layers": 2, "batch_size": 8})
+    forward = 2 * 8 * (64 * 32 + 2 * 32 * 32 + 32)
+    inputs = 2 * 8 * (2 * 32 * 32 + 32)
+    assert count.flops == forward + forward + inputs == 165_376
+    assert count.parameters == (64 * 32 + 32) + 2 * (32 * 32 + 32) + (32 + 1)
+    assert count.bytes > PARAMETER_PASSES * 4 * count.parameters  # activations too
+    assert count.family == "mlp"
+
+
+def test_a_convolution_counts_its_forward_and_twice_that_backward():
+    """ResNet-18 at 32 px: the published 1.8 GFLOPs (multiply-adds) at 224 px scale with the pixels."""
+    small = count_step({"model": "resnet18", "image_size": 32, "num_classes": 10, "batch_size": 2})
+    double = count_step({"model": "resnet18", "image_size": 32, "num_classes": 10, "batch_size": 4})
+    assert double.flops == pytest.approx(2 * small.flops, rel=1e-6)
+    assert double.family == "cnn"
+
+
+def test_a_users_model_has_no_estimate():
+    with pytest.raises(ValueError, match="no compute estimate"):
+        count_step({"model": "sleep"})
+
+
+def test_every_published_gpu_throughput_is_a_cell_with_its_bound():
+    cells = published_cells(os.path.join(ROOT, "config", "presets"), os.path.join(ROOT, "report", "references"))
+    by_study = {s: [c for c in cells if c.study == s] for s in PUBLISHED_BOUND}
+    assert {s: len(c) for s, c in by_study.items()} == {"scaling": 8, "nmt": 79, "prefetch": 18}
+    k80 = by_study["scaling"][0]
+    assert k80.gpu.name == "K80" and k80.published_step_s == pytest.approx(32 / 41.49)
+    prefetch = by_study["prefetch"][0]  # 1 epoch of 50 batches, 1 layer, with the side stream: 2.52 s
+    assert prefetch.published_step_s == pytest.approx(2.52 / 50) and prefetch.overlapped
+    assert prefetch.copy_bytes == 4096 * (4096 * 4 + 8)
+
+
+def test_the_leave_one_study_out_error_is_deterministic_and_is_the_published_one():
+    """The doc's summary is what published_error gives: regenerate it with benchmarks/prediction_error.py."""
+    first, efficiencies = published_error(ROOT)
+    again, _ = published_error(ROOT)
+    assert summary_table(first) == summary_table(again)
+    with open(DOC, encoding="utf-8") as f:
+        doc = f.read()
+    for line in summary_table(first):
+        assert line in doc, f"docs/results/prediction-error.md is stale: rerun benchmarks/prediction_error.py ({line})"
+    for family, value in efficiencies.items():
+        assert f"| {family} | {value:.3f} |" in doc
+    # Held out, no study's own efficiency serves it: each is the only study of its family.
+    assert {p.efficiency_from for p in first} == {"pooled"}
+
+
+def test_a_family_no_study_covers_takes_the_pooled_efficiency():
+    v100 = find_gpu("V100")  # 15.7 TFLOP/s fp32
+    work = StepCount(flops=15.7e12, bytes=0.0, parameters=0, family="transformer")
+    assert compute_seconds(work, {"model": "vit_b_16"}, v100, {"cnn": 0.5, "pooled": 0.25}) == (4.0, "pooled")
+    cnn = StepCount(flops=15.7e12, bytes=0.0, parameters=0, family="cnn")
+    assert compute_seconds(cnn, {"model": "resnet50"}, v100, {"cnn": 0.5, "pooled": 0.25}) == (2.0, "cnn")

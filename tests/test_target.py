@@ -1,0 +1,153 @@
+"""feedbench.plan.target: the `target:` block checked at plan time, the GPU table, the roofline and the copy (#25)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from conftest import ROOT
+from feedbench.plan.ceilings import trainer_seconds
+from feedbench.plan.config import count_values, one_line, validate_config
+from feedbench.plan.matrix import ConfigError, build_cells
+from feedbench.plan.model_names import TORCHVISION_MODELS, model_family
+from feedbench.plan.target import (
+    DTYPES,
+    TABLE,
+    Target,
+    copy_seconds,
+    dtype,
+    find_gpu,
+    gpu_table,
+    read_target,
+    roofline_seconds,
+)
+
+SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
+TRAIN = {"scenario": "train", "model": "resnet18", "dataset": "synthetic", "image_size": 32, "num_classes": 10}
+# The GPUs of the published studies, and the ones a cluster job is planned for today.
+NEEDED = ("K80", "P100", "RTX2080Ti", "V100", "A100", "H100", "H200", "L4")
+
+
+def plan(target: dict, base: dict | None = None) -> str:
+    """What the Snakefile does before any job (workflow/rules/common.smk): validate, build and check the cells."""
+    config = {"target": target, "experiments": {"e": {"base": base or TRAIN, "matrix": {"num_workers": [0, 2]}}}}
+    try:
+        count_values(config)
+        validate_config(config, SCHEMA)
+        build_cells(config)
+    except ConfigError as error:
+        return one_line(error)
+    return ""
+
+
+def test_a_good_target_plans():
+    assert plan({"gpu": "h100", "cores_per_gpu": 16, "cpu_speed": 1.2}) == ""
+    assert plan({"gpu": "RTX 2080 Ti", "cores_per_gpu": 4, "cpu_speed": 0.8, "link_gb_per_s": 12}) == ""
+
+
+def test_an_unknown_gpu_is_one_line_naming_the_known_ones():
+    got = plan({"gpu": "B300", "cores_per_gpu": 16, "cpu_speed": 1.0})
+    assert got == f"bad config: target.gpu: unknown GPU 'B300'; allowed: {', '.join(gpu_table())}"
+
+
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        (
+            {"gpu": "A100", "cores_per_gpu": 8},
+            "bad config: target: missing key; allowed: a mapping with gpu, cores_per_gpu, cpu_speed",
+        ),
+        ({"cores_per_gpu": 8, "cpu_speed": 1}, "bad config: target: missing key; allowed: a mapping with gpu"),
+    ],
+)
+def test_a_missing_figure_of_the_target_is_one_line(target, message):
+    got = plan(target)
+    assert got.startswith(message) and "\n" not in got, got
+
+
+def test_a_dtype_the_gpu_has_no_peak_for_is_one_line_at_plan_time():
+    got = plan({"gpu": "K80", "cores_per_gpu": 8, "cpu_speed": 1.0}, {**TRAIN, "amp": "fp16"})
+    assert got == (
+        "bad config: experiments.e: cell 'num_workers-0' computes in fp16, for which target.gpu K80 has no peak_tflops;"
+        " allowed: a GPU with one (P100, RTX2080Ti, V100, A100, H100, H200, L4) or another amp"
+    )
+
+
+@pytest.mark.parametrize("figure", ["mem_gb_per_s", "h2d_gb_per_s", "peak_tflops"])
+def test_a_figure_missing_from_the_table_is_one_line(figure):
+    row = {k: v for k, v in gpu_table()["H100"].items() if k != figure}
+    with pytest.raises(ConfigError) as error:
+        find_gpu("H100", table={"H100": row})
+    assert str(error.value) == (
+        f"target.gpu: GPU H100 has no {figure} in {TABLE}; allowed: a row with peak_tflops, mem_gb_per_s, h2d_gb_per_s"
+    )
+
+
+def test_a_figure_without_its_source_is_refused():
+    row = gpu_table()["L4"]
+    row = {**row, "sources": {k: v for k, v in row["sources"].items() if k != "mem_gb_per_s"}}
+    with pytest.raises(ConfigError, match="GPU L4 has no source for mem_gb_per_s"):
+        find_gpu("L4", table={"L4": row})
+
+
+def test_fewer_cores_than_a_rank_and_one_worker_is_one_line_at_plan_time():
+    got = plan({"gpu": "H200", "cores_per_gpu": 1, "cpu_speed": 1.0})
+    assert got == (
+        "bad config: target.cores_per_gpu: value 1 gives a rank fewer cores than itself and one loader worker; "
+        "allowed: at least 2"
+    )
+
+
+def test_the_table_has_every_needed_gpu_with_every_figure_and_its_source():
+    with open(TABLE, encoding="utf-8") as f:
+        table = yaml.safe_load(f)
+    assert set(NEEDED) <= set(table)
+    for name in table:
+        gpu = find_gpu(name)  # refuses a missing figure or source
+        assert set(gpu.peak_tflops) == set(DTYPES) and gpu.peak_tflops["fp32"] > 0
+        # Tensor cores only ever add to the plain fp32 rate; the link is slower than the memory.
+        assert all(v is None or v >= gpu.peak_tflops["fp32"] for v in gpu.peak_tflops.values()), name
+        assert 0 < gpu.h2d_gb_per_s < gpu.mem_gb_per_s, name
+
+
+def test_the_link_defaults_to_the_gpus_and_an_own_link_replaces_it():
+    assert read_target({"gpu": "A100", "cores_per_gpu": 8, "cpu_speed": 1}).link_gb_per_s == 31.5
+    target = read_target({"gpu": "A100", "cores_per_gpu": 8, "cpu_speed": 1, "link_gb_per_s": 20})
+    assert target.link_gb_per_s == 20
+    assert copy_seconds(40e9, target) == pytest.approx(2.0)
+    assert copy_seconds(None, target) == 0  # a batch of tokens: its bytes vary
+
+
+def test_the_roofline_is_the_longer_of_flops_and_bytes():
+    v100 = find_gpu("V100")  # 15.7 TFLOP/s fp32, 900 GB/s
+    assert roofline_seconds(15.7e12, 1e9, v100, "fp32") == pytest.approx(1.0)
+    assert roofline_seconds(1e9, 1800e9, v100, "fp32") == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        roofline_seconds(1, 1, v100, "bf16")
+
+
+def test_the_dtype_follows_amp_and_pytorchs_tf32_convolutions():
+    a100, v100 = find_gpu("A100"), find_gpu("V100")
+    assert dtype({"model": "resnet50"}, a100) == "tf32"
+    assert dtype({"model": "resnet50"}, v100) == "fp32"
+    assert dtype({"model": "mlp"}, a100) == "fp32"  # matmuls: allow_tf32 is off by default
+    assert dtype({"model": "lstm", "amp": "bf16"}, a100) == "bf16"
+
+
+def test_every_model_has_a_family_but_the_users_and_the_placeholders():
+    assert {model_family(m) for m in TORCHVISION_MODELS} == {"cnn", "transformer"}
+    assert model_family("vit_b_16") == "transformer" and model_family("resnet50") == "cnn"
+    assert (model_family("mlp"), model_family("lstm")) == ("mlp", "rnn")
+    assert model_family("sleep") is None and model_family("mypkg.models:Net") is None
+
+
+def test_the_copy_overlaps_compute_only_with_a_side_stream():
+    assert trainer_seconds(3.0, 1.0, stream_prefetch=True) == 3.0
+    assert trainer_seconds(3.0, 1.0, stream_prefetch=False) == 4.0
+    assert trainer_seconds(1.0, 3.0, stream_prefetch=True) == 3.0
+
+
+def test_a_target_is_plain_data():
+    target = read_target({"gpu": "l4", "cores_per_gpu": 4, "cpu_speed": 0.5})
+    assert target == Target(find_gpu("L4"), 4, 0.5, 31.5)

@@ -1,0 +1,105 @@
+"""A training step's work counted on the CPU, without running it: FLOPs and bytes of forward, loss and backward.
+
+The model is built on PyTorch's meta device (shapes, no data), so ResNet-50 at batch 32 counts in about a second
+and needs no memory. FLOPs: torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions, forward and
+backward). Bytes: every tensor an operator writes (views write nothing), counted twice (written, then read once),
+plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.plan.target's roofline turns both into time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..plan.cell import parse_cell
+from ..plan.estimate import Prediction, fit_efficiencies, leave_one_study_out, published_cells
+from ..plan.model_names import input_kind, model_family
+from .models import build_model, loss_function
+
+# Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read in backward,
+# its gradient written; then the optimizer reads weight, gradient and momentum and writes weight and momentum.
+PARAMETER_PASSES = 8
+# An activation is written once and read at least once.
+ACTIVATION_PASSES = 2
+
+
+@dataclass(frozen=True)
+class StepCount:
+    flops: float  # forward + loss + backward
+    bytes: float  # activations and parameters moved through GPU memory, a lower bound
+    parameters: int
+    family: str | None
+
+
+class _WrittenBytes(TorchDispatchMode):
+    """Sums the bytes of every tensor an operator returns, views left out (they share their input's storage)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        return out
+
+
+def _batch(cell) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of the cell's shape on the meta device: inputs and targets as the model's loss takes them."""
+    meta, size = torch.device("meta"), cell.batch_size
+    kind = input_kind(cell.model)
+    if kind == "tokens":
+        tokens = torch.zeros(size, cell.seq_len, dtype=torch.long, device=meta)
+        return tokens, tokens
+    if kind == "vector":
+        return torch.empty(size, cell.input_size, device=meta), torch.empty(size, 1, device=meta)
+    images = torch.empty(size, 3, cell.image_size, cell.image_size, device=meta)
+    return images, torch.zeros(size, dtype=torch.long, device=meta)
+
+
+def count_step(knobs: dict) -> StepCount:
+    """FLOPs and bytes of one training step of a cell's model at its batch (feedbench's own and torchvision's
+    models; ValueError for the user's own model, none and sleep, whose work is not theirs to count here)."""
+    cell = parse_cell({k: v for k, v in knobs.items() if k != "scenario"})
+    if model_family(cell.model) is None:
+        raise ValueError(f"model {cell.model!r}: no compute estimate; allowed: feedbench's mlp, lstm or torchvision's")
+    return _count(cell)
+
+
+def _count(cell) -> StepCount:
+    """count_step's count: the cell's model built on the meta device, one step run under the counters."""
+    with torch.device("meta"):
+        model = build_model(cell)
+    inputs, targets = _batch(cell)
+    written = _WrittenBytes()
+    with FlopCounterMode(display=False) as flops, written:
+        loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
+    parameters = sum(p.numel() for p in model.parameters())
+    moved = ACTIVATION_PASSES * written.bytes + PARAMETER_PASSES * 4 * parameters
+    return StepCount(float(flops.get_total_flops()), float(moved), parameters, model_family(cell.model))
+
+
+@lru_cache(maxsize=64)
+def _counted(key: str) -> StepCount:
+    return count_step(json.loads(key))
+
+
+def count_once(knobs: dict) -> StepCount:
+    """count_step, counting each distinct set of knobs once per process (an LSTM of the nmt study takes seconds)."""
+    return _counted(json.dumps(knobs, sort_keys=True))
+
+
+def published_error(root: str) -> tuple[list[Prediction], dict[str, float]]:
+    """The compute estimate against every published GPU throughput, leave one study out, and the efficiencies fitted
+    to all studies (what a target's prediction uses): docs/results/prediction-error.md. `root`: the checkout, whose
+    config/presets/ and report/references/ are read."""
+    cells = published_cells(os.path.join(root, "config", "presets"), os.path.join(root, "report", "references"))
+    return leave_one_study_out(cells, count_once), fit_efficiencies(cells, count_once)

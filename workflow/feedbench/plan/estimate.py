@@ -1,0 +1,226 @@
+"""The compute estimate for a target GPU, and its error against the published studies' GPU throughputs.
+
+A step's time on a GPU is estimated as its roofline (feedbench.plan.target.roofline_seconds: counted FLOPs at the
+dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of its model family
+(model_names.FAMILIES): the share of the roofline such models reach. The efficiencies are fitted only to public
+numbers, the GPU throughputs the studies published (report/references/, docs/studies.md), each on the model of the
+study's preset (config/presets/), so the work counted is the work feedbench would run:
+
+    scaling   ResNet-50 on K80s, samples/s per row of GPUs (data already on the GPU)
+    nmt       a 4 x 512 LSTM on P100s, seconds of 20 batches per row
+    prefetch  a 4096-wide MLP on an RTX 2080 Ti, seconds of epochs x 50 batches per row, copies from pageable memory
+
+An efficiency is the geometric mean over a family's studies of each study's geometric mean of roofline / observed
+compute time, from its one-GPU rows (more GPUs add communication the estimate does not model); a family no study
+fits takes the pooled efficiency, the geometric mean of all studies'. Its error is published leave one study out
+(leave_one_study_out): each study predicted by efficiencies fitted to the others. docs/results/prediction-error.md
+holds it, written by benchmarks/prediction_error.py; tests/test_estimate.py checks the two agree.
+
+Plain Python: the FLOPs and bytes come from a `count(knobs)` the caller passes (feedbench.harness.flops.count_step).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import yaml
+
+from .ceilings import batch_bytes, trainer_seconds
+from .target import Gpu, Target, copy_seconds, dtype, find_gpu, roofline_seconds
+
+# The bound every published cell had, by study, and the published evidence for it.
+PUBLISHED_BOUND = {
+    "scaling": ("compute", "the images are generated on the GPU before the loop: no data to wait for"),
+    "nmt": (
+        "compute",
+        "the fused kernel trains 1.3x faster than the step-by-step loop on the same data, and synthetic and WMT14 "
+        "data train within 3 % of each other on one GPU: the model's kernels set the pace",
+    ),
+    "prefetch": (
+        "compute",
+        "the time grows by about 1.5 s per epoch with each square layer at a fixed batch, while hiding the copy "
+        "behind compute saves 3 to 8 %",
+    ),
+}
+# The GPU of each study, as its published table's hardware column names it.
+STUDY_GPUS = {"scaling": ("K80", "K80"), "nmt": ("P100", "P100"), "prefetch": ("RTX2080Ti", "2080 Ti")}
+# nmt.csv: seconds are the total of this many timed batches (its comment).
+NMT_TIMED_BATCHES = 20
+
+
+@dataclass(frozen=True)
+class PublishedCell:
+    study: str
+    label: str  # the row, in a few words
+    gpu: Gpu
+    gpus: int
+    knobs: dict  # the preset's full-size knobs for the row: what is counted
+    published_step_s: float  # seconds of one step of one GPU, from the published number
+    copy_bytes: float  # of a batch copied to the GPU in the step (0: the data is on the GPU or negligible)
+    overlapped: bool  # the copy is hidden behind compute (a side stream prefetches)
+
+
+def _preset_knobs(presets_dir: str, study: str) -> dict:
+    with open(os.path.join(presets_dir, f"{study}.yaml"), encoding="utf-8") as f:
+        preset = yaml.safe_load(f)
+    defaults = {k: v for k, v in (preset.get("defaults") or {}).items() if k != "repeats"}
+    return {**defaults, **preset["experiments"][study]["base"]}
+
+
+def _rows(references_dir: str, study: str) -> list[dict]:
+    with open(os.path.join(references_dir, f"{study}.csv"), encoding="utf-8") as f:
+        lines = [line for line in f if not line.startswith("#")]
+    rows = list(csv.DictReader(lines))
+    name, printed = STUDY_GPUS[study]
+    for row in rows:
+        if printed not in row["hardware"]:
+            raise ValueError(f"{study}.csv: hardware {row['hardware']!r} is not the {name} the estimate assumes")
+    return rows
+
+
+def _cell(study: str, row: dict, knobs: dict, step_s: float, label: str) -> PublishedCell:
+    copy = batch_bytes(knobs) if knobs.get("scenario") == "train" else 0
+    overlapped = knobs.get("device_prefetch") == "stream"
+    gpus = int(row.get("gpus") or 1)
+    return PublishedCell(study, label, find_gpu(STUDY_GPUS[study][0]), gpus, knobs, step_s, copy or 0, overlapped)
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("s" if count > 1 else "")
+
+
+def published_cells(presets_dir: str, references_dir: str) -> list[PublishedCell]:
+    """One PublishedCell per published GPU throughput of the scaling, nmt and prefetch studies, in table order."""
+    cells = []
+    base = _preset_knobs(presets_dir, "scaling")
+    for row in _rows(references_dir, "scaling"):
+        gpus = int(row["gpus"])
+        step = base["batch_size"] * gpus / float(row["samples_per_s"])
+        cells.append(_cell("scaling", row, base, step, f"{_gpus(gpus)}, {row['parallel']}"))
+    base = _preset_knobs(presets_dir, "nmt")
+    for row in _rows(references_dir, "nmt"):
+        knobs = {**base, "lstm_impl": row["lstm_impl"], "batch_size": int(row["batch_size"])}
+        label = f"{row['variant']}, {_gpus(int(row['gpus']))}, warm-up {row['warmup_steps']}"
+        cells.append(_cell("nmt", row, knobs, float(row["seconds"]) / NMT_TIMED_BATCHES, label))
+    base = _preset_knobs(presets_dir, "prefetch")
+    per_epoch = base["num_samples"] // base["batch_size"]
+    for row in _rows(references_dir, "prefetch"):
+        knobs = {**base, "hidden_layers": int(row["hidden_layers"]), "device_prefetch": row["device_prefetch"]}
+        knobs["pin_memory"] = False  # the study's source is pageable
+        step = float(row["seconds"]) / (int(row["epochs"]) * per_epoch)
+        label = f"{row['hidden_layers']} layers, {row['epochs']} epochs, prefetch {row['device_prefetch']}"
+        cells.append(_cell("prefetch", row, knobs, step, label))
+    return cells
+
+
+def roofline(cell: PublishedCell, count: Callable) -> float:
+    """The cell's roofline seconds on its study's GPU."""
+    work = count(cell.knobs)
+    return roofline_seconds(work.flops, work.bytes, cell.gpu, dtype(cell.knobs, cell.gpu))
+
+
+def _target(cell: PublishedCell) -> Target:
+    return Target(cell.gpu, cores_per_gpu=2, cpu_speed=1.0, link_gb_per_s=cell.gpu.h2d_gb_per_s)
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def fit_efficiencies(cells: list[PublishedCell], count: Callable) -> dict[str, float]:
+    """Efficiency per family, and "pooled" over all studies, from the one-GPU cells (module docstring)."""
+    by_study: dict[tuple[str, str], list[float]] = {}
+    for cell in cells:
+        if cell.gpus != 1:
+            continue
+        copy = copy_seconds(cell.copy_bytes, _target(cell))
+        observed = cell.published_step_s if cell.overlapped else cell.published_step_s - copy
+        if observed <= 0:
+            continue
+        by_study.setdefault((count(cell.knobs).family, cell.study), []).append(roofline(cell, count) / observed)
+    studies = {key: _geomean(values) for key, values in by_study.items()}
+    fitted = {}
+    for family in sorted({family for family, _ in studies}):
+        fitted[family] = _geomean([v for (f, _), v in studies.items() if f == family])
+    if studies:
+        fitted["pooled"] = _geomean(list(studies.values()))
+    return fitted
+
+
+@dataclass(frozen=True)
+class Prediction:
+    cell: PublishedCell
+    efficiency: float
+    efficiency_from: str  # the family's own fit, or "pooled"
+    compute_s: float
+    copy_s: float
+    step_s: float
+    bound: str  # compute or data (the copy: the published cells have no loader figure)
+    error: float  # |predicted - published| / published samples/s
+
+    @property
+    def bound_right(self) -> bool:
+        return self.bound == PUBLISHED_BOUND[self.cell.study][0]
+
+
+def compute_seconds(work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float]) -> tuple[float, str]:
+    """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, family: what
+    feedbench.harness.flops.count_step gives), and which efficiency served: its family's, else "pooled"."""
+    source = work.family if work.family in efficiencies else "pooled"
+    return roofline_seconds(work.flops, work.bytes, gpu, dtype(knobs, gpu)) / efficiencies[source], source
+
+
+def predict(cell: PublishedCell, efficiencies: dict[str, float], count: Callable) -> Prediction:
+    """The cell's step on its GPU with the given efficiencies: compute and copy, overlapped as its knobs say."""
+    compute, source = compute_seconds(count(cell.knobs), cell.knobs, cell.gpu, efficiencies)
+    copy = copy_seconds(cell.copy_bytes, _target(cell))
+    step = trainer_seconds(compute, copy, cell.overlapped)
+    error = abs(cell.published_step_s / step - 1)
+    bound = "compute" if compute >= copy else "data"
+    return Prediction(cell, efficiencies[source], source, compute, copy, step, bound, error)
+
+
+def leave_one_study_out(cells: list[PublishedCell], count: Callable) -> list[Prediction]:
+    """Every published cell predicted with efficiencies fitted to the other studies alone."""
+    predictions = []
+    for study in dict.fromkeys(c.study for c in cells):
+        fitted = fit_efficiencies([c for c in cells if c.study != study], count)
+        predictions += [predict(c, fitted, count) for c in cells if c.study == study]
+    return predictions
+
+
+@dataclass(frozen=True)
+class Summary:
+    cells: int
+    median_error: float
+    worst_error: float
+    bounds_right: float  # share of cells whose bound was called right
+
+
+def summarize(predictions: list[Prediction]) -> Summary:
+    errors = [p.error for p in predictions]
+    right = sum(p.bound_right for p in predictions) / len(predictions)
+    return Summary(len(predictions), statistics.median(errors), max(errors), right)
+
+
+def summary_table(predictions: list[Prediction]) -> list[str]:
+    """The published summary (docs/results/prediction-error.md): all cells, then each study, as markdown rows."""
+    lines = [
+        "| held-out cells | cells | median absolute error | worst absolute error | bound called right |",
+        "|---|---|---|---|---|",
+    ]
+    groups = {"all studies": predictions}
+    for study in dict.fromkeys(p.cell.study for p in predictions):
+        groups[study] = [p for p in predictions if p.cell.study == study]
+    for name, group in groups.items():
+        s = summarize(group)
+        lines.append(
+            f"| {name} | {s.cells} | {100 * s.median_error:.1f} % | {100 * s.worst_error:.1f} % "
+            f"| {100 * s.bounds_right:.0f} % |"
+        )
+    return lines

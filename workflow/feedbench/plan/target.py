@@ -1,0 +1,165 @@
+"""The target: the node a cluster job will run on, named in the config's `target:` block, and its GPU's figures.
+
+    target:
+      gpu: H100            # a name of the table plan/gpus.yaml (peak FLOP/s per dtype, memory and link bandwidth)
+      cores_per_gpu: 16    # the CPU cores Slurm gives each GPU's rank and its loader workers
+      cpu_speed: 1.0       # one core of the target against one core here (a loader cell's samples/s there / here)
+      link_gb_per_s: 25    # optional: the host-to-device bandwidth where it differs from the GPU's default link
+
+Every figure the plan needs is checked at plan time, before any job: an unknown GPU names the known ones, a figure
+missing from the table (or a dtype the GPU has no rate for) names what is missing, and a target with fewer cores than
+one rank and one loader worker (plan.resources) is refused. Each is one ConfigError line.
+
+The roofline turns a step's counted FLOPs and bytes into seconds on the GPU; the copy turns a batch's bytes into
+seconds over the link. Plain Python (the plan layer): feedbench.harness.flops counts, feedbench.plan.estimate fits the
+efficiency that scales the roofline to what a model family reaches.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, key_path
+from .knobs import KNOBS, shown
+from .model_names import model_family
+from .resources import cpus_per_rank
+
+TABLE = os.path.join(os.path.dirname(__file__), "gpus.yaml")
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+FIGURES = ("peak_tflops", "mem_gb_per_s", "h2d_gb_per_s")
+# The dtype of the matmuls and convolutions of each `amp` level (no autocast: fp32 storage).
+AMP_DTYPES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One row of the table: dense peak TFLOP/s per dtype (None: no such rate), GB/s of memory and of its link."""
+
+    name: str
+    title: str
+    peak_tflops: dict[str, float | None]
+    mem_gb_per_s: float
+    h2d_gb_per_s: float
+    sources: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Target:
+    gpu: Gpu
+    cores_per_gpu: int
+    cpu_speed: float
+    link_gb_per_s: float  # the GPU's default link unless the config gives its own
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_-]+", "", str(name)).lower()
+
+
+def _gpu(name: str, row: Any, where: str) -> Gpu:
+    """A table row as a Gpu, or ConfigError naming the figure (or its source) the row lacks."""
+    row = row if isinstance(row, dict) else {}
+    sources = row.get("sources") or {}
+    for figure in FIGURES:
+        if row.get(figure) is None:
+            raise ConfigError(
+                f"{where}: GPU {name} has no {figure} in {TABLE}; allowed: a row with {', '.join(FIGURES)}"
+            )
+        if not sources.get(figure):
+            raise ConfigError(f"{where}: GPU {name} has no source for {figure} in {TABLE}; allowed: a public source")
+    peaks = row["peak_tflops"]
+    if not isinstance(peaks, dict) or set(peaks) != set(DTYPES):
+        raise ConfigError(
+            f"{where}: GPU {name} gives peak_tflops for {shown(peaks)}; allowed: {', '.join(DTYPES)}"
+            " (null: no such rate)"
+        )
+    if peaks["fp32"] is None:
+        raise ConfigError(f"{where}: GPU {name} has no fp32 peak_tflops in {TABLE}; allowed: a number")
+    return Gpu(
+        name,
+        row.get("title", name),
+        {d: None if peaks[d] is None else float(peaks[d]) for d in DTYPES},
+        float(row["mem_gb_per_s"]),
+        float(row["h2d_gb_per_s"]),
+        dict(sources),
+    )
+
+
+@lru_cache(maxsize=4)
+def gpu_table(path: str = TABLE) -> dict[str, dict]:
+    """The table's rows by name, as written (checked when a target names one: find_gpu)."""
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def find_gpu(name: Any, where: str = "target.gpu", table: dict | None = None) -> Gpu:
+    """The GPU a config names, matched ignoring case, spaces, dashes and underscores; ConfigError naming the known."""
+    table = gpu_table() if table is None else table
+    by_key = {_key(known): known for known in table}
+    if _key(name) not in by_key:
+        raise ConfigError(f"{where}: unknown GPU {shown(name)}; allowed: {', '.join(table)}")
+    known = by_key[_key(name)]
+    return _gpu(known, table[known], where)
+
+
+def read_target(spec: dict, table: dict | None = None) -> Target:
+    """The config's `target:` block (schema-checked: gpu, cores_per_gpu, cpu_speed given) as a Target."""
+    for figure in ("gpu", "cores_per_gpu", "cpu_speed"):
+        if spec.get(figure) is None:
+            raise ConfigError(f"target.{figure}: missing; allowed: a target with gpu, cores_per_gpu and cpu_speed")
+    gpu = find_gpu(spec["gpu"], table=table)
+    needed = cpus_per_rank({"num_workers": 1})
+    if spec["cores_per_gpu"] < needed:
+        raise ConfigError(
+            f"target.cores_per_gpu: value {shown(spec['cores_per_gpu'])} gives a rank fewer cores than itself and one "
+            f"loader worker; allowed: at least {needed}"
+        )
+    link = spec.get("link_gb_per_s")
+    return Target(gpu, int(spec["cores_per_gpu"]), float(spec["cpu_speed"]), float(link or gpu.h2d_gb_per_s))
+
+
+def dtype(knobs: dict, gpu: Gpu) -> str:
+    """The dtype whose peak serves a cell's step: its autocast dtype, else tf32 for a CNN on a GPU that has it
+    (PyTorch lets cuDNN's convolutions use TF32 by default, torch.backends.cudnn.allow_tf32), else fp32."""
+    amp = AMP_DTYPES[knobs.get("amp", KNOBS["amp"].default)]
+    if amp == "fp32" and model_family(knobs.get("model", KNOBS["model"].default)) == "cnn":
+        return "tf32" if gpu.peak_tflops["tf32"] is not None else "fp32"
+    return amp
+
+
+def check_cells(target: Target, cells: list) -> None:
+    """Every training or compute cell's dtype has a peak on the target's GPU; else one line naming the cell
+    and the GPUs that have one."""
+    for cell in cells:
+        if cell.knobs.get("scenario", KNOBS["scenario"].default) not in ("train", "compute"):
+            continue
+        wanted = dtype(cell.knobs, target.gpu)
+        if target.gpu.peak_tflops[wanted] is None:
+            having = [name for name, row in gpu_table().items() if (row.get("peak_tflops") or {}).get(wanted)]
+            raise ConfigError(
+                f"{key_path('experiments', cell.experiment)}: cell '{cell.id}' computes in {wanted}, for which "
+                f"target.gpu {target.gpu.name} has no peak_tflops; allowed: a GPU with one ({', '.join(having)}) or "
+                "another amp"
+            )
+
+
+def roofline_seconds(flops: float, bytes_moved: float, gpu: Gpu, kind: str) -> float:
+    """The least time of a step on `gpu`: its FLOPs at the dtype's peak or its bytes at the memory's, the longer."""
+    peak = gpu.peak_tflops[kind]
+    if peak is None:
+        raise ValueError(f"{gpu.name} has no {kind} peak")
+    return max(flops / (peak * 1e12), bytes_moved / (gpu.mem_gb_per_s * 1e9))
+
+
+def copy_seconds(batch_bytes: float | None, target: Target) -> float:
+    """Seconds to copy a batch of `batch_bytes` to the target's GPU over its link; 0 when the bytes are unknown.
+
+    Pinned or pageable, the same figure: the table has no pageable rate (the driver stages pageable memory through a
+    pinned buffer, so such copies reach less); docs/results/prediction-error.md says how far off that is here.
+    """
+    return (batch_bytes or 0) / (target.link_gb_per_s * 1e9)
