@@ -18,6 +18,8 @@ import pytest
 from conftest import ROOT
 from feedbench.analysis import growth
 from feedbench.analysis.aggregate import result_row
+from feedbench.analysis.report import build as build_report
+from feedbench.analysis.report import render
 from feedbench.analysis.verdict import summarize_experiment
 from feedbench.harness.memory import MemorySeries
 from feedbench.plan import memory
@@ -119,9 +121,15 @@ def test_a_python_list_grows_the_workers_and_a_numpy_twin_does_not(user_module, 
     assert numpy_row["workers_uss_grown_mb"] < memory.GROWTH_FLOOR_MB / 2, numpy["monitor"]["memory"]
     assert numpy_row["samples_to_memory_limit"] is None
     rows = pd.DataFrame([{**listed_row, "baseline": True}, {**numpy_row, "baseline": False}])
-    note = summarize_experiment(rows, {"dataset": ["held_data:python_list", "held_data:numpy_rows"]})["memory"]
+    matrix = {"dataset": ["held_data:python_list", "held_data:numpy_rows"]}
+    note = summarize_experiment(rows, matrix)["memory"]
     assert note.startswith("cell list: the workers' memory (USS, summed) grows"), note
     assert "copy-on-access" in note and "NumPy arrays or Arrow tables" in note and "cell numpy" not in note
+    html = render(build_report(rows, [], [], {"experiments": {"held": {"matrix": matrix}}}, "c0ffee42"))
+    start = html.index('<small class="memory">')
+    sentence = html[start : html.index("</small>", start)]
+    assert "cell list:" in sentence and "cell numpy" not in sentence and html.count("copy-on-access") == 1
+    assert "worker MB per 1k samples" in html and "samples to memory limit" in html
 
 
 def _sleeper(seconds: float) -> None:
