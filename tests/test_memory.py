@@ -21,7 +21,7 @@ from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.report import build as build_report
 from feedbench.analysis.report import render
 from feedbench.analysis.verdict import summarize_experiment
-from feedbench.harness.memory import MemorySeries
+from feedbench.harness.memory import MemorySeries, _growth
 from feedbench.plan import memory
 from feedbench.plan.result import schema
 
@@ -130,6 +130,39 @@ def test_a_python_list_grows_the_workers_and_a_numpy_twin_does_not(user_module, 
     sentence = html[start : html.index("</small>", start)]
     assert "cell list:" in sentence and "cell numpy" not in sentence and html.count("copy-on-access") == 1
     assert "worker MB per 1k samples" in html and "samples to memory limit" in html
+
+
+def test_forkserver_workers_are_workers_and_the_server_is_not():
+    """A forkserver's workers are the server's children and carry its command line: they are workers, the server (a
+    child of the cell's process) a helper. Real processes."""
+    from feedbench.harness.monitor import _workers
+
+    context = multiprocessing.get_context("forkserver")
+    workers = [context.Process(target=_sleeper, args=(30,)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        found = {p.pid for p in _workers(psutil.Process())}
+        assert {w.pid for w in workers} <= found
+        servers = [p for p in psutil.Process().children() if "multiprocessing.forkserver" in " ".join(p.cmdline())]
+        assert servers and not {p.pid for p in servers} & found
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.join()
+
+
+def test_a_workers_start_up_is_not_fitted_as_growth():
+    """A worker started anew at an epoch boundary starts while the loader waits (the count holds still): a spawned
+    one imports torch, from 3 MB to 290 (as measured in a spawn cell). Then it reads without growing."""
+    start_up = [3.0, 10.0, 85.0, 150.0, 230.0, 288.0]
+    run = {"pid": 1, "samples": [256] * 6 + [272, 304, 336, 368, 400], "uss_mb": start_up + [288.4] * 5}
+    run["fit_from"] = 0
+    found = _growth([run])
+    assert abs(found["growth_mb_per_1k"]) < 0.5 and not memory.growing(found["grown_mb"], found["r2"]), found
+    waiting = {**run, "samples": run["samples"] + [400, 400], "uss_mb": run["uss_mb"] + [347.5, 300.0]}
+    assert _growth([waiting])["growth_mb_per_1k"] == found["growth_mb_per_1k"]  # shutting down: the count stopped
+    assert _growth([{**run, "fit_from": None}])["growth_mb_per_1k"] is None  # not settled yet: nothing to fit
 
 
 def _sleeper(seconds: float) -> None:

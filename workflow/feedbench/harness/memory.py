@@ -4,8 +4,8 @@ Each worker's own series is kept by worker id: the processes are ordered by thei
 lowest id no live worker holds. A loader without persistent_workers starts its workers again at each epoch
 boundary: the new processes take the ids the old ones left, and each process is one run of its id's series (with its
 pid), so the growth fit (plan.memory.fit) gives each run its own intercept and a restart's drop is not read as
-shrinking. A worker's first SETTLE_S are kept in its series but not fitted: a fresh process copies the pages it
-starts with (a few MB) before its first batch, a step that is not growth.
+shrinking. A worker's start-up is kept in its series but not fitted (_settled): a fresh process copies the pages it
+starts with (a few MB forked, hundreds spawned) before its first batch, a step that is not growth.
 
 USS (memory only this process holds) is what a worker made its own: copies of pages it shared with the main process
 at fork, and what it allocated. PSS adds its share of the pages it still shares. Both read /proc/<pid>/smaps
@@ -47,9 +47,18 @@ def _thin(values: list[float]) -> list[float]:
 
 
 def _settled(run: dict) -> tuple[list[float], list[float]]:
-    """A run's points from the first one taken after its process settled (SETTLE_S); none before it has."""
+    """The points of a run a fit may use: from the first one taken after its process settled (SETTLE_S) and after
+    the loader delivered a sample more than at the run's first point, to the first one at its last count. A worker
+    started anew (at an epoch boundary) starts while the loader waits for it, a spawned one importing torch for
+    seconds: that start-up, and a worker that waits to be shut down, hold the count still and are not growth."""
     first = run.get("fit_from", 0)  # the main process: from its first point
-    return ([], []) if first is None else (run["samples"][first:], run["uss_mb"][first:])
+    xs = run["samples"]
+    if first is None or not xs:
+        return [], []
+    start = next((i for i, x in enumerate(xs) if x > xs[0]), len(xs))
+    start = max(start, first)
+    end = xs.index(xs[-1]) + 1  # counts only grow
+    return xs[start:end], run["uss_mb"][start:end]
 
 
 def _growth(runs: list[dict]) -> dict:

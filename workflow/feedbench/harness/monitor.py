@@ -60,14 +60,15 @@ HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 def _workers(process: psutil.Process) -> list[psutil.Process]:
     """The process's descendants less multiprocessing's helpers (a resource tracker outlives the loader that
-    started it, so a later cell in the same process would count it as a worker)."""
+    started it, so a later cell in the same process would count it as a worker). A helper is one of the process's
+    own children: forkserver's workers are the server's children and carry its command line."""
     workers = []
     for child in process.children(recursive=True):
         try:
-            command = " ".join(child.cmdline())
+            command, parent = " ".join(child.cmdline()), child.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if not any(helper in command for helper in HELPERS):
+        if parent != process.pid or not any(helper in command for helper in HELPERS):
             workers.append(child)
     return workers
 
