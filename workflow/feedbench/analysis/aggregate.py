@@ -67,6 +67,24 @@ def _tail(metrics: dict) -> dict:
     }
 
 
+def _memory(result: dict) -> dict:
+    """The workers' memory growth and the samples until the cell's memory limit (monitor.memory; absent from older
+    results and from cells without a monitor: empty)."""
+    memory = (result.get("monitor") or {}).get("memory") or {}
+    limit = memory.get("limit") or {}
+    return {
+        "workers_uss_growth_mb_per_1k": memory.get("workers_growth_mb_per_1k"),
+        "workers_uss_grown_mb": memory.get("workers_grown_mb"),
+        "workers_uss_growth_r2": memory.get("workers_r2"),
+        "trainer_uss_growth_mb_per_1k": (memory.get("main") or {}).get("growth_mb_per_1k"),
+        "memory_used_mb": memory.get("used_mb"),
+        "memory_limit_mb": limit.get("limit_mb"),
+        "memory_limit_by": limit.get("bound_by"),
+        "samples_to_memory_limit": memory.get("samples_to_limit"),
+        "workers_start_method": memory.get("start_method"),
+    }
+
+
 def _metrics(result: dict) -> dict:
     metrics = result.get("metrics") or {}
     step = metrics.get("step_ms") or {}
@@ -80,6 +98,7 @@ def _metrics(result: dict) -> dict:
         "h2d_gb_per_s": metrics.get("h2d_gb_per_s"),
         "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
         **_tail(metrics),
+        **_memory(result),
         "cuda_init_s": metrics.get("cuda_init_s"),
         **{
             f"original_{k}": (metrics.get("original_estimators") or {}).get(k)

@@ -227,6 +227,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "has_efficiency": False,
         "has_prediction": False,
         "has_epoch_stall": False,
+        "has_memory_growth": False,
         "search": None,
     }
 
@@ -252,6 +253,7 @@ def _verdict_context(found: dict) -> dict:
         "baseline_bound": base["bound"] if base else None,
         "recommendation": found["recommendation"],
         "time_lost": found["time_lost"],
+        "memory": found["memory"],
     }
 
 
@@ -293,6 +295,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         has_efficiency="efficiency" in found["cells"],
         has_prediction=_has_values(found["cells"], "predicted"),
         has_epoch_stall=_has_values(found["cells"], "epoch_stall_ms"),
+        has_memory_growth=_has_values(found["cells"], "growth_mb_per_1k"),
     )
     if best is not None:
         context["verdict"] = _verdict_context(found)

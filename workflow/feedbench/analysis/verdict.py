@@ -45,7 +45,7 @@ import pandas as pd
 
 from ..plan.ceilings import LOADER_REACHES
 from ..plan.knobs import KNOBS
-from . import stages
+from . import growth, stages
 from .aggregate import is_true, knob_value
 
 DATA_STALL_PCT = 10.0
@@ -228,6 +228,7 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "h2d_share": _median(ok, "h2d_share"),
                 "gpus": gpu_count(first),
                 **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
+                **growth.figures(ok),  # the workers' memory growth and the samples to the cell's memory limit
                 # analysis.predict's prediction from the cell's ceilings, when the summary has them (else None).
                 "predicted": _median(ok, "predicted_samples_per_s"),
                 "predicted_bound": first.get("predicted_bound")
@@ -348,6 +349,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         "recommendation": None,
         "wording": None,
         "time_lost": None,
+        "memory": None,
     }
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
@@ -376,6 +378,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         verdict["wording"] = gain_wording(verdict["best"], verdict["baseline"], verdict["clear"])
     verdict["recommendation"] = recommend(verdict["cells"], verdict["baseline"], verdict["best"])
     verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"])
+    verdict["memory"] = growth.note(cells)  # every cell whose workers grow, whichever is best
     return verdict
 
 

@@ -62,6 +62,7 @@ class Measurement:
     stage_log: list[dict] = field(default_factory=list)  # each loader batch's stage timings, in the loader's order
     stage_skip: int = 0  # the batches before the measured window: warm-up
     pulled: int = 0  # batches taken from the loader so far (by the loop or the stream prefetcher ahead of it)
+    delivered: int = 0  # samples the loop has taken from the loader, warm-up included (the monitor's memory axis)
     epoch_starts: list[int] = field(default_factory=list)  # the pull index of each epoch's first batch
     boundary_steps: list[int] = field(default_factory=list)  # measured steps whose wait pulled a later epoch's first
     notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
@@ -390,6 +391,7 @@ def _window(
         if m.time_to_first_batch_s is None:
             m.time_to_first_batch_s = t_ready - feed.start
         host, batch, events = item if feed.prefetch else (item, None, None)
+        m.delivered += batch_len(host) if feed.resident is None else 0
         if i == 0 and cell.pin_memory and device.type == "cuda" and feed.resident is None:
             note = unpinned_note(host)
             if note:

@@ -1,4 +1,5 @@
-"""A sampling thread: GPU utilisation and memory (NVML), host CPU, trainer RSS, workers' PSS/USS and CPU time.
+"""A sampling thread: GPU utilisation and memory (NVML), host CPU, trainer RSS, USS and PSS, each worker's USS and
+PSS (harness.memory) and CPU time.
 
 Sampling runs beside the measured loop at a low rate so it does not compete
 with it; a missing GPU or NVML is a note in the result, not an error.
@@ -9,9 +10,12 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from typing import Callable
 
 import psutil
 import torch
+
+from .memory import MemorySeries
 
 
 class NVML:
@@ -56,28 +60,17 @@ HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 def _workers(process: psutil.Process) -> list[psutil.Process]:
     """The process's descendants less multiprocessing's helpers (a resource tracker outlives the loader that
-    started it, so a later cell in the same process would count it as a worker)."""
+    started it, so a later cell in the same process would count it as a worker). A helper is one of the process's
+    own children: forkserver's workers are the server's children and carry its command line."""
     workers = []
     for child in process.children(recursive=True):
         try:
-            command = " ".join(child.cmdline())
+            command, parent = " ".join(child.cmdline()), child.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if not any(helper in command for helper in HELPERS):
+        if parent != process.pid or not any(helper in command for helper in HELPERS):
             workers.append(child)
     return workers
-
-
-def _workers_memory(process: psutil.Process) -> dict[str, float]:
-    pss = uss = 0.0
-    for child in _workers(process):
-        try:
-            info = child.memory_full_info()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        pss += getattr(info, "pss", info.rss)
-        uss += info.uss
-    return {"workers_pss_mb": pss / 2**20, "workers_uss_mb": uss / 2**20}
 
 
 def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -> None:
@@ -98,15 +91,25 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
 
 
 class Monitor(threading.Thread):
-    """Samples until stop(); summary() gives mean and max of each series."""
+    """Samples until stop(); summary() gives mean and max of each series, and each process's memory against the
+    samples delivered (`delivered`: the loader's samples so far; `start_method`: how its workers started)."""
 
-    def __init__(self, interval_s: float, device: torch.device | None):
+    def __init__(
+        self,
+        interval_s: float,
+        device: torch.device | None,
+        delivered: Callable[[], int] | None = None,
+        start_method: str | None = None,
+    ):
         super().__init__(daemon=True, name="feedbench-monitor")
         self.interval_s = interval_s
         self.nvml = NVML(device)
         self.process = psutil.Process()
         self.samples: list[dict[str, float]] = []
         self.workers: dict[tuple[int, float], dict] = {}
+        self.delivered = delivered or (lambda: 0)
+        self.start_method = start_method
+        self.memory = MemorySeries()
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -118,7 +121,7 @@ class Monitor(threading.Thread):
                 "trainer_cpu_pct": self.process.cpu_percent(None),
                 "trainer_rss_mb": self.process.memory_info().rss / 2**20,
             }
-            sample.update(_workers_memory(self.process))
+            sample.update(self.memory.record(self.delivered(), self.process, _workers(self.process)))
             _workers_cpu(self.process, self.workers)
             sample.update(self.nvml.sample())
             self.samples.append(sample)
@@ -141,5 +144,6 @@ class Monitor(threading.Thread):
                 {**w, "cpu_share": round(w["cpu_s"] / w["wall_s"], 3) if w["wall_s"] > 0 else None}
                 for w in self.workers.values()
             ],
+            "memory": self.memory.summary(self.start_method),
             "notes": [self.nvml.note] if self.nvml.note else [],
         }

@@ -7,6 +7,7 @@ completed), so a matrix never loses a cell silently.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -249,7 +250,8 @@ def _run_scenario(r: CellRun, cell: Cell, device: torch.device, user: dict | Non
     if cell.scenario == "transfer":
         _probe_transfer(r, cell, device, user)
     else:
-        r.monitor = Monitor(cell.monitor_interval_s, device)
+        started = (cell.multiprocessing_context or multiprocessing.get_start_method()) if cell.num_workers else None
+        r.monitor = Monitor(cell.monitor_interval_s, device, lambda: r.m.delivered, started)
         measure(cell, device, r.m, r.out_dir if r.world.rank == 0 else None, r.monitor, r.world, user)
 
 

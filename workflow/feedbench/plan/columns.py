@@ -31,6 +31,15 @@ METRIC_COLUMNS = [
     "epoch_stall_ms_max",
     "epoch_stall_s",  # what those waits cost beyond the median wait, summed
     "epoch_boundaries",
+    "workers_uss_growth_mb_per_1k",  # the loader workers' memory growth, fitted (monitor.memory; plan.memory)
+    "workers_uss_grown_mb",
+    "workers_uss_growth_r2",
+    "trainer_uss_growth_mb_per_1k",
+    "memory_used_mb",
+    "memory_limit_mb",  # the smallest of RAM, the cgroup's memory.max and Slurm's allocation (plan.memory)
+    "memory_limit_by",
+    "samples_to_memory_limit",
+    "workers_start_method",
     "cuda_init_s",
     "original_fwd_samples_per_s",
     "original_bwd_samples_per_s",
