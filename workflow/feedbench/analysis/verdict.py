@@ -196,6 +196,10 @@ def _median(rows: pd.DataFrame, column: str) -> float | None:
     return rows[column].median() if column in rows and rows[column].notna().any() else None
 
 
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame:
     """One row per cell of one experiment: its knobs that vary, repeats, the objective's interval, phases and bound."""
     rows = with_objectives(rows)
@@ -234,6 +238,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 if isinstance(first.get("predicted_bound"), str)
                 else None,
                 "error_pct": _median(ok, "prediction_error_pct"),
+                "predicted_from": _text(first.get("predicted_from")),
+                "trades": _text(first.get("whatif_trades")),  # what a stage what-if traded (harness.whatif)
                 "ceiling_loader": _median(ok, "ceiling_loader_samples_per_s"),
                 "ceiling_compute": _median(ok, "ceiling_compute_samples_per_s"),
                 "culprit": culprit,
