@@ -264,3 +264,71 @@ def test_the_what_if_model_takes_the_stages_out_of_the_workers_and_adds_the_devi
     assert predicted == pytest.approx(predict(100 * 10 / 6, 1 / (1 / 1000 + 0.0005), 2, 8)[0])
     assert bound == "data" and predicted == pytest.approx(1000 / 6)
     assert predict_whatif((None, 1000), 2, 8, 10.0, 4.0)[0] is None
+
+
+RANDOM_V2 = """
+from torchvision.transforms import v2
+
+
+class Flips(Costs):
+    def __init__(self, n):
+        super().__init__(n)
+        self.transform = v2.Compose([v2.RandomHorizontalFlip(), v2.ToDtype(torch.float64)])
+
+
+def build_flips(ctx, n=16):
+    return Flips(n)
+
+
+def model64(ctx):
+    return nn.Linear(4, 1).double()
+
+
+def step64(model, batch, ctx):
+    assert batch[0].dtype == torch.float64 and batch[0].device.type == ctx.device.type, batch[0]
+    return model(batch[0]).mean()
+"""
+
+
+def _random_cell(run_cell, module, device: str | None):
+    with open(f"{module}/known_costs.py", "a") as f:
+        f.write(RANDOM_V2)
+    knobs = {**BASE, "dataset": "known_costs:build_flips", "model": "known_costs:model64", "step": "known_costs:step64"}
+    knobs.update(
+        python_path=[module], device_stages="RandomHorizontalFlip", steps=3, warmup_steps=1, stage_timing=False
+    )
+    return run_cell(**knobs, **({"device": device} if device else {}))
+
+
+def test_a_random_device_stage_draws_per_batch_and_says_so(run_cell, user_module):
+    code, result = _random_cell(run_cell, user_module, None)
+    assert code == 0 and result["status"] == "ok", result["error"]
+    found = result["metrics"]["whatif"]
+    assert found["device_stages"] == ["RandomHorizontalFlip", "ToDtype"] and found["device_ms_per_batch"] > 0
+    assert found["trades"] == [
+        "RandomHorizontalFlip, ToDtype run on the batch after the copy",
+        "per-sample random transform applied per batch (RandomHorizontalFlip)",
+    ]
+
+
+@pytest.mark.gpu
+def test_device_stages_run_on_the_gpu(run_cell, user_module):
+    code, result = _random_cell(run_cell, user_module, "cuda")
+    assert code == 0 and result["status"] == "ok", result["error"]  # the step asserts its batch is on the GPU
+    assert result["metrics"]["whatif"]["device_ms_per_batch"] > 0  # CUDA events
+
+
+def test_a_user_dataset_without_a_compose_has_no_stage_to_name(user_module):
+    class Plain(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            return torch.zeros(4), index
+
+    with pytest.raises(KnobError) as error:
+        whatif.apply(_cell(user_module, cache_after="Crop"), Plain(), None)
+    assert str(error.value) == (
+        "knob 'cache_after': the cell's pipeline has no stage 'Crop'; allowed: none: the dataset has no torchvision "
+        "Compose"
+    )

@@ -39,7 +39,9 @@ def whatifs_of(knobs: dict) -> dict:
 def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple, device_ms_per_batch=None):
     """(samples/s, bound, terms) of a what-if cell from its baseline's stage profile and the ceilings `rates` (loader,
     compute) it shares with it; `copy`: (bytes of the baseline's batch, GB/s). The moved stages' cost on the device is
-    the cell's own, measured (device_ms_per_batch), else taken as their cost in the worker. (None, None, {}) without a
+    the cell's own, measured (device_ms_per_batch), else taken as their cost in the worker. The samples/s is the
+    baseline's measured one times what the model gives the what-if over what it gives the baseline: the ceilings'
+    own error on the baseline (their prediction_error_pct) is not the what-if's. (None, None, {}) without a
     profile."""
     profile, order = stages.profile(baseline), order_of(baseline)
     if profile is None:
@@ -58,7 +60,14 @@ def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple,
     workers = int(knobs.get("num_workers") or 0)
     size = crossing_bytes(copy[0], moved) if moved else copy[0]
     stream = knobs.get("device_prefetch") == "stream"
-    return predict_whatif(rates, workers, batch, profile["worker_ms"], saved, device, (size, copy[1]), stream)
+    predicted, bound, terms = predict_whatif(
+        rates, workers, batch, profile["worker_ms"], saved, device, (size, copy[1]), stream
+    )
+    as_is = predict_whatif(rates, workers, batch, profile["worker_ms"], 0.0, 0.0, copy, stream)[0]
+    measured = _median(baseline, "samples_per_s")
+    if predicted is not None and as_is and measured:  # the model's ratio, on the baseline as it was measured
+        predicted = measured * predicted / as_is
+    return predicted, bound, terms
 
 
 def top_stages(rows: pd.DataFrame, n: int = TOP_STAGES) -> list[str]:

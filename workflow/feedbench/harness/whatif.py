@@ -120,6 +120,17 @@ class Cached:
         return self.store[_index]
 
 
+class Passthrough:
+    """What a Compose left with no transform of its own holds: torchvision v2's Compose cannot run an empty list."""
+
+    def __call__(self, x):
+        return x
+
+
+def _assign(compose, transforms: list) -> None:
+    compose.transforms = list(transforms) or [Passthrough()]
+
+
 class Nothing:
     """The built-in images' read and decode once the cache holds what comes after them: no file is opened."""
 
@@ -253,7 +264,7 @@ def apply(cell: Cell, dataset: Dataset, out_dir: str | None) -> tuple[Dataset, P
 def _skip(cell: Cell, composes: dict, plan: Plan) -> None:
     dropped = [composes[name][0].transforms[composes[name][1]] for name in cell.skip_stages]
     for compose in {id(c): c for c, _ in composes.values()}.values():
-        compose.transforms = [t for t in compose.transforms if all(t is not d for d in dropped)]
+        _assign(compose, [t for t in compose.transforms if all(t is not d for d in dropped)])
     if cell.skip_stages:
         plan.facts["skipped"] = list(cell.skip_stages)
         plan.facts["trades"].append(f"changes the data: {', '.join(cell.skip_stages)} skipped")
@@ -273,7 +284,7 @@ def _to_device(cell: Cell, compose, names: list[str], plan: Plan) -> None:
                 "from which on every transform is a torchvision.transforms.v2 one"
             )
     plan.device = v2.Compose(list(compose.transforms[start:]))
-    compose.transforms = list(compose.transforms[:start])
+    _assign(compose, compose.transforms[:start])
     plan.facts["device_stages"] = moved
     plan.facts["trades"].append(f"{', '.join(moved)} run on the batch after the copy")
     if _random(moved):
@@ -289,7 +300,7 @@ def _cache(cell: Cell, dataset: CachedSamples, compose, names: list[str], images
     steps = list(compose.transforms) if compose is not None else []
     loader = images.loader if images is not None else None
     if stage == READ:
-        images.loader, compose.transforms = ReadCapture(store), []
+        images.loader, compose.transforms = ReadCapture(store), [Passthrough()]
     else:
         compose.transforms = [Capture(steps[:cut], store)]
     start = time.perf_counter()
