@@ -13,6 +13,8 @@ import textwrap
 import pytest
 import torch
 import yaml
+from feedbench.analysis.aggregate import read_summary
+from feedbench.analysis.verdict import summarize_experiment
 from feedbench.harness import whatif
 from feedbench.harness.runner import run
 from feedbench.plan.cell import parse_cell
@@ -114,6 +116,12 @@ def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     assert any(t == "JitterV2 run on the batch after the copy" for t in trades.values()), trades
     device = next(r for r in whatifs.values() if r["device_stages"] == "JitterV2")
     assert float(device["whatif_device_ms"]) >= SCALE * COSTS["Jitter"] * 0.99  # once per batch, on the batch
+    summary = read_summary(str(workdir / "results" / "summary.csv"))
+    ours = summary[summary["experiment"] == "whatif"].copy()
+    assert summarize_experiment(ours, EXPERIMENT["matrix"])["best"]["cell"] == "cache_after-JitterV2"
+    skipped = ours["skip_stages"] != "[]"
+    ours.loc[skipped, "samples_per_s"] *= 10  # a skip that measured other data is never the best configuration
+    assert summarize_experiment(ours, EXPERIMENT["matrix"])["best"]["cell"] == "cache_after-JitterV2"
     html = (workdir / "results" / "report" / "index.html").read_text()
     assert "Stage what-ifs (cells run with" in html and "3 cells, median error" in html
     assert all(f"what-if: {t}" in html for t in trades.values())

@@ -47,6 +47,7 @@ from ..plan.ceilings import LOADER_REACHES
 from ..plan.knobs import KNOBS
 from . import stages
 from .aggregate import is_true, knob_value
+from .whatifs import changed_data
 
 DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
@@ -358,7 +359,10 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
         return verdict
-    best = measured.loc[measured["median"].astype(float).idxmax()]
+    # A cell that skipped stages (skip_stages) measured other data: never the best configuration, unless all did.
+    kept = measured[~measured["cell"].isin(changed_data(rows))]
+    kept = measured if kept.empty else kept
+    best = kept.loc[kept["median"].astype(float).idxmax()]
     verdict["best"] = best.to_dict()
     base = cells[cells["cell"] == base_id]
     if base_id is None:

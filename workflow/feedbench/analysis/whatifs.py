@@ -36,6 +36,13 @@ def whatifs_of(knobs: dict) -> dict:
     return found
 
 
+def changed_data(rows: pd.DataFrame) -> set:
+    """The cells among the summary's rows that skipped stages (skip_stages): they measured other data."""
+    if "skip_stages" not in rows:
+        return set()
+    return {cell for cell, value in zip(rows["cell"], rows["skip_stages"], strict=True) if _set(value)}
+
+
 def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple, device_ms_per_batch=None):
     """(samples/s, bound, terms) of a what-if cell from its baseline's stage profile and the ceilings `rates` (loader,
     compute) it shares with it; `copy`: (bytes of the baseline's batch, GB/s). The moved stages' cost on the device is
