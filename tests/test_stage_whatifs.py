@@ -340,3 +340,15 @@ def test_a_user_dataset_without_a_compose_has_no_stage_to_name(user_module):
         "knob 'cache_after': the cell's pipeline has no stage 'Crop'; allowed: none: the dataset has no torchvision "
         "Compose"
     )
+
+
+@pytest.mark.slow  # two spawned workers start torch
+def test_spawned_workers_map_the_file_cache(run_cell, user_module, tmp_path):
+    """A spawned worker gets the cache's path, not its items, and maps the file itself (whatif.Store.__getstate__)."""
+    knobs = {**BASE, "python_path": [user_module], "dataset_args": {"n": 16}, "num_workers": 2}
+    code, result = run_cell(
+        **knobs, multiprocessing_context="spawn", cache_after="CropV2", cache_in="file", steps=2, warmup_steps=1
+    )
+    assert code == 0 and result["status"] == "ok", result["error"]
+    assert result["metrics"]["whatif"]["trades"] == ["cache of 256 bytes on disk (stage_cache.pt)"]
+    assert result["metrics"]["stages"]["stages"]["Cached"]["calls"] == 8  # the measured batches' samples, in workers
