@@ -65,8 +65,10 @@ def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
         .reset_index()
     )
     first = rows.drop_duplicates(["experiment", "cell"]).to_dict("records")
-    cells["with_2x_cpu"] = [what_if(row, cpu=2) for row in first]
-    cells["with_2x_copy"] = [what_if(row, copy=2) for row in first]
+    # A stage what-if's ceilings are its baseline's: doubling them predicts the baseline, not the cell. Left out.
+    ceilings = [not str(row.get("predicted_from") or "").startswith("stage what-if") for row in first]
+    cells["with_2x_cpu"] = [what_if(row, cpu=2) if own else None for row, own in zip(first, ceilings, strict=True)]
+    cells["with_2x_copy"] = [what_if(row, copy=2) if own else None for row, own in zip(first, ceilings, strict=True)]
     return cells[columns]
 
 

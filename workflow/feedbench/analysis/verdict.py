@@ -359,8 +359,10 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
         return verdict
-    # A cell that skipped stages (skip_stages) measured other data: never the best configuration, unless all did.
-    kept = measured[~measured["cell"].isin(changed_data(rows))]
+    # A cell that skipped stages (skip_stages) measured other data: never the best configuration or the fix, unless
+    # all did.
+    changed = changed_data(rows)
+    kept = measured[~measured["cell"].isin(changed)]
     kept = measured if kept.empty else kept
     best = kept.loc[kept["median"].astype(float).idxmax()]
     verdict["best"] = best.to_dict()
@@ -384,7 +386,8 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
             and best["low"] > base["high"]
         )
         verdict["wording"] = gain_wording(verdict["best"], verdict["baseline"], verdict["clear"])
-    verdict["recommendation"] = recommend(verdict["cells"], verdict["baseline"], verdict["best"])
+    fixes = verdict["cells"][~verdict["cells"]["cell"].isin(changed)]
+    verdict["recommendation"] = recommend(fixes, verdict["baseline"], verdict["best"])
     verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"])
     return verdict
 
