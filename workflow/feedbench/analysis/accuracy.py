@@ -39,7 +39,17 @@ def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
 def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per predicted cell with a measurement: experiment, cell, measured and predicted medians, error %,
     and the what-ifs: the prediction with 2x CPU cores for the loader and with 2x copy bandwidth."""
-    columns = ["experiment", "cell", "measured", "predicted", "error_pct", "bound", "with_2x_cpu", "with_2x_copy"]
+    columns = [
+        "experiment",
+        "cell",
+        "measured",
+        "predicted",
+        "error_pct",
+        "bound",
+        "source",
+        "with_2x_cpu",
+        "with_2x_copy",
+    ]
     if "prediction_error_pct" not in summary:
         return pd.DataFrame(columns=columns)
     rows = summary[(summary["status"] == "ok") & summary["prediction_error_pct"].notna()]
@@ -50,12 +60,15 @@ def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
             predicted=("predicted_samples_per_s", "median"),
             error_pct=("prediction_error_pct", "median"),
             bound=("predicted_bound", "first"),
+            source=("predicted_from", "first") if "predicted_from" in rows else ("predicted_bound", lambda _: None),
         )
         .reset_index()
     )
     first = rows.drop_duplicates(["experiment", "cell"]).to_dict("records")
-    cells["with_2x_cpu"] = [what_if(row, cpu=2) for row in first]
-    cells["with_2x_copy"] = [what_if(row, copy=2) for row in first]
+    # A stage what-if's ceilings are its baseline's: doubling them predicts the baseline, not the cell. Left out.
+    ceilings = [not str(row.get("predicted_from") or "").startswith("stage what-if") for row in first]
+    cells["with_2x_cpu"] = [what_if(row, cpu=2) if own else None for row, own in zip(first, ceilings, strict=True)]
+    cells["with_2x_copy"] = [what_if(row, copy=2) if own else None for row, own in zip(first, ceilings, strict=True)]
     return cells[columns]
 
 
@@ -95,10 +108,22 @@ def figure(cells: pd.DataFrame) -> Figure:
     return fig
 
 
+def whatif_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The predicted cells that ran a stage what-if, predicted from their baseline's profile (analysis.whatifs)."""
+    return cells[cells["source"].astype(str).str.startswith("stage what-if")]
+
+
 def report_context(summary: pd.DataFrame) -> dict | None:
-    """What the report's prediction section shows: the error summary, the cells and the figure; None with no cell."""
+    """What the report's prediction section shows: the error summary (and that of the stage what-ifs alone), the cells
+    and the figure; None with no cell."""
     cells = predicted_cells(summary)
     found = error_summary(cells)
     if found is None:
         return None
-    return {**found, "rows": cells.to_dict("records"), "svg": svg_text(figure(cells), salt="prediction")}
+    whatifs = error_summary(whatif_cells(cells))
+    return {
+        **found,
+        "whatifs": whatifs,
+        "rows": cells.to_dict("records"),
+        "svg": svg_text(figure(cells), salt="prediction"),
+    }

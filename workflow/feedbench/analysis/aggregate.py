@@ -16,11 +16,12 @@ import pandas as pd
 
 from ..plan.ceilings import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, nearest_size
 from ..plan.columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STAGE_STATS, STATUS
-from ..plan.knobs import KNOBS, user_batch
+from ..plan.knobs import KNOBS, STAGE_WHATIFS, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
 from ..plan.metrics import PHASES
 from ..plan.result import UnusableResult, atomic_write, read_result
 from .predict import predict
+from .whatifs import predict_cell, whatifs_of
 
 
 def _labels(result: dict, path: str) -> dict:
@@ -120,6 +121,11 @@ def _metrics(result: dict) -> dict:
         row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
     stages = metrics.get("stages") or {}
     row["stage_worker_ms"] = stages.get("worker_ms_per_sample")
+    row["stage_order"] = " > ".join(stages["order"]) if stages.get("order") else None
+    whatif = metrics.get("whatif") or {}
+    row["whatif_trades"] = "; ".join(whatif.get("trades") or []) or None
+    row["whatif_cache_mb"] = whatif["cache"]["bytes"] / 2**20 if whatif.get("cache") else None
+    row["whatif_device_ms"] = whatif.get("device_ms_per_batch")
     for name, stats in (stages.get("stages") or {}).items():
         for column, key in STAGE_STATS.items():
             row[f"stage_{name}_{column}"] = stats.get(key)
@@ -288,6 +294,40 @@ def _matched(ok: pd.DataFrame):
     return find
 
 
+# The knobs of a stage what-if and its cache: the cell without them is its baseline (analysis.whatifs).
+WHATIF_ONLY = (*STAGE_WHATIFS, "cache_limit_mb", "cache_in")
+
+
+def _whatif_baselines(ok: pd.DataFrame):
+    """row -> the finished rows of its stage what-if's baseline: the training cell of its experiment with the same
+    knobs but no what-if; None where the row has no what-if or no such cell ran."""
+
+    def key(row) -> tuple:
+        rest = tuple((k, _or_default(row.get(k), k)) for k in KNOBS if k not in WHATIF_ONLY)
+        return (row.get("experiment"), rest)
+
+    train = ok[ok["scenario"] == "train"] if "scenario" in ok else ok.iloc[0:0]
+    plain = [i for i, row in train.iterrows() if not whatifs_of({k: _plain(row.get(k)) for k in STAGE_WHATIFS})]
+    groups: dict[tuple, list] = {}
+    for index in plain:
+        groups.setdefault(key(train.loc[index]), []).append(index)
+    return lambda row: train.loc[groups[key(row)]] if key(row) in groups else None
+
+
+def _predict_row(row, knobs: dict, rates: tuple, copy: tuple, baseline_of) -> tuple:
+    """(samples/s, bound, where from) of a training row: from its ceilings, or, for a stage what-if, from its
+    baseline's stage profile (analysis.whatifs) with the same ceilings."""
+    workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
+    if not whatifs_of(knobs):
+        predicted, bound, _terms = predict(*rates, workers, batch, *copy, knobs.get("device_prefetch") == "stream")
+        return predicted, bound, "ceilings"
+    baseline = baseline_of(row)
+    if baseline is None:
+        return None, None, None
+    predicted, bound, _terms = predict_cell(knobs, baseline, rates, copy, _plain(row.get("whatif_device_ms")))
+    return predicted, bound, f"stage what-if of {baseline['cell'].iloc[0]}"
+
+
 def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataFrame:
     """Add PREDICTION_COLUMNS: each single-process training cell predicted from its ceilings (analysis.predict), and
     the measured samples/s against it: 100 x (measured / predicted - 1). The ceilings are the cells the planner's map
@@ -299,6 +339,7 @@ def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataF
         return frame
     ok = frame[frame["status"] == "ok"]
     find = _matched(ok) if links is None else _planned(ok, links)
+    baseline_of = _whatif_baselines(ok)
     for index, row in frame.iterrows():
         if row["scenario"] != "train" or _plain(row.get("parallel")) not in (None, "none"):
             continue
@@ -313,10 +354,7 @@ def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataF
                 size = batch_bytes(knobs)
                 copy = _copy_rate(probe, size, pinned)
                 source = "sweep" if copy else None
-        workers, batch = int(knobs.get("num_workers", 0)), int(knobs.get("batch_size", 1))
-        predicted, bound, _terms = predict(
-            loader, compute, workers, batch, size, copy, knobs.get("device_prefetch") == "stream"
-        )
+        predicted, bound, source_of = _predict_row(row, knobs, (loader, compute), (size, copy), baseline_of)
         frame.at[index, "ceiling_loader_samples_per_s"] = loader
         frame.at[index, "ceiling_compute_samples_per_s"] = compute
         frame.at[index, "ceiling_copy_gb_per_s"] = copy
@@ -325,10 +363,11 @@ def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataF
             continue
         frame.at[index, "predicted_samples_per_s"] = predicted
         frame.at[index, "predicted_bound"] = bound
+        frame.at[index, "predicted_from"] = source_of
         measured = _plain(row.get("samples_per_s"))
         if row["status"] == "ok" and isinstance(measured, (int, float)):
             frame.at[index, "prediction_error_pct"] = 100 * (measured / predicted - 1)
-    numbers = [c for c in PREDICTION_COLUMNS if c not in ("predicted_bound", "ceiling_copy_from")]
+    numbers = [c for c in PREDICTION_COLUMNS if c not in ("predicted_bound", "ceiling_copy_from", "predicted_from")]
     frame[numbers] = frame[numbers].apply(pd.to_numeric)
     return frame
 

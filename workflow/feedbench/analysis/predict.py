@@ -62,3 +62,58 @@ def predict(
     per_sample = terms["data"] + gpu if workers == 0 else max(terms["data"], gpu)
     bound = max(terms, key=terms.get)
     return 1 / per_sample, bound, {k: 1000 * v for k, v in terms.items()}
+
+
+# Stage what-ifs (knobs cache_after, skip_stages, device_stages; docs/harness.md, "Stage what-ifs"), from a cell's stage
+# profile: W its worker's ms per sample, s the ms per sample of the stages the what-if takes out of the workers.
+#     loader ceiling  L' = L x W / (W - s)     the loader is as fast as its workers make samples
+#     device stages   t_comp' = t_comp + d     d: their ms per sample on the device, in the training process
+#                     bytes' = bytes / 4       when they make float32 of uint8 (TO_FLOAT): the batch crosses as uint8
+# then predict() as for any cell. Stages outside the dataset's Compose (spans, the unattributed rest, collate) stay.
+TO_FLOAT = ("ToTensor", "ConvertImageDtype", "ToDtype")
+WHATIF_KINDS = {"skip_stages": "costs nothing", "cache_after": "cached after it", "device_stages": "on the device"}
+
+
+def taken_out(order: list[str], kind: str, stage) -> list[str]:
+    """The stages a what-if takes out of the workers: those skipped, the cached ones (up to and including the stage,
+    in the pipeline's order), or those from the stage on (device_stages). A stage outside `order` takes out nothing."""
+    if kind == "skip_stages":
+        return [stage] if isinstance(stage, str) else list(stage)
+    if stage not in order:
+        return []
+    at = order.index(stage)
+    return order[: at + 1] if kind == "cache_after" else order[at:]
+
+
+def predict_whatif(
+    rates: tuple,
+    workers: int,
+    batch: int,
+    worker_ms: float,
+    saved_ms: float,
+    device_ms: float = 0.0,
+    copy: tuple = (None, None),
+    stream_prefetch: bool = False,
+) -> tuple[float | None, str | None, dict]:
+    """predict() of a stage what-if: `rates` (loader, compute samples/s) of the cell it changes, its worker's ms per
+    sample, the ms per sample the what-if takes out, what the moved stages cost per sample on the device, and
+    `copy` (bytes of a batch as it then crosses, GB/s). Also the loader ceiling it then has, in the terms
+    (`loader_per_s`)."""
+    loader, compute = _finite(rates[0]), _finite(rates[1])
+    worker_ms = _finite(worker_ms)
+    if loader is None or compute is None or worker_ms is None:
+        return None, None, {}
+    left = max(worker_ms - max(saved_ms, 0.0), 1e-3 * worker_ms)  # a loader that makes nothing is not infinitely fast
+    loader = loader * worker_ms / left
+    compute = 1 / (1 / compute + max(device_ms, 0.0) / 1000)
+    predicted, bound, terms = predict(loader, compute, workers, batch, copy[0], copy[1], stream_prefetch)
+    return predicted, bound, {**terms, "loader_per_s": loader}
+
+
+def crossing_bytes(batch_bytes, moved: list[str]):
+    """The bytes of a batch that crosses to the device before the moved stages: a quarter where one of them makes
+    float32 of uint8 (TO_FLOAT), else the same."""
+    size = _finite(batch_bytes)
+    if size is None:
+        return None
+    return size / 4 if any(name.split("#")[0] in TO_FLOAT for name in moved) else size

@@ -26,7 +26,7 @@ from markupsafe import Markup, escape
 from ..plan import search
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, verdict, views
+from . import accuracy, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -228,6 +228,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "has_prediction": False,
         "has_epoch_stall": False,
         "has_memory_growth": False,
+        "whatifs": [],
         "search": None,
     }
 
@@ -296,6 +297,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         has_prediction=_has_values(found["cells"], "predicted"),
         has_epoch_stall=_has_values(found["cells"], "epoch_stall_ms"),
         has_memory_growth=_has_values(found["cells"], "growth_mb_per_1k"),
+        whatifs=whatifs.experiment_table(rows),  # the top stages' what-ifs, predicted (analysis.whatifs)
     )
     if best is not None:
         context["verdict"] = _verdict_context(found)

@@ -47,6 +47,7 @@ from ..plan.ceilings import LOADER_REACHES
 from ..plan.knobs import KNOBS
 from . import growth, stages
 from .aggregate import is_true, knob_value
+from .whatifs import changed_data
 
 DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
@@ -196,6 +197,10 @@ def _median(rows: pd.DataFrame, column: str) -> float | None:
     return rows[column].median() if column in rows and rows[column].notna().any() else None
 
 
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame:
     """One row per cell of one experiment: its knobs that vary, repeats, the objective's interval, phases and bound."""
     rows = with_objectives(rows)
@@ -235,6 +240,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 if isinstance(first.get("predicted_bound"), str)
                 else None,
                 "error_pct": _median(ok, "prediction_error_pct"),
+                "predicted_from": _text(first.get("predicted_from")),
+                "trades": _text(first.get("whatif_trades")),  # what a stage what-if traded (harness.whatif)
                 "ceiling_loader": _median(ok, "ceiling_loader_samples_per_s"),
                 "ceiling_compute": _median(ok, "ceiling_compute_samples_per_s"),
                 "culprit": culprit,
@@ -354,7 +361,12 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
         return verdict
-    best = measured.loc[measured["median"].astype(float).idxmax()]
+    # A cell that skipped stages (skip_stages) measured other data: never the best configuration or the fix, unless
+    # all did.
+    changed = changed_data(rows)
+    kept = measured[~measured["cell"].isin(changed)]
+    kept = measured if kept.empty else kept
+    best = kept.loc[kept["median"].astype(float).idxmax()]
     verdict["best"] = best.to_dict()
     base = cells[cells["cell"] == base_id]
     if base_id is None:
@@ -376,7 +388,8 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
             and best["low"] > base["high"]
         )
         verdict["wording"] = gain_wording(verdict["best"], verdict["baseline"], verdict["clear"])
-    verdict["recommendation"] = recommend(verdict["cells"], verdict["baseline"], verdict["best"])
+    fixes = verdict["cells"][~verdict["cells"]["cell"].isin(changed)]
+    verdict["recommendation"] = recommend(fixes, verdict["baseline"], verdict["best"])
     verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"])
     verdict["memory"] = growth.note(cells)  # every cell whose workers grow, whichever is best
     return verdict

@@ -34,6 +34,8 @@ from .prefetch import StreamPrefetcher, to_device
 from .stages import strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
+from .whatif import Plan, facts, on_device, stage_names
+from .whatif import apply as apply_whatifs
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
 PHASES_OF = {"train": CLOCKED_PHASES, "compute": CLOCKED_PHASES[1:], "loader": ()}
@@ -61,6 +63,9 @@ class Measurement:
     first_batch_profile: dict | None = None
     stage_log: list[dict] = field(default_factory=list)  # each loader batch's stage timings, in the loader's order
     stage_skip: int = 0  # the batches before the measured window: warm-up
+    stage_order: list[str] = field(default_factory=list)  # the dataset's stages in order, before any what-if
+    whatif: Plan | None = None  # the cell's stage what-if (harness.whatif), and the loader that runs it
+    whatif_loader: object = None
     pulled: int = 0  # batches taken from the loader so far (by the loop or the stream prefetcher ahead of it)
     delivered: int = 0  # samples the loop has taken from the loader, warm-up included (the monitor's memory axis)
     epoch_starts: list[int] = field(default_factory=list)  # the pull index of each epoch's first batch
@@ -95,7 +100,14 @@ class Measurement:
 
     def stages(self) -> dict | None:
         """What each stage cost per sample in the measured steps' batches (harness.stages), or None when not timed."""
-        return summarize_stages(self.stage_batches())
+        found = summarize_stages(self.stage_batches())
+        if found is not None and self.stage_order:
+            found["order"] = self.stage_order
+        return found
+
+    def whatif_facts(self) -> dict | None:
+        """What the cell's stage what-if did and traded (harness.whatif), or None without one."""
+        return facts(self.whatif_loader, self.whatif, self.stage_skip) if self.whatif is not None else None
 
 
 def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:
@@ -240,7 +252,7 @@ def measure(
     user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plan.plugins)
     ctx = context(cell, device, world)
     move = user.get("to_device", to_device)  # every copy of a batch goes through it: loop, prefetcher, probes
-    loader = _loader(cell, device, m, user, ctx, world, move)
+    loader = _loader(cell, device, m, user, ctx, (world, move, out_dir))
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     step = TrainStep(cell, device, m, user, ctx) if cell.scenario != "loader" else None
     feed = _feed(cell, device, m, loader, move)
@@ -252,13 +264,18 @@ def measure(
         _profile(cell, device, feed, step, out_dir, move)
 
 
-def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context, world: World, move: Callable):
-    """The cell's dataset (its page cache as asked) and loader; the notebook's first-batch profile, if asked."""
+def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context, where: tuple):
+    """The cell's dataset (its page cache as asked, its stage what-if made) and loader; the notebook's first-batch
+    profile, if asked. `where`: the World, the copy function and the cell's results folder (rank 0's; else None)."""
+    world, move, out_dir = where
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
+    m.stage_order = stage_names(dataset)
+    dataset, m.whatif = apply_whatifs(cell, dataset, out_dir)
     staged = cell.stage_timing and cell.scenario != "compute"
     dataset = timed(dataset) if staged else dataset
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
+    loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)
     if cell.profile_first_batch and cell.scenario == "loader":
         m.first_batch_profile = profile_first_batch(loader, device, move)
     return loader

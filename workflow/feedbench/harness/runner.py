@@ -71,6 +71,7 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
     metrics["original_estimators"] = original_estimators(table, m)  # pytorch_throughput's, for the scaling study
     metrics["first_batch_profile"] = m.first_batch_profile  # the CIFAR-100 notebook's window, for the workers study
     metrics["stages"] = m.stages()  # what each sample's stages cost inside the loader (harness.stages)
+    metrics["whatif"] = m.whatif_facts()  # what the cell's stage what-if did and traded (harness.whatif)
     rows = step_rows(table, m.samples, m.tokens)
     for row, timings in zip(rows, m.stage_batches(), strict=False):  # how long a worker took to make the step's batch
         row["worker_ms"] = round((sum(timings["sample_s"]) + timings["collate_s"]) * 1000, 6)

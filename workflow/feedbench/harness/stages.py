@@ -164,33 +164,48 @@ class TimedTransform:
 
 
 def _composes(dataset) -> list:
-    """The torchvision Composes (v1 and v2) on the dataset's transform attributes, each once."""
+    """The torchvision Composes (v1 and v2) on the dataset's transform attributes, each once; where it has none, those
+    of the dataset it wraps (its `dataset`: Delayed, a what-if's, ...), and so on down."""
     try:
         from torchvision.transforms import Compose
         from torchvision.transforms.v2 import Compose as ComposeV2
     except ImportError:  # no torchvision: nothing to find
         return []
-    found = []
-    for attribute in TIMED_ATTRIBUTES:
-        value = getattr(dataset, attribute, None)
-        if isinstance(value, (Compose, ComposeV2)) and all(value is not f for f in found):
-            found.append(value)
-    return found
+    for _ in range(8):  # wrappers of wrappers, not a cycle
+        if dataset is None:
+            return []
+        found = []
+        for attribute in TIMED_ATTRIBUTES:
+            value = getattr(dataset, attribute, None)
+            if isinstance(value, (Compose, ComposeV2)) and all(value is not f for f in found):
+                found.append(value)
+        if found:
+            return found
+        dataset = getattr(dataset, "dataset", None)
+    return []
+
+
+def pipeline(dataset) -> list[tuple[str, Any, int]]:
+    """The callables of the Composes found on the dataset, in order, as (stage name, compose, index): each named by
+    its class, numbered where a class comes twice (a timed one by the class it times). The one naming of them:
+    stage timing (time_transforms) and the stage what-ifs (harness.whatif) both read it."""
+    steps = [(compose, i, t) for compose in _composes(dataset) for i, t in enumerate(compose.transforms)]
+    classes = [type(t.transform if isinstance(t, TimedTransform) else t).__name__ for _, _, t in steps]
+    named, seen = [], {}
+    for (compose, i, _), cls in zip(steps, classes, strict=True):
+        seen[cls] = seen.get(cls, 0) + 1
+        named.append((f"{cls}#{seen[cls]}" if classes.count(cls) > 1 else cls, compose, i))
+    return named
 
 
 def time_transforms(dataset) -> list[str]:
-    """Wrap, in place, each callable of the Composes found on the dataset (or on the dataset a Delayed wraps) to
-    time it, named by its class (numbered where a class comes twice); the stage names, in order."""
-    composes = _composes(dataset) or _composes(getattr(dataset, "dataset", None))
-    steps = [(compose, i, t) for compose in composes for i, t in enumerate(compose.transforms)]
-    classes = [type(t.transform if isinstance(t, TimedTransform) else t).__name__ for _, _, t in steps]
-    names, seen = [], {}
-    for compose in composes:  # a tuple of transforms cannot be wrapped in place: a list of the same
-        if isinstance(compose.transforms, tuple):
+    """Wrap, in place, each callable of the Composes found on the dataset (pipeline) to time it as its stage; the
+    stage names, in order."""
+    names = []
+    for name, compose, i in pipeline(dataset):
+        if isinstance(compose.transforms, tuple):  # a tuple cannot be wrapped in place: a list of the same
             compose.transforms = list(compose.transforms)
-    for (compose, i, transform), cls in zip(steps, classes, strict=True):
-        seen[cls] = seen.get(cls, 0) + 1
-        name = f"{cls}#{seen[cls]}" if classes.count(cls) > 1 else cls
+        transform = compose.transforms[i]
         if not isinstance(transform, TimedTransform):
             try:
                 compose.transforms[i] = TimedTransform(name, transform)

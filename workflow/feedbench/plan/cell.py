@@ -14,7 +14,18 @@ import functools
 from dataclasses import field, make_dataclass
 from typing import Any, Optional, Union
 
-from .knobs import BUILTIN_DATASETS, JPEG_DATASETS, KNOBS, LABELS, Knob, KnobError, defaults, user_code
+from .knobs import (
+    BUILTIN_DATASETS,
+    JPEG_DATASETS,
+    KNOBS,
+    LABELS,
+    STAGE_WHATIFS,
+    Knob,
+    KnobError,
+    defaults,
+    shown,
+    user_code,
+)
 
 
 def _field(knob: Knob) -> tuple[str, Any, Any]:
@@ -85,6 +96,7 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
             f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none"
         )
     _check_decoder(values)
+    _check_stage_whatifs(values)
     parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
     if parallel == "none" and (gpus > 1 or nodes > 1):
         raise KnobError(
@@ -121,6 +133,34 @@ def _check_decoder(values: dict[str, Any]) -> None:
         raise KnobError(
             f"knob 'collate': value {values['collate']!r} is not allowed with decoder 'torchvision-cuda', whose "
             "loader yields undecoded bytes; allowed: null"
+        )
+
+
+def _check_stage_whatifs(values: dict[str, Any]) -> None:
+    """What the config alone shows of a stage what-if (knobs.STAGE_WHATIFS): a dataset with stages to change; the
+    names of the stages are the built dataset's (harness.whatif checks them)."""
+    skip = values["skip_stages"]
+    if not all(isinstance(name, str) and name for name in skip):
+        raise KnobError(f"knob 'skip_stages': value {shown(skip)} is not allowed; allowed: a list of stage names")
+    wanted = [name for name in STAGE_WHATIFS if values[name]]
+    if not wanted:
+        return
+    dataset, builtin = values["dataset"], BUILTIN_DATASETS.get(values["dataset"])
+    staged = ", ".join(name for name, d in BUILTIN_DATASETS.items() if d.staged)
+    if builtin is not None and not builtin.staged:
+        raise KnobError(
+            f"knob '{wanted[0]}': dataset '{dataset}' has no stages to change; allowed: null, or a dataset whose "
+            f"samples pass a torchvision Compose ({staged} or a user dataset)"
+        )
+    if values["decoder"] == "torchvision-cuda":
+        raise KnobError(
+            f"knob '{wanted[0]}': decoder 'torchvision-cuda' runs no stage in the loader's workers; allowed: null, "
+            "or decoder pil or torchvision"
+        )
+    if values["scenario"] in ("compute", "transfer"):
+        raise KnobError(
+            f"knob '{wanted[0]}': scenario '{values['scenario']}' runs no loader stages; allowed: null, or scenario "
+            "train or loader"
         )
 
 

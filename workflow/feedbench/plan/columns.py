@@ -55,6 +55,10 @@ METRIC_COLUMNS = [
     "duration_s",
     *(f"{phase}_{stat}" for phase in PHASES for stat in ("ms", "share")),
     "stage_worker_ms",  # a sample's mean time in the loader's worker (knob stage_timing), its stages' sum
+    "stage_order",  # the stages a what-if may name, in the pipeline's order, joined by " > "
+    "whatif_trades",  # what a stage what-if (knobs cache_after, skip_stages, device_stages) traded, "; "-joined
+    "whatif_cache_mb",  # cache_after: the cache's size
+    "whatif_device_ms",  # device_stages: the moved stages' median ms per batch in the training process
 ]
 # Then, per stage a cell timed (knob stage_timing; harness.stages), columns stage_<name>_<stat>: the stage's ms per
 # sample (median; mean, p90, p99), its share of the worker's time and its calls. Which stages there are varies.
@@ -81,6 +85,7 @@ PREDICTION_COLUMNS = [
     "predicted_samples_per_s",
     "predicted_bound",
     "prediction_error_pct",
+    "predicted_from",  # "ceilings", or "stage what-if of <baseline cell>" (analysis.whatifs)
 ]
 # Every column that is not a knob, in the summary's order; monitor means (<name>_mean) and transfer sizes vary.
 SUMMARY_COLUMNS = [

@@ -129,6 +129,9 @@ class BuiltinDataset:
     data_dir_hint: str | None = None
     # Its samples are JPEG files decoded per sample: the knob `decoder` picks how.
     jpeg: bool = False
+    # Its samples pass a torchvision Compose a map-style dataset holds (harness.whatif finds it): the stage what-ifs
+    # (STAGE_WHATIFS) can cache after, skip or move its stages.
+    staged: bool = False
 
 
 _MAKE_SHARDS = "make one with: python -m feedbench make-shards IMAGES DIR"
@@ -137,9 +140,9 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     for d in [
         BuiltinDataset("synthetic", "model"),
         BuiltinDataset("memory", "model"),
-        BuiltinDataset("images", "image", "make one with: python -m feedbench make-images DIR", jpeg=True),
-        BuiltinDataset("cifar10", "image", "or download: true"),
-        BuiltinDataset("cifar100", "image", "or download: true"),
+        BuiltinDataset("images", "image", "make one with: python -m feedbench make-images DIR", jpeg=True, staged=True),
+        BuiltinDataset("cifar10", "image", "or download: true", staged=True),
+        BuiltinDataset("cifar100", "image", "or download: true", staged=True),
         BuiltinDataset("tokens", "tokens"),
         BuiltinDataset("webdataset", "image", _MAKE_SHARDS, jpeg=True),
         BuiltinDataset("parquet", "image", _MAKE_SHARDS, jpeg=True),
@@ -160,6 +163,12 @@ PARALLEL = ("none", "dp", "ddp", "independent")
 PAGE_CACHE = ("asis", "warm", "cold")
 MLP_STYLES = ("relu", "ray")
 DECODERS = ("pil", "torchvision", "torchvision-cuda")
+# The knobs that change a cell's loader stages to run a stage what-if (harness.whatif; analysis.predict predicts them
+# from the baseline cell's stage profile). No ceiling keeps them: a what-if cell shares its baseline's ceilings.
+STAGE_WHATIFS = ("cache_after", "skip_stages", "device_stages")
+CACHE_IN = ("memory", "file")
+# The stages of the built-in images before their Compose: a cache may hold their output; they never move to the device.
+IMAGE_STAGES = ("read", "decode")
 
 # The ceilings of a knob that makes the batch: all of them, the probe timing a real batch of the user's included.
 MAKES_BATCH = ("loader", "compute", "transfer")
@@ -355,6 +364,54 @@ KNOBS: dict[str, Knob] = {
             "(docs/performance.md)",
             short="st",
             ceilings=("loader",),
+        ),
+        Knob(
+            "cache_after",
+            str,
+            None,
+            "a stage what-if: the samples up to and including this stage of the dataset's Compose (or read, decode "
+            "of images) computed once in a first pass, later samples run only the stages after it (pre-decoded data)",
+            nullable=True,
+            short="ca",
+            ceilings=(),
+        ),
+        Knob(
+            "cache_limit_mb",
+            float,
+            1024.0,
+            "cache_after: the most the cache may hold; a larger one fails its cell",
+            minimum=0,
+            maximum=1_048_576,
+            short="climit",
+            ceilings=(),
+        ),
+        Knob(
+            "cache_in",
+            str,
+            "memory",
+            "cache_after: memory (each worker's copy) | file (stage_cache.pt in the cell's results folder)",
+            CACHE_IN,
+            short="cin",
+            ceilings=(),
+        ),
+        Knob(
+            "skip_stages",
+            list,
+            [],
+            "a stage what-if, for measurement only (it changes the data): these stages of the dataset's Compose "
+            "are dropped",
+            short="skip",
+            ceilings=(),
+        ),
+        Knob(
+            "device_stages",
+            str,
+            None,
+            "a stage what-if: from this stage of the dataset's Compose on, its torchvision v2 transforms run on the "
+            "batch after the copy, in the training process (on its device); random ones then draw once per batch",
+            nullable=True,
+            short="ds",
+            ceilings=(),
         ),
         Knob(
             "multiprocessing_context",

@@ -1,0 +1,142 @@
+"""Stage what-ifs predicted from a cell's stage profile (analysis.predict.predict_whatif: the model; analysis.stages:
+the profile): for a cell run with a what-if knob (cache_after, skip_stages, device_stages) from its baseline's profile,
+and, for a measured cell, the table of its top stages each costing nothing, cached after, or moved to the device.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..plan.knobs import IMAGE_STAGES, STAGE_WHATIFS
+from . import stages
+from .predict import WHATIF_KINDS, crossing_bytes, predict_whatif, taken_out
+
+# The stages a what-if cannot take out of the workers: the rest of each sample and the batch's collate.
+NOT_MOVABLE = (stages.UNATTRIBUTED, "collate")
+TOP_STAGES = 3
+
+
+def order_of(rows: pd.DataFrame) -> list[str]:
+    """The pipeline's stages in order, as the cell's rows recorded them (summary column stage_order)."""
+    values = rows["stage_order"].dropna() if "stage_order" in rows else ()
+    return str(values.iloc[0]).split(" > ") if len(values) else []
+
+
+def _set(value) -> bool:
+    return value not in (None, "", "[]", []) and not (isinstance(value, float) and pd.isna(value))
+
+
+def whatifs_of(knobs: dict) -> dict:
+    """The stage what-if knobs a cell sets: knob -> value (skip_stages as a list)."""
+    import json
+
+    found = {k: knobs.get(k) for k in STAGE_WHATIFS if _set(knobs.get(k))}
+    if isinstance(found.get("skip_stages"), str):
+        found["skip_stages"] = json.loads(found["skip_stages"])
+    return found
+
+
+def changed_data(rows: pd.DataFrame) -> set:
+    """The cells among the summary's rows that skipped stages (skip_stages): they measured other data."""
+    if "skip_stages" not in rows:
+        return set()
+    return {cell for cell, value in zip(rows["cell"], rows["skip_stages"], strict=True) if _set(value)}
+
+
+def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple, device_ms_per_batch=None):
+    """(samples/s, bound, terms) of a what-if cell from its baseline's stage profile and the ceilings `rates` (loader,
+    compute) it shares with it; `copy`: (bytes of the baseline's batch, GB/s). The moved stages' cost on the device is
+    the cell's own, measured (device_ms_per_batch), else taken as their cost in the worker. The samples/s is the
+    baseline's measured one times what the model gives the what-if over what it gives the baseline: the ceilings'
+    own error on the baseline (their prediction_error_pct) is not the what-if's. (None, None, {}) without a
+    profile."""
+    profile, order = stages.profile(baseline), order_of(baseline)
+    if profile is None:
+        return None, None, {}
+    out, moved = set(), []
+    for kind, value in whatifs_of(knobs).items():
+        names = taken_out(order, kind, value)
+        out.update(names)
+        moved = names if kind == "device_stages" else moved
+    ms = {name: mean for name, (mean, _share) in profile["stages"].items()}
+    saved = sum(ms.get(name, 0.0) for name in out)
+    batch = int(knobs.get("batch_size") or 1)
+    device = sum(ms.get(name, 0.0) for name in moved)
+    if moved and device_ms_per_batch is not None and not pd.isna(device_ms_per_batch):
+        device = float(device_ms_per_batch) / batch
+    workers = int(knobs.get("num_workers") or 0)
+    size = crossing_bytes(copy[0], moved) if moved else copy[0]
+    stream = knobs.get("device_prefetch") == "stream"
+    predicted, bound, terms = predict_whatif(
+        rates, workers, batch, profile["worker_ms"], saved, device, (size, copy[1]), stream
+    )
+    as_is = predict_whatif(rates, workers, batch, profile["worker_ms"], 0.0, 0.0, copy, stream)[0]
+    measured = _median(baseline, "samples_per_s")
+    if predicted is not None and as_is and measured:  # the model's ratio, on the baseline as it was measured
+        predicted = measured * predicted / as_is
+    return predicted, bound, terms
+
+
+def top_stages(rows: pd.DataFrame, n: int = TOP_STAGES) -> list[str]:
+    """The costliest stages of a cell that a what-if can take out (not the unattributed rest, not collate)."""
+    profile = stages.profile(rows)
+    if profile is None:
+        return []
+    movable = [(name, share) for name, (_ms, share) in profile["stages"].items() if name not in NOT_MOVABLE]
+    return [name for name, _ in sorted(movable, key=lambda item: -item[1])[:n]]
+
+
+def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[dict]:
+    """A measured training cell's top stages, each as labelled predictions (costs nothing; cached after it and on the
+    device, for a stage of the pipeline's order that can be: there at its cost in the worker, the batch crossing as it
+    then is): the loader ceiling, samples/s and bound; [] without a stage profile or ceilings."""
+    found, order = [], order_of(rows)
+    for name in top_stages(rows):
+        for kind, label in WHATIF_KINDS.items():
+            if kind != "skip_stages" and name not in order or kind == "device_stages" and name in IMAGE_STAGES:
+                continue  # a span or the images' read and decode: it can cost nothing, not be cached or moved
+            value = [name] if kind == "skip_stages" else name
+            predicted, bound, terms = predict_cell({**knobs, kind: value}, rows, rates, copy)
+            if predicted is None:
+                return []
+            found.append(
+                {
+                    "stage": name,
+                    "what": label,
+                    "loader_per_s": terms["loader_per_s"],
+                    "predicted": predicted,
+                    "bound": bound,
+                }
+            )
+    return found
+
+
+def _median(rows: pd.DataFrame, column: str) -> float | None:
+    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else ()
+    return float(values.median()) if len(values) else None
+
+
+def experiment_table(rows: pd.DataFrame) -> list[dict]:
+    """The report's stage what-ifs of one experiment: for each finished training cell without a what-if that has a
+    stage profile and ceilings, its top stages' three predictions (table), beside its measured samples/s. The copy
+    term needs the batch's bytes: known for the built-in datasets; a user's batch crosses uncounted here."""
+    from ..plan.ceilings import batch_bytes
+    from ..plan.knobs import KNOBS, user_batch
+
+    ok = rows[(rows["status"] == "ok") & (rows["scenario"] == "train")] if "scenario" in rows else rows.iloc[0:0]
+    found = []
+    for cell, group in ok.groupby("cell", sort=False):
+        first = group.iloc[0]
+        knobs = {k: first[k] for k in KNOBS if k in group and not _missing(first[k])}
+        if whatifs_of(knobs):
+            continue
+        rates = (_median(group, "ceiling_loader_samples_per_s"), _median(group, "ceiling_compute_samples_per_s"))
+        bandwidth = _median(group, "ceiling_copy_gb_per_s")
+        size = batch_bytes(knobs) if bandwidth and not user_batch(knobs) else None
+        for row in table(group, knobs, rates, (size, bandwidth if size else None)):
+            found.append({"cell": cell, "measured": _median(group, "samples_per_s"), **row})
+    return found
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and pd.isna(value))
