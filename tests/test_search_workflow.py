@@ -73,3 +73,10 @@ def test_a_16_level_worker_axis_trains_at_most_4_cells(tmp_path):
     assert trained == sorted(plan["run"]) and 2 <= len(trained) <= 4
     html = (work / "results/report/index.html").read_text()
     assert f"searched: 16 levels of num_workers, ran {len(group['levels'])}: " in html
+    # The worker count with its proof (analysis.knee): measured at the knee and its neighbours, against the limits.
+    (proof,) = re.findall(r'<p class="search worker-count">([^<]*)</p>', html)[:1]
+    count = int(re.match(r"recommended: (\d+) workers?\. Measured there: ", proof).group(1))
+    assert count in group["levels"] and "% of the compute ceiling (" in proof and "(one repeat: no interval)" in proof
+    assert "MB of shared memory in flight of " in proof and "MB (PSS, mean)" in proof
+    assert re.search(r"measured (no measured level below|\d+ workers? [\d.,]+ samples/s \(\d+ %\)), ", proof)
+    assert "Further workers are stopped by " in proof and proof.endswith(".")
