@@ -36,11 +36,10 @@ def _workers(count) -> str:
 
 
 def recommended(measured: dict, beyond: bool):
-    """The level to recommend among the measured levels {level: cell record}: the fewest whose median reaches
-    KNEE_REACHES of the best, counting only levels not oversubscribed unless `beyond`."""
+    """The level to recommend among the measured levels {level: cell record}: the knee of their medians (plan.search's
+    rule, the fewest within KNEE_REACHES of the best), counting only levels not oversubscribed unless `beyond`."""
     allowed = {level: c for level, c in measured.items() if beyond or not c.get("oversubscribed")} or measured
-    best = max(c["median"] for c in allowed.values())
-    return min(level for level, c in allowed.items() if c["median"] >= KNEE_REACHES * best)
+    return search.knee({level: c["median"] for level, c in allowed.items()})
 
 
 def _throughput(cell: dict, unit: str, number: Callable) -> str:
