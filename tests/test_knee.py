@@ -64,3 +64,9 @@ def test_the_top_of_the_axis_and_cells_that_did_not_finish_are_said_so():
     assert knee.proof(decision([1, 2]), cells, rows, "samples/s", str) == [
         "no cell the search ran finished: no worker count to recommend"
     ]
+
+
+def test_no_workers_recommended_says_the_main_process_loads():
+    cells, rows = table({0: 900.0, 1: 910.0, 2: 905.0})
+    (line,) = knee.proof(decision([0, 1, 2]), cells, rows, "samples/s", str)
+    assert line.startswith("recommended: 0 workers.") and "no loader workers: the main process loads" in line

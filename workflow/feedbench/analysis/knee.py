@@ -108,6 +108,8 @@ def _cpu(cell: dict, number: Callable) -> str:
         if cell.get("demand_cores") and cell.get("usable_cores")
         else ""
     )
+    if not cell.get("level"):
+        return "no loader workers: the main process loads"
     if not cell.get("workers_kind"):
         return f"its workers were not sampled (a run shorter than monitor_interval_s){cores}"
     share = cell.get("runnable_share")
@@ -137,7 +139,7 @@ def _limit(at, above: dict | None, cell: dict, rows: pd.DataFrame, number: Calla
         return (
             f"nothing measured: the axis ends at {_workers(at)}, so a higher level may still be faster"
             if top
-            else "nothing measured: the level above did not finish"
+            else f"nothing measured: no level above {_workers(at)} ran or finished, so one may still be faster"
         )
     return "nothing: no limit of cores, memory or shared memory is reached; more workers are not faster"
 
@@ -160,7 +162,8 @@ def proof(decision: dict, cells: pd.DataFrame, rows: pd.DataFrame, unit: str, nu
         own = rows[(rows["cell"] == cell["cell"]) & (rows["status"] == "ok")]
         higher = [level for level in ordered if level > at]
         above = measured.get(higher[0]) if higher else None
-        limit = _limit(at, above, cell, own, number, top=not higher)
+        top = at == max(decision["levels"])  # the axis's last level, not only the last the search ran
+        limit = _limit(at, above, cell, own, number, top=top)
         neighbours = _neighbours(group["levels"], at, measured, unit, number)
         sentences.append(
             f"{lead}recommended: {_workers(at)}. Measured there: {_throughput(cell, unit, number)}; "
