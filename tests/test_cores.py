@@ -129,22 +129,25 @@ def test_multiprocessing_helpers_are_not_counted_as_workers():
     assert not helpers & {w.pid for w in monitor._workers(me)}
 
 
-ONE_CORE = (
+ON_ONE_CORE = (
     "import json, os, sys\nos.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
-    "from feedbench.harness.runner import run\nsys.exit(run(json.loads(sys.argv[1]), sys.argv[2]))\n"
+    "from feedbench.harness.runner import run\n"
+    "for raw, out in json.loads(sys.argv[1]):\n    assert run(raw, out) == 0, out\n"
 )
+ONE_CORE_CELL = {"scenario": "loader", "model": "mlp", "input_size": 16, "batch_size": 4, "num_workers": 4, "steps": 8}
+ONE_CORE_CELL.update(warmup_steps=1, torch_threads=1, device="cpu", num_samples=64, monitor_interval_s=0.05)
 
 
-def on_one_core(tmp_path, **knobs) -> dict:
-    """A 4-worker loader cell run in a process whose affinity mask is one core (as taskset -c 0 would): its result."""
-    raw = {"scenario": "loader", "model": "mlp", "input_size": 16, "batch_size": 4, "num_workers": 4, "steps": 8}
-    raw.update(warmup_steps=1, torch_threads=1, device="cpu", num_samples=64, monitor_interval_s=0.05, **knobs)
+def on_one_core(cells: dict) -> dict:
+    """Loader cells {out dir: knobs over ONE_CORE_CELL} run one after the other in one process whose affinity mask is
+    one core (as taskset -c 0 would; torch imported once): their results."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "workflow"))
     for name in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_ID"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, "-c", ONE_CORE, json.dumps(raw), str(tmp_path)], env=env, timeout=300)
+    jobs = [({**ONE_CORE_CELL, **knobs}, str(out)) for out, knobs in cells.items()]
+    done = subprocess.run([sys.executable, "-c", ON_ONE_CORE, json.dumps(jobs)], env=env, timeout=600)
     assert done.returncode == 0
-    return read_result(str(tmp_path / "result.json"))
+    return {out: read_result(os.path.join(str(out), "result.json")) for out in cells}
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only: the affinity mask")
@@ -154,11 +157,14 @@ def test_cpu_bound_workers_beyond_the_cores_are_oversubscribed_and_sleeping_ones
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "spin.py").write_text(SPIN)
     cells = tmp_path / "results" / "cells" / "cpu"
-    busy = on_one_core(cells / "busy" / "rep1", dataset="spin:make", python_path=[str(tmp_path / "project")])["cpu"]
+    spin = {"dataset": "spin:make", "python_path": [str(tmp_path / "project")]}
+    sleep = {"dataset": "memory", "sample_delay_ms": 50.0, "steps": 16, "num_samples": 128}  # one epoch
+    results = on_one_core({cells / "busy" / "rep1": spin, cells / "asleep" / "rep1": sleep})
+    busy = results[cells / "busy" / "rep1"]["cpu"]
     assert busy["usable_cores"] == 1 and busy["demand_cores"] == 5
     assert busy["kind"] == "CPU-bound" and busy["oversubscribed"] is True, busy
     assert busy["cpu_share"] < busy["runnable_share"] / 2, busy  # starved: runnable, yet a fraction of a core
-    asleep = on_one_core(cells / "asleep" / "rep1", dataset="memory", sample_delay_ms=50.0, steps=16)["cpu"]
+    asleep = results[cells / "asleep" / "rep1"]["cpu"]
     assert asleep["demand_cores"] == 5 and asleep["kind"] == "waiting" and asleep["oversubscribed"] is False, asleep
 
     # The summary carries it and the report marks the cell and names each cell's kind.
@@ -194,13 +200,6 @@ def test_the_cpu_load_rule():
     assert cores.most_workers(4, 1) == 3 and cores.most_workers(1, 1) == 0 and cores.most_workers(8, 2) == 3
 
 
-LEVELS_ON_ONE_CORE = (
-    "import json, os, sys\nos.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
-    "from feedbench.harness.runner import run\n"
-    "for raw, out in json.loads(sys.argv[1]):\n    assert run(raw, out) == 0, out\n"
-)
-
-
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only: the affinity mask")
 def test_the_search_stops_at_the_cores_it_has(tmp_path):
     """Loader ceilings of CPU-bound workers at 0, 1 and 4 workers, measured on one core (one process, so torch is
@@ -212,18 +211,11 @@ def test_the_search_stops_at_the_cores_it_has(tmp_path):
 
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "spin.py").write_text(SPIN)
-    raw = {"scenario": "loader", "model": "mlp", "input_size": 16, "batch_size": 4, "steps": 8, "warmup_steps": 1}
-    raw.update(torch_threads=1, device="cpu", num_samples=64, monitor_interval_s=0.05, dataset="spin:make")
-    raw["python_path"] = [str(tmp_path / "project")]
     levels = [0, 1, 4]
-    outs = {w: str(tmp_path / "results" / "cells" / "ceilings-loader" / f"num_workers-{w}" / "rep1") for w in levels}
-    cells = [({**raw, "num_workers": w}, outs[w]) for w in levels]
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "workflow"))
-    for name in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_ID"):
-        env.pop(name, None)
-    done = subprocess.run([sys.executable, "-c", LEVELS_ON_ONE_CORE, json.dumps(cells)], env=env, timeout=600)
-    assert done.returncode == 0
-    paths = {w: os.path.join(outs[w], "result.json") for w in levels}
+    outs = {w: tmp_path / "results" / "cells" / "ceilings-loader" / f"num_workers-{w}" / "rep1" for w in levels}
+    spin = {"dataset": "spin:make", "python_path": [str(tmp_path / "project")]}
+    on_one_core({outs[w]: {**spin, "num_workers": w} for w in levels})
+    paths = {w: str(outs[w] / "result.json") for w in levels}
     ceilings = load_results(list(paths.values()))
     cpu = {w: loader_cpu(ceilings, [paths[w]]) for w in levels}
     assert cpu[0]["oversubscribed"] is None and cpu[1]["oversubscribed"] and cpu[4]["oversubscribed"], cpu
