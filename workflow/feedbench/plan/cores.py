@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Mapping
 
 from .shm import loaders
@@ -117,12 +118,9 @@ def ranks_sharing(knobs, env: Mapping[str, str] = os.environ) -> int:
     return loaders(knobs, local="SLURM_JOB_ID" not in env)[0]
 
 
-def _median(values: list[float]) -> float | None:
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return None
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: int) -> dict | None:
