@@ -127,3 +127,106 @@ def test_multiprocessing_helpers_are_not_counted_as_workers():
         assert time.monotonic() < deadline, "no resource tracker started"
         time.sleep(0.05)
     assert not helpers & {w.pid for w in monitor._workers(me)}
+
+
+ON_ONE_CORE = (
+    "import json, os, sys\nos.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+    "from feedbench.harness.runner import run\n"
+    "for raw, out in json.loads(sys.argv[1]):\n    assert run(raw, out) == 0, out\n"
+)
+ONE_CORE_CELL = {"scenario": "loader", "model": "mlp", "input_size": 16, "batch_size": 4, "num_workers": 4, "steps": 8}
+ONE_CORE_CELL.update(warmup_steps=1, torch_threads=1, device="cpu", num_samples=64, monitor_interval_s=0.05)
+
+
+def on_one_core(cells: dict) -> dict:
+    """Loader cells {out dir: knobs over ONE_CORE_CELL} run one after the other in one process whose affinity mask is
+    one core (as taskset -c 0 would; torch imported once): their results."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "workflow"))
+    for name in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_ID"):
+        env.pop(name, None)
+    jobs = [({**ONE_CORE_CELL, **knobs}, str(out)) for out, knobs in cells.items()]
+    done = subprocess.run([sys.executable, "-c", ON_ONE_CORE, json.dumps(jobs)], env=env, timeout=600)
+    assert done.returncode == 0
+    return {out: read_result(os.path.join(str(out), "result.json")) for out in cells}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only: the affinity mask")
+def test_cpu_bound_workers_beyond_the_cores_are_oversubscribed_and_sleeping_ones_are_not(tmp_path):
+    """4 workers + the main process on one core: spinning workers are runnable nearly always while each gets a
+    fraction of the core (starved, and shown so); workers that sleep as on storage are neither."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "spin.py").write_text(SPIN)
+    cells = tmp_path / "results" / "cells" / "cpu"
+    spin = {"dataset": "spin:make", "python_path": [str(tmp_path / "project")]}
+    sleep = {"dataset": "memory", "sample_delay_ms": 50.0, "steps": 16, "num_samples": 128}  # one epoch
+    results = on_one_core({cells / "busy" / "rep1": spin, cells / "asleep" / "rep1": sleep})
+    busy = results[cells / "busy" / "rep1"]["cpu"]
+    assert busy["usable_cores"] == 1 and busy["demand_cores"] == 5
+    assert busy["kind"] == "CPU-bound" and busy["oversubscribed"] is True, busy
+    assert busy["cpu_share"] < busy["runnable_share"] / 2, busy  # starved: runnable, yet a fraction of a core
+    asleep = results[cells / "asleep" / "rep1"]["cpu"]
+    assert asleep["demand_cores"] == 5 and asleep["kind"] == "waiting" and asleep["oversubscribed"] is False, asleep
+
+    # The summary carries it and the report marks the cell and names each cell's kind.
+    from feedbench.analysis.aggregate import load_results, read_summary
+    from feedbench.analysis.report import build, render
+
+    paths = [str(cells / name / "rep1" / "result.json") for name in ("asleep", "busy")]
+    load_results(paths).to_csv(tmp_path / "summary.csv", index=False)
+    summary = read_summary(str(tmp_path / "summary.csv"))
+    assert summary.set_index("cell")["oversubscribed"].to_dict() == {"asleep": False, "busy": True}
+    html = render(build(summary, [], paths, {"experiments": {"cpu": {"matrix": {"dataset": ["memory", "spin"]}}}}, "x"))
+    table = html[html.index('<table class="cells">') :]
+    rows = {
+        name: next(row for row in table.split("<tr")[1:] if f">{name}</code>" in row) for name in ("busy", "asleep")
+    }
+    assert 'CPU-bound <b class="oversubscribed">oversubscribed</b>' in rows["busy"]
+    assert ">waiting</td>" in rows["asleep"] and "oversubscribed" not in rows["asleep"]
+
+
+def test_the_cpu_load_rule():
+    spinning = [{"cpu_share": 0.3, "runnable_share": 0.95}] * 3
+    assert cores.cpu_load(spinning, 2, 1, 3)["oversubscribed"] is True
+    assert cores.cpu_load(spinning, 4, 1, 3)["oversubscribed"] is False  # 4 cores hold 3 workers and the main process
+    assert (
+        cores.cpu_load(spinning, 8, 2, 3)["oversubscribed"] is False
+        and cores.cpu_load(spinning, 7, 2, 3)["oversubscribed"]
+    )
+    waiting = [{"cpu_share": 0.02, "runnable_share": cores.CPU_BOUND_SHARE - 0.01}] * 8
+    assert (
+        cores.cpu_load(waiting, 1, 1, 8)["kind"] == "waiting" and not cores.cpu_load(waiting, 1, 1, 8)["oversubscribed"]
+    )
+    assert cores.cpu_load([], 4, 1, 0) is None and cores.cpu_load([], 4, 1, 2)["oversubscribed"] is None
+    assert cores.most_workers(4, 1) == 3 and cores.most_workers(1, 1) == 0 and cores.most_workers(8, 2) == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only: the affinity mask")
+def test_the_search_stops_at_the_cores_it_has(tmp_path):
+    """Loader ceilings of CPU-bound workers at 0, 1 and 4 workers, measured on one core (one process, so torch is
+    imported once): however high the prediction of 4 workers, the search stops at the level that fits one core
+    (0 workers: the main process alone), runs the one above to show it, and says why; beyond_cores lifts the stop."""
+    from feedbench.analysis.aggregate import load_results
+    from feedbench.analysis.verdict import loader_cpu
+    from feedbench.plan import search
+
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "spin.py").write_text(SPIN)
+    levels = [0, 1, 4]
+    outs = {w: tmp_path / "results" / "cells" / "ceilings-loader" / f"num_workers-{w}" / "rep1" for w in levels}
+    spin = {"dataset": "spin:make", "python_path": [str(tmp_path / "project")]}
+    on_one_core({outs[w]: {**spin, "num_workers": w} for w in levels})
+    paths = {w: str(outs[w] / "result.json") for w in levels}
+    ceilings = load_results(list(paths.values()))
+    cpu = {w: loader_cpu(ceilings, [paths[w]]) for w in levels}
+    assert cpu[0]["oversubscribed"] is None and cpu[1]["oversubscribed"] and cpu[4]["oversubscribed"], cpu
+    assert cpu[4]["usable_cores"] == 1 and cpu[4]["demand_cores"] == 5 and cpu[4]["workers_kind"] == "CPU-bound"
+
+    # A prediction that grows with the workers (as a loader measured on more cores would give) puts the knee at 4.
+    group = {"knobs": {}, "cells": {w: f"num_workers-{w}" for w in levels}, "predicted": {0: 10.0, 1: 20.0, 4: 40.0}}
+    decided = search.plan("knee", "num_workers", [{**group, "cpu": cpu}], "num_workers-0")
+    (stopped,) = decided["groups"]
+    assert stopped["predicted_knee"] == 4 and stopped["knee"] == 0 and stopped["levels"] == [0, 1]
+    assert stopped["why"].startswith("stopped at 0 workers by the cores: at 4, the predicted knee")
+    assert "asked for 5 cores and it had 1" in stopped["why"] and stopped["why"] in search.sentence(decided)
+    beyond = search.plan("knee", "num_workers", [{**group, "cpu": cpu}], "num_workers-0", beyond=True)
+    assert beyond["groups"][0]["knee"] == 4 and beyond["beyond_cores"] is True

@@ -238,6 +238,11 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
             assert "the cold cache could not be made" in page
     if name == "nmt":
         assert all(float(r["tokens_per_s"]) > 0 for r in rows)
+    if name == "workers":  # the worker count with its proof (analysis.knee), read from its loader cells
+        assert "searched: 3 levels of num_workers, ran 3: 1, 2, 4 workers" in page
+        (proof,) = set(re.findall(r'<p class="search worker-count">([^<]*)</p>', page))
+        assert re.match(r"recommended: [124] workers?\. Measured there: [\d,.]+ samples/s \(one repeat", proof), proof
+        assert "MB of shared memory in flight of " in proof and "Further workers are stopped by " in proof
 
 
 @pytest.mark.slow

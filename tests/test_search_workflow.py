@@ -13,7 +13,14 @@ pytestmark = pytest.mark.slow  # 21 tiny cells, one at a time on 2 cores: about 
 
 SIXTEEN = list(range(16))
 CONFIG = {
-    "defaults": {"repeats": 1, "steps": 4, "warmup_steps": 1, "device": "cpu", "torch_threads": 1},
+    "defaults": {
+        "repeats": 1,
+        "steps": 4,
+        "warmup_steps": 1,
+        "device": "cpu",
+        "torch_threads": 1,
+        "monitor_interval_s": 0.05,
+    },
     "experiments": {
         "knee": {
             "title": "How many workers does a slow loader need?",
@@ -73,3 +80,17 @@ def test_a_16_level_worker_axis_trains_at_most_4_cells(tmp_path):
     assert trained == sorted(plan["run"]) and 2 <= len(trained) <= 4
     html = (work / "results/report/index.html").read_text()
     assert f"searched: 16 levels of num_workers, ran {len(group['levels'])}: " in html
+    # The worker count with its proof (analysis.knee): measured at the knee and its neighbours, against the limits.
+    (proof,) = re.findall(r'<p class="search worker-count">([^<]*)</p>', html)[:1]
+    count = int(re.match(r"recommended: (\d+) workers?\. Measured there: ", proof).group(1))
+    assert count in group["levels"] and "% of the compute ceiling (" in proof and "(one repeat: no interval)" in proof
+    assert "MB of shared memory in flight of " in proof, proof
+    # They sleep 2 ms a sample, so they wait, unless other load keeps them in the run queue; a loaded machine may
+    # also starve the monitor of its samples in these 0.1 s cells (the kind then says so).
+    kinds = (
+        r"are (waiting|CPU-bound, runnable \d+ % of the time)"
+        r"|were not sampled \(a run shorter than monitor_interval_s\)"
+    )
+    assert re.search(rf"its workers ({kinds}), \d+ cores asked of \d+ usable", proof), proof
+    assert re.search(r"the neighbours measured: (none below|\d+ workers? [\d.,]+ samples/s \(\d+ %\)), ", proof), proof
+    assert "Further workers are stopped by " in proof and proof.endswith(".")

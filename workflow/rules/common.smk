@@ -55,7 +55,12 @@ CELLS = validated_config(config)
 REPEATS = config["defaults"]["repeats"]
 HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
 # Experiments with `search: num_workers`: their training cells are chosen by checkpoint search (rules/search.smk).
-SEARCHED = {name: spec["search"] for name, spec in config["experiments"].items() if spec.get("search")}
+# A searched experiment of loader cells runs every level (feedbench.plan.search.checkpointed): no checkpoint.
+SEARCHED = {
+    name: feedbench_search.axis_of(spec["search"])
+    for name, spec in config["experiments"].items()
+    if spec.get("search") and feedbench_search.checkpointed(spec, config["defaults"])
+}
 
 
 def repeats_of(experiment, cell):

@@ -17,6 +17,7 @@ checkpoint search:
         baseline=lambda w: baseline(list(CELLS.values()), w.experiment).id,
         line=lambda w: search_dry_run_line(list(CELLS.values()), w.experiment, SEARCHED[w.experiment]),
         axis=lambda w: SEARCHED[w.experiment],
+        beyond_cores=lambda w: feedbench_search.beyond_cores(config["experiments"][w.experiment]["search"]),
     # Printed by --dry-run before the ceilings exist: what the checkpoint will decide.
     message:
         "{params.line}"

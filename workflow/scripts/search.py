@@ -6,6 +6,7 @@ import sys
 
 import pandas as pd
 from feedbench.analysis.aggregate import _plain, load_results, planned_row, with_predictions
+from feedbench.analysis.verdict import loader_cpu
 from feedbench.plan.result import atomic_write
 from feedbench.plan.search import plan
 
@@ -13,7 +14,7 @@ snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
 
-def predicted_rates(groups: list[dict]) -> list[list]:
+def predicted_rates(groups: list[dict]) -> tuple[list[list], list[list]]:
     """Each level's predicted samples/s (None where a ceiling is missing), by analysis.aggregate.with_predictions:
     the level as a planned training row beside its ceilings' results, predicted by the same code that predicts the
     measured cell in the summary afterwards. The planned row runs on the device its compute ceiling ran on."""
@@ -32,17 +33,26 @@ def predicted_rates(groups: list[dict]) -> list[list]:
             rows.append(planned_row(level["knobs"], next((d for d in devices if d), level["knobs"].get("device"))))
     frame = with_predictions(pd.concat([ceilings, pd.DataFrame(rows)], ignore_index=True))
     rates = iter(frame["predicted_samples_per_s"].iloc[len(ceilings) :].map(_plain))
-    return [[next(rates) for _ in group["levels"]] for group in groups]
+    cpu = [[loader_cpu(ceilings, level["ceilings"]["loader"]) for level in group["levels"]] for group in groups]
+    return [[next(rates) for _ in group["levels"]] for group in groups], cpu
 
 
 groups = json.loads(snakemake.params.groups)
+rates_of, cpu_of = predicted_rates(groups)
 choices = [
     {
         "knobs": group["knobs"],
         "cells": {level["level"]: level["cell"] for level in group["levels"]},
         "predicted": {level["level"]: rate for level, rate in zip(group["levels"], rates, strict=True)},
+        "cpu": {level["level"]: load for level, load in zip(group["levels"], cpu, strict=True)},
     }
-    for group, rates in zip(groups, predicted_rates(groups), strict=True)
+    for group, rates, cpu in zip(groups, rates_of, cpu_of, strict=True)
 ]
-decision = plan(snakemake.wildcards.experiment, snakemake.params.axis, choices, snakemake.params.baseline)
+decision = plan(
+    snakemake.wildcards.experiment,
+    snakemake.params.axis,
+    choices,
+    snakemake.params.baseline,
+    beyond=snakemake.params.beyond_cores,
+)
 atomic_write(snakemake.output.plan, json.dumps(decision, indent=1) + "\n")

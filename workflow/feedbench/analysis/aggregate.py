@@ -15,7 +15,16 @@ import numpy as np
 import pandas as pd
 
 from ..plan.ceilings import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, nearest_size
-from ..plan.columns import LABELS, ORDER, PREDICTION_COLUMNS, PROVENANCE_COLUMNS, STAGE_STATS, STATUS
+from ..plan.columns import (
+    CPU_COLUMNS,
+    LABELS,
+    ORDER,
+    PREDICTION_COLUMNS,
+    PROVENANCE_COLUMNS,
+    SHM_COLUMNS,
+    STAGE_STATS,
+    STATUS,
+)
 from ..plan.knobs import KNOBS, STAGE_WHATIFS, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
 from ..plan.metrics import PHASES
@@ -151,6 +160,12 @@ def _requested_text(knobs: dict) -> str:
     return json.dumps(knobs, sort_keys=True, default=str)
 
 
+def _cpu(load: dict) -> dict:
+    """The result's `cpu` (plan.cores.cpu_load) as its summary columns, in CPU_COLUMNS' order."""
+    keys = ["usable_cores", "demand_cores", "cpu_share", "runnable_share", "kind", "oversubscribed"]
+    return {column: load.get(key) for column, key in zip(CPU_COLUMNS, keys, strict=True)}
+
+
 def result_row(result: dict, path: str) -> dict:
     """One summary row from one result.json (already parsed)."""
     error = result.get("error") or {}
@@ -164,6 +179,8 @@ def result_row(result: dict, path: str) -> dict:
         **_knobs(result),
         **_metrics(result),
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
+        **_cpu(result.get("cpu") or {}),
+        **{column: (result.get("shm") or {}).get(column[4:]) for column in SHM_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
         "requested": _requested_text(
             {k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS}
@@ -403,8 +420,9 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
     integers), the baseline label as a boolean and `requested` as the mapping of knobs the cell asked for."""
     knobs = [name for name, knob in KNOBS.items() if name in frame and knob.type in _DTYPES]
     columns = {name: _typed(frame[name], _DTYPES[KNOBS[name].type]) for name in knobs}
-    if "baseline" in frame:
-        columns["baseline"] = _typed(frame["baseline"], "boolean")
+    for name in ("baseline", "oversubscribed"):
+        if name in frame:
+            columns[name] = _typed(frame[name], "boolean")
     if "requested" in frame:
         columns["requested"] = frame["requested"].map(requested).astype(object)
     return frame.assign(**columns)

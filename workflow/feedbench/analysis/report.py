@@ -24,9 +24,10 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..plan import search
+from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, verdict, views, whatifs
+from . import accuracy, knee, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -229,7 +230,9 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "has_epoch_stall": False,
         "has_memory_growth": False,
         "whatifs": [],
+        "has_workers_kind": False,
         "search": None,
+        "worker_count": [],
     }
 
 
@@ -298,6 +301,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         has_epoch_stall=_has_values(found["cells"], "epoch_stall_ms"),
         has_memory_growth=_has_values(found["cells"], "growth_mb_per_1k"),
         whatifs=whatifs.experiment_table(rows),  # the top stages' what-ifs, predicted (analysis.whatifs)
+        has_workers_kind=_has_values(found["cells"], "workers_kind"),
     )
     if best is not None:
         context["verdict"] = _verdict_context(found)
@@ -332,6 +336,23 @@ def stages_svg(name: str, spec: dict, rows: pd.DataFrame) -> Markup | None:
     return inline_svg(svg_text(fig, salt=f"{name}-stages")) if fig is not None else None
 
 
+def _search_context(name: str, spec: dict, context: dict, rows: pd.DataFrame, decided: str | None) -> None:
+    """`search: num_workers`: which levels ran (the checkpoint's choice, feedbench.plan.search; every level for loader
+    cells) and the worker count with its proof, from the cells that ran (analysis.knee)."""
+    if not (spec or {}).get("search") and decided is None:
+        return
+    cells = pd.DataFrame(context["cells"])
+    if decided is not None:
+        decision = search.read(decided)
+    elif context["cells"]:
+        decision = knee.measured_search(name, spec, cells, context["knobs"], context["baseline_id"])
+    else:
+        return
+    context["search"] = search.sentence(decision)
+    if context["cells"]:
+        context["worker_count"] = knee.proof(decision, cells, rows, context["unit"], fmt)
+
+
 def build(
     summary: pd.DataFrame,
     svgs: list[str],
@@ -362,8 +383,7 @@ def build(
         context = experiment_context(name, spec, rows, svg)
         context["view"] = study_view(name, spec, rows, tables)
         context["stages_svg"] = stages_svg(name, spec, rows)
-        if name in searched:  # `search: num_workers`: which levels the checkpoint ran (feedbench.plan.search)
-            context["search"] = search.sentence(search.read(searched[name]))
+        _search_context(name, spec, context, rows, searched.get(name))
         experiments.append(context)
     failed = summary[summary["status"] != "ok"]
     failures = [
@@ -395,7 +415,11 @@ def build(
         "disclosure": disclosure,
         "config_hash": config_hash,
         "config_yaml": yaml.safe_dump(config or {}, sort_keys=False, default_flow_style=None),
-        "rule": {"stall_pct": verdict.DATA_STALL_PCT, "transfer_pct": 100 * verdict.TRANSFER_SHARE},
+        "rule": {
+            "stall_pct": verdict.DATA_STALL_PCT,
+            "transfer_pct": 100 * verdict.TRANSFER_SHARE,
+            "cpu_bound_share": CPU_BOUND_SHARE,
+        },
     }
 
 

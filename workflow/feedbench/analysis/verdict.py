@@ -234,6 +234,7 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "gpus": gpu_count(first),
                 **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
                 **growth.figures(ok),  # the workers' memory growth and the samples to the cell's memory limit
+                **workers_cpu(ok),  # which kind its workers are, and whether they outnumber the cores
                 # analysis.predict's prediction from the cell's ceilings, when the summary has them (else None).
                 "predicted": _median(ok, "predicted_samples_per_s"),
                 "predicted_bound": first.get("predicted_bound")
@@ -411,6 +412,30 @@ def time_lost(ok: pd.DataFrame) -> dict:
         "window_s": "window_s",
     }
     return {key: _median(ok, column) for key, column in columns.items()}
+
+
+def workers_cpu(ok: pd.DataFrame) -> dict:
+    """The kind of a cell's loader workers over its finished repeats (plan.cores.cpu_load: CPU-bound or waiting, the
+    most frequent), their median CPU and runnable shares, its cores asked and usable, and whether any repeat was
+    oversubscribed; None each where the summary has no such column or value."""
+    kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)
+    flags = ok["oversubscribed"].dropna() if "oversubscribed" in ok else pd.Series(dtype=object)
+    return {
+        "workers_kind": str(kinds.mode().iloc[0]) if len(kinds) else None,
+        "cpu_share": _median(ok, "workers_cpu_share"),
+        "runnable_share": _median(ok, "workers_runnable_share"),
+        "demand_cores": _median(ok, "demand_cores"),
+        "usable_cores": _median(ok, "usable_cores"),
+        "oversubscribed": bool(flags.astype(bool).any()) if len(flags) else None,
+    }
+
+
+def loader_cpu(ceilings: pd.DataFrame, paths: list[str]) -> dict:
+    """The CPU load of the results at `paths` (a searched level's loader ceiling, for plan.search) over their
+    finished repeats, as workers_cpu gives it, with whole core counts."""
+    rows = ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")] if len(ceilings) else ceilings
+    load = workers_cpu(rows)
+    return {k: (int(v) if k.endswith("_cores") and v is not None else v) for k, v in load.items()}
 
 
 def time_lost_parts(cell: dict | None) -> list[str]:

@@ -74,20 +74,32 @@ def _workers(process: psutil.Process) -> list[psutil.Process]:
 
 
 def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -> None:
-    """Each worker's CPU time so far beside its wall time since it started, by (pid, start): a worker that ends
-    keeps its last sample. A starved worker shows a CPU share far below one while it is busy."""
+    """Each worker's CPU time so far beside its wall time since it started, by (pid, start), and how many of the
+    samples found it runnable (on a core or in the run queue, state R): a worker that ends keeps its last sample. A
+    starved worker shows a CPU share far below one while it is runnable; one waiting on I/O is neither."""
     now = time.time()
     for child in _workers(process):
         try:
             with child.oneshot():
-                times, started = child.cpu_times(), child.create_time()
+                times, started, status = child.cpu_times(), child.create_time(), child.status()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        before = seen.get((child.pid, started), {})
         seen[(child.pid, started)] = {
             "pid": child.pid,
             "cpu_s": round(times.user + times.system, 3),
             "wall_s": round(max(now - started, 0.0), 3),
+            "samples": before.get("samples", 0) + 1,
+            "runnable": before.get("runnable", 0) + (status == psutil.STATUS_RUNNING),
         }
+
+
+def _worker_record(worker: dict) -> dict:
+    """A worker as the result holds it: its CPU share (CPU time / wall time) and runnable share (of its samples)."""
+    record = {k: v for k, v in worker.items() if k != "runnable"}
+    record["cpu_share"] = round(worker["cpu_s"] / worker["wall_s"], 3) if worker["wall_s"] > 0 else None
+    record["runnable_share"] = round(worker["runnable"] / worker["samples"], 3)
+    return record
 
 
 class Monitor(threading.Thread):
@@ -140,10 +152,7 @@ class Monitor(threading.Thread):
             "interval_s": self.interval_s,
             "samples": len(self.samples),
             "stats": stats,
-            "workers": [
-                {**w, "cpu_share": round(w["cpu_s"] / w["wall_s"], 3) if w["wall_s"] > 0 else None}
-                for w in self.workers.values()
-            ],
+            "workers": [_worker_record(w) for w in self.workers.values()],
             "memory": self.memory.summary(self.start_method),
             "notes": [self.nvml.note] if self.nvml.note else [],
         }

@@ -19,6 +19,7 @@ import torch
 
 from ..plan import shm
 from ..plan.cell import Cell, cell_dict, parse_cell
+from ..plan.cores import cpu_load, ranks_sharing
 from ..plan.knobs import KnobError, user_batch
 from ..plan.metrics import epoch_boundaries, summarize, wait_tail
 from ..plan.plugins import folder_facts, plugins_of, resolve_all
@@ -26,6 +27,7 @@ from ..plan.result import failed_result, now, step_rows, tail, write_refusal, wr
 from .data import decoder_facts, short_batch_note
 from .distributed import World, finish, gather, init, rank_device
 from .fit import resolve
+from .launch import in_slurm_job
 from .loop import Measurement, cuda_init, first_batches, measure, original_estimators
 from .monitor import Monitor
 from .prefetch import to_device
@@ -226,6 +228,8 @@ def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) ->
     r.result.update(
         cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
     )
+    if cell.scenario != "transfer":  # what the loader will keep in shared memory, and the room there as it starts
+        r.result["shm"] = shm.facts(cell_dict(cell), local=not in_slurm_job())
     decoder = decoder_facts(cell)
     if decoder:
         r.result["decoder"] = decoder
@@ -302,6 +306,9 @@ def _record_loop(r: CellRun, cell: Cell) -> None:
     result["metrics"], r.rows = _loop_metrics(m)
     result["timing"]["effective"] = m.clock.effective_mode if m.clock else None
     result["monitor"] = r.monitor.summary() if r.monitor is not None else None
+    if result["monitor"] is not None:
+        usable = (result["provenance"].get("cores") or {}).get("usable")
+        result["cpu"] = cpu_load(result["monitor"]["workers"], usable, ranks_sharing(cell), cell.num_workers)
     result["page_cache"] = m.page_cache
     if m.page_cache and m.page_cache["note"]:
         result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]

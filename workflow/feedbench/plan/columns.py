@@ -74,6 +74,17 @@ STAGE_COLUMN = re.compile(r"stage_.+_(" + "|".join(STAGE_STATS) + ")")
 # A transfer probe's: also one column per probed size (transfer_gb_per_s_<pinned|pageable>_<bytes>), which vary.
 TRANSFER_COLUMNS = ["transfer_method", "transfer_peak_gb_per_s_pinned", "transfer_peak_gb_per_s_pageable"]
 PROVENANCE_COLUMNS = ["host", "gpu"]
+# The cell's CPU demand against its usable cores (the result's `cpu`, plan.cores.cpu_load): empty without workers.
+CPU_COLUMNS = [
+    "usable_cores",
+    "demand_cores",
+    "workers_cpu_share",
+    "workers_runnable_share",
+    "workers_kind",
+    "oversubscribed",
+]
+# Shared memory as the cell's loader started (the result's `shm`, plan.shm.facts).
+SHM_COLUMNS = ["shm_in_flight_bytes", "shm_free_bytes"]
 # The knobs as the workflow asked for them, and the result's path.
 REQUEST_COLUMNS = ["requested", "result"]
 # Added to every row by analysis.aggregate.with_predictions: filled for training cells whose ceilings were measured.
@@ -94,6 +105,8 @@ SUMMARY_COLUMNS = [
     *METRIC_COLUMNS,
     *TRANSFER_COLUMNS,
     *PROVENANCE_COLUMNS,
+    *CPU_COLUMNS,
+    *SHM_COLUMNS,
     *REQUEST_COLUMNS,
     *PREDICTION_COLUMNS,
 ]

@@ -130,8 +130,9 @@ def schema_error(error) -> str:
     if "propertyNames" in error.relative_schema_path and kind == "maxLength":
         return f"{path}: name {shown(value)} has {len(value)} characters; allowed: at most {error.validator_value}"
     if kind in ("oneOf", "anyOf") and error.context:
-        # The branch that fits the value's shape says what is wrong (a spec vs a list of specs).
-        fitting = [e for e in error.context if e.validator != "type" or e.relative_path]
+        # The branch that fits the value's shape says what is wrong (a spec vs a list of specs, a name vs a mapping).
+        shaped = [e for e in error.context if _fits(error.validator_value[e.schema_path[0]], value)]
+        fitting = [e for e in shaped or error.context if e.validator != "type" or e.relative_path]
         return schema_error(max(fitting or error.context, key=lambda e: len(e.absolute_path)))
     if kind in ("additionalProperties", "unevaluatedProperties"):
         known = sorted(error.schema.get("properties", {}))
@@ -157,6 +158,18 @@ def schema_error(error) -> str:
     if kind == "required":
         return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
     return f"{path}: {error.message.splitlines()[0]}"
+
+
+_SHAPES = {"object": dict, "array": list, "string": str}
+
+
+def _fits(branch: dict, value) -> bool:
+    """Whether a oneOf branch is for values of `value`'s shape: its `type`, or an enum of plain values."""
+    if "type" in branch and branch["type"] in _SHAPES:
+        return isinstance(value, _SHAPES[branch["type"]])
+    if "enum" in branch:
+        return not isinstance(value, (dict, list))
+    return True
 
 
 def _type_text(types) -> str:

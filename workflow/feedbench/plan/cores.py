@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Mapping
+
+from .shm import loaders
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -97,3 +100,49 @@ def usable_cores(env: Mapping[str, str] = os.environ, root: str = CGROUP_ROOT, p
     known = {name: n for name, n in sources.items() if n is not None}
     bound_by = min(known, key=lambda name: (known[name], list(sources).index(name))) if known else None
     return {"usable": known.get(bound_by), "bound_by": bound_by, **sources, "cgroup_quota": cgroup}
+
+
+# The one threshold that names a cell's loader workers CPU-bound: runnable (on a core, or waiting in the run queue for
+# one) in at least this share of the monitor's samples, the median worker. Below it they mostly wait: on storage, a
+# network, a sleep, or a full prefetch queue. The runnable share, not the CPU share, decides: three CPU-bound workers
+# on one core each get a third of its time (CPU share 0.33) and are runnable all of it (harness.monitor).
+CPU_BOUND_SHARE = 0.5
+KINDS = {True: "CPU-bound", False: "waiting"}
+
+
+def ranks_sharing(knobs, env: Mapping[str, str] = os.environ) -> int:
+    """The cell's ranks that share this process's usable cores: one where Slurm gives each task its own CPUs
+    (SLURM_CPUS_PER_TASK), else every rank on this host (as plan.shm counts its loaders)."""
+    if env.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return 1
+    return loaders(knobs, local="SLURM_JOB_ID" not in env)[0]
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: int) -> dict | None:
+    """A cell's CPU demand against its usable cores, for its result's `cpu`: the cores it asks for (ranks x (workers
+    + the main process)), the median worker's CPU and runnable shares, which kind its workers are (KINDS, by
+    CPU_BOUND_SHARE) and whether it is oversubscribed (more demand than cores, and CPU-bound workers). None without
+    loader workers; kind and oversubscribed None when no worker was sampled."""
+    if num_workers == 0:
+        return None
+    runnable = _median([w.get("runnable_share") for w in workers])
+    bound = None if runnable is None else runnable >= CPU_BOUND_SHARE
+    demand = ranks * (num_workers + 1)
+    return {
+        "demand_cores": demand,
+        "usable_cores": usable,
+        "cpu_share": _median([w.get("cpu_share") for w in workers]),
+        "runnable_share": runnable,
+        "kind": None if bound is None else KINDS[bound],
+        "oversubscribed": None if bound is None or usable is None else bool(bound and demand > usable),
+    }
+
+
+def most_workers(usable: int, ranks: int) -> int:
+    """The most loader workers per rank whose cell does not ask for more than `usable` cores (cpu_load's demand)."""
+    return max(usable // ranks - 1, 0)

@@ -29,12 +29,27 @@ from .knobs import KNOBS, shown
 SEARCHABLE = ("num_workers",)
 
 
+def axis_of(spec: Any) -> Any:
+    """The axis a `search` names: `search: num_workers`, or the mapping's `axis`."""
+    return spec.get("axis") if isinstance(spec, dict) else spec
+
+
+def beyond_cores(spec: Any) -> bool:
+    """Whether a `search` may take a knee whose loader ceiling was oversubscribed (`beyond_cores: true`)."""
+    return isinstance(spec, dict) and spec.get("beyond_cores") is True
+
+
 def check(name: str, experiment: dict, defaults: dict) -> None:
     """`experiments.<name>.search` names a searchable axis of >= 2 levels of a single-process training experiment."""
-    axis = experiment.get("search")
-    if axis is None:
+    spec = experiment.get("search")
+    if spec is None:
         return
     where = f"experiments.{name}.search"
+    if isinstance(spec, dict) and not isinstance(spec.get("beyond_cores", False), bool):
+        raise ConfigError(
+            f"{where}.beyond_cores: value {shown(spec['beyond_cores'])} has the wrong type; allowed: true or false"
+        )
+    axis = axis_of(spec)
     if axis not in SEARCHABLE:
         raise ConfigError(f"{where}: value {shown(axis)} is not allowed; allowed: {', '.join(SEARCHABLE)}")
     levels = (experiment.get("matrix") or {}).get(axis)
@@ -49,11 +64,49 @@ def check(name: str, experiment: dict, defaults: dict) -> None:
             raise ConfigError(f"{where}: the matrix varies {key}; allowed: {axis} with one {key} for every cell")
     scenario = knobs.get("scenario", KNOBS["scenario"].default)
     parallel = knobs.get("parallel", KNOBS["parallel"].default)
-    if scenario != "train" or parallel != "none":
+    if scenario not in ("train", "loader") or parallel != "none":
         raise ConfigError(
             f"{where}: the cells are scenario {scenario}, parallel {parallel}, which have no prediction;"
-            f" allowed: {axis} on single-process training cells (scenario train, parallel none)"
+            f" allowed: {axis} on single-process training or loader cells (scenario train or loader, parallel none)"
         )
+
+
+def checkpointed(experiment: dict, defaults: dict) -> bool:
+    """Whether a searched experiment's cells wait for checkpoint search: training cells do. Loader cells (the loader
+    alone) are each their own loader ceiling: every level runs, and the report reads the knee from them
+    (measured_plan)."""
+    knobs = {**defaults, **(experiment.get("base") or {})}
+    return knobs.get("scenario", KNOBS["scenario"].default) == "train"
+
+
+def measured_plan(experiment: str, axis: str, groups: list[dict], baseline: str, beyond: bool = False) -> dict:
+    """The decision of a search whose every level ran (loader cells): the shape plan() writes, every level chosen.
+    groups: one per combination of the other axes, {"knobs": ..., "cells": {level: cell id}}."""
+    why = "the loader alone: every level runs, each its own loader ceiling"
+    decided = [
+        {
+            "knobs": group["knobs"],
+            "predicted": [],
+            "cpu": [],
+            "predicted_knee": None,
+            "knee": None,
+            "levels": sorted(group["cells"]),
+            "cells": [group["cells"][level] for level in sorted(group["cells"])],
+            "why": why,
+        }
+        for group in groups
+    ]
+    levels = sorted({level for group in groups for level in group["cells"]})
+    run = [baseline] + [c for g in decided for c in g["cells"] if c != baseline]
+    return {
+        "experiment": experiment,
+        "axis": axis,
+        "beyond_cores": beyond,
+        "levels": levels,
+        "baseline": baseline,
+        "groups": decided,
+        "run": run,
+    }
 
 
 def knee(predictions: dict[Any, float | None]) -> Any | None:
@@ -72,39 +125,67 @@ def around(levels: list, centre: Any) -> list:
     return ordered[max(at - 1, 0) : at + 2]
 
 
-def choose(predictions: dict[Any, float | None]) -> tuple[Any | None, list]:
-    """(knee, the levels to run) of one combination of the other axes: the knee and its neighbours, or every
-    level when some prediction is missing."""
+def capped(found: Any, cpu: dict[Any, dict], beyond: bool = False) -> tuple[Any, str | None]:
+    """(the knee the cores allow, why the search stopped there or None): a predicted knee whose loader ceiling was
+    oversubscribed (CPU-bound workers beyond the usable cores, plan.cores.cpu_load) falls back to the most workers
+    below it that were not, unless `beyond` (the search's beyond_cores)."""
+    at = cpu.get(found) or {}
+    if beyond or found is None or not at.get("oversubscribed"):
+        return found, None
+    fits = [level for level in sorted(cpu) if level < found and not (cpu[level] or {}).get("oversubscribed")]
+    stop = fits[-1] if fits else min(cpu)
+    share = at.get("runnable_share")
+    runnable = f", runnable {100 * share:.0f} % of the time" if share is not None else ""
+    return stop, (
+        f"stopped at {_workers(stop)} by the cores: at {_text(found)}, the predicted knee, the loader's"
+        f" CPU-bound workers{runnable} and its main process asked for {at.get('demand_cores')} cores and it had"
+        f" {at.get('usable_cores')} (beyond_cores: true lets the knee pass them)"
+    )
+
+
+def choose(predictions: dict[Any, float | None], cpu: dict[Any, dict] | None = None, beyond: bool = False):
+    """(knee, the levels to run, why it stopped) of one combination of the other axes: the knee (capped by the
+    cores, `capped`) and its neighbours, or every level when some prediction is missing."""
     found = knee(predictions)
-    return found, (sorted(predictions) if found is None else around(list(predictions), found))
+    if found is None:
+        return None, sorted(predictions), "a ceiling gave no prediction: every level runs"
+    stop, why = capped(found, cpu or {}, beyond)
+    if why is None:
+        why = f"the predicted knee: more workers are predicted to add less than {100 * (1 - KNEE_REACHES):.0f} %"
+    return stop, around(list(predictions), stop), why
 
 
-def plan(experiment: str, axis: str, groups: list[dict], baseline: str) -> dict:
+def plan(experiment: str, axis: str, groups: list[dict], baseline: str, beyond: bool = False) -> dict:
     """The checkpoint's decision, written as results/search/<experiment>.json.
 
     groups: one per combination of the other axes, each {"knobs": {other axis: level}, "cells": {level: cell id},
-    "predicted": {level: samples/s or None}}. The baseline and every chosen cell id are in "run".
+    "predicted": {level: samples/s or None}, "cpu": {level: its loader ceiling's cpu (plan.cores.cpu_load)}}, "cpu"
+    optional. The baseline and every chosen cell id are in "run".
     """
     decided = []
     run = [baseline]
     for group in groups:
-        found, levels = choose(group["predicted"])
+        cpu = group.get("cpu") or {}
+        found, levels, why = choose(group["predicted"], cpu, beyond)
         cells = [group["cells"][level] for level in levels]
         run += [c for c in cells if c not in run]
         decided.append(
             {
                 "knobs": group["knobs"],
                 "predicted": [{axis: level, "samples_per_s": p} for level, p in group["predicted"].items()],
+                "cpu": [{axis: level, **(load or {})} for level, load in cpu.items()],
+                "predicted_knee": knee(group["predicted"]),
                 "knee": found,
                 "levels": levels,
                 "cells": cells,
-                "why": None if found is not None else "a ceiling gave no prediction: every level runs",
+                "why": why,
             }
         )
     levels = sorted({level for group in groups for level in group["cells"]})
     return {
         "experiment": experiment,
         "axis": axis,
+        "beyond_cores": beyond,
         "levels": levels,
         "baseline": baseline,
         "groups": decided,
@@ -118,7 +199,10 @@ def sentence(decision: dict) -> str:
     for group in decision["groups"]:
         where = ", ".join(f"{k} {_text(v)}" for k, v in group["knobs"].items())
         levels = ", ".join(_text(v) for v in group["levels"])
+        predicted = group.get("predicted_knee", group["knee"])
         knee_text = f"predicted knee {_text(group['knee'])}" if group["knee"] is not None else group["why"]
+        if group["knee"] is not None and predicted != group["knee"]:  # the cores stopped it below the predicted knee
+            knee_text = group["why"]
         ran = f"ran {len(group['levels'])}: {levels} workers ({knee_text})"
         parts.append(f"{where}: {ran}" if where else ran)
     chosen = {cell for group in decision["groups"] for cell in group["cells"]}
@@ -140,6 +224,10 @@ def dry_run_line(experiment: str, axis: str, levels: list, groups: int) -> str:
 def read(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def _workers(count: Any) -> str:
+    return f"{_text(count)} worker{'' if count == 1 else 's'}"
 
 
 def _text(value: Any) -> str:

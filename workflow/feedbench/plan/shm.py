@@ -65,16 +65,31 @@ def _mb(n: int) -> str:
     return f"{n / 2**20:.1f} MB"
 
 
+def need_bytes(knobs: Mapping[str, Any] | Any, batch: int | None, local: bool) -> int | None:
+    """The cell's bytes in flight in this host's shared memory: its loaders' (`loaders`) batches of `batch` bytes
+    per rank; None when the batch's size is unknown."""
+    if batch is None:
+        return None
+    count, scale = loaders(knobs, local)
+    workers, prefetch = resources.knob(knobs, "num_workers"), resources.knob(knobs, "prefetch_factor")
+    return count * in_flight(batch * scale, workers, prefetch)
+
+
+def facts(knobs: Mapping[str, Any], local: bool, path: str = "") -> dict:
+    """For a cell's result, before its loader starts: its bytes in flight (None for a user's batch, which has no size
+    before it is made) and the shared-memory filesystem's free bytes then."""
+    size = None if user_batch(knobs) else batch_bytes(knobs)
+    return {"path": path or SHM_PATH, "in_flight_bytes": need_bytes(knobs, size, local), "free_bytes": free_bytes(path)}
+
+
 def shm_error(knobs: Mapping[str, Any] | Any, batch: int | None, free: int | None, local: bool, path: str = ""):
     """One line when the cell's batches in flight (`batch` bytes each, per rank) exceed `free` bytes of shared
     memory, else None (also when either size is unknown)."""
     workers, prefetch = resources.knob(knobs, "num_workers"), resources.knob(knobs, "prefetch_factor")
-    if batch is None or free is None or workers == 0:
+    need = need_bytes(knobs, batch, local)
+    if need is None or free is None or workers == 0 or need <= free:
         return None
     count, scale = loaders(knobs, local)
-    need = count * in_flight(batch * scale, workers, prefetch)
-    if need <= free:
-        return None
     ranks = f" x {count} loaders" if count > 1 else ""
     where = path or SHM_PATH
     return (
