@@ -82,7 +82,9 @@ def _workers_memory(process: psutil.Process) -> dict[str, float]:
 
 def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -> None:
     """Each worker's CPU time so far beside its wall time since it started, by (pid, start): a worker that ends
-    keeps its last sample. A starved worker shows a CPU share far below one while it is busy."""
+    keeps its last sample. A starved worker shows a CPU share far below one while it is busy. Its first sample is
+    kept too, so that what it did between its first and last sample (`window_cpu_s`, `window_wall_s`) leaves out
+    its start-up and the warm-up: its steady state, per sample of its work (analysis.loader_scaling)."""
     now = time.time()
     for child in _workers(process):
         try:
@@ -90,10 +92,15 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
                 times, started = child.cpu_times(), child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        cpu, wall = times.user + times.system, max(now - started, 0.0)
+        first = seen.get((child.pid, started), {}).get("first", (cpu, wall))
         seen[(child.pid, started)] = {
             "pid": child.pid,
-            "cpu_s": round(times.user + times.system, 3),
-            "wall_s": round(max(now - started, 0.0), 3),
+            "cpu_s": round(cpu, 3),
+            "wall_s": round(wall, 3),
+            "window_cpu_s": round(cpu - first[0], 3),
+            "window_wall_s": round(wall - first[1], 3),
+            "first": first,
         }
 
 
@@ -138,7 +145,10 @@ class Monitor(threading.Thread):
             "samples": len(self.samples),
             "stats": stats,
             "workers": [
-                {**w, "cpu_share": round(w["cpu_s"] / w["wall_s"], 3) if w["wall_s"] > 0 else None}
+                {
+                    **{k: v for k, v in w.items() if k != "first"},
+                    "cpu_share": round(w["cpu_s"] / w["wall_s"], 3) if w["wall_s"] > 0 else None,
+                }
                 for w in self.workers.values()
             ],
             "notes": [self.nvml.note] if self.nvml.note else [],
