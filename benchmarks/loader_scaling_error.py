@@ -4,8 +4,9 @@
 
 For the JPEG folder (`dataset: images`) and examples/own-pipeline (tests/loader_scaling.py has the cells): the
 loader alone at 0, 1 and 2 workers with the affinity mask at one core, and at 2 workers with two cores, repeat by
-repeat. The scaling model (feedbench.analysis.loader_scaling) is fitted to the one-core cells only and predicts two
-workers on two cores; the error is the two-core cells' median samples/s against that prediction. Prints the
+repeat. The scaling model (feedbench.analysis.loader_scaling) is fitted to the one-core cells only (its curve: the
+cells with 1 and 2 workers) and predicts two workers on two cores; the error is the two-core cells' median
+samples/s against that prediction. Prints the
 markdown rows, the fit and every cell's samples/s and CPU ms per sample. Run it with nothing else on the machine:
 the prediction is what two free cores deliver (tests/test_loader_scaling.py says why a CPU hog breaks it).
 """
@@ -30,12 +31,6 @@ def predicted_and_measured(runs) -> tuple[float, list[float], object]:
     return loader_ceiling(fit, cores=2, workers=2), measured, fit
 
 
-def one_core(runs) -> float:
-    return statistics.median(
-        result["metrics"]["samples_per_s"] for workers, cores, result in runs if workers == cores == 1
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs of each cell (default 3)")
@@ -55,11 +50,11 @@ def main() -> None:
             print(f"  W={workers} cores={cores}: {p.samples_per_s:.1f} samples/s ({cpu})")
         spread = ", ".join(f"{value:.0f}" for value in measured)
         rows.append(
-            f"| {NAMES[pipeline]} | {fit.worker_cpu_ms:.2f} + {fit.main_cpu_ms:.2f} | {one_core(runs):.0f} "
+            f"| {NAMES[pipeline]} | {fit.worker_cpu_ms:.2f} + {fit.main_cpu_ms:.2f} | {fit.x1:.0f} "
             f"| {predicted:.0f} | {median:.0f} ({spread}) | {error:+.1f} % |"
         )
     print(
-        "\n| pipeline | CPU ms per sample, workers + main | measured, 1 core (median) | predicted, 2 cores "
+        "\n| pipeline | CPU ms per sample, workers + main | X1: one core, 1 and 2 workers | predicted, 2 cores "
         "| measured, 2 cores: median (repeats) | error |"
     )
     print("|---|---|---|---|---|---|")

@@ -67,7 +67,7 @@ def test_linear_points_keep_the_model_with_one_parameter():
 def test_caps_workers_main_process_and_speed():
     measured = [
         LoaderPoint(1, 1, 400.0, worker_cpu_ms=None, main_cpu_ms=None),  # the curve: linear, 400 per core
-        LoaderPoint(2, 1, 380.0, worker_cpu_ms=2.0, main_cpu_ms=0.5),  # two workers on one core: the CPU times
+        LoaderPoint(1, 2, 500.0, worker_cpu_ms=2.0, main_cpu_ms=0.5),  # one worker on two cores: not on the curve
         LoaderPoint(0, 1, 600.0, worker_cpu_ms=None, main_cpu_ms=1.6),
     ]
     fit = fit_scaling(measured)
@@ -80,7 +80,7 @@ def test_caps_workers_main_process_and_speed():
 
 
 def test_bad_input_is_one_line():
-    with pytest.raises(ValueError, match="num_workers = cores"):
+    with pytest.raises(ValueError, match="num_workers >= cores"):
         fit_scaling([LoaderPoint(1, 2, 100.0, None, None)])
     fit = fit_scaling(points(lambda n: 100 * n, cores=(1,)))
     with pytest.raises(ValueError, match="allowed: cores >= 1 and a speed factor > 0"):
@@ -91,7 +91,8 @@ def test_table_and_figure_show_points_fit_residuals_and_prediction():
     fit = fit_scaling([*points(lambda n: 100 * n, cores=(1, 2), noise=(0.95, 1.05)), LoaderPoint(2, 1, 90.0, 2.0, 0.3)])
     rows = scaling_rows(fit, target_cores=12, speed=1.2)
     measured = [row for row in rows if row["kind"] == "measured"]
-    assert len(measured) == 5 and {round(row["residual_pct"]) for row in measured if row["cores"] == 1} == {-5, 5, -10}
+    assert len(measured) == 5 and fit.x1 == pytest.approx(95)  # the median of 95, 105, 90, 190 / 2 and 210 / 2
+    assert [round(row["residual_pct"]) for row in measured if row["cores"] == 1] == [0, 11, -5]
     assert [row["cores"] for row in rows if row["kind"] == "prediction"] == [1, 2, 4, 8, 12]
     assert rows[-1]["fitted_samples_per_s"] == pytest.approx(loader_ceiling(fit, 12, 12, 1.2))
     figure = scaling_figure(fit, target_cores=12, speed=1.2)
@@ -127,20 +128,24 @@ def test_the_monitor_keeps_each_workers_steady_state_apart_from_its_start(tmp_pa
 @pytest.mark.timing
 @pytest.mark.parametrize("pipeline", ["images", "shapes"])
 def test_one_core_predicts_two_within_10_percent(tmp_path_factory, pipeline):
-    """Issue #25's done-when: the loader alone (torch_threads 1) with the affinity mask at one core, one worker, is
-    the curve's one point; the model (linear: one core count says nothing more) predicts two workers on two cores,
-    and the cells measured with two cores (the median of 3, interleaved with the one-core runs) lie within 10 %.
+    """Issue #25's done-when: the loader alone (torch_threads 1) with the affinity mask at one core, one and two
+    workers, are the curve's points; the model (linear: one core count says nothing more) predicts two workers on two
+    cores, and the cells measured with two cores (the median of 3, interleaved with the one-core runs) lie within
+    10 %.
 
     Marked timing: it cannot share the machine. The prediction is what two free cores deliver, and a CPU hog on
     one core takes a share of the two-core cell (three loader processes and the hog on two cores) but none of the
-    one-core cell (the scheduler moves the hog to the core the mask leaves free): the prediction's error would be
-    the hog's share, about a third, whatever the model. On this 2-core machine shared with other sessions (load
-    average 10), the same cells run at an autogroup nice of -20 were 3 to 7 % off (docs/results/
-    prediction-error-loader.md); as others' load, they ran 40 % off.
+    one-core cell (the scheduler moves the hog to the core the mask leaves free): the error would be the hog's
+    share, about a third, whatever the model. On this 2-core machine, shared with other sessions, the same cells in
+    a session of their own at an autogroup nice of -20 were within -3.2 to +1.0 % (docs/results/
+    prediction-error-loader.md); at the default priority, under the other sessions' load, 40 % off. It takes about
+    110 s (the JPEG folder is made first).
     """
     from loader_scaling import measure
 
-    runs = measure(str(tmp_path_factory.mktemp(f"loader-{pipeline}")), pipeline, repeats=3, cells=((1, 1), (2, 2)))
+    runs = measure(
+        str(tmp_path_factory.mktemp(f"loader-{pipeline}")), pipeline, repeats=3, cells=((1, 1), (2, 1), (2, 2))
+    )
     fit = fit_scaling([loader_point(result) for workers, cores, result in runs if cores == 1])
     predicted = loader_ceiling(fit, cores=2, workers=2)
     measured = statistics.median(r["metrics"]["samples_per_s"] for w, cores, r in runs if cores == 2)

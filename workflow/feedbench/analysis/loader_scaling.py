@@ -8,10 +8,9 @@ From each loader cell (scenario loader) measured here, a point (`loader_point`):
     c_w, c_m        CPU ms per sample of its loader workers (monitor.workers: their CPU share in the window times
                     their number) and of its main process (the monitor's trainer_cpu_pct over the window), over X
 
-The curve is throughput against cores, from the points with one worker per core (W = N): at one core the loader's
-main process and its worker share it, at N cores its processes have N. Points with fewer workers than cores are
-capped by their workers (below), those with more wait for a core: both are shown against the model, not fitted.
-Three models, each fitted in log(X):
+The curve is throughput against cores, from the points with a worker for every core (W >= N): at one core the
+loader's processes share it, at N cores they have N. Points with fewer workers than cores are capped by their
+workers (below): they are shown against the model, not fitted. Three models, each fitted in log(X):
 
     linear   X(N) = X1 N                                   (1 parameter: all one core count can say)
     amdahl   X(N) = X1 N / (1 + s (N - 1))                 (2: s, the serial fraction)
@@ -142,12 +141,12 @@ def _median(values) -> float | None:
 
 
 def fit_scaling(points: list[LoaderPoint]) -> ScalingFit:
-    """The curve of throughput against cores from the points with one worker per core (W = N), the model chosen by
-    its residual per degree of freedom (from one core count: linear); ValueError without a point with W = N."""
-    curve = [p for p in points if p.workers == p.cores]
+    """The curve of throughput against cores from the points with a worker for every core (W >= N), the model
+    chosen by its residual per degree of freedom (from one core count: linear); ValueError without such a point."""
+    curve = [p for p in points if p.workers >= p.cores >= 1]
     if not curve:
         have = ", ".join(f"{p.workers} workers on {p.cores} cores" for p in points) or "no loader cell"
-        raise ValueError(f"no loader cell with one worker per core ({have}): the curve needs num_workers = cores")
+        raise ValueError(f"no loader cell with a worker for every core ({have}): the curve needs num_workers >= cores")
     cores = np.array([p.cores for p in curve], dtype=float)
     log_rates = np.log([p.samples_per_s for p in curve])
     fits, residual = {}, {}
