@@ -6,6 +6,7 @@ prediction for two cores is within 10 % of the cells measured with two.
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import pytest
@@ -18,6 +19,7 @@ from feedbench.analysis.loader_scaling import (
     scaling_figure,
     scaling_rows,
 )
+from feedbench.analysis.plots import svg_text
 
 
 def points(law, cores=(1, 2, 4, 8), noise=(1.0,)) -> list[LoaderPoint]:
@@ -97,6 +99,7 @@ def test_table_and_figure_show_points_fit_residuals_and_prediction():
     assert rows[-1]["fitted_samples_per_s"] == pytest.approx(loader_ceiling(fit, 12, 12, 1.2))
     figure = scaling_figure(fit, target_cores=12, speed=1.2)
     assert len(figure.axes[0].lines) == 5  # fit, scaled fit, the prediction's mark, two sets of measured points
+    assert "prediction at 12 cores" in svg_text(figure, "loader")
 
 
 def spin_loader(tmp_path, **knobs) -> dict:
@@ -126,6 +129,10 @@ def test_the_monitor_keeps_each_workers_steady_state_apart_from_its_start(tmp_pa
 
 
 @pytest.mark.timing
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two cores in this process's affinity mask (Linux)",
+)
 @pytest.mark.parametrize("pipeline", ["images", "shapes"])
 def test_one_core_predicts_two_within_10_percent(tmp_path_factory, pipeline):
     """Issue #25's done-when: the loader alone (torch_threads 1) with the affinity mask at one core, one and two
