@@ -76,7 +76,9 @@ def _workers(process: psutil.Process) -> list[psutil.Process]:
 def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -> None:
     """Each worker's CPU time so far beside its wall time since it started, by (pid, start), and how many of the
     samples found it runnable (on a core or in the run queue, state R): a worker that ends keeps its last sample. A
-    starved worker shows a CPU share far below one while it is runnable; one waiting on I/O is neither."""
+    starved worker shows a CPU share far below one while it is runnable; one waiting on I/O is neither. Its first
+    sample is kept too, so that what it did between its first and last sample (`window_cpu_s`, `window_wall_s`)
+    leaves out its start-up and the warm-up: its steady state, per sample of its work (analysis.loader_scaling)."""
     now = time.time()
     for child in _workers(process):
         try:
@@ -85,10 +87,15 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         before = seen.get((child.pid, started), {})
+        cpu, wall = times.user + times.system, max(now - started, 0.0)
+        first = before.get("first", (cpu, wall))
         seen[(child.pid, started)] = {
             "pid": child.pid,
-            "cpu_s": round(times.user + times.system, 3),
-            "wall_s": round(max(now - started, 0.0), 3),
+            "cpu_s": round(cpu, 3),
+            "wall_s": round(wall, 3),
+            "window_cpu_s": round(cpu - first[0], 3),
+            "window_wall_s": round(wall - first[1], 3),
+            "first": first,
             "samples": before.get("samples", 0) + 1,
             "runnable": before.get("runnable", 0) + (status == psutil.STATUS_RUNNING),
         }
@@ -96,7 +103,7 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
 
 def _worker_record(worker: dict) -> dict:
     """A worker as the result holds it: its CPU share (CPU time / wall time) and runnable share (of its samples)."""
-    record = {k: v for k, v in worker.items() if k != "runnable"}
+    record = {k: v for k, v in worker.items() if k not in ("runnable", "first")}
     record["cpu_share"] = round(worker["cpu_s"] / worker["wall_s"], 3) if worker["wall_s"] > 0 else None
     record["runnable_share"] = round(worker["runnable"] / worker["samples"], 3)
     return record

@@ -1,0 +1,105 @@
+"""The loader cells measured under an affinity mask: the data behind tests/test_loader_scaling.py and
+benchmarks/loader_scaling_error.py (docs/results/prediction-error-loader.md).
+
+Each cell is the loader alone (`scenario: loader`) of one pipeline, run by the harness in a process of its own whose
+affinity mask holds `cores` CPUs (os.sched_setaffinity before the harness starts; its loader workers inherit the
+mask), with `torch_threads: 1`. Two pipelines:
+
+  images  the built-in JPEG folder (`dataset: images`: PIL decode, RandomResizedCrop, flip, Normalize)
+  shapes  examples/own-pipeline: WebDataset-format tar shards read as an IterableDataset, its own augmentation and
+          a dict collate (2 shards: each of 2 workers reads one, and the window ends before it does)
+
+The prediction starts from the one-core cells (1 and 2 workers are the curve's point; 0 workers the rate without
+any) and predicts two workers on two cores; the two-core cell measures it. Runs go repeat by repeat, one-core and
+two-core cells interleaved, so that a burst of other load falls on both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPES_SRC = os.path.join(ROOT, "examples", "own-pipeline", "src")
+
+COMMON = dict(
+    scenario="loader", device="cpu", torch_threads=1, batch_size=16, warmup_steps=4, steps=80, monitor_interval_s=0.1
+)
+PIPELINES = {
+    "images": dict(dataset="images", image_size=224),
+    "shapes": dict(
+        dataset="shapes.data:build_dataset",
+        collate="shapes.data:collate",
+        python_path=[SHAPES_SRC],
+        dataset_args={"count": 3072, "size": 256, "crop": 224, "shards": 2},
+        steps=160,  # its samples cost less: twice the steps make a window as long as the JPEG folder's (1-2 s)
+    ),
+}
+# (workers, cores) of each cell: the one-core points the prediction uses, then the two-core cell it predicts.
+ONE_CORE = ((0, 1), (1, 1), (2, 1))
+TWO_CORES = ((2, 2),)
+
+_RUN = (
+    "import json, os, sys\n"
+    "os.sched_setaffinity(0, set(json.loads(sys.argv[1])))\n"
+    "from feedbench.harness.runner import run\n"
+    "sys.exit(run(json.loads(sys.argv[2]), sys.argv[3]))\n"
+)
+
+
+def prepare(root: str) -> dict[str, dict]:
+    """The pipelines' knobs with their data under `root`, made once and written back to disk before any cell runs
+    (a cell measured while the kernel writes the new files back would share its cores with that)."""
+    from feedbench.harness.images import make_images
+
+    sys.path.insert(0, SHAPES_SRC)
+    try:
+        from shapes.data import make_shards
+    finally:
+        sys.path.remove(SHAPES_SRC)
+    images = os.path.join(root, "images")
+    if not os.path.isdir(images):
+        make_images(images, count=1536, size=256, classes=8)
+    knobs = {name: dict(knobs) for name, knobs in PIPELINES.items()}
+    knobs["images"]["data_dir"] = images
+    shapes = {**knobs["shapes"]["dataset_args"], "root": os.path.join(root, "shapes")}
+    make_shards(shapes["root"], shapes["shards"], shapes["count"], shapes["size"], classes=10)  # the factory's
+    knobs["shapes"]["dataset_args"] = shapes
+    os.sync()
+    return knobs
+
+
+def run_masked(knobs: dict, out: str, cores: int) -> dict:
+    """One cell in a process whose affinity mask is this process's first `cores` CPUs; its result."""
+    mask = sorted(os.sched_getaffinity(0))[:cores]
+    if len(mask) < cores:
+        raise RuntimeError(f"{cores} cores asked, this process may use {len(mask)}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "workflow"), SHAPES_SRC])}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, json.dumps(mask), json.dumps(knobs), out],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    if done.returncode != 0:
+        raise RuntimeError(f"{out}: exit {done.returncode}: {result.get('error')} {done.stderr[-2000:]}")
+    return result
+
+
+def measure(root: str, pipeline: str, repeats: int = 3, cells=ONE_CORE + TWO_CORES) -> list[tuple[int, int, dict]]:
+    """(workers, cores, result) of each of `cells` ((workers, cores) pairs) of `pipeline`, `repeats` times, one-core
+    and two-core cells in turn."""
+    knobs = prepare(root)[pipeline]
+    runs = []
+    for repeat in range(1, repeats + 1):
+        for workers, cores in cells:
+            cell = f"{pipeline}-w{workers}-c{cores}"
+            out = os.path.join(root, "cells", cell, f"rep{repeat}")
+            cell_knobs = {**COMMON, **knobs, "num_workers": workers, "experiment": "loader-scaling", "cell": cell}
+            runs.append((workers, cores, run_masked({**cell_knobs, "repeat": repeat}, out, cores)))
+    return runs

@@ -1,0 +1,160 @@
+"""The loader on a target's cores (analysis.loader_scaling, docs/harness.md "The loader on another machine"): the
+curve fitted to points measured here, its caps and the CPU speed factor; the workers' steady-state CPU time the
+monitor records; and the done-when check of issue #25: from the cells with the affinity mask at one core, the
+prediction for two cores is within 10 % of the cells measured with two.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import pytest
+from feedbench.analysis.loader_scaling import (
+    LoaderPoint,
+    fit_scaling,
+    fit_text,
+    loader_ceiling,
+    loader_point,
+    scaling_figure,
+    scaling_rows,
+)
+from feedbench.analysis.plots import svg_text
+
+
+def points(law, cores=(1, 2, 4, 8), noise=(1.0,)) -> list[LoaderPoint]:
+    """One point per core count and noise factor, one worker per core, from samples/s = law(cores)."""
+    return [LoaderPoint(n, n, law(n) * f, worker_cpu_ms=None, main_cpu_ms=None) for n in cores for f in noise]
+
+
+def test_one_core_count_can_only_say_linear():
+    fit = fit_scaling(points(lambda n: 100 * n, cores=(1,), noise=(0.95, 1.05)))
+    assert fit.model == "linear" and list(fit.residual) == ["linear"]
+    assert fit.x1 == pytest.approx(100, rel=0.01)
+    assert loader_ceiling(fit, cores=16) == pytest.approx(16 * fit.x1)
+
+
+def test_one_core_count_with_cpu_time_stays_linear_and_a_burst_moves_it_little():
+    """The CPU time caps the curve but sets no serial fraction; X1 is the median, so one repeat run under a burst of
+    other load (200 of 400) moves it less than a mean would."""
+    measured = [LoaderPoint(1, 1, rate, worker_cpu_ms=2.0, main_cpu_ms=0.5) for rate in (400.0, 410.0, 200.0)]
+    fit = fit_scaling(measured)
+    assert fit.model == "linear" and fit.x1 == pytest.approx(400)
+    assert loader_ceiling(fit, cores=2) == pytest.approx(800)
+
+
+def test_amdahl_is_chosen_and_its_serial_fraction_recovered():
+    fit = fit_scaling(points(lambda n: 100 * n / (1 + 0.1 * (n - 1)), noise=(0.98, 1.02)))
+    assert fit.model == "amdahl", fit_text(fit)
+    assert fit.sigma == pytest.approx(0.1, abs=0.01) and fit.x1 == pytest.approx(100, rel=0.02)
+    assert fit.residual["amdahl"] < fit.residual["linear"]
+
+
+def test_usl_is_chosen_where_throughput_falls_past_a_peak():
+    def law(n):  # peaks near 7 cores
+        return 100 * n / (1 + 0.05 * (n - 1) + 0.02 * n * (n - 1))
+
+    fit = fit_scaling(points(law, cores=(1, 2, 4, 8, 16), noise=(0.98, 1.02)))
+    assert fit.model == "usl", fit_text(fit)
+    assert fit.kappa == pytest.approx(0.02, abs=0.003)
+    assert loader_ceiling(fit, 32) < loader_ceiling(fit, 8)
+
+
+def test_linear_points_keep_the_model_with_one_parameter():
+    """Amdahl and USL fit linear points as well, with s = k = 0, but pay a degree of freedom for it."""
+    fit = fit_scaling(points(lambda n: 50 * n, noise=(0.97, 1.03)))
+    assert fit.model == "linear", fit_text(fit)
+
+
+def test_caps_workers_main_process_and_speed():
+    measured = [
+        LoaderPoint(1, 1, 400.0, worker_cpu_ms=None, main_cpu_ms=None),  # the curve: linear, 400 per core
+        LoaderPoint(1, 2, 500.0, worker_cpu_ms=2.0, main_cpu_ms=0.5),  # one worker on two cores: not on the curve
+        LoaderPoint(0, 1, 600.0, worker_cpu_ms=None, main_cpu_ms=1.6),
+    ]
+    fit = fit_scaling(measured)
+    assert fit.serial_rate == 600 and fit.worker_cpu_ms == 2.0 and fit.main_cpu_ms == 0.5
+    assert loader_ceiling(fit, cores=2) == pytest.approx(800)  # the curve: 2 x 400
+    assert loader_ceiling(fit, cores=4, workers=1) == pytest.approx(500)  # one worker: 1000 / 2 ms
+    assert loader_ceiling(fit, cores=16) == pytest.approx(2000)  # the main process: 1000 / 0.5 ms
+    assert loader_ceiling(fit, cores=2, speed=1.5) == pytest.approx(1200)
+    assert loader_ceiling(fit, cores=8, workers=0, speed=2.0) == pytest.approx(1200)  # no workers: cores do not help
+
+
+def test_bad_input_is_one_line():
+    with pytest.raises(ValueError, match="num_workers >= cores"):
+        fit_scaling([LoaderPoint(1, 2, 100.0, None, None)])
+    fit = fit_scaling(points(lambda n: 100 * n, cores=(1,)))
+    with pytest.raises(ValueError, match="allowed: cores >= 1 and a speed factor > 0"):
+        loader_ceiling(fit, cores=0)
+
+
+def test_table_and_figure_show_points_fit_residuals_and_prediction():
+    fit = fit_scaling([*points(lambda n: 100 * n, cores=(1, 2), noise=(0.95, 1.05)), LoaderPoint(2, 1, 90.0, 2.0, 0.3)])
+    rows = scaling_rows(fit, target_cores=12, speed=1.2)
+    measured = [row for row in rows if row["kind"] == "measured"]
+    assert len(measured) == 5 and fit.x1 == pytest.approx(95)  # the median of 95, 105, 90, 190 / 2 and 210 / 2
+    assert [round(row["residual_pct"]) for row in measured if row["cores"] == 1] == [0, 11, -5]
+    assert [row["cores"] for row in rows if row["kind"] == "prediction"] == [1, 2, 4, 8, 12]
+    assert rows[-1]["fitted_samples_per_s"] == pytest.approx(loader_ceiling(fit, 12, 12, 1.2))
+    figure = scaling_figure(fit, target_cores=12, speed=1.2)
+    assert len(figure.axes[0].lines) == 5  # fit, scaled fit, the prediction's mark, two sets of measured points
+    assert "prediction at 12 cores" in svg_text(figure, "loader")
+
+
+def spin_loader(tmp_path, **knobs) -> dict:
+    from feedbench.harness.runner import run
+    from feedbench.plan.result import read_result
+
+    raw = dict(scenario="loader", dataset="synthetic", image_size=64, batch_size=8, num_workers=2, steps=40)
+    raw.update(warmup_steps=2, torch_threads=1, device="cpu", monitor_interval_s=0.05, **knobs)
+    assert run(raw, str(tmp_path)) == 0
+    return read_result(str(tmp_path / "result.json"))
+
+
+def test_the_monitor_keeps_each_workers_steady_state_apart_from_its_start(tmp_path):
+    """window_cpu_s / window_wall_s: a worker's CPU between its first and last sample, never more than since it
+    started; the point reads the workers' CPU ms per sample from it."""
+    result = spin_loader(tmp_path, sample_delay_ms=2.0)
+    workers = result["monitor"]["workers"]
+    assert len(workers) == 2
+    for worker in workers:
+        assert 0 < worker["window_wall_s"] <= worker["wall_s"] and 0 <= worker["window_cpu_s"] <= worker["cpu_s"]
+        assert "first" not in worker
+    point = loader_point(result)
+    assert point.workers == 2 and point.cores >= 1 and point.samples_per_s > 0
+    # a worker sleeps 2 ms of each sample: its CPU per sample is far below its wall time per sample (2 x 1000 / X)
+    assert 0 < point.worker_cpu_ms < 2 * 1000 / point.samples_per_s
+    assert loader_point({**result, "status": "failed"}) is None
+
+
+@pytest.mark.timing
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two cores in this process's affinity mask (Linux)",
+)
+@pytest.mark.parametrize("pipeline", ["images", "shapes"])
+def test_one_core_predicts_two_within_10_percent(tmp_path_factory, pipeline):
+    """Issue #25's done-when: the loader alone (torch_threads 1) with the affinity mask at one core, one and two
+    workers, are the curve's points; the model (linear: one core count says nothing more) predicts two workers on two
+    cores, and the cells measured with two cores (the median of 3, interleaved with the one-core runs) lie within
+    10 %.
+
+    Marked timing: it cannot share the machine. The prediction is what two free cores deliver, and a CPU hog on
+    one core takes a share of the two-core cell (three loader processes and the hog on two cores) but none of the
+    one-core cell (the scheduler moves the hog to the core the mask leaves free): the error would be the hog's
+    share, about a third, whatever the model. On this 2-core machine, shared with other sessions, the same cells in
+    a session of their own at an autogroup nice of -20 were within -3.2 to +1.0 % (docs/results/
+    prediction-error-loader.md); at the default priority, under the other sessions' load, 40 % off. It takes about
+    110 s (the JPEG folder is made first).
+    """
+    from loader_scaling import measure
+
+    runs = measure(
+        str(tmp_path_factory.mktemp(f"loader-{pipeline}")), pipeline, repeats=3, cells=((1, 1), (2, 1), (2, 2))
+    )
+    fit = fit_scaling([loader_point(result) for workers, cores, result in runs if cores == 1])
+    predicted = loader_ceiling(fit, cores=2, workers=2)
+    measured = statistics.median(r["metrics"]["samples_per_s"] for w, cores, r in runs if cores == 2)
+    error = measured / predicted - 1
+    assert abs(error) <= 0.10, f"{fit_text(fit)}: predicted {predicted:.0f}, measured {measured:.0f} ({error:+.1%})"
