@@ -21,9 +21,10 @@ import os
 import statistics
 from collections.abc import Mapping
 
+from . import cgroup
 from .shm import loaders
 
-CGROUP_ROOT = "/sys/fs/cgroup"
+CGROUP_ROOT = cgroup.ROOT
 
 
 def affinity() -> int | None:
@@ -42,35 +43,12 @@ def _quota(text: str) -> float | None:
     return quota / period if quota > 0 and period > 0 else None  # cgroup v1 says -1 for no limit
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _own_cgroup(proc: str) -> str:
-    """This process's cgroup v2 path ("0::/path" in /proc/self/cgroup); "/" when unknown."""
-    for line in (_read(proc) or "").splitlines():
-        if line.startswith("0::"):
-            return line[3:] or "/"
-    return "/"
-
-
 def cgroup_cores(root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup") -> float | None:
     """The smallest CPU quota (in cores) of this process's cgroup and its parents; None without one."""
-    limits = []
-    path = _own_cgroup(proc).strip("/")
-    while True:
-        text = _read(os.path.join(root, path, "cpu.max"))
-        limits.append(_quota(text) if text else None)
-        if not path:
-            break
-        path = os.path.dirname(path)
+    limits = [_quota(text) if text else None for text in cgroup.up_the_tree("cpu.max", root, proc)]
     v1_quota, v1_period = (
-        _read(os.path.join(root, "cpu", "cpu.cfs_quota_us")),
-        _read(os.path.join(root, "cpu", "cpu.cfs_period_us")),
+        cgroup.read(os.path.join(root, "cpu", "cpu.cfs_quota_us")),
+        cgroup.read(os.path.join(root, "cpu", "cpu.cfs_period_us")),
     )
     if v1_quota and v1_period:
         limits.append(_quota(f"{v1_quota} {v1_period}"))

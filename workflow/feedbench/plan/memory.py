@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from .cores import CGROUP_ROOT, _own_cgroup, _read, slurm_cpus
+from . import cgroup
+from .cores import CGROUP_ROOT, slurm_cpus
 
 MB = 2**20
 # cgroup v1 says "no limit" with a page-rounded 2^63 - 1; anything this large is no limit.
@@ -49,14 +50,8 @@ def _limit(text: str | None) -> int | None:
 
 def cgroup_bytes(root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup") -> int | None:
     """The smallest memory limit of this process's cgroup and its parents (v2), or v1's at its root; None without."""
-    limits = []
-    path = _own_cgroup(proc).strip("/")
-    while True:
-        limits.append(_limit(_read(os.path.join(root, path, "memory.max"))))
-        if not path:
-            break
-        path = os.path.dirname(path)
-    limits.append(_limit(_read(os.path.join(root, "memory", "memory.limit_in_bytes"))))
+    limits = [_limit(text) for text in cgroup.up_the_tree("memory.max", root, proc)]
+    limits.append(_limit(cgroup.read(os.path.join(root, "memory", "memory.limit_in_bytes"))))
     found = [limit for limit in limits if limit is not None]
     return min(found) if found else None
 
