@@ -11,31 +11,22 @@ import time
 
 import pytest
 from conftest import ROOT
+from fake_cgroup import cgroup_tree
 from feedbench.plan import cores
 from feedbench.plan.result import read_result
 
 
-def cgroup_tree(tmp_path, limits: dict[str, str], own: str = "/job/step") -> tuple[str, str]:
-    """A fake /sys/fs/cgroup with cpu.max files at the given paths, and a /proc/self/cgroup naming `own`."""
-    root = tmp_path / "cgroup"
-    for path, text in limits.items():
-        folder = root / path.strip("/")
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "cpu.max").write_text(text + "\n")
-    proc = tmp_path / "proc_cgroup"
-    proc.write_text(f"0::{own}\n")
-    return str(root), str(proc)
-
-
 def test_the_smallest_quota_of_the_cgroup_and_its_parents(tmp_path):
-    root, proc = cgroup_tree(tmp_path, {"/": "max 100000", "/job": "250000 100000", "/job/step": "max 100000"})
+    root, proc = cgroup_tree(
+        tmp_path, "cpu.max", {"/": "max 100000", "/job": "250000 100000", "/job/step": "max 100000"}
+    )
     assert cores.cgroup_cores(root, proc) == 2.5
-    root, proc = cgroup_tree(tmp_path / "none", {"/": "max 100000"})
+    root, proc = cgroup_tree(tmp_path / "none", "cpu.max", {"/": "max 100000"})
     assert cores.cgroup_cores(root, proc) is None
 
 
 def test_usable_cores_are_the_fewest_and_name_their_source(tmp_path):
-    root, proc = cgroup_tree(tmp_path, {"/job": "150000 100000"})
+    root, proc = cgroup_tree(tmp_path, "cpu.max", {"/job": "150000 100000"})
     facts = cores.usable_cores({}, root, proc)
     assert facts["cgroup"] == 1 and facts["cgroup_quota"] == 1.5  # a share of time, rounded down to whole cores
     assert facts["usable"] == 1 and facts["bound_by"] == "cgroup"

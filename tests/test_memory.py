@@ -16,6 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 from conftest import ROOT
+from fake_cgroup import cgroup_tree
 from feedbench.analysis import growth
 from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.report import build as build_report
@@ -199,20 +200,8 @@ def test_the_fit_gives_each_run_its_own_intercept():
     assert memory.growing(20.0, 0.9) and not memory.growing(4.0, 0.99) and not memory.growing(20.0, 0.1)
 
 
-def memory_tree(tmp_path, limits: dict[str, str], own: str = "/job/step") -> tuple[str, str]:
-    """A fake /sys/fs/cgroup with memory.max files at the given paths, and a /proc/self/cgroup naming `own`."""
-    root = tmp_path / "cgroup"
-    for path, text in limits.items():
-        folder = root / path.strip("/")
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "memory.max").write_text(text + "\n")
-    proc = tmp_path / "proc_cgroup"
-    proc.write_text(f"0::{own}\n")
-    return str(root), str(proc)
-
-
 def test_the_limit_is_the_smallest_of_ram_cgroup_and_slurm(tmp_path):
-    root, proc = memory_tree(tmp_path, {"/": "max", "/job": str(3 * 2**30), "/job/step": "max"})
+    root, proc = cgroup_tree(tmp_path, "memory.max", {"/": "max", "/job": str(3 * 2**30), "/job/step": "max"})
     assert memory.cgroup_bytes(root, proc) == 3 * 2**30
     facts = memory.memory_limit({}, root, proc)
     assert facts["cgroup_mb"] == 3072 and facts["slurm_mb"] is None
