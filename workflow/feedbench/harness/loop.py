@@ -31,7 +31,7 @@ from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, loss_function
 from .prefetch import StreamPrefetcher, to_device
-from .stages import strip, summarize_stages, timed, unwrap
+from .stages import name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
 
@@ -256,7 +256,7 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     staged = cell.stage_timing and cell.scenario != "compute"
-    dataset = timed(dataset) if staged else dataset
+    dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     if cell.profile_first_batch and cell.scenario == "loader":
         m.first_batch_profile = profile_first_batch(loader, device, move)
