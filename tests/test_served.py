@@ -115,3 +115,11 @@ def test_the_folded_ceilings_fit_a_laptop_and_a_phone(made, width):
     render(made, "fit.html", made[4])
     page = inspect(str(made[0] / "report" / "fit.html"), os.path.join(ARTIFACTS, f"served-{width}.png"), width=width)
     assert_fits(page, f"report with folded ceilings at {width} px", width)
+
+
+def test_a_transfer_probe_planned_for_device_auto_is_not_shown_for_cells_that_ran_on_the_cpu(made):
+    # With `device: auto` the plan gives every training cell a transfer probe; a cell that ran on a CPU copies nothing
+    # (its summary row has no copy term), so the probe bounds none of them and is not listed as their ceiling.
+    links = {cell: {**bounds, "transfer": "transfer/base"} for cell, bounds in made[4].items()}
+    train = section(render(made, "auto.html", links), 'id="exp-train"')
+    assert "<td>loader</td>" in train and "<td>compute</td>" in train and "<td>transfer</td>" not in train

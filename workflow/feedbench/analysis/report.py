@@ -367,7 +367,7 @@ def build(
         if name in searched:  # `search: num_workers`: which levels the checkpoint ran (feedbench.plan.search)
             context["search"] = search.sentence(search.read(searched[name]))
         labels = {c["cell"]: c["label"] for c in context["cells"]}
-        context["ceilings"] = served.measured(summary, ceilings.get(name, []), labels)
+        context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)
         experiments.append(context)
     failed = summary[summary["status"] != "ok"]
     failures = [

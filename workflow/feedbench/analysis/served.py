@@ -62,12 +62,29 @@ def folded(ceilings: dict[str, list[dict]]) -> set[str]:
     return {row["experiment"] for rows in ceilings.values() for row in rows if row["derived"]}
 
 
-def measured(summary: pd.DataFrame, rows: list[dict], labels: dict[str, str]) -> list[dict]:
-    """The ceiling rows with what each cell measured (its cell table's median and 95 % interval over the repeats, in
-    its experiment's metric) and the short labels of the training cells it bounds (labels: cell id -> label)."""
+def copied(summary: pd.DataFrame, experiment: str) -> set[str]:
+    """The cells of `experiment` whose prediction has a copy term (the summary's ceiling_copy_from): a cell that ran
+    on a CPU copies nothing, so the transfer probe the plan gave it (device auto) bounds nothing there."""
+    if "ceiling_copy_from" not in summary:
+        return set()
+    rows = summary[(summary["experiment"] == experiment) & summary["ceiling_copy_from"].notna()]
+    return set(rows["cell"].astype(str))
+
+
+def measured(summary: pd.DataFrame, experiment: str, rows: list[dict], labels: dict[str, str]) -> list[dict]:
+    """The ceiling rows of `experiment` with what each cell measured (its cell table's median and 95 % interval over
+    the repeats, in its experiment's metric) and the short labels of the training cells it bounds (labels: cell id ->
+    label); a transfer probe only where some cell's prediction used it (copied)."""
     tables: dict[str, pd.DataFrame] = {}
     out = []
+    with_copy = copied(summary, experiment)
     for row in rows:
+        if row["kind"] == "transfer":
+            if not with_copy:
+                continue
+            row = {**row, "serves": None if row["serves"] is None else [c for c in row["serves"] if c in with_copy]}
+            if row["serves"] == []:
+                continue
         if row["experiment"] not in tables:
             own = summary[summary["experiment"] == row["experiment"]]
             tables[row["experiment"]] = verdict.cell_table(own) if len(own) else pd.DataFrame(columns=["cell"])
