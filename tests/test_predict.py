@@ -49,9 +49,8 @@ def test_ceiling_knobs_keep_what_the_ceiling_depends_on():
         "dataset": "images",
         "sample_delay_ms": 1.0,
     }
-    assert ceiling_knobs(train, "loader") == {
+    assert ceiling_knobs(train, "loader") == {  # no model: an image dataset's samples do not depend on it
         "scenario": "loader",
-        "model": "sleep",
         "num_workers": 2,
         "pin_memory": True,
         "batch_size": 8,

@@ -521,7 +521,8 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     pick = reaching.assign(_w=workers, _p=-reaching["predicted"].astype(float)).sort_values(["_w", "_p"]).iloc[0]
     share = float(pick["predicted"]) / float(pick["ceiling_compute"])
     has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
-    how = [f"{int(pick['num_workers'])} workers per GPU"] if has_workers else []
+    count = int(pick["num_workers"]) if has_workers else None
+    how = [f"{count} worker{'' if count == 1 else 's'} per GPU"] if has_workers else []
     how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
     found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)
