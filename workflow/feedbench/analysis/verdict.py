@@ -505,6 +505,10 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
     reaching = cells[cells["predicted"].notna() & cells["ceiling_loader"].notna() & cells["ceiling_compute"].notna()]
     reaching = reaching[reaching["ceiling_loader"] >= LOADER_REACHES * reaching["ceiling_compute"]]
+    # Without workers the main process loads, then trains (the prediction adds the two): a fast loader alone does not
+    # keep the model fed there, only a prediction that reaches the compute ceiling does.
+    serial = reaching["num_workers"].astype(float) == 0 if "num_workers" in reaching else False
+    reaching = reaching[~serial | (reaching["predicted"] >= LOADER_REACHES * reaching["ceiling_compute"])]
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
     culprit = subject.get("culprit") if subject else None  # a data-bound cell's costliest stage (stage timing)
