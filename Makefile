@@ -64,8 +64,8 @@ system-deps:
 		echo "system-deps: the browser test needs Chromium (Debian: sudo apt-get install chromium); it is skipped until then"; \
 	fi
 
-# docs/report.png (the README's picture), docs/breakdown-report.png and docs/study-view.png, by headless Chromium:
-# the default matrix and the breakdown preset's small run, each in its own folder under .screenshots/.
+# docs/report.png (the README's picture), docs/decode-report.png, docs/breakdown-report.png and docs/study-view.png, by
+# headless Chromium: the default matrix and the breakdown preset's small run, each in its own folder under .screenshots/.
 SHOTS := .screenshots
 BIN := $(abspath $(VENV))/bin
 SNAKEMAKE := PATH="$(BIN):$$PATH" $(BIN)/snakemake -s $(CURDIR)/Snakefile --cores $(CORES)

@@ -59,6 +59,26 @@ def test_a_ceiling_an_experiment_measures_is_not_measured_again():
     assert "ceilings-transfer" not in found  # a CPU copies nothing
 
 
+def test_the_loader_alone_on_images_is_one_cell_for_every_model_but_not_for_samples_shaped_by_it():
+    # A built-in image dataset makes the same samples whatever the model: the loader ceiling resets the model, so two
+    # models share one loader ceiling, and a loader experiment with the same knobs already measures it. Samples the
+    # model shapes (memory: input_size floats for the mlp) keep it.
+    images = {"scenario": "train", "dataset": "images", "data_dir": ".", "image_size": 32, "batch_size": 8}
+    found = cells_of(
+        {
+            "t": {"ceilings": True, "base": images, "matrix": {"model": ["sleep", "resnet18"]}},
+            "l": {"base": {**images, "scenario": "loader"}},
+        },
+        defaults={"device": "cpu"},
+    )
+    assert "ceilings-loader" not in found and len(found["ceilings-compute"]) == 2
+    assert {
+        ceiling_sources(c, [c for cells in found.values() for c in cells])["loader"].experiment for c in found["t"]
+    } == {"l"}
+    memory = cells_of({"m": {"ceilings": True, "base": MLP, "matrix": {"model": ["mlp", "sleep"]}}})
+    assert {c.knobs["model"] for c in memory["ceilings-loader"]} == {"mlp", "sleep"}
+
+
 def test_ids_stay_when_cells_are_added():
     small = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0]}}})
     large = cells_of({"w": {"ceilings": True, "base": MLP, "matrix": {"num_workers": [0, 1, 2]}}})

@@ -10,6 +10,7 @@ import pytest
 import tomllib
 import yaml
 from conftest import ROOT
+from feedbench.plan.ceilings import ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.knobs import KNOBS
 from feedbench.plan.matrix import build_cells
@@ -45,6 +46,19 @@ def test_default_config_is_the_matrix_of_the_issue():
     assert all(c.knobs["model"] == "mlp" and c.knobs["dataset"] == "memory" for c in prefetch)
     assert {c.knobs["scenario"] for c in by["compute"]} == {"compute"}
     assert {c.knobs["scenario"] for c in by["transfer"]} == {"transfer"}
+    # A training cell starved by JPEG decoding at few workers (issue #23, part 6), its stages timed, its ceilings
+    # measured: the loader alone is the `workers` cell without pinning, so only its compute ceiling is added.
+    decode = by["decode"]
+    assert [c.knobs["num_workers"] for c in decode] == [0, 1, 2]
+    assert all(c.knobs["scenario"] == "train" and c.knobs["dataset"] == "images" for c in decode)
+    assert all(c.knobs["stage_timing"] for c in decode) and config["experiments"]["decode"]["ceilings"]
+    links = ceiling_map(cells)
+    assert [links[f"decode/{c.id}"]["loader"] for c in decode] == [
+        f"workers/num_workers-{w}_pin_memory-false" for w in (0, 1, 2)
+    ]
+    assert {links[f"decode/{c.id}"]["transfer"] for c in decode} == {"transfer/base"}  # the probe has its batch size
+    assert sorted(by) == ["ceilings-compute", "ceilings-loader", "compute", "decode", "prefetch", "transfer", "workers"]
+    assert len(by["ceilings-compute"]) == len(by["ceilings-loader"]) == 1
 
 
 def schema_keys(node: dict, prefix: str, defs: dict) -> dict[str, dict]:

@@ -27,7 +27,7 @@ from snakemake_run import run_snakemake
 from test_workflow import copy_workflow
 
 PRESETS = ["prefetch", "workers", "scaling", "nmt", "breakdown", "datastall"]
-DEFAULT_EXPERIMENTS = {"workers", "prefetch", "compute", "transfer"}  # config/config.yaml
+DEFAULT_EXPERIMENTS = {"decode", "workers", "prefetch", "compute", "transfer"}  # config/config.yaml
 # Cells of a small run allowed to fail, with why (none: every small cell must measure).
 EXPECTED_FAILURES: dict[str, str] = {}
 

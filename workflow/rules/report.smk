@@ -52,6 +52,7 @@ rule report:
         plots=PLOTS,
         references=REFERENCES,
         searches=SEARCH_PLANS,
+        ceilings=CEILING_MAP,
     output:
         html=report(
             REPORT,

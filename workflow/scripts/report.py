@@ -22,4 +22,5 @@ publish.report(
     snakemake.output.html,
     references=list(snakemake.input.get("references", [])),
     searches=list(snakemake.input.get("searches", [])),
+    ceilings=snakemake.input.get("ceilings"),  # the planner's map: ceiling cells fold under what they serve
 )

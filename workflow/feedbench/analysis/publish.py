@@ -7,7 +7,7 @@ onerror: feedbench.plan.slurm.record_lost_cells, then publish).
 
 from __future__ import annotations
 
-from ..plan.ceilings import write_map
+from ..plan.ceilings import read_map, write_map
 from .aggregate import load_results, read_summary, write_summary
 from .plots import plot_experiment
 from .report import write_report
@@ -28,9 +28,15 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 
 def report(summary: str, plots: list[str], results: list[str], config: dict, config_hash: str, html: str,
-           references: list[str] = (), searches: list[str] = ()) -> None:  # fmt: skip
-    """Rule report: summary, plots, results, published tables, searches' choices -> one HTML file (analysis.report)."""
-    write_report(summary, plots, results, config, config_hash, html, references=references, searches=searches)
+           references: list[str] = (), searches: list[str] = (),
+           ceilings: str | dict | None = None) -> None:  # fmt: skip
+    """Rule report: summary, plots, results, published tables, searches' choices -> one HTML file (analysis.report);
+    `ceilings`, the planner's map (its file, results/ceilings.json, or the map), folds the ceiling cells under the
+    experiments they serve."""
+    links = read_map(ceilings) if isinstance(ceilings, str) else ceilings
+    write_report(
+        summary, plots, results, config, config_hash, html, references=references, searches=searches, links=links
+    )
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,
@@ -39,5 +45,5 @@ def publish(results: list[str], plots: dict[str, str], config: dict, config_hash
     summarize(results, summary, links)
     for name, svg in plots.items():
         plot(summary, name, config["experiments"][name], svg)
-    report(summary, list(plots.values()), results, config, config_hash, html, references=references)
+    report(summary, list(plots.values()), results, config, config_hash, html, references=references, ceilings=links)
     return [summary, *plots.values(), html]

@@ -27,7 +27,7 @@ from ..plan import search
 from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, knee, verdict, views, whatifs
+from . import accuracy, knee, served, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -233,6 +233,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "has_workers_kind": False,
         "search": None,
         "worker_count": [],
+        "ceilings": [],
     }
 
 
@@ -361,8 +362,11 @@ def build(
     config_hash: str,
     references: list[str] = (),
     searches: list[str] = (),
+    links: dict | None = None,
 ) -> dict:
-    """The template's context: verdicts, sections, study views, failures and provenance.
+    """The template's context: verdicts, sections, study views, failures and provenance. `links`: the planner's map
+    of which cells bound each training cell (results/ceilings.json), by which the derived ceiling experiments fold
+    under the experiments they serve (analysis.served).
 
     With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
     provenance names no host; `disclosure` then shortens every string at render time (feedbench.analysis.disclosure).
@@ -373,8 +377,11 @@ def build(
     figures = {os.path.splitext(os.path.basename(p))[0]: p for p in svgs}
     tables = {os.path.splitext(os.path.basename(p))[0]: p for p in references}
     searched = {os.path.splitext(os.path.basename(p))[0]: p for p in searches}
+    ceilings = served.served(summary, config, links)  # the ceiling cells each experiment was predicted from
     experiments = []
     for name, spec in _experiments(summary, config):
+        if name in served.folded(ceilings):
+            continue  # a derived ceiling experiment: shown under the experiments it serves
         svg = None
         if name in figures:
             with open(figures[name]) as f:
@@ -384,6 +391,8 @@ def build(
         context["view"] = study_view(name, spec, rows, tables)
         context["stages_svg"] = stages_svg(name, spec, rows)
         _search_context(name, spec, context, rows, searched.get(name))
+        labels = {c["cell"]: c["label"] for c in context["cells"]}
+        context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)
         experiments.append(context)
     failed = summary[summary["status"] != "ok"]
     failures = [
@@ -463,9 +472,11 @@ def write_report(
     templates: str = TEMPLATES,
     references: list[str] = (),
     searches: list[str] = (),
+    links: dict | None = None,
 ) -> None:
-    """The report rule's work: summary + plots + results (+ published tables, the choices of searches) -> one HTML
-    file, written atomically."""
+    """The report rule's work: summary + plots + results (+ published tables, the choices of searches, the planner's
+    map of ceilings) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    atomic_write(html, render(build(summary, svgs, results, config, config_hash, references, searches), templates))
+    context = build(summary, svgs, results, config, config_hash, references, searches, links)
+    atomic_write(html, render(context, templates))

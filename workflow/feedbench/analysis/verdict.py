@@ -546,6 +546,10 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
     reaching = cells[cells["predicted"].notna() & cells["ceiling_loader"].notna() & cells["ceiling_compute"].notna()]
     reaching = reaching[reaching["ceiling_loader"] >= LOADER_REACHES * reaching["ceiling_compute"]]
+    # Without workers the main process loads, then trains (the prediction adds the two): a fast loader alone does not
+    # keep the model fed there, only a prediction that reaches the compute ceiling does.
+    serial = reaching["num_workers"].astype(float) == 0 if "num_workers" in reaching else False
+    reaching = reaching[~serial | (reaching["predicted"] >= LOADER_REACHES * reaching["ceiling_compute"])]
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
     culprit = subject.get("culprit") if subject else None  # a data-bound cell's costliest stage (stage timing)
@@ -562,7 +566,8 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     pick = reaching.assign(_w=workers, _p=-reaching["predicted"].astype(float)).sort_values(["_w", "_p"]).iloc[0]
     share = float(pick["predicted"]) / float(pick["ceiling_compute"])
     has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
-    how = [f"{int(pick['num_workers'])} workers per GPU"] if has_workers else []
+    count = int(pick["num_workers"]) if has_workers else None
+    how = [f"{count} worker{'' if count == 1 else 's'} per GPU"] if has_workers else []
     how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
     found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)

@@ -15,7 +15,7 @@ from ..plan.cell import Cell
 from ..plan.knobs import JPEG_DATASETS, KnobError
 from ..plan.model_names import input_kind
 from ..plan.plugins import expect
-from .stages import StagedBatch, TimedCollate, stage
+from .stages import StagedBatch, TimedCollate, named, stage
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -123,11 +123,7 @@ def load_image(path: str, decoder: str = "pil"):
                 data = f.read()
         return decode(data, decoder)
     except (OSError, RuntimeError) as error:  # the same type (UnidentifiedImageError stays itself), named
-        try:
-            named = type(error)(f"{path}: {error}")
-        except TypeError:  # a subclass whose constructor takes other arguments
-            named = OSError(f"{path}: {error}")
-        raise named from error
+        raise named(error, f"{path}: {error}", OSError) from error
 
 
 def _images(cell: Cell) -> Dataset:

@@ -31,7 +31,7 @@ from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, loss_function
 from .prefetch import StreamPrefetcher, to_device
-from .stages import strip, summarize_stages, timed, unwrap
+from .stages import name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
 from .whatif import Plan, facts, on_device, stage_names
@@ -273,7 +273,7 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     m.stage_order = stage_names(dataset)
     dataset, m.whatif = apply_whatifs(cell, dataset, out_dir)
     staged = cell.stage_timing and cell.scenario != "compute"
-    dataset = timed(dataset) if staged else dataset
+    dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)
     if cell.profile_first_batch and cell.scenario == "loader":

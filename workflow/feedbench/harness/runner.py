@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
@@ -36,14 +37,37 @@ from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
 from .timing import synchronize
 from .transfer import batch_probe, probe
 
+# How PyTorch raises a loader worker's exception again in the main process: the type, the worker, then the worker's
+# traceback as text (torch._utils.ExceptionWrapper).
+WORKER_ERROR = re.compile(r"Caught (\w+) (in DataLoader worker process \d+)\.\nOriginal Traceback")
+
 
 def _error(exc: BaseException) -> dict:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = str(exc).strip()
     return {
         "type": type(exc).__name__,
-        "message": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+        "message": worker_message(text) or (text.splitlines()[0] if text else type(exc).__name__),
         "traceback": "".join(lines)[-4000:],
     }
+
+
+def worker_message(text: str) -> str | None:
+    """A loader worker's error in one line, as the worker raised it: its message (a transform names itself there,
+    feedbench.harness.stages.transform_error), then which worker; None for an error that did not come from one.
+
+    The worker's traceback ends with the last exception raised: after the last `Traceback` line come its frames
+    (indented), then `Type: message`."""
+    found = WORKER_ERROR.match(text)
+    if not found:
+        return None
+    lines = text.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.endswith("Traceback (most recent call last):"))
+    last = next((line for line in lines[start + 1 :] if line and not line[0].isspace()), "")
+    kind, _, message = last.partition(": ")
+    if not message or kind.rsplit(".", 1)[-1] != found.group(1):
+        message = last or found.group(1)
+    return f"{message} ({found.group(2)})"
 
 
 def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, list[dict]]:

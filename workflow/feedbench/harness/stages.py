@@ -138,21 +138,41 @@ class TimedCollate:
         return StagedBatch(batch, timings)
 
 
-class TimedTransform:
-    """One callable of a Compose, timed as the stage `name`; otherwise the callable itself (its repr, attributes)."""
+def named(error: BaseException, message: str, fallback: type[BaseException] = RuntimeError) -> BaseException:
+    """A new `message` (naming what failed: a file, a transform) for `error`, as its own type where that type takes
+    one message, else as `fallback`; raise it `from error`, so the traceback keeps the original."""
+    try:
+        return type(error)(message)
+    except TypeError:  # a subclass whose constructor takes other arguments
+        return fallback(message)
+
+
+def transform_error(name: str, error: Exception) -> BaseException:
+    """What a transform of a Compose raised, named: `transform 'Explode' failed: <its first line>` (an error a nested
+    transform already named goes on as it is)."""
+    if getattr(error, "feedbench_transform", None):
+        return error
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    failed = named(error, f"transform {name!r} failed: {first}")
+    try:
+        failed.feedbench_transform = name
+    except AttributeError:  # an exception type without a __dict__
+        pass
+    return failed
+
+
+class NamedTransform:
+    """One callable of a Compose, run as it is, but an exception it raises names it (transform_error): a loader
+    worker's traceback reaches the main process as text, where the transform's class is lost."""
 
     def __init__(self, name: str, transform: Callable):
         self.name, self.transform = name, transform
 
     def __call__(self, *args, **kwargs):
-        if _sample is None:
-            return self.transform(*args, **kwargs)
-        _open.append([time.perf_counter(), 0.0])  # stage(self.name), inlined: it runs for every transform of a sample
         try:
             return self.transform(*args, **kwargs)
-        finally:
-            if _sample is not None:
-                _close(self.name)
+        except Exception as error:
+            raise transform_error(self.name, error) from error
 
     def __getattr__(self, name: str):
         if name == "transform":  # not set yet: unpickling
@@ -161,6 +181,23 @@ class TimedTransform:
 
     def __repr__(self) -> str:
         return repr(self.transform)
+
+
+class TimedTransform(NamedTransform):
+    """One callable of a Compose, timed as the stage `name` (and named when it raises); otherwise the callable itself
+    (its repr, attributes)."""
+
+    def __call__(self, *args, **kwargs):
+        if _sample is None:
+            return NamedTransform.__call__(self, *args, **kwargs)
+        _open.append([time.perf_counter(), 0.0])  # stage(self.name), inlined: it runs for every transform of a sample
+        try:
+            return self.transform(*args, **kwargs)
+        except Exception as error:
+            raise transform_error(self.name, error) from error
+        finally:
+            if _sample is not None:
+                _close(self.name)
 
 
 def _composes(dataset) -> list:
@@ -190,7 +227,7 @@ def pipeline(dataset) -> list[tuple[str, Any, int]]:
     its class, numbered where a class comes twice (a timed one by the class it times). The one naming of them:
     stage timing (time_transforms) and the stage what-ifs (harness.whatif) both read it."""
     steps = [(compose, i, t) for compose in _composes(dataset) for i, t in enumerate(compose.transforms)]
-    classes = [type(t.transform if isinstance(t, TimedTransform) else t).__name__ for _, _, t in steps]
+    classes = [type(t.transform if isinstance(t, NamedTransform) else t).__name__ for _, _, t in steps]
     named, seen = [], {}
     for (compose, i, _), cls in zip(steps, classes, strict=True):
         seen[cls] = seen.get(cls, 0) + 1
@@ -198,17 +235,18 @@ def pipeline(dataset) -> list[tuple[str, Any, int]]:
     return named
 
 
-def time_transforms(dataset) -> list[str]:
-    """Wrap, in place, each callable of the Composes found on the dataset (pipeline) to time it as its stage; the
-    stage names, in order."""
+def time_transforms(dataset, wrapper: type[NamedTransform] = TimedTransform) -> list[str]:
+    """Wrap, in place, each callable of the Composes found on the dataset (pipeline) to time it as its stage (wrapper
+    TimedTransform) or only to name its errors (NamedTransform); the stage names, in order."""
     names = []
     for name, compose, i in pipeline(dataset):
         if isinstance(compose.transforms, tuple):  # a tuple cannot be wrapped in place: a list of the same
             compose.transforms = list(compose.transforms)
         transform = compose.transforms[i]
-        if not isinstance(transform, TimedTransform):
+        if not isinstance(transform, wrapper):
+            own = transform.transform if isinstance(transform, NamedTransform) else transform
             try:
-                compose.transforms[i] = TimedTransform(name, transform)
+                compose.transforms[i] = wrapper(name, own)
             except TypeError:  # a container that takes modules only (nn.ModuleList): left untimed, unattributed
                 continue
         names.append(name)
@@ -219,6 +257,12 @@ def timed(dataset: Dataset) -> Dataset:
     """The dataset with its samples and its Compose transforms timed."""
     time_transforms(dataset)
     return TimedStream(dataset) if isinstance(dataset, IterableDataset) else TimedSamples(dataset)
+
+
+def name_transforms(dataset: Dataset) -> Dataset:
+    """The dataset, each callable of its Composes wrapped only to name the errors it raises (stage timing off)."""
+    time_transforms(dataset, NamedTransform)
+    return dataset
 
 
 def unwrap(batches: Iterable, log: list) -> Iterator:

@@ -44,7 +44,8 @@ CEILINGS = ("loader", "compute")
 # Knobs that only change how the loader delivers batches (and the copy knobs): a compute ceiling resets them.
 LOADER_ONLY = dropped_by("compute")
 # Knobs that only change the model's work per batch (and the copy knobs the loader alone never uses): a loader ceiling
-# resets them. Not `model`, whose kind decides the shape of the samples the loader makes.
+# resets them. Not `model`, whose kind decides the shape of the samples the loader makes (unless the dataset alone
+# shapes them: ceiling_knobs).
 MODEL_ONLY = dropped_by("loader")
 # Knobs no ceiling keeps: labels of the measurement, not of the work (and the copy knobs).
 NEVER = tuple(name for name in LOADER_ONLY if name in MODEL_ONLY)
@@ -64,10 +65,21 @@ SAMPLE_BYTES, LABEL_BYTES = 4, 8
 
 
 def ceiling_knobs(knobs: dict[str, Any], scenario: str) -> dict[str, Any]:
-    """The knobs of the `scenario` ceiling (loader or compute) a training cell with `knobs` needs."""
+    """The knobs of the `scenario` ceiling (loader or compute) a training cell with `knobs` needs. A loader ceiling
+    also resets `model` where the dataset's samples do not depend on it (a built-in image dataset): the loader alone
+    is then the same cell for every model, measured once (the default matrix's `workers` cells serve `decode`)."""
     reset = LOADER_ONLY if scenario == "compute" else MODEL_ONLY
+    if scenario == "loader" and not model_shapes_samples(knobs):
+        reset = (*reset, "model")
     derived = {k: v for k, v in knobs.items() if k not in reset and k not in NEVER}
     return {**derived, "scenario": scenario}
+
+
+def model_shapes_samples(knobs: dict[str, Any]) -> bool:
+    """Whether the model decides what a sample of the cell's dataset is: a built-in dataset shaped for the model
+    (synthetic, memory), or the user's own, whose samples only the user's code knows."""
+    dataset = BUILTIN_DATASETS.get(knobs.get("dataset", KNOBS["dataset"].default))
+    return dataset is None or dataset.sample == "model"
 
 
 def batch_bytes(knobs: dict[str, Any]) -> int | None:
