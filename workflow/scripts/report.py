@@ -22,4 +22,5 @@ publish.report(
     snakemake.output.html,
     references=list(snakemake.input.get("references", [])),
     searches=list(snakemake.input.get("searches", [])),
+    target=next(iter(snakemake.input.get("target", [])), None),
 )

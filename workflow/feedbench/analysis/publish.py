@@ -28,9 +28,11 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 
 def report(summary: str, plots: list[str], results: list[str], config: dict, config_hash: str, html: str,
-           references: list[str] = (), searches: list[str] = ()) -> None:  # fmt: skip
-    """Rule report: summary, plots, results, published tables, searches' choices -> one HTML file (analysis.report)."""
-    write_report(summary, plots, results, config, config_hash, html, references=references, searches=searches)
+           references: list[str] = (), searches: list[str] = (), target: str | None = None) -> None:  # fmt: skip
+    """Rule report: summary, plots, results, published tables, searches' choices, a target's estimates -> one HTML
+    file (analysis.report)."""
+    write_report(summary, plots, results, config, config_hash, html, references=references, searches=searches,
+                 target=target)  # fmt: skip
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,

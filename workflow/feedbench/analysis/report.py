@@ -27,7 +27,7 @@ from ..plan import search
 from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, knee, verdict, views, whatifs
+from . import accuracy, knee, target_view, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -361,8 +361,10 @@ def build(
     config_hash: str,
     references: list[str] = (),
     searches: list[str] = (),
+    target: str | None = None,
 ) -> dict:
-    """The template's context: verdicts, sections, study views, failures and provenance.
+    """The template's context: verdicts, sections, study views, failures and provenance; with `target` (the config's
+    target's estimates, results/target.json) the section "On <target>" (analysis.target_view).
 
     With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
     provenance names no host; `disclosure` then shortens every string at render time (feedbench.analysis.disclosure).
@@ -403,6 +405,7 @@ def build(
     return {
         "experiments": experiments,
         "prediction": prediction,
+        "target": target_view.build(target, results) if target else None,
         "failures": failures,
         "counts": {
             "rows": len(summary),
@@ -463,9 +466,12 @@ def write_report(
     templates: str = TEMPLATES,
     references: list[str] = (),
     searches: list[str] = (),
+    target: str | None = None,
 ) -> None:
-    """The report rule's work: summary + plots + results (+ published tables, the choices of searches) -> one HTML
-    file, written atomically."""
+    """The report rule's work: summary + plots + results (+ published tables, the choices of searches, a target's
+    estimates) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    atomic_write(html, render(build(summary, svgs, results, config, config_hash, references, searches), templates))
+    atomic_write(
+        html, render(build(summary, svgs, results, config, config_hash, references, searches, target), templates)
+    )
