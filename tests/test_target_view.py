@@ -113,3 +113,15 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     assert "predicted" in section and "prediction-error.md" in section
     assert "workers: " in section and "cpus_per_task: " in section and "mem_mb: " in section
     assert "not known" in section  # no default_cpus_per_gpu in the target
+
+
+def test_a_cell_without_a_count_or_a_loader_curve_says_why():
+    target = {**TARGET, "default_cpus_per_gpu": None}
+    uncounted = {**cell(), "error": "model 'mine': no compute estimate", "knobs": {}}
+    del uncounted["compute_s"]
+    row = target_view.cell_row("w/own", uncounted, [], target, [])
+    assert row["note"] == "no compute estimate: model 'mine': no compute estimate"
+    # A loader cell with fewer workers than cores is no point of the curve.
+    loaders = [({"scenario": "loader", "num_workers": 1}, LoaderPoint(1, 2, 100.0, None, None))]
+    row = target_view.cell_row("w/a", {**cell(), "knobs": {"scenario": "train", "num_workers": 1}}, loaders, target, [])
+    assert row["note"].startswith("no loader prediction: no loader cell with a worker for every core")

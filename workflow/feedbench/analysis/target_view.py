@@ -48,18 +48,21 @@ def same_loader(loader: dict, training: dict) -> bool:
     return all(_value(loader, k) == _value(wanted, k) for k in SAME_LOADER)
 
 
-def read_loaders(results: list[str]) -> list[tuple[dict, LoaderPoint]]:
-    """(cell knobs, point) of every completed loader cell among the result files."""
+def read_results(paths: list[str]) -> list[dict]:
+    """Every result file that can be trusted (plan.result.read_result), the others left out."""
     found = []
-    for path in results:
+    for path in paths:
         try:
-            result = read_result(path)
+            found.append(read_result(path))
         except (UnusableResult, OSError):
             continue
-        point = loader_point(result)
-        if point is not None:
-            found.append((result.get("cell") or {}, point))
     return found
+
+
+def loader_points(results: list[dict]) -> list[tuple[dict, LoaderPoint]]:
+    """(cell knobs, point) of every completed loader cell among the results."""
+    points = ((result.get("cell") or {}, loader_point(result)) for result in results)
+    return [(knobs, point) for knobs, point in points if point is not None]
 
 
 def trainer_rate(cell: dict) -> float:
@@ -165,20 +168,17 @@ def build(target_json: str, results: list[str]) -> dict:
     with open(target_json, encoding="utf-8") as f:
         estimates = json.load(f)
     target = estimates["target"]
-    loaders = read_loaders(results)
+    measured = read_results(results)
+    loaders = loader_points(measured)
     by_cell: dict[str, list[dict]] = {}
-    for path in results:
-        try:
-            result = read_result(path)
-        except (UnusableResult, OSError):
-            continue
+    for result in measured:
         cell = result.get("cell") or {}
         by_cell.setdefault(f"{cell.get('experiment')}/{cell.get('cell')}", []).append(result)
     rows = []
     for key, cell in sorted(estimates["cells"].items()):
-        measured = by_cell.get(key, [])
-        knobs = (measured[0].get("cell") if measured else None) or cell["knobs"]  # as run, else as planned
-        rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, measured))
+        own = by_cell.get(key, [])
+        knobs = (own[0].get("cell") if own else None) or cell["knobs"]  # as run, else as planned
+        rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
     return {
         "target": target,
         "error": estimates["published_error"],
