@@ -199,7 +199,11 @@ def report_lost_cells(log):
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).
     links = ceiling_map(list(CELLS.values()))
-    for path in publish(paths, PLOT_FILES, dict(config), config_hash(config), SUMMARY, REPORT, REFERENCES, links):
+    target = next((path for path in TARGET_FILES if os.path.exists(path)), None)
+    published = publish(
+        paths, PLOT_FILES, dict(config), config_hash(config), SUMMARY, REPORT, REFERENCES, links, target
+    )
+    for path in published:
         os.utime(path, (0, 0))
     print(
         f"feedbench: {len(lost)} cell(s) lost on Slurm, listed in {REPORT}; the next run runs them"

@@ -36,10 +36,11 @@ def report(summary: str, plots: list[str], results: list[str], config: dict, con
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,
-            references: list[str] = (), links: dict | None = None) -> list[str]:  # fmt: skip
-    """The three steps at once (plots: experiment -> its SVG, for those with a plot spec); returns the files written."""
+            references: list[str] = (), links: dict | None = None, target: str | None = None) -> list[str]:  # fmt: skip
+    """The three steps at once (plots: experiment -> its SVG, for those with a plot spec; target: results/target.json
+    where rule target wrote it); returns the files written."""
     summarize(results, summary, links)
     for name, svg in plots.items():
         plot(summary, name, config["experiments"][name], svg)
-    report(summary, list(plots.values()), results, config, config_hash, html, references=references)
+    report(summary, list(plots.values()), results, config, config_hash, html, references=references, target=target)
     return [summary, *plots.values(), html]
