@@ -67,6 +67,7 @@ localrules:
     aggregate,
     plot,
     report,
+    target,
 
 
 # On Slurm (profiles/slurm): refuse cells wider than a node before any job, work

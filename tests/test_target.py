@@ -151,3 +151,10 @@ def test_the_copy_overlaps_compute_only_with_a_side_stream():
 def test_a_target_is_plain_data():
     target = read_target({"gpu": "l4", "cores_per_gpu": 4, "cpu_speed": 0.5})
     assert target == Target(find_gpu("L4"), 4, 0.5, 31.5)
+
+
+def test_the_sites_default_cpus_per_gpu_is_a_whole_number_of_at_least_one():
+    good = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0}
+    assert plan({**good, "default_cpus_per_gpu": 2}) == ""
+    got = plan({**good, "default_cpus_per_gpu": 0})
+    assert got.startswith("bad config: target.default_cpus_per_gpu:") and "\n" not in got, got

@@ -12,7 +12,7 @@ from feedbench.plan import resources as cell_resources
 from feedbench.plan import search as feedbench_search
 from feedbench.plan import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
-from feedbench.plan.ceilings import ceiling_map
+from feedbench.plan.ceilings import ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line
 from feedbench.plan.job import CELL_DIR, CELL_LOG, attempt, result_path
 from feedbench.plan.matrix import (
@@ -101,6 +101,9 @@ CEILING_MAP = (
     "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.plan.ceilings)
 )
 REPORT = "results/report/index.html"
+# The estimates for the config's target (rule target), read by the report's section "On <target>"; none without one.
+TARGET_ESTIMATES = "results/target.json"
+TARGET_FILES = [TARGET_ESTIMATES] if config.get("target") else []
 PLOT_FILES = {name: f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")}
 PLOTS = list(PLOT_FILES.values())
 # Published tables shown beside the study views: report/references/<name>.csv (README there).
@@ -196,7 +199,11 @@ def report_lost_cells(log):
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).
     links = ceiling_map(list(CELLS.values()))
-    for path in publish(paths, PLOT_FILES, dict(config), config_hash(config), SUMMARY, REPORT, REFERENCES, links):
+    target = next((path for path in TARGET_FILES if os.path.exists(path)), None)
+    published = publish(
+        paths, PLOT_FILES, dict(config), config_hash(config), SUMMARY, REPORT, REFERENCES, links, target
+    )
+    for path in published:
         os.utime(path, (0, 0))
     print(
         f"feedbench: {len(lost)} cell(s) lost on Slurm, listed in {REPORT}; the next run runs them"

@@ -22,6 +22,23 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+# With a `target:` in the config: each training cell's step counted on the CPU and estimated on the target's GPU
+# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone.
+rule target:
+    output:
+        estimates=TARGET_ESTIMATES,
+    log:
+        "logs/target.log",
+    conda:
+        "../../envs/feedbench.yaml"
+    params:
+        cells=lambda wildcards: training_cells(list(CELLS.values())),
+        target=config.get("target") or {},
+        root=workflow.basedir,
+    script:
+        "../scripts/target.py"
+
+
 rule plot:
     input:
         summary=SUMMARY,
@@ -53,6 +70,7 @@ rule report:
         references=REFERENCES,
         searches=SEARCH_PLANS,
         ceilings=CEILING_MAP,
+        target=TARGET_FILES,
     output:
         html=report(
             REPORT,

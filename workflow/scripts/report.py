@@ -23,4 +23,5 @@ publish.report(
     references=list(snakemake.input.get("references", [])),
     searches=list(snakemake.input.get("searches", [])),
     ceilings=snakemake.input.get("ceilings"),  # the planner's map: ceiling cells fold under what they serve
+    target=next(iter(snakemake.input.get("target", [])), None),
 )

@@ -29,21 +29,22 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 def report(summary: str, plots: list[str], results: list[str], config: dict, config_hash: str, html: str,
            references: list[str] = (), searches: list[str] = (),
-           ceilings: str | dict | None = None) -> None:  # fmt: skip
-    """Rule report: summary, plots, results, published tables, searches' choices -> one HTML file (analysis.report);
-    `ceilings`, the planner's map (its file, results/ceilings.json, or the map), folds the ceiling cells under the
-    experiments they serve."""
+           ceilings: str | dict | None = None, target: str | None = None) -> None:  # fmt: skip
+    """Rule report: summary, plots, results, published tables, searches' choices, a target's estimates -> one HTML
+    file (analysis.report); `ceilings`, the planner's map (its file, results/ceilings.json, or the map), folds the
+    ceiling cells under the experiments they serve."""
     links = read_map(ceilings) if isinstance(ceilings, str) else ceilings
-    write_report(
-        summary, plots, results, config, config_hash, html, references=references, searches=searches, links=links
-    )
+    write_report(summary, plots, results, config, config_hash, html, references=references, searches=searches,
+                 links=links, target=target)  # fmt: skip
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,
-            references: list[str] = (), links: dict | None = None) -> list[str]:  # fmt: skip
-    """The three steps at once (plots: experiment -> its SVG, for those with a plot spec); returns the files written."""
+            references: list[str] = (), links: dict | None = None, target: str | None = None) -> list[str]:  # fmt: skip
+    """The three steps at once (plots: experiment -> its SVG, for those with a plot spec; target: results/target.json
+    where rule target wrote it); returns the files written."""
     summarize(results, summary, links)
     for name, svg in plots.items():
         plot(summary, name, config["experiments"][name], svg)
-    report(summary, list(plots.values()), results, config, config_hash, html, references=references, ceilings=links)
+    report(summary, list(plots.values()), results, config, config_hash, html, references=references, ceilings=links,
+           target=target)  # fmt: skip
     return [summary, *plots.values(), html]

@@ -27,7 +27,7 @@ from ..plan import search
 from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, knee, served, verdict, views, whatifs
+from . import accuracy, knee, served, target_view, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -363,10 +363,12 @@ def build(
     references: list[str] = (),
     searches: list[str] = (),
     links: dict | None = None,
+    target: str | None = None,
 ) -> dict:
     """The template's context: verdicts, sections, study views, failures and provenance. `links`: the planner's map
     of which cells bound each training cell (results/ceilings.json), by which the derived ceiling experiments fold
-    under the experiments they serve (analysis.served).
+    under the experiments they serve (analysis.served). With `target` (the config's target's estimates,
+    results/target.json) the section "On <target>" (analysis.target_view).
 
     With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
     provenance names no host; `disclosure` then shortens every string at render time (feedbench.analysis.disclosure).
@@ -412,6 +414,7 @@ def build(
     return {
         "experiments": experiments,
         "prediction": prediction,
+        "target": target_view.build(target, results) if target else None,
         "failures": failures,
         "counts": {
             "rows": len(summary),
@@ -473,10 +476,11 @@ def write_report(
     references: list[str] = (),
     searches: list[str] = (),
     links: dict | None = None,
+    target: str | None = None,
 ) -> None:
     """The report rule's work: summary + plots + results (+ published tables, the choices of searches, the planner's
-    map of ceilings) -> one HTML file, written atomically."""
+    map of ceilings, a target's estimates) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    context = build(summary, svgs, results, config, config_hash, references, searches, links)
+    context = build(summary, svgs, results, config, config_hash, references, searches, links, target)
     atomic_write(html, render(context, templates))

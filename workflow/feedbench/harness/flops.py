@@ -18,9 +18,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..plan.ceilings import batch_bytes
 from ..plan.cell import parse_cell
-from ..plan.estimate import Prediction, fit_efficiencies, leave_one_study_out, published_cells
+from ..plan.estimate import (
+    Prediction,
+    compute_seconds,
+    fit_efficiencies,
+    leave_one_study_out,
+    published_cells,
+    summarize,
+)
+from ..plan.knobs import KNOBS
 from ..plan.model_names import input_kind, model_family
+from ..plan.result import atomic_write
+from ..plan.target import Target, copy_seconds, dtype, read_target
 from .models import build_model, loss_function
 
 # Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read in backward,
@@ -103,3 +114,65 @@ def published_error(root: str) -> tuple[list[Prediction], dict[str, float]]:
     config/presets/ and report/references/ are read."""
     cells = published_cells(os.path.join(root, "config", "presets"), os.path.join(root, "report", "references"))
     return leave_one_study_out(cells, count_once), fit_efficiencies(cells, count_once)
+
+
+def _estimate(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
+    """One training cell on the target: its counted step, the estimated compute seconds (and the efficiency that
+    served), the copy's seconds over the target's link; `error` instead for a model whose work is not counted."""
+    size = batch_bytes(knobs)
+    copy = {
+        "batch_size": int(knobs.get("batch_size", KNOBS["batch_size"].default)),
+        "num_workers": int(knobs.get("num_workers", KNOBS["num_workers"].default)),
+        "stream_prefetch": knobs.get("device_prefetch", KNOBS["device_prefetch"].default) == "stream",
+        "batch_bytes": size,
+        "copy_s": copy_seconds(size, target),
+        "knobs": knobs,
+    }
+    try:
+        work = count_once(knobs)
+    except ValueError as error:
+        return {**copy, "error": str(error)}
+    seconds, source = compute_seconds(work, knobs, target.gpu, efficiencies)
+    return {
+        **copy,
+        "flops": work.flops,
+        "bytes": work.bytes,
+        "parameters": work.parameters,
+        "family": work.family,
+        "dtype": dtype(knobs, target.gpu),
+        "efficiency": efficiencies[source],
+        "efficiency_from": source,
+        "compute_s": seconds,
+    }
+
+
+def target_estimates(cells: dict[str, dict], spec: dict, root: str) -> dict:
+    """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the config's target
+    (`spec`: its `target:` block) with the efficiencies fitted to every published study, and the published error
+    of the method (leave one study out: what docs/results/prediction-error.md shows)."""
+    target = read_target(spec)
+    predictions, efficiencies = published_error(root)
+    error = summarize(predictions)
+    return {
+        "target": {
+            "gpu": target.gpu.name,
+            "title": target.gpu.title,
+            "cores_per_gpu": target.cores_per_gpu,
+            "cpu_speed": target.cpu_speed,
+            "link_gb_per_s": target.link_gb_per_s,
+            "default_cpus_per_gpu": spec.get("default_cpus_per_gpu"),
+        },
+        "published_error": {
+            "cells": error.cells,
+            "median_error": error.median_error,
+            "worst_error": error.worst_error,
+            "bounds_right": error.bounds_right,
+        },
+        "efficiencies": efficiencies,
+        "cells": {key: _estimate(knobs, target, efficiencies) for key, knobs in cells.items()},
+    }
+
+
+def write_target_estimates(path: str, cells: dict[str, dict], spec: dict, root: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write(path, json.dumps(target_estimates(cells, spec, root), indent=1, sort_keys=True) + "\n")

@@ -259,6 +259,12 @@ def ceiling_map(cells: list[PlannedCell]) -> dict[str, dict[str, str | None]]:
     return links
 
 
+def training_cells(cells: list[PlannedCell]) -> dict[str, dict[str, Any]]:
+    """`<experiment>/<cell>` -> knobs of every single-process training cell: those a target's estimate predicts
+    (results/target.json, feedbench.harness.flops.target_estimates), as the ceilings predict them here."""
+    return {f"{c.experiment}/{c.id}": dict(c.knobs) for c in cells if _trains_alone(c.knobs)}
+
+
 def write_map(path: str, links: dict[str, dict[str, str | None]]) -> None:
     """The planner's map (ceiling_map) as JSON: what the summary's ceiling columns were joined on."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

@@ -1,0 +1,127 @@
+"""The report's section "On <target>" (feedbench.analysis.target_view): its arithmetic on hand-made inputs, and a real
+small run with a `target:` that writes results/target.json and shows the section."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from feedbench.analysis import target_view
+from feedbench.analysis.loader_scaling import LoaderPoint, fit_scaling
+from feedbench.plan.ceilings import LOADER_REACHES
+from test_workflow import copy_workflow, snakemake
+
+TARGET = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "link_gb_per_s": 10.0, "default_cpus_per_gpu": 2}
+
+
+def fit(per_core: float = 100.0, worker_ms: float | None = None):
+    """A loader that delivers `per_core` samples/s per core (linear: one core count), 10 without workers."""
+    points = [LoaderPoint(2, 2, 2 * per_core, worker_ms, None), LoaderPoint(0, 2, 10.0, None, None)]
+    return fit_scaling(points)
+
+
+def cell(compute_s: float = 0.01, batch: int = 10, copy_s: float = 0.0, workers: int = 1, stream: bool = False):
+    return {
+        "batch_size": batch,
+        "num_workers": workers,
+        "stream_prefetch": stream,
+        "batch_bytes": copy_s * TARGET["link_gb_per_s"] * 1e9,
+        "copy_s": copy_s,
+        "compute_s": compute_s,
+    }
+
+
+def test_the_prediction_is_the_slower_of_loader_and_trainer():
+    # Compute 1,000 samples/s; the loader 100 per core: with one worker on 8 cores the curve gives 800, the worker
+    # one core's worth at most when its CPU time is known (10 ms a sample: 100/s).
+    rate, bound = target_view.predicted(cell(), fit(worker_ms=10.0), TARGET, 1, 8)
+    assert rate == pytest.approx(100.0) and bound == "data"
+    rate, bound = target_view.predicted(cell(compute_s=0.1), fit(worker_ms=10.0), TARGET, 4, 8)
+    assert rate == pytest.approx(100.0) and bound == "compute"
+
+
+def test_the_copy_adds_to_compute_unless_a_stream_prefetches():
+    assert target_view.trainer_rate(cell(compute_s=0.01, copy_s=0.01)) == pytest.approx(500.0)
+    assert target_view.trainer_rate(cell(compute_s=0.01, copy_s=0.01, stream=True)) == pytest.approx(1000.0)
+
+
+def test_fewest_workers_reach_95_percent_of_the_compute_ceiling():
+    # 1,000 samples/s of compute, 100 per worker: 10 workers reach it, but 8 cores leave room for 7.
+    workers, share, reached = target_view.fewest_workers(cell(), fit(worker_ms=10.0), TARGET)
+    assert (workers, reached) == (7, False) and share == pytest.approx(0.7)
+    # 300 per worker: 4 workers give 1,200 -> the ceiling; 3 give 900, 90 % < 95 %.
+    workers, share, reached = target_view.fewest_workers(cell(), fit(per_core=300.0, worker_ms=1000 / 300), TARGET)
+    assert workers == 4 and reached and share >= LOADER_REACHES
+
+
+def test_with_the_default_cpus_the_trainer_waits_on_data():
+    # 2 CPUs: the rank and one worker, 100 samples/s against 1,000 of compute: 90 % of the time waits.
+    found = target_view.starved(cell(), fit(worker_ms=10.0), TARGET, 2)
+    assert found["workers"] == 1 and found["starved_pct"] == pytest.approx(90.0)
+    # 1 CPU: no worker, the main process loads (10/s measured without workers) then trains, in series.
+    found = target_view.starved(cell(), fit(worker_ms=10.0), TARGET, 1)
+    assert found["workers"] == 0 and found["predicted"] == pytest.approx(1 / (1 / 10 + 1 / 1000))
+    assert target_view.starved(cell(), fit(), TARGET, None) is None
+
+
+def test_memory_is_the_main_process_and_each_worker_measured():
+    def result(workers, main, pooled):
+        stats = {"trainer_pss_mb": {"max": main}, "workers_pss_mb": {"max": pooled}}
+        return {"cell": {"num_workers": workers}, "monitor": {"stats": stats}}
+
+    # 500 MB main, 400 MB over 2 workers: 200 each; 5 workers -> 1,500 MB -> 2 GiB.
+    assert target_view.memory_mb([result(2, 500.0, 400.0)], 5) == 2048
+    assert target_view.memory_mb([result(2, 500.0, 400.0), result(2, 1100.0, 400.0)], 0) == 2048
+    assert target_view.memory_mb([{"cell": {}, "monitor": {}}], 3) is None
+
+
+def test_a_loader_cell_serves_the_training_cells_with_its_loader_whatever_the_workers():
+    training = {"scenario": "train", "model": "mlp", "dataset": "memory", "batch_size": 16, "num_workers": 1}
+    loader = {**training, "scenario": "loader", "num_workers": 4, "steps": 99}
+    assert target_view.same_loader(loader, training)
+    assert not target_view.same_loader({**loader, "batch_size": 32}, training)
+
+
+MLP = {"model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16, "num_samples": 64}
+
+
+def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
+    config = {
+        "defaults": {"repeats": 1, "steps": 4, "warmup_steps": 1, "device": "cpu", "torch_threads": 1},
+        "target": {"gpu": "H100", "cores_per_gpu": 4, "cpu_speed": 1.0},
+        "experiments": {
+            # Sampled often enough that 4 steps have memory to size mem_mb from (a knob no ceiling keeps).
+            "w": {"ceilings": True, "base": {**MLP, "scenario": "train", "num_workers": 1, "monitor_interval_s": 0.02}},
+            "curve": {"base": {**MLP, "scenario": "loader"}, "matrix": {"num_workers": [2]}},
+        },
+    }
+    (tmp_path / "wf").mkdir()
+    (tmp_path / "run").mkdir()
+    workflow, work = copy_workflow(tmp_path / "wf"), tmp_path / "run"
+    run = snakemake(workflow, work, config)
+    assert run.returncode == 0, run.stderr[-4000:]
+    estimates = json.loads((work / "results" / "target.json").read_text())
+    (key,) = estimates["cells"]
+    entry = estimates["cells"][key]
+    assert key.startswith("w/") and entry["family"] == "mlp" and entry["efficiency_from"] == "mlp"
+    assert entry["flops"] > 0 and entry["compute_s"] > 0 and entry["copy_s"] > 0
+    assert 0 < estimates["published_error"]["median_error"] <= estimates["published_error"]["worst_error"]
+    html = (work / "results" / "report" / "index.html").read_text()
+    section = html[html.index('<section id="target">') :]
+    section = section[: section.index("</section>")]
+    assert "On NVIDIA H100" in section and key.split("/")[1] in section
+    assert "predicted" in section and "prediction-error.md" in section
+    assert "workers: " in section and "cpus_per_task: " in section and "mem_mb: " in section
+    assert "not known" in section  # no default_cpus_per_gpu in the target
+
+
+def test_a_cell_without_a_count_or_a_loader_curve_says_why():
+    target = {**TARGET, "default_cpus_per_gpu": None}
+    uncounted = {**cell(), "error": "model 'mine': no compute estimate", "knobs": {}}
+    del uncounted["compute_s"]
+    row = target_view.cell_row("w/own", uncounted, [], target, [])
+    assert row["note"] == "no compute estimate: model 'mine': no compute estimate"
+    # A loader cell with fewer workers than cores is no point of the curve.
+    loaders = [({"scenario": "loader", "num_workers": 1}, LoaderPoint(1, 2, 100.0, None, None))]
+    row = target_view.cell_row("w/a", {**cell(), "knobs": {"scenario": "train", "num_workers": 1}}, loaders, target, [])
+    assert row["note"].startswith("no loader prediction: no loader cell with a worker for every core")

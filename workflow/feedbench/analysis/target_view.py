@@ -1,0 +1,190 @@
+"""The report's section "On <target>": every training cell predicted on the node a cluster job will run on (issue #25,
+"what the user gets"), and what to ask Slurm for.
+
+For each single-process training cell of results/target.json (rule target: the step counted here on the CPU and
+estimated on the target's GPU, feedbench.harness.flops.target_estimates):
+
+    compute   the estimated seconds of a step on the target's GPU (roofline over the family's efficiency)
+    copy      the batch's bytes over the target's link
+    loader    the worker-scaling curve fitted on this run's loader cells of the same loader (knobs the loader ceiling
+              keeps, workers aside: feedbench.analysis.loader_scaling), at the cores the cell would have there and
+              scaled by the target's CPU speed
+
+combined by the prediction model of the ceilings (feedbench.analysis.predict.predict): the same rule as here. Then the
+fewest workers per GPU that reach LOADER_REACHES (95 %) of the trainer's side on the target, the Slurm line for them
+(cpus_per_task: a rank and its workers, plan.resources.cpus_per_rank; mem_mb from the cell's measured memory), and
+how much of the step waits on data with the site's default CPUs per GPU (`target.default_cpus_per_gpu`).
+
+Every figure is a prediction; the compute estimate's published error (leave one study out) comes from target.json,
+which the rule takes from the function the benchmark of docs/results/prediction-error.md uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ..plan.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
+from ..plan.knobs import KNOBS, kept_by
+from ..plan.resources import cpus_per_rank
+from ..plan.result import UnusableResult, read_result
+from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
+from .predict import predict
+
+ERROR_PAGE = "docs/results/prediction-error.md"
+LOADER_ERROR_PAGE = "docs/results/prediction-error-loader.md"
+# The knobs that make two loader cells the same loader, whatever their workers and however long they measured.
+SAME_LOADER = tuple(k for k in kept_by("loader") if k != "num_workers" and k not in PROBE_LABELS)
+MB_PER_GIB = 1024
+
+
+def _value(knobs: dict, name: str) -> str:
+    return json.dumps(knobs.get(name, KNOBS[name].default), sort_keys=True)
+
+
+def same_loader(loader: dict, training: dict) -> bool:
+    """Whether a loader cell's knobs measure the loader of a training cell (its loader ceiling, any workers)."""
+    wanted = ceiling_knobs(training, "loader")
+    return all(_value(loader, k) == _value(wanted, k) for k in SAME_LOADER)
+
+
+def read_results(paths: list[str]) -> list[dict]:
+    """Every result file that can be trusted (plan.result.read_result), the others left out."""
+    found = []
+    for path in paths:
+        try:
+            found.append(read_result(path))
+        except (UnusableResult, OSError):
+            continue
+    return found
+
+
+def loader_points(results: list[dict]) -> list[tuple[dict, LoaderPoint]]:
+    """(cell knobs, point) of every completed loader cell among the results."""
+    points = ((result.get("cell") or {}, loader_point(result)) for result in results)
+    return [(knobs, point) for knobs, point in points if point is not None]
+
+
+def trainer_rate(cell: dict) -> float:
+    """Samples/s of the trainer's side on the target: compute and copy, overlapped as the knobs say."""
+    return cell["batch_size"] / trainer_seconds(cell["compute_s"], cell["copy_s"], cell["stream_prefetch"])
+
+
+def predicted(cell: dict, fit: ScalingFit, target: dict, workers: int, cores: int) -> tuple[float | None, str | None]:
+    """(samples/s, bound) of a training cell on the target with `workers` loader workers on `cores` cores."""
+    loader = loader_ceiling(fit, cores, workers, target["cpu_speed"])
+    rate, bound, _ = predict(
+        loader,
+        cell["batch_size"] / cell["compute_s"],
+        workers,
+        cell["batch_size"],
+        cell["batch_bytes"],
+        target["link_gb_per_s"],
+        cell["stream_prefetch"],
+    )
+    return rate, bound
+
+
+def fewest_workers(cell: dict, fit: ScalingFit, target: dict) -> tuple[int, float | None, bool]:
+    """(workers, share of the trainer's side predicted, reached): the fewest workers, each with a core beside the
+    rank's, whose prediction reaches LOADER_REACHES of the trainer's side; else the most that fit the target's cores
+    per GPU, with reached False."""
+    ceiling = trainer_rate(cell)
+    workers, share = 0, None
+    for workers in range(1, target["cores_per_gpu"]):
+        rate, _ = predicted(cell, fit, target, workers, cpus_per_rank({"num_workers": workers}))
+        share = rate / ceiling if rate else None
+        if share is not None and share >= LOADER_REACHES:
+            return workers, share, True
+    return workers, share, False
+
+
+def memory_mb(results: list[dict], workers: int) -> int | None:
+    """mem_mb for a rank with `workers` workers from a cell's measured memory (the monitor's peak PSS of its main
+    process, and of its workers over their number; the most over its repeats), rounded up to whole GiB; None where
+    the cell measured none."""
+    main, per_worker = None, 0.0
+    for result in results:
+        stats = (result.get("monitor") or {}).get("stats") or {}
+        trainer = (stats.get("trainer_pss_mb") or {}).get("max")
+        if trainer is None:
+            continue
+        main = max(main or 0.0, float(trainer))
+        count = int((result.get("cell") or {}).get("num_workers") or 0)
+        pooled = (stats.get("workers_pss_mb") or {}).get("max")
+        if count and pooled is not None:
+            per_worker = max(per_worker, float(pooled) / count)
+    if main is None:
+        return None
+    return int(math.ceil((main + per_worker * workers) / MB_PER_GIB) * MB_PER_GIB)
+
+
+def starved(cell: dict, fit: ScalingFit, target: dict, cpus: int | None) -> dict | None:
+    """With `cpus` per GPU (the site's default): its workers (one core is the rank's), the predicted samples/s, and
+    the share of the trainer's time lost waiting on data (1 - predicted / trainer's side)."""
+    if not cpus:
+        return None
+    workers = max(cpus - 1, 0)
+    rate, bound = predicted(cell, fit, target, workers, cpus)
+    if rate is None:
+        return {"cpus": cpus, "workers": workers, "predicted": None, "starved_pct": None, "bound": None}
+    lost = max(0.0, 1 - rate / trainer_rate(cell))
+    return {"cpus": cpus, "workers": workers, "predicted": rate, "starved_pct": 100 * lost, "bound": bound}
+
+
+def _fit(cell: dict, loaders: list[tuple[dict, LoaderPoint]]) -> tuple[ScalingFit | None, str]:
+    """The worker-scaling curve of the cell's loader, or None and why not."""
+    points = [point for knobs, point in loaders if same_loader(knobs, cell["knobs"])]
+    try:
+        fit = fit_scaling(points)
+    except ValueError as error:
+        return None, str(error)
+    return fit, fit_text(fit)
+
+
+def cell_row(key: str, cell: dict, loaders: list, target: dict, results: list[dict]) -> dict:
+    """One training cell's row of the section: predictions on the target, the workers and the Slurm line."""
+    row = {"cell": key, "family": cell.get("family"), "efficiency": cell.get("efficiency")}
+    row["efficiency_from"] = cell.get("efficiency_from")
+    if "compute_s" not in cell:
+        return {**row, "note": f"no compute estimate: {cell.get('error')}"}
+    row["compute_ceiling"] = trainer_rate(cell)
+    fit, fit_line = _fit(cell, loaders)
+    row["loader_fit"] = fit_line
+    if fit is None:
+        return {**row, "note": f"no loader prediction: {fit_line}"}
+    workers = cell["num_workers"]
+    row["predicted"], row["bound"] = predicted(cell, fit, target, workers, target["cores_per_gpu"])
+    row["workers"], row["share"], row["reached"] = fewest_workers(cell, fit, target)
+    row["cpus_per_task"] = cpus_per_rank({"num_workers": row["workers"]})
+    row["mem_mb"] = memory_mb(results, row["workers"])
+    row["default"] = starved(cell, fit, target, target.get("default_cpus_per_gpu"))
+    return row
+
+
+def build(target_json: str, results: list[str]) -> dict:
+    """The section's context from results/target.json and the result files of the run (loader cells and the
+    training cells' memory)."""
+    with open(target_json, encoding="utf-8") as f:
+        estimates = json.load(f)
+    target = estimates["target"]
+    measured = read_results(results)
+    loaders = loader_points(measured)
+    by_cell: dict[str, list[dict]] = {}
+    for result in measured:
+        cell = result.get("cell") or {}
+        by_cell.setdefault(f"{cell.get('experiment')}/{cell.get('cell')}", []).append(result)
+    rows = []
+    for key, cell in sorted(estimates["cells"].items()):
+        own = by_cell.get(key, [])
+        knobs = (own[0].get("cell") if own else None) or cell["knobs"]  # as run, else as planned
+        rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
+    return {
+        "target": target,
+        "error": estimates["published_error"],
+        "efficiencies": estimates["efficiencies"],
+        "rows": rows,
+        "reaches_pct": 100 * LOADER_REACHES,
+        "error_page": ERROR_PAGE,
+        "loader_error_page": LOADER_ERROR_PAGE,
+    }
