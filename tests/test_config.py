@@ -48,13 +48,20 @@ def test_default_config_is_the_matrix_of_the_issue():
     assert {c.knobs["scenario"] for c in by["transfer"]} == {"transfer"}
     # A training cell starved by JPEG decoding at few workers (issue #23, part 6), its stages timed, its ceilings
     # measured: the loader alone is the `workers` cell without pinning, so only its compute ceiling is added.
+    # Beside them, the fix its stage profile predicts, measured (#23, part 6): decode once at 0 workers. It shares its
+    # baseline's ceilings, so it adds no cell of its own there.
     decode = by["decode"]
-    assert [c.knobs["num_workers"] for c in decode] == [0, 1, 2]
+    assert [(c.knobs["num_workers"], c.knobs.get("cache_after")) for c in decode] == [
+        (0, None),
+        (1, None),
+        (2, None),
+        (0, "decode"),
+    ]
     assert all(c.knobs["scenario"] == "train" and c.knobs["dataset"] == "images" for c in decode)
     assert all(c.knobs["stage_timing"] for c in decode) and config["experiments"]["decode"]["ceilings"]
     links = ceiling_map(cells)
     assert [links[f"decode/{c.id}"]["loader"] for c in decode] == [
-        f"workers/num_workers-{w}_pin_memory-false" for w in (0, 1, 2)
+        f"workers/num_workers-{w}_pin_memory-false" for w in (0, 1, 2, 0)
     ]
     assert {links[f"decode/{c.id}"]["transfer"] for c in decode} == {"transfer/base"}  # the probe has its batch size
     assert sorted(by) == ["ceilings-compute", "ceilings-loader", "compute", "decode", "prefetch", "transfer", "workers"]

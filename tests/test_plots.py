@@ -154,3 +154,29 @@ def test_a_gpu_bar_stacks_the_gpus_idle_time_not_the_hosts_overlapping_wait():
         tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
     plt.close(fig)
     assert tops[0] == pytest.approx(150.0) and tops[1] == pytest.approx(129.0)
+
+
+def test_a_hue_knob_unset_in_some_cells_keeps_their_bars():
+    """The default's decode experiment: cells without cache_after (null, NaN in the summary) beside one with it. The
+    bars of the unset ones were dropped with their NaN group."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from feedbench.analysis.plots import draw
+
+    rows = pd.DataFrame(
+        {
+            "experiment": "decode",
+            "cell": ["num_workers-0", "num_workers-1", "num_workers-0_cache_after-decode"],
+            "repeat": 1,
+            "status": "ok",
+            "num_workers": [0, 1, 0],
+            "cache_after": [None, None, "decode"],
+            "samples_per_s": [300.0, 400.0, 390.0],
+        }
+    )
+    fig, ax = plt.subplots()
+    draw(ax, rows, {"x": "num_workers", "y": "samples_per_s", "hue": "cache_after", "kind": "bar"})
+    heights = sorted(round(bar.get_height()) for bar in ax.patches)
+    labels = sorted(text.get_text() for text in ax.get_legend().get_texts())
+    plt.close(fig)
+    assert heights == [300, 390, 400] and labels == ["ca=decode", "ca=none"]

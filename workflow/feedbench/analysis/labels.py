@@ -34,7 +34,9 @@ def short_value(knob: str, value) -> str:
     name = short_knob(knob)
     if _is_switch(value):
         return name if str(value).lower() == "true" else f"no-{name}"
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value != value:  # NaN: a null knob (cache_after unset, say) in the summary
+        value = "none"
+    elif isinstance(value, float) and value.is_integer():
         value = int(value)
     return f"{name}={SHORT_VALUES.get(str(value), value)}"
 

@@ -202,7 +202,7 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
     xs = _ordered(stats[x])
     numeric = kind == "line" and all(pd.api.types.is_number(v) and not pd.api.types.is_bool(v) for v in xs)
     position = {v: (float(v) if numeric else i) for i, v in enumerate(xs)}
-    groups = list(stats.groupby(keys, sort=False)) if keys else [((), stats)]
+    groups = list(stats.groupby(keys, sort=False, dropna=False)) if keys else [((), stats)]
     width = 0.8 / max(len(groups), 1)
     for i, (values, group) in enumerate(groups):
         group = group.assign(_pos=group[x].map(position)).sort_values("_pos")
