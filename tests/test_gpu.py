@@ -250,3 +250,37 @@ def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
 
     knobs = dict(SLEEP, compute_ms=5, steps=5, parallel="ddp", gpus_per_node=1, nodes=2)
     assert run_or_launch(knobs, str(tmp_path)) == 0
+
+
+def test_the_pinned_pool_holds_what_the_result_counts(tmp_path):
+    """pin_memory on a GPU (#24, the pinned pool): the pin thread's page-locked copies of the batches in flight, as
+    CUDA's host allocator saw them in a fresh process, against the result's shm.pinned_bytes (plan.shm.facts). Batches
+    of powers of two (1 MiB of features, 2 KiB of labels), so the allocator's rounding adds nothing; the step may
+    hold one batch more than those in flight. Not yet run on a GPU."""
+    import subprocess
+    import sys
+
+    if not hasattr(torch.cuda, "host_memory_stats"):
+        pytest.skip(f"torch {torch.__version__} has no torch.cuda.host_memory_stats to read the pinned pool")
+    knobs = dict(
+        scenario="loader", dataset="memory", input_size=1024, batch_size=256, num_samples=8192, num_workers=2,
+        prefetch_factor=2, pin_memory=True, steps=20, warmup_steps=2, device="cuda", torch_threads=1,
+    )  # fmt: skip
+    script = (
+        "import json, sys, torch\n"
+        "from feedbench.harness.runner import run\n"
+        "assert run(json.loads(sys.argv[1]), sys.argv[2]) == 0\n"
+        "print(json.dumps(torch.cuda.host_memory_stats()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(knobs), str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    peaks = [v for k, v in stats.items() if "allocated_bytes" in k and "peak" in k]
+    assert peaks, f"no peak of allocated bytes in torch.cuda.host_memory_stats(): {sorted(stats)}"
+    with open(tmp_path / "result.json") as f:
+        pinned = json.load(f)["shm"]["pinned_bytes"]
+    batch = 256 * (1024 * 4 + 8)
+    assert pinned == 5 * batch
+    assert batch <= max(peaks) <= pinned + batch

@@ -34,6 +34,17 @@ def test_bytes_in_flight_are_the_prefetched_batches_plus_the_one_consumed():
     assert shm.in_flight(1000, 3, 5) == 1000 * (5 * 3 + 1)
 
 
+def test_the_pinned_copies_of_the_batches_in_flight_are_counted_on_a_gpu_only():
+    """pin_memory on a GPU: the pin thread holds a page-locked copy of each batch in flight, in CUDA's host
+    allocator, not in /dev/shm (#24, the pinned pool); the harness passes pinned only there."""
+    knobs = {**BIG, "num_workers": 2, "prefetch_factor": 2, "pin_memory": True}
+    on_gpu = shm.facts(knobs, local=True, pinned=True)
+    assert on_gpu["pinned_bytes"] == on_gpu["in_flight_bytes"] == 5 * batch_bytes(knobs)
+    assert shm.facts(knobs, local=True)["pinned_bytes"] == 0
+    user = {**knobs, "dataset": "mypackage.data:make_dataset"}  # user code: no size before the batch is made
+    assert shm.facts(user, local=True, pinned=True)["pinned_bytes"] is None
+
+
 def test_ranks_multiply_the_loaders_and_dp_the_batch():
     ddp = {"parallel": "ddp", "gpus_per_node": 2, "nodes": 2}
     assert shm.loaders(ddp, local=True) == (4, 1)  # every emulated node on this host

@@ -253,7 +253,8 @@ def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) ->
         cell=cell_dict(cell), adjustments=notes, timing={"requested": cell.timing}, provenance=machine_facts(device)
     )
     if cell.scenario != "transfer":  # what the loader will keep in shared memory, and the room there as it starts
-        r.result["shm"] = shm.facts(cell_dict(cell), local=not in_slurm_job())
+        pinned = cell.pin_memory and device.type == "cuda"  # the pin thread's copies: page-locked, not in /dev/shm
+        r.result["shm"] = shm.facts(cell_dict(cell), local=not in_slurm_job(), pinned=pinned)
     decoder = decoder_facts(cell)
     if decoder:
         r.result["decoder"] = decoder

@@ -75,11 +75,19 @@ def need_bytes(knobs: Mapping[str, Any] | Any, batch: int | None, local: bool) -
     return count * in_flight(batch * scale, workers, prefetch)
 
 
-def facts(knobs: Mapping[str, Any], local: bool, path: str = "") -> dict:
+def facts(knobs: Mapping[str, Any], local: bool, path: str = "", pinned: bool = False) -> dict:
     """For a cell's result, before its loader starts: its bytes in flight (None for a user's batch, which has no size
-    before it is made) and the shared-memory filesystem's free bytes then."""
+    before it is made), the shared-memory filesystem's free bytes then, and, where `pinned` (pin_memory on a GPU), the
+    page-locked host memory the loader's pin thread holds: a pinned copy of each batch in flight, outside /dev/shm
+    (CUDA's host allocator), which the node's RAM and its memlock limit must also hold."""
     size = None if user_batch(knobs) else batch_bytes(knobs)
-    return {"path": path or SHM_PATH, "in_flight_bytes": need_bytes(knobs, size, local), "free_bytes": free_bytes(path)}
+    need = need_bytes(knobs, size, local)
+    return {
+        "path": path or SHM_PATH,
+        "in_flight_bytes": need,
+        "free_bytes": free_bytes(path),
+        "pinned_bytes": (need if pinned else 0) if need is not None else None,
+    }
 
 
 def shm_error(knobs: Mapping[str, Any] | Any, batch: int | None, free: int | None, local: bool, path: str = ""):
