@@ -96,13 +96,17 @@ def measured_plan(experiment: str, axis: str, groups: list[dict], baseline: str,
         }
         for group in groups
     ]
-    levels = sorted({level for group in groups for level in group["cells"]})
     run = [baseline] + [c for g in decided for c in g["cells"] if c != baseline]
+    return _decision(experiment, axis, beyond, groups, baseline, decided, run)
+
+
+def _decision(experiment: str, axis: str, beyond: bool, groups: list[dict], baseline: str, decided, run) -> dict:
+    """The shape of a search's decision (results/search/<experiment>.json), whichever way its levels were chosen."""
     return {
         "experiment": experiment,
         "axis": axis,
         "beyond_cores": beyond,
-        "levels": levels,
+        "levels": sorted({level for group in groups for level in group["cells"]}),
         "baseline": baseline,
         "groups": decided,
         "run": run,
@@ -181,16 +185,7 @@ def plan(experiment: str, axis: str, groups: list[dict], baseline: str, beyond: 
                 "why": why,
             }
         )
-    levels = sorted({level for group in groups for level in group["cells"]})
-    return {
-        "experiment": experiment,
-        "axis": axis,
-        "beyond_cores": beyond,
-        "levels": levels,
-        "baseline": baseline,
-        "groups": decided,
-        "run": run,
-    }
+    return _decision(experiment, axis, beyond, groups, baseline, decided, run)
 
 
 def sentence(decision: dict) -> str:
