@@ -17,6 +17,7 @@ import pandas as pd
 from ..plan import search
 from ..plan.ceilings import KNEE_REACHES
 from ..plan.cores import most_workers
+from .stages import column_median
 
 # The summary's columns this sentence reads when the results have them: the workers' memory (the monitor's summed PSS,
 # its mean over the run) and the memory the cell may use (absent until the results record one: then no limit is
@@ -24,11 +25,6 @@ from ..plan.cores import most_workers
 WORKER_MEMORY = "workers_pss_mb_mean"
 MEMORY_LIMIT = "memory_limit_mb"
 SHM_IN_FLIGHT, SHM_FREE = "shm_in_flight_bytes", "shm_free_bytes"
-
-
-def _median(rows: pd.DataFrame, column: str) -> float | None:
-    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series(dtype=float)
-    return float(values.median()) if len(values) else None
 
 
 def _workers(count) -> str:
@@ -60,11 +56,11 @@ def _throughput(cell: dict, unit: str, number: Callable) -> str:
 def _memory(rows: pd.DataFrame, number: Callable) -> str:
     """What the recommended cell holds: its workers' memory and shared memory against the limits, where known."""
     parts = []
-    pss, limit = _median(rows, WORKER_MEMORY), _median(rows, MEMORY_LIMIT)
+    pss, limit = column_median(rows, WORKER_MEMORY), column_median(rows, MEMORY_LIMIT)
     if pss is not None:
         of = f" (PSS, mean) of the {number(limit)} MB the cell may use" if limit else " (PSS, mean; no limit recorded)"
         parts.append(f"its workers hold {number(pss)} MB{of}")
-    need, free = _median(rows, SHM_IN_FLIGHT), _median(rows, SHM_FREE)
+    need, free = column_median(rows, SHM_IN_FLIGHT), column_median(rows, SHM_FREE)
     if need is not None:
         room = f" of {number(free / 2**20)} MB free" if free is not None else ""
         parts.append(f"{number(need / 2**20)} MB of shared memory in flight{room}")
@@ -129,10 +125,10 @@ def _limit(at, above: dict | None, cell: dict, rows: pd.DataFrame, number: Calla
         )
     if usable and cell.get("workers_kind") == "CPU-bound" and at >= most_workers(_cores(usable), ranks):
         return f"the cores: {_cores(usable)} usable hold at most {_workers(most_workers(_cores(usable), ranks))}"
-    pss, limit = _median(rows, WORKER_MEMORY), _median(rows, MEMORY_LIMIT)
+    pss, limit = column_median(rows, WORKER_MEMORY), column_median(rows, MEMORY_LIMIT)
     if pss and limit and at and pss * (at + 1) / at > limit:
         return f"memory: one more worker would take the workers past {number(limit)} MB"
-    need, free = _median(rows, SHM_IN_FLIGHT), _median(rows, SHM_FREE)
+    need, free = column_median(rows, SHM_IN_FLIGHT), column_median(rows, SHM_FREE)
     if need and free is not None and at and need * (at + 1) / at > free:
         return f"shared memory: one more worker would need more than the {number(free / 2**20)} MB free"
     if above is None:

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .predict import positive
+
 # Each model's parameter grid: s (serial fraction) in [0, 1], k (crosstalk) in [0, 0.2]. A grid rather than an
 # optimiser: numpy only, no local minimum, and the fit is the same on every machine.
 SIGMAS = np.linspace(0.0, 1.0, 401)
@@ -54,14 +56,6 @@ class LoaderPoint:
     main_cpu_ms: float | None  # its main process's CPU ms per sample over the window; None without monitor samples
 
 
-def _positive(value) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) and value > 0 else None
-
-
 def _worker_cpu_ms(result: dict) -> float | None:
     """The workers' CPU ms per sample: their CPU share times the number of workers, over the samples per second.
 
@@ -70,7 +64,7 @@ def _worker_cpu_ms(result: dict) -> float | None:
     issue #25, over its whole life (cpu_s / wall_s), which its start-up and the warm-up make read low."""
     monitor, metrics, cell = result.get("monitor") or {}, result.get("metrics") or {}, result.get("cell") or {}
     workers, count = monitor.get("workers") or [], int(cell.get("num_workers") or 0)
-    rate = _positive(metrics.get("samples_per_s"))
+    rate = positive(metrics.get("samples_per_s"))
     if not workers or not count or rate is None:
         return None
     window = sum(w.get("window_wall_s") or 0 for w in workers)
@@ -82,12 +76,12 @@ def _worker_cpu_ms(result: dict) -> float | None:
 def loader_point(result: dict) -> LoaderPoint | None:
     """The point of one loader cell's result.json (parsed); None for a cell that is not a completed loader cell."""
     cell, metrics = result.get("cell") or {}, result.get("metrics") or {}
-    rate = _positive(metrics.get("samples_per_s"))
+    rate = positive(metrics.get("samples_per_s"))
     cores = ((result.get("provenance") or {}).get("cores") or {}).get("usable")
     if result.get("status") != "ok" or cell.get("scenario") != "loader" or rate is None or not cores:
         return None
     main_pct = (((result.get("monitor") or {}).get("stats") or {}).get("trainer_cpu_pct") or {}).get("mean")
-    main = _positive(main_pct)
+    main = positive(main_pct)
     return LoaderPoint(
         workers=int(cell.get("num_workers") or 0),
         cores=int(cores),

@@ -28,7 +28,8 @@ import math
 from ..plan.ceilings import trainer_seconds
 
 
-def _finite(value) -> float | None:
+def positive(value) -> float | None:
+    """A finite number above zero, else None: a rate or a size the models can divide by."""
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -49,10 +50,10 @@ def predict(
 
     The copy term is left out (0) when the batch's bytes or the bandwidth is unknown (a CPU cell copies nothing).
     """
-    loader_rate, compute_rate = _finite(loader_rate), _finite(compute_rate)
+    loader_rate, compute_rate = positive(loader_rate), positive(compute_rate)
     if loader_rate is None or compute_rate is None:
         return None, None, {}
-    bandwidth, size = _finite(copy_gb_per_s), _finite(copy_bytes)
+    bandwidth, size = positive(copy_gb_per_s), positive(copy_bytes)
     terms = {
         "data": 1 / loader_rate,
         "compute": 1 / compute_rate,
@@ -99,8 +100,8 @@ def predict_whatif(
     sample, the ms per sample the what-if takes out, what the moved stages cost per sample on the device, and
     `copy` (bytes of a batch as it then crosses, GB/s). Also the loader ceiling it then has, in the terms
     (`loader_per_s`)."""
-    loader, compute = _finite(rates[0]), _finite(rates[1])
-    worker_ms = _finite(worker_ms)
+    loader, compute = positive(rates[0]), positive(rates[1])
+    worker_ms = positive(worker_ms)
     if loader is None or compute is None or worker_ms is None:
         return None, None, {}
     left = max(worker_ms - max(saved_ms, 0.0), 1e-3 * worker_ms)  # a loader that makes nothing is not infinitely fast
@@ -113,7 +114,7 @@ def predict_whatif(
 def crossing_bytes(batch_bytes, moved: list[str]):
     """The bytes of a batch that crosses to the device before the moved stages: a quarter where one of them makes
     float32 of uint8 (TO_FLOAT), else the same."""
-    size = _finite(batch_bytes)
+    size = positive(batch_bytes)
     if size is None:
         return None
     return size / 4 if any(name.split("#")[0] in TO_FLOAT for name in moved) else size

@@ -21,8 +21,9 @@ def names(rows: pd.DataFrame) -> list[str]:
     return [n for n in found if n != UNATTRIBUTED] + [n for n in found if n == UNATTRIBUTED]
 
 
-def _median(rows: pd.DataFrame, column: str) -> float | None:
-    values = rows[column].dropna() if column in rows else ()
+def column_median(rows: pd.DataFrame, column: str) -> float | None:
+    """The median of a summary column over `rows` (numbers only); None where the column is absent or empty."""
+    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else ()
     return float(values.median()) if len(values) else None
 
 
@@ -31,10 +32,10 @@ def profile(rows: pd.DataFrame) -> dict | None:
     has no stage timing."""
     stages = {}
     for name in names(rows):
-        share = _median(rows, f"stage_{name}_share")
+        share = column_median(rows, f"stage_{name}_share")
         if share is not None:
-            stages[name] = (_median(rows, f"stage_{name}_mean_ms") or 0.0, share)
-    worker = _median(rows, "stage_worker_ms")
+            stages[name] = (column_median(rows, f"stage_{name}_mean_ms") or 0.0, share)
+    worker = column_median(rows, "stage_worker_ms")
     return {"worker_ms": worker, "stages": stages} if stages and worker else None
 
 

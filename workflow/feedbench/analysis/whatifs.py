@@ -10,6 +10,7 @@ import pandas as pd
 from ..plan.knobs import IMAGE_STAGES, STAGE_WHATIFS
 from . import stages
 from .predict import WHATIF_KINDS, crossing_bytes, predict_whatif, taken_out
+from .stages import column_median
 
 # The stages a what-if cannot take out of the workers: the rest of each sample and the batch's collate.
 NOT_MOVABLE = (stages.UNATTRIBUTED, "collate")
@@ -71,7 +72,7 @@ def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple,
         rates, workers, batch, profile["worker_ms"], saved, device, (size, copy[1]), stream
     )
     as_is = predict_whatif(rates, workers, batch, profile["worker_ms"], 0.0, 0.0, copy, stream)[0]
-    measured = _median(baseline, "samples_per_s")
+    measured = column_median(baseline, "samples_per_s")
     if predicted is not None and as_is and measured:  # the model's ratio, on the baseline as it was measured
         predicted = measured * predicted / as_is
     return predicted, bound, terms
@@ -111,11 +112,6 @@ def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[di
     return found
 
 
-def _median(rows: pd.DataFrame, column: str) -> float | None:
-    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else ()
-    return float(values.median()) if len(values) else None
-
-
 def experiment_table(rows: pd.DataFrame) -> list[dict]:
     """The report's stage what-ifs of one experiment: for each finished training cell without a what-if that has a
     stage profile and ceilings, its top stages' three predictions (table), beside its measured samples/s. The copy
@@ -130,11 +126,14 @@ def experiment_table(rows: pd.DataFrame) -> list[dict]:
         knobs = {k: first[k] for k in KNOBS if k in group and not _missing(first[k])}
         if whatifs_of(knobs):
             continue
-        rates = (_median(group, "ceiling_loader_samples_per_s"), _median(group, "ceiling_compute_samples_per_s"))
-        bandwidth = _median(group, "ceiling_copy_gb_per_s")
+        rates = (
+            column_median(group, "ceiling_loader_samples_per_s"),
+            column_median(group, "ceiling_compute_samples_per_s"),
+        )
+        bandwidth = column_median(group, "ceiling_copy_gb_per_s")
         size = batch_bytes(knobs) if bandwidth and not user_batch(knobs) else None
         for row in table(group, knobs, rates, (size, bandwidth if size else None)):
-            found.append({"cell": cell, "measured": _median(group, "samples_per_s"), **row})
+            found.append({"cell": cell, "measured": column_median(group, "samples_per_s"), **row})
     return found
 
 
