@@ -70,3 +70,12 @@ def test_no_workers_recommended_says_the_main_process_loads():
     cells, rows = table({0: 900.0, 1: 910.0, 2: 905.0})
     (line,) = knee.proof(decision([0, 1, 2]), cells, rows, "samples/s", str)
     assert line.startswith("recommended: 0 workers.") and "no loader workers: the main process loads" in line
+
+
+def test_workers_never_sampled_are_said_so_not_nan():
+    """A cell too short for the monitor has no workers_kind: NaN in the summary, which read "its workers are nan"
+    (seen in a fresh clone's 16-level search, 2026-11-26)."""
+    from feedbench.analysis.knee import _cpu
+
+    said = _cpu({"level": 8, "workers_kind": float("nan"), "demand_cores": 9, "usable_cores": 2}, str)
+    assert said.startswith("its workers were not sampled") and "nan" not in said

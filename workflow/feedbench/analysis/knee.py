@@ -106,11 +106,12 @@ def _cpu(cell: dict, number: Callable) -> str:
     )
     if not cell.get("level"):
         return "no loader workers: the main process loads"
-    if not cell.get("workers_kind"):
+    kind = cell.get("workers_kind")
+    if not isinstance(kind, str) or not kind:  # absent, or NaN in the summary when the monitor never sampled them
         return f"its workers were not sampled (a run shorter than monitor_interval_s){cores}"
     share = cell.get("runnable_share")
     runnable = f", runnable {100 * share:.0f} % of the time" if share is not None and not pd.isna(share) else ""
-    return f"its workers are {cell['workers_kind']}{runnable}{cores}"
+    return f"its workers are {kind}{runnable}{cores}"
 
 
 def _limit(at, above: dict | None, cell: dict, rows: pd.DataFrame, number: Callable, top: bool = False) -> str:
