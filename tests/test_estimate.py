@@ -6,9 +6,16 @@ import os
 
 import pytest
 from conftest import ROOT
-from feedbench.harness.flops import PARAMETER_PASSES, StepCount, count_step, published_error
-from feedbench.plan.estimate import PUBLISHED_BOUND, compute_seconds, published_cells, summary_table
-from feedbench.plan.target import find_gpu
+from feedbench.harness.flops import PARAMETER_PASSES, StepCount, count_once, count_step, published_error
+from feedbench.plan.estimate import (
+    PUBLISHED_BOUND,
+    beside_published,
+    compute_seconds,
+    published_cells,
+    step_on,
+    summary_table,
+)
+from feedbench.plan.target import Target, find_gpu
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
 
@@ -62,6 +69,28 @@ def test_the_leave_one_study_out_error_is_deterministic_and_is_the_published_one
         assert f"| {family} | {value:.3f} |" in doc
     # Held out, no study's own efficiency serves it: each is the only study of its family.
     assert {p.efficiency_from for p in first} == {"pooled"}
+
+
+def test_beside_published_puts_each_held_out_prediction_in_the_studys_own_unit():
+    """The study views' table (a run with a target): the published figure as the table printed it, the held-out
+    prediction in the same unit, and a target's column only where its GPU is not the study's."""
+    predictions, efficiencies = published_error(ROOT)
+    k80 = find_gpu("K80")
+    found = beside_published(predictions, Target(k80, 4, 1.0, k80.h2d_gb_per_s), efficiencies, count_once)
+    scaling, prefetch = found["scaling"], found["prefetch"]
+    assert scaling["gpu"] == "K80" and prefetch["gpu"] == "RTX2080Ti"
+    one_gpu, eight = scaling["rows"][0], scaling["rows"][3]
+    assert one_gpu["published"] == pytest.approx(41.49) and eight["published"] == pytest.approx(303.5)
+    held_out = next(p for p in predictions if p.cell.study == "scaling")
+    assert one_gpu["predicted"] == pytest.approx(32 / held_out.step_s)  # samples/s of one GPU at batch 32
+    assert eight["predicted"] == pytest.approx(8 * one_gpu["predicted"])  # no communication in the estimate
+    assert all(r["on_target"] is None for r in scaling["rows"])  # the target is the study's GPU
+    first = prefetch["rows"][0]  # 1 layer, 1 epoch of 50 batches, with the side stream: 2.52 s published
+    assert first["unit"] == "s" and first["published"] == pytest.approx(2.52)
+    cell = next(p.cell for p in predictions if p.cell.study == "prefetch")
+    on_k80 = step_on(cell, Target(k80, 4, 1.0, k80.h2d_gb_per_s), efficiencies, count_once)[2]
+    assert first["on_target"] == pytest.approx(50 * on_k80) and first["on_target"] > first["predicted"]
+    assert first["error"] == pytest.approx(abs(first["published"] / first["predicted"] - 1))
 
 
 def test_a_family_no_study_covers_takes_the_pooled_efficiency():

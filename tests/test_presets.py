@@ -22,6 +22,7 @@ import pytest
 import yaml
 from browser import ARTIFACTS, assert_fits, inspect
 from conftest import ROOT, needs_chromium
+from feedbench.plan.target import find_gpu
 from markupsafe import escape
 from snakemake_run import run_snakemake
 from test_workflow import copy_workflow
@@ -168,6 +169,13 @@ def merged_small() -> dict:
     return {"defaults": {"repeats": repeats.pop()}, "images": shared, "experiments": experiments}
 
 
+# The run's target: the scaling study's GPU, so its view puts the predictions beside the published figures of the
+# same GPU; the other studies' views add the target's column (issue #25's done-when).
+SMALL_TARGET = {"gpu": "K80", "cores_per_gpu": 4, "cpu_speed": 1.0}
+# The views whose study published GPU figures, and the GPU of each (feedbench.plan.estimate.STUDY_GPUS).
+PREDICTED_BESIDE_PUBLISHED = {"scaling": "K80", "prefetch": "RTX2080Ti", "nmt": "P100"}
+
+
 def test_merged_small_config_has_each_presets_own_cells():
     """The one small run below measures exactly the cells, with exactly the knobs, of the six runs it replaces."""
     from feedbench.plan.matrix import build_cells
@@ -191,7 +199,7 @@ def small_run(workflow, tmp_path_factory):
     """
     workdir = tmp_path_factory.mktemp("presets-small")
     path = workdir / "presets-small.yaml"
-    path.write_text(yaml.safe_dump(merged_small(), sort_keys=False))
+    path.write_text(yaml.safe_dump({**merged_small(), "target": SMALL_TARGET}, sort_keys=False))
     run = snakemake(workflow, workdir, "--configfile", str(path), "--resources", "bench_slots=2", timeout=1500)
     assert run.returncode == 0, run.stderr[-4000:]
     with open(workdir / "results" / "summary.csv") as f:
@@ -231,6 +239,12 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
     hardware = published_hardware(name)
     if hardware:
         assert hardware in view_section(page, name), f"the published table of {name} is not in its view"
+    if name in PREDICTED_BESIDE_PUBLISHED:  # the run's target (SMALL_TARGET) predicts the study's published cells
+        section, gpu = view_section(page, name), PREDICTED_BESIDE_PUBLISHED[name]
+        assert f"Predicted beside published on {escape(find_gpu(gpu).title)}" in section
+        assert f"predicted on {gpu}," in section and "absolute error" in section
+        there = f"predicted on {SMALL_TARGET['gpu']} (the target)"
+        assert (there in section) == (gpu != SMALL_TARGET["gpu"]), there
     if name == "datastall":  # a cold cache that could not be made is said so, never passed off as one
         cold = [r for r in rows if r["page_cache"] == "cold"]
         assert cold

@@ -13,14 +13,17 @@ from feedbench.plan.matrix import ConfigError, build_cells
 from feedbench.plan.model_names import TORCHVISION_MODELS, model_family
 from feedbench.plan.target import (
     DTYPES,
+    MEASURED_EXPERIMENT,
     TABLE,
     Target,
     copy_seconds,
     dtype,
     find_gpu,
     gpu_table,
+    measured_compute,
     read_target,
     roofline_seconds,
+    same_gpu,
 )
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
@@ -158,3 +161,64 @@ def test_the_sites_default_cpus_per_gpu_is_a_whole_number_of_at_least_one():
     assert plan({**good, "default_cpus_per_gpu": 2}) == ""
     got = plan({**good, "default_cpus_per_gpu": 0})
     assert got.startswith("bad config: target.default_cpus_per_gpu:") and "\n" not in got, got
+
+
+def planned_cells(target: dict, experiments: dict) -> list:
+    config = {"defaults": {"repeats": 2}, "target": target, "experiments": experiments}
+    validate_config(config, SCHEMA)
+    return build_cells(config)
+
+
+def test_compute_measured_plans_each_training_cells_compute_ceiling_once_on_a_gpu():
+    """Two worker counts share one compute ceiling (workers are the loader's); a second model is a second cell; a
+    loader cell has none; the estimated default plans nothing more."""
+    experiments = {
+        "e": {"base": TRAIN, "matrix": {"num_workers": [0, 2], "batch_size": [4]}},
+        "m": {"base": {**TRAIN, "model": "resnet34"}},
+        "l": {"base": {**TRAIN, "scenario": "loader"}},
+    }
+    target = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0}
+    measured = [
+        c for c in planned_cells({**target, "compute": "measured"}, experiments) if c.experiment == "target-compute"
+    ]
+    assert len(measured) == 2 and MEASURED_EXPERIMENT == "target-compute"
+    assert {c.knobs["scenario"] for c in measured} == {"compute"} and {c.knobs["device"] for c in measured} == {"cuda"}
+    assert {c.knobs["model"] for c in measured} == {"resnet18", "resnet34"}
+    assert not any(c.experiment == "target-compute" for c in planned_cells(target, experiments))
+
+
+def test_an_experiment_named_like_the_targets_own_is_one_line():
+    target = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "compute": "measured"}
+    with pytest.raises(ConfigError, match="name 'target-compute' is the target's own.*allowed: another name"):
+        planned_cells(target, {"target-compute": {"base": TRAIN}})
+    assert "target.compute: value 'guessed' is not allowed; allowed: estimated, measured" in plan(
+        {**target, "compute": "guessed"}
+    )
+
+
+def ran(status: str = "ok", gpu: str | None = "NVIDIA H100 80GB HBM3", rate: float = 400.0, error: str | None = None):
+    """A compute cell's result as the schema has it: what measured_compute reads."""
+    return {"status": status, "provenance": {"gpu": gpu}, "metrics": {"samples_per_s": rate}, "error": error}
+
+
+def test_the_compute_measured_there_is_the_median_of_the_repeats_on_the_targets_gpu():
+    h100 = find_gpu("H100")
+    assert same_gpu("NVIDIA H100 80GB HBM3", h100) and not same_gpu("NVIDIA H200", h100) and not same_gpu(None, h100)
+    seconds, where = measured_compute([ran(rate=400.0), ran(rate=200.0), ran(rate=100.0)], h100, batch_size=32)
+    assert seconds == pytest.approx(32 / 200.0) and where == "measured there (3 repeats)"
+    seconds, where = measured_compute([ran(rate=400.0), ran(gpu="NVIDIA A100-SXM4-80GB")], h100, batch_size=32)
+    assert seconds == pytest.approx(32 / 400.0) and where == "measured there (1 repeat)"
+
+
+@pytest.mark.parametrize(
+    "results, why",
+    [
+        ([], "not run yet"),
+        ([ran(gpu=None)], "ran on no GPU, not on a H100"),
+        ([ran(gpu="NVIDIA A100-SXM4-80GB")], "ran on NVIDIA A100-SXM4-80GB, not on a H100"),
+        ([ran("failed", error="knob 'device': value 'cuda' is not available")], "failed: knob 'device'"),
+    ],
+)
+def test_a_compute_cell_that_did_not_run_on_the_targets_gpu_says_why(results, why):
+    seconds, where = measured_compute(results, find_gpu("H100"), batch_size=32)
+    assert seconds is None and where.startswith(why)

@@ -88,7 +88,9 @@ MLP = {"model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batc
 def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     config = {
         "defaults": {"repeats": 1, "steps": 4, "warmup_steps": 1, "device": "cpu", "torch_threads": 1},
-        "target": {"gpu": "H100", "cores_per_gpu": 4, "cpu_speed": 1.0},
+        # compute: measured plans the training cell's compute ceiling on a GPU; with none here it fails, and the
+        # section says so beside the estimate it uses instead.
+        "target": {"gpu": "H100", "cores_per_gpu": 4, "cpu_speed": 1.0, "compute": "measured"},
         "experiments": {
             # Sampled often enough that 4 steps have memory to size mem_mb from (a knob no ceiling keeps).
             "w": {"ceilings": True, "base": {**MLP, "scenario": "train", "num_workers": 1, "monitor_interval_s": 0.02}},
@@ -105,6 +107,8 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     entry = estimates["cells"][key]
     assert key.startswith("w/") and entry["family"] == "mlp" and entry["efficiency_from"] == "mlp"
     assert entry["flops"] > 0 and entry["compute_s"] > 0 and entry["copy_s"] > 0
+    assert entry["compute_from"] == "estimated" and entry["measured_cell"].startswith("target-compute/")
+    assert entry["measured"].startswith("failed: knob 'device': value 'cuda' is not available"), entry["measured"]
     assert 0 < estimates["published_error"]["median_error"] <= estimates["published_error"]["worst_error"]
     html = (work / "results" / "report" / "index.html").read_text()
     section = html[html.index('<section id="target">') :]
@@ -113,6 +117,7 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     assert "predicted" in section and "prediction-error.md" in section
     assert "workers: " in section and "cpus_per_task: " in section and "mem_mb: " in section
     assert "not known" in section  # no default_cpus_per_gpu in the target
+    assert "measured there: failed: knob &#39;device&#39;" in section and "the estimate is used" in section
 
 
 def test_a_cell_without_a_count_or_a_loader_curve_says_why():

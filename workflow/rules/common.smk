@@ -25,6 +25,7 @@ from feedbench.plan.matrix import (
 )
 from feedbench.plan.plugins import content_hash
 from feedbench.plan.references import reference_tables
+from feedbench.plan.target import measured_cells
 
 IMAGES_DIR = "results/data/images"
 
@@ -104,6 +105,10 @@ REPORT = "results/report/index.html"
 # The estimates for the config's target (rule target), read by the report's section "On <target>"; none without one.
 TARGET_ESTIMATES = "results/target.json"
 TARGET_FILES = [TARGET_ESTIMATES] if config.get("target") else []
+# With `target: {compute: measured}`: each training cell (`<experiment>/<cell>`) -> its compute ceiling measured on
+# the target's GPU (feedbench.plan.target.measured_cells), whose results rule target reads.
+MEASURED = {key: (c.experiment, c.id) for key, c in measured_cells(config, list(CELLS.values())).items()}
+MEASURED_RESULTS = sorted({path for cell in MEASURED.values() for path in repeats_of(*cell)})
 PLOT_FILES = {name: f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")}
 PLOTS = list(PLOT_FILES.values())
 # Published tables shown beside the study views: report/references/<name>.csv (README there).

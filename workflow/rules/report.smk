@@ -23,8 +23,11 @@ rule aggregate:
 
 
 # With a `target:` in the config: each training cell's step counted on the CPU and estimated on the target's GPU
-# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone.
+# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone, and with
+# `compute: measured` the compute cells measured on the target's GPU.
 rule target:
+    input:
+        measured=MEASURED_RESULTS,
     output:
         estimates=TARGET_ESTIMATES,
     log:
@@ -34,6 +37,7 @@ rule target:
     params:
         cells=lambda wildcards: training_cells(list(CELLS.values())),
         target=config.get("target") or {},
+        measured={key: "/".join(cell) for key, cell in MEASURED.items()},
         root=workflow.basedir,
     script:
         "../scripts/target.py"

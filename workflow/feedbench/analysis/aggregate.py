@@ -28,7 +28,7 @@ from ..plan.columns import (
 from ..plan.knobs import KNOBS, STAGE_WHATIFS, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
 from ..plan.metrics import PHASES
-from ..plan.result import UnusableResult, atomic_write, read_result
+from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
 from .predict import predict
 from .whatifs import predict_cell, whatifs_of
 
@@ -56,7 +56,7 @@ def _labels(result: dict, path: str) -> dict:
 
 def _knobs(result: dict) -> dict:
     """Every knob as it ran (as requested when the cell did not validate); lists as JSON text."""
-    knobs = result.get("cell") or result.get("requested") or {}
+    knobs = knobs_of(result)
     row = {}
     for name in KNOBS:
         value = knobs.get(name)

@@ -313,14 +313,21 @@ def unit(metric: str) -> str:
     return {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}.get(metric, "")
 
 
-def study_view(name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str]) -> dict | None:
-    """The experiment's study view (analysis.views), with the published table beside it, ready for the template."""
+def study_view(
+    name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str], target: str | None = None
+) -> dict | None:
+    """The experiment's study view (analysis.views), with the published table beside it, ready for the template;
+    with a target's estimates, the published cells' predictions beside their figures (target_view.beside_published)."""
     if not spec.get("view"):
         return None
     name_of_table = reference_name(spec)
     reference = views.read_reference(references[name_of_table]) if name_of_table in references else None
     with plain_text():  # user strings in the view's figure are text, never matplotlib math
         view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
+    predicted, notes = target_view.beside_published(target, spec["view"])
+    if predicted is not None:
+        view.tables.append(predicted)
+        view.notes += notes
     return {
         "name": view.name,
         "paragraphs": [p.strip() for p in view.text.strip().split("\n\n") if p.strip()],
@@ -390,7 +397,7 @@ def build(
                 svg = inline_svg(f.read())
         rows = summary[summary["experiment"] == name]
         context = experiment_context(name, spec, rows, svg)
-        context["view"] = study_view(name, spec, rows, tables)
+        context["view"] = study_view(name, spec, rows, tables, target)
         context["stages_svg"] = stages_svg(name, spec, rows)
         _search_context(name, spec, context, rows, searched.get(name))
         labels = {c["cell"]: c["label"] for c in context["cells"]}

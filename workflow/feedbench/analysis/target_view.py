@@ -4,7 +4,8 @@
 For each single-process training cell of results/target.json (rule target: the step counted here on the CPU and
 estimated on the target's GPU, feedbench.harness.flops.target_estimates):
 
-    compute   the estimated seconds of a step on the target's GPU (roofline over the family's efficiency)
+    compute   the estimated seconds of a step on the target's GPU (roofline over the family's efficiency), or with
+              `compute: measured` those its compute ceiling measured there, where it ran on the target's GPU
     copy      the batch's bytes over the target's link
     loader    the worker-scaling curve fitted on this run's loader cells of the same loader (knobs the loader ceiling
               keeps, workers aside: feedbench.analysis.loader_scaling), at the cores the cell would have there and
@@ -30,6 +31,7 @@ from ..plan.resources import cpus_per_rank
 from ..plan.result import UnusableResult, read_result
 from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
 from .predict import predict
+from .views import Table
 
 ERROR_PAGE = "docs/results/prediction-error.md"
 LOADER_ERROR_PAGE = "docs/results/prediction-error-loader.md"
@@ -146,8 +148,11 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, results: list[di
     """One training cell's row of the section: predictions on the target, the workers and the Slurm line."""
     row = {"cell": key, "family": cell.get("family"), "efficiency": cell.get("efficiency")}
     row["efficiency_from"] = cell.get("efficiency_from")
+    row["compute_from"] = cell.get("compute_from", "estimated")
+    row["measured"] = cell.get("measured")  # with `compute: measured`: how its cell on the target's GPU went
     if "compute_s" not in cell:
-        return {**row, "note": f"no compute estimate: {cell.get('error')}"}
+        measured = f"; measured there: {row['measured']}" if row["measured"] else ""
+        return {**row, "note": f"no compute estimate: {cell.get('error')}{measured}"}
     row["compute_ceiling"] = trainer_rate(cell)
     fit, fit_line = _fit(cell, loaders)
     row["loader_fit"] = fit_line
@@ -188,3 +193,48 @@ def build(target_json: str, results: list[str]) -> dict:
         "error_page": ERROR_PAGE,
         "loader_error_page": LOADER_ERROR_PAGE,
     }
+
+
+UNITS = {"samples/s": "samples/s", "s": "time of the run [s]"}
+
+
+def beside_published(target_json: str | None, study: str) -> tuple[Table | None, list[str]]:
+    """The study view's table of every published cell with its prediction (results/target.json's `published`,
+    plan.estimate.beside_published), and the notes that say how to read it; (None, []) without a target or when
+    the study published no GPU figure."""
+    if not target_json:
+        return None, []
+    with open(target_json, encoding="utf-8") as f:
+        estimates = json.load(f)
+    entry = (estimates.get("published") or {}).get(study)
+    if not entry:
+        return None, []
+    target = estimates["target"]
+    unit = UNITS[entry["rows"][0]["unit"]]
+    columns = ["published cell", f"published, {unit}", f"predicted on {entry['gpu']}, {unit}", "absolute error"]
+    rows = [[r["cell"], r["published"], r["predicted"], f"{100 * r['error']:.1f} %"] for r in entry["rows"]]
+    elsewhere = any(r["on_target"] is not None for r in entry["rows"])
+    if elsewhere:
+        columns.append(f"predicted on {target['gpu']} (the target), {unit}")
+        for row, r in zip(rows, entry["rows"], strict=True):
+            row.append(r["on_target"])
+    caption = (
+        f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the step's FLOPs and bytes "
+        f"counted here, the GPU's roofline over an efficiency fitted to the other studies alone); median error "
+        f"{100 * entry['median_error']:.1f} %, worst {100 * entry['worst_error']:.1f} % ({ERROR_PAGE})"
+    )
+    notes = [
+        "The predictions beside the published figures never saw them: each is made with efficiencies fitted to the "
+        "other studies (leave one study out), so their error is what a model family no public figure covers gets."
+    ]
+    if any(r["gpus"] > 1 for r in entry["rows"]):
+        notes.append(
+            "A row of more than one GPU is predicted as that many GPUs each stepping alone: the estimate has no "
+            "communication (all-reduce, DataParallel's scatter and gather), which those rows' errors include."
+        )
+    if elsewhere:
+        notes.append(
+            f"The target's GPU ({target['gpu']}) is not the study's ({entry['gpu']}): its column predicts the study's "
+            "protocol there with the efficiencies fitted to every study, with no published figure to check it against."
+        )
+    return Table(caption, columns, rows), notes

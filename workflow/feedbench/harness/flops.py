@@ -22,6 +22,7 @@ from ..plan.ceilings import batch_bytes
 from ..plan.cell import parse_cell
 from ..plan.estimate import (
     Prediction,
+    beside_published,
     compute_seconds,
     fit_efficiencies,
     leave_one_study_out,
@@ -30,8 +31,8 @@ from ..plan.estimate import (
 )
 from ..plan.knobs import KNOBS
 from ..plan.model_names import input_kind, model_family
-from ..plan.result import atomic_write
-from ..plan.target import Target, copy_seconds, dtype, read_target
+from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
+from ..plan.target import Target, copy_seconds, dtype, measured_compute, read_target
 from .models import build_model, loss_function
 
 # Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read in backward,
@@ -146,14 +147,41 @@ def _estimate(knobs: dict, target: Target, efficiencies: dict[str, float]) -> di
     }
 
 
-def target_estimates(cells: dict[str, dict], spec: dict, root: str) -> dict:
+def _measured_results(paths: list[str]) -> dict[str, list[dict]]:
+    """`<experiment>/<cell>` -> its results that can be trusted (plan.result.read_result); the others left out."""
+    found: dict[str, list[dict]] = {}
+    for path in paths:
+        try:
+            result = read_result(path)
+        except (UnusableResult, OSError):
+            continue
+        labels = knobs_of(result)
+        found.setdefault(f"{labels.get('experiment')}/{labels.get('cell')}", []).append(result)
+    return found
+
+
+def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) -> dict:
+    """A cell's estimate with its compute measured on the target's GPU where `cell` (its compute ceiling, planned by
+    plan.target.measured_cells) ran there: `compute_from` says which, `measured` how it went."""
+    seconds, where = measured_compute(results, target.gpu, entry["batch_size"])
+    entry = {**entry, "measured_cell": cell, "measured": where}
+    if seconds is None:
+        return entry
+    entry.pop("error", None)  # a model feedbench cannot count is measured there all the same
+    return {**entry, "estimated_s": entry.get("compute_s"), "compute_s": seconds, "compute_from": "measured"}
+
+
+def target_estimates(
+    cells: dict[str, dict], spec: dict, root: str, measured: dict[str, str] | None = None, paths: list[str] = ()
+) -> dict:
     """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the config's target
     (`spec`: its `target:` block) with the efficiencies fitted to every published study, and the published error
-    of the method (leave one study out: what docs/results/prediction-error.md shows)."""
+    of the method (leave one study out: what docs/results/prediction-error.md shows); and every published cell of the
+    studies predicted beside its figure (plan.estimate.beside_published), for the study views."""
     target = read_target(spec)
     predictions, efficiencies = published_error(root)
     error = summarize(predictions)
-    return {
+    found = {
         "target": {
             "gpu": target.gpu.name,
             "title": target.gpu.title,
@@ -161,6 +189,7 @@ def target_estimates(cells: dict[str, dict], spec: dict, root: str) -> dict:
             "cpu_speed": target.cpu_speed,
             "link_gb_per_s": target.link_gb_per_s,
             "default_cpus_per_gpu": spec.get("default_cpus_per_gpu"),
+            "compute": spec.get("compute", "estimated"),
         },
         "published_error": {
             "cells": error.cells,
@@ -169,10 +198,21 @@ def target_estimates(cells: dict[str, dict], spec: dict, root: str) -> dict:
             "bounds_right": error.bounds_right,
         },
         "efficiencies": efficiencies,
-        "cells": {key: _estimate(knobs, target, efficiencies) for key, knobs in cells.items()},
+        "published": beside_published(predictions, target, efficiencies, count_once),
+        "cells": {},
     }
+    measured, results = measured or {}, _measured_results(list(paths))
+    for key, knobs in cells.items():
+        entry = {**_estimate(knobs, target, efficiencies), "compute_from": "estimated"}
+        if key in measured:
+            entry = _with_measured(entry, measured[key], results.get(measured[key], []), target)
+        found["cells"][key] = entry
+    return found
 
 
-def write_target_estimates(path: str, cells: dict[str, dict], spec: dict, root: str) -> None:
+def write_target_estimates(
+    path: str, cells: dict[str, dict], spec: dict, root: str, measured: dict[str, str] | None = None, paths=()
+) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    atomic_write(path, json.dumps(target_estimates(cells, spec, root), indent=1, sort_keys=True) + "\n")
+    found = target_estimates(cells, spec, root, measured, paths)
+    atomic_write(path, json.dumps(found, indent=1, sort_keys=True) + "\n")

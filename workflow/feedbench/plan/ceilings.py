@@ -135,13 +135,13 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
                 " allowed: another name"
             )
     defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
-    base = {**{k: knob.default for k, knob in KNOBS.items()}, **defaults}
+    base = ceiling_base(config)
     measured = {same_key(effective(c.knobs)) for c in cells}
     derived: dict[str, PlannedCell] = {}
     sizes: dict[str, set[int]] = {}  # device -> batch bytes
     for cell in cells:
         knobs = {**base, **cell.knobs}
-        if cell.experiment not in wanted or not _trains_alone(knobs):
+        if cell.experiment not in wanted or not trains_alone(knobs):
             continue
         for scenario in CEILINGS:
             ceiling = ceiling_knobs(cell.knobs, scenario)
@@ -149,7 +149,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
             if key in measured:
                 continue
             measured.add(key)
-            derived[key] = _ceiling_cell(scenario, ceiling, base, cell)
+            derived[key] = ceiling_cell(scenario, ceiling, base, cell)
         if knobs["device"] == "cpu":
             continue  # a CPU copies nothing: no transfer ceiling
         if user_batch(knobs):
@@ -158,7 +158,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
             key = same_key(effective(probe))
             if key not in measured:
                 measured.add(key)
-                derived[key] = _ceiling_cell("transfer", probe, base, cell)
+                derived[key] = ceiling_cell("transfer", probe, base, cell)
             continue
         size = batch_bytes(knobs)
         if size:
@@ -168,11 +168,17 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
             continue  # an experiment's own transfer probe already measures these sizes on this device
         probe = {"scenario": "transfer", "device": device, "transfer_sizes": sorted(device_sizes)}
         probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
-        derived[device] = _ceiling_cell("transfer", probe, base, None)
+        derived[device] = ceiling_cell("transfer", probe, base, None)
     return list(derived.values())
 
 
-def _trains_alone(knobs: dict) -> bool:
+def ceiling_base(config: dict) -> dict:
+    """Every knob's value where a cell does not set it: the knob spec's default, less the config's defaults."""
+    defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
+    return {**{k: knob.default for k, knob in KNOBS.items()}, **defaults}
+
+
+def trains_alone(knobs: dict) -> bool:
     """A single-process training cell: the only kind the ceilings predict."""
     return knobs.get("scenario", KNOBS["scenario"].default) == "train" and knobs.get(
         "parallel", KNOBS["parallel"].default
@@ -196,13 +202,16 @@ def _same_size(probed: int | None, size: int) -> bool:
     return probed is not None and max(probed, size) / min(probed, size) <= SAME_SIZE
 
 
-def _ceiling_cell(scenario: str, knobs: dict, base: dict, source: PlannedCell | None) -> PlannedCell:
-    """A derived ceiling cell, named by the knobs in which it differs from the defaults (less NOT_IN_IDS)."""
+def ceiling_cell(
+    scenario: str, knobs: dict, base: dict, source: PlannedCell | None, experiment: str | None = None
+) -> PlannedCell:
+    """A derived ceiling cell, named by the knobs in which it differs from the defaults (less NOT_IN_IDS), in its
+    scenario's ceiling experiment unless another is named."""
     left_out = ("scenario", "transfer_sizes", *NOT_IN_IDS)
     keys = sorted(k for k in knobs if k not in left_out and not same_value(knobs[k], base.get(k)))
     where = key_path("experiments", source.experiment, "ceilings") if source else "ceilings"
     sources = {k: (source.sources.get(k, where) if source else where) for k in knobs}
-    name = CEILING_EXPERIMENTS[scenario]
+    name = experiment or CEILING_EXPERIMENTS[scenario]
     return PlannedCell(name, cell_id(knobs, keys), knobs, sources, baseline=False)
 
 
@@ -251,7 +260,7 @@ def ceiling_map(cells: list[PlannedCell]) -> dict[str, dict[str, str | None]]:
     bounds = Bounds(cells)
     links = {}
     for cell in cells:
-        if not _trains_alone(cell.knobs):
+        if not trains_alone(cell.knobs):
             continue
         found = {s: f"{c.experiment}/{c.id}" if c else None for s, c in bounds.of(cell).items()}
         if any(found.values()):
@@ -262,7 +271,7 @@ def ceiling_map(cells: list[PlannedCell]) -> dict[str, dict[str, str | None]]:
 def training_cells(cells: list[PlannedCell]) -> dict[str, dict[str, Any]]:
     """`<experiment>/<cell>` -> knobs of every single-process training cell: those a target's estimate predicts
     (results/target.json, feedbench.harness.flops.target_estimates), as the ceilings predict them here."""
-    return {f"{c.experiment}/{c.id}": dict(c.knobs) for c in cells if _trains_alone(c.knobs)}
+    return {f"{c.experiment}/{c.id}": dict(c.knobs) for c in cells if trains_alone(c.knobs)}
 
 
 def write_map(path: str, links: dict[str, dict[str, str | None]]) -> None:

@@ -63,6 +63,16 @@ class PublishedCell:
     published_step_s: float  # seconds of one step of one GPU, from the published number
     copy_bytes: float  # of a batch copied to the GPU in the step (0: the data is on the GPU or negligible)
     overlapped: bool  # the copy is hidden behind compute (a side stream prefetches)
+    unit: str  # of the published figure: "samples/s" (a rate) or "s" (the time of a run)
+    per_step: float  # samples per step of all GPUs (a rate), or steps in the timed run (a time)
+
+    def in_unit(self, step_s: float) -> float:
+        """A step's seconds as the study published its figure: samples/s of all its GPUs, or seconds of its run."""
+        return self.per_step / step_s if self.unit == "samples/s" else step_s * self.per_step
+
+    @property
+    def published(self) -> float:
+        return self.in_unit(self.published_step_s)
 
 
 def _preset_knobs(presets_dir: str, study: str) -> dict:
@@ -83,11 +93,12 @@ def _rows(references_dir: str, study: str) -> list[dict]:
     return rows
 
 
-def _cell(study: str, row: dict, knobs: dict, step_s: float, label: str) -> PublishedCell:
+def _cell(study: str, row: dict, knobs: dict, step_s: float, label: str, unit: tuple[str, float]) -> PublishedCell:
     copy = batch_bytes(knobs) if knobs.get("scenario") == "train" else 0
     overlapped = knobs.get("device_prefetch") == "stream"
     gpus = int(row.get("gpus") or 1)
-    return PublishedCell(study, label, find_gpu(STUDY_GPUS[study][0]), gpus, knobs, step_s, copy or 0, overlapped)
+    gpu = find_gpu(STUDY_GPUS[study][0])
+    return PublishedCell(study, label, gpu, gpus, knobs, step_s, copy or 0, overlapped, *unit)
 
 
 def _gpus(count: int) -> str:
@@ -101,20 +112,22 @@ def published_cells(presets_dir: str, references_dir: str) -> list[PublishedCell
     for row in _rows(references_dir, "scaling"):
         gpus = int(row["gpus"])
         step = base["batch_size"] * gpus / float(row["samples_per_s"])
-        cells.append(_cell("scaling", row, base, step, f"{_gpus(gpus)}, {row['parallel']}"))
+        label = f"{_gpus(gpus)}, {row['parallel']}"
+        cells.append(_cell("scaling", row, base, step, label, ("samples/s", base["batch_size"] * gpus)))
     base = _preset_knobs(presets_dir, "nmt")
     for row in _rows(references_dir, "nmt"):
         knobs = {**base, "lstm_impl": row["lstm_impl"], "batch_size": int(row["batch_size"])}
         label = f"{row['variant']}, {_gpus(int(row['gpus']))}, warm-up {row['warmup_steps']}"
-        cells.append(_cell("nmt", row, knobs, float(row["seconds"]) / NMT_TIMED_BATCHES, label))
+        step = float(row["seconds"]) / NMT_TIMED_BATCHES
+        cells.append(_cell("nmt", row, knobs, step, label, ("s", NMT_TIMED_BATCHES)))
     base = _preset_knobs(presets_dir, "prefetch")
     per_epoch = base["num_samples"] // base["batch_size"]
     for row in _rows(references_dir, "prefetch"):
         knobs = {**base, "hidden_layers": int(row["hidden_layers"]), "device_prefetch": row["device_prefetch"]}
         knobs["pin_memory"] = False  # the study's source is pageable
-        step = float(row["seconds"]) / (int(row["epochs"]) * per_epoch)
+        steps = int(row["epochs"]) * per_epoch
         label = f"{row['hidden_layers']} layers, {row['epochs']} epochs, prefetch {row['device_prefetch']}"
-        cells.append(_cell("prefetch", row, knobs, step, label))
+        cells.append(_cell("prefetch", row, knobs, float(row["seconds"]) / steps, label, ("s", steps)))
     return cells
 
 
@@ -175,11 +188,19 @@ def compute_seconds(work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float])
     return roofline_seconds(work.flops, work.bytes, gpu, dtype(knobs, gpu)) / efficiencies[source], source
 
 
+def step_on(
+    cell: PublishedCell, target: Target, efficiencies: dict[str, float], count: Callable
+) -> tuple[float, float, float, str]:
+    """(compute, copy, step seconds, efficiency used) of the cell's step on `target`'s GPU and link: compute and
+    copy, overlapped as its knobs say."""
+    compute, source = compute_seconds(count(cell.knobs), cell.knobs, target.gpu, efficiencies)
+    copy = copy_seconds(cell.copy_bytes, target)
+    return compute, copy, trainer_seconds(compute, copy, cell.overlapped), source
+
+
 def predict(cell: PublishedCell, efficiencies: dict[str, float], count: Callable) -> Prediction:
-    """The cell's step on its GPU with the given efficiencies: compute and copy, overlapped as its knobs say."""
-    compute, source = compute_seconds(count(cell.knobs), cell.knobs, cell.gpu, efficiencies)
-    copy = copy_seconds(cell.copy_bytes, _target(cell))
-    step = trainer_seconds(compute, copy, cell.overlapped)
+    """The cell's step on its own study's GPU with the given efficiencies, against the published figure."""
+    compute, copy, step, source = step_on(cell, _target(cell), efficiencies, count)
     error = abs(cell.published_step_s / step - 1)
     bound = "compute" if compute >= copy else "data"
     return Prediction(cell, efficiencies[source], source, compute, copy, step, bound, error)
@@ -224,3 +245,36 @@ def summary_table(predictions: list[Prediction]) -> list[str]:
             f"| {100 * s.bounds_right:.0f} % |"
         )
     return lines
+
+
+def beside_published(
+    predictions: list[Prediction], target: Target, efficiencies: dict[str, float], count: Callable
+) -> dict[str, dict]:
+    """Per study: each published cell, its figure, the held-out prediction on the study's own GPU (what
+    `predictions`, leave_one_study_out, gives: never fitted to the figure it is compared with) and its error, and
+    the same protocol predicted on `target` with `efficiencies` (None where the target's GPU is the study's). For the
+    study views of a run with a `target:` (the report puts predicted beside published)."""
+    studies: dict[str, dict] = {}
+    for p in predictions:
+        cell = p.cell
+        study = studies.setdefault(cell.study, {"gpu": cell.gpu.name, "title": cell.gpu.title, "rows": []})
+        there = None
+        if cell.gpu.name != target.gpu.name:
+            there = cell.in_unit(step_on(cell, target, efficiencies, count)[2])
+        study["rows"].append(
+            {
+                "cell": cell.label,
+                "gpus": cell.gpus,
+                "unit": cell.unit,
+                "published": cell.published,
+                "predicted": cell.in_unit(p.step_s),
+                "error": p.error,
+                "efficiency_from": p.efficiency_from,
+                "bound": p.bound,
+                "on_target": there,
+            }
+        )
+    for study, entry in studies.items():
+        summary = summarize([p for p in predictions if p.cell.study == study])
+        entry.update(median_error=summary.median_error, worst_error=summary.worst_error)
+    return studies

@@ -45,7 +45,7 @@ def attempt(result_path: str, retry_failed: bool) -> str:
     cells. A damaged result (unreadable, not a mapping, or refused by the result schema: plan.result.read_result)
     counts as failed, its retry named after its bytes. A dry run sees the same: nothing is moved or deleted.
     """
-    from .result import UnusableResult, read_result  # jsonschema: loaded when a result exists
+    from .result import UnusableResult, knobs_of, read_result  # jsonschema: loaded when a result exists
 
     if not os.path.exists(result_path):
         return "first"
@@ -54,7 +54,7 @@ def attempt(result_path: str, retry_failed: bool) -> str:
     except UnusableResult as damage:
         return f"retry-after-damaged-{damage.tag}" if retry_failed else "first"
     if result["status"] == "ok" or not retry_failed:
-        return (result.get("cell") or result.get("requested") or {}).get("attempt", "first")
+        return knobs_of(result).get("attempt", "first")
     return f"retry-after-{result['finished_at']}"
 
 

@@ -50,7 +50,7 @@ from .planned_cell import (
 )
 from .search import check as check_search
 from .search import dry_run_line
-from .target import check_cells, read_target
+from .target import check_cells, measured_cells, read_target
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
@@ -284,7 +284,8 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
 
 def build_cells(config: dict, images_dir: str | None = None, check: bool = True) -> list[PlannedCell]:
     """Every cell of every experiment of a schema-validated config, checked by the harness (unless check is false),
-    then the ceiling cells of the experiments with `ceilings: true` (also checked)."""
+    then the ceiling cells of the experiments with `ceilings: true` and a target's measured compute cells (also
+    checked)."""
     cells: list[PlannedCell] = []
     defaults = config.get("defaults") or {}
     experiments = config.get("experiments") or {}
@@ -303,6 +304,7 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
         cells.extend(expanded)
 
     derived = ceiling_cells(config, cells)
+    derived += list({c.id: c for c in measured_cells(config, cells).values()}.values())
     if check:
         derived = [check_cell(cell, images_dir) for cell in derived]
     if config.get("target"):

@@ -33,6 +33,17 @@ def failed_result(raw: dict, cell: dict | None = None, adjustments: list[str] | 
     }
 
 
+def knobs_of(result: dict) -> dict:
+    """A result's knobs and labels as the cell ran, or as requested where it never validated (`cell` is then None)."""
+    return result.get("cell") or result.get("requested") or {}
+
+
+def error_text(result: dict) -> str | None:
+    """A failed result's one-line error message (None where it recorded none)."""
+    error = result.get("error") or {}
+    return error.get("message") or error.get("type") if isinstance(error, dict) else str(error)
+
+
 def tail(path: str | None, lines: int = 30) -> str:
     """The last lines of a log, or '' when there is none."""
     try:

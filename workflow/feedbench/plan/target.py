@@ -5,6 +5,12 @@
       cores_per_gpu: 16    # the CPU cores Slurm gives each GPU's rank and its loader workers
       cpu_speed: 1.0       # one core of the target against one core here (a loader cell's samples/s there / here)
       link_gb_per_s: 25    # optional: the host-to-device bandwidth where it differs from the GPU's default link
+      compute: measured    # optional: estimated (the default) or measured there (below)
+
+The compute side is estimated (feedbench.plan.estimate) unless `compute: measured`: then each single-process
+training cell's compute ceiling is planned once more, on a GPU (device cuda), in the experiment `target-compute`
+(measured_cells), for a run on the target's partition (README, "Planning a cluster job"); the section "On <target>"
+takes a measurement made on the target's GPU (measured_compute) over the estimate, and says which each cell used.
 
 Every figure the plan needs is checked at plan time, before any job: an unknown GPU names the known ones, a figure
 missing from the table (or a dtype the GPU has no rate for) names what is missing, and a target with fewer cores than
@@ -25,14 +31,19 @@ from typing import Any
 
 import yaml
 
+from .ceilings import ceiling_base, ceiling_cell, ceiling_knobs, trains_alone
 from .config import ConfigError, key_path
 from .knobs import KNOBS, shown
 from .model_names import model_family
+from .planned_cell import PlannedCell, effective, same_key
 from .resources import cpus_per_rank
+from .result import error_text
 
 TABLE = os.path.join(os.path.dirname(__file__), "gpus.yaml")
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 FIGURES = ("peak_tflops", "mem_gb_per_s", "h2d_gb_per_s")
+# The experiment of the compute cells measured on the target's GPU (`compute: measured`).
+MEASURED_EXPERIMENT = "target-compute"
 # The dtype of the matmuls and convolutions of each `amp` level (no autocast: fp32 storage).
 AMP_DTYPES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
@@ -163,3 +174,53 @@ def copy_seconds(batch_bytes: float | None, target: Target) -> float:
     pinned buffer, so such copies reach less); docs/results/prediction-error.md says how far off that is here.
     """
     return (batch_bytes or 0) / (target.link_gb_per_s * 1e9)
+
+
+def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedCell]:
+    """With `target: {compute: measured}`: `<experiment>/<cell>` of every single-process training cell -> its
+    compute ceiling on a GPU (device cuda) in the experiment MEASURED_EXPERIMENT, each distinct one planned once.
+    Empty without a target or when its compute is estimated."""
+    target = config.get("target") or {}
+    if target.get("compute", "estimated") != "measured":
+        return {}
+    if MEASURED_EXPERIMENT in (config.get("experiments") or {}):
+        raise ConfigError(
+            f"experiments: name {MEASURED_EXPERIMENT!r} is the target's own (target.compute: measured); "
+            "allowed: another name"
+        )
+    base, planned, found = ceiling_base(config), {}, {}
+    for cell in cells:
+        if cell.experiment == MEASURED_EXPERIMENT or not trains_alone({**base, **cell.knobs}):
+            continue
+        knobs = {**ceiling_knobs(cell.knobs, "compute"), "device": "cuda"}
+        key = same_key(effective(knobs))
+        if key not in planned:
+            planned[key] = ceiling_cell("compute", knobs, base, cell, MEASURED_EXPERIMENT)
+        found[f"{cell.experiment}/{cell.id}"] = planned[key]
+    return found
+
+
+def same_gpu(name: str | None, gpu: Gpu) -> bool:
+    """Whether a GPU as CUDA names it ("NVIDIA H100 80GB HBM3") is the table's `gpu`: its key within the name's."""
+    return bool(name) and _key(gpu.name) in _key(name)
+
+
+def measured_compute(results: list[dict], gpu: Gpu, batch_size: int) -> tuple[float | None, str]:
+    """(seconds of a step, where) from the results of a cell's compute ceiling measured for the target: the median
+    samples/s over its repeats that ran on the target's GPU; None and why not where none did."""
+    rates, seen = [], []
+    for result in results:
+        if result.get("status") != "ok":
+            seen.append(f"failed: {error_text(result) or 'no error recorded'}")
+            continue
+        name = (result.get("provenance") or {}).get("gpu")
+        if not same_gpu(name, gpu):
+            seen.append(f"ran on {name or 'no GPU'}, not on a {gpu.name}")
+            continue
+        rates.append(float(result["metrics"]["samples_per_s"]))
+    if not rates:
+        return None, "; ".join(dict.fromkeys(seen)) or "not run yet"
+    rates.sort()
+    middle = len(rates) // 2
+    rate = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+    return batch_size / rate, f"measured there ({len(rates)} repeat{'s' if len(rates) > 1 else ''})"
