@@ -149,7 +149,7 @@ HEADER = [
     '"Planning a cluster job") is estimated, not measured: this page says how wrong the estimates were where',
     "public numbers exist. The compute estimate counts a step's FLOPs and bytes on the CPU",
     "(feedbench.harness.flops, torch.utils.flop_counter.FlopCounterMode on the meta device), takes the roofline of",
-    "the GPU's peaks (workflow/feedbench/plan/gpus.yaml, each figure with its datasheet) and divides it by an",
+    "the GPU's peaks (workflow/feedbench/plan/gpus.yaml, each figure with its public source) and divides it by an",
     "efficiency per model family, fitted only to the published GPU throughputs of the studies (report/references/,",
     "docs/studies.md), on the model of each study's preset at full size. No target was set on these numbers.",
     "The loader's prediction from one core to two (feedbench.analysis.loader_scaling) has its own page,",
