@@ -112,10 +112,11 @@ def weakest(predictions, efficiencies) -> list[str]:
         "from being",
         "  predicted in nanoseconds, but it binds in no published cell: at most "
         f"{100 * floor[0]:.1f} % of a cell's estimate",
-        f"  ({floor[1].cell.study}, {count_once(floor[1].cell.knobs).kernels} kernels), so the table above is the "
-        "same with it as without,",
-        "  and no public number tests it. Nor does it fix the 1-layer MLP, whose fixed costs are milliseconds, not",
-        "  launches. It is a floor, not the cost: eager PyTorch spends more per operator than the launch. Our H200",
+        f"  ({floor[1].cell.study}, {count_once(floor[1].cell.knobs).kernels} kernels, counted step by step: an "
+        "overcount for the fused LSTM),",
+        "  so the table above is the same with it as without, and no public number tests it. Nor does it fix the",
+        "  1-layer MLP, whose fixed costs are tens of milliseconds, not launches. It is a floor, not the cost: eager",
+        "  PyTorch spends more per operator than the launch. Our H200",
         "  ran a ResNet-18 of 64 px at batch 64 in about "
         f"{H200_RESNET18['measured_ms']:.1f} ms a step (docs/results/gpu-validation.md, 7215",
         f"  samples/s, loader included) where the estimate gives {1000 * resnet_s:.1f} ms and the floor "

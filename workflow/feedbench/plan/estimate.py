@@ -2,7 +2,8 @@
 
 A step's time on a GPU is estimated as its roofline (feedbench.plan.target.roofline_seconds: counted FLOPs at the
 dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of its model family
-(model_names.FAMILIES): the share of the roofline such models reach. The efficiencies are fitted only to public
+(model_names.FAMILIES): the share of the roofline such models reach; or, where it takes longer, the host's time to
+launch the step's counted kernels (compute_seconds, LAUNCH_SECONDS). The efficiencies are fitted only to public
 numbers, the GPU throughputs the studies published (report/references/, docs/studies.md), each on the model of the
 study's preset (config/presets/), so the work counted is the work feedbench would run:
 
