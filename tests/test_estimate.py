@@ -8,14 +8,16 @@ import pytest
 from conftest import ROOT
 from feedbench.harness.flops import PARAMETER_PASSES, StepCount, count_once, count_step, published_error
 from feedbench.plan.estimate import (
+    LAUNCH_SECONDS,
     PUBLISHED_BOUND,
     beside_published,
     compute_seconds,
+    launch_seconds,
     published_cells,
     step_on,
     summary_table,
 )
-from feedbench.plan.target import Target, find_gpu
+from feedbench.plan.target import Target, dtype, find_gpu, roofline_seconds
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
 
@@ -99,3 +101,39 @@ def test_a_family_no_study_covers_takes_the_pooled_efficiency():
     assert compute_seconds(work, {"model": "vit_b_16"}, v100, {"cnn": 0.5, "pooled": 0.25}) == (4.0, "pooled")
     cnn = StepCount(flops=15.7e12, bytes=0.0, parameters=0, family="cnn")
     assert compute_seconds(cnn, {"model": "resnet50"}, v100, {"cnn": 0.5, "pooled": 0.25}) == (2.0, "cnn")
+
+
+TINY_MLP = {"model": "mlp", "input_size": 16, "width": 16, "hidden_layers": 1, "batch_size": 4}
+
+
+def test_each_hidden_layer_adds_its_six_kernels_and_momentum_its_optimizer_kernels():
+    """A square layer launches addmm and relu forward; mm for its input's gradient, mm for its weight's, sum for its
+    bias's and threshold_backward backward (its transposes are views: none). SGD with momentum and weight decay runs
+    three more foreach operators than plain SGD's one (the buffer's mul_ and add_, the decay's add)."""
+    counts = [count_step({**TINY_MLP, "hidden_layers": layers}).kernels for layers in (1, 2, 3)]
+    assert counts[1] - counts[0] == counts[2] - counts[1] == 6
+    heavy = count_step({**TINY_MLP, "momentum": 0.9, "weight_decay": 1e-4})
+    assert heavy.kernels - counts[0] == 3
+
+
+def test_a_tiny_mlp_on_an_h100_is_predicted_no_faster_than_its_kernel_launches():
+    """Width 16 at batch 4: a few hundred FLOPs, whose roofline on an H100 is nanoseconds; its counted launches
+    (about 20) are the step, even at the lowest efficiency a family could be given."""
+    h100, work = find_gpu("H100"), count_step(TINY_MLP)
+    assert work.kernels > 10
+    for efficiency in (1.0, 0.01):
+        seconds, _ = compute_seconds(work, TINY_MLP, h100, {"mlp": efficiency, "pooled": efficiency})
+        assert seconds >= work.kernels * LAUNCH_SECONDS
+        assert seconds == launch_seconds(work)
+        assert roofline_seconds(work.flops, work.bytes, h100, dtype(TINY_MLP, h100)) / efficiency < seconds / 10
+
+
+def test_resnet50_at_batch_32_on_an_h100_is_its_roofline_the_launch_floor_below_it():
+    """Its roofline over the efficiency serves unchanged, even at the full roofline (efficiency 1, the fastest
+    estimate any fit could give); its few hundred launches take a fraction of that."""
+    knobs = {"model": "resnet50", "batch_size": 32}
+    h100, work = find_gpu("H100"), count_step(knobs)
+    roofline = roofline_seconds(work.flops, work.bytes, h100, dtype(knobs, h100))
+    assert work.kernels > 100
+    assert compute_seconds(work, knobs, h100, {"cnn": 1.0}) == (roofline, "cnn")
+    assert launch_seconds(work) < roofline / 2

@@ -1,9 +1,20 @@
-"""A training step's work counted on the CPU, without running it: FLOPs and bytes of forward, loss and backward.
+"""A training step's work counted on the CPU, without running it: FLOPs, bytes and kernel launches.
 
 The model is built on PyTorch's meta device (shapes, no data), so ResNet-50 at batch 32 counts in about a second
 and needs no memory. FLOPs: torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions, forward and
 backward). Bytes: every tensor an operator writes (views write nothing), counted twice (written, then read once),
 plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.plan.target's roofline turns both into time.
+
+Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward, and in one
+steady-state step of the cell's SGD (the second; the first also creates the momentum buffers), counted one launch
+each. Left out: views (no kernel: they share their input's storage) and allocations (empty, empty_strided: no
+kernel). What the count does not see: an operator that launches several kernels (cuDNN's convolution backward,
+a foreach optimizer operator over many tensors) or none (a CPU-side op), autocast's casts and the GradScaler of
+`amp`, and the copy of the batch. A fused nn.LSTM runs PyTorch's step-by-step fallback on the meta device, so
+it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10 tokens), where cuDNN launches
+far fewer: an overcount for it. The SGD step is counted with foreach=True, what PyTorch picks for CUDA tensors
+(on the meta device its default would loop over the parameters). plan.estimate.compute_seconds turns the count
+into a floor on the step's time.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from ..plan.estimate import (
     beside_published,
     compute_seconds,
     fit_efficiencies,
+    launch_seconds,
     leave_one_study_out,
     published_cells,
     summarize,
@@ -42,25 +54,34 @@ PARAMETER_PASSES = 8
 ACTIVATION_PASSES = 2
 
 
+# Operators that allocate and launch no kernel.
+ALLOCATIONS = frozenset({"aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default"})
+
+
 @dataclass(frozen=True)
 class StepCount:
     flops: float  # forward + loss + backward
     bytes: float  # activations and parameters moved through GPU memory, a lower bound
     parameters: int
     family: str | None
+    kernels: int = 0  # operators launched: forward, loss, backward and the SGD step (module docstring)
 
 
-class _WrittenBytes(TorchDispatchMode):
-    """Sums the bytes of every tensor an operator returns, views left out (they share their input's storage)."""
+class _Dispatched(TorchDispatchMode):
+    """Counts the kernels the dispatched operators launch and sums the bytes of every tensor they return; views
+    are left out of both (they share their input's storage), allocations out of the kernels."""
 
     def __init__(self):
         super().__init__()
         self.bytes = 0
+        self.kernels = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if not func.is_view:
-            self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        if func.is_view or func.namespace != "aten":  # the profiler's record_function markers are no kernels
+            return out
+        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        self.kernels += str(func) not in ALLOCATIONS
         return out
 
 
@@ -91,12 +112,26 @@ def _count(cell) -> StepCount:
     with torch.device("meta"):
         model = build_model(cell)
     inputs, targets = _batch(cell)
-    written = _WrittenBytes()
-    with FlopCounterMode(display=False) as flops, written:
+    step = _Dispatched()
+    with FlopCounterMode(display=False) as flops, step:
         loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
     parameters = sum(p.numel() for p in model.parameters())
-    moved = ACTIVATION_PASSES * written.bytes + PARAMETER_PASSES * 4 * parameters
-    return StepCount(float(flops.get_total_flops()), float(moved), parameters, model_family(cell.model))
+    moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
+    kernels = step.kernels + _optimizer_kernels(model, cell)
+    return StepCount(float(flops.get_total_flops()), float(moved), parameters, model_family(cell.model), kernels)
+
+
+def _optimizer_kernels(model, cell) -> int:
+    """Kernels of a steady-state step of the cell's SGD (the harness's optimizer, harness.loop), with foreach as on
+    CUDA: the second step is counted, the first creates the momentum buffers. Its bytes are PARAMETER_PASSES'."""
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay, foreach=True
+    )
+    optimizer.step()
+    counted = _Dispatched()
+    with counted:
+        optimizer.step()
+    return counted.kernels
 
 
 @lru_cache(maxsize=64)
@@ -139,10 +174,12 @@ def _estimate(knobs: dict, target: Target, efficiencies: dict[str, float]) -> di
         "flops": work.flops,
         "bytes": work.bytes,
         "parameters": work.parameters,
+        "kernels": work.kernels,
         "family": work.family,
         "dtype": dtype(knobs, target.gpu),
         "efficiency": efficiencies[source],
         "efficiency_from": source,
+        "launch_s": launch_seconds(work),
         "compute_s": seconds,
     }
 

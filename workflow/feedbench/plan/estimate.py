@@ -2,7 +2,8 @@
 
 A step's time on a GPU is estimated as its roofline (feedbench.plan.target.roofline_seconds: counted FLOPs at the
 dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of its model family
-(model_names.FAMILIES): the share of the roofline such models reach. The efficiencies are fitted only to public
+(model_names.FAMILIES): the share of the roofline such models reach; or, where it takes longer, the host's time to
+launch the step's counted kernels (compute_seconds, LAUNCH_SECONDS). The efficiencies are fitted only to public
 numbers, the GPU throughputs the studies published (report/references/, docs/studies.md), each on the model of the
 study's preset (config/presets/), so the work counted is the work feedbench would run:
 
@@ -33,6 +34,12 @@ import yaml
 from .ceilings import batch_bytes, trainer_seconds
 from .target import Gpu, Target, copy_seconds, dtype, find_gpu, roofline_seconds
 
+# Seconds the host spends launching one kernel: the low end of "usually, the launch time on the CPU side is between
+# 5-20 microseconds" (Meta's Holistic Trace Analysis, docs "CUDA Kernel Launch Statistics",
+# https://github.com/facebookresearch/HolisticTraceAnalysis/blob/main/docs/source/features/cuda_kernel_launch_stats.rst).
+# One figure for every GPU: it is the host's and the driver's time, and no public page gives it per GPU. The low end,
+# since it serves as a floor (compute_seconds); eager PyTorch adds its own dispatch on top of it.
+LAUNCH_SECONDS = 5e-6
 # The bound every published cell had, by study, and the published evidence for it.
 PUBLISHED_BOUND = {
     "scaling": ("compute", "the images are generated on the GPU before the loop: no data to wait for"),
@@ -182,10 +189,25 @@ class Prediction:
 
 
 def compute_seconds(work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float]) -> tuple[float, str]:
-    """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, family: what
-    feedbench.harness.flops.count_step gives), and which efficiency served: its family's, else "pooled"."""
+    """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, kernels, family: what
+    feedbench.harness.flops.count_step gives), and which efficiency served: its family's, else "pooled".
+
+    The roofline over the efficiency, or the step's kernel launches (work.kernels x LAUNCH_SECONDS), the longer. The
+    larger of the two, not their sum: CUDA launches are asynchronous, so the host queues the next kernels while the
+    GPU runs the earlier ones, and a step waits on the slower of the two queues, not on both in turn. A sum would
+    count the launches again in every step where the GPU is the slower one, and the published cells are all such
+    steps (the floor is at most 4 % of their estimate: docs/results/prediction-error.md, "Small, fixed costs"), and
+    there a sum moves the median error from 22.3 to 22.4 % (the LSTM's from 17.7 to 19.3 %).
+    The floor serves the steps the roofline puts below it: a tiny model, whose step is its launches.
+    """
     source = work.family if work.family in efficiencies else "pooled"
-    return roofline_seconds(work.flops, work.bytes, gpu, dtype(knobs, gpu)) / efficiencies[source], source
+    roofline = roofline_seconds(work.flops, work.bytes, gpu, dtype(knobs, gpu)) / efficiencies[source]
+    return max(roofline, launch_seconds(work)), source
+
+
+def launch_seconds(work) -> float:
+    """The host's time to launch the step's kernels: the floor of compute_seconds."""
+    return work.kernels * LAUNCH_SECONDS
 
 
 def step_on(
