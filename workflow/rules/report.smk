@@ -23,14 +23,18 @@ rule aggregate:
 
 
 # With a `target:` in the config: each training cell's step counted on the CPU and estimated on the target's GPU
-# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone.
+# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone; with
+# a cpu_speed file measured there, it also runs the same reference cell here (about 20 s, alone).
 rule target:
+    input:
+        speed=TARGET_SPEED_FILES,
     output:
         estimates=TARGET_ESTIMATES,
     log:
         "logs/target.log",
     conda:
         "../../envs/feedbench.yaml"
+    threads: TARGET_THREADS
     params:
         cells=lambda wildcards: training_cells(list(CELLS.values())),
         target=config.get("target") or {},
