@@ -3,7 +3,7 @@ benchmarks/loader_scaling_error.py (docs/results/prediction-error-loader.md).
 
 Each cell is the loader alone (`scenario: loader`) of one pipeline, run by the harness in a process of its own whose
 affinity mask holds `cores` CPUs (os.sched_setaffinity before the harness starts; its loader workers inherit the
-mask), with `torch_threads: 1`. Two pipelines:
+mask: feedbench.harness.masked), with `torch_threads: 1`. Two pipelines:
 
   images  the built-in JPEG folder (`dataset: images`: PIL decode, RandomResizedCrop, flip, Normalize)
   shapes  examples/own-pipeline: WebDataset-format tar shards read as an IterableDataset, its own augmentation and
@@ -16,10 +16,10 @@ two-core cells interleaved, so that a burst of other load falls on both.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
+
+from feedbench.harness import masked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES_SRC = os.path.join(ROOT, "examples", "own-pipeline", "src")
@@ -40,13 +40,6 @@ PIPELINES = {
 # (workers, cores) of each cell: the one-core points the prediction uses, then the two-core cell it predicts.
 ONE_CORE = ((0, 1), (1, 1), (2, 1))
 TWO_CORES = ((2, 2),)
-
-_RUN = (
-    "import json, os, sys\n"
-    "os.sched_setaffinity(0, set(json.loads(sys.argv[1])))\n"
-    "from feedbench.harness.runner import run\n"
-    "sys.exit(run(json.loads(sys.argv[2]), sys.argv[3]))\n"
-)
 
 
 def prepare(root: str) -> dict[str, dict]:
@@ -72,23 +65,8 @@ def prepare(root: str) -> dict[str, dict]:
 
 
 def run_masked(knobs: dict, out: str, cores: int) -> dict:
-    """One cell in a process whose affinity mask is this process's first `cores` CPUs; its result."""
-    mask = sorted(os.sched_getaffinity(0))[:cores]
-    if len(mask) < cores:
-        raise RuntimeError(f"{cores} cores asked, this process may use {len(mask)}")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "workflow"), SHAPES_SRC])}
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, json.dumps(mask), json.dumps(knobs), out],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    with open(os.path.join(out, "result.json")) as f:
-        result = json.load(f)
-    if done.returncode != 0:
-        raise RuntimeError(f"{out}: exit {done.returncode}: {result.get('error')} {done.stderr[-2000:]}")
-    return result
+    """One cell under an affinity mask of `cores` CPUs (feedbench.harness.masked), examples/own-pipeline importable."""
+    return masked.run_masked(knobs, out, cores, (SHAPES_SRC,))
 
 
 def measure(root: str, pipeline: str, repeats: int = 3, cells=ONE_CORE + TWO_CORES) -> list[tuple[int, int, dict]]:

@@ -118,6 +118,7 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     assert "workers: " in section and "cpus_per_task: " in section and "mem_mb: " in section
     assert "not known" in section  # no default_cpus_per_gpu in the target
     assert "measured there: failed: knob &#39;device&#39;" in section and "the estimate is used" in section
+    assert "1.0x a core here (given in the config)" in section
 
 
 def test_a_cell_without_a_count_or_a_loader_curve_says_why():

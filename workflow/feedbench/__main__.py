@@ -1,4 +1,5 @@
-"""Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images DIR`, `... job DIR`."""
+"""Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images DIR`, `... job DIR`,
+`... cpu-speed --out FILE`."""
 
 from __future__ import annotations
 
@@ -89,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     failure.add_argument("--exit-code", type=int, required=True)
     failure.add_argument("--cell", help="the cell YAML the harness was given")
     failure.add_argument("--log", help="the harness's log, whose tail becomes the traceback")
+    speed = sub.add_parser(
+        "cpu-speed",
+        help="measure this CPU with the reference loader cell on one core and write FILE (a target's cpu_speed)",
+    )
+    speed.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
+    speed.add_argument("--repeats", type=int, default=None, help="runs of the reference cell (default 3)")
     knobs = sub.add_parser("knobs", help="list every knob with its default and allowed values")
     knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/harness.md")
     return parser
@@ -150,6 +157,23 @@ def _make_shards(args) -> int:
     return 0
 
 
+def _cpu_speed(args) -> int:
+    from .harness.cpu_speed import summary, write_measurement
+    from .plan.cpu_speed import REPEATS
+
+    repeats = REPEATS if args.repeats is None else args.repeats
+    if repeats < 1:
+        print(f"feedbench: error: cpu-speed: --repeats {repeats} is not allowed; allowed: 1 or more", file=sys.stderr)
+        return 2
+    try:
+        record = write_measurement(args.out, repeats)
+    except (OSError, RuntimeError, ValueError) as error:
+        print(f"feedbench: error: cpu-speed: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(summary(args.out, record))
+    return 0
+
+
 def _run(args) -> int:
     try:
         raw = _load_cell(args.cell, args.set)
@@ -172,6 +196,7 @@ COMMANDS = {
     "make-shards": _make_shards,
     "record-failure": _record_failure,
     "knobs": _knobs,
+    "cpu-speed": _cpu_speed,
 }
 
 

@@ -14,6 +14,7 @@ from feedbench.plan import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan.ceilings import ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line
+from feedbench.plan.cpu_speed import is_speed_file
 from feedbench.plan.job import CELL_DIR, CELL_LOG, attempt, result_path
 from feedbench.plan.matrix import (
     baseline,
@@ -109,6 +110,13 @@ TARGET_FILES = [TARGET_ESTIMATES] if config.get("target") else []
 # the target's GPU (feedbench.plan.target.measured_cells), whose results rule target reads.
 MEASURED = {key: (c.experiment, c.id) for key, c in measured_cells(config, list(CELLS.values())).items()}
 MEASURED_RESULTS = sorted({path for cell in MEASURED.values() for path in repeats_of(*cell)})
+# A target's cpu_speed measured there: its file (made absolute by planned_cells) is rule target's input, and rule
+# target runs the same reference cell here, alone: threads beyond --cores are capped at it, so no local job shares
+# the CPU with the measurement (feedbench.plan.cpu_speed).
+TARGET_SPEED_FILES = (
+    [config["target"]["cpu_speed"]] if config.get("target") and is_speed_file(config["target"]["cpu_speed"]) else []
+)
+TARGET_THREADS = 2**16 if TARGET_SPEED_FILES else 1
 PLOT_FILES = {name: f"results/plots/{name}.svg" for name, spec in config["experiments"].items() if spec.get("plot")}
 PLOTS = list(PLOT_FILES.values())
 # Published tables shown beside the study views: report/references/<name>.csv (README there).

@@ -23,17 +23,20 @@ rule aggregate:
 
 
 # With a `target:` in the config: each training cell's step counted on the CPU and estimated on the target's GPU
-# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone, and with
-# `compute: measured` the compute cells measured on the target's GPU.
+# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone; with
+# `compute: measured` it reads the compute cells measured on the target's GPU, and with a cpu_speed file measured
+# there it also runs the same reference cell here (about 20 s, alone).
 rule target:
     input:
         measured=MEASURED_RESULTS,
+        speed=TARGET_SPEED_FILES,
     output:
         estimates=TARGET_ESTIMATES,
     log:
         "logs/target.log",
     conda:
         "../../envs/feedbench.yaml"
+    threads: TARGET_THREADS
     params:
         cells=lambda wildcards: training_cells(list(CELLS.values())),
         target=config.get("target") or {},

@@ -26,6 +26,7 @@ import json
 import math
 
 from ..plan.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
+from ..plan.cpu_speed import SHARED_BELOW_PCT
 from ..plan.knobs import KNOBS, kept_by
 from ..plan.resources import cpus_per_rank
 from ..plan.result import UnusableResult, read_result
@@ -167,6 +168,29 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, results: list[di
     return row
 
 
+def cpu_speed_text(target: dict) -> str:
+    """How the target's CPU speed factor came to be, for the section's first line: given in the config, or measured
+    by the reference loader cell there and here (harness.cpu_speed.target_speed), with both figures."""
+    if target.get("cpu_speed_from") != "measured":
+        return f"{target['cpu_speed']}x a core here (given in the config)"
+    there, here = _speed_figure(target["cpu_speed_there"], "there"), _speed_figure(target["cpu_speed_here"], "here")
+    return (
+        f"{target['cpu_speed']:.2f}x a core here, measured: the reference loader cell (python -m feedbench cpu-speed) "
+        f"gave {there} and {here}"
+    )
+
+
+def _speed_figure(record: dict, where: str) -> str:
+    """One cpu-speed record in words: its samples/s on one core, the CPU, the repeats and their spread."""
+    repeats = record.get("repeats") or []
+    shares = [share for share in record.get("cpu_pct") or [] if share is not None]
+    shared = f", its core shared: {min(shares):.0f} % of it" if shares and min(shares) < SHARED_BELOW_PCT else ""
+    return (
+        f"{record['samples_per_s_per_core']:.1f} samples/s on one core {where} ({record.get('cpu')}; "
+        f"{len(repeats)} repeats, spread {record.get('spread_pct', 0):.0f} %{shared})"
+    )
+
+
 def build(target_json: str, results: list[str]) -> dict:
     """The section's context from results/target.json and the result files of the run (loader cells and the
     training cells' memory)."""
@@ -189,6 +213,7 @@ def build(target_json: str, results: list[str]) -> dict:
         "error": estimates["published_error"],
         "efficiencies": estimates["efficiencies"],
         "rows": rows,
+        "cpu_speed": cpu_speed_text(target),
         "reaches_pct": 100 * LOADER_REACHES,
         "error_page": ERROR_PAGE,
         "loader_error_page": LOADER_ERROR_PAGE,

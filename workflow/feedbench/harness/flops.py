@@ -45,6 +45,7 @@ from ..plan.knobs import KNOBS
 from ..plan.model_names import input_kind, model_family
 from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
 from ..plan.target import Target, copy_seconds, dtype, measured_compute, read_target
+from .cpu_speed import target_speed
 from .models import build_model, loss_function
 
 # Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read in backward,
@@ -212,10 +213,12 @@ def target_estimates(
     cells: dict[str, dict], spec: dict, root: str, measured: dict[str, str] | None = None, paths: list[str] = ()
 ) -> dict:
     """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the config's target
-    (`spec`: its `target:` block) with the efficiencies fitted to every published study, and the published error
-    of the method (leave one study out: what docs/results/prediction-error.md shows); and every published cell of the
-    studies predicted beside its figure (plan.estimate.beside_published), for the study views."""
+    (`spec`: its `target:` block) with the efficiencies fitted to every published study, the published error of
+    the method (leave one study out: what docs/results/prediction-error.md shows), every published cell of the
+    studies predicted beside its figure (plan.estimate.beside_published, for the study views), and the target's CPU
+    speed: given, or measured (the reference there from its file, and here, run now: harness.cpu_speed.target_speed)."""
     target = read_target(spec)
+    speed = target_speed(target)
     predictions, efficiencies = published_error(root)
     error = summarize(predictions)
     found = {
@@ -223,7 +226,7 @@ def target_estimates(
             "gpu": target.gpu.name,
             "title": target.gpu.title,
             "cores_per_gpu": target.cores_per_gpu,
-            "cpu_speed": target.cpu_speed,
+            **speed,
             "link_gb_per_s": target.link_gb_per_s,
             "default_cpus_per_gpu": spec.get("default_cpus_per_gpu"),
             "compute": spec.get("compute", "estimated"),

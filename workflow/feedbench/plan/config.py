@@ -152,9 +152,11 @@ def schema_error(error) -> str:
     if kind in ("minItems", "minProperties"):
         what = "no levels" if "matrix" in path else "too few entries"
         return f"{path}: value {shown(value)} has {what}; allowed: at least {error.validator_value}"
-    if kind in ("minimum", "maximum"):
-        bound = ">=" if kind == "minimum" else "<="
+    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
         return f"{path}: value {shown(value)} is out of range; allowed: {bound} {error.validator_value}"
+    if kind == "minLength":
+        return f"{path}: value {shown(value)} is too short; allowed: at least {error.validator_value} characters"
     if kind == "required":
         return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
     return f"{path}: {error.message.splitlines()[0]}"

@@ -34,6 +34,7 @@ from typing import Any
 from .ceilings import Bounds, ceiling_cells
 from .columns import STAGE_COLUMN, SUMMARY_COLUMNS
 from .config import ConfigError, config_dir, count_values, key_path, sized, validate_config
+from .cpu_speed import with_speed_file
 from .knobs import KNOBS, KnobError, shown, user_code_of
 from .planned_cell import (
     NOT_KNOBS,
@@ -374,11 +375,13 @@ def needs_images(cells: list[PlannedCell], images_dir: str) -> bool:
 
 def planned_cells(config: dict, schema_path: str, configfiles: list, images_dir: str) -> list[PlannedCell]:
     """The workflow's config, in place: its size bounded, `small` merged (sized), defaults filled from the schema,
-    python_path made absolute (relative to the file that sets it); then every cell, checked (build_cells)."""
+    python_path and a target's cpu_speed file made absolute (relative to the file that sets them); then every cell,
+    checked (build_cells)."""
     count_values(config)
     validate_config(sized(config), schema_path)
     folder = config_dir("python_path", configfiles)
     config["python_path"] = [os.path.normpath(os.path.join(folder, p)) for p in config["python_path"]]
+    with_speed_file(config.get("target"), config_dir("target", configfiles))
     return build_cells(config, images_dir)
 
 

@@ -3,7 +3,8 @@
     target:
       gpu: H100            # a name of the table plan/gpus.yaml (peak FLOP/s per dtype, memory and link bandwidth)
       cores_per_gpu: 16    # the CPU cores Slurm gives each GPU's rank and its loader workers
-      cpu_speed: 1.0       # one core of the target against one core here (a loader cell's samples/s there / here)
+      cpu_speed: 1.0       # one core of the target against one core here (a loader cell's samples/s there / here),
+                           # or the file `python -m feedbench cpu-speed --out FILE` wrote there (plan.cpu_speed)
       link_gb_per_s: 25    # optional: the host-to-device bandwidth where it differs from the GPU's default link
       compute: measured    # optional: estimated (the default) or measured there (below)
 
@@ -13,8 +14,9 @@ training cell's compute ceiling is planned once more, on a GPU (device cuda), in
 takes a measurement made on the target's GPU (measured_compute) over the estimate, and says which each cell used.
 
 Every figure the plan needs is checked at plan time, before any job: an unknown GPU names the known ones, a figure
-missing from the table (or a dtype the GPU has no rate for) names what is missing, and a target with fewer cores than
-one rank and one loader worker (plan.resources) is refused. Each is one ConfigError line.
+missing from the table (or a dtype the GPU has no rate for) names what is missing, a target with fewer cores than
+one rank and one loader worker (plan.resources) is refused, and a cpu_speed file must be a measurement of this
+feedbench's reference cell (plan.cpu_speed). Each is one ConfigError line.
 
 The roofline turns a step's counted FLOPs and bytes into seconds on the GPU; the copy turns a batch's bytes into
 seconds over the link. Plain Python (the plan layer): feedbench.harness.flops counts, feedbench.plan.estimate fits the
@@ -33,6 +35,7 @@ import yaml
 
 from .ceilings import ceiling_base, ceiling_cell, ceiling_knobs, trains_alone
 from .config import ConfigError, key_path
+from .cpu_speed import is_speed_file, read_speed_file
 from .knobs import KNOBS, shown
 from .model_names import model_family
 from .planned_cell import PlannedCell, effective, same_key
@@ -64,8 +67,9 @@ class Gpu:
 class Target:
     gpu: Gpu
     cores_per_gpu: int
-    cpu_speed: float
+    cpu_speed: float | None  # None: measured, from cpu_speed_file there and the same reference here (rule target)
     link_gb_per_s: float  # the GPU's default link unless the config gives its own
+    cpu_speed_file: str | None = None  # a cpu-speed file measured on the target (plan.cpu_speed), checked
 
 
 def _key(name: str) -> str:
@@ -130,8 +134,11 @@ def read_target(spec: dict, table: dict | None = None) -> Target:
             f"target.cores_per_gpu: value {shown(spec['cores_per_gpu'])} gives a rank fewer cores than itself and one "
             f"loader worker; allowed: at least {needed}"
         )
-    link = spec.get("link_gb_per_s")
-    return Target(gpu, int(spec["cores_per_gpu"]), float(spec["cpu_speed"]), float(link or gpu.h2d_gb_per_s))
+    link = float(spec.get("link_gb_per_s") or gpu.h2d_gb_per_s)
+    if is_speed_file(spec["cpu_speed"]):
+        read_speed_file(spec["cpu_speed"])  # there, checked now; here is measured by rule target
+        return Target(gpu, int(spec["cores_per_gpu"]), None, link, spec["cpu_speed"])
+    return Target(gpu, int(spec["cores_per_gpu"]), float(spec["cpu_speed"]), link)
 
 
 def dtype(knobs: dict, gpu: Gpu) -> str:
