@@ -284,3 +284,20 @@ def test_the_pinned_pool_holds_what_the_result_counts(tmp_path):
     batch = 256 * (1024 * 4 + 8)
     assert pinned == 5 * batch
     assert batch <= max(peaks) <= pinned + batch
+
+
+def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run_cell):
+    """`target: {compute: measured}`: the cell plan.target.measured_cells plans (the compute ceiling on a GPU), run
+    here, is taken over the estimate for a target that names this GPU: CUDA's name for it matches the table's."""
+    from feedbench.plan.target import find_gpu, gpu_table, measured_compute, same_gpu
+
+    name = torch.cuda.get_device_name(0)
+    known = [row for row in gpu_table() if same_gpu(name, find_gpu(row))]
+    if not known:
+        pytest.skip(f"{name} is not a GPU of plan/gpus.yaml")
+    knobs = dict(model="resnet18", dataset="synthetic", image_size=64, batch_size=64, steps=20, warmup_steps=5)
+    code, result = run_cell(scenario="compute", device="cuda", **knobs)
+    assert code == 0, result["error"]
+    seconds, where = measured_compute([result], find_gpu(known[0]), batch_size=64)
+    assert where == "measured there (1 repeat)"
+    assert seconds == pytest.approx(64 / result["metrics"]["samples_per_s"])

@@ -204,6 +204,8 @@ def ran(status: str = "ok", gpu: str | None = "NVIDIA H100 80GB HBM3", rate: flo
 def test_the_compute_measured_there_is_the_median_of_the_repeats_on_the_targets_gpu():
     h100 = find_gpu("H100")
     assert same_gpu("NVIDIA H100 80GB HBM3", h100) and not same_gpu("NVIDIA H200", h100) and not same_gpu(None, h100)
+    assert same_gpu("NVIDIA GeForce RTX 2080 Ti", find_gpu("RTX2080Ti")) and same_gpu("Tesla K80", find_gpu("K80"))
+    assert same_gpu("NVIDIA A100-SXM4-80GB", find_gpu("A100")) and not same_gpu("NVIDIA L40S", find_gpu("L4"))
     seconds, where = measured_compute([ran(rate=400.0), ran(rate=200.0), ran(rate=100.0)], h100, batch_size=32)
     assert seconds == pytest.approx(32 / 200.0) and where == "measured there (3 repeats)"
     seconds, where = measured_compute([ran(rate=400.0), ran(gpu="NVIDIA A100-SXM4-80GB")], h100, batch_size=32)

@@ -119,6 +119,9 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     assert "not known" in section  # no default_cpus_per_gpu in the target
     assert "measured there: failed: knob &#39;device&#39;" in section and "the estimate is used" in section
     assert "1.0x a core here (given in the config)" in section
+    # A width-64 MLP's roofline is far below its kernels' launches: the estimate is the floor, and says so.
+    assert entry["compute_s"] == entry["launch_s"]
+    assert f"the launch floor: {entry['kernels']} kernel launches" in section
 
 
 def test_a_cell_without_a_count_or_a_loader_curve_says_why():

@@ -150,6 +150,9 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, results: list[di
     row = {"cell": key, "family": cell.get("family"), "efficiency": cell.get("efficiency")}
     row["efficiency_from"] = cell.get("efficiency_from")
     row["compute_from"] = cell.get("compute_from", "estimated")
+    # The estimate is the kernels' launch floor, not the roofline over the efficiency (plan.estimate.compute_seconds).
+    row["launch_floor"] = row["compute_from"] == "estimated" and cell.get("launch_s", 0) >= cell.get("compute_s", 1)
+    row["kernels"], row["launch_s"] = cell.get("kernels"), cell.get("launch_s")
     row["measured"] = cell.get("measured")  # with `compute: measured`: how its cell on the target's GPU went
     if "compute_s" not in cell:
         measured = f"; measured there: {row['measured']}" if row["measured"] else ""

@@ -208,8 +208,11 @@ def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedC
 
 
 def same_gpu(name: str | None, gpu: Gpu) -> bool:
-    """Whether a GPU as CUDA names it ("NVIDIA H100 80GB HBM3") is the table's `gpu`: its key within the name's."""
-    return bool(name) and _key(gpu.name) in _key(name)
+    """Whether a GPU as CUDA names it is the table's `gpu`: some run of the name's consecutive words is its name
+    ("NVIDIA H100 80GB HBM3" is an H100, "NVIDIA GeForce RTX 2080 Ti" an RTX2080Ti; "NVIDIA L40S" is no L4)."""
+    words = [w for w in re.split(r"[\s_-]+", str(name or "").lower()) if w]
+    wanted = _key(gpu.name)
+    return any("".join(words[i:j]) == wanted for i in range(len(words)) for j in range(i + 1, len(words) + 1))
 
 
 def measured_compute(results: list[dict], gpu: Gpu, batch_size: int) -> tuple[float | None, str]:
