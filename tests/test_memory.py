@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import jsonschema
@@ -29,6 +28,7 @@ from feedbench.plan.result import schema
 # Python objects of 1 KB: every page of the list's items holds object headers, so a worker that reads each item
 # writes (copies) every page. 60,000 of them: 60 MB, split over the workers; the NumPy twin holds the same bytes in
 # one array whose rows carry no reference count.
+USER_MODULE = "held_data"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
 USER_CODE = """
 import numpy as np
 import torch
@@ -83,14 +83,6 @@ CELL = {
     "shuffle": False,
     "monitor_interval_s": 0.02,
 }
-
-
-@pytest.fixture
-def user_module(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "held_data.py").write_text(textwrap.dedent(USER_CODE))
-    yield str(tmp_path / "src")
-    sys.modules.pop("held_data", None)
 
 
 def _run(tmp_path, name: str, **knobs) -> tuple[dict, dict]:
