@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -92,6 +93,23 @@ def run_cell(tmp_path, request):
             return code, json.load(f)
 
     return _run
+
+
+def write_user_module(folder, name: str, code: str) -> str:
+    """A user's module `name`.py of `code` in `folder`/src, outside feedbench; that src folder, for `python_path`."""
+    src = folder / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / f"{name}.py").write_text(textwrap.dedent(code))
+    return str(src)
+
+
+@pytest.fixture
+def user_module(tmp_path, request):
+    """The test module's USER_CODE as the user's module USER_MODULE under tmp_path/src; that folder, for
+    `python_path`. The module is forgotten after the test, so the next test's own copy is the one imported."""
+    name = request.module.USER_MODULE
+    yield write_user_module(tmp_path, name, request.module.USER_CODE)
+    sys.modules.pop(name, None)
 
 
 def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from feedbench.analysis.aggregate import load_results, result_row, with_predicti
 from feedbench.plan.ceilings import Bounds, batch_bytes, ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
-from test_workflow import copy_workflow, snakemake
+from snakemake_run import snakemake, workflow_copy
 
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
 SIZE = batch_bytes(MLP)
@@ -93,9 +93,7 @@ def test_a_run_with_ceilings_joins_the_summary_on_the_planners_map(tmp_path):
             "other": {"base": {**MLP, "num_samples": 32, "scenario": "loader", "monitor_interval_s": 0.25}},
         },
     }
-    (tmp_path / "wf").mkdir()
-    (tmp_path / "run").mkdir()
-    workflow, work = copy_workflow(tmp_path / "wf"), tmp_path / "run"
+    workflow, work = workflow_copy(tmp_path)
     run = snakemake(workflow, work, config)
     assert run.returncode == 0, run.stderr[-4000:]
     links = json.loads((work / "results" / "ceilings.json").read_text())

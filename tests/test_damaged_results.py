@@ -19,8 +19,8 @@ import time
 
 import pytest
 from feedbench.harness.images import make_images
-from snakemake_run import snakemake_command, snakemake_env
-from test_workflow import copy_workflow, planned, snakemake
+from snakemake_run import snakemake, snakemake_command, snakemake_env, workflow_copy
+from test_workflow import planned
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine
 
@@ -68,20 +68,13 @@ def damage(text: str, how: str) -> str:
 DAMAGE = ["truncated", "junk", "no-metrics", "rate-is-text", "negative-stall", "null", "list"]
 
 
-def _workflow(tmp_path):
-    """A copy of the workflow and an empty working directory."""
-    (tmp_path / "workflow").mkdir()
-    (tmp_path / "run").mkdir()
-    return copy_workflow(tmp_path / "workflow"), tmp_path / "run"
-
-
 def _summary(workdir) -> list[dict]:
     with open(workdir / "results" / "summary.csv") as f:
         return list(csv.DictReader(f))
 
 
 def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
-    workflow, workdir = _workflow(tmp_path)
+    workflow, workdir = workflow_copy(tmp_path)
     first = snakemake(workflow, workdir, CONFIG)
     assert first.returncode == 0, first.stderr[-4000:]
     cells = workdir / "results" / "cells"
@@ -126,7 +119,7 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
 
 def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
     """Ctrl-C while a cell runs leaves its output marked incomplete; `make run` again must finish it without flags."""
-    workflow, workdir = _workflow(tmp_path)
+    workflow, workdir = workflow_copy(tmp_path)
     slow = dict(FAST, sample_delay_ms=50)  # 4 samples x 50 ms a step: 40 steps take 8 s or more
     config = {
         "defaults": {"repeats": 1, "steps": 40, "warmup_steps": 1, "device": "cpu"},
@@ -195,7 +188,7 @@ def test_a_write_that_fills_the_disk_leaves_no_temp_file_and_the_old_result(tmp_
 
 def test_a_non_ascii_data_dir_reaches_the_cell_intact(tmp_path):
     """`data_dir: img😀` (the folder exists): cell.yaml must carry the emoji, not two lone surrogates."""
-    workflow, workdir = _workflow(tmp_path)
+    workflow, workdir = workflow_copy(tmp_path)
     make_images(str(workdir / "img😀"), count=8, size=24, classes=2)
     config = {
         "defaults": {"repeats": 1, "steps": 2, "warmup_steps": 0, "device": "cpu"},

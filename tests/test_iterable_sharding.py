@@ -7,9 +7,9 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
+from conftest import write_user_module
 
 pytestmark = pytest.mark.slow  # four real `feedbench run` processes, two of them with two ranks
 
@@ -55,8 +55,7 @@ def step(model, batch, ctx):
 @pytest.mark.parametrize("ranks", [1, 2])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_sample_exactly_once_per_epoch(tmp_path, workers, ranks):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "numbers_ds.py").write_text(textwrap.dedent(USER_CODE))
+    src = write_user_module(tmp_path, "numbers_ds", USER_CODE)  # run in processes of their own: none to forget
     seen = tmp_path / "seen"
     seen.mkdir()
     steps = SAMPLES // (ranks * BATCH)  # one epoch per rank: every reader's share is a whole number of batches
@@ -65,7 +64,7 @@ def test_every_sample_exactly_once_per_epoch(tmp_path, workers, ranks):
         "dataset_args": {"n": SAMPLES},
         "model": "numbers_ds:model",
         "step": "numbers_ds:step",
-        "python_path": [str(tmp_path / "src")],
+        "python_path": [src],
         "device": "cpu",
         "batch_size": BATCH,
         "num_workers": workers,

@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import jsonschema
@@ -26,16 +25,17 @@ from feedbench.harness.memory import MemorySeries, _growth
 from feedbench.plan import memory
 from feedbench.plan.result import schema
 
-# Python objects of 1 KB: every page of the list's items holds object headers, so a worker that reads each item
-# writes (copies) every page. 60,000 of them: 60 MB, split over the workers; the NumPy twin holds the same bytes in
-# one array whose rows carry no reference count.
+# Python objects of 2 KB: every page of the list's items holds an object header, so a worker that reads each item
+# writes (copies) every page. 30,000 of them: 60 MB, split over the workers; the NumPy twin holds the same bytes in
+# one array whose rows carry no reference count. (60,000 of 1 KB copy as much and cost twice the samples.)
+USER_MODULE = "held_data"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
 USER_CODE = """
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-ITEMS = 60_000
-ITEM_BYTES = 1_000
+ITEMS = 30_000
+ITEM_BYTES = 2_000
 
 
 class PythonList(Dataset):
@@ -51,8 +51,8 @@ class PythonList(Dataset):
 
 class NumpyRows(Dataset):
     def __init__(self):
-        data = np.arange(ITEMS * ITEM_BYTES, dtype=np.int64) % 251
-        self.rows = data.astype(np.uint8).reshape(ITEMS, ITEM_BYTES)
+        # the list's bytes, i % 251 (np.resize repeats 0..250), without 60 M int64 on the way (6 s on a busy machine)
+        self.rows = np.resize(np.arange(251, dtype=np.uint8), ITEMS * ITEM_BYTES).reshape(ITEMS, ITEM_BYTES)
 
     def __len__(self):
         return ITEMS
@@ -69,7 +69,7 @@ def numpy_rows(ctx):
     return NumpyRows()
 """
 
-# Two forked workers read every item each epoch, restarted at each boundary (persistent_workers off); 600 batches
+# Two forked workers read every item each epoch, restarted at each boundary (persistent_workers off); 300 batches
 # an epoch keep a worker's life long enough to have settled points to fit (harness.memory.SETTLE_S).
 CELL = {
     "scenario": "loader",
@@ -83,14 +83,6 @@ CELL = {
     "shuffle": False,
     "monitor_interval_s": 0.02,
 }
-
-
-@pytest.fixture
-def user_module(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "held_data.py").write_text(textwrap.dedent(USER_CODE))
-    yield str(tmp_path / "src")
-    sys.modules.pop("held_data", None)
 
 
 def _run(tmp_path, name: str, **knobs) -> tuple[dict, dict]:

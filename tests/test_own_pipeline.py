@@ -12,8 +12,7 @@ import shutil
 import pytest
 import yaml
 from conftest import ROOT
-from snakemake_run import run_snakemake
-from test_workflow import copy_workflow
+from snakemake_run import copy_workflow, run_snakemake
 
 pytestmark = [
     pytest.mark.slow,  # one real Snakemake run of 8 small cells and a transfer probe

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 import yaml
+from snakemake_run import copy_workflow
 from test_own_pipeline import EXAMPLE
-from test_workflow import copy_workflow
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 

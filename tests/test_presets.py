@@ -24,8 +24,7 @@ from browser import ARTIFACTS, assert_fits, inspect
 from conftest import ROOT, needs_chromium
 from feedbench.plan.target import find_gpu
 from markupsafe import escape
-from snakemake_run import run_snakemake
-from test_workflow import copy_workflow
+from snakemake_run import copy_workflow, run_snakemake
 
 PRESETS = ["prefetch", "workers", "scaling", "nmt", "breakdown", "datastall"]
 DEFAULT_EXPERIMENTS = {"decode", "workers", "prefetch", "compute", "transfer"}  # config/config.yaml

@@ -186,6 +186,21 @@ def test_provenance_names_torchvision_without_importing_it():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_a_cell_without_torchvision_transforms_does_not_import_torchvision(tmp_path):
+    """Looking for the Composes to time (harness.stages) imported torchvision in every cell: about 1.5 s of CPU
+    a loader cell over synthetic data. A real cell, stage timing on, in a process of its own."""
+    knobs = {"scenario": "loader", "dataset": "synthetic", "image_size": 8, "batch_size": 4, "steps": 3}
+    knobs.update(warmup_steps=1, num_samples=32, torch_threads=1, device="cpu", stage_timing=True)
+    check = (
+        "import json, sys; from feedbench.harness.runner import run; "
+        "assert run(json.loads(sys.argv[1]), sys.argv[2]) == 0; "
+        "assert 'torchvision' not in sys.modules, 'the cell imported torchvision'"
+    )
+    command = [sys.executable, "-c", check, json.dumps(knobs), str(tmp_path / "out")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 @pytest.mark.timing  # monitor samples counted over a window of 0.2 s
 def test_monitor_samples_and_notes_missing_gpu(run_cell):
     # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only lengthens the window.

@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from test_workflow import copy_workflow, snakemake
+from snakemake_run import snakemake, workflow_copy
 
 pytestmark = pytest.mark.slow  # 21 tiny cells, one at a time on 2 cores: about three minutes
 
@@ -47,10 +47,7 @@ def bench_jobs(output: str) -> list[str]:
 
 
 def test_a_16_level_worker_axis_trains_at_most_4_cells(tmp_path):
-    (tmp_path / "wf").mkdir()
-    workflow = copy_workflow(tmp_path / "wf")
-    work = tmp_path / "run"
-    work.mkdir()
+    workflow, work = workflow_copy(tmp_path)
 
     # Before the ceilings exist, a dry run plans the ceilings alone and says in one line what the checkpoint decides.
     dry = snakemake(workflow, work, CONFIG, "--dry-run")

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from feedbench.plan.result import invalid
 from slurm_cluster import submitted_bench_jobs
-from test_workflow import copy_workflow
+from snakemake_run import copy_workflow
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 import torch
 import yaml
+from conftest import write_user_module
 from feedbench.analysis.aggregate import read_summary
 from feedbench.analysis.verdict import summarize_experiment
 from feedbench.harness import whatif
@@ -21,9 +22,9 @@ from feedbench.plan.cell import parse_cell
 from feedbench.plan.config import validate_config
 from feedbench.plan.knobs import KnobError
 from feedbench.plan.matrix import ConfigError, build_cells
-from snakemake_run import run_snakemake
-from test_stages import COSTS, USER_CODE
-from test_workflow import copy_workflow
+from snakemake_run import run_snakemake, workflow_copy
+from test_stages import COSTS, USER_MODULE
+from test_stages import USER_CODE as V1_CODE
 
 # The known costs of test_stages (Crop 2 ms, Jitter 4 ms in the Compose; tokenize 1.5 ms and 3 ms unattributed outside
 # it), with the Compose's two transforms also as torchvision v2 ones, which device_stages can move. Each cost is a sleep
@@ -74,29 +75,18 @@ EXPERIMENT = {
 }
 
 
-def _module(folder) -> str:
-    (folder / "src").mkdir(exist_ok=True)
-    (folder / "src" / "known_costs.py").write_text(textwrap.dedent(USER_CODE) + V2_CODE)
-    return str(folder / "src")
-
-
-@pytest.fixture
-def user_module(tmp_path):
-    yield _module(tmp_path)
-    sys.modules.pop("known_costs", None)
+USER_CODE = textwrap.dedent(V1_CODE) + V2_CODE  # the user_module fixture's (tests/conftest.py)
 
 
 @pytest.mark.slow  # one real Snakemake run: 4 training cells and the 2 ceilings they share
 @pytest.mark.timing  # the predictions hold within 10 %: no other run beside it
 def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
-    (tmp_path / "workflow").mkdir()
-    workflow = copy_workflow(tmp_path / "workflow")
+    workflow, workdir = workflow_copy(tmp_path)
     project = tmp_path / "project"
     project.mkdir()
-    _module(project)
+    write_user_module(project, USER_MODULE, USER_CODE)
     config = {"python_path": ["src"], "defaults": DEFAULTS, "experiments": {"whatif": EXPERIMENT}}
     (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    workdir = tmp_path / "run"
     done = run_snakemake(workflow, workdir, "--cores", "1", "--configfile", str(project / "config.yaml"))
     assert done.returncode == 0, done.stderr[-4000:]
     with open(workdir / "results" / "summary.csv") as f:

@@ -6,7 +6,6 @@ import csv
 import json
 import statistics
 import sys
-import textwrap
 
 import feedbench
 import pytest
@@ -21,6 +20,7 @@ from torch import nn
 # in the sample itself (the unattributed one: the sample's wall time outside the other three): that is what was put
 # there, and what the stages must give back.
 COSTS = {"Crop": 2.0, "Jitter": 4.0, "tokenize": 1.5, "unattributed": 3.0}
+USER_MODULE = "known_costs"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
 USER_CODE = f"""
 import time
 
@@ -111,14 +111,6 @@ def step(model, batch, ctx):
     SEEN.append({{name: ms.tolist() for name, ms in batch[1].items()}})
     return model(batch[0]).mean()
 """
-
-
-@pytest.fixture
-def user_module(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "known_costs.py").write_text(textwrap.dedent(USER_CODE))
-    yield str(tmp_path / "src")
-    sys.modules.pop("known_costs", None)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
-import textwrap
 
 import jsonschema
 import pandas as pd
@@ -21,6 +19,7 @@ from feedbench.plan.metrics import epoch_boundaries, wait_tail
 from feedbench.plan.result import schema
 from torch.utils.data import DataLoader
 
+USER_MODULE = "tail_data"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
 USER_CODE = """
 import os
 import time
@@ -64,14 +63,6 @@ def one_slow_in_20(ctx):
 """
 
 LOADER = {"scenario": "loader", "device": "cpu", "torch_threads": 1, "monitor_interval_s": 5, "shuffle": False}
-
-
-@pytest.fixture
-def user_module(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "tail_data.py").write_text(textwrap.dedent(USER_CODE))
-    yield str(tmp_path / "src")
-    sys.modules.pop("tail_data", None)
 
 
 def _run(tmp_path, name: str, **knobs) -> tuple[dict, dict]:

@@ -9,7 +9,7 @@ import pytest
 from feedbench.analysis import target_view
 from feedbench.analysis.loader_scaling import LoaderPoint, fit_scaling
 from feedbench.plan.ceilings import LOADER_REACHES
-from test_workflow import copy_workflow, snakemake
+from snakemake_run import snakemake, workflow_copy
 
 TARGET = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "link_gb_per_s": 10.0, "default_cpus_per_gpu": 2}
 
@@ -97,9 +97,7 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
             "curve": {"base": {**MLP, "scenario": "loader"}, "matrix": {"num_workers": [2]}},
         },
     }
-    (tmp_path / "wf").mkdir()
-    (tmp_path / "run").mkdir()
-    workflow, work = copy_workflow(tmp_path / "wf"), tmp_path / "run"
+    workflow, work = workflow_copy(tmp_path)
     run = snakemake(workflow, work, config)
     assert run.returncode == 0, run.stderr[-4000:]
     estimates = json.loads((work / "results" / "target.json").read_text())

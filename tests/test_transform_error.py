@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-import textwrap
 
 import pytest
 from feedbench.analysis.aggregate import load_results, write_summary
 from feedbench.analysis.report import write_report
 from feedbench.harness.runner import run, worker_message
 
+USER_MODULE = "exploding"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
 USER_CODE = """
 import torch
 from torch.utils.data import Dataset
@@ -47,14 +46,6 @@ def build(ctx, n=64):
     return Sample(n)
 """
 MESSAGE = "transform 'Explode' failed: sample 5 has no pixels left"
-
-
-@pytest.fixture
-def user_module(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "exploding.py").write_text(textwrap.dedent(USER_CODE))
-    yield str(tmp_path / "src")
-    sys.modules.pop("exploding", None)
 
 
 def run_cell(user_module: str, out: str, workers: int, stage_timing: bool) -> dict:

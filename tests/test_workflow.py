@@ -12,20 +12,15 @@ import csv
 import json
 import os
 import re
-import shutil
-import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT
-from snakemake_run import run_snakemake
+from snakemake_run import copy_workflow, snakemake, workflow_copy
 
 pytestmark = [
     pytest.mark.slow,  # real Snakemake runs: about a minute for the module
     pytest.mark.xdist_group("workflow"),  # one worker: the module fixture `done` runs the workflow once
 ]
-
-COPIED = ["Snakefile", "config", "profiles", "envs", "report", "workflow"]
 
 TINY = {
     "defaults": {"repeats": 2, "steps": 3, "warmup_steps": 1, "device": "cpu"},
@@ -59,25 +54,6 @@ CELLS = {
     "loader": ["num_workers-0", "num_workers-1"],
     "mlp": ["hidden_layers-1", "hidden_layers-1_data_dir-empty_dataset-cifar10"],
 }
-
-
-def copy_workflow(dest, source: str = ROOT) -> str:
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".snakemake", "results", "logs")
-    for name in COPIED:
-        src = os.path.join(source, name)
-        (shutil.copytree if os.path.isdir(src) else shutil.copy2)(
-            src, os.path.join(dest, name), **({"ignore": ignore} if os.path.isdir(src) else {})
-        )
-    return str(dest)
-
-
-def snakemake(workflow: str, workdir, config: dict, *args: str) -> subprocess.CompletedProcess:
-    """`snakemake` on the copy, in workdir, with `config` as the only configfile."""
-    path = os.path.join(workdir, "config.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(config, f, sort_keys=False)
-    # --configfile last: it takes every word up to the next option, so targets in args must come before it.
-    return run_snakemake(workflow, workdir, *args, "--configfile", path)
 
 
 def planned(workflow: str, workdir, config: dict) -> set[str]:
@@ -171,10 +147,8 @@ def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
     """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone; then it is done."""
     from feedbench.harness.images import make_images
 
-    (tmp_path / "workflow").mkdir()
-    workflow = copy_workflow(tmp_path / "workflow")
-    workdir = tmp_path / "run"
-    (workdir / "imgs").mkdir(parents=True)
+    workflow, workdir = workflow_copy(tmp_path)
+    (workdir / "imgs").mkdir()
     config = changed(
         TINY,
         mlp={

@@ -47,6 +47,7 @@ from ..plan.ceilings import LOADER_REACHES
 from ..plan.knobs import KNOBS
 from . import growth, stages
 from .aggregate import is_true, knob_value
+from .stages import column_median
 from .whatifs import changed_data
 
 DATA_STALL_PCT = 10.0
@@ -192,11 +193,6 @@ def _no_baseline(rows: pd.DataFrame) -> str:
     return "no baseline: no cell of this experiment is labelled as its baseline"
 
 
-def _median(rows: pd.DataFrame, column: str) -> float | None:
-    """The median of `column` over `rows`; None where the column is absent or empty."""
-    return rows[column].median() if column in rows and rows[column].notna().any() else None
-
-
 def _text(value) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -212,7 +208,10 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         first = group.iloc[0]
         stats = interval(ok[metric]) if len(ok) else Interval(0, None, None, None, None)
         bound, why = classify(
-            first.get("scenario"), _median(ok, "stall_pct"), _median(ok, "h2d_share"), first.get("device_prefetch")
+            first.get("scenario"),
+            column_median(ok, "stall_pct"),
+            column_median(ok, "h2d_share"),
+            first.get("device_prefetch"),
         )
         culprit = stages.culprit(ok) if bound == "data" else None  # the stage that costs the most, with stage timing
         why += f"; {culprit}" if culprit else ""
@@ -228,23 +227,23 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "low": stats.low,
                 "high": stats.high,
                 "n": stats.n,
-                "step_ms": _median(ok, "step_ms_median"),
-                "stall_pct": _median(ok, "stall_pct"),
-                "h2d_share": _median(ok, "h2d_share"),
+                "step_ms": column_median(ok, "step_ms_median"),
+                "stall_pct": column_median(ok, "stall_pct"),
+                "h2d_share": column_median(ok, "h2d_share"),
                 "gpus": gpu_count(first),
                 **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
                 **growth.figures(ok),  # the workers' memory growth and the samples to the cell's memory limit
                 **workers_cpu(ok),  # which kind its workers are, and whether they outnumber the cores
                 # analysis.predict's prediction from the cell's ceilings, when the summary has them (else None).
-                "predicted": _median(ok, "predicted_samples_per_s"),
+                "predicted": column_median(ok, "predicted_samples_per_s"),
                 "predicted_bound": first.get("predicted_bound")
                 if isinstance(first.get("predicted_bound"), str)
                 else None,
-                "error_pct": _median(ok, "prediction_error_pct"),
+                "error_pct": column_median(ok, "prediction_error_pct"),
                 "predicted_from": _text(first.get("predicted_from")),
                 "trades": _text(first.get("whatif_trades")),  # what a stage what-if traded (harness.whatif)
-                "ceiling_loader": _median(ok, "ceiling_loader_samples_per_s"),
-                "ceiling_compute": _median(ok, "ceiling_compute_samples_per_s"),
+                "ceiling_loader": column_median(ok, "ceiling_loader_samples_per_s"),
+                "ceiling_compute": column_median(ok, "ceiling_compute_samples_per_s"),
                 "culprit": culprit,
                 "bound": bound if stats.n else "failed",
                 "why": why if stats.n else "no repeat of this cell finished",
@@ -411,7 +410,7 @@ def time_lost(ok: pd.DataFrame) -> dict:
         "epoch_boundaries": "epoch_boundaries",
         "window_s": "window_s",
     }
-    return {key: _median(ok, column) for key, column in columns.items()}
+    return {key: column_median(ok, column) for key, column in columns.items()}
 
 
 def workers_cpu(ok: pd.DataFrame) -> dict:
@@ -422,10 +421,10 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
     flags = ok["oversubscribed"].dropna() if "oversubscribed" in ok else pd.Series(dtype=object)
     return {
         "workers_kind": str(kinds.mode().iloc[0]) if len(kinds) else None,
-        "cpu_share": _median(ok, "workers_cpu_share"),
-        "runnable_share": _median(ok, "workers_runnable_share"),
-        "demand_cores": _median(ok, "demand_cores"),
-        "usable_cores": _median(ok, "usable_cores"),
+        "cpu_share": column_median(ok, "workers_cpu_share"),
+        "runnable_share": column_median(ok, "workers_runnable_share"),
+        "demand_cores": column_median(ok, "demand_cores"),
+        "usable_cores": column_median(ok, "usable_cores"),
         "oversubscribed": bool(flags.astype(bool).any()) if len(flags) else None,
     }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import sys
 import time
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
@@ -202,11 +203,15 @@ class TimedTransform(NamedTransform):
 
 def _composes(dataset) -> list:
     """The torchvision Composes (v1 and v2) on the dataset's transform attributes, each once; where it has none, those
-    of the dataset it wraps (its `dataset`: Delayed, a what-if's, ...), and so on down."""
-    try:
-        from torchvision.transforms import Compose
-        from torchvision.transforms.v2 import Compose as ComposeV2
-    except ImportError:  # no torchvision: nothing to find
+    of the dataset it wraps (its `dataset`: Delayed, a what-if's, ...), and so on down. Read from the modules already
+    imported: a Compose exists only once its module is, and importing torchvision (torch._dynamo with it) would cost
+    every cell without one a second or more of CPU."""
+    composes = tuple(
+        module.Compose
+        for module in map(sys.modules.get, ("torchvision.transforms", "torchvision.transforms.v2"))
+        if module
+    )
+    if not composes:  # no torchvision loaded (or none installed): nothing to find
         return []
     for _ in range(8):  # wrappers of wrappers, not a cycle
         if dataset is None:
@@ -214,7 +219,7 @@ def _composes(dataset) -> list:
         found = []
         for attribute in TIMED_ATTRIBUTES:
             value = getattr(dataset, attribute, None)
-            if isinstance(value, (Compose, ComposeV2)) and all(value is not f for f in found):
+            if isinstance(value, composes) and all(value is not f for f in found):
                 found.append(value)
         if found:
             return found
