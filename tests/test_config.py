@@ -335,3 +335,25 @@ def test_yaml_error_in_a_configfile_option_names_line_and_column(tmp_path):
     path.write_text("experiments:\n  w:\n    base: {steps: 5\n    title: x\n")
     run = snakemake(tmp_path, "--configfile", str(path))
     assert "line 4, column 10" in run.stderr + run.stdout
+
+
+def test_nested_command_line_values_are_typed_as_in_a_config_file():
+    """Snakemake gives `--config target={cores_per_gpu: 4}` as '4' (YAML's base loader): typed_overrides reads it as
+    a config file would, and leaves a config file's own values, and the top level, alone."""
+    from feedbench.plan.config import typed_overrides
+
+    given = {"target": {"gpu": "K80", "cores_per_gpu": "4", "cpu_speed": "1.0"}, "defaults": {"repeats": "2"}}
+    config = {
+        "size": "small",
+        "target": {"gpu": "K80", "cores_per_gpu": "4", "cpu_speed": "1.0"},
+        "defaults": {"repeats": "2", "device": "cpu", "steps": 3},
+        "experiments": {"e": {"matrix": {"num_workers": ["0", "2"]}}},
+    }
+    overrides = {**given, "size": "small", "experiments": {"e": {"matrix": {"num_workers": ["0", "2"]}}}}
+    typed_overrides(config, overrides)
+    assert config["target"] == {"gpu": "K80", "cores_per_gpu": 4, "cpu_speed": 1.0}
+    assert config["defaults"] == {"repeats": 2, "device": "cpu", "steps": 3}
+    assert config["experiments"]["e"]["matrix"]["num_workers"] == [0, 2] and config["size"] == "small"
+    from_file = {"target": {"cores_per_gpu": "4"}}  # a file's quoted '4' under a --config that set another key
+    typed_overrides(from_file, {"target": {"gpu": "K80"}})
+    assert from_file == {"target": {"cores_per_gpu": "4"}}

@@ -111,6 +111,15 @@ def test_config_alone_starts_from_the_default_config(workflow):
     assert len(jobs) == len(expected_cells(default)) * default["defaults"]["repeats"]
 
 
+def test_a_target_on_the_command_line_plans_like_one_in_a_file(workflow, tmp_path):
+    """README's `--config "target={...}"`: Snakemake leaves its numbers text (plan.config.typed_overrides)."""
+    target = "target={gpu: K80, cores_per_gpu: 4, cpu_speed: 1.0}"
+    args = (*preset_args(workflow, "scaling"), "--dry-run", "--config", "size=small", target)
+    run = snakemake(workflow, tmp_path, *args)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "rule target:" in run.stdout or "localrule target:" in run.stdout
+
+
 def test_size_small_merges_the_fragment_before_validation(workflow, tmp_path):
     """Mappings merge, lists replace; the small config is validated like any other."""
     config = load_preset("scaling")

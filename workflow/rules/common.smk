@@ -13,7 +13,7 @@ from feedbench.plan import search as feedbench_search
 from feedbench.plan import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan.ceilings import ceiling_map, training_cells
-from feedbench.plan.config import ConfigError, config_hash, one_line
+from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
 from feedbench.plan.cpu_speed import is_speed_file
 from feedbench.plan.job import CELL_DIR, CELL_LOG, attempt, result_path
 from feedbench.plan.matrix import (
@@ -40,6 +40,7 @@ wildcard_constraints:
 def validated_config(config):
     """Every cell of the config, checked (feedbench.plan.matrix.planned_cells); one line on error."""
     configfiles = workflow.overwrite_configfiles or [os.path.join(workflow.basedir, "config", "config.yaml")]
+    typed_overrides(config, workflow.config_settings.config)
     try:
         cells = planned_cells(config, os.path.join(workflow.basedir, "config", "schema.yaml"), configfiles, IMAGES_DIR)
     except ConfigError as error:

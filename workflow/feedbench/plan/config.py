@@ -69,6 +69,26 @@ def read_config_file(path: str, read_by_snakemake: bool = False) -> dict:
     return data
 
 
+def typed_overrides(config: dict, overrides: dict, depth: int = 0) -> None:
+    """The nested values of `--config` typed as the same YAML in a config file would be, in place.
+
+    Snakemake reads `--config key=value` with YAML's base loader, which leaves every scalar below the top level a
+    string: `target={cores_per_gpu: 4}` gives '4', which the schema would refuse as the wrong type. Each such string
+    still in `config` (a config file's value merged under it is left alone) is read again with yaml.safe_load
+    (4, 1.0, true; 'K80' stays 'K80')."""
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            typed_overrides(config[key], value, depth + 1)
+        elif depth and isinstance(value, (str, list)) and config.get(key) == value:
+            config[key] = _as_yaml_types(value)
+
+
+def _as_yaml_types(value):
+    if isinstance(value, list):
+        return [_as_yaml_types(v) for v in value]
+    return yaml.safe_load(value) if isinstance(value, str) and value.strip() else value
+
+
 def count_values(config, where: str = "config", limit: int = MAX_VALUES) -> None:
     """Refuse a config of more than `limit` values, counting every use of a YAML alias, and stop counting there."""
     todo, count = [config], 0
