@@ -2,8 +2,8 @@
 benchmarks/loader_scaling_error.py (docs/results/prediction-error-loader.md).
 
 Each cell is the loader alone (`scenario: loader`) of one pipeline, run by the harness in a process of its own whose
-affinity mask holds `cores` CPUs (os.sched_setaffinity before the harness starts; its loader workers inherit the
-mask), with `torch_threads: 1`. Two pipelines:
+affinity mask holds `cores` CPUs, those other work kept least busy just before (`quietest`; os.sched_setaffinity
+before the harness starts; its loader workers inherit the mask), with `torch_threads: 1`. Two pipelines:
 
   images  the built-in JPEG folder (`dataset: images`: PIL decode, RandomResizedCrop, flip, Normalize)
   shapes  examples/own-pipeline: WebDataset-format tar shards read as an IterableDataset, its own augmentation and
@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES_SRC = os.path.join(ROOT, "examples", "own-pipeline", "src")
@@ -75,11 +76,30 @@ def prepare(root: str) -> dict[str, dict]:
     return knobs
 
 
+def quietest(cores: int, probe_s: float = 0.5) -> list[int]:
+    """This process's `cores` CPUs that other work kept least busy over `probe_s` (/proc/stat, through psutil).
+
+    A one-core cell on a core it shares with a CPU hog cost 2.0 to 2.6 CPU ms a sample where the two-core cell, whose
+    processes the scheduler kept off the hog's core, cost 1.9 (examples/own-pipeline): the one-core point read 15 %
+    low on offered cores. On the quieter core it reads what a free core delivers."""
+    import psutil
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < cores:
+        raise RuntimeError(f"{cores} cores asked, this process may use {len(allowed)}")
+    if len(allowed) == cores:
+        return allowed
+    before = psutil.cpu_times(percpu=True)
+    time.sleep(probe_s)
+    after = psutil.cpu_times(percpu=True)
+    idle = {cpu: (after[cpu].idle - before[cpu].idle) for cpu in allowed}
+    return sorted(sorted(allowed, key=lambda cpu: -idle[cpu])[:cores])
+
+
 def run_masked(knobs: dict, out: str, cores: int) -> dict:
-    """One cell in a process whose affinity mask is this process's first `cores` CPUs; its result."""
-    mask = sorted(os.sched_getaffinity(0))[:cores]
-    if len(mask) < cores:
-        raise RuntimeError(f"{cores} cores asked, this process may use {len(mask)}")
+    """One cell in a process whose affinity mask is the `cores` CPUs of this process's that other work kept least
+    busy just before; its result."""
+    mask = quietest(cores)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "workflow"), SHAPES_SRC])}
     done = subprocess.run(
         [sys.executable, "-c", _RUN, json.dumps(mask), json.dumps(knobs), out],

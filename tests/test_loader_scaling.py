@@ -172,10 +172,12 @@ def test_one_core_predicts_two_within_10_percent(tmp_path_factory, pipeline):
     Every cell's rate is on free cores (loader_point: its samples/s over the cores its mask offered it, the mask's
     cores less what other processes and the monitor took, times its cores): a CPU hog on one core, or another
     session's tests, takes a share of the cells' cores and their samples/s with it, but not what a sample costs. Read
-    as measured, the same cells on this 2-core machine under the other sessions' load (load average 6 to 10) were 28
-    to 39 % below the prediction, with or without a hog; on offered cores, -5.7 to +6.2 % (docs/results/
-    prediction-error-loader.md). It still runs in the timing phase: under such load each cell gets a third of a
-    core, and the test takes minutes instead of about two.
+    as measured, the same cells on this 2-core machine under the other sessions' load (load average 4 to 10) were 21
+    to 51 % below the prediction, with or without a hog on one core; on offered cores, -8.9 to +6.2 %. The one-core
+    cells run on the core other work left quietest (loader_scaling.quietest): time-sliced with a hog, a sample cost
+    up to a third more CPU there than in the two-core cell (docs/results/prediction-error-loader.md). It still runs
+    in the timing phase: under such load a cell gets a third of a core, and each pipeline takes 2 to 3.5 minutes
+    instead of about one.
     """
     from loader_scaling import measure
 
