@@ -6,9 +6,9 @@ For the JPEG folder (`dataset: images`) and examples/own-pipeline (tests/loader_
 loader alone at 0, 1 and 2 workers with the affinity mask at one core, and at 2 workers with two cores, repeat by
 repeat. The scaling model (feedbench.analysis.loader_scaling) is fitted to the one-core cells only (its curve: the
 cells with 1 and 2 workers) and predicts two workers on two cores; the error is the two-core cells' median
-samples/s against that prediction. Prints the
-markdown rows, the fit and every cell's samples/s and CPU ms per sample. Run it with nothing else on the machine:
-the prediction is what two free cores deliver (tests/test_loader_scaling.py says why a CPU hog breaks it).
+samples/s on free cores (each cell's rate over the cores it was offered, monitor.cpu_offered, times its cores:
+analysis.loader_scaling.loader_point) against that prediction. Prints the markdown rows, the fit, the load average
+before and after, and every cell's samples/s (measured, and on free cores), offered cores and CPU ms per sample.
 """
 
 from __future__ import annotations
@@ -27,8 +27,21 @@ NAMES = {"images": "JPEG folder (`dataset: images`)", "shapes": "examples/own-pi
 def predicted_and_measured(runs) -> tuple[float, list[float], object]:
     """(prediction for 2 workers on 2 cores from the one-core cells, the two-core cells' samples/s, the fit)."""
     fit = fit_scaling([loader_point(result) for workers, cores, result in runs if cores == 1])
-    measured = [result["metrics"]["samples_per_s"] for workers, cores, result in runs if cores == 2]
+    measured = [loader_point(result).samples_per_s for workers, cores, result in runs if cores == 2]
     return loader_ceiling(fit, cores=2, workers=2), measured, fit
+
+
+def as_measured(runs) -> float:
+    """The error in % with every cell's samples/s as measured, not on free cores (the two-core cells' median against
+    twice the one-core cells' with workers: the linear curve, uncapped): what other load does to the comparison."""
+    one = [r["metrics"]["samples_per_s"] for workers, cores, r in runs if cores == 1 and workers >= 1]
+    two = [r["metrics"]["samples_per_s"] for workers, cores, r in runs if cores == 2]
+    return 100 * (statistics.median(two) / (2 * statistics.median(one)) - 1)
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def main() -> None:
@@ -38,26 +51,31 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="loader-scaling-")
     rows = []
     for pipeline in PIPELINES:
-        start = time.perf_counter()
+        start, load = time.perf_counter(), loadavg()
         runs = measure(root, pipeline, repeats)
         predicted, measured, fit = predicted_and_measured(runs)
         median = statistics.median(measured)
         error = 100 * (median / predicted - 1)
-        print(f"{pipeline}: {len(runs)} runs in {time.perf_counter() - start:.0f} s; fit on one core: {fit_text(fit)}")
+        print(
+            f"{pipeline}: {len(runs)} runs in {time.perf_counter() - start:.0f} s, load average {load} before, "
+            f"{loadavg()} after; fit on one core: {fit_text(fit)}"
+        )
         for workers, cores, result in runs:
             p = loader_point(result)
             cpu = f"workers {p.worker_cpu_ms or 0:.2f}, main {p.main_cpu_ms or 0:.2f} CPU ms/sample"
-            print(f"  W={workers} cores={cores}: {p.samples_per_s:.1f} samples/s ({cpu})")
+            raw, offered = result["metrics"]["samples_per_s"], p.offered_cores or float("nan")
+            print(f"  W={workers} cores={cores}: {raw:.1f} samples/s, {offered:.2f} cores offered, ", end="")
+            print(f"{p.samples_per_s:.1f} on free cores ({cpu})")
         spread = ", ".join(f"{value:.0f}" for value in measured)
         rows.append(
-            f"| {NAMES[pipeline]} | {fit.worker_cpu_ms:.2f} + {fit.main_cpu_ms:.2f} | {fit.x1:.0f} "
-            f"| {predicted:.0f} | {median:.0f} ({spread}) | {error:+.1f} % |"
+            f"| {NAMES[pipeline]} | {load} | {fit.worker_cpu_ms:.2f} + {fit.main_cpu_ms:.2f} | {fit.x1:.0f} "
+            f"| {predicted:.0f} | {median:.0f} ({spread}) | {error:+.1f} % | {as_measured(runs):+.1f} % |"
         )
     print(
-        "\n| pipeline | CPU ms per sample, workers + main | X1: one core, 1 and 2 workers | predicted, 2 cores "
-        "| measured, 2 cores: median (repeats) | error |"
+        "\n| pipeline | load average before | CPU ms per sample, workers + main | X1: one core, 1 and 2 workers "
+        "| predicted, 2 cores | measured, 2 cores: median (repeats) | error | error as measured |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -2,16 +2,19 @@
 benchmarks/loader_scaling_error.py (docs/results/prediction-error-loader.md).
 
 Each cell is the loader alone (`scenario: loader`) of one pipeline, run by the harness in a process of its own whose
-affinity mask holds `cores` CPUs (os.sched_setaffinity before the harness starts; its loader workers inherit the
-mask: feedbench.harness.masked), with `torch_threads: 1`. Two pipelines:
+affinity mask holds `cores` CPUs, those other work kept least busy just before (feedbench.harness.masked: quietest,
+then os.sched_setaffinity before the harness starts; its loader workers inherit the mask), with `torch_threads: 1`.
+Two pipelines:
 
   images  the built-in JPEG folder (`dataset: images`: PIL decode, RandomResizedCrop, flip, Normalize)
   shapes  examples/own-pipeline: WebDataset-format tar shards read as an IterableDataset, its own augmentation and
           a dict collate (2 shards: each of 2 workers reads one, and the window ends before it does)
 
 The prediction starts from the one-core cells (1 and 2 workers are the curve's point; 0 workers the rate without
-any) and predicts two workers on two cores; the two-core cell measures it. Runs go repeat by repeat, one-core and
-two-core cells interleaved, so that a burst of other load falls on both.
+any) and predicts two workers on two cores; the two-core cell measures it. Each cell's rate is read on free cores
+(analysis.loader_scaling.loader_point: over the cores its mask offered it, monitor.cpu_offered), so that other load
+on the machine, or a CPU hog on one core, moves both sides alike. Runs go repeat by repeat, one-core and two-core
+cells interleaved, so that a burst of other load falls on both.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from feedbench.harness import masked
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES_SRC = os.path.join(ROOT, "examples", "own-pipeline", "src")
 
+# The monitor at its default period: at 0.1 s its sampling (the workers' USS and PSS) took a fifth of a core in the
+# cell's main process, a fifth of the one-core cells' core but a tenth of the two-core cell's (docs/harness.md).
 COMMON = dict(
-    scenario="loader", device="cpu", torch_threads=1, batch_size=16, warmup_steps=4, steps=80, monitor_interval_s=0.1
+    scenario="loader", device="cpu", torch_threads=1, batch_size=16, warmup_steps=4, steps=80, monitor_interval_s=0.5
 )
 PIPELINES = {
     "images": dict(dataset="images", image_size=224),
@@ -65,7 +70,8 @@ def prepare(root: str) -> dict[str, dict]:
 
 
 def run_masked(knobs: dict, out: str, cores: int) -> dict:
-    """One cell under an affinity mask of `cores` CPUs (feedbench.harness.masked), examples/own-pipeline importable."""
+    """One cell under an affinity mask of the `cores` quietest CPUs (feedbench.harness.masked), examples/own-pipeline
+    importable."""
     return masked.run_masked(knobs, out, cores, (SHAPES_SRC,))
 
 

@@ -54,6 +54,7 @@ class LoaderPoint:
     samples_per_s: float
     worker_cpu_ms: float | None  # all its workers' CPU ms per sample; None without workers or monitor samples
     main_cpu_ms: float | None  # its main process's CPU ms per sample over the window; None without monitor samples
+    offered_cores: float | None = None  # the cores offered it over the window (monitor.cpu_offered); None: not read
 
 
 def _worker_cpu_ms(result: dict) -> float | None:
@@ -82,13 +83,28 @@ def loader_point(result: dict) -> LoaderPoint | None:
         return None
     main_pct = (((result.get("monitor") or {}).get("stats") or {}).get("trainer_cpu_pct") or {}).get("mean")
     main = positive(main_pct)
+    workers = int(cell.get("num_workers") or 0)
+    offered = _offered_cores(result) if max(workers, 1) >= cores else None
     return LoaderPoint(
-        workers=int(cell.get("num_workers") or 0),
+        workers=workers,
         cores=int(cores),
-        samples_per_s=rate,
-        worker_cpu_ms=_worker_cpu_ms(result),
+        samples_per_s=rate * cores / offered if offered else rate,  # on free cores
+        worker_cpu_ms=_worker_cpu_ms(result),  # CPU per sample: other load slows the cell, not its samples' cost
         main_cpu_ms=10 * main / rate if main is not None else None,  # pct / 100 cores x 1000 ms / (samples/s)
+        offered_cores=offered,
     )
+
+
+def _offered_cores(result: dict) -> float | None:
+    """The cores the cell's mask offered it over the window (monitor.cpu_offered), where they are known, are the
+    cores the point counts, and at least a tenth of them were offered: below, other load swamped the cell.
+    loader_point reads them only where the cell's busy processes could fill its cores (a worker for every core, or
+    the main process alone on one): with fewer, the cores other load took may be cores the cell would not have used."""
+    offered = ((result.get("monitor") or {}).get("cpu_offered") or {}).get("offered_cores")
+    cores = ((result.get("provenance") or {}).get("cores") or {}).get("usable")
+    if offered is None or not cores or offered < 0.1 * cores:
+        return None
+    return min(float(offered), float(cores))
 
 
 def _speedup(model: str, sigma, kappa, cores) -> np.ndarray:

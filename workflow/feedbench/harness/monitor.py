@@ -7,6 +7,7 @@ with it; a missing GPU or NVML is a note in the result, not an error.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -101,6 +102,61 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
         }
 
 
+def _busy_s(cpus: list[int]) -> float:
+    """The CPU seconds the given CPUs have spent on any work since boot (all but idle and iowait; steal, the
+    hypervisor's, counts as busy: it is not this cell's to use)."""
+    per_cpu = psutil.cpu_times(percpu=True)
+    return sum(sum(per_cpu[i]) - per_cpu[i].idle - getattr(per_cpu[i], "iowait", 0.0) for i in cpus if i < len(per_cpu))
+
+
+def _cell_cpu_s(process: psutil.Process) -> float:
+    """The CPU seconds of this process (all its threads) and of its workers so far."""
+    total = 0.0
+    for proc in (process, *_workers(process)):
+        try:
+            times = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += times.user + times.system
+    return total
+
+
+class Offered:
+    """The cores the cell's CPUs offered its work over the window: its affinity mask's cores, less the CPU time other
+    processes took on them (their busy time less the cell's own) and less this monitor's own (its sampling is not the
+    cell's work: at 0.1 s, with the workers' USS and PSS read from smaps, it took a fifth of a core). Other load
+    (another session's tests, a CPU hog) shows as fewer offered cores; an idle core counts as offered, used or not
+    (analysis.loader_scaling)."""
+
+    def __init__(self, process: psutil.Process):
+        self.process = process
+        self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.start = self._snapshot()
+
+    def _snapshot(self) -> tuple[float, float, float]:
+        return time.perf_counter(), _busy_s(self.cpus), _cell_cpu_s(self.process)
+
+    def summary(self, monitor_cpu_s: float) -> dict | None:
+        """`cores` (the mask's), `wall_s`, `busy_s` (the mask's CPUs, all work), `cell_cpu_s` (this process and its
+        workers, the monitor included), `monitor_cpu_s` (the monitor's thread), `offered_cores`; None where the mask
+        or the CPU times cannot be read."""
+        if not self.cpus:
+            return None
+        (t0, busy0, cell0), (t1, busy1, cell1) = self.start, self._snapshot()
+        wall, busy, cell = t1 - t0, busy1 - busy0, cell1 - cell0
+        if wall <= 0:
+            return None
+        others = min(max(busy - cell, 0.0) + monitor_cpu_s, len(self.cpus) * wall)
+        return {
+            "cores": len(self.cpus),
+            "wall_s": round(wall, 3),
+            "busy_s": round(busy, 3),
+            "cell_cpu_s": round(cell, 3),
+            "monitor_cpu_s": round(monitor_cpu_s, 3),
+            "offered_cores": round(len(self.cpus) - others / wall, 3),
+        }
+
+
 def _worker_record(worker: dict) -> dict:
     """A worker as the result holds it: its CPU share (CPU time / wall time) and runnable share (of its samples)."""
     record = {k: v for k, v in worker.items() if k not in ("runnable", "first")}
@@ -130,10 +186,15 @@ class Monitor(threading.Thread):
         self.start_method = start_method
         self.memory = MemorySeries()
         self._halt = threading.Event()
+        self.offered: Offered | None = None
+        self.cpu_offered: dict | None = None
+        self.own_cpu_s = 0.0  # the sampling thread's CPU time over the window
 
     def run(self) -> None:
         psutil.cpu_percent(None)
         self.process.cpu_percent(None)
+        self.offered = Offered(self.process)
+        start = time.thread_time()
         while not self._halt.wait(self.interval_s):
             sample = {
                 "host_cpu_pct": psutil.cpu_percent(None),
@@ -144,10 +205,13 @@ class Monitor(threading.Thread):
             _workers_cpu(self.process, self.workers)
             sample.update(self.nvml.sample())
             self.samples.append(sample)
+            self.own_cpu_s = time.thread_time() - start
 
     def stop(self) -> None:
         self._halt.set()
         self.join()
+        if self.offered is not None:  # here, as the window closes, not in the thread's last interval
+            self.cpu_offered = self.offered.summary(self.own_cpu_s)
 
     def summary(self) -> dict:
         series: dict[str, list[float]] = {}
@@ -161,5 +225,6 @@ class Monitor(threading.Thread):
             "stats": stats,
             "workers": [_worker_record(w) for w in self.workers.values()],
             "memory": self.memory.summary(self.start_method),
+            "cpu_offered": self.cpu_offered,
             "notes": [self.nvml.note] if self.nvml.note else [],
         }
