@@ -354,6 +354,9 @@ def test_nested_command_line_values_are_typed_as_in_a_config_file():
     assert config["target"] == {"gpu": "K80", "cores_per_gpu": 4, "cpu_speed": 1.0}
     assert config["defaults"] == {"repeats": 2, "device": "cpu", "steps": 3}
     assert config["experiments"]["e"]["matrix"]["num_workers"] == [0, 2] and config["size"] == "small"
+    quoted = {"e": {"base": {"model": "a: b", "image_size": "32", "python_path": "[x"}}}
+    typed_overrides(quoted, {"e": {"base": dict(quoted["e"]["base"])}})
+    assert quoted["e"]["base"] == {"model": "a: b", "image_size": 32, "python_path": "[x"}  # text stays text
     from_file = {"target": {"cores_per_gpu": "4"}}  # a file's quoted '4' under a --config that set another key
     typed_overrides(from_file, {"target": {"gpu": "K80"}})
     assert from_file == {"target": {"cores_per_gpu": "4"}}

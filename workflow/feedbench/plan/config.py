@@ -84,9 +84,16 @@ def typed_overrides(config: dict, overrides: dict, depth: int = 0) -> None:
 
 
 def _as_yaml_types(value):
+    """A number, boolean or null as YAML reads it; any other string stays the text it was ('a: b' is no mapping)."""
     if isinstance(value, list):
         return [_as_yaml_types(v) for v in value]
-    return yaml.safe_load(value) if isinstance(value, str) and value.strip() else value
+    if not isinstance(value, str) or not value.strip():
+        return value
+    try:
+        typed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    return typed if typed is None or isinstance(typed, (bool, int, float)) else value
 
 
 def count_values(config, where: str = "config", limit: int = MAX_VALUES) -> None:
