@@ -314,7 +314,7 @@ def unit(metric: str) -> str:
 
 
 def study_view(
-    name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str], target: str | None = None
+    name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str], estimates: dict | None = None
 ) -> dict | None:
     """The experiment's study view (analysis.views), with the published table beside it, ready for the template;
     with a target's estimates, the published cells' predictions beside their figures (target_view.beside_published)."""
@@ -324,7 +324,7 @@ def study_view(
     reference = views.read_reference(references[name_of_table]) if name_of_table in references else None
     with plain_text():  # user strings in the view's figure are text, never matplotlib math
         view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
-    predicted, notes = target_view.beside_published(target, spec["view"])
+    predicted, notes = target_view.beside_published(estimates, spec["view"])
     if predicted is not None:
         view.tables.append(predicted)
         view.notes += notes
@@ -387,6 +387,7 @@ def build(
     tables = {os.path.splitext(os.path.basename(p))[0]: p for p in references}
     searched = {os.path.splitext(os.path.basename(p))[0]: p for p in searches}
     ceilings = served.served(summary, config, links)  # the ceiling cells each experiment was predicted from
+    estimates = target_view.read_estimates(target) if target else None  # results/target.json, read once
     experiments = []
     for name, spec in _experiments(summary, config):
         if name in served.folded(ceilings):
@@ -397,7 +398,7 @@ def build(
                 svg = inline_svg(f.read())
         rows = summary[summary["experiment"] == name]
         context = experiment_context(name, spec, rows, svg)
-        context["view"] = study_view(name, spec, rows, tables, target)
+        context["view"] = study_view(name, spec, rows, tables, estimates)
         context["stages_svg"] = stages_svg(name, spec, rows)
         _search_context(name, spec, context, rows, searched.get(name))
         labels = {c["cell"]: c["label"] for c in context["cells"]}
@@ -421,7 +422,7 @@ def build(
     return {
         "experiments": experiments,
         "prediction": prediction,
-        "target": target_view.build(target, results) if target else None,
+        "target": target_view.build(estimates, results) if estimates else None,
         "failures": failures,
         "counts": {
             "rows": len(summary),

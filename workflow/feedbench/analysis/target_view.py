@@ -29,7 +29,7 @@ from ..plan.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer
 from ..plan.cpu_speed import SHARED_BELOW_PCT
 from ..plan.knobs import KNOBS, kept_by
 from ..plan.resources import cpus_per_rank
-from ..plan.result import UnusableResult, read_result
+from ..plan.result import results_by_cell
 from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
 from .predict import predict
 from .views import Table
@@ -49,17 +49,6 @@ def same_loader(loader: dict, training: dict) -> bool:
     """Whether a loader cell's knobs measure the loader of a training cell (its loader ceiling, any workers)."""
     wanted = ceiling_knobs(training, "loader")
     return all(_value(loader, k) == _value(wanted, k) for k in SAME_LOADER)
-
-
-def read_results(paths: list[str]) -> list[dict]:
-    """Every result file that can be trusted (plan.result.read_result), the others left out."""
-    found = []
-    for path in paths:
-        try:
-            found.append(read_result(path))
-        except (UnusableResult, OSError):
-            continue
-    return found
 
 
 def loader_points(results: list[dict]) -> list[tuple[dict, LoaderPoint]]:
@@ -194,22 +183,22 @@ def _speed_figure(record: dict, where: str) -> str:
     )
 
 
-def build(target_json: str, results: list[str]) -> dict:
-    """The section's context from results/target.json and the result files of the run (loader cells and the
-    training cells' memory)."""
+def read_estimates(target_json: str) -> dict:
+    """results/target.json, read once for the section and the study views."""
     with open(target_json, encoding="utf-8") as f:
-        estimates = json.load(f)
+        return json.load(f)
+
+
+def build(estimates: dict, results: list[str]) -> dict:
+    """The section's context from results/target.json (read_estimates) and the result files of the run (loader
+    cells and the training cells' memory)."""
     target = estimates["target"]
-    measured = read_results(results)
-    loaders = loader_points(measured)
-    by_cell: dict[str, list[dict]] = {}
-    for result in measured:
-        cell = result.get("cell") or {}
-        by_cell.setdefault(f"{cell.get('experiment')}/{cell.get('cell')}", []).append(result)
+    by_cell = results_by_cell(results)
+    loaders = loader_points([result for own in by_cell.values() for result in own])
     rows = []
     for key, cell in sorted(estimates["cells"].items()):
         own = by_cell.get(key, [])
-        knobs = (own[0].get("cell") if own else None) or cell["knobs"]  # as run, else as planned
+        knobs = next((r["cell"] for r in own if r.get("cell")), None) or cell["knobs"]  # as run, else as planned
         rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
     return {
         "target": target,
@@ -226,14 +215,12 @@ def build(target_json: str, results: list[str]) -> dict:
 UNITS = {"samples/s": "samples/s", "s": "time of the run [s]"}
 
 
-def beside_published(target_json: str | None, study: str) -> tuple[Table | None, list[str]]:
+def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, list[str]]:
     """The study view's table of every published cell with its prediction (results/target.json's `published`,
     plan.estimate.beside_published), and the notes that say how to read it; (None, []) without a target or when
     the study published no GPU figure."""
-    if not target_json:
+    if not estimates:
         return None, []
-    with open(target_json, encoding="utf-8") as f:
-        estimates = json.load(f)
     entry = (estimates.get("published") or {}).get(study)
     if not entry:
         return None, []

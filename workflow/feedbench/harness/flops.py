@@ -43,7 +43,7 @@ from ..plan.estimate import (
 )
 from ..plan.knobs import KNOBS
 from ..plan.model_names import input_kind, model_family
-from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
+from ..plan.result import atomic_write, results_by_cell
 from ..plan.target import Target, copy_seconds, dtype, measured_compute, read_target
 from .cpu_speed import target_speed
 from .models import build_model, loss_function
@@ -185,19 +185,6 @@ def _estimate(knobs: dict, target: Target, efficiencies: dict[str, float]) -> di
     }
 
 
-def _measured_results(paths: list[str]) -> dict[str, list[dict]]:
-    """`<experiment>/<cell>` -> its results that can be trusted (plan.result.read_result); the others left out."""
-    found: dict[str, list[dict]] = {}
-    for path in paths:
-        try:
-            result = read_result(path)
-        except (UnusableResult, OSError):
-            continue
-        labels = knobs_of(result)
-        found.setdefault(f"{labels.get('experiment')}/{labels.get('cell')}", []).append(result)
-    return found
-
-
 def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) -> dict:
     """A cell's estimate with its compute measured on the target's GPU where `cell` (its compute ceiling, planned by
     plan.target.measured_cells) ran there: `compute_from` says which, `measured` how it went."""
@@ -241,7 +228,7 @@ def target_estimates(
         "published": beside_published(predictions, target, efficiencies, count_once),
         "cells": {},
     }
-    measured, results = measured or {}, _measured_results(list(paths))
+    measured, results = measured or {}, results_by_cell(list(paths))
     for key, knobs in cells.items():
         entry = {**_estimate(knobs, target, efficiencies), "compute_from": "estimated"}
         if key in measured:

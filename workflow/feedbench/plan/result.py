@@ -118,6 +118,20 @@ def read_result(path: str) -> dict:
     return result
 
 
+def results_by_cell(paths: list[str]) -> dict[str, list[dict]]:
+    """`<experiment>/<cell>` -> its results that can be trusted (read_result), the others left out: what rule
+    target's measured cells and the report's section "On <target>" read."""
+    found: dict[str, list[dict]] = {}
+    for path in paths:
+        try:
+            result = read_result(path)
+        except (UnusableResult, OSError):
+            continue
+        labels = knobs_of(result)
+        found.setdefault(f"{labels.get('experiment')}/{labels.get('cell')}", []).append(result)
+    return found
+
+
 def invalid(result: dict) -> str | None:
     """Why a parsed result cannot be trusted (the schema refuses it, or an `ok` result has non-finite metrics), else
     None: read_result's rule, for records made in memory too (a lost cell's, feedbench.plan.slurm)."""

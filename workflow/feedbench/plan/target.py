@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -230,7 +231,4 @@ def measured_compute(results: list[dict], gpu: Gpu, batch_size: int) -> tuple[fl
         rates.append(float(result["metrics"]["samples_per_s"]))
     if not rates:
         return None, "; ".join(dict.fromkeys(seen)) or "not run yet"
-    rates.sort()
-    middle = len(rates) // 2
-    rate = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
-    return batch_size / rate, f"measured there ({len(rates)} repeat{'s' if len(rates) > 1 else ''})"
+    return batch_size / statistics.median(rates), f"measured there ({len(rates)} repeat{'s' if len(rates) > 1 else ''})"
