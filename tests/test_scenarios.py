@@ -12,6 +12,7 @@ import time
 
 import jsonschema
 import pytest
+import torch
 from feedbench.harness.images import make_images
 from feedbench.plan.result import schema
 
@@ -312,6 +313,35 @@ def test_sigterm_writes_failed_result(tmp_path):
     assert result["metrics"]["steps"] > 0
 
 
+def _hand_over_from(queue, ready):
+    queue.put(torch.ones(1000))  # shared memory: the receiver asks this process's resource sharer for its fd
+    ready.wait()
+
+
+def test_a_worker_dead_mid_hand_over_is_named_in_one_line():
+    """A batch whose worker died before the main process took its shared memory fails in the hand-over with a bare
+    connection error (EOFError, or refused or reset); the cell's error says a loader worker died there. Real
+    processes: a tensor put on a torch.multiprocessing queue, its sender killed, then received."""
+    import torch.multiprocessing as mp
+    from feedbench.harness.runner import _error
+
+    context = mp.get_context("fork")
+    queue, ready = context.Queue(), context.Event()
+    sender = context.Process(target=_hand_over_from, args=(queue, ready))
+    sender.start()
+    deadline = time.monotonic() + 60
+    while queue.empty() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(sender.pid, signal.SIGKILL)
+    sender.join()
+    with pytest.raises((EOFError, ConnectionError)) as raised:
+        queue.get(timeout=30)
+    error = _error(raised.value)
+    assert error["message"].startswith("a loader worker died while handing over a batch (")
+    assert error["type"] in ("EOFError", "ConnectionRefusedError", "ConnectionResetError")
+    assert _error(EOFError())["message"] == "EOFError"  # an EOFError elsewhere is left as it came
+
+
 @pytest.mark.timing  # a worker killed 2 s after it started: steps measured by then
 def test_killed_worker_writes_failed_result(tmp_path):
     import psutil
@@ -368,10 +398,10 @@ def test_killed_worker_writes_failed_result(tmp_path):
     assert proc.wait(timeout=60) == 1
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "failed"
-    # PyTorch reports the death as "worker ... exited unexpectedly" or, when the batch was
-    # half-received from the dead worker, as a reset connection; either way it is recorded.
+    # PyTorch reports the death as "worker ... exited unexpectedly"; a batch half-received from the dead worker
+    # ends in a bare EOFError or reset connection, which the harness names (runner.HAND_OVER).
     message = result["error"]["message"]
-    assert any(text in message for text in ("exited unexpectedly", "killed by signal", "Connection reset by peer")), (
+    assert any(text in message for text in ("exited unexpectedly", "killed by signal", "died while handing over")), (
         result["error"]
     )
     assert "dataloader" in result["error"]["traceback"].lower() or "reductions" in result["error"]["traceback"]

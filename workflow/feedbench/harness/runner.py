@@ -42,14 +42,19 @@ from .transfer import batch_probe, probe
 WORKER_ERROR = re.compile(r"Caught (\w+) (in DataLoader worker process \d+)\.\nOriginal Traceback")
 
 
+# Where the main process receives a batch's shared memory from a loader worker (its file descriptor, over a
+# connection to the worker's resource sharer): a worker that dies there closes that connection mid-hand-over, and
+# the main process sees a bare EOFError or ConnectionResetError before the DataLoader notices the death.
+HAND_OVER = ("multiprocessing/resource_sharer.py", "torch/multiprocessing/reductions.py")
+
+
 def _error(exc: BaseException) -> dict:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     text = str(exc).strip()
-    return {
-        "type": type(exc).__name__,
-        "message": worker_message(text) or (text.splitlines()[0] if text else type(exc).__name__),
-        "traceback": "".join(lines)[-4000:],
-    }
+    message = worker_message(text) or (text.splitlines()[0] if text else type(exc).__name__)
+    if isinstance(exc, (EOFError, ConnectionError)) and any(path in "".join(lines) for path in HAND_OVER):
+        message = f"a loader worker died while handing over a batch ({type(exc).__name__}: {message})"
+    return {"type": type(exc).__name__, "message": message, "traceback": "".join(lines)[-4000:]}
 
 
 def worker_message(text: str) -> str | None:
