@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent / "slurm"
 INSTALL = HERE / "install.sh"
 CLUSTER = HERE / "cluster.sh"
 PARTITION = "debug"  # as in cluster.sh
+GPU_PARTITION = "gpu"  # as in cluster.sh: the same nodes, not the default
 ACCOUNT = "feedbench"  # an account cluster.sh creates, with root in it
 
 # Held by the session whose cluster runs (released when it is torn down, or when that process dies). Not the lock
@@ -113,8 +114,9 @@ class SlurmCluster:
             time.sleep(1)
 
 
-# The plugin's line for each job it submits; its log folder is the job's wildcards joined by _ (rule_bench/E_C_R/).
-SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: .*/rule_bench/([^/]+)/\d+\.log\)")
+# The plugin's line for each job it submits; its log folder is the job's wildcards joined by _ (rule_bench/E_C_R/, or
+# rule_bench_target/ for the cells measured on the target's GPU).
+SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: .*/rule_bench(?:_target)?/([^/]+)/\d+\.log\)")
 
 
 def submitted_bench_jobs(snakemake_output: str) -> dict[str, str]:

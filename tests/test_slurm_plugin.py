@@ -115,6 +115,20 @@ def test_jobs_are_found_by_the_ids_the_log_names(tmp_path):
     assert slurm.submitted_jobs([str(tmp_path / "missing.log")]) == {}
 
 
+def test_the_cells_measured_on_the_targets_gpu_are_found_under_their_own_rule(tmp_path):
+    """Rule bench_target runs the experiment target-compute (workflow/rules/bench.smk): its jobs are cells too."""
+    assert slurm.bench_rule("target-compute") == "bench_target" and slurm.bench_rule("w") == "bench"
+    log = tmp_path / "run.snakemake.log"
+    log.write_text(
+        "Job 2 has been submitted with SLURM jobid 31"
+        " (log: /w/logs/slurm/rule_bench_target/target-compute_c_1/31.log).\n"
+        "Error in rule bench_target:\n"
+        "    output: results/cells/target-compute/d/rep2/result.json\n"
+        "    external_jobid: 32_1\n"
+    )
+    assert slurm.submitted_jobs(str(log)) == {"target-compute_c_1": "31", "target-compute_d_2": "32_1"}
+
+
 LABELLED = {
     "scenario": "train",
     "dataset": "memory",

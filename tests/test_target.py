@@ -21,6 +21,7 @@ from feedbench.plan.target import (
     find_gpu,
     gpu_table,
     measured_compute,
+    measured_resources,
     read_target,
     roofline_seconds,
     same_gpu,
@@ -193,6 +194,25 @@ def test_an_experiment_named_like_the_targets_own_is_one_line():
         planned_cells(target, {"target-compute": {"base": TRAIN}})
     assert "target.compute: value 'guessed' is not allowed; allowed: estimated, measured" in plan(
         {**target, "compute": "guessed"}
+    )
+
+
+def test_a_partition_routes_the_compute_measured_there_and_is_one_slurm_name():
+    target = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "compute": "measured"}
+    assert plan({**target, "partition": "gpu.h100_x-1"}) == ""
+    assert measured_resources({"target": {**target, "partition": "gpu"}}) == {"slurm_partition": "gpu"}
+    assert measured_resources({"target": target}) == {} and measured_resources({}) == {}
+    assert plan({**target, "partition": "gpu,debug"}) == (
+        "bad config: target.partition: value 'gpu,debug' is no Slurm partition name; allowed: one name of letters, "
+        "digits, _, . and - (not first), as `sinfo -s` lists it"
+    )
+    assert plan({**target, "compute": "estimated", "partition": "gpu"}) == (
+        "bad config: target.partition: given with target.compute estimated; allowed: a partition only with "
+        "compute: measured (it runs the compute cells measured there)"
+    )
+    assert (
+        plan({**target, "partition": 7})
+        == "bad config: target.partition: value 7 has the wrong type; allowed: a string"
     )
 
 

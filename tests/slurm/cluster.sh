@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Slurm cluster on localhost, for the tests:
 #   munged, MariaDB, slurmdbd, slurmctld and two slurmd nodes (n1, n2), each
-#   with two fake GPUs (gres files are symlinks to /dev/null).
+#   with two fake GPUs (gres files are symlinks to /dev/null), in the default
+#   partition debug and in a partition gpu.
 #
 #   cluster.sh up STATE_DIR      start everything, wait until both nodes are idle
 #   cluster.sh down STATE_DIR    stop everything `up` started (safe to repeat)
@@ -21,6 +22,7 @@ set -euo pipefail
 
 CLUSTER=feedbench
 PARTITION=debug
+GPU_PARTITION=gpu       # the same nodes again, not the default (tests/test_target_partition.py)
 NODES=(n1 n2)
 GPUS_PER_NODE=2
 GPU_TYPE=tesla          # typed GPUs, as sites name them: gpu_model and gres:gpu:tesla:N work
@@ -179,6 +181,8 @@ EOF
     local nodelist
     nodelist=$(IFS=,; echo "${NODES[*]}")
     echo "PartitionName=$PARTITION Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP" >>"$ETC/slurm.conf"
+    # A second partition over the same nodes, not the default: a site's GPU partition beside its default one.
+    echo "PartitionName=$GPU_PARTITION Nodes=$nodelist Default=NO MaxTime=INFINITE State=UP" >>"$ETC/slurm.conf"
 
     cat >"$ETC/gres.conf" <<EOF
 AutoDetect=off
@@ -296,7 +300,7 @@ up() {
     start_slurmctld
     start_slurmd
     UP_DONE=1
-    echo "cluster.sh: up in $((SECONDS - t0))s: ${NODES[*]} idle, partition $PARTITION; export SLURM_CONF=$SLURM_CONF"
+    echo "cluster.sh: up in $((SECONDS - t0))s: ${NODES[*]} idle, partitions $PARTITION (default) and $GPU_PARTITION; export SLURM_CONF=$SLURM_CONF"
 }
 
 # stop NAME...: TERM them all, wait up to 15 s, then KILL what is left.
@@ -326,7 +330,10 @@ down() {
     [ -n "${STATE:-}" ] || return 0
     # Cancel jobs first, so no slurmstepd outlives its slurmd.
     if alive slurmctld; then
-        timeout 10 scancel --full --quiet --partition "$PARTITION" 2>/dev/null || true
+        local partition
+        for partition in "$PARTITION" "$GPU_PARTITION"; do
+            timeout 10 scancel --full --quiet --partition "$partition" 2>/dev/null || true
+        done
         local deadline=$((SECONDS + 20))
         while ((SECONDS < deadline)) && [ -n "$(timeout 5 squeue -h -t running,completing -o %i 2>/dev/null)" ]; do
             sleep 0.5

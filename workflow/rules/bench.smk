@@ -4,6 +4,22 @@
 # knobs or harness code changed.
 
 
+# A cell's resources, each a constant when every cell of the run has the same (per_cell), else a function of the job;
+# rule bench_target asks for the same.
+BENCH_RESOURCES = dict(
+    cpus_per_task=per_cell(cell_resources.cpus_per_task),
+    mem_mb=cell_mem_mb,
+    runtime=30,
+    gpu=per_cell(cell_resources.gpus),
+    nodes=per_cell(cell_resources.nodes),
+    tasks=per_cell(cell_resources.tasks),
+    tasks_per_node=per_cell(cell_resources.tasks_per_node),
+    tasks_per_gpu=cell_resources.TASKS_PER_GPU,
+    mpi=per_cell(cell_resources.mpi),
+    bench_slots=1,
+)
+
+
 rule bench:
     input:
         **bench_inputs(),
@@ -15,19 +31,10 @@ rule bench:
         f"{CELL_DIR}/benchmark.tsv"
     conda:
         "../../envs/feedbench.yaml"
-    # Each is a constant when every cell of the run has the same (per_cell), else a function of the job.
+    # A constant when every cell of the run has the same (per_cell), else a function of the job.
     threads: per_cell(cell_resources.threads)
     resources:
-        cpus_per_task=per_cell(cell_resources.cpus_per_task),
-        mem_mb=cell_mem_mb,
-        runtime=30,
-        gpu=per_cell(cell_resources.gpus),
-        nodes=per_cell(cell_resources.nodes),
-        tasks=per_cell(cell_resources.tasks),
-        tasks_per_node=per_cell(cell_resources.tasks_per_node),
-        tasks_per_gpu=cell_resources.TASKS_PER_GPU,
-        mpi=per_cell(cell_resources.mpi),
-        bench_slots=1,
+        **BENCH_RESOURCES,
     params:
         cell=cell_knobs,
         harness=HARNESS,
@@ -36,3 +43,20 @@ rule bench:
         # stop the cell before the job's end): one short command, cheap for Snakemake to format for every job. The job
         # finds its folder and log (CELL_DIR, CELL_LOG) from the labels in params.cell.
         "python -m feedbench job --cell {params.cell:q} --runtime {resources.runtime}"
+
+
+# With `target: {compute: measured}`: the cells measured on the target's GPU (experiment target-compute,
+# feedbench.plan.target.measured_cells) are rule bench by another name, so that `target: {partition: ...}` sends them,
+# and only them, to the target's partition under profiles/slurm (feedbench.plan.target.measured_resources); without
+# one they ask for what rule bench asks for. Resources given on the command line or in a profile are per rule name:
+# `--set-resources bench:...` does not reach these jobs, `bench_target:...` does.
+use rule bench as bench_target with:
+    wildcard_constraints:
+        experiment=MEASURED_EXPERIMENT,
+    resources:
+        **BENCH_RESOURCES,
+        **measured_resources(config),
+
+
+# Both rules make the cells of target-compute: this one does.
+ruleorder: bench_target > bench

@@ -26,7 +26,7 @@ from feedbench.plan.matrix import (
 )
 from feedbench.plan.plugins import content_hash
 from feedbench.plan.references import reference_tables
-from feedbench.plan.target import measured_cells
+from feedbench.plan.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
 
 IMAGES_DIR = "results/data/images"
 

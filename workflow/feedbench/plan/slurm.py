@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterable
 
 from . import resources
+from .target import MEASURED_EXPERIMENT, MEASURED_RULE
 
 
 def on_slurm(workflow) -> bool:
@@ -37,19 +38,27 @@ def on_slurm(workflow) -> bool:
     return plugin is not None and plugin.name == "slurm" and not workflow.dryrun
 
 
-def bench_resource(workflow, name: str):
-    """A resource the command line or profile gives the bench rule (set-resources, then default-resources)."""
-    settings = workflow.resource_settings
-    for mapping in ((settings.overwrite_resources or {}).get("bench") or {}, settings.default_resources or {}):
-        value = mapping.get(name) if hasattr(mapping, "get") else None
-        value = getattr(value, "raw", value)  # as given: "debug" or "'debug'"; not evaluated outside a job
-        if value not in (None, ""):
-            return str(value).strip("'\"")
-    return None
+# The rules whose jobs are cells (workflow/rules/bench.smk): bench, and bench_target for the cells measured on the
+# target's GPU (experiment MEASURED_EXPERIMENT), which may ask for a partition of their own.
+BENCH_RULES = ("bench", MEASURED_RULE)
 
 
-def node_cpus(partition: str | None) -> tuple[str, int]:
-    """The partition (given, or the cluster's default) and the most CPUs one of its nodes has, from sinfo."""
+def bench_rule(experiment: str) -> str:
+    """The rule whose jobs run an experiment's cells."""
+    return MEASURED_RULE if experiment == MEASURED_EXPERIMENT else "bench"
+
+
+def rule_resource(workflow, rule: str, name: str):
+    """A resource of a rule as Snakemake resolved it (--set-resources, else the rule's own, else default-resources),
+    as given: "debug" or "'debug'" are debug; not evaluated outside a job. None where none is given."""
+    value = workflow.get_rule(rule).resources.get(name)
+    value = getattr(value, "raw", value)
+    return str(value).strip("'\"") if value not in (None, "") else None
+
+
+def node_cpus(partition: str | None, where: str = "slurm_partition") -> tuple[str, int]:
+    """The partition (given, or the cluster's default) and the most CPUs one of its nodes has, from sinfo; `where`
+    names the partition's setting in the error for one that is not there."""
     lines = subprocess.run(["sinfo", "-h", "-o", "%P %c"], capture_output=True, text=True, check=True, timeout=60)
     cpus: dict[str, int] = {}
     default = None
@@ -61,7 +70,7 @@ def node_cpus(partition: str | None) -> tuple[str, int]:
     partition = partition or default
     if partition not in cpus:
         known = ", ".join(sorted(cpus))
-        raise ValueError(f"bad config: slurm_partition: '{partition}' is not a partition; allowed: {known}")
+        raise ValueError(f"bad config: {where}: '{partition}' is not a partition; allowed: {known}")
     return partition, cpus[partition]
 
 
@@ -76,15 +85,24 @@ def cells_fit_error(cells: Iterable[tuple[str, str, dict]], partition: str, cpus
 
 def check_cells_fit(workflow, cells: Iterable[tuple[str, str, dict]]) -> str | None:
     """Before any job (the Snakefile's onstart, on Slurm): one line for a cell (experiment, id, knobs) that needs more
-    CPUs per node than the partition's nodes have, else None. Without sinfo, one line on stderr, and sbatch judges."""
-    try:
-        partition, cpus = node_cpus(bench_resource(workflow, "slurm_partition"))
-    except ValueError as error:  # no such partition
-        return str(error)
-    except (OSError, subprocess.SubprocessError) as error:
-        print(f"feedbench: cannot read the nodes' CPUs with sinfo ({error}); cells are not checked", file=sys.stderr)
-        return None
-    return cells_fit_error(cells, partition, cpus)
+    CPUs per node than its rule's partition's nodes have, or for a partition that is not there, else None. Without
+    sinfo, one line on stderr, and sbatch judges."""
+    by_rule: dict[str, list] = {}
+    for cell in cells:
+        by_rule.setdefault(bench_rule(cell[0]), []).append(cell)
+    for rule, group in by_rule.items():
+        where = "slurm_partition" if rule == "bench" else f"slurm_partition of rule {rule} (target.partition)"
+        try:
+            partition, cpus = node_cpus(rule_resource(workflow, rule, "slurm_partition"), where)
+        except ValueError as error:  # no such partition
+            return str(error)
+        except (OSError, subprocess.SubprocessError) as error:
+            print(f"feedbench: cannot read the nodes' CPUs with sinfo ({error}); cells not checked", file=sys.stderr)
+            return None
+        error = cells_fit_error(group, partition, cpus)
+        if error:
+            return error
+    return None
 
 
 # Plugin workarounds ---------------------------------------------------------
@@ -155,8 +173,9 @@ def run_id(logs) -> str | None:
     return found[-1] if found else None
 
 
-# How a run's log names the Slurm job of each bench job, whatever the cluster's accounting keeps (the job comment,
-# rule and wildcards, comes back from sacct only with AccountingStoreFlags=job_comment, which sites rarely set):
+# How a run's log names the Slurm job of each cell (rule bench or bench_target), whatever the cluster's accounting keeps
+# (the job comment, rule and wildcards, comes back from sacct only with AccountingStoreFlags=job_comment, which sites
+# rarely set):
 # * the plugin, for each job it submits: "Job 3 has been submitted with SLURM jobid 13 (log:
 #   logs/slurm/rule_bench/<wildcards joined by _>/13.log)."
 # * Snakemake, for each job that failed, array tasks too: an "Error in rule bench:" block with "output: <result.json>"
@@ -166,15 +185,15 @@ RESULT = re.compile(r"results/cells/([^/]+)/([^/]+)/rep(\d+)/result\.json")
 
 
 def submitted_jobs(logs) -> dict[str, str]:
-    """jobs_key -> Slurm job id of each bench job this run submitted (the last one of each)."""
+    """jobs_key -> Slurm job id of each cell's job (rules BENCH_RULES) this run submitted (the last one of each)."""
     jobs, error = {}, None
     for line in _log_lines(logs):
         match = SUBMITTED.search(line)
         if match:
             folder = os.path.dirname(match.group(2))
-            if os.path.basename(os.path.dirname(folder)) == "rule_bench":
+            if os.path.basename(os.path.dirname(folder)) in [f"rule_{rule}" for rule in BENCH_RULES]:
                 jobs[os.path.basename(folder)] = match.group(1)
-        elif line.startswith("Error in rule bench:"):
+        elif line.startswith(tuple(f"Error in rule {rule}:" for rule in BENCH_RULES)):
             error = {}
         elif error is not None and line.startswith("    "):
             key, _, value = line.strip().partition(": ")
@@ -188,7 +207,7 @@ def submitted_jobs(logs) -> dict[str, str]:
 
 
 def jobs_key(experiment: str, cell: str, repeat: int) -> str:
-    """The folder of a bench job's Slurm log under logs/slurm/rule_bench/: its wildcards joined by _, as the plugin
+    """The folder of a cell's Slurm log under logs/slurm/rule_<its rule>/: its wildcards joined by _, as the plugin
     names it (utils.get_job_wildcards)."""
     return "_".join((experiment, cell, str(repeat))).replace("/", "_")
 

@@ -7,11 +7,14 @@
                            # or the file `python -m feedbench cpu-speed --out FILE` wrote there (plan.cpu_speed)
       link_gb_per_s: 25    # optional: the host-to-device bandwidth where it differs from the GPU's default link
       compute: measured    # optional: estimated (the default) or measured there (below)
+      partition: gpu       # optional, with compute: measured: the Slurm partition of the target's GPUs
 
 The compute side is estimated (feedbench.plan.estimate) unless `compute: measured`: then each single-process
 training cell's compute ceiling is planned once more, on a GPU (device cuda), in the experiment `target-compute`
 (measured_cells), for a run on the target's partition (README, "Planning a cluster job"); the section "On <target>"
 takes a measurement made on the target's GPU (measured_compute) over the estimate, and says which each cell used.
+Those cells are jobs of their own rule, MEASURED_RULE (workflow/rules/bench.smk: rule bench by another name), so that
+`partition:` sends them, and only them, to the target's partition (measured_resources) under profiles/slurm.
 
 Every figure the plan needs is checked at plan time, before any job: an unknown GPU names the known ones, a figure
 missing from the table (or a dtype the GPU has no rate for) names what is missing, a target with fewer cores than
@@ -48,6 +51,10 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16")
 FIGURES = ("peak_tflops", "mem_gb_per_s", "h2d_gb_per_s")
 # The experiment of the compute cells measured on the target's GPU (`compute: measured`).
 MEASURED_EXPERIMENT = "target-compute"
+# The rule of its jobs (workflow/rules/bench.smk), and what the partition of the target's GPUs may be called: one
+# Slurm partition (a list of several, "a,b", would let Slurm run the measurement on whichever starts it first).
+MEASURED_RULE = "bench_target"
+PARTITION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # The dtype of the matmuls and convolutions of each `amp` level (no autocast: fp32 storage).
 AMP_DTYPES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
@@ -135,11 +142,37 @@ def read_target(spec: dict, table: dict | None = None) -> Target:
             f"target.cores_per_gpu: value {shown(spec['cores_per_gpu'])} gives a rank fewer cores than itself and one "
             f"loader worker; allowed: at least {needed}"
         )
+    check_partition(spec)
     link = float(spec.get("link_gb_per_s") or gpu.h2d_gb_per_s)
     if is_speed_file(spec["cpu_speed"]):
         read_speed_file(spec["cpu_speed"])  # there, checked now; here is measured by rule target
         return Target(gpu, int(spec["cores_per_gpu"]), None, link, spec["cpu_speed"])
     return Target(gpu, int(spec["cores_per_gpu"]), float(spec["cpu_speed"]), link)
+
+
+def check_partition(spec: dict) -> None:
+    """A target's `partition` (optional) names one Slurm partition, and only beside `compute: measured`, whose cells
+    are all it routes; else one ConfigError line."""
+    partition = spec.get("partition")
+    if partition is None:
+        return
+    if not PARTITION.fullmatch(str(partition)):
+        raise ConfigError(
+            f"target.partition: value {shown(partition)} is no Slurm partition name; allowed: one name of letters, "
+            "digits, _, . and - (not first), as `sinfo -s` lists it"
+        )
+    if spec.get("compute", "estimated") != "measured":
+        raise ConfigError(
+            f"target.partition: given with target.compute {spec.get('compute', 'estimated')}; allowed: a partition "
+            "only with compute: measured (it runs the compute cells measured there)"
+        )
+
+
+def measured_resources(config: dict) -> dict[str, str]:
+    """The resources rule MEASURED_RULE adds to rule bench's: the target's partition as `slurm_partition` where the
+    config names one, else none (the profile's default-resources then choose, as for every other cell)."""
+    partition = (config.get("target") or {}).get("partition")
+    return {"slurm_partition": str(partition)} if partition else {}
 
 
 def dtype(knobs: dict, gpu: Gpu) -> str:
