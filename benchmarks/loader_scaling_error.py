@@ -42,11 +42,12 @@ def as_measured(runs) -> float:
 def worker_cpu_ms(runs) -> str:
     """The workers' CPU ms per sample (median over the repeats) of one and two workers on one core and two on two:
     a sample costs more the more workers there are, which is why the curve takes the most workers."""
-    cells = ((1, 1), (2, 1), (2, 2))
-    medians = [
-        statistics.median(loader_point(r).worker_cpu_ms or 0 for w, c, r in runs if (w, c) == cell) for cell in cells
-    ]
-    return " / ".join(f"{value:.2f}" for value in medians)
+    shown = []
+    for cell in ((1, 1), (2, 1), (2, 2)):
+        values = [loader_point(r).worker_cpu_ms for w, c, r in runs if (w, c) == cell]
+        values = [value for value in values if value is not None]  # None: the monitor took no sample of them
+        shown.append(f"{statistics.median(values):.2f}" if values else "n/a")
+    return " / ".join(shown)
 
 
 def loadavg() -> str:

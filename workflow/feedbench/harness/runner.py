@@ -53,7 +53,8 @@ def _error(exc: BaseException) -> dict:
     text = str(exc).strip()
     message = worker_message(text) or (text.splitlines()[0] if text else type(exc).__name__)
     if isinstance(exc, (EOFError, ConnectionError)) and any(path in "".join(lines) for path in HAND_OVER):
-        message = f"a loader worker died while handing over a batch ({type(exc).__name__}: {message})"
+        detail = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+        message = f"a loader worker died while handing over a batch ({detail})"
     return {"type": type(exc).__name__, "message": message, "traceback": "".join(lines)[-4000:]}
 
 

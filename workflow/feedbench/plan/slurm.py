@@ -40,12 +40,13 @@ def on_slurm(workflow) -> bool:
 
 # The rules whose jobs are cells (workflow/rules/bench.smk): bench, and bench_target for the cells measured on the
 # target's GPU (experiment MEASURED_EXPERIMENT), which may ask for a partition of their own.
-BENCH_RULES = ("bench", MEASURED_RULE)
+BENCH_RULE = "bench"
+BENCH_RULES = (BENCH_RULE, MEASURED_RULE)
 
 
 def bench_rule(experiment: str) -> str:
-    """The rule whose jobs run an experiment's cells."""
-    return MEASURED_RULE if experiment == MEASURED_EXPERIMENT else "bench"
+    """The rule whose jobs run an experiment's cells (as bench.smk's wildcard constraint and ruleorder route them)."""
+    return MEASURED_RULE if experiment == MEASURED_EXPERIMENT else BENCH_RULE
 
 
 def rule_resource(workflow, rule: str, name: str):
@@ -91,7 +92,11 @@ def check_cells_fit(workflow, cells: Iterable[tuple[str, str, dict]]) -> str | N
     for cell in cells:
         by_rule.setdefault(bench_rule(cell[0]), []).append(cell)
     for rule, group in by_rule.items():
-        where = "slurm_partition" if rule == "bench" else f"slurm_partition of rule {rule} (target.partition)"
+        where = (
+            "slurm_partition"
+            if rule == BENCH_RULE
+            else f"slurm_partition of rule {rule} (target.partition, or set-resources {rule}:slurm_partition)"
+        )
         try:
             partition, cpus = node_cpus(rule_resource(workflow, rule, "slurm_partition"), where)
         except ValueError as error:  # no such partition
