@@ -2,7 +2,7 @@
 
 The cluster keeps Slurm's default accounting flags, as sites ship it: sacct returns no job comments.
 
-* a cell wider than a node is refused before any job, with one line;
+* a cell wider than a node, or a target's partition the cluster lacks, is refused before any job, with one line;
 * the `gres` way of asking for GPUs (with gpu: 0) reaches sbatch alone and runs;
 * a job cancelled with scancel and a job on a node that fails (NODE_FAIL): the
   run ends with exit 1, the report is still made and lists both cells with
@@ -84,6 +84,23 @@ def test_a_cell_wider_than_a_node_is_refused_before_any_job(slurm_cluster, tmp_p
     line = (
         "bad config: experiments.wide: cell base asks for 5 CPUs per node (1 rank(s) x (num_workers 4 + 1)); "
         "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)"
+    )
+    assert line in proc.stderr, proc.stderr[-3000:]
+    assert "Submitted job" not in proc.stderr and not (tmp_path / "run" / "results" / "cells").exists()
+
+
+def test_a_target_partition_the_cluster_lacks_is_refused_before_any_job(slurm_cluster, tmp_path):
+    """The target's compute cells (rule bench_target) are checked against their own partition, as bench's are."""
+    config = {
+        "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
+        "target": {"gpu": "H100", "cores_per_gpu": 2, "cpu_speed": 1.0, "compute": "measured", "partition": "nosuch"},
+        "experiments": {"w": {"base": dict(CELL, model="mlp", num_workers=0)}},
+    }
+    proc = snakemake(slurm_cluster, tmp_path, config)
+    assert proc.returncode == 1
+    line = (
+        "bad config: slurm_partition of rule bench_target (target.partition, or set-resources "
+        "bench_target:slurm_partition): 'nosuch' is not a partition; allowed: "
     )
     assert line in proc.stderr, proc.stderr[-3000:]
     assert "Submitted job" not in proc.stderr and not (tmp_path / "run" / "results" / "cells").exists()
