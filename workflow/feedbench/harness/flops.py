@@ -44,7 +44,7 @@ from ..plan.estimate import (
 from ..plan.knobs import KNOBS
 from ..plan.model_names import input_kind, model_family
 from ..plan.result import atomic_write, results_by_cell
-from ..plan.target import Target, copy_seconds, dtype, measured_compute, read_target
+from ..plan.target import Target, compute_side, copy_seconds, dtype, measured_compute, read_target
 from .cpu_speed import target_speed
 from .models import build_model, loss_function
 
@@ -216,7 +216,7 @@ def target_estimates(
             **speed,
             "link_gb_per_s": target.link_gb_per_s,
             "default_cpus_per_gpu": spec.get("default_cpus_per_gpu"),
-            "compute": spec.get("compute", "estimated"),
+            "compute": compute_side(spec),
         },
         "published_error": {
             "cells": error.cells,

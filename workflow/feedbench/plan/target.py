@@ -161,11 +161,16 @@ def check_partition(spec: dict) -> None:
             f"target.partition: value {shown(partition)} is no Slurm partition name; allowed: one name of letters, "
             "digits, _, . and - (not first), as `sinfo -s` lists it"
         )
-    if spec.get("compute", "estimated") != "measured":
+    if compute_side(spec) != "measured":
         raise ConfigError(
-            f"target.partition: given with target.compute {spec.get('compute', 'estimated')}; allowed: a partition "
+            f"target.partition: given with target.compute {compute_side(spec)}; allowed: a partition "
             "only with compute: measured (it runs the compute cells measured there)"
         )
+
+
+def compute_side(spec: dict) -> str:
+    """How a target's compute is had: `measured` there, or `estimated` (the default)."""
+    return spec.get("compute") or "estimated"
 
 
 def measured_resources(config: dict) -> dict[str, str]:
@@ -221,8 +226,7 @@ def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedC
     """With `target: {compute: measured}`: `<experiment>/<cell>` of every single-process training cell -> its
     compute ceiling on a GPU (device cuda) in the experiment MEASURED_EXPERIMENT, each distinct one planned once.
     Empty without a target or when its compute is estimated."""
-    target = config.get("target") or {}
-    if target.get("compute", "estimated") != "measured":
+    if compute_side(config.get("target") or {}) != "measured":
         return {}
     if MEASURED_EXPERIMENT in (config.get("experiments") or {}):
         raise ConfigError(
