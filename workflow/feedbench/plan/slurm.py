@@ -42,6 +42,9 @@ def on_slurm(workflow) -> bool:
 # target's GPU (experiment MEASURED_EXPERIMENT), which may ask for a partition of their own.
 BENCH_RULE = "bench"
 BENCH_RULES = (BENCH_RULE, MEASURED_RULE)
+# How the run's log names them (submitted_jobs): the plugin's log folder of each rule, Snakemake's error block.
+BENCH_LOG_FOLDERS = frozenset(f"rule_{rule}" for rule in BENCH_RULES)
+BENCH_ERRORS = tuple(f"Error in rule {rule}:" for rule in BENCH_RULES)
 
 
 def bench_rule(experiment: str) -> str:
@@ -196,9 +199,9 @@ def submitted_jobs(logs) -> dict[str, str]:
         match = SUBMITTED.search(line)
         if match:
             folder = os.path.dirname(match.group(2))
-            if os.path.basename(os.path.dirname(folder)) in [f"rule_{rule}" for rule in BENCH_RULES]:
+            if os.path.basename(os.path.dirname(folder)) in BENCH_LOG_FOLDERS:
                 jobs[os.path.basename(folder)] = match.group(1)
-        elif line.startswith(tuple(f"Error in rule {rule}:" for rule in BENCH_RULES)):
+        elif line.startswith(BENCH_ERRORS):
             error = {}
         elif error is not None and line.startswith("    "):
             key, _, value = line.strip().partition(": ")
