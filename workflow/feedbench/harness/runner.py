@@ -49,13 +49,13 @@ HAND_OVER = ("multiprocessing/resource_sharer.py", "torch/multiprocessing/reduct
 
 
 def _error(exc: BaseException) -> dict:
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     text = str(exc).strip()
     message = worker_message(text) or (text.splitlines()[0] if text else type(exc).__name__)
-    if isinstance(exc, (EOFError, ConnectionError)) and any(path in "".join(lines) for path in HAND_OVER):
+    if isinstance(exc, (EOFError, ConnectionError)) and any(path in trace for path in HAND_OVER):
         detail = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
         message = f"a loader worker died while handing over a batch ({detail})"
-    return {"type": type(exc).__name__, "message": message, "traceback": "".join(lines)[-4000:]}
+    return {"type": type(exc).__name__, "message": message, "traceback": trace[-4000:]}
 
 
 def worker_message(text: str) -> str | None:
