@@ -134,7 +134,7 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
                 f"experiments: name {name!r} is the ceilings' own (ceilings: true in {wanted[0]});"
                 " allowed: another name"
             )
-    defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
+    defaults = _knob_defaults(config)
     base = ceiling_base(config)
     measured = {same_key(effective(c.knobs)) for c in cells}
     derived: dict[str, PlannedCell] = {}
@@ -172,10 +172,14 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
     return list(derived.values())
 
 
+def _knob_defaults(config: dict) -> dict:
+    """The config's `defaults` that are knobs (not the run's settings such as repeats)."""
+    return {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
+
+
 def ceiling_base(config: dict) -> dict:
     """Every knob's value where a cell does not set it: the knob spec's default, less the config's defaults."""
-    defaults = {k: v for k, v in (config.get("defaults") or {}).items() if k not in NOT_KNOBS}
-    return {**{k: knob.default for k, knob in KNOBS.items()}, **defaults}
+    return {**{k: knob.default for k, knob in KNOBS.items()}, **_knob_defaults(config)}
 
 
 def trains_alone(knobs: dict) -> bool:
