@@ -63,6 +63,13 @@ def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = Tru
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
 
 
+def assert_refused_before_any_job(proc, workdir, line: str) -> None:
+    """The run stopped with exit 1 and `line` before it submitted a job or measured a cell."""
+    assert proc.returncode == 1
+    assert line in proc.stderr, proc.stderr[-3000:]
+    assert "Submitted job" not in proc.stderr and not (workdir / "run" / "results" / "cells").exists()
+
+
 def bench_jobs(slurm_cluster, output: str) -> dict[str, dict[str, str]]:
     """The run's bench jobs by experiment_cell_repeat: their ids from the run's output, their rows from accounting."""
     submitted = submitted_bench_jobs(output)
@@ -79,14 +86,11 @@ def test_a_cell_wider_than_a_node_is_refused_before_any_job(slurm_cluster, tmp_p
         "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
         "experiments": {"wide": {"base": dict(CELL, num_workers=4)}},
     }
-    proc = snakemake(slurm_cluster, tmp_path, config)
-    assert proc.returncode == 1
     line = (
         "bad config: experiments.wide: cell base asks for 5 CPUs per node (1 rank(s) x (num_workers 4 + 1)); "
         "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)"
     )
-    assert line in proc.stderr, proc.stderr[-3000:]
-    assert "Submitted job" not in proc.stderr and not (tmp_path / "run" / "results" / "cells").exists()
+    assert_refused_before_any_job(snakemake(slurm_cluster, tmp_path, config), tmp_path, line)
 
 
 def test_a_target_partition_the_cluster_lacks_is_refused_before_any_job(slurm_cluster, tmp_path):
@@ -96,14 +100,11 @@ def test_a_target_partition_the_cluster_lacks_is_refused_before_any_job(slurm_cl
         "target": {"gpu": "H100", "cores_per_gpu": 2, "cpu_speed": 1.0, "compute": "measured", "partition": "nosuch"},
         "experiments": {"w": {"base": dict(CELL, model="mlp", num_workers=0)}},
     }
-    proc = snakemake(slurm_cluster, tmp_path, config)
-    assert proc.returncode == 1
     line = (
         "bad config: slurm_partition of rule bench_target (target.partition, or set-resources "
         "bench_target:slurm_partition): 'nosuch' is not a partition; allowed: "
     )
-    assert line in proc.stderr, proc.stderr[-3000:]
-    assert "Submitted job" not in proc.stderr and not (tmp_path / "run" / "results" / "cells").exists()
+    assert_refused_before_any_job(snakemake(slurm_cluster, tmp_path, config), tmp_path, line)
 
 
 def test_gpus_asked_for_with_gres_instead_of_gpu(slurm_cluster, tmp_path):
