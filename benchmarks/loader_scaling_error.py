@@ -1,6 +1,9 @@
 """The loader's prediction from one core to two: the loader rows of docs/results/prediction-error-loader.md.
 
-    PYTHONPATH=workflow:tests .venv/bin/python benchmarks/loader_scaling_error.py [--repeats 3]
+    PYTHONPATH=workflow:tests .venv/bin/python benchmarks/loader_scaling_error.py [--repeats 3] [--check]
+
+With --check, the test's cells only (tests/test_loader_scaling.py: 2 workers on one core and on two, 3 repeats), one
+row per pipeline with the busy share of the cells' cores and a sample's cost on one core over two.
 
 For the JPEG folder (`dataset: images`) and examples/own-pipeline (tests/loader_scaling.py has the cells): the
 loader alone at 0, 1 and 2 workers with the affinity mask at one core, and at 2 workers with two cores, repeat by
@@ -19,7 +22,7 @@ import tempfile
 import time
 
 from feedbench.analysis.loader_scaling import fit_scaling, fit_text, loader_ceiling, loader_point
-from loader_scaling import PIPELINES, measure
+from loader_scaling import CHECK_CELLS, CHECK_REPEATS, ONE_CORE, PIPELINES, TWO_CORES, measure
 
 NAMES = {"images": "JPEG folder (`dataset: images`)", "shapes": "examples/own-pipeline (shapes)"}
 
@@ -55,15 +58,39 @@ def loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def busy(runs, cores: int) -> str:
+    """The median share of their offered cores the cells on `cores` kept busy (loader_point.busy_share)."""
+    shares = [loader_point(r).busy_share for w, c, r in runs if c == cores]
+    shares = [share for share in shares if share is not None]
+    return f"{statistics.median(shares):.3f}" if shares else "n/a"
+
+
+def cost_ratio(runs) -> str:
+    """A sample's CPU ms (workers' and main process's) on one core over two, medians: 1 where it does not change."""
+    cost = {1: [], 2: []}
+    for _, cores, result in runs:
+        p = loader_point(result)
+        if p.worker_cpu_ms is not None and p.main_cpu_ms is not None:
+            cost[cores].append(p.worker_cpu_ms + p.main_cpu_ms)
+    if not cost[1] or not cost[2]:
+        return "n/a"
+    return f"{statistics.median(cost[1]) / statistics.median(cost[2]):.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each cell (default 3)")
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--repeats", type=int, default=None, help="runs of each cell (default 3)")
+    parser.add_argument(
+        "--check", action="store_true", help="the test's cells only (2 workers on one core and on two), one row each"
+    )
+    args = parser.parse_args()
+    cells = CHECK_CELLS if args.check else ONE_CORE + TWO_CORES
+    repeats = args.repeats or (CHECK_REPEATS if args.check else 3)
     root = tempfile.mkdtemp(prefix="loader-scaling-")
     rows = []
     for pipeline in PIPELINES:
         start, load = time.perf_counter(), loadavg()
-        runs = measure(root, pipeline, repeats)
+        runs = measure(root, pipeline, repeats, cells)
         predicted, measured, fit = predicted_and_measured(runs)
         median = statistics.median(measured)
         error = 100 * (median / predicted - 1)
@@ -76,18 +103,31 @@ def main() -> None:
             cpu = f"workers {p.worker_cpu_ms or 0:.2f}, main {p.main_cpu_ms or 0:.2f} CPU ms/sample"
             raw, offered = result["metrics"]["samples_per_s"], p.offered_cores or float("nan")
             print(f"  W={workers} cores={cores}: {raw:.1f} samples/s, {offered:.2f} cores offered, ", end="")
-            print(f"{p.samples_per_s:.1f} on free cores ({cpu})")
+            print(f"{p.samples_per_s:.1f} on free cores ({cpu}; busy {p.busy_share or float('nan'):.3f})")
         spread = ", ".join(f"{value:.0f}" for value in measured)
+        if args.check:
+            rows.append(
+                f"| {NAMES[pipeline]} | {load} | {fit.x1:.0f} | {predicted:.0f} | {median:.0f} ({spread}) "
+                f"| {busy(runs, 1)} / {busy(runs, 2)} | {cost_ratio(runs)} | {error:+.1f} % |"
+            )
+            continue
         rows.append(
             f"| {NAMES[pipeline]} | {load} | {worker_cpu_ms(runs)} | {fit.main_cpu_ms:.2f} | {fit.x1:.0f} "
             f"| {predicted:.0f} | {median:.0f} ({spread}) | {error:+.1f} % | {as_measured(runs):+.1f} % |"
         )
-    print(
-        "\n| pipeline | load average before | workers' CPU ms per sample: 1 and 2 on one core / 2 on two "
-        "| main process's | X1: one core, 2 workers | predicted, 2 cores | measured, 2 cores: median (repeats) "
-        "| error | error as measured |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    if args.check:
+        print(
+            "\n| pipeline | load average before | X1: one core, 2 workers | predicted, 2 cores | measured, 2 cores: "
+            "median (repeats) | busy share, one core / two | cost per sample, one core over two | error |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+    else:
+        print(
+            "\n| pipeline | load average before | workers' CPU ms per sample: 1 and 2 on one core / 2 on two "
+            "| main process's | X1: one core, 2 workers | predicted, 2 cores | measured, 2 cores: median (repeats) "
+            "| error | error as measured |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -45,6 +45,11 @@ PIPELINES = {
 # (workers, cores) of each cell: the one-core points the prediction uses, then the two-core cell it predicts.
 ONE_CORE = ((0, 1), (1, 1), (2, 1))
 TWO_CORES = ((2, 2),)
+# The check (tests/test_loader_scaling.py, benchmarks/loader_scaling_error.py --check): the curve's one-core point
+# and the two-core cell it predicts, 3 repeats each. 5 narrowed the run-to-run spread little (docs/results/
+# prediction-error-loader.md): the scatter is between runs, not between repeats.
+CHECK_CELLS = ((2, 1), (2, 2))
+CHECK_REPEATS = 3
 
 
 def prepare(root: str) -> dict[str, dict]:

@@ -23,6 +23,14 @@ pays for itself. X1 is, for each candidate shape, the median of log(X) less the 
 measured under a burst of other load moves it less than a mean would. From one core count (every cell on one
 machine, without masks) the curve is linear: nothing measured says more, and the caps below still hold it.
 
+What the curve assumes: its cores kept busy, and a sample's CPU cost the same at every core count. From one core
+count it cannot see what only more cores show: with a core per worker, the DataLoader's in-order hand-over leaves a
+share of them idle (a worker ahead of the one whose batch comes next runs out of work and waits; on one core the other
+worker takes the core). On this 2-core machine the cells' own processes kept 92 to 94 % of two cores busy for
+examples/own-pipeline and 96 to 98 % for the JPEG folder, steadily, and 100 % of one (`busy_share`); so from one core
+the curve over-predicts two by that idle share, and a one-core cell's cost per sample varies a few % from run to run
+on top (docs/results/prediction-error-loader.md). Measured at several core counts, Amdahl's s takes the idle in.
+
 The loader ceiling on `cores` with `workers` (`loader_ceiling`) is the curve at those cores, and never more than
 the workers can load (W x 1000 / c_w: one core each at most) nor than the main process can take in (1000 / c_m),
 all times the CPU speed factor of the target over this machine. Without workers the main process loads alone: the
@@ -56,6 +64,7 @@ class LoaderPoint:
     worker_cpu_ms: float | None  # all its workers' CPU ms per sample; None without workers or monitor samples
     main_cpu_ms: float | None  # its main process's CPU ms per sample over the window; None without monitor samples
     offered_cores: float | None = None  # the cores offered it over the window (monitor.cpu_offered); None: not read
+    busy_share: float | None = None  # the share of those cores its own processes kept busy (the monitor's left out)
 
 
 def _worker_cpu_ms(result: dict) -> float | None:
@@ -93,7 +102,19 @@ def loader_point(result: dict) -> LoaderPoint | None:
         worker_cpu_ms=_worker_cpu_ms(result),  # CPU per sample: other load slows the cell, not its samples' cost
         main_cpu_ms=10 * main / rate if main is not None else None,  # pct / 100 cores x 1000 ms / (samples/s)
         offered_cores=offered,
+        busy_share=_busy_share(result) if offered else None,
     )
+
+
+def _busy_share(result: dict) -> float | None:
+    """The share of its offered cores the cell's own processes kept busy over the window: their CPU time (the main
+    process and its workers, less the monitor's thread) over the offered cores times the window. Below 1 where the
+    cell left a core idle: the in-order hand-over's wait with a core per worker, which the curve cannot see from one
+    core count (the module's docstring)."""
+    offered = (result.get("monitor") or {}).get("cpu_offered") or {}
+    cpu = (offered.get("cell_cpu_s") or 0) - (offered.get("monitor_cpu_s") or 0)
+    capacity = (offered.get("offered_cores") or 0) * (offered.get("wall_s") or 0)
+    return round(min(cpu / capacity, 1.0), 3) if cpu > 0 and capacity > 0 else None
 
 
 def _offered_cores(result: dict) -> float | None:
@@ -245,6 +266,7 @@ def scaling_rows(fit: ScalingFit, target_cores: int | None = None, speed: float 
                 "residual_pct": 100 * (p.samples_per_s / fitted - 1) if fitted else None,
                 "worker_cpu_ms": p.worker_cpu_ms,
                 "main_cpu_ms": p.main_cpu_ms,
+                "busy_share": p.busy_share,
             }
         )
     if target_cores:
