@@ -33,9 +33,14 @@ def snakemake_command(workflow: str, workdir, *args: str, cores: int = 2) -> lis
     ]
 
 
-def snakemake_env() -> dict[str, str]:
-    """This environment with the test's python first on PATH: the jobs' `python -m feedbench` is this one."""
-    return dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+def snakemake_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (this environment) with the test's venv taken off PATH, as a user who types `.venv/bin/snakemake`
+    without activating it has: the jobs must run the workflow's own Python (feedbench.plan.job.job_python), not the
+    first `python` on PATH, which may lack torch."""
+    base = dict(os.environ if base is None else base)
+    venv_bin = os.path.dirname(os.path.abspath(sys.executable))  # not realpath: the venv's python links out of it
+    keep = [p for p in base.get("PATH", "").split(os.pathsep) if p and os.path.abspath(p) != venv_bin]
+    return dict(base, PATH=os.pathsep.join(keep))
 
 
 def run_snakemake(workflow: str, workdir, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:

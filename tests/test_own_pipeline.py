@@ -8,11 +8,12 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import pytest
 import yaml
 from conftest import ROOT
-from snakemake_run import copy_workflow, run_snakemake
+from snakemake_run import copy_workflow, run_snakemake, snakemake_env
 
 pytestmark = [
     pytest.mark.slow,  # one real Snakemake run of 8 small cells and a transfer probe
@@ -53,6 +54,18 @@ def test_every_cell_measured_and_named_by_its_axes(example):
         for p in ("false", "true")
         for s in (1, 4)
     }
+
+
+def test_every_job_ran_though_path_lacks_the_venv(example):
+    """The README's command, `.venv/bin/snakemake --configfile ...`, with the venv off PATH (run_snakemake: as a user
+    who never activated it has): every job ran the workflow's Python, not the first `python` on PATH (#33)."""
+    _, workdir, _ = example
+    path = snakemake_env()["PATH"].split(os.pathsep)
+    assert os.path.dirname(os.path.abspath(sys.executable)) not in [os.path.abspath(p) for p in path]
+    results = list((workdir / "results" / "cells").glob("*/*/rep*/result.json"))
+    assert len(results) >= 9, results  # 8 cells and the transfer probe
+    statuses = {str(r.relative_to(workdir)): json.loads(r.read_text())["status"] for r in results}
+    assert set(statuses.values()) == {"ok"}, statuses
 
 
 def test_the_transfer_cell_times_a_real_batch_of_the_users_collate(example):

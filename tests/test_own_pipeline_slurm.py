@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import yaml
-from snakemake_run import copy_workflow
+from snakemake_run import copy_workflow, snakemake_env
 from test_own_pipeline import EXAMPLE
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
@@ -41,7 +41,7 @@ def run(slurm_cluster, tmp_path_factory):
     (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     workdir = tmp_path_factory.mktemp("slurm-own")
     # Jobs inherit this environment (sbatch --export=ALL): the venv's python first, and not the user's project.
-    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = snakemake_env(slurm_cluster.env)
     assert str(project) not in env.get("PYTHONPATH", "")
     command = [
         sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),

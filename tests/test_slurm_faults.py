@@ -24,7 +24,7 @@ import pytest
 import yaml
 from feedbench.plan.result import invalid
 from slurm_cluster import submitted_bench_jobs
-from snakemake_run import copy_workflow
+from snakemake_run import copy_workflow, snakemake_env
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
@@ -47,7 +47,7 @@ def snakemake(slurm_cluster, workdir, config: dict, *args: str, wait: bool = Tru
         os.makedirs(workflow)
         copy_workflow(workflow)
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = snakemake_env(slurm_cluster.env)
     command = [
         sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"),
         "--directory", str(workdir / "run"),

@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 from slurm_cluster import submitted_bench_jobs
-from snakemake_run import copy_workflow
+from snakemake_run import copy_workflow, snakemake_env
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
@@ -73,7 +73,7 @@ def run(slurm_cluster, tmp_path_factory):
     config = workdir / "config.yaml"
     config.write_text(yaml.safe_dump(TINY, sort_keys=False))
     # Jobs inherit this environment (sbatch --export=ALL): the venv's python first.
-    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = snakemake_env(slurm_cluster.env)
     command = [
         sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
         "--configfile", str(config),
@@ -161,7 +161,7 @@ def timed_out(slurm_cluster, tmp_path_factory):
     workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
     workdir = tmp_path_factory.mktemp("slurm-limit")
     (workdir / "config.yaml").write_text(yaml.safe_dump(LONG, sort_keys=False))
-    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = snakemake_env(slurm_cluster.env)
     command = [
         sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
         "--configfile", str(workdir / "config.yaml"), "--profile", os.path.join(workflow, "profiles", "slurm"),

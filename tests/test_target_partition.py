@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT
 from slurm_cluster import GPU_PARTITION, submitted_bench_jobs
-from snakemake_run import run_snakemake, workflow_copy
+from snakemake_run import run_snakemake, snakemake_env, workflow_copy
 
 pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster, for the test marked slurm
 
@@ -75,7 +75,7 @@ def test_the_targets_cells_are_planned_as_rule_bench_target_with_its_partition(t
 @pytest.mark.slow
 def test_one_command_runs_the_targets_cells_on_its_partition_and_the_rest_on_the_default(slurm_cluster, tmp_path):
     workflow, workdir = workflow_copy(tmp_path)
-    env = dict(slurm_cluster.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = snakemake_env(slurm_cluster.env)
     command = [
         sys.executable, "-m", "snakemake", "-s", os.path.join(workflow, "Snakefile"), "--directory", str(workdir),
         "--configfile", write_config(workdir, CONFIG),

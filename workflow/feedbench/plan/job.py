@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -30,6 +31,17 @@ import time
 # formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
 CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
 CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
+
+
+def job_python(deployment_methods) -> str:
+    """The Python that the shell rules' jobs run `-m feedbench` with: the one running this Snakefile (sys.executable:
+    the venv `make setup` made, or, in a Slurm job, the one the executor plugin starts Snakemake with there), never the
+    first `python` on PATH, which may be another that lacks torch. Under `--software-deployment-method conda` (or
+    apptainer), the rule's environment's own `python`: the host's path means nothing there. `deployment_methods`:
+    Snakemake's workflow.deployment_settings.deployment_method (a set of enum members)."""
+    if any(method.name in ("CONDA", "APPTAINER") for method in deployment_methods):
+        return "python"
+    return shlex.quote(sys.executable)
 
 
 def result_path(experiment: str, cell: str, repeat: int) -> str:
