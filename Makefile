@@ -13,10 +13,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -e '.[test]'
 	touch $@
 
+# `snakemake --profile slurm` by name: profiles/link.sh links profiles/slurm where Snakemake looks for profiles.
 setup: $(VENV)/.installed
+	@bash profiles/link.sh $(PY)
 
 # The default matrix (config/config.yaml) with the workflow profile profiles/default.
-# Jobs find the venv's python first on PATH. Extra arguments: make run SNAKEMAKE_ARGS='--configfile my.yaml'.
+# Jobs run the venv's python (the workflow's own: feedbench.plan.job.job_python); its bin first on PATH serves the
+# user's own tools. Extra arguments: make run SNAKEMAKE_ARGS='--configfile my.yaml'.
 CORES ?= all
 run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
