@@ -14,7 +14,7 @@ from feedbench.harness.batches import batch_len, default_loss, move_batch, unpin
 from feedbench.harness.runner import run
 from feedbench.plan.cell import parse_cell
 from feedbench.plan.knobs import KnobError
-from feedbench.plan.plugins import content_hash, load
+from feedbench.plan.plugins import content_hash, load, resolve_all
 
 USER_CODE = """
 import torch
@@ -76,6 +76,47 @@ def build_dict_model(ctx):
     return DictModel()
 
 
+class TokenBatches(Dataset):  # token ids with a mask and a label: a text pipeline's dict samples
+
+    def __init__(self, n, length=12, vocab=50):
+        self.n, self.length, self.vocab = n, length, vocab
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        ids = torch.arange(self.length) * (i + 1) % self.vocab
+        return {"input_ids": ids, "attention_mask": torch.ones(self.length), "labels": i % 3}
+
+
+class BagOfWords(nn.Module):  # a forward with several named inputs, as a text model's
+
+    def __init__(self, vocab=50, dim=8, classes=3):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(vocab, dim), nn.Linear(dim, classes)
+
+    def forward(self, input_ids, attention_mask):
+        return self.out((self.embed(input_ids) * attention_mask[..., None]).mean(1))
+
+
+OPTIMIZERS_SEEN = []
+
+
+def recording_step(model, batch, ctx):
+    OPTIMIZERS_SEEN.append((type(ctx.optimizer).__name__, ctx.optimizer.defaults))
+    return nn.functional.cross_entropy(model(batch), batch["label"])
+
+
+class Classifier(nn.Module):  # a model class of the user's own, with no ctx
+
+    def __init__(self, classes, side=8):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(3 * side * side, classes))
+
+    def forward(self, batch):
+        return self.net(batch["image"])
+
+
 def build_vector_model(ctx):
     return nn.Linear(4, 2)
 
@@ -99,6 +140,13 @@ def step_float(model, batch, ctx):
 
 def broken_factory(ctx):
     raise ValueError("the user's factory broke")
+
+
+def build_from(ctx, root, n=16):
+    import os
+
+    assert os.path.isdir(root), root
+    return Squares(n, 4)
 
 
 def not_a_dataset(ctx):
@@ -154,6 +202,94 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
     ctx = sys.modules["userproj.data"].SEEN[0]
     assert (ctx.rank, ctx.world_size, ctx.local_rank, ctx.batch_size, ctx.num_workers, ctx.seed) == (0, 1, 0, 8, 0, 0)
     assert ctx.knobs["dataset_args"] == {"n": 40, "side": 8} and str(ctx.device) == "cpu"
+
+
+def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
+    """No adapter: a Dataset class and a model class whose signatures take no ctx are called with their arguments
+    alone (plan.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
+    knobs = cell(
+        project,
+        dataset="userproj.data:Squares",
+        dataset_args={"n": 24, "side": 8},
+        collate="userproj.data:collate",
+        model="userproj.data:Classifier",
+        model_args={"classes": 4},
+    )
+    assert run(knobs, str(tmp_path / "out")) == 0
+    result = result_of(tmp_path / "out")
+    assert result["status"] == "ok" and result["metrics"]["samples"] == 4 * 8, result.get("error")
+    misspelled = parse_cell({**knobs, "model_args": {"clases": 4}})
+    with pytest.raises(KnobError, match="key 'clases' is not an argument of 'userproj.data:Classifier'"):
+        resolve_all(misspelled)
+
+
+@pytest.mark.parametrize(
+    "optimizer, args, name",
+    [
+        ("adamw", {"betas": [0.8, 0.95]}, "AdamW"),
+        ("adam", {}, "Adam"),
+        ("torch.optim:RMSprop", {"lr": 0.002, "alpha": 0.9}, "RMSprop"),
+    ],
+)
+def test_the_optimizer_is_a_knob(project, tmp_path, optimizer, args, name):
+    """A user keeps AdamW (or any optimizer, by import path) without writing a step: the step's optimizer is the
+    knob's, with its arguments (#33)."""
+    knobs = cell(
+        project,
+        dataset="userproj.data:Squares",
+        dataset_args={"n": 24, "side": 8},
+        collate="userproj.data:collate",
+        model="userproj.data:Classifier",
+        model_args={"classes": 4},
+        step="userproj.data:recording_step",
+        optimizer=optimizer,
+        optimizer_args=args,
+        weight_decay=0.01,
+    )
+    assert run(knobs, str(tmp_path / "out")) == 0
+    assert result_of(tmp_path / "out")["status"] == "ok"
+    seen, defaults = sys.modules["userproj.data"].OPTIMIZERS_SEEN[-1]
+    assert seen == name and all(defaults[k] == (tuple(v) if isinstance(v, list) else v) for k, v in args.items())
+    if optimizer in ("adam", "adamw"):
+        assert defaults["lr"] == 0.01 and defaults["weight_decay"] == 0.01  # the cell's lr and weight_decay
+
+
+def test_a_model_with_named_inputs_runs_without_a_step(project, tmp_path):
+    """forward_keys: the dict batch's keys go to forward by name, and label_key names the target: a text model with
+    input_ids and attention_mask, with AdamW, and no hand-written step (#33); a misspelled key is one line."""
+    knobs = cell(
+        project,
+        dataset="userproj.data:TokenBatches",
+        dataset_args={"n": 32},
+        model="userproj.data:BagOfWords",
+        forward_keys=["input_ids", "attention_mask"],
+        label_key="labels",
+        optimizer="adamw",
+    )
+    assert run(knobs, str(tmp_path / "out")) == 0
+    result = result_of(tmp_path / "out")
+    assert result["status"] == "ok", result.get("error")
+    assert "loss: cross-entropy against batch['labels'] (no step given)" in result["adjustments"]
+    knobs["forward_keys"] = ["input_idz", "attention_mask"]
+    run(knobs, str(tmp_path / "typo"))
+    failed = result_of(tmp_path / "typo")
+    assert failed["status"] == "failed"
+    assert failed["error"]["message"] == (
+        "knob 'forward_keys': the batch has no key 'input_idz' (did you mean 'input_ids'?); allowed: input_ids, "
+        "attention_mask, labels"
+    )
+
+
+def test_a_bad_optimizer_is_one_line():
+    with pytest.raises(KnobError) as error:
+        parse_cell({"optimizer": "adamm"})
+    assert str(error.value) == (
+        "knob 'optimizer': value 'adamm' is not allowed; allowed: sgd, adam, adamw or package.module:attribute"
+    )
+    with pytest.raises(KnobError, match="knob 'momentum': value 0.9 is SGD's, not allowed with optimizer 'adam'"):
+        parse_cell({"optimizer": "adam", "momentum": 0.9})
+    with pytest.raises(KnobError, match=r"cannot import 'torch.optim:AdamX' \(AttributeError: .*did you mean 'Adam"):
+        load("torch.optim:AdamX", "optimizer")
 
 
 def test_default_loss_rule_is_recorded(project, tmp_path):
@@ -238,6 +374,79 @@ def test_a_target_that_does_not_import_is_one_line(project, target, reason):
     with pytest.raises(KnobError) as error:
         load(target, "dataset")
     assert str(error.value) == f"knob 'dataset': cannot import '{target}' ({reason})"
+
+
+def test_a_misspelled_attribute_gets_the_closest_name(project):
+    sys.path.insert(0, project)
+    with pytest.raises(KnobError) as error:
+        load("userproj.data:build_datset", "dataset")
+    assert str(error.value) == (
+        "knob 'dataset': cannot import 'userproj.data:build_datset' "
+        "(AttributeError: module 'userproj.data' has no attribute 'build_datset' (did you mean 'build_dataset'?))"
+    )
+
+
+def test_factory_arguments_are_checked_against_its_signature_before_any_job(project):
+    """`dataset_args` and `model_args` keys against the factory's signature (f(ctx, **args)): a typo is one line with
+    the closest name, from the config's own key path, where it was a TypeError in every cell (#33)."""
+    from feedbench.plan.matrix import ConfigError, build_cells
+
+    def config(**args):
+        base = {"dataset": "userproj.data:build_dataset", "model": "userproj.data:build_model", **args}
+        return {"python_path": [project], "experiments": {"mine": {"base": base}}}
+
+    assert len(build_cells(config(dataset_args={"n": 16, "side": 4}))) == 1
+    with pytest.raises(ConfigError) as error:
+        build_cells(config(dataset_args={"n": 16, "sied": 4}))
+    assert str(error.value) == (
+        "experiments.mine.base.dataset_args: key 'sied' is not an argument of 'userproj.data:build_dataset' "
+        "(did you mean 'side'?); allowed: n, side"
+    )
+    with pytest.raises(ConfigError, match=r"model_args: key 'width' is not an argument of 'userproj.data:build_model'"):
+        build_cells(config(model_args={"width": 3}))
+
+
+def test_relative_paths_in_a_factorys_arguments_follow_the_config_file(project, tmp_path):
+    """`./` and `../` in dataset_args are relative to the config file's folder, as python_path is, not to Snakemake's
+    --directory; one that does not exist is one line before any job (#33)."""
+    from feedbench.plan.matrix import ConfigError, build_cells
+
+    folder = tmp_path / "conf"
+    (folder / "data").mkdir(parents=True)
+    base = {"dataset": "userproj.data:build_from", "model": "userproj.data:build_model", "dataset_args": {"root": ""}}
+    config = {"python_path": [project], "experiments": {"mine": {"base": base}}}
+    base["dataset_args"]["root"] = "./data"
+    cells = build_cells(config, args_folder=str(folder))
+    assert cells[0].knobs["dataset_args"] == {"root": str(folder / "data")}
+    base["dataset_args"]["root"] = "../missing"
+    with pytest.raises(ConfigError) as error:
+        build_cells(config, args_folder=str(folder))
+    assert str(error.value) == (
+        f"experiments.mine.base.dataset_args.root: path '../missing' does not exist (relative to the config file's "
+        f"folder, {folder}: {tmp_path / 'missing'}); allowed: an existing path"
+    )
+
+
+def test_check_args_reads_keyword_only_var_positional_and_required_arguments():
+    from feedbench.plan.plugins import check_args
+
+    def keyword_only(ctx, *, root, crop=224):
+        return ctx
+
+    def var_positional(*args, root):
+        return args
+
+    def anything(ctx, **kwargs):
+        return kwargs
+
+    check_args(keyword_only, {"root": "x", "crop": 160}, "p.m:keyword_only", "dataset_args")
+    check_args(var_positional, {"root": "x"}, "p.m:var_positional", "dataset_args")
+    check_args(anything, {"whatever": 1}, "p.m:anything", "dataset_args")
+    with pytest.raises(KnobError) as error:
+        check_args(keyword_only, {"crop": 160}, "p.m:keyword_only", "dataset_args")
+    assert str(error.value) == "knob 'dataset_args': 'p.m:keyword_only' needs 'root'; allowed: add it to dataset_args"
+    with pytest.raises(KnobError, match="key 'ctx' is not an argument"):
+        check_args(keyword_only, {"ctx": 1, "root": "x"}, "p.m:keyword_only", "dataset_args")
 
 
 def test_import_path_knobs_are_checked_as_knobs():

@@ -3,7 +3,8 @@
 A batch may be a tensor, or nested dicts, lists, tuples, namedtuples and dataclasses of them (a user's
 collate makes any of these). Here are how feedbench finds its tensors, moves them to the device, counts
 its samples and bytes, says when pinning did not reach them, and, for a user model without a step, what
-the model is called with and which loss it gets. Harness layer: only torch-importing modules use it.
+the model is called with (call_model) and which loss it gets (default_loss). Harness layer: only torch-importing
+modules use it.
 """
 
 from __future__ import annotations
@@ -84,20 +85,48 @@ def _opaque(batch) -> bool:
     return not isinstance(batch, walked) and not dataclasses.is_dataclass(batch)
 
 
-def default_loss(output, batch):
-    """(loss, rule): the model's output when it is a scalar, else cross-entropy against batch[1] or batch['label']."""
+def default_loss(output, batch, label_key: str = "label"):
+    """(loss, rule): the model's output when it is a scalar, or its `loss` (a mapping's key or an attribute, as a
+    Hugging Face model returns it when its labels are among its inputs), else cross-entropy against batch[1] or
+    batch[label_key]."""
     if isinstance(output, torch.Tensor) and output.dim() == 0:
         return output, "the model's output (a scalar)"
-    if isinstance(batch, dict) and "label" in batch:
-        return torch.nn.functional.cross_entropy(output.float(), batch["label"]), "cross-entropy against batch['label']"
+    own = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+    if isinstance(own, torch.Tensor) and own.dim() == 0:
+        return own, "the model's own loss (its output's loss)"
+    if isinstance(batch, dict) and label_key in batch:
+        logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
+        return (
+            torch.nn.functional.cross_entropy(logits.float(), batch[label_key]),
+            f"cross-entropy against batch[{label_key!r}]",
+        )
     if isinstance(batch, (list, tuple)) and len(batch) > 1:
         return torch.nn.functional.cross_entropy(output.float(), batch[1]), "cross-entropy against batch[1]"
     raise KnobError(
-        "knob 'step': no loss: the model's output is not a scalar and the batch has no batch[1] or "
-        "batch['label']; allowed: a step (package.module:train_step) returning the loss"
+        f"knob 'step': no loss: the model's output is not a scalar and has no loss, and the batch has no batch[1] or "
+        f"batch[{label_key!r}]; allowed: a step (package.module:train_step) returning the loss, or label_key"
     )
 
 
-def model_input(batch):
-    """What a user model is called with without a step: batch[0] of a list or tuple, else the whole batch."""
-    return batch[0] if isinstance(batch, (list, tuple)) and not hasattr(batch, "_fields") else batch
+def call_model(model, batch, forward_keys: list[str] | None = None):
+    """A user model without a step, called as PyTorch users write it: with `forward_keys`, model(**{key: batch[key]})
+    for those keys of a dict batch (several named inputs: input_ids, attention_mask, ...); else with batch[0] of a
+    list or tuple, or the whole batch. A key the batch lacks is one KnobError naming the keys it has."""
+    if not forward_keys:
+        return model(batch[0] if isinstance(batch, (list, tuple)) and not hasattr(batch, "_fields") else batch)
+    if not isinstance(batch, dict):
+        raise KnobError(
+            f"knob 'forward_keys': the batch is a {type(batch).__name__}, not a dict; allowed: forward_keys with a "
+            "collate that returns a dict, or none"
+        )
+    missing = [key for key in forward_keys if key not in batch]
+    if missing:
+        import difflib
+
+        close = difflib.get_close_matches(missing[0], [str(k) for k in batch], n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise KnobError(
+            f"knob 'forward_keys': the batch has no key '{missing[0]}'{hint}; allowed: "
+            + ", ".join(str(k) for k in batch)
+        )
+    return model(**{key: batch[key] for key in forward_keys})

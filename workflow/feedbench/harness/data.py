@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 from ..plan.cell import Cell
 from ..plan.knobs import JPEG_DATASETS, KnobError
 from ..plan.model_names import input_kind
-from ..plan.plugins import expect
+from ..plan.plugins import call_factory, expect
 from .stages import StagedBatch, TimedCollate, named, stage
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -273,7 +273,7 @@ def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
     """The cell's dataset; `user` maps knobs to the user's imported callables (feedbench.plan.plugins.resolve_all)."""
     if user and "dataset" in user:
         dataset = expect(
-            user["dataset"](ctx, **cell.dataset_args),
+            call_factory(user["dataset"], ctx, cell.dataset_args),
             (Dataset, IterableDataset),
             "a torch.utils.data.Dataset or IterableDataset",
             cell.dataset,

@@ -43,10 +43,11 @@ from ..plan.estimate import (
 )
 from ..plan.knobs import KNOBS
 from ..plan.model_names import input_kind, model_family
+from ..plan.plugins import resolve_all
 from ..plan.result import atomic_write, results_by_cell
 from ..plan.target import Target, compute_side, copy_seconds, dtype, measured_compute, read_target
 from .cpu_speed import target_speed
-from .models import build_model, loss_function
+from .models import BUILT_IN_OPTIMIZERS, build_model, build_optimizer, loss_function
 
 # Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read in backward,
 # its gradient written; then the optimizer reads weight, gradient and momentum and writes weight and momentum.
@@ -123,11 +124,11 @@ def _count(cell) -> StepCount:
 
 
 def _optimizer_kernels(model, cell) -> int:
-    """Kernels of a steady-state step of the cell's SGD (the harness's optimizer, harness.loop), with foreach as on
-    CUDA: the second step is counted, the first creates the momentum buffers. Its bytes are PARAMETER_PASSES'."""
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay, foreach=True
-    )
+    """Kernels of a steady-state step of the cell's optimizer (harness.models.build_optimizer, as the loop builds it),
+    a built-in one with foreach as on CUDA: the second step is counted, the first creates its state (momentum
+    buffers, Adam's moments). Its bytes are PARAMETER_PASSES' (SGD's: Adam's moments move more)."""
+    user = resolve_all(cell) if cell.optimizer not in BUILT_IN_OPTIMIZERS else None  # the user's own optimizer
+    optimizer = build_optimizer(cell, model.parameters(), user, foreach=True)
     optimizer.step()
     counted = _Dispatched()
     with counted:

@@ -26,11 +26,11 @@ from ..plan.cell import Cell
 from ..plan.knobs import KnobError
 from ..plan.metrics import CLOCKED_PHASES
 from ..plan.plugins import Context, resolve_all
-from .batches import batch_bytes, batch_len, default_loss, model_input, unpinned_note
+from .batches import batch_bytes, batch_len, call_model, default_loss, unpinned_note
 from .cache import prepare as prepare_page_cache
 from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
-from .models import build_model, loss_function
+from .models import build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, to_device
 from .stages import name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
@@ -290,8 +290,8 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
 class TrainStep:
     """One step of the cell's model: forward and loss, backward, optimizer step, each phase closed by a clock mark.
 
-    Built once per cell, before the loader starts: the model (channels_last, wrapped for ddp or dp), SGD and the
-    GradScaler; the optimizer is also the user's step's ctx.optimizer.
+    Built once per cell, before the loader starts: the model (channels_last, wrapped for ddp or dp), the optimizer
+    (knob `optimizer`: SGD by default) and the GradScaler; the optimizer is also the user's step's ctx.optimizer.
     """
 
     def __init__(self, cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context):
@@ -303,9 +303,7 @@ class TrainStep:
         # each DataParallel replica reduces its own output
         self.loss_inside = cell.parallel == "dp" and self.loss_fn is not None
         self.model = wrap_parallel(WithLoss(model, self.loss_fn) if self.loss_inside else model, cell, device)
-        self.optimizer = torch.optim.SGD(
-            self.model.parameters(), lr=cell.lr, momentum=cell.momentum, weight_decay=cell.weight_decay
-        )
+        self.optimizer = build_optimizer(cell, self.model.parameters(), user)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         ctx.optimizer = self.optimizer
         self.autocast_dtype = AMP_DTYPES.get(cell.amp)
@@ -341,7 +339,7 @@ class TrainStep:
                 )
             return loss
         if self.loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
-            loss, rule = default_loss(model(model_input(batch)), batch)
+            loss, rule = default_loss(call_model(model, batch, cell.forward_keys), batch, cell.label_key)
             self._note_once(f"loss: {rule} (no step given)")
             return loss
         inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]

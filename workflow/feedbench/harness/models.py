@@ -103,12 +103,31 @@ class RayMLP(nn.Sequential):
         super().__init__(*(nn.Linear(a, b) for a, b in itertools.pairwise(sizes)))
 
 
+BUILT_IN_OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+
+
+def build_optimizer(cell: Cell, parameters, user: dict | None = None, **extra) -> torch.optim.Optimizer:
+    """The step's optimizer (knob `optimizer`): torch.optim's SGD, Adam or AdamW with the cell's lr and weight_decay
+    (and momentum for SGD), then optimizer_args; or the user's, called as f(params, **optimizer_args). `extra`
+    (foreach, for the FLOP counter's kernels) goes to a built-in one. The training loop and the FLOP counter both
+    build it here, so the step they time and count is the same."""
+    if user and "optimizer" in user:
+        from ..plan.plugins import expect
+
+        optimizer = user["optimizer"](parameters, **cell.optimizer_args)
+        return expect(optimizer, (torch.optim.Optimizer,), "a torch.optim.Optimizer", cell.optimizer, "optimizer")
+    own = {"momentum": cell.momentum} if cell.optimizer == "sgd" else {}
+    args = {"lr": cell.lr, "weight_decay": cell.weight_decay, **own, **extra, **cell.optimizer_args}
+    return BUILT_IN_OPTIMIZERS[cell.optimizer](parameters, **args)
+
+
 def build_model(cell: Cell, user: dict | None = None, ctx=None) -> nn.Module:
     """The cell's model; `user` maps knobs to the user's imported callables (feedbench.plan.plugins.resolve_all)."""
     if user and "model" in user:
-        from ..plan.plugins import expect
+        from ..plan.plugins import call_factory, expect
 
-        return expect(user["model"](ctx, **cell.model_args), (nn.Module,), "a torch.nn.Module", cell.model, "model")
+        model = call_factory(user["model"], ctx, cell.model_args)
+        return expect(model, (nn.Module,), "a torch.nn.Module", cell.model, "model")
     if cell.model == "mlp":
         return (RayMLP if cell.mlp_style == "ray" else MLP)(cell.input_size, cell.width, cell.hidden_layers)
     if cell.model == "sleep":

@@ -75,6 +75,17 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
                 f"knob '{name}': value {values[name]!r} is set but knob '{name[:-5]}' is not user code; "
                 "allowed: {} or a package.module:attribute " + name[:-5]
             )
+    keys = values["forward_keys"]
+    if keys is not None and (not keys or not all(isinstance(k, str) and k for k in keys) or not own_model):
+        raise KnobError(
+            f"knob 'forward_keys': value {keys!r} is not allowed; allowed: null, or a non-empty list of batch keys "
+            "with a user model (package.module:attribute)"
+        )
+    if values["momentum"] and values["optimizer"] != "sgd":
+        raise KnobError(
+            f"knob 'momentum': value {values['momentum']!r} is SGD's, not allowed with optimizer "
+            f"'{values['optimizer']}'; allowed: 0 (an optimizer's own arguments go in optimizer_args)"
+        )
     scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
     hint = BUILTIN_DATASETS[dataset].data_dir_hint if dataset in BUILTIN_DATASETS else None
     if hint and not values["data_dir"] and not values["download"]:

@@ -153,6 +153,7 @@ JPEG_DATASETS = tuple(name for name, d in BUILTIN_DATASETS.items() if d.jpeg)
 SCENARIOS = ("train", "loader", "compute", "transfer")
 TIMINGS = ("events", "sync", "naive")
 AMP = ("off", "bf16", "fp16")
+OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
 DEVICES = ("auto", "cpu", "cuda")
 # torch.multiprocessing.set_sharing_strategy, set in the cell's process before its loader starts (harness.runner).
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
@@ -222,7 +223,8 @@ KNOBS: dict[str, Knob] = {
             "dataset",
             str,
             "synthetic",
-            "where samples come from; user code: a factory called as f(ctx, **dataset_args)",
+            "where samples come from; user code: a class or factory called as f(**dataset_args), or f(ctx, "
+            "**dataset_args) when its first parameter is ctx",
             DATASETS,
             user_code=True,
             short="data",
@@ -515,7 +517,8 @@ KNOBS: dict[str, Knob] = {
             str,
             "mlp",
             "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: "
-            "package.module:attribute called as f(ctx, **model_args)",
+            "package.module:attribute called as f(**model_args), or f(ctx, **model_args) when its first parameter is "
+            "ctx",
             user_code=True,
             names=_model_name,
             short="m",
@@ -595,7 +598,41 @@ KNOBS: dict[str, Knob] = {
         Knob("lstm_layers", int, 2, "lstm: layers", minimum=1, maximum=100, ceilings=("compute",)),
         Knob("embedding_dim", int, 128, "lstm: embedding size", minimum=1, maximum=1_048_576, ceilings=("compute",)),
         Knob("hidden_size", int, 128, "lstm: hidden units", minimum=1, maximum=1_048_576, ceilings=("compute",)),
-        Knob("lr", float, 0.01, "SGD learning rate", minimum=0, ceilings=("compute",)),
+        Knob(
+            "forward_keys",
+            list,
+            None,
+            "a user model without a step: the keys of its dict batch passed to forward by name, "
+            "model(**{key: batch[key]}); null: model(batch[0]) of a tuple, else model(batch)",
+            nullable=True,
+            ceilings=("compute",),
+        ),
+        Knob(
+            "label_key",
+            str,
+            "label",
+            "a user model without a step: the key of its dict batch that cross-entropy is taken against, where the "
+            "model's output is not a loss of its own",
+            ceilings=("compute",),
+        ),
+        Knob(
+            "optimizer",
+            str,
+            "sgd",
+            "the step's optimizer: sgd, adam or adamw (torch.optim's, with lr, weight_decay, momentum for sgd, and "
+            "optimizer_args), or user code called as f(params, **optimizer_args)",
+            OPTIMIZERS,
+            user_code=True,
+            ceilings=("compute",),
+        ),
+        Knob(
+            "optimizer_args",
+            dict,
+            {},
+            "further keyword arguments of the optimizer (betas, eps, ...; axis: optimizer_args.<name>)",
+            ceilings=("compute",),
+        ),
+        Knob("lr", float, 0.01, "learning rate of a built-in optimizer", minimum=0, ceilings=("compute",)),
         Knob("momentum", float, 0.0, "SGD momentum", minimum=0, maximum=1, ceilings=("compute",)),
         Knob("amp", str, "off", "autocast dtype of forward", AMP, short="amp", ceilings=("compute",)),
         Knob(
@@ -647,7 +684,7 @@ KNOBS: dict[str, Knob] = {
             "ray (hidden_layers square Linear, no activation: Ray's benchmark)",
             MLP_STYLES,
         ),
-        Knob("weight_decay", float, 0.0, "SGD weight decay", minimum=0),
+        Knob("weight_decay", float, 0.0, "weight decay of a built-in optimizer", minimum=0),
         Knob(
             "profile_first_batch",
             bool,

@@ -37,6 +37,7 @@ from .config import ConfigError, config_dir, count_values, key_path, sized, vali
 from .cpu_speed import with_speed_file
 from .knobs import KNOBS, KnobError, shown, user_code_of
 from .planned_cell import (
+    ARG_KNOBS,
     NOT_KNOBS,
     PERIODIC_REPEATS,
     PlannedCell,
@@ -247,6 +248,30 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
     return replace(cell, parsed=parsed)
 
 
+def with_args_folder(cell: PlannedCell, folder: str | None) -> PlannedCell:
+    """Paths written `./...` or `../...` in dataset_args and model_args made absolute against `folder` (the config
+    file's), as python_path is: the jobs run in Snakemake's --directory, wherever that is. One that does not exist is
+    a ConfigError naming its key, before any job. Other strings are left as they are: an argument may be no path."""
+    if folder is None:
+        return cell
+    knobs = dict(cell.knobs)
+    for args_knob in ARG_KNOBS:
+        args = dict(cell.knobs.get(args_knob) or {})
+        for name, value in args.items():
+            if isinstance(value, str) and value.startswith(("./", "../")):
+                args[name] = os.path.normpath(os.path.join(folder, value))
+                if not os.path.exists(args[name]):
+                    where = cell.sources.get(args_knob, args_knob)
+                    where += f".{name}" if where.endswith(args_knob) else f" ({args_knob}.{name})"
+                    raise ConfigError(
+                        f"{where}: path {shown(value)} does not exist (relative to the config file's folder, "
+                        f"{folder}: {args[name]}); allowed: an existing path"
+                    )
+        if args != (cell.knobs.get(args_knob) or {}):
+            knobs[args_knob] = args
+    return replace(cell, knobs=knobs) if knobs != cell.knobs else cell
+
+
 def with_python_path(cell: PlannedCell, python_path: list[str]) -> PlannedCell:
     """The config's python_path (absolute) on cells that name user code, and only on them: their params carry it."""
     if not python_path or not user_code_of(cell.knobs):
@@ -283,10 +308,13 @@ def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
             )
 
 
-def build_cells(config: dict, images_dir: str | None = None, check: bool = True) -> list[PlannedCell]:
+def build_cells(
+    config: dict, images_dir: str | None = None, check: bool = True, args_folder: str | None = None
+) -> list[PlannedCell]:
     """Every cell of every experiment of a schema-validated config, checked by the harness (unless check is false),
     then the ceiling cells of the experiments with `ceilings: true` and a target's measured compute cells (also
-    checked)."""
+    checked). `args_folder`: the config file's folder, which `./` and `../` paths in a factory's arguments are
+    relative to (with_args_folder)."""
     cells: list[PlannedCell] = []
     defaults = config.get("defaults") or {}
     experiments = config.get("experiments") or {}
@@ -298,7 +326,7 @@ def build_cells(config: dict, images_dir: str | None = None, check: bool = True)
     for name, experiment in experiments.items():
         check_search(name, experiment, defaults)
         expanded = expand_experiment(name, experiment, defaults, images_dir)
-        expanded = [with_python_path(cell, python_path) for cell in expanded]
+        expanded = [with_args_folder(with_python_path(cell, python_path), args_folder) for cell in expanded]
         check_plots(name, experiment, expanded)
         if check:
             expanded = [check_cell(cell, images_dir) for cell in expanded]
@@ -375,14 +403,14 @@ def needs_images(cells: list[PlannedCell], images_dir: str) -> bool:
 
 def planned_cells(config: dict, schema_path: str, configfiles: list, images_dir: str) -> list[PlannedCell]:
     """The workflow's config, in place: its size bounded, `small` merged (sized), defaults filled from the schema,
-    python_path and a target's cpu_speed file made absolute (relative to the file that sets them); then every cell,
-    checked (build_cells)."""
+    python_path, a target's cpu_speed file and `./` paths in a factory's arguments made absolute (relative to the
+    file that sets them); then every cell, checked (build_cells)."""
     count_values(config)
     validate_config(sized(config), schema_path)
     folder = config_dir("python_path", configfiles)
     config["python_path"] = [os.path.normpath(os.path.join(folder, p)) for p in config["python_path"]]
     with_speed_file(config.get("target"), config_dir("target", configfiles))
-    return build_cells(config, images_dir)
+    return build_cells(config, images_dir, args_folder=config_dir("experiments", configfiles))
 
 
 # What `python -m feedbench run` and `make-images` execute: __main__ and everything it imports.

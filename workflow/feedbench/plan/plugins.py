@@ -9,8 +9,10 @@ Torch-free at import: the Snakefile resolves every target before any job.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
+import inspect
 import os
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .knobs import KnobError, user_code_of
+from .planned_cell import ARG_KNOBS
 
 
 def plugins_of(cell) -> dict[str, str]:
@@ -32,13 +35,24 @@ def add_paths(paths: list[str]) -> None:
             sys.path.insert(0, path)
 
 
+def did_you_mean(name: str, names) -> str:
+    """` (did you mean 'x'?)` for the closest of `names` to a misspelled `name`, else ''."""
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def load(target: str, knob: str) -> Any:
-    """The object `package.module:attribute` names, or KnobError `knob '<knob>': cannot import '<target>' (...)`."""
+    """The object `package.module:attribute` names, or KnobError `knob '<knob>': cannot import '<target>' (...)`; a
+    misspelled attribute gets the closest name its module or class has."""
     module_name, _, attribute = target.partition(":")
     try:
         obj = importlib.import_module(module_name)
         for part in attribute.split("."):
-            obj = getattr(obj, part)
+            try:
+                obj = getattr(obj, part)
+            except AttributeError as error:
+                public = [name for name in dir(obj) if not name.startswith("_")]
+                raise AttributeError(f"{error}{did_you_mean(part, public)}") from None
     except Exception as error:  # an import runs the user's module: any error it raises means the same
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise KnobError(f"knob '{knob}': cannot import '{target}' ({type(error).__name__}: {reason})") from None
@@ -50,9 +64,69 @@ def load(target: str, knob: str) -> Any:
 
 
 def resolve_all(cell) -> dict[str, Any]:
-    """Import every target of the cell (after its python_path): knob -> callable. Done before any job and in each."""
+    """Import every target of the cell (after its python_path): knob -> callable, each factory's arguments checked
+    against its signature (check_args). Done before any job and in each."""
     add_paths(cell.python_path)
-    return {knob: load(target, knob) for knob, target in plugins_of(cell).items()}
+    loaded = {knob: load(target, knob) for knob, target in plugins_of(cell).items()}
+    for args_knob in ARG_KNOBS:
+        knob = args_knob.removesuffix("_args")
+        if knob in loaded:  # an optimizer's first argument is the parameters, as a factory's may be ctx
+            first = True if knob == "optimizer" else None
+            check_args(loaded[knob], getattr(cell, args_knob), getattr(cell, knob), args_knob, first)
+    return loaded
+
+
+def _parameters(factory: Any) -> list[inspect.Parameter] | None:
+    """The factory's parameters (a class's __init__'s, less self); None where Python cannot read its signature."""
+    try:
+        return list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def takes_ctx(factory: Any) -> bool:
+    """Whether a dataset or model factory is called with the cell's Context first: its first positional parameter is
+    named `ctx` (or annotated Context). The user's own class or function without one (`MyDataset(root, max_len)`)
+    is called with its arguments alone, so it is named as it is, with no adapter. A signature Python cannot read:
+    ctx first, as before."""
+    parameters = _parameters(factory)
+    if parameters is None:
+        return True
+    first = next((p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), None)
+    return first is not None and (first.name == "ctx" or first.annotation in (Context, "Context"))
+
+
+def call_factory(factory: Any, ctx: Any, args: dict) -> Any:
+    """factory(ctx, **args) or factory(**args), as its signature says (takes_ctx)."""
+    return factory(ctx, **args) if takes_ctx(factory) else factory(**args)
+
+
+def check_args(factory: Any, args: dict, target: str, args_knob: str, first_taken: bool | None = None) -> None:
+    """The keys of `args` (dataset_args, model_args) against the signature of the factory they go to (call_factory):
+    a key it does not take, or an argument it needs and does not get, is one KnobError before any job, where it
+    would be a TypeError in every cell. A factory whose signature Python cannot read, or that takes **kwargs, is not
+    checked. `first_taken`: whether the call fills the first positional parameter itself (None: takes_ctx)."""
+    parameters = _parameters(factory)
+    if parameters is None or any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    first_taken = takes_ctx(factory) if first_taken is None else first_taken
+    ctx = positional[0] if positional and first_taken else None
+    named = [p for p in parameters if p is not ctx and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    names = [p.name for p in named]
+    for key in args:
+        if key not in names:
+            allowed = ", ".join(names) or "none"
+            raise KnobError(
+                f"knob '{args_knob}': key '{key}' is not an argument of '{target}'{did_you_mean(key, names)}; "
+                f"allowed: {allowed}"
+            )
+    missing = [p.name for p in named if p.default is p.empty and p.name not in args]
+    if missing:
+        raise KnobError(
+            f"knob '{args_knob}': '{target}' needs {', '.join(repr(m) for m in missing)}; allowed: add "
+            f"{'them' if len(missing) > 1 else 'it'} to {args_knob}"
+        )
 
 
 def expect(value: Any, kinds: tuple[type, ...], what: str, target: str, knob: str) -> Any:
