@@ -80,7 +80,7 @@ def test_a_link_to_a_deleted_checkout_is_replaced(tmp_path):
 
 
 def test_jobs_run_the_workflows_python_or_the_rules_environments():
-    assert job_python(set()) == sys.executable  # no space in the venv's path here: nothing to quote
+    assert job_python(set()) == sys.executable
     assert job_python({DeploymentMethod.ENV_MODULES}) == sys.executable
     assert job_python({DeploymentMethod.CONDA}) == "python"
     assert job_python({DeploymentMethod.APPTAINER, DeploymentMethod.CONDA}) == "python"

@@ -15,7 +15,7 @@ from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan.ceilings import ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
 from feedbench.plan.cpu_speed import is_speed_file
-from feedbench.plan.job import CELL_DIR, CELL_LOG, attempt, job_python, result_path
+from feedbench.plan.job import CELL_DIR, CELL_LOG, PYTHON_VARIABLE, attempt, job_python, result_path
 from feedbench.plan.matrix import (
     baseline,
     harness_fingerprint,
@@ -29,8 +29,9 @@ from feedbench.plan.references import reference_tables
 from feedbench.plan.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
 
 IMAGES_DIR = "results/data/images"
-# The shell rules' Python: this workflow's own, or the rule's conda env's (feedbench.plan.job.job_python).
-PYTHON = job_python(workflow.deployment_settings.deployment_method)
+# The shell rules' Python, "$FEEDBENCH_PYTHON": this workflow's own, or the rule's conda env's
+# (feedbench.plan.job.job_python); set as PYTHONPATH is in the Snakefile, and inherited by every job.
+os.environ.update({PYTHON_VARIABLE: job_python(workflow.deployment_settings.deployment_method)})
 
 
 wildcard_constraints:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -33,6 +32,13 @@ CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
 CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
 
 
+# The variable the shell rules' commands run Python from ("$FEEDBENCH_PYTHON" -m feedbench ...): the Snakefile sets it
+# to job_python(), and every job inherits it, on a Slurm node too, where the job runs the Snakefile again. An
+# environment variable, not a param: a param would rerun every cell when the venv moves, and `snakemake --lint`
+# refuses a global in a shell command.
+PYTHON_VARIABLE = "FEEDBENCH_PYTHON"
+
+
 def job_python(deployment_methods) -> str:
     """The Python that the shell rules' jobs run `-m feedbench` with: the one running this Snakefile (sys.executable:
     the venv `make setup` made, or, in a Slurm job, the one the executor plugin starts Snakemake with there), never the
@@ -41,7 +47,7 @@ def job_python(deployment_methods) -> str:
     Snakemake's workflow.deployment_settings.deployment_method (a set of enum members)."""
     if any(method.name in ("CONDA", "APPTAINER") for method in deployment_methods):
         return "python"
-    return shlex.quote(sys.executable)
+    return sys.executable
 
 
 def result_path(experiment: str, cell: str, repeat: int) -> str:
