@@ -306,3 +306,46 @@ def test_pin_memory_pins_the_users_batch_inside_and_keeps_the_timings(monkeypatc
     assert isinstance(out, stages.StagedBatch) and out.timings == timings
     assert len(pinned) == 1 and pinned[0] is batch["x"]
     assert torch.equal(stages.strip(out)["x"], batch["x"]) and stages.strip(out)["ids"] == [1, 2]
+
+
+FOLDER_CODE = """
+from torchvision import datasets, transforms
+
+
+def build(root):  # the most common image dataset, as a user writes it: ImageFolder with its default loader
+    return datasets.ImageFolder(root, transform=transforms.Compose([transforms.CenterCrop(24), transforms.ToTensor()]))
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_image_folders_read_and_decode_is_a_stage_of_its_own(tmp_path, workers):
+    """torchvision's ImageFolder (a DatasetFolder) reads and decodes each file in its `loader`: that is a stage of
+    its own, named by its function, before the Compose's, where it was unattributed (#33)."""
+    from conftest import write_user_module
+    from feedbench.harness.images import make_images
+
+    make_images(str(tmp_path / "jpegs"), count=24, size=32, classes=2)
+    knobs = {
+        "scenario": "loader",
+        "dataset": "folder_data:build",
+        "dataset_args": {"root": str(tmp_path / "jpegs" / "train")},
+        "python_path": [write_user_module(tmp_path, "folder_data", FOLDER_CODE)],
+        "device": "cpu",
+        "batch_size": 4,
+        "num_workers": workers,
+        "steps": 5,
+        "warmup_steps": 1,
+        "torch_threads": 1,
+        "monitor_interval_s": 5,
+        "stage_timing": True,
+    }
+    try:
+        run(knobs, str(tmp_path / "out"))
+    finally:
+        sys.modules.pop("folder_data", None)
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "ok", result["error"]
+    got = result["metrics"]["stages"]["stages"]
+    assert set(got) == {"default_loader", "CenterCrop", "ToTensor", "unattributed", "collate"}, list(got)
+    assert got["default_loader"]["calls"] == 4 * 5 and got["default_loader"]["mean_ms"] > 0
+    assert got["default_loader"]["share"] > got["unattributed"]["share"], got  # the decode is named, not the rest

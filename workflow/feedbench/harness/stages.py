@@ -240,10 +240,37 @@ def pipeline(dataset) -> list[tuple[str, Any, int]]:
     return named
 
 
+def _folder(dataset) -> Any:
+    """The torchvision DatasetFolder (ImageFolder's base) in the dataset's chain whose `loader` (the function that
+    reads and decodes a file) is the user's or torchvision's own, or None. feedbench's built-in images read with
+    data.load_image, which times its read and decode itself. Read from the modules already imported, as _composes."""
+    module = sys.modules.get("torchvision.datasets.folder")
+    for _ in range(8):  # wrappers of wrappers, not a cycle
+        if dataset is None or module is None:
+            return None
+        loader = getattr(dataset, "loader", None)
+        own = loader.transform if isinstance(loader, NamedTransform) else loader
+        if isinstance(dataset, module.DatasetFolder) and callable(own):
+            feedbench_own = getattr(getattr(own, "func", own), "__module__", "").startswith("feedbench.")
+            return None if feedbench_own else dataset
+        dataset = getattr(dataset, "dataset", None)
+    return None
+
+
 def time_transforms(dataset, wrapper: type[NamedTransform] = TimedTransform) -> list[str]:
     """Wrap, in place, each callable of the Composes found on the dataset (pipeline) to time it as its stage (wrapper
-    TimedTransform) or only to name its errors (NamedTransform); the stage names, in order."""
+    TimedTransform) or only to name its errors (NamedTransform); the stage names, in order. A DatasetFolder's (an
+    ImageFolder's) `loader`, which reads and decodes each file, is the first stage, named by its function (the
+    default, `pil_loader` or `accimage_loader`, or the user's): without it the most common image dataset's decode
+    was unattributed."""
     names = []
+    folder = _folder(dataset)
+    if folder is not None:
+        own = folder.loader.transform if isinstance(folder.loader, NamedTransform) else folder.loader
+        name = getattr(own, "__name__", type(own).__name__)
+        if not isinstance(folder.loader, wrapper):
+            folder.loader = wrapper(name, own)
+        names.append(name)
     for name, compose, i in pipeline(dataset):
         if isinstance(compose.transforms, tuple):  # a tuple cannot be wrapped in place: a list of the same
             compose.transforms = list(compose.transforms)
