@@ -31,7 +31,7 @@ from feedbench.plan.config import ConfigError, one_line, read_config_file
 # The config files, read as plain data before Snakemake's `configfile:` reads
 # them: a syntax error names its line, YTE templates (code) are refused, a YAML
 # alias bomb is stopped. Files given with --configfile were read by Snakemake
-# before this line could run (README: "Configs are code?").
+# before this line could run (docs/knobs.md: "Configs are code?").
 try:
     for path in workflow.overwrite_configfiles or ["config/config.yaml"]:
         read_config_file(str(path), read_by_snakemake=bool(workflow.overwrite_configfiles))

@@ -178,8 +178,8 @@ def copy_section() -> list[str]:
 HEADER = [
     "# Prediction error for a target GPU",
     "",
-    "Regenerate with `.venv/bin/python benchmarks/prediction_error.py`. What a `target:` predicts (README,",
-    '"Planning a cluster job") is estimated, not measured: this page says how wrong the estimates were where',
+    "Regenerate with `.venv/bin/python benchmarks/prediction_error.py`. What a `target:` predicts",
+    "([target.md](../target.md)) is estimated, not measured: this page says how wrong the estimates were where",
     "public numbers exist. The compute estimate counts a step's FLOPs and bytes on the CPU",
     "(feedbench.harness.flops, torch.utils.flop_counter.FlopCounterMode on the meta device), takes the roofline of",
     "the GPU's peaks (workflow/feedbench/plan/gpus.yaml, each figure with its public source) and divides it by an",

@@ -1,4 +1,4 @@
-"""The config side: the default matrix, the schema vs the README, the conda envs vs pyproject,
+"""The config side: the default matrix, the schema vs docs/knobs.md, the conda envs vs pyproject,
 and bad configs stopping Snakemake before any job with one line."""
 
 from __future__ import annotations
@@ -85,24 +85,25 @@ def schema_keys(node: dict, prefix: str, defs: dict) -> dict[str, dict]:
     return keys
 
 
-def readme_reference() -> dict[str, list[str]]:
-    with open(os.path.join(ROOT, "README.md")) as f:
+def config_reference() -> dict[str, list[str]]:
+    """The table of docs/knobs.md, "Configuration reference"."""
+    with open(os.path.join(ROOT, "docs", "knobs.md")) as f:
         text = f.read()
     section = text.split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \|(.*)\|$", section, re.M)
     return {key: [cell.strip() for cell in rest.split("|")] for key, rest in rows}
 
 
-def test_readme_reference_lists_every_key_of_the_schema_with_its_default():
+def test_config_reference_lists_every_key_of_the_schema_with_its_default():
     schema = load("config/schema.yaml")
     keys = schema_keys(schema, "", schema["$defs"])
-    reference = readme_reference()
-    assert set(reference) == set(keys), "README's configuration reference and config/schema.yaml disagree"
+    reference = config_reference()
+    assert set(reference) == set(keys), "docs/knobs.md's configuration reference and config/schema.yaml disagree"
     for key, sub in keys.items():
         if "default" in sub:
             shown = yaml.safe_dump(sub["default"], default_flow_style=True).strip().removesuffix("...").strip()
             assert reference[key][1] == f"`{shown}`", (
-                f"{key}: README says {reference[key][1]}, the schema's default is {shown}"
+                f"{key}: docs/knobs.md says {reference[key][1]}, the schema's default is {shown}"
             )
         if key in schema.get("required", []):
             assert reference[key][1] == "required", key
@@ -308,7 +309,7 @@ def test_default_config_file_is_checked_before_snakemake_reads_it(text, message,
 def test_yte_in_a_configfile_option_is_refused_after_snakemake_ran_it(tmp_path):
     """Snakemake reads --configfile files before the Snakefile runs: the template has run.
 
-    README: "Configs are code?".
+    docs/knobs.md: "Configs are code?".
     """
     path = tmp_path / "yte.yaml"
     path.write_text(

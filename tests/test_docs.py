@@ -10,6 +10,6 @@ from feedbench.plan.knobs import markdown_table
 
 
 def test_knob_table_in_docs_matches_knobs():
-    text = open(os.path.join(ROOT, "docs", "harness.md")).read()
+    text = open(os.path.join(ROOT, "docs", "knobs.md")).read()
     table = re.search(r"<!-- knobs:begin[^>]*-->\n(.*)<!-- knobs:end -->", text, re.S).group(1)
     assert table == markdown_table(), "regenerate with: python -m feedbench knobs --markdown"

@@ -1,7 +1,7 @@
 """The knob and dataset declarations (feedbench.plan.knobs) against the code that must follow them.
 
 Adding a knob is one declaration plus the code that reads it, and adding a dataset one declaration plus its
-builder (README, "Where a new thing goes"): these tests fail when the second half is missing.
+builder (docs/layout.md, "Where a new thing goes"): these tests fail when the second half is missing.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def test_config_alone_starts_from_the_default_config(workflow):
 
 
 def test_a_target_on_the_command_line_plans_like_one_in_a_file(workflow, tmp_path):
-    """README's `--config "target={...}"`: Snakemake leaves its numbers text (plan.config.typed_overrides)."""
+    """docs/target.md's `--config "target={...}"`: Snakemake leaves its numbers text (plan.config.typed_overrides)."""
     target = "target={gpu: K80, cores_per_gpu: 4, cpu_speed: 1.0}"
     args = (*preset_args(workflow, "scaling"), "--dry-run", "--config", "size=small", target)
     run = snakemake(workflow, tmp_path, *args)

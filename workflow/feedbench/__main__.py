@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
     speed.add_argument("--repeats", type=int, default=None, help="runs of the reference cell (default 3)")
     knobs = sub.add_parser("knobs", help="list every knob with its default and allowed values")
-    knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/harness.md")
+    knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/knobs.md")
     return parser
 
 

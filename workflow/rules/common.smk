@@ -174,7 +174,7 @@ def bench_inputs():
     return {} if images == [] else {"images": images}
 
 
-# Resources from the cell (README: "Resources of a cell"): feedbench.plan.resources, which the launcher uses too. Knobs
+# Resources from the cell (docs/workflow.md: "Resources of a cell"): feedbench.plan.resources, which the launcher uses too. Knobs
 # a cell does not set take the harness's defaults.
 def per_cell(of_knobs):
     """An input, the threads or a resource of the bench rule: a constant when every cell has the same, else a function of

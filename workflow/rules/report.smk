@@ -23,7 +23,7 @@ rule aggregate:
 
 
 # With a `target:` in the config: each training cell's step counted on the CPU and estimated on the target's GPU
-# (README, "Planning a cluster job"), for the report's section "On <target>". One job, from the knobs alone; with
+# (docs/target.md), for the report's section "On <target>". One job, from the knobs alone; with
 # `compute: measured` it reads the compute cells measured on the target's GPU, and with a cpu_speed file measured
 # there it also runs the same reference cell here (about 20 s, alone).
 rule target:

@@ -5,7 +5,7 @@ its YTE templating evaluates the `?` expressions of a file that sets
 `__use_yte__: true` as it reads it: such a config is code. The workflow reads
 its default config with read_config_file before Snakemake does, so a syntax
 error names file, line and column and templating is refused before it runs;
-files given with `--configfile` are checked the same way afterwards (README:
+files given with `--configfile` are checked the same way afterwards (docs/knobs.md:
 "Configs are code?"). Every error is one line, `<key path>: <what>; allowed:
 <what>`, bounded in length whatever the config holds (YAML aliases can make a
 few lines stand for billions of values).

@@ -750,7 +750,7 @@ def defaults() -> dict[str, Any]:
 
 
 def markdown_table() -> str:
-    """The knob reference as a Markdown table (docs/harness.md embeds it; a test keeps them equal)."""
+    """The knob reference as a Markdown table (docs/knobs.md embeds it; a test keeps them equal)."""
     lines = ["| knob | default | allowed | meaning |", "|---|---|---|---|"]
     for k in KNOBS.values():
         default = (

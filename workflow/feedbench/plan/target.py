@@ -11,7 +11,7 @@
 
 The compute side is estimated (feedbench.plan.estimate) unless `compute: measured`: then each single-process
 training cell's compute ceiling is planned once more, on a GPU (device cuda), in the experiment `target-compute`
-(measured_cells), for a run on the target's partition (README, "Planning a cluster job"); the section "On <target>"
+(measured_cells), for a run on the target's partition (docs/target.md); the section "On <target>"
 takes a measurement made on the target's GPU (measured_compute) over the estimate, and says which each cell used.
 Those cells are jobs of their own rule, MEASURED_RULE (workflow/rules/bench.smk: rule bench by another name), so that
 `partition:` sends them, and only them, to the target's partition (measured_resources) under profiles/slurm.
