@@ -17,5 +17,5 @@ rule make_images:
         seed=config["images"]["seed"],
         harness=HARNESS,  # the generator is harness code (feedbench/harness/images.py)
     shell:
-        "\"$FEEDBENCH_PYTHON\" -m feedbench make-images {output} --count {params.images} --size {params.size}"
+        '"$FEEDBENCH_PYTHON" -m feedbench make-images {output} --count {params.images} --size {params.size}'
         " --classes {params.classes} --seed {params.seed} > {log} 2>&1"
