@@ -105,7 +105,10 @@ def count_step(knobs: dict) -> StepCount:
     models; ValueError for the user's own model, none and sleep, whose work is not theirs to count here)."""
     cell = parse_cell({k: v for k, v in knobs.items() if k != "scenario"})
     if model_family(cell.model) is None:
-        raise ValueError(f"model {cell.model!r}: no compute estimate; allowed: feedbench's mlp, lstm or torchvision's")
+        raise ValueError(
+            f"model {cell.model!r}: no compute estimate (its FLOPs are not counted here); allowed: feedbench's mlp, "
+            "lstm or torchvision's, or the compute measured on the target's GPU: target: {compute: measured}"
+        )
     return _count(cell)
 
 
