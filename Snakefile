@@ -86,9 +86,22 @@ onstart:
             raise WorkflowError(error)
 
 
+# A bench job succeeds even when its cell fails, so that the matrix goes on and the report lists the cell. The run's
+# end then names every failed cell of its targets in one line each and exits 1, as after lost Slurm jobs: a
+# WorkflowError raised here is printed by Snakemake, which then exits 1 (README, "Exit code"). Snakemake calls no
+# handler on a dry run, with --no-hooks, or when there is nothing to do.
+onsuccess:
+    message = failed_cells()
+    if message:
+        raise WorkflowError(message)
+
+
 onerror:
     if feedbench_slurm.on_slurm(workflow):
         report_lost_cells(log)
+    message = failed_cells(succeeded=False)
+    if message:
+        print(message, file=sys.stderr)
 
 
 # Last, once the config, the matrix (CELLS: every cell, checked) and the rules are built: they live until the end of

@@ -90,7 +90,11 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     report_only = dict(CONFIG, retry_failed=False)
     assert planned(workflow, workdir, report_only) == set()
     shown = snakemake(workflow, workdir, report_only)
-    assert shown.returncode == 0, shown.stderr[-4000:]
+    # The report is made again and lists them, so the run exits 1 naming each, kept from before (#33).
+    assert shown.returncode == 1, shown.stderr[-4000:]
+    earlier = r"^(\S+) / (\S+) \(rep(\d+)\): UnusableResult: .*\(an earlier run's result, "
+    named = re.findall(earlier, shown.stderr, re.M)
+    assert sorted(f"{e}/{c}/rep{k}" for e, c, k in named) == sorted(damaged), shown.stderr[-4000:]
     rows = {f"{r['experiment']}/{r['cell']}/rep{r['repeat']}": r for r in _summary(workdir)}
     assert {k for k, r in rows.items() if r["status"] == "ok"} == set(kept)
     assert {k for k, r in rows.items() if r["status"] == "failed"} == set(damaged)

@@ -175,7 +175,10 @@ def timed_out(slurm_cluster, tmp_path_factory):
 
 def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slurm_cluster, timed_out):
     workdir, proc = timed_out
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    # The job completes, the cell failed: the run names it and exits 1 (#33).
+    assert proc.returncode == 1, proc.stderr[-6000:]
+    [failed] = [line for line in proc.stderr.splitlines() if line.startswith("limit / ")]
+    assert failed.startswith("limit / compute_ms-1000_steps-10000 (rep1): Terminated: time limit of "), failed
     rows = {r["cell"]: r for r in csv.DictReader(open(workdir / "results" / "summary.csv"))}
     assert {cell: row["status"] for cell, row in rows.items()} == {
         "compute_ms-10": "ok",

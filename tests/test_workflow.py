@@ -92,7 +92,12 @@ def done(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("run")
     (workdir / "empty").mkdir()
     run = snakemake(workflow, workdir, TINY)
-    assert run.returncode == 0, run.stderr[-4000:]
+    # The cifar10 cell fails by design: the run still ends with its report, names each failed repeat and exits 1.
+    assert run.returncode == 1, run.stderr[-4000:]
+    failed = sorted(line for line in run.stderr.splitlines() if line.startswith("mlp / "))
+    cell = "hidden_layers-1_data_dir-empty_dataset-cifar10"
+    assert [line.split(":")[0] for line in failed] == [f"mlp / {cell} (rep{k})" for k in (1, 2)], run.stderr[-4000:]
+    assert all("cifar10 not found" in line and f"(log: logs/bench/mlp/{cell}/rep" in line for line in failed), failed
     return workflow, workdir
 
 
@@ -159,7 +164,7 @@ def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
     )
     config["experiments"] = {"mlp": config["experiments"]["mlp"]}
     config["defaults"] = dict(config["defaults"], repeats=1)
-    assert snakemake(workflow, workdir, config).returncode == 0
+    assert snakemake(workflow, workdir, config).returncode == 1  # the cell failed: the run says so
     cell = "mlp/hidden_layers-1_batch_size-4_data_dir-imgs_dataset-images_image_size-16_scenario-loader/rep1"
     result = workdir / "results" / "cells" / cell / "result.json"
     assert json.loads(result.read_text())["status"] == "failed"

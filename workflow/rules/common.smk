@@ -15,6 +15,7 @@ from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan.ceilings import ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
 from feedbench.plan.cpu_speed import is_speed_file
+from feedbench.plan.failures import failed_cells_message
 from feedbench.plan.job import CELL_DIR, CELL_LOG, PYTHON_VARIABLE, attempt, job_python, result_path
 from feedbench.plan.matrix import (
     baseline,
@@ -227,3 +228,18 @@ def report_lost_cells(log):
         f" again: {'; '.join(lost)}",
         file=sys.stderr,
     )
+
+
+def failed_cells(succeeded=True):
+    """The run's end when a cell failed (feedbench.plan.failures), else None: every cell job the run's targets need,
+    whether this run ran it or an earlier one did; a target short of the cells answers for fewer or none. The report
+    is named where the run succeeded and made it."""
+    dag = workflow.dag
+    jobs = list(dag.jobs)
+    cells = (
+        (job.wildcards.experiment, job.wildcards.cell, int(job.wildcards.repeat), dag.finished(job))
+        for job in jobs
+        if job.rule.name in feedbench_slurm.BENCH_RULES
+    )
+    made = succeeded and any(job.rule.name == "report" for job in jobs)
+    return failed_cells_message(sorted(cells), REPORT if made else None)

@@ -361,6 +361,46 @@ def _search_context(name: str, spec: dict, context: dict, rows: pd.DataFrame, de
         context["worker_count"] = knee.proof(decision, cells, rows, context["unit"], fmt)
 
 
+def _runs_failed(failed: int, runs: int) -> str:
+    """`failed` of `runs` in words that follow the counts: never "the rest completed" when none did."""
+    if failed == runs:
+        return "the only run failed" if runs == 1 else f"all {runs} runs failed"
+    return f"{failed} of {runs} runs failed, {runs - failed} completed"
+
+
+def failure_rows(failed: pd.DataFrame) -> list[dict]:
+    """Each failed run as the section lists it: its cell, its error and the last lines of its log."""
+    return [
+        {
+            "experiment": r["experiment"],
+            "cell": r["cell"],
+            "repeat": r["repeat"],
+            "type": r["error_type"],
+            "message": r["error_message"],
+            "tail": _error_tail(r.get("result"), r["error_message"]),
+        }
+        for r in failed.to_dict("records")
+    ]
+
+
+def failure_counts(summary: pd.DataFrame) -> dict | None:
+    """The failed cells' section in sentences: the whole run, then, where the run had more than one experiment, each
+    experiment that had a failed run. None when no run failed."""
+    failed = summary["status"] != "ok"
+    if not failed.any():
+        return None
+    by_experiment = failed.groupby(summary["experiment"], sort=False).agg(["sum", "size"])
+    overall = _runs_failed(int(failed.sum()), len(summary))
+    return {
+        "overall": f"{overall[0].upper()}{overall[1:]}.",
+        "experiments": [
+            f"Experiment {name}: {_runs_failed(int(row['sum']), int(row['size']))}."
+            for name, row in by_experiment.iterrows()
+            if row["sum"] and len(by_experiment) > 1
+        ],
+    }
+
+
 def build(
     summary: pd.DataFrame,
     svgs: list[str],
@@ -405,17 +445,6 @@ def build(
         context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)
         experiments.append(context)
     failed = summary[summary["status"] != "ok"]
-    failures = [
-        {
-            "experiment": r["experiment"],
-            "cell": r["cell"],
-            "repeat": r["repeat"],
-            "type": r["error_type"],
-            "message": r["error_message"],
-            "tail": _error_tail(r.get("result"), r["error_message"]),
-        }
-        for r in failed.to_dict("records")
-    ]
     prediction = accuracy.report_context(summary)
     if prediction is not None:
         prediction["svg"] = inline_svg(prediction["svg"])
@@ -423,7 +452,8 @@ def build(
         "experiments": experiments,
         "prediction": prediction,
         "target": target_view.build(estimates, results) if estimates else None,
-        "failures": failures,
+        "failures": failure_rows(failed),
+        "failure_counts": failure_counts(summary),
         "counts": {
             "rows": len(summary),
             "ok": int((summary["status"] == "ok").sum()),
