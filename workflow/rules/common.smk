@@ -4,6 +4,7 @@
 import functools
 import json
 import os
+import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -27,8 +28,13 @@ from feedbench.plan.matrix import (
 from feedbench.plan.plugins import content_hash
 from feedbench.plan.references import reference_tables
 from feedbench.plan.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
+from feedbench.plan.threads import launch_args
 
 IMAGES_DIR = "results/data/images"
+# The thread variables (OMP_NUM_THREADS, ...) as the user launched the workflow, before Snakemake sets every job's to
+# its threads: the bench job hands them back to the harness, so that a cell's trainer gets the threads the user's own
+# launch would (feedbench.plan.threads). Quoted for the shell, braces doubled for Snakemake's format.
+LAUNCH_ENV = "".join(" " + shlex.quote(arg).replace("{", "{{").replace("}", "}}") for arg in launch_args(os.environ))
 
 
 wildcard_constraints:
