@@ -162,7 +162,7 @@ def _requested_text(knobs: dict) -> str:
 
 def _cpu(load: dict) -> dict:
     """The result's `cpu` (plan.cores.cpu_load) as its summary columns, in CPU_COLUMNS' order."""
-    keys = ["usable_cores", "demand_cores", "cpu_share", "runnable_share", "kind", "oversubscribed"]
+    keys = ["usable_cores", "demand_cores", "trainer_cores", "cpu_share", "runnable_share", "kind", "oversubscribed"]
     return {column: load.get(key) for column, key in zip(CPU_COLUMNS, keys, strict=True)}
 
 

@@ -20,7 +20,7 @@ import torch
 
 from ..plan import shm, threads
 from ..plan.cell import Cell, cell_dict, parse_cell
-from ..plan.cores import cpu_load, ranks_sharing
+from ..plan.cores import cpu_load, ranks_sharing, trainer_cores
 from ..plan.knobs import KnobError, user_batch
 from ..plan.metrics import epoch_boundaries, summarize, wait_tail
 from ..plan.plugins import folder_facts, plugins_of, resolve_all
@@ -348,7 +348,8 @@ def _record_loop(r: CellRun, cell: Cell) -> None:
     result["monitor"] = r.monitor.summary() if r.monitor is not None else None
     if result["monitor"] is not None:
         usable = (result["provenance"].get("cores") or {}).get("usable")
-        result["cpu"] = cpu_load(result["monitor"]["workers"], usable, ranks_sharing(cell), cell.num_workers)
+        trainer = trainer_cores(cell.scenario, cell.device, result["torch_threads"])
+        result["cpu"] = cpu_load(result["monitor"]["workers"], usable, ranks_sharing(cell), cell.num_workers, trainer)
     result["page_cache"] = m.page_cache
     if m.page_cache and m.page_cache["note"]:
         result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]

@@ -81,6 +81,7 @@ THREADS_COLUMNS = ["torch_threads_used", "torch_threads_source"]
 CPU_COLUMNS = [
     "usable_cores",
     "demand_cores",
+    "trainer_cores",  # each rank's trainer in demand_cores: its threads where it computes on the CPU, else 1
     "workers_cpu_share",
     "workers_runnable_share",
     "workers_kind",
