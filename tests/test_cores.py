@@ -191,6 +191,43 @@ def test_the_cpu_load_rule():
     assert cores.most_workers(4, 1) == 3 and cores.most_workers(1, 1) == 0 and cores.most_workers(8, 2) == 3
 
 
+def test_the_trainers_threads_count_where_its_model_computes_on_the_cpu():
+    """Issue #39: ranks x (workers + the trainer's threads): 2 CPU-bound workers beside a trainer of 2 threads on 2
+    cores ask for 4; beside one of 1 thread, for 3. A loader cell or a GPU trainer counts its main process only."""
+    spinning = [{"cpu_share": 0.9, "runnable_share": 0.95}] * 2
+    assert cores.trainer_cores("train", "cpu", 2) == 2 and cores.trainer_cores("train", "cpu", None) == 1
+    assert cores.trainer_cores("loader", "cpu", 2) == 1 and cores.trainer_cores("train", "cuda", 8) == 1
+    load = cores.cpu_load(spinning, 2, 1, 2, trainer=2)
+    assert load["demand_cores"] == 4 and load["trainer_cores"] == 2 and load["oversubscribed"] is True
+    assert cores.cpu_load(spinning[:1], 2, 1, 1, trainer=1)["oversubscribed"] is False  # 1 worker + 1 thread fit
+    assert cores.cpu_load(spinning[:1], 2, 1, 1, trainer=2)["oversubscribed"] is True  # 1 worker + 2 threads do not
+    assert cores.cpu_load(spinning, 8, 2, 2, trainer=2)["demand_cores"] == 8  # per rank, on every rank
+    assert cores.most_workers(4, 1, trainer=2) == 2 and cores.most_workers(2, 1, trainer=2) == 0
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="two cores: the affinity mask"
+)
+def test_a_cpu_training_cell_whose_workers_and_threads_outnumber_its_cores_is_oversubscribed(tmp_path):
+    """One CPU-bound worker beside a trainer on 2 cores: fits beside 1 intra-op thread, not beside 2 (issue #39)."""
+    from feedbench.harness.masked import run_masked
+
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "spin.py").write_text(SPIN)
+    net = "import torch\n\n\ndef make(ctx):\n    return torch.nn.Linear(16, 2)\n"  # a model that computes on the CPU
+    (tmp_path / "project" / "net.py").write_text(net)
+    train = {"scenario": "train", "dataset": "spin:make", "python_path": [str(tmp_path / "project")]}
+    train.update(model="net:make", batch_size=4, num_workers=1, steps=8, warmup_steps=1)
+    train.update(device="cpu", num_samples=64, monitor_interval_s=0.05)
+    project = (str(tmp_path / "project"),)
+    one = run_masked({**train, "torch_threads": 1}, str(tmp_path / "one"), 2, project)["cpu"]
+    two = run_masked({**train, "torch_threads": 2}, str(tmp_path / "two"), 2, project)["cpu"]
+    assert one["kind"] == two["kind"] == "CPU-bound", (one, two)
+    assert one["usable_cores"] == two["usable_cores"] == 2
+    assert one["trainer_cores"] == 1 and one["demand_cores"] == 2 and one["oversubscribed"] is False, one
+    assert two["trainer_cores"] == 2 and two["demand_cores"] == 3 and two["oversubscribed"] is True, two
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only: the affinity mask")
 def test_the_search_stops_at_the_cores_it_has(tmp_path):
     """Loader ceilings of CPU-bound workers at 0, 1 and 4 workers, measured on one core (one process, so torch is

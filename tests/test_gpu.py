@@ -97,7 +97,7 @@ def test_events_and_sync_agree_on_phase_times(run_cell):
         steps=50,
         warmup_steps=5,
         device="cuda",
-        torch_threads=1,  # the harness's default, pinned: timed
+        torch_threads=1,  # one thread, pinned: timed
     )
     events, sync = best_of_alternating(run_cell, knobs, timing=("events", "sync"))
     for phase in ("fwd", "bwd"):
@@ -143,7 +143,7 @@ def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
         device="cuda",
         pin_memory=True,
         non_blocking=True,
-        torch_threads=1,  # the harness's default, pinned: timed
+        torch_threads=1,  # one thread, pinned: timed
     )
     none, stream = best_of_alternating(run_cell, knobs, device_prefetch=("none", "stream"))
     assert stream["metrics"]["phases"]["h2d"]["median_ms"] > 0
@@ -200,7 +200,7 @@ def test_sync_timing_keeps_the_stream_prefetch_overlap(run_cell):
         timing="sync",
         device_prefetch="stream",
         pin_memory=True,
-        torch_threads=1,  # the harness's default, pinned: timed
+        torch_threads=1,  # one thread, pinned: timed
     )
     assert code == 0, result["error"]
     phases = {name: p["median_ms"] for name, p in result["metrics"]["phases"].items()}

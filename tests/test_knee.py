@@ -79,3 +79,32 @@ def test_workers_never_sampled_are_said_so_not_nan():
 
     said = _cpu({"level": 8, "workers_kind": float("nan"), "demand_cores": 9, "usable_cores": 2}, str)
     assert said.startswith("its workers were not sampled") and "nan" not in said
+
+
+def test_the_cores_limit_counts_the_trainers_threads():
+    """Issue #39: a trainer of 2 intra-op threads takes 2 of the cores, so fewer workers fit beside it."""
+    medians = {1: 300.0, 2: 600.0, 4: 900.0, 8: 1500.0}
+    cells, rows = table(
+        medians,
+        oversubscribed={8: True},
+        workers_kind={4: "CPU-bound", 8: "CPU-bound"},
+        trainer_cores={w: 2 for w in medians},
+        demand_cores={w: w + 2 for w in medians},
+    )
+    (line,) = knee.proof(decision(), cells, rows, "samples/s", str)
+    assert line.endswith(
+        "stopped by the cores: CPU-bound workers at 8 workers asked for 10 cores of 16 (the trainer's 2 intra-op "
+        "threads among them)."
+    )
+    medians = {1: 300.0, 2: 600.0}
+    cells, rows = table(
+        medians,
+        workers_kind={1: "CPU-bound", 2: "CPU-bound"},
+        trainer_cores={1: 2, 2: 2},
+        demand_cores={1: 3, 2: 4},
+        usable_cores={1: 4, 2: 4},
+    )
+    (line,) = knee.proof(decision([1, 2]), cells, rows, "samples/s", str)
+    assert line.endswith(
+        "stopped by the cores: 4 usable hold at most 2 workers (the trainer's 2 intra-op threads among them)."
+    )

@@ -125,7 +125,7 @@ def _start(out, *knobs):
             "--set",
             "steps=100000",
             "--set",
-            "torch_threads=1",  # the harness's default, pinned: the timing tests signal 4 s after the ranks start
+            "torch_threads=1",  # one thread, pinned: the timing tests signal 4 s after the ranks start
             *knobs,
         ],
         stdout=subprocess.DEVNULL,

@@ -203,11 +203,14 @@ def small_run(workflow, tmp_path_factory):
     """One Snakemake run of every preset's small config (merged_small): the cells, the summary and one report.
 
     One run instead of six saves five Snakemake starts and five aggregate/plot/report rounds; two bench slots let
-    two one-thread cells run at once (nothing here asserts a timing; threads still cap what runs together).
+    two one-thread cells run at once (nothing here asserts a timing; threads still cap what runs together): so the
+    run says torch_threads: 1, where the presets leave the trainer the threads of the user's launch.
     """
     workdir = tmp_path_factory.mktemp("presets-small")
     path = workdir / "presets-small.yaml"
-    path.write_text(yaml.safe_dump({**merged_small(), "target": SMALL_TARGET}, sort_keys=False))
+    config = merged_small()
+    config["defaults"]["torch_threads"] = 1
+    path.write_text(yaml.safe_dump({**config, "target": SMALL_TARGET}, sort_keys=False))
     run = snakemake(workflow, workdir, "--configfile", str(path), "--resources", "bench_slots=2", timeout=1500)
     assert run.returncode == 0, run.stderr[-4000:]
     with open(workdir / "results" / "summary.csv") as f:

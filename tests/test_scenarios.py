@@ -454,22 +454,6 @@ def test_record_failure_for_a_harness_killed_without_a_result(tmp_path):
     assert result["requested"]["model"] == "sleep"
 
 
-def test_torch_threads_defaults_to_one_and_null_leaves_pytorchs_default(run_cell, tmp_path):
-    """The harness's default is the workflow's (defaults.torch_threads: 1); null keeps OMP_NUM_THREADS' choice."""
-    assert run_cell(**TINY_MLP, torch_threads=2)[1]["torch_threads"] == 2
-    assert run_cell(**TINY_MLP)[1]["torch_threads"] == 1  # back to 1 in the same process: the default is applied
-    out = tmp_path / "null"
-    args = [f"--set={k}={v}" for k, v in TINY_MLP.items()]
-    subprocess.run(
-        [sys.executable, "-m", "feedbench", "run", "--out", str(out), *args, "--set", "torch_threads=null"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS="2"),
-    )
-    assert json.loads((out / "result.json").read_text())["torch_threads"] == 2
-
-
 def test_torch_threads_knob_is_applied_and_recorded(run_cell):
     code, result = run_cell(**TINY_MLP, torch_threads=1)
     assert code == 0 and result["torch_threads"] == 1

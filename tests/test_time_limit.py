@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timing  # wall-time bounds and steps measured before a 
 
 SLEEP_CELL = [
     *("--set", "model=sleep", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000"),
-    *("--set", "torch_threads=1"),  # the harness's default, pinned: these tests time it
+    *("--set", "torch_threads=1"),  # one thread, pinned: these tests time it
 ]
 
 

@@ -134,3 +134,38 @@ def test_the_estimate_falls_with_the_spread_and_needs_a_gain():
     assert repeats_to_separate(base, quiet) is None  # no gain, nothing to separate
     assert gain_wording(base, base, clear=False) == "this is the baseline"
     assert gain_wording(base, quiet, clear=False) == "within noise: the 95 % intervals overlap"
+
+
+def oversubscribed_rows(trainer_cores: int) -> pd.DataFrame:
+    """Issue #39's Lightning job on 2 cores: 2 CPU-bound workers slower than none beside a trainer of
+    `trainer_cores` intra-op threads (the summary's columns as analysis.aggregate writes them)."""
+    out = rows({"num_workers-0": [520.0, 515.0, 525.0], "num_workers-2": [410.0, 405.0, 415.0]})
+    two = out["num_workers"] == 1  # rows() numbers the workers by position: the second cell has 2
+    out.loc[two, "num_workers"] = 2
+    out["trainer_cores"] = trainer_cores
+    out["usable_cores"] = 2
+    out["demand_cores"] = out["num_workers"].map(lambda w: w + trainer_cores if w else None)
+    out["workers_kind"] = out["num_workers"].map(lambda w: "CPU-bound" if w else None)
+    out["oversubscribed"] = out["num_workers"].map(lambda w: bool(w + trainer_cores > 2) if w else None)
+    return out
+
+
+def test_oversubscribed_workers_are_named_as_why_more_workers_do_not_help():
+    found = summarize_experiment(oversubscribed_rows(trainer_cores=2))
+    assert found["best"]["cell"] == "num_workers-0"
+    assert found["cores"] == (
+        "more loader workers than the best cell's 0 do not help here, the cores are oversubscribed: cell "
+        "num_workers-2 is oversubscribed: its 2 CPU-bound workers and the trainer's 2 intra-op threads ask for 4 "
+        "cores of the 2 usable; the workers take the cores the trainer's threads compute on."
+    )
+    one_thread = summarize_experiment(oversubscribed_rows(trainer_cores=1))["cores"]
+    assert "its 2 CPU-bound workers and the trainer's main process ask for 3 cores of the 2 usable" in one_thread
+
+
+def test_no_cores_note_when_the_cells_with_more_workers_fit():
+    fits = oversubscribed_rows(trainer_cores=2).assign(oversubscribed=False, usable_cores=8)
+    assert summarize_experiment(fits)["cores"] is None
+    assert (
+        summarize_experiment(rows({"num_workers-0": [1.0, 2.0, 3.0], "num_workers-2": [2.0, 3.0, 4.0]}))["cores"]
+        is None
+    )  # no CPU columns: results before issue #24

@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "--log", help="the harness's output; default: the cell's log from its labels (feedbench.plan.job.CELL_LOG)"
     )
+    job.add_argument(
+        "--launch-env",
+        nargs="*",
+        metavar="NAME=VALUE",
+        help="the thread variables Snakemake sets to each job's threads, as the workflow was launched with them "
+        "(feedbench.plan.threads): the harness gets these back; without the option the environment is left alone",
+    )
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -122,6 +129,7 @@ def _record_failure(args) -> int:
 
 def _job(args) -> int:
     from .plan.job import cell_paths, run_job
+    from .plan.threads import restored
 
     if args.out is None or args.log is None:
         try:
@@ -130,7 +138,12 @@ def _job(args) -> int:
             print(f"feedbench: error: job: {error}", file=sys.stderr)
             return 2
         args.out, args.log = args.out or out, args.log or log
-    return run_job(args.out, args.cell, args.runtime, args.log)
+    try:
+        env = restored(os.environ, args.launch_env) if args.launch_env is not None else None
+    except ValueError as error:
+        print(f"feedbench: error: job: {error}", file=sys.stderr)
+        return 2
+    return run_job(args.out, args.cell, args.runtime, args.log, env)
 
 
 def _make_images(args) -> int:

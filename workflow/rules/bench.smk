@@ -42,7 +42,10 @@ rule bench:
         # The job's steps are feedbench.plan.job's (write cell.yaml, run the harness, record a failure it left unrecorded,
         # stop the cell before the job's end): one short command, cheap for Snakemake to format for every job. The job
         # finds its folder and log (CELL_DIR, CELL_LOG) from the labels in params.cell. $FEEDBENCH_PYTHON: the workflow's.
-        '"$FEEDBENCH_PYTHON" -m feedbench job --cell {params.cell:q} --runtime {resources.runtime}'
+        # --launch-env: the thread variables as the workflow was launched (LAUNCH_ENV, a constant), which the harness
+        # gets back in place of the job's threads Snakemake sets them to; a change to them reruns the cells, as their
+        # trainers' threads change.
+        f'"$FEEDBENCH_PYTHON" -m feedbench job --cell {{params.cell:q}} --runtime {{resources.runtime}} --launch-env{LAUNCH_ENV}'
 
 
 # With `target: {compute: measured}`: the cells measured on the target's GPU (experiment target-compute,

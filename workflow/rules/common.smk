@@ -4,6 +4,7 @@
 import functools
 import json
 import os
+import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -28,11 +29,16 @@ from feedbench.plan.matrix import (
 from feedbench.plan.plugins import content_hash
 from feedbench.plan.references import reference_tables
 from feedbench.plan.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
+from feedbench.plan.threads import launch_args
 
 IMAGES_DIR = "results/data/images"
 # The shell rules' Python, "$FEEDBENCH_PYTHON": this workflow's own, or the rule's conda env's
 # (feedbench.plan.job.job_python); set as PYTHONPATH is in the Snakefile, and inherited by every job.
 os.environ.update({PYTHON_VARIABLE: job_python(workflow.deployment_settings.deployment_method)})
+# The thread variables (OMP_NUM_THREADS, ...) as the user launched the workflow, before Snakemake sets every job's to
+# its threads: the bench job hands them back to the harness, so that a cell's trainer gets the threads the user's own
+# launch would (feedbench.plan.threads). Quoted for the shell, braces doubled for Snakemake's format.
+LAUNCH_ENV = "".join(f" {shlex.quote(arg)}".replace("{", "{{").replace("}", "}}") for arg in launch_args(os.environ))
 
 
 wildcard_constraints:

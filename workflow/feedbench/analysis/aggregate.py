@@ -162,7 +162,7 @@ def _requested_text(knobs: dict) -> str:
 
 def _cpu(load: dict) -> dict:
     """The result's `cpu` (plan.cores.cpu_load) as its summary columns, in CPU_COLUMNS' order."""
-    keys = ["usable_cores", "demand_cores", "cpu_share", "runnable_share", "kind", "oversubscribed"]
+    keys = ["usable_cores", "demand_cores", "trainer_cores", "cpu_share", "runnable_share", "kind", "oversubscribed"]
     return {column: load.get(key) for column, key in zip(CPU_COLUMNS, keys, strict=True)}
 
 
@@ -179,6 +179,8 @@ def result_row(result: dict, path: str) -> dict:
         **_knobs(result),
         **_metrics(result),
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
+        "torch_threads_used": result.get("torch_threads"),
+        "torch_threads_source": result.get("torch_threads_source"),
         **_cpu(result.get("cpu") or {}),
         **{column: (result.get("shm") or {}).get(column[4:]) for column in SHM_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.

@@ -97,6 +97,17 @@ def _cores(value) -> int:
     return int(round(float(value)))
 
 
+def _trainer(cell: dict) -> int:
+    """The cores each rank's trainer asks for (plan.cores.trainer_cores); 1 in results before it."""
+    value = cell.get("trainer_cores")
+    return 1 if value is None or pd.isna(value) else _cores(value)
+
+
+def _threads(trainer: int) -> str:
+    """Beside a core count: the trainer's threads it includes, when they are more than its one main process."""
+    return f" (the trainer's {trainer} intra-op threads among them)" if trainer > 1 else ""
+
+
 def _cpu(cell: dict, number: Callable) -> str:
     """Which kind the recommended cell's workers are, against its cores (plan.cores.cpu_load)."""
     cores = (
@@ -117,15 +128,16 @@ def _cpu(cell: dict, number: Callable) -> str:
 def _limit(at, above: dict | None, cell: dict, rows: pd.DataFrame, number: Callable, top: bool = False) -> str:
     """What stops further workers: the cores (the next level oversubscribed, or more than fit), memory or shared
     memory (the next level's, grown by the workers added, over the limit), else nothing."""
-    usable, demand = cell.get("usable_cores"), cell.get("demand_cores")
-    ranks = int(demand // (at + 1)) if demand else 1
+    usable, demand, trainer = cell.get("usable_cores"), cell.get("demand_cores"), _trainer(cell)
+    ranks = int(demand // (at + trainer)) if demand else 1
     if above is not None and above.get("oversubscribed"):
         return (
             f"the cores: {above['workers_kind']} workers at {_workers(above['level'])} asked for"
-            f" {_cores(above['demand_cores'])} cores of {_cores(above['usable_cores'])}"
+            f" {_cores(above['demand_cores'])} cores of {_cores(above['usable_cores'])}{_threads(_trainer(above))}"
         )
-    if usable and cell.get("workers_kind") == "CPU-bound" and at >= most_workers(_cores(usable), ranks):
-        return f"the cores: {_cores(usable)} usable hold at most {_workers(most_workers(_cores(usable), ranks))}"
+    most = most_workers(_cores(usable), ranks, trainer) if usable else None
+    if usable and cell.get("workers_kind") == "CPU-bound" and at >= most:
+        return f"the cores: {_cores(usable)} usable hold at most {_workers(most)}{_threads(trainer)}"
     pss, limit = column_median(rows, WORKER_MEMORY), column_median(rows, MEMORY_LIMIT)
     if pss and limit and at and pss * (at + 1) / at > limit:
         return f"memory: one more worker would take the workers past {number(limit)} MB"

@@ -259,6 +259,7 @@ def _verdict_context(found: dict) -> dict:
         "recommendation": found["recommendation"],
         "time_lost": found["time_lost"],
         "memory": found["memory"],
+        "cores": found["cores"],
     }
 
 

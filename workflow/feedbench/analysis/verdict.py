@@ -45,7 +45,7 @@ import pandas as pd
 
 from ..plan.ceilings import LOADER_REACHES
 from ..plan.knobs import KNOBS
-from . import growth, stages
+from . import cores, growth, stages
 from .aggregate import is_true, knob_value
 from .stages import column_median
 from .whatifs import changed_data
@@ -357,6 +357,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         "wording": None,
         "time_lost": None,
         "memory": None,
+        "cores": None,
     }
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
@@ -392,6 +393,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     verdict["recommendation"] = recommend(fixes, verdict["baseline"], verdict["best"])
     verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"])
     verdict["memory"] = growth.note(cells)  # every cell whose workers grow, whichever is best
+    verdict["cores"] = cores.note(cells, verdict["best"])  # why more workers than the best's do not help, if the cores
     return verdict
 
 
@@ -425,15 +427,17 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
         "runnable_share": column_median(ok, "workers_runnable_share"),
         "demand_cores": column_median(ok, "demand_cores"),
         "usable_cores": column_median(ok, "usable_cores"),
+        "trainer_cores": column_median(ok, "trainer_cores"),
         "oversubscribed": bool(flags.astype(bool).any()) if len(flags) else None,
     }
 
 
 def loader_cpu(ceilings: pd.DataFrame, paths: list[str]) -> dict:
     """The CPU load of the results at `paths` (a searched level's loader ceiling, for plan.search) over their
-    finished repeats, as workers_cpu gives it, with whole core counts."""
+    finished repeats, as workers_cpu gives it, with whole core counts (a loader cell's trainer is always one core:
+    not repeated)."""
     rows = ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")] if len(ceilings) else ceilings
-    load = workers_cpu(rows)
+    load = {k: v for k, v in workers_cpu(rows).items() if k != "trainer_cores"}
     return {k: (int(v) if k.endswith("_cores") and v is not None else v) for k, v in load.items()}
 
 

@@ -24,7 +24,7 @@ import psutil
 import torch
 import yaml
 
-from ..plan import resources
+from ..plan import resources, threads
 from ..plan.cell import Cell, cell_dict
 from ..plan.knobs import KnobError
 from ..plan.result import failed_result, now, tail, write_refusal, write_result
@@ -140,6 +140,8 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
         file=sys.stderr,
     )
     env = dict(os.environ, MASTER_PORT=str(free_port()))  # the rendezvous listens here, on this (the first) node
+    # Each rank's threads as torchrun gives them (1 with several ranks a node and no OMP_NUM_THREADS), under srun too.
+    env = threads.torchrun_env(env, ranks_per_node=cell.gpus_per_node)
     if in_slurm_job():
         names, commands, envs = ["srun"], [srun_command(cell, cell_path, out_dir)], [env]
     else:

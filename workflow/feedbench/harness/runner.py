@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..plan import shm
+from ..plan import shm, threads
 from ..plan.cell import Cell, cell_dict, parse_cell
-from ..plan.cores import cpu_load, ranks_sharing
+from ..plan.cores import cpu_load, ranks_sharing, trainer_cores
 from ..plan.knobs import KnobError, user_batch
 from ..plan.metrics import epoch_boundaries, summarize, wait_tail
 from ..plan.plugins import folder_facts, plugins_of, resolve_all
@@ -46,6 +46,10 @@ WORKER_ERROR = re.compile(r"Caught (\w+) (in DataLoader worker process \d+)\.\nO
 # connection to the worker's resource sharer): a worker that dies there closes that connection mid-hand-over, and
 # the main process sees a bare EOFError or ConnectionResetError before the DataLoader notices the death.
 HAND_OVER = ("multiprocessing/resource_sharer.py", "torch/multiprocessing/reductions.py")
+
+# The intra-op threads PyTorch chose for this process from its environment (its default, or OMP_NUM_THREADS), read
+# before any cell sets its own: a cell without the knob `torch_threads` gets these back, whatever ran before it here.
+LAUNCH_THREADS = torch.get_num_threads()
 
 
 def _error(exc: BaseException) -> dict:
@@ -124,6 +128,7 @@ def _combine_ranks(own: dict, ranks: list[dict]) -> dict:
             "stall_pct": r["metrics"].get("stall_pct"),
             "phases_median_ms": {k: v["median_ms"] for k, v in r["metrics"].get("phases", {}).items()},
             "comm": r["comm"],
+            "torch_threads": r.get("torch_threads"),
         }
         for r in ranks
     ]
@@ -270,9 +275,10 @@ def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) ->
 
 
 def _set_threads(r: CellRun, cell: Cell) -> None:
-    if cell.torch_threads:
-        torch.set_num_threads(cell.torch_threads)
+    """The trainer's threads as the user's launch gives them, or the knob's (plan.threads), and why."""
+    torch.set_num_threads(cell.torch_threads or LAUNCH_THREADS)
     r.result["torch_threads"] = torch.get_num_threads()
+    r.result["torch_threads_source"] = threads.source(cell.torch_threads, os.environ)
     # Process-wide, and inherited by forked workers: set for every cell, so one cell's strategy never leaks into the
     # next one run by the same process.
     torch.multiprocessing.set_sharing_strategy(cell.sharing_strategy)
@@ -342,7 +348,8 @@ def _record_loop(r: CellRun, cell: Cell) -> None:
     result["monitor"] = r.monitor.summary() if r.monitor is not None else None
     if result["monitor"] is not None:
         usable = (result["provenance"].get("cores") or {}).get("usable")
-        result["cpu"] = cpu_load(result["monitor"]["workers"], usable, ranks_sharing(cell), cell.num_workers)
+        trainer = trainer_cores(cell.scenario, cell.device, result["torch_threads"])
+        result["cpu"] = cpu_load(result["monitor"]["workers"], usable, ranks_sharing(cell), cell.num_workers, trainer)
     result["page_cache"] = m.page_cache
     if m.page_cache and m.page_cache["note"]:
         result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]
@@ -364,7 +371,8 @@ def _share_with_ranks(r: CellRun, code: int) -> None:
         if code:
             write_result(os.path.join(r.out_dir, "ranks"), result, f"rank{world.rank}.json")
     if code == 0 and world.distributed:
-        ranks = gather({"rank": world.rank, "node": world.node_rank, "metrics": result["metrics"], "comm": r.m.comm})
+        mine = {"rank": world.rank, "node": world.node_rank, "metrics": result["metrics"], "comm": r.m.comm}
+        ranks = gather({**mine, "torch_threads": result.get("torch_threads")})
         result["metrics"] = _combine_ranks(result["metrics"], ranks)
 
 

@@ -74,10 +74,14 @@ STAGE_COLUMN = re.compile(r"stage_.+_(" + "|".join(STAGE_STATS) + ")")
 # A transfer probe's: also one column per probed size (transfer_gb_per_s_<pinned|pageable>_<bytes>), which vary.
 TRANSFER_COLUMNS = ["transfer_method", "transfer_peak_gb_per_s_pinned", "transfer_peak_gb_per_s_pageable"]
 PROVENANCE_COLUMNS = ["host", "gpu"]
+# The trainer's intra-op threads as it ran (the result's `torch_threads`) and why (`torch_threads_source`,
+# plan.threads): the knob column `torch_threads` is empty where the cell left them to the launch.
+THREADS_COLUMNS = ["torch_threads_used", "torch_threads_source"]
 # The cell's CPU demand against its usable cores (the result's `cpu`, plan.cores.cpu_load): empty without workers.
 CPU_COLUMNS = [
     "usable_cores",
     "demand_cores",
+    "trainer_cores",  # each rank's trainer in demand_cores: its threads where it computes on the CPU, else 1
     "workers_cpu_share",
     "workers_runnable_share",
     "workers_kind",
@@ -105,6 +109,7 @@ SUMMARY_COLUMNS = [
     *METRIC_COLUMNS,
     *TRANSFER_COLUMNS,
     *PROVENANCE_COLUMNS,
+    *THREADS_COLUMNS,
     *CPU_COLUMNS,
     *SHM_COLUMNS,
     *REQUEST_COLUMNS,

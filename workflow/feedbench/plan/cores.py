@@ -101,19 +101,26 @@ def _median(values: list) -> float | None:
     return statistics.median(known) if known else None
 
 
-def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: int) -> dict | None:
+def trainer_cores(scenario: str, device: str, torch_threads: int | None) -> int:
+    """The cores a rank's trainer asks for: its intra-op threads where its model computes on the CPU (a train cell on
+    device cpu), else 1, its main process (a loader cell does not compute; on a GPU the threads mostly wait)."""
+    return max(torch_threads or 1, 1) if scenario == "train" and device == "cpu" else 1
+
+
+def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: int, trainer: int = 1) -> dict | None:
     """A cell's CPU demand against its usable cores, for its result's `cpu`: the cores it asks for (ranks x (workers
-    + the main process)), the median worker's CPU and runnable shares, which kind its workers are (KINDS, by
-    CPU_BOUND_SHARE) and whether it is oversubscribed (more demand than cores, and CPU-bound workers). None without
-    loader workers; kind and oversubscribed None when no worker was sampled."""
+    + the trainer's cores, trainer_cores)), the median worker's CPU and runnable shares, which kind its workers are
+    (KINDS, by CPU_BOUND_SHARE) and whether it is oversubscribed (more demand than cores, and CPU-bound workers).
+    None without loader workers; kind and oversubscribed None when no worker was sampled."""
     if num_workers == 0:
         return None
     runnable = _median([w.get("runnable_share") for w in workers])
     bound = None if runnable is None else runnable >= CPU_BOUND_SHARE
-    demand = ranks * (num_workers + 1)
+    demand = ranks * (num_workers + trainer)
     return {
         "demand_cores": demand,
         "usable_cores": usable,
+        "trainer_cores": trainer,
         "cpu_share": _median([w.get("cpu_share") for w in workers]),
         "runnable_share": runnable,
         "kind": None if bound is None else KINDS[bound],
@@ -121,6 +128,6 @@ def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: i
     }
 
 
-def most_workers(usable: int, ranks: int) -> int:
+def most_workers(usable: int, ranks: int, trainer: int = 1) -> int:
     """The most loader workers per rank whose cell does not ask for more than `usable` cores (cpu_load's demand)."""
-    return max(usable // ranks - 1, 0)
+    return max(usable // ranks - trainer, 0)

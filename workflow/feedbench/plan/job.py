@@ -124,8 +124,9 @@ def stop_at(runtime_min: float, now: float, environ=os.environ) -> float:
     return now + left - margin_s(runtime_s, left)
 
 
-def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
-    """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's)."""
+def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dict | None = None) -> int:
+    """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's). `env`:
+    the harness's environment (plan.threads.restored: the user's thread variables, not Snakemake's), else this one."""
     now = time.time()
     for stale in ("steps.csv", "trace.json"):
         if os.path.exists(os.path.join(out_dir, stale)):
@@ -147,7 +148,7 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str) -> int:
     ]
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)  # Snakemake makes it; a job run by hand may not
     with open(log, "w", encoding="utf-8") as out:
-        harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             code = harness.wait()
         except KeyboardInterrupt:  # Ctrl-C reached the harness too: let it record what it measured, then end

@@ -658,9 +658,9 @@ KNOBS: dict[str, Knob] = {
         Knob(
             "torch_threads",
             int,
-            1,
-            "intra-op CPU threads of the trainer (torch.set_num_threads), 1 as torchrun's ranks get; "
-            "null: PyTorch's default",
+            None,
+            "intra-op CPU threads of the trainer (torch.set_num_threads); null: as the launch gives them, "
+            "PyTorch's default or OMP_NUM_THREADS in one process, 1 per rank of several a node as torchrun sets",
             minimum=1,
             maximum=1024,
             nullable=True,
