@@ -180,6 +180,19 @@ def cell(project, **knobs):
     }
 
 
+def classes_cell(project, **knobs):
+    """A cell of the user's Dataset class and model class named as they are (no ctx, no adapter)."""
+    return cell(
+        project,
+        dataset="userproj.data:Squares",
+        dataset_args={"n": 24, "side": 8},
+        collate="userproj.data:collate",
+        model="userproj.data:Classifier",
+        model_args={"classes": 4},
+        **knobs,
+    )
+
+
 def result_of(out):
     return json.loads((out / "result.json").read_text())
 
@@ -207,14 +220,7 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
 def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
     """No adapter: a Dataset class and a model class whose signatures take no ctx are called with their arguments
     alone (plan.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
-    knobs = cell(
-        project,
-        dataset="userproj.data:Squares",
-        dataset_args={"n": 24, "side": 8},
-        collate="userproj.data:collate",
-        model="userproj.data:Classifier",
-        model_args={"classes": 4},
-    )
+    knobs = classes_cell(project)
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
     assert result["status"] == "ok" and result["metrics"]["samples"] == 4 * 8, result.get("error")
@@ -234,13 +240,8 @@ def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
 def test_the_optimizer_is_a_knob(project, tmp_path, optimizer, args, name):
     """A user keeps AdamW (or any optimizer, by import path) without writing a step: the step's optimizer is the
     knob's, with its arguments (#33)."""
-    knobs = cell(
+    knobs = classes_cell(
         project,
-        dataset="userproj.data:Squares",
-        dataset_args={"n": 24, "side": 8},
-        collate="userproj.data:collate",
-        model="userproj.data:Classifier",
-        model_args={"classes": 4},
         step="userproj.data:recording_step",
         optimizer=optimizer,
         optimizer_args=args,
