@@ -121,12 +121,11 @@ def call_model(model, batch, forward_keys: list[str] | None = None):
         )
     missing = [key for key in forward_keys if key not in batch]
     if missing:
-        import difflib
+        from ..plan.plugins import did_you_mean
 
-        close = difflib.get_close_matches(missing[0], [str(k) for k in batch], n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        keys = [str(k) for k in batch]
         raise KnobError(
-            f"knob 'forward_keys': the batch has no key '{missing[0]}'{hint}; allowed: "
-            + ", ".join(str(k) for k in batch)
+            f"knob 'forward_keys': the batch has no key '{missing[0]}'{did_you_mean(missing[0], keys)}; allowed: "
+            + ", ".join(keys)
         )
     return model(**{key: batch[key] for key in forward_keys})
