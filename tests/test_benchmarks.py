@@ -21,6 +21,7 @@ BENCHMARKS = os.path.join(ROOT, "benchmarks")
 SMALLEST = {
     "calibration_error.py": ["--repeats", "1", "--cases", "balanced", "--workers", "0"],
     "dag_dry_run.py": ["50"],
+    "gc_window.py": ["--rounds", "1", "--steps", "3"],
     "instrument_overhead.py": ["--rounds", "1", "--steps", "3"],
     "loader_scaling_error.py": ["--check", "--repeats", "1", "--pipelines", "images"],
     "own_pipeline_overhead.py": ["--rounds", "1", "--steps", "3"],

@@ -110,6 +110,8 @@ def _metrics(result: dict) -> dict:
         **_tail(metrics),
         **_memory(result),
         "cuda_init_s": metrics.get("cuda_init_s"),
+        "gc_collections": (metrics.get("gc") or {}).get("collections"),  # the trainer's, in the window
+        "gc_pause_ms": (metrics.get("gc") or {}).get("pause_ms"),
         **{
             f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
             for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")

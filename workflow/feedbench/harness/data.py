@@ -15,6 +15,7 @@ from ..plan.cell import Cell
 from ..plan.knobs import JPEG_DATASETS, KnobError
 from ..plan.model_names import input_kind
 from ..plan.plugins import call_factory, expect
+from .collector import worker_init
 from .stages import StagedBatch, TimedCollate, named, stage
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -412,6 +413,7 @@ def build_loader(
             persistent_workers=cell.persistent_workers,
             multiprocessing_context=cell.multiprocessing_context,
             in_order=cell.in_order,
+            worker_init_fn=worker_init if cell.gc != "normal" else None,
         )
     loader = DataLoader(
         dataset,

@@ -28,6 +28,7 @@ from ..plan.metrics import CLOCKED_PHASES
 from ..plan.plugins import Context, resolve_all
 from .batches import batch_bytes, batch_len, call_model, default_loss, unpinned_note
 from .cache import prepare as prepare_page_cache
+from .collector import Collector
 from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
@@ -72,6 +73,7 @@ class Measurement:
     epoch_starts: list[int] = field(default_factory=list)  # the pull index of each epoch's first batch
     boundary_steps: list[int] = field(default_factory=list)  # measured steps whose wait pulled a later epoch's first
     notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
+    collector: Collector | None = None  # Python's collector in the window (knob gc): opened with it
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -257,8 +259,12 @@ def measure(
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     step = TrainStep(cell, device, m, user, ctx) if cell.scenario != "loader" else None
     feed = _feed(cell, device, m, loader, move)
-    _window(cell, device, m, feed, step, steps, monitor, move)
-    _close_window(device, m, monitor, feed)
+    try:
+        _window(cell, device, m, feed, step, steps, monitor, move)
+        _close_window(device, m, monitor, feed)
+    finally:  # a cell that fails mid-window leaves the next cell of the process its collector as it found it
+        if m.collector is not None:
+            m.collector.close()
     if cell.parallel == "ddp" and cell.comm_probe_steps:
         m.comm = _comm_probe(cell, device, step, feed, move)
     if cell.profile and step is not None:  # on every rank: a ddp step's collectives need them all
@@ -399,6 +405,8 @@ def _window(
         measuring = i >= cell.warmup_steps
         if i == cell.warmup_steps:
             synchronize(device)
+            m.collector = Collector(cell.gc)
+            m.collector.open()
             if monitor is not None:
                 monitor.start()
         clock = m.clock if measuring else warm
@@ -450,6 +458,8 @@ def _close_window(device: torch.device, m: Measurement, monitor, feed: Feed) -> 
     """The window ends synchronised; the monitor stops with it."""
     synchronize(device)
     m.window_end = time.perf_counter()
+    if m.collector is not None:
+        m.collector.close()
     if monitor is not None and monitor.is_alive():
         monitor.stop()
     if feed.prefetch and feed.batches.note:

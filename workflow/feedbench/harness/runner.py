@@ -104,6 +104,7 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
     metrics["wait_ms"] = wait_tail(table["wait"][:n])  # the data wait's tail over the measured steps
     metrics["epoch_boundaries"] = epoch_boundaries(table["wait"][:n], m.boundary_steps)
     metrics["cuda_init_s"] = m.cuda_init_s
+    metrics["gc"] = m.collector.summary() if m.collector is not None else None  # the collector in the window
     metrics["original_estimators"] = original_estimators(table, m)  # pytorch_throughput's, for the scaling study
     metrics["first_batch_profile"] = m.first_batch_profile  # the CIFAR-100 notebook's window, for the workers study
     metrics["stages"] = m.stages()  # what each sample's stages cost inside the loader (harness.stages)

@@ -41,6 +41,8 @@ METRIC_COLUMNS = [
     "samples_to_memory_limit",
     "workers_start_method",
     "cuda_init_s",
+    "gc_collections",  # Python's collections in the trainer during the window, and their pauses (harness.collector)
+    "gc_pause_ms",
     "original_fwd_samples_per_s",
     "original_bwd_samples_per_s",
     "original_samples_per_s",
