@@ -58,6 +58,11 @@ class Text(nn.Module):
         return self.head(pooled)
 
 
+class Missing(Lines):  # a pipeline whose data is not there: no batch to draw
+    def __getitem__(self, i):
+        raise OSError(f"no such shard: lines-{i}.jsonl")
+
+
 class Picky(Text):  # a check on the data's values in forward: a meta tensor has none
     def forward(self, input_ids, mask):
         if int(input_ids.max()) >= self.embed.num_embeddings:
@@ -122,11 +127,21 @@ def estimates(text_project, tmp_path):
                 "base": {"scenario": "train", **TEXT_CELL},
                 "matrix": {"model": [f"usertext.text:{name}" for name in ("Text", "Picky", "Calibrated")]},
             },
+            "missing": {
+                "base": {
+                    "scenario": "train",
+                    **TEXT_CELL,
+                    "dataset": "usertext.text:Missing",
+                    "model": "usertext.text:Text",
+                }
+            },
         },
     }
     target = read_target(TARGET)
-    found = [estimate_cell(knobs, target, {"pooled": 1.0}) for knobs in training_cells(build_cells(config)).values()]
-    return {f"{e['knobs']['model'].split('.')[0]}/{e['knobs']['model'].rsplit(':', 1)[1]}": e for e in found}
+    cells = training_cells(build_cells(config))
+    # <experiment>/<the model's name>: one cell each
+    named = {f"{key.split('/')[0]}/{knobs['model'].rsplit(':', 1)[1]}": knobs for key, knobs in cells.items()}
+    return {name: estimate_cell(knobs, target, {"pooled": 1.0}) for name, knobs in named.items()}
 
 
 def conv_flops(batch, out_channels, side, in_channels):
@@ -141,14 +156,14 @@ def test_the_users_model_is_counted_on_the_meta_device_on_its_own_batch(estimate
     conv1, conv2, head = conv_flops(16, 16, 56, 3), conv_flops(16, 32, 28, 16), 2 * 16 * 32 * 10
     assert shapes["flops"] == 2 * conv1 + 3 * conv2 + 3 * head
     assert shapes["compute_s"] > 0 and shapes["efficiency_from"] == "pooled" and shapes["family"] is None
-    text = estimates["usertext/Text"]
+    text = estimates["text/Text"]
     # The dict batch through forward_keys: the embedding and the pooling are no matmuls; the head is, and backward
     # computes its weight's and its input's gradients (the embedding's weights need them).
     assert text["flops"] == 3 * 2 * 8 * DIM * CLASSES and text["compute_s"] > 0
 
 
 def test_the_copy_is_priced_from_the_users_batch_not_an_image_batch(estimates):
-    for key, size in (("shapes/build_model", SHAPES_BATCH_BYTES), ("usertext/Text", TEXT_BATCH_BYTES)):
+    for key, size in (("shapes/build_model", SHAPES_BATCH_BYTES), ("text/Text", TEXT_BATCH_BYTES)):
         entry = estimates[key]
         assert entry["batch_bytes"] == size and entry["batch_bytes_from"] == "drawn", (key, entry["batch_bytes"])
         assert entry["batch_bytes"] != batch_bytes(entry["knobs"])  # the knobs' shape: an image batch
@@ -163,13 +178,13 @@ def test_the_copy_is_priced_from_the_users_batch_not_an_image_batch(estimates):
     ],
 )
 def test_a_model_the_meta_device_cannot_run_is_one_line_pointing_to_compute_measured(estimates, model, why):
-    entry = estimates[f"usertext/{model}"]
+    entry = estimates[f"text/{model}"]
     error = entry["error"]
     assert error.startswith(f"model 'usertext.text:{model}': no compute estimate: {why}"), error
     assert error.endswith("or the compute measured on the target's GPU: target: {compute: measured}"), error
     assert "\n" not in error and "compute_s" not in entry
     assert entry["batch_bytes"] == TEXT_BATCH_BYTES  # the copy is still the user's batch
-    row = cell_row(f"usertext/{model}", entry, [], {**TARGET, "link_gb_per_s": 63.0}, [])
+    row = cell_row(f"text/{model}", entry, [], {**TARGET, "link_gb_per_s": 63.0}, [])
     assert row["note"] == f"no compute estimate: {error}"
 
 
@@ -178,7 +193,7 @@ def test_the_bytes_a_cell_copied_are_its_drawn_batchs_and_the_section_prices_its
 ):
     """A real training cell of the text pipeline records what its steps copied (metrics.h2d_bytes); the section
     prices the copy from it, and for a batch of fixed shape that is the drawn batch's bytes."""
-    entry = estimates["usertext/Text"]
+    entry = estimates["text/Text"]
     out = tmp_path / "cell"
     knobs = {**entry["knobs"], "python_path": [text_project], "steps": 3, "warmup_steps": 1}
     assert run(knobs, str(out)) == 0
@@ -187,3 +202,12 @@ def test_the_bytes_a_cell_copied_are_its_drawn_batchs_and_the_section_prices_its
     priced = with_measured_copy(entry, [result], 63.0)
     assert priced["batch_bytes"] == entry["batch_bytes"] and priced["batch_bytes_from"] == "measured"
     assert priced["copy_s"] == pytest.approx(entry["copy_s"])
+
+
+def test_a_pipeline_with_no_batch_to_draw_leaves_the_copy_unpriced_and_says_why(estimates):
+    entry = estimates["missing/Text"]
+    why = "no batch could be drawn from its pipeline (OSError: no such shard: lines-"
+    assert entry["error"].startswith(f"model 'usertext.text:Text': no compute estimate: {why}"), entry["error"]
+    assert entry["error"].endswith("target: {compute: measured}") and "\n" not in entry["error"]
+    assert entry["batch_bytes"] is None and entry["copy_s"] == 0
+    assert entry["batch_bytes_from"].startswith(f"unknown: {why}"), entry["batch_bytes_from"]
