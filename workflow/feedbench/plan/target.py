@@ -219,7 +219,12 @@ def copy_seconds(batch_bytes: float | None, target: Target) -> float:
     Pinned or pageable, the same figure: the table has no pageable rate (the driver stages pageable memory through a
     pinned buffer, so such copies reach less); docs/results/prediction-error.md says how far off that is here.
     """
-    return (batch_bytes or 0) / (target.link_gb_per_s * 1e9)
+    return link_seconds(batch_bytes, target.link_gb_per_s)
+
+
+def link_seconds(batch_bytes: float | None, link_gb_per_s: float) -> float:
+    """copy_seconds over a link of `link_gb_per_s` (results/target.json keeps the target's link as that figure)."""
+    return (batch_bytes or 0) / (link_gb_per_s * 1e9)
 
 
 def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedCell]:
