@@ -299,5 +299,5 @@ def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run
     code, result = run_cell(scenario="compute", device="cuda", **knobs)
     assert code == 0, result["error"]
     seconds, where = measured_compute([result], find_gpu(known[0]), batch_size=64)
-    assert where == "measured there (1 repeat)"
+    assert where == f"measured there, on {name} (1 repeat)"
     assert seconds == pytest.approx(64 / result["metrics"]["samples_per_s"])
