@@ -260,7 +260,8 @@ def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, 
     caption = (
         f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the step's FLOPs and bytes "
         f"counted here, the GPU's roofline over an efficiency fitted to the other studies alone); median error "
-        f"{100 * entry['median_error']:.1f} %, worst {100 * entry['worst_error']:.1f} % ({ERROR_PAGE})"
+        f"{100 * entry['median_error']:.1f} % (a factor of {entry['median_factor']:.2f}), worst a factor of "
+        f"{entry['worst_factor']:.1f} {'too fast' if entry['worst_too_fast'] else 'too slow'} ({ERROR_PAGE})"
     )
     notes = [
         "The predictions beside the published figures never saw them: each is made with efficiencies fitted to the "

@@ -309,6 +309,7 @@ def target_estimates(
     speed = target_speed(target)
     predictions, efficiencies = published_error(root)
     error = summarize(predictions)
+    one_gpu = summarize([p for p in predictions if p.cell.gpus == 1])
     found = {
         "target": {
             "gpu": target.gpu.name,
@@ -324,6 +325,14 @@ def target_estimates(
             "median_error": error.median_error,
             "worst_error": error.worst_error,
             "bounds_right": error.bounds_right,
+            "median_factor": error.median_factor,
+            "worst_factor": error.worst_factor,
+            "worst_too_fast": error.worst_too_fast,
+            "one_gpu": {
+                "cells": one_gpu.cells,
+                "median_factor": one_gpu.median_factor,
+                "worst_factor": one_gpu.worst_factor,
+            },
         },
         "efficiencies": efficiencies,
         "published": beside_published(predictions, target, efficiencies, count_once),
