@@ -3,9 +3,15 @@ tensors (#27). What only a device can show is in test_gpu.py."""
 
 from __future__ import annotations
 
+import gc
+import json
+import subprocess
+import sys
 import threading
 import time
+import weakref
 
+import feedbench
 import pytest
 import torch
 from feedbench.harness.distributed import World, node_gpus, rank_device
@@ -112,3 +118,77 @@ def test_an_nvml_error_stops_gpu_sampling_only():
     monitor.stop()
     assert len(monitor.samples) >= 3 and all("host_cpu_pct" in sample for sample in monitor.samples)
     assert monitor.summary()["notes"][0].startswith("NVML failed while sampling")
+
+
+class Cycle:
+    """Cyclic garbage: only the collector frees it."""
+
+    def __init__(self):
+        self.me = self
+
+
+GARBAGE: list = []  # a weak reference to the garbage of an earlier cell, as a forked worker inherits it
+
+
+class Inherited(torch.utils.data.Dataset):
+    """A dataset that fails in a loader worker that inherited the earlier cell's garbage uncollected."""
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        if GARBAGE and GARBAGE[0]() is not None:
+            raise RuntimeError("the worker inherited uncollected garbage of an earlier cell")
+        return torch.zeros(6), index % 3
+
+
+def test_a_cpu_cell_forks_its_workers_only_after_collecting_once_cuda_was_initialised(monkeypatch):
+    """N5 (#35): in a process where CUDA was initialised (an earlier cell on the GPU: patched here, there is none), a
+    CPU cell's loader collects before it forks its workers: a CUDA event in the inherited garbage, destroyed by the
+    collector in a worker, aborts it ("CUDA error: initialization error"). The collector is off for the test, so the
+    one collection that can free the garbage is the harness's own."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    garbage = Cycle()
+    GARBAGE[:] = [weakref.ref(garbage)]
+    del garbage
+    gc.disable()
+    try:
+        knobs = dict(steps=3, warmup_steps=1, batch_size=8, torch_threads=1, device="cpu", num_workers=1)
+        result = feedbench.measure(dataset=Inherited(), model=torch.nn.Linear(6, 3), **knobs)
+    finally:
+        gc.enable()
+        GARBAGE.clear()
+    assert result["status"] == "ok", result["error"]
+
+
+FIRST_CELL = """
+import gc, json
+import feedbench, torch
+from feedbench.harness.loop import Measurement
+from feedbench.harness.timing import PhaseClock
+
+data = torch.utils.data.TensorDataset(torch.randn(64, 6), torch.randint(3, (64,)))
+gc.collect()
+gc.disable()  # what the cell leaves to the collector stays there until the end
+result = feedbench.measure(dataset=data, model=torch.nn.Linear(6, 3), device="cpu", steps=3, warmup_steps=1,
+                           batch_size=8, torch_threads=1)
+gc.set_debug(gc.DEBUG_SAVEALL)  # the collected objects kept in gc.garbage, for a look
+found = gc.collect()
+held = (torch.nn.Module, torch.nn.Parameter, torch.optim.Optimizer, Measurement, PhaseClock)
+print(json.dumps({"status": result["status"], "found": found,
+                  "held": sorted({type(o).__name__ for o in gc.garbage if isinstance(o, held)})}))
+"""
+
+
+def test_the_first_cell_of_a_process_leaves_no_garbage_holding_its_model_or_its_events():
+    """N5 (#35): torch.optim imports torch._dynamo at the first optimizer of a process, and that import leaves a frame
+    in a reference cycle whose callers' frames held the cell's model, optimizer and measurement (on a GPU, its
+    parameters and CUDA events) for the collector, which could then run in a later cell's forked worker. A fresh
+    process (the first cell), the collector off during the cell, then one collection with DEBUG_SAVEALL: what it
+    found holds none of the cell."""
+    done = subprocess.run([sys.executable, "-c", FIRST_CELL], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["status"] == "ok"
+    assert seen["found"] > 0  # the import's own cycles: the collector did look
+    assert seen["held"] == []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import itertools
 import os
 import statistics
@@ -275,11 +274,6 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     dataset, m.whatif = apply_whatifs(cell, dataset, out_dir)
     staged = cell.stage_timing and cell.scenario != "compute"
     dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
-    if cell.num_workers and device.type == "cuda":
-        # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier cell run in this
-        # process) destroyed by the collector in a worker aborts it: "CUDA error: initialization error". Collect it
-        # here, where CUDA still works.
-        gc.collect()
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)
     if cell.profile_first_batch and cell.scenario == "loader":
