@@ -105,9 +105,12 @@ class Measurement:
             found["order"] = self.stage_order
         return found
 
-    def whatif_facts(self) -> dict | None:
-        """What the cell's stage what-if did and traded (harness.whatif), or None without one."""
-        return facts(self.whatif_loader, self.whatif, self.stage_skip) if self.whatif is not None else None
+    def whatif_facts(self, device_readable: bool = True) -> dict | None:
+        """What the cell's stage what-if did and traded (harness.whatif), or None without one; the device stages'
+        time only where the device's clocks can be read (the runner's guarded read)."""
+        if self.whatif is None:
+            return None
+        return facts(self.whatif_loader, self.whatif, self.stage_skip, device_readable)
 
 
 def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:
