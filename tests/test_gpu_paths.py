@@ -14,8 +14,10 @@ import weakref
 import feedbench
 import pytest
 import torch
+from feedbench.harness.batches import copied_bytes, unpinned_note
 from feedbench.harness.distributed import World, node_gpus, rank_device
-from feedbench.harness.loop import WithLoss, dp_replica
+from feedbench.harness.fit import resolve
+from feedbench.harness.loop import Measurement, WithLoss, dp_replica, measure
 from feedbench.harness.models import SleepModel
 from feedbench.harness.monitor import Monitor
 from feedbench.harness.prefetch import streamed
@@ -118,6 +120,43 @@ def test_an_nvml_error_stops_gpu_sampling_only():
     monitor.stop()
     assert len(monitor.samples) >= 3 and all("host_cpu_pct" in sample for sample in monitor.samples)
     assert monitor.summary()["notes"][0].startswith("NVML failed while sampling")
+
+
+def test_tensors_already_on_a_device_are_neither_copied_nor_pinned():
+    """N2 (#35): a batch decoded on the GPU (decoder torchvision-cuda, device_stages) has its images there already: they
+    are not copied bytes, and is_pinned() is false for them, which named every such batch unpinned. Here a tensor on the
+    meta device stands in for the GPU's: not in host memory. Only the host tensors count."""
+    on_device, labels = torch.empty(4, 3, 8, 8, device="meta"), torch.zeros(4, dtype=torch.int64)
+    assert copied_bytes((on_device, labels)) == 4 * 8
+    assert unpinned_note({"image": on_device}) is None
+    assert "1 of 1 host tensors, batch type tuple" in unpinned_note((on_device, labels))
+
+
+def test_the_loop_counts_only_the_host_bytes_it_copies():
+    """N2 through the measured loop: a batch whose samples a user's dataset already placed off the host, its labels on
+    the host; the copied bytes the loop adds up (h2d_gb_per_s's numerator) are the labels' alone."""
+
+    class OffHost(torch.utils.data.Dataset):
+        def __len__(self):
+            return 32
+
+        def __getitem__(self, index):
+            return torch.empty(6, device="meta"), index
+
+    def to_device(batch, device, non_blocking):
+        return [batch[0], batch[1].to(device)]  # the samples are where they are
+
+    def step(model, batch, ctx):
+        return model(torch.ones(len(batch[1]), 6)).mean()
+
+    knobs = dict(steps=3, warmup_steps=1, batch_size=8, torch_threads=1, device="cpu")
+    user = {"dataset": lambda ctx, **args: OffHost(), "model": lambda ctx, **args: torch.nn.Linear(6, 1)}
+    user.update(to_device=to_device, step=step)
+    knobs.update({name: f"feedbench.api:{name}_object" for name in user})
+    cell, _ = resolve(parse_cell(knobs), False)
+    m = Measurement()
+    measure(cell, torch.device("cpu"), m, user=user)
+    assert m.completed == 3 and m.h2d_bytes == 3 * 8 * 8  # 3 steps of 8 int64 labels
 
 
 class Cycle:

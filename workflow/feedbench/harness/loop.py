@@ -25,7 +25,7 @@ from ..plan.cell import Cell
 from ..plan.knobs import KnobError
 from ..plan.metrics import CLOCKED_PHASES
 from ..plan.plugins import Context, resolve_all
-from .batches import batch_bytes, batch_len, call_model, default_loss, unpinned_note
+from .batches import batch_len, call_model, copied_bytes, default_loss, unpinned_note
 from .cache import prepare as prepare_page_cache
 from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
@@ -438,7 +438,7 @@ def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, t_start: float,
             feed.resident_tokens[i % len(feed.residents)] if feed.resident is not None else int(host[2].sum())
         )
     if cell.scenario == "train":
-        m.h2d_bytes += batch_bytes(host)
+        m.h2d_bytes += copied_bytes(host)  # a batch's tensors already on the device are not copied
     if events is not None:
         m.copy_events.append(events)
 
