@@ -45,6 +45,29 @@ def test_the_pinned_copies_of_the_batches_in_flight_are_counted_on_a_gpu_only():
     assert shm.facts(user, local=True, pinned=True)["pinned_bytes"] is None
 
 
+def test_the_pinned_pool_is_what_the_allocator_holds():
+    """N3 (#35): PyTorch's pinned host allocator rounds each block up to a power of two and keeps it; the main thread
+    pins with num_workers 0 too; the stream prefetcher holds its batches issued ahead. A batch of 250 x 1000 float32
+    (1,000,000 bytes) and 250 int64 labels (2,000 bytes) holds 1 MiB + 2 KiB pinned, not 1,002,000 bytes."""
+    assert [shm.pinned_block(n) for n in (1_000_000, 2**20, 2**20 + 1, 2_000, 1, 0)] == [
+        2**20, 2**20, 2**21, 2**11, 1, 0,
+    ]  # fmt: skip
+    knobs = {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 1000, "batch_size": 250}
+    block = 2**20 + 2**11
+
+    def pool(**more):
+        return shm.facts({**knobs, **more}, local=True, pinned=True)["pinned_bytes"]
+
+    assert pool(num_workers=2, prefetch_factor=2) == 5 * block  # 2 x 2 in flight + the one the step holds
+    assert pool(num_workers=0) == 2 * block  # the one pinned while the step holds the last
+    assert pool(num_workers=0, device_prefetch="stream", prefetch_depth=3) == (2 + 3) * block
+    assert pool(num_workers=2, device_prefetch="stream") == (5 + 1) * block
+    assert pool(num_workers=0, device_prefetch="stream", scenario="loader") == 2 * block  # no prefetcher there
+    assert pool(num_workers=0, parallel="dp", gpus_per_node=4) == 2 * (2**22 + 2**13)  # one batch of 4 x 250
+    assert pool(num_workers=0, parallel="ddp", gpus_per_node=2) == 2 * 2 * block  # a loader per rank
+    assert shm.facts({**knobs, "num_workers": 0}, local=True)["pinned_bytes"] == 0  # nothing pinned
+
+
 def test_ranks_multiply_the_loaders_and_dp_the_batch():
     ddp = {"parallel": "ddp", "gpus_per_node": 2, "nodes": 2}
     assert shm.loaders(ddp, local=True) == (4, 1)  # every emulated node on this host
