@@ -14,10 +14,11 @@ import weakref
 import feedbench
 import pytest
 import torch
+from feedbench.harness import launch, runner
 from feedbench.harness.batches import copied_bytes, unpinned_note
 from feedbench.harness.distributed import World, node_gpus, rank_device
 from feedbench.harness.fit import resolve
-from feedbench.harness.loop import Measurement, WithLoss, dp_replica, measure
+from feedbench.harness.loop import Autocast, Measurement, WithLoss, measure, wrap_parallel
 from feedbench.harness.models import SleepModel
 from feedbench.harness.monitor import Monitor
 from feedbench.harness.prefetch import streamed
@@ -56,26 +57,6 @@ def test_more_ranks_than_gpus_on_a_host_are_refused(nodes, gpus_per_node):
     """ddp and independent ranks (the launcher's check, as dp's in resolve): 2 ranks on 1 visible GPU."""
     with pytest.raises(KnobError, match="more than the 1 GPU"):
         node_gpus(nodes, gpus_per_node, ["0"])
-
-
-def test_dp_replicas_compute_in_the_cells_autocast_dtype():
-    """DataParallel runs each replica in a thread, re-entering autocast with `enabled` only (parallel_apply), so at
-    that thread's default dtype: float16 on CUDA (bug 4). Replayed on the CPU: a second thread whose default is set
-    to float16 as CUDA's is, entering autocast as parallel_apply does, then the replica of a bf16 cell."""
-    seen = []
-    probe = torch.nn.Linear(4, 4)
-    probe.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
-    replica = dp_replica(WithLoss(probe, lambda out, batch: out.float().mean()), parse_cell({"amp": "bf16"}), "cpu")
-
-    def worker():
-        torch.set_autocast_dtype("cpu", torch.float16)
-        with torch.amp.autocast("cpu", enabled=True):
-            replica(torch.ones(2, 4))
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    thread.join()
-    assert seen == [torch.bfloat16]
 
 
 def test_sleep_model_calibrates_once_under_dataparallel_replicas():
@@ -120,6 +101,62 @@ def test_an_nvml_error_stops_gpu_sampling_only():
     monitor.stop()
     assert len(monitor.samples) >= 3 and all("host_cpu_pct" in sample for sample in monitor.samples)
     assert monitor.summary()["notes"][0].startswith("NVML failed while sampling")
+
+
+def test_the_runner_builds_each_ranks_device_through_rank_device(tmp_path, monkeypatch):
+    """Bug 1 through the runner itself: rank 1 of a ddp cell on a host of 2 GPUs runs on cuda:1, an indexed device.
+    The host's GPUs are patched in (there is none here); the first CUDA call the runner makes with the rank's device,
+    naming its GPU for the provenance, is where this test looks, and where it stops the run."""
+    asked = []
+
+    def get_device_name(device=None):
+        asked.append(device)
+        raise RuntimeError("no GPU here: the device was seen")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", get_device_name)
+    raw = {"device": "cuda", "parallel": "ddp", "gpus_per_node": 2, "scenario": "compute", "model": "mlp"}
+    with pytest.raises(RuntimeError, match="the device was seen"):
+        runner.run(raw, str(tmp_path), world=World(rank=1, local_rank=1, world_size=2))
+    assert asked == [torch.device("cuda", 1)]
+
+
+def test_each_emulated_node_gets_its_own_slice_of_the_visible_gpus(monkeypatch):
+    """Bug 2 through the launcher: each torchrun of 2 emulated nodes x 2 ranks gets its own CUDA_VISIBLE_DEVICES, taken
+    from the GPUs this host shows (patched: 4 named by UUID, none here); a CPU cell's nodes keep the environment."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b,GPU-c,GPU-d")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    cell = parse_cell({"device": "cuda", "parallel": "ddp", "gpus_per_node": 2, "nodes": 2})
+    envs = launch._node_envs(cell, {"MASTER_PORT": "1"}, 2)
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["GPU-a,GPU-b", "GPU-c,GPU-d"]
+    assert all(env["MASTER_PORT"] == "1" for env in envs)
+    cpu = parse_cell({"parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "device": "cpu"})
+    assert launch._node_envs(cpu, {"MASTER_PORT": "1"}, 2) == [{"MASTER_PORT": "1"}] * 2
+
+
+def test_wrap_parallel_hands_dataparallel_the_replica_in_the_cells_autocast():
+    """Bug 4 through wrap_parallel: what DataParallel replicates for a bf16 dp cell on 2 GPUs is dp_replica's Autocast
+    (on a host without CUDA, DataParallel keeps its module and runs it as is), and that replica computes in bf16 in a
+    thread whose autocast default is float16, as in parallel_apply."""
+    seen = []
+    probe = torch.nn.Linear(4, 4)
+    probe.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    cell = parse_cell({"amp": "bf16", "parallel": "dp", "gpus_per_node": 2, "device": "cuda"})
+    wrapped = wrap_parallel(WithLoss(probe, lambda out, batch: out.float().mean()), cell, torch.device("cuda", 0))
+    assert isinstance(wrapped, torch.nn.DataParallel) and isinstance(wrapped.module, Autocast)
+    replica = wrapped.module
+    replica.device_type = "cpu"  # the CPU's autocast stands in for CUDA's: the same thread-local default
+
+    def worker():
+        torch.set_autocast_dtype("cpu", torch.float16)
+        with torch.amp.autocast("cpu", enabled=True):
+            replica(torch.ones(2, 4))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [torch.bfloat16]
 
 
 def test_tensors_already_on_a_device_are_neither_copied_nor_pinned():
