@@ -12,13 +12,17 @@ import os
 import shutil
 import subprocess
 import sys
+import weakref
 
+import feedbench
 import pytest
+import torch
 import yaml
 from conftest import ROOT
 from feedbench.plan import shm
 from feedbench.plan.ceilings import batch_bytes
 from snakemake_run import snakemake_command, snakemake_env
+from torch.utils.data import TensorDataset, default_collate
 
 MB = 2**20
 # A loader whose one batch is 8 x 65536 float32 (2 MB): more than a 1 MB /dev/shm holds even once.
@@ -66,6 +70,26 @@ def test_the_pinned_pool_is_what_the_allocator_holds():
     assert pool(num_workers=0, parallel="dp", gpus_per_node=4) == 2 * (2**22 + 2**13)  # one batch of 4 x 250
     assert pool(num_workers=0, parallel="ddp", gpus_per_node=2) == 2 * 2 * block  # a loader per rank
     assert shm.facts({**knobs, "num_workers": 0}, local=True)["pinned_bytes"] == 0  # nothing pinned
+
+
+@pytest.mark.parametrize("more", [{}, {"device_prefetch": "stream", "prefetch_depth": 3}])
+def test_the_pinned_batches_are_those_the_loop_holds_at_once(more):
+    """N3 (#35) through the measured loop: with num_workers 0 the batches alive at once in the training process (each
+    one pinned there on a GPU) are the count plan.shm.pinned_batches gives: the one being made while the step holds
+    the last, and the stream prefetcher's batches ahead (on a CPU it still holds them). Counted at each new batch."""
+    alive, peak = [], []
+
+    def collate(samples):
+        batch = default_collate(samples)
+        alive[:] = [ref for ref in alive if ref() is not None] + [weakref.ref(batch[0])]
+        peak.append(len(alive))
+        return batch
+
+    data = TensorDataset(torch.randn(256, 6), torch.randint(3, (256,)))
+    knobs = dict(device="cpu", steps=10, warmup_steps=1, batch_size=8, torch_threads=1, **more)
+    result = feedbench.measure(dataset=data, model=torch.nn.Linear(6, 3), collate=collate, **knobs)
+    assert result["status"] == "ok", result["error"]
+    assert max(peak) == shm.pinned_batches({"scenario": "train", "num_workers": 0, **more})
 
 
 def test_ranks_multiply_the_loaders_and_dp_the_batch():
