@@ -238,7 +238,7 @@ def test_a_cpu_cell_forks_its_workers_only_after_collecting_once_cuda_was_initia
 
 
 FIRST_CELL = """
-import gc, json
+import gc, json, sys
 import feedbench, torch
 from feedbench.harness.loop import Measurement
 from feedbench.harness.timing import PhaseClock
@@ -246,23 +246,24 @@ from feedbench.harness.timing import PhaseClock
 data = torch.utils.data.TensorDataset(torch.randn(64, 6), torch.randint(3, (64,)))
 gc.collect()
 gc.disable()  # what the cell leaves to the collector stays there until the end
-result = feedbench.measure(dataset=data, model=torch.nn.Linear(6, 3), device="cpu", steps=3, warmup_steps=1,
+result = feedbench.measure(dataset=data, model=torch.nn.Linear(6, 3), device=sys.argv[1], steps=3, warmup_steps=1,
                            batch_size=8, torch_threads=1)
 gc.set_debug(gc.DEBUG_SAVEALL)  # the collected objects kept in gc.garbage, for a look
 found = gc.collect()
-held = (torch.nn.Module, torch.nn.Parameter, torch.optim.Optimizer, Measurement, PhaseClock)
+held = (torch.nn.Module, torch.nn.Parameter, torch.optim.Optimizer, Measurement, PhaseClock, torch.cuda.Event)
 print(json.dumps({"status": result["status"], "found": found,
                   "held": sorted({type(o).__name__ for o in gc.garbage if isinstance(o, held)})}))
 """
 
 
-def test_the_first_cell_of_a_process_leaves_no_garbage_holding_its_model_or_its_events():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_first_cell_of_a_process_leaves_no_garbage_holding_its_model_or_its_events(device):
     """N5 (#35): torch.optim imports torch._dynamo at the first optimizer of a process, and that import leaves a frame
     in a reference cycle whose callers' frames held the cell's model, optimizer and measurement (on a GPU, its
     parameters and CUDA events) for the collector, which could then run in a later cell's forked worker. A fresh
     process (the first cell), the collector off during the cell, then one collection with DEBUG_SAVEALL: what it
-    found holds none of the cell."""
-    done = subprocess.run([sys.executable, "-c", FIRST_CELL], capture_output=True, text=True, timeout=300)
+    found holds none of the cell. On a GPU (not yet run there) none of its CUDA events either."""
+    done = subprocess.run([sys.executable, "-c", FIRST_CELL, device], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["status"] == "ok"
