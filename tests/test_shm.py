@@ -72,11 +72,14 @@ def test_the_pinned_pool_is_what_the_allocator_holds():
     assert shm.facts({**knobs, "num_workers": 0}, local=True)["pinned_bytes"] == 0  # nothing pinned
 
 
-@pytest.mark.parametrize("more", [{}, {"device_prefetch": "stream", "prefetch_depth": 3}])
+@pytest.mark.parametrize(
+    "more", [{}, {"device_prefetch": "stream", "prefetch_depth": 3}, {"scenario": "compute", "resident_batches": 3}]
+)
 def test_the_pinned_batches_are_those_the_loop_holds_at_once(more):
     """N3 (#35) through the measured loop: with num_workers 0 the batches alive at once in the training process (each
     one pinned there on a GPU) are the count plan.shm.pinned_batches gives: the one being made while the step holds
-    the last, and the stream prefetcher's batches ahead (on a CPU it still holds them). Counted at each new batch."""
+    the last, the stream prefetcher's batches ahead (on a CPU it still holds them), a compute cell's resident batches.
+    Counted at each new batch."""
     alive, peak = [], []
 
     def collate(samples):
@@ -90,6 +93,13 @@ def test_the_pinned_batches_are_those_the_loop_holds_at_once(more):
     result = feedbench.measure(dataset=data, model=torch.nn.Linear(6, 3), collate=collate, **knobs)
     assert result["status"] == "ok", result["error"]
     assert max(peak) == shm.pinned_batches({"scenario": "train", "num_workers": 0, **more})
+
+
+def test_a_compute_cell_pins_its_resident_batches_together():
+    knobs = {"scenario": "compute", "dataset": "memory", "model": "mlp", "input_size": 1000, "batch_size": 250}
+    assert shm.facts(knobs, local=True, pinned=True)["pinned_bytes"] == 8 * (2**20 + 2**11)  # resident_batches 8
+    with_workers = {**knobs, "num_workers": 2, "resident_batches": 3}
+    assert shm.facts(with_workers, local=True, pinned=True)["pinned_bytes"] == (2 * 2 + 3) * (2**20 + 2**11)
 
 
 def test_ranks_multiply_the_loaders_and_dp_the_batch():

@@ -86,9 +86,13 @@ def pinned_batches(knobs: Mapping[str, Any] | Any) -> int:
     """Batches one loader holds pinned at once: with workers, its batches in flight (in_flight: prefetch_factor x
     num_workers + the one the step holds); without, the one the main thread pins while the step still holds the last;
     plus, under the stream prefetcher (device_prefetch stream, a train cell), the prefetch_depth batches it keeps
-    issued ahead of the step."""
+    issued ahead of the step. A compute cell holds its resident_batches together while it copies them, beside those
+    its workers have in flight."""
     workers, prefetch = resources.knob(knobs, "num_workers"), resources.knob(knobs, "prefetch_factor")
-    held = (prefetch or PREFETCH_DEFAULT) * workers + 1 if workers else 2
+    in_flight = (prefetch or PREFETCH_DEFAULT) * workers
+    if resources.knob(knobs, "scenario") == "compute":
+        return in_flight + resources.knob(knobs, "resident_batches")
+    held = in_flight + 1 if workers else 2
     streamed = resources.knob(knobs, "device_prefetch") == "stream" and resources.knob(knobs, "scenario") == "train"
     return held + (resources.knob(knobs, "prefetch_depth") if streamed else 0)
 
