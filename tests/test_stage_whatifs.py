@@ -342,3 +342,24 @@ def test_spawned_workers_map_the_file_cache(run_cell, user_module, tmp_path):
     assert code == 0 and result["status"] == "ok", result["error"]
     assert result["metrics"]["whatif"]["trades"] == ["cache of 256 bytes on disk (stage_cache.pt)"]
     assert result["metrics"]["stages"]["stages"]["Cached"]["calls"] == 8  # the measured batches' samples, in workers
+
+
+def test_a_device_error_reading_the_device_stages_time_still_writes_the_result(run_cell, user_module, monkeypatch):
+    """N6 (#35): the device stages' time is read from CUDA events after the window, inside the runner's guarded read
+    of the device's clocks. Their read raising as after a CUDA error (here on the CPU, where it reads host times) keeps
+    what was measured: the result is written, the host phases and the what-if's facts are kept, the time is null, and
+    the adjustments say why."""
+
+    def unreadable(self, skip):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(whatif.DeviceStages, "ms_per_batch", unreadable)
+    code, result = _random_cell(run_cell, user_module, None)
+    assert code == 0 and result["status"] == "ok", result["error"]
+    assert result["metrics"]["steps"] == 3 and result["metrics"]["samples_per_s"] > 0
+    found = result["metrics"]["whatif"]
+    assert found["device_stages"] == ["RandomHorizontalFlip", "ToDtype"] and found["device_ms_per_batch"] is None
+    assert any(
+        note.startswith("GPU phases not recorded: the device's clocks could not be read (RuntimeError: CUDA error")
+        for note in result["adjustments"]
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import io
 import os
 import time
@@ -421,6 +422,11 @@ def build_loader(
         sampler = DistributedSampler(
             dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True
         )
+    if cell.num_workers and torch.cuda.is_initialized():
+        # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier cell run in this
+        # process, whatever this cell's device) destroyed by the collector in a worker aborts it: "CUDA error:
+        # initialization error". Collect it here, where CUDA still works: every loader of a cell is built here.
+        gc.collect()
     batch_size = batch_size_of(cell)
     on_device = cell.decoder == "torchvision-cuda"
     collate = collate or (pad_tokens if cell.dataset == "tokens" else collate_jpegs if on_device else None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import itertools
 import os
 import statistics
@@ -26,7 +25,7 @@ from ..plan.cell import Cell
 from ..plan.knobs import KnobError
 from ..plan.metrics import CLOCKED_PHASES
 from ..plan.plugins import Context, resolve_all
-from .batches import batch_bytes, batch_len, call_model, default_loss, unpinned_note
+from .batches import batch_len, call_model, copied_bytes, default_loss, unpinned_note
 from .cache import prepare as prepare_page_cache
 from .collector import Collector
 from .data import batch_size_of, build_dataset, build_loader
@@ -108,9 +107,12 @@ class Measurement:
             found["order"] = self.stage_order
         return found
 
-    def whatif_facts(self) -> dict | None:
-        """What the cell's stage what-if did and traded (harness.whatif), or None without one."""
-        return facts(self.whatif_loader, self.whatif, self.stage_skip) if self.whatif is not None else None
+    def whatif_facts(self, device_readable: bool = True) -> dict | None:
+        """What the cell's stage what-if did and traded (harness.whatif), or None without one; the device stages'
+        time only where the device's clocks can be read (the runner's guarded read)."""
+        if self.whatif is None:
+            return None
+        return facts(self.whatif_loader, self.whatif, self.stage_skip, device_readable)
 
 
 def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:
@@ -281,11 +283,6 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     dataset, m.whatif = apply_whatifs(cell, dataset, out_dir)
     staged = cell.stage_timing and cell.scenario != "compute"
     dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
-    if cell.num_workers and device.type == "cuda":
-        # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier cell run in this
-        # process) destroyed by the collector in a worker aborts it: "CUDA error: initialization error". Collect it
-        # here, where CUDA still works.
-        gc.collect()
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)
     if cell.profile_first_batch and cell.scenario == "loader":
@@ -449,7 +446,7 @@ def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, t_start: float,
             feed.resident_tokens[i % len(feed.residents)] if feed.resident is not None else int(host[2].sum())
         )
     if cell.scenario == "train":
-        m.h2d_bytes += batch_bytes(host)
+        m.h2d_bytes += copied_bytes(host)  # a batch's tensors already on the device are not copied
     if events is not None:
         m.copy_events.append(events)
 

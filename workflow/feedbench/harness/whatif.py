@@ -392,10 +392,11 @@ def on_device(loader, plan: Plan, device: torch.device, cell: Cell):
     return loader if plan.device is None else DeviceStages(loader, plan.device, device, cell.non_blocking, plan.facts)
 
 
-def facts(loader, plan: Plan, skip: int) -> dict | None:
-    """metrics.whatif: what the cell's what-if did and traded; None without one."""
+def facts(loader, plan: Plan, skip: int, device_readable: bool = True) -> dict | None:
+    """metrics.whatif: what the cell's what-if did and traded; None without one. The device stages' time reads CUDA
+    events: only where the device can be read (null after a device error)."""
     if not plan.facts:
         return None
     if isinstance(loader, DeviceStages):
-        plan.facts["device_ms_per_batch"] = loader.ms_per_batch(skip)
+        plan.facts["device_ms_per_batch"] = loader.ms_per_batch(skip) if device_readable else None
     return plan.facts
