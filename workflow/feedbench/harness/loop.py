@@ -35,7 +35,7 @@ from .prefetch import StreamPrefetcher, to_device
 from .stages import name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
-from .whatif import Plan, facts, on_device, stage_names
+from .whatif import Plan, facts, on_device, probe, stage_names
 from .whatif import apply as apply_whatifs
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
@@ -65,6 +65,7 @@ class Measurement:
     stage_log: list[dict] = field(default_factory=list)  # each loader batch's stage timings, in the loader's order
     stage_skip: int = 0  # the batches before the measured window: warm-up
     stage_order: list[str] = field(default_factory=list)  # the dataset's stages in order, before any what-if
+    stage_probe: dict = field(default_factory=dict)  # what a sampled call showed of its stages (whatif.Probed.facts)
     whatif: Plan | None = None  # the cell's stage what-if (harness.whatif), and the loader that runs it
     whatif_loader: object = None
     pulled: int = 0  # batches taken from the loader so far (by the loop or the stream prefetcher ahead of it)
@@ -105,6 +106,8 @@ class Measurement:
         found = summarize_stages(self.stage_batches())
         if found is not None and self.stage_order:
             found["order"] = self.stage_order
+        if found is not None:
+            found.update({key: names for key, names in self.stage_probe.items() if names})
         return found
 
     def whatif_facts(self, device_readable: bool = True) -> dict | None:
@@ -280,8 +283,10 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     m.stage_order = stage_names(dataset)
-    dataset, m.whatif = apply_whatifs(cell, dataset, out_dir)
     staged = cell.stage_timing and cell.scenario != "compute"
+    probed = probe(dataset) if staged else None  # which stages a what-if could cache or move: the report's table
+    m.stage_probe = probed.facts() if probed is not None else {}
+    dataset, m.whatif = apply_whatifs(cell, dataset, out_dir, probed)
     dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)

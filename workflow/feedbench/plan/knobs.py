@@ -377,7 +377,8 @@ KNOBS: dict[str, Knob] = {
             str,
             None,
             "a stage what-if: the samples up to and including this stage of the dataset's Compose (or read, decode "
-            "of images) computed once in a first pass, later samples run only the stages after it (pre-decoded data)",
+            "of images) computed once in a first pass, later samples run only the stages after it (pre-decoded data); "
+            "or a @feedbench.stage function, its output kept per sample (not a `with` span)",
             nullable=True,
             short="ca",
             ceilings=(),
@@ -406,7 +407,7 @@ KNOBS: dict[str, Knob] = {
             list,
             [],
             "a stage what-if, for measurement only (it changes the data): these stages of the dataset's Compose "
-            "are dropped",
+            "are dropped; a @feedbench.stage function of one argument returns it unchanged",
             short="skip",
             ceilings=(),
         ),
