@@ -17,7 +17,7 @@ from ..plan.knobs import JPEG_DATASETS, KnobError
 from ..plan.model_names import input_kind
 from ..plan.plugins import call_factory, expect
 from .collector import worker_init
-from .stages import StagedBatch, TimedCollate, named, stage
+from .stages import StagedBatch, TimedCollate, make_stages, named, stage
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -313,6 +313,20 @@ def collate_jpegs(samples: list) -> tuple[list[torch.Tensor], torch.Tensor]:
     return [jpeg for jpeg, _ in samples], torch.tensor([label for _, label in samples])
 
 
+def worker_start(cell: Cell) -> Callable | None:
+    """What each loader worker runs as it starts, where the cell needs it: its collector as Python starts it (gc other
+    than normal: the trainer's may be frozen or off when a worker forks), and the stage_functions made stages again
+    (a spawned worker imports the user's modules afresh; a forked one has them already, made stages is idempotent)."""
+    if cell.gc == "normal" and not cell.stage_functions:
+        return None
+    return functools.partial(_worker_start, tuple(cell.stage_functions or ()))
+
+
+def _worker_start(stage_functions: tuple[str, ...], worker_id: int) -> None:
+    worker_init(worker_id)
+    make_stages(list(stage_functions))
+
+
 class DeviceDecoded:
     """torchvision-cuda: the loader's batches of JPEG bytes decoded together on this process's GPU (one batched
     decode_jpeg), then cropped, flipped and normalised there image by image, in the training process.
@@ -439,7 +453,7 @@ def build_loader(
             persistent_workers=cell.persistent_workers,
             multiprocessing_context=cell.multiprocessing_context,
             in_order=cell.in_order,
-            worker_init_fn=worker_init if cell.gc != "normal" else None,
+            worker_init_fn=worker_start(cell),
         )
     loader = DataLoader(
         dataset,

@@ -32,7 +32,7 @@ from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, to_device
-from .stages import name_transforms, strip, summarize_stages, timed, unwrap
+from .stages import make_stages, name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
 from .whatif import Plan, facts, on_device, probe, stage_names
@@ -280,6 +280,7 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     """The cell's dataset (its page cache as asked, its stage what-if made) and loader; the notebook's first-batch
     profile, if asked. `where`: the World, the copy function and the cell's results folder (rank 0's; else None)."""
     world, move, out_dir = where
+    make_stages(cell.stage_functions)  # before the dataset is built and probed, and before its workers fork
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     m.stage_order = stage_names(dataset)

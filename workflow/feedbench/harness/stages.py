@@ -12,6 +12,7 @@ check one global, so user code may keep its spans when it runs without feedbench
 from __future__ import annotations
 
 import functools
+import importlib
 import statistics
 import sys
 import time
@@ -66,6 +67,35 @@ class stage:
         if self.opened and _sample is not None and len(_open) > 1:
             _close(self.name)
         return False
+
+
+def stage_name(target: str) -> str:
+    """The stage of a function named by import path (knob stage_functions): its qualified name, `Class.method`."""
+    return target.partition(":")[2]
+
+
+def make_stages(targets: list[str]) -> list[str]:
+    """Each function named by import path (`package.module:function`, `package.module:Class.method`) made a stage in
+    this process, in place, as @stage(Class.method) would: the user's code keeps its calls and gains the stage's
+    timing and what-ifs, with no change to it (knob stage_functions). Idempotent; a static or class method stays one.
+    Run in the trainer before the loader forks its workers, and in each spawned worker (data.worker_start)."""
+    names = []
+    for target in targets:
+        module_name, _, attribute = target.partition(":")
+        *path, last = attribute.split(".")
+        owner = importlib.import_module(module_name)
+        for part in path:
+            owner = getattr(owner, part)
+        raw = vars(owner).get(last, getattr(owner, last)) if isinstance(owner, type) else getattr(owner, last)
+        kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+        function = raw.__func__ if kind else raw
+        name = stage_name(target)
+        if getattr(function, "__feedbench_stage__", None) != name:
+            staged = stage(name)(function)
+            staged.__feedbench_stage__ = name
+            setattr(owner, last, kind(staged) if kind else staged)
+        names.append(name)
+    return names
 
 
 def _close(name: str) -> None:

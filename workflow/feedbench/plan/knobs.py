@@ -373,6 +373,17 @@ KNOBS: dict[str, Knob] = {
             ceilings=("loader",),
         ),
         Knob(
+            "stage_functions",
+            list,
+            [],
+            "functions of your code made stages by import path, as if decorated with @feedbench.stage, with no "
+            "change to it: package.module:function or package.module:Class.method (the stage profile names them "
+            "so); each stage is named by the function's qualified name (Class.method), which cache_after and "
+            "skip_stages take",
+            short="sf",
+            ceilings=("loader",),
+        ),
+        Knob(
             "cache_after",
             str,
             None,
