@@ -132,8 +132,9 @@ def _metrics(result: dict) -> dict:
         row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
     stages = metrics.get("stages") or {}
     row["stage_worker_ms"] = stages.get("worker_ms_per_sample")
-    for key in ("order", "functions", "on_device"):
-        row[f"stage_{key}"] = " > ".join(stages[key]) if stages.get(key) else None
+    # stage_decorated, not stage_functions: that is the knob naming functions to make stages (a summary column too)
+    for key, column in (("order", "stage_order"), ("functions", "stage_decorated"), ("on_device", "stage_on_device")):
+        row[column] = " > ".join(stages[key]) if stages.get(key) else None
     whatif = metrics.get("whatif") or {}
     row["whatif_trades"] = "; ".join(whatif.get("trades") or []) or None
     row["whatif_cache_mb"] = whatif["cache"]["bytes"] / 2**20 if whatif.get("cache") else None

@@ -19,7 +19,7 @@ TOP_STAGES = 3
 
 def order_of(rows: pd.DataFrame, column: str = "stage_order") -> list[str]:
     """The pipeline's stages in order, as the cell's rows recorded them (summary column stage_order); or another
-    such list: stage_functions, stage_on_device."""
+    such list: stage_decorated, stage_on_device."""
     values = rows[column].dropna() if column in rows else ()
     return str(values.iloc[0]).split(" > ") if len(values) else []
 
@@ -57,7 +57,7 @@ def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple,
         return None, None, {}
     out, moved = set(), []
     for kind, value in whatifs_of(knobs).items():
-        names = taken_out(order, kind, value, order_of(baseline, "stage_functions"))
+        names = taken_out(order, kind, value, order_of(baseline, "stage_decorated"))
         out.update(names)
         moved = names if kind == "device_stages" else moved
     ms = {name: mean for name, (mean, _share) in profile["stages"].items()}
@@ -96,7 +96,7 @@ def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[di
     found = []
     can = {
         "skip_stages": None,  # any stage may cost nothing
-        "cache_after": order_of(rows) + order_of(rows, "stage_functions"),
+        "cache_after": order_of(rows) + order_of(rows, "stage_decorated"),
         "device_stages": order_of(rows, "stage_on_device"),  # never a span, a Python function, read or decode
     }
     for name in top_stages(rows):

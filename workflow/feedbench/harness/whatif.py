@@ -294,7 +294,7 @@ class Probed:
     sampled: bool = False  # whether a sample was drawn: not from a stream, nor where the first sample failed
 
     def facts(self) -> dict:
-        """metrics.stages' `functions` and `on_device` (the summary's stage_functions, stage_on_device)."""
+        """metrics.stages' `functions` and `on_device` (the summary's stage_decorated, stage_on_device)."""
         return {"functions": list(self.functions), "on_device": list(self.on_device)}
 
 

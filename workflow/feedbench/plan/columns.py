@@ -58,7 +58,7 @@ METRIC_COLUMNS = [
     *(f"{phase}_{stat}" for phase in PHASES for stat in ("ms", "share")),
     "stage_worker_ms",  # a sample's mean time in the loader's worker (knob stage_timing), its stages' sum
     "stage_order",  # the stages a what-if may name, in the pipeline's order, joined by " > "
-    "stage_functions",  # the @feedbench.stage functions a sample ran: a cache or skip may name each alone
+    "stage_decorated",  # the @feedbench.stage functions a sample ran: a cache or skip may name each alone
     "stage_on_device",  # the stages device_stages may start at: from each on, all took and gave a tensor when sampled
     "whatif_trades",  # what a stage what-if (knobs cache_after, skip_stages, device_stages) traded, "; "-joined
     "whatif_cache_mb",  # cache_after: the cache's size
