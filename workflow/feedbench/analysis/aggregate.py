@@ -131,6 +131,7 @@ def _metrics(result: dict) -> dict:
     stages = metrics.get("stages") or {}
     row["stage_worker_ms"] = stages.get("worker_ms_per_sample")
     row["stage_order"] = " > ".join(stages["order"]) if stages.get("order") else None
+    row["stage_functions"] = _functions_text(stages.get("profile"))
     whatif = metrics.get("whatif") or {}
     row["whatif_trades"] = "; ".join(whatif.get("trades") or []) or None
     row["whatif_cache_mb"] = whatif["cache"]["bytes"] / 2**20 if whatif.get("cache") else None
@@ -153,6 +154,12 @@ def _metrics(result: dict) -> dict:
     for name, stats in ((result.get("monitor") or {}).get("stats") or {}).items():
         row[f"{name}_mean"] = stats.get("mean")
     return row
+
+
+def _functions_text(profile: dict | None) -> str | None:
+    """The `stage_functions` column: the profile's named functions as JSON text, [[name, share, ms], ...]."""
+    functions = (profile or {}).get("functions")
+    return json.dumps([[f["name"], f["share"], f["ms"]] for f in functions]) if functions else None
 
 
 def _requested_text(knobs: dict) -> str:

@@ -32,6 +32,8 @@ from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, to_device
+from .profile import found as profile_found
+from .profile import sample_profile
 from .stages import name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
@@ -104,6 +106,8 @@ class Measurement:
         found = summarize_stages(self.stage_batches())
         if found is not None and self.stage_order:
             found["order"] = self.stage_order
+        if found is not None:
+            found["profile"] = profile_found(self.stage_log)  # from a warm-up batch (harness.profile)
         return found
 
     def whatif_facts(self) -> dict | None:
@@ -274,7 +278,8 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     m.stage_order = stage_names(dataset)
     dataset, m.whatif = apply_whatifs(cell, dataset, out_dir)
     staged = cell.stage_timing and cell.scenario != "compute"
-    dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
+    # a transform that raises is named either way; with timing, the warm-up's first samples are profiled too
+    dataset = timed(dataset, sample_profile(cell)) if staged else name_transforms(dataset)
     if cell.num_workers and device.type == "cuda":
         # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier cell run in this
         # process) destroyed by the collector in a worker aborts it: "CUDA error: initialization error". Collect it

@@ -56,6 +56,7 @@ METRIC_COLUMNS = [
     *(f"{phase}_{stat}" for phase in PHASES for stat in ("ms", "share")),
     "stage_worker_ms",  # a sample's mean time in the loader's worker (knob stage_timing), its stages' sum
     "stage_order",  # the stages a what-if may name, in the pipeline's order, joined by " > "
+    "stage_functions",  # the costliest functions a profile of the warm-up found, JSON [[module:qualname, share, ms]]
     "whatif_trades",  # what a stage what-if (knobs cache_after, skip_stages, device_stages) traded, "; "-joined
     "whatif_cache_mb",  # cache_after: the cache's size
     "whatif_device_ms",  # device_stages: the moved stages' median ms per batch in the training process
