@@ -116,6 +116,11 @@ def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     assert "Stage what-ifs (cells run with" in html and "3 cells, median error" in html
     assert all(f"what-if: {t}" in html for t in trades.values())
     assert "on the device" in html and "cached after it" in html  # the baseline's top stages, predicted
+    # Every cell's warm-up was profiled too (harness/profile.py): the user's functions, named in the summary and the
+    # report's table; the measured figures above held beside it.
+    named = [json.loads(r["stage_functions"]) for r in rows.values()]
+    assert all(any(name.startswith("known_costs:") for name, _, _ in found) for found in named), named
+    assert "The costliest functions of each cell's loader" in html and "known_costs:" in html
 
 
 def _cell(module: str, **knobs):

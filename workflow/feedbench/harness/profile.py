@@ -9,7 +9,10 @@ consumed before the measured window opens, and the profile's overhead stays out 
 started later (a new epoch's) profile nothing: the main process disarms the profile once its first batch arrives.
 
 The clock is the thread's CPU time (time.thread_time): a function's own cost, which other processes on a busy machine
-do not inflate; time a sample waits off the CPU (for a disk, or for a core) is named by no function.
+do not inflate (with the wall clock, a worker descheduled mid-function charged it: 34 % off at load 6); time a sample
+waits off the CPU (for a disk, or for a core) is named by no function. Every other sample is profiled and the ones
+between are timed on the CPU alone, so each function's ms per sample is its share of a sample's CPU time without the
+profiler, which slows all Python down, not only calls (docs/performance.md, "Stage profile", says what it costs).
 
 Attribution, so that a slow tokenizer is named rather than the `str.split` inside it: the user's code is every
 function outside the standard library, torch and feedbench (a third-party package's counts as the user's). The
@@ -34,6 +37,10 @@ from typing import Any, Callable
 from torch.utils.data import get_worker_info
 
 SHOWN = 5  # the functions a profile names, the costliest first
+# At most this many samples are made under the profile (every other one profiled), or this much CPU spent in the
+# profiled ones: a profiled sample of a call-heavy tokenizer costs ~10 times its own (benchmarks/stage_profile.py), and
+# a warm-up of big batches would otherwise profile thousands.
+MOST_SAMPLES, MOST_CPU_S = 64, 2.0
 _active: SampleProfile | None = None  # this process's profile while it runs
 _armed: SampleProfile | None = None  # the profile made in this (the main) process, for disarm()
 
@@ -52,9 +59,12 @@ class SampleProfile:
     def __getstate__(self) -> dict:  # a spawned worker starts its own profiler
         return {**self.__dict__, "profiler": None}
 
+    def done(self) -> bool:
+        return self.batches <= 0 or sum(self.made) >= MOST_SAMPLES or self.cpu_s[True] >= MOST_CPU_S
+
     def wrap(self, make: Callable[[], Any]) -> Callable[[], Any]:
         """make, profiled or timed while this process has batches left to profile; else make itself."""
-        if self.batches <= 0 or (get_worker_info().id if get_worker_info() else None) != self.worker:
+        if self.done() or (get_worker_info().id if get_worker_info() else None) != self.worker:
             return make
         return functools.partial(self._run, make)
 
@@ -85,14 +95,17 @@ class SampleProfile:
             return None
         self.counted = sum(self.made)
         self.batches -= 1
-        return self.result() if self.batches <= 0 else None
+        if not self.done():
+            return None
+        self.batches = 0
+        return self.result()
 
     def result(self) -> dict:
         """{samples, process, cpu_ms_per_sample, slowdown, functions: [{name, share, ms}]}, the costliest first.
 
         A function's share is of the profiled samples' CPU time; its ms per sample is that share of a sample's CPU
         time as it is (the samples timed between the profiled ones): under a profiler Python runs every line slower
-        (1.8 times a busy loop's on Python 3.11), not only each call, so the profile's own times overstate.
+        (1.6 times a busy loop's on Python 3.11), not only each call, so the profile's own times overstate.
         """
         times, total = attribute(self.profiler.getstats())
         self.profiler = None
@@ -231,7 +244,7 @@ def _names(files: set[str]) -> dict[str, str]:
     names = {}
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if isinstance(path, str) and os.path.basename(path) in wanted:
+        if isinstance(path, str) and os.path.basename(path) in wanted and name != "__mp_main__":
             names[os.path.realpath(path)] = name
     return names
 
