@@ -38,7 +38,7 @@ from torch.utils.data import get_worker_info
 
 SHOWN = 5  # the functions a profile names, the costliest first
 # At most this many samples are made under the profile (every other one profiled), or this much CPU spent in the
-# profiled ones: a profiled sample of a call-heavy tokenizer costs ~10 times its own (benchmarks/stage_profile.py), and
+# profiled ones: a profiled sample of a call-heavy tokenizer cost 24 times its own on a VM (docs/performance.md), and
 # a warm-up of big batches would otherwise profile thousands.
 MOST_SAMPLES, MOST_CPU_S = 64, 2.0
 _active: SampleProfile | None = None  # this process's profile while it runs
