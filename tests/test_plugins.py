@@ -481,7 +481,7 @@ def test_nested_batches_are_moved_and_counted():
 
 
 def test_unpinned_first_batch_is_named():
-    assert "1 of 1 tensors, batch type Batch" in unpinned_note(Batch(torch.zeros(2), "m"))
+    assert "1 of 1 host tensors, batch type Batch" in unpinned_note(Batch(torch.zeros(2), "m"))
     assert unpinned_note({"meta": "no tensors"}) is None
 
 

@@ -110,6 +110,8 @@ def _metrics(result: dict) -> dict:
         **_tail(metrics),
         **_memory(result),
         "cuda_init_s": metrics.get("cuda_init_s"),
+        "gc_collections": (metrics.get("gc") or {}).get("collections"),  # the trainer's, in the window
+        "gc_pause_ms": (metrics.get("gc") or {}).get("pause_ms"),
         **{
             f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
             for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")
@@ -130,8 +132,9 @@ def _metrics(result: dict) -> dict:
         row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
     stages = metrics.get("stages") or {}
     row["stage_worker_ms"] = stages.get("worker_ms_per_sample")
-    row["stage_order"] = " > ".join(stages["order"]) if stages.get("order") else None
-    row["stage_functions"] = _functions_text(stages.get("profile"))
+    for key in ("order", "functions", "on_device"):
+        row[f"stage_{key}"] = " > ".join(stages[key]) if stages.get(key) else None
+    row["stage_profile"] = _profile_text(stages.get("profile"))
     whatif = metrics.get("whatif") or {}
     row["whatif_trades"] = "; ".join(whatif.get("trades") or []) or None
     row["whatif_cache_mb"] = whatif["cache"]["bytes"] / 2**20 if whatif.get("cache") else None
@@ -156,8 +159,8 @@ def _metrics(result: dict) -> dict:
     return row
 
 
-def _functions_text(profile: dict | None) -> str | None:
-    """The `stage_functions` column: the profile's named functions as JSON text, [[name, share, ms], ...]."""
+def _profile_text(profile: dict | None) -> str | None:
+    """The `stage_profile` column: the functions the profile named as JSON text, [[name, share, ms], ...]."""
     functions = (profile or {}).get("functions")
     return json.dumps([[f["name"], f["share"], f["ms"]] for f in functions]) if functions else None
 

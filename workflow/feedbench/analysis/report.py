@@ -212,7 +212,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "matrix": spec.get("matrix") or {},
         "svg": svg,
         "stages_svg": None,
-        "stage_functions": [],
+        "profiled_functions": [],
         "view": None,
         "cells": [],
         "columns": [],
@@ -442,7 +442,7 @@ def build(
         context = experiment_context(name, spec, rows, svg)
         context["view"] = study_view(name, spec, rows, tables, estimates)
         context["stages_svg"] = stages_svg(name, spec, rows)
-        context["stage_functions"] = stages.function_rows(rows)  # what the profile of each cell's warm-up named
+        context["profiled_functions"] = stages.function_rows(rows)  # what the profile of each cell's warm-up named
         _search_context(name, spec, context, rows, searched.get(name))
         labels = {c["cell"]: c["label"] for c in context["cells"]}
         context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)

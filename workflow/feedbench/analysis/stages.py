@@ -41,12 +41,12 @@ def profile(rows: pd.DataFrame) -> dict | None:
     return {"worker_ms": worker, "stages": stages} if stages and worker else None
 
 
-def functions(rows: pd.DataFrame) -> list[tuple[str, float, float]]:
-    """The functions the profile of one cell's warm-up named (harness.profile; summary column stage_functions), each
+def profiled_functions(rows: pd.DataFrame) -> list[tuple[str, float, float]]:
+    """The functions the profile of one cell's warm-up named (harness.profile; summary column stage_profile), each
     (module:qualname, share of a sample's CPU time, CPU ms per sample), medians over the repeats that named it, the
     costliest first; [] without a profile."""
     found: dict[str, list[tuple[float, float]]] = {}
-    for text in rows["stage_functions"].dropna() if "stage_functions" in rows else ():
+    for text in rows["stage_profile"].dropna() if "stage_profile" in rows else ():
         for name, share, ms in json.loads(text):
             if share is not None:
                 found.setdefault(name, []).append((share, ms))
@@ -63,7 +63,7 @@ def function_rows(rows: pd.DataFrame) -> list[dict]:
     return [
         {"cell": cell, "name": name, "share": share, "ms": ms}
         for cell, group in ok.groupby("cell", sort=False)
-        for name, share, ms in functions(group)
+        for name, share, ms in profiled_functions(group)
     ]
 
 
@@ -74,7 +74,7 @@ def _ms(value: float) -> str:
 def named_functions(rows: pd.DataFrame) -> str | None:
     """The profile's costliest function in words, and the second where it holds a tenth of the time too: "97 % of a
     sample's loader CPU time is in text_pipeline.tokenize:tokenize (1.7 ms per sample)"; None without a profile."""
-    found = functions(rows)
+    found = profiled_functions(rows)
     if not found:
         return None
     name, share, ms = found[0]

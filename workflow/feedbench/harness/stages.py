@@ -11,7 +11,7 @@ check one global, so user code may keep its spans when it runs without feedbench
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import statistics
 import sys
 import time
@@ -29,19 +29,34 @@ TIMED_ATTRIBUTES = ("transform", "transforms", "target_transform")
 _sample: dict[str, list] | None = None
 _open: list[list[float]] = []  # the open spans of the sample: [start, seconds of the spans nested in it]
 _made: list[tuple[float, dict]] = []  # the samples made since the last collate: (seconds, their stages)
+FUNCTIONS: set[str] = set()  # the stage names @stage has decorated a function with in this process
+# Stage name -> what runs in place of its decorated functions, as replace(function, *args, **kwargs): a stage what-if's
+# cache or skip (harness.whatif). Per process: a spawned loader worker gets it from the dataset that carries it.
+REPLACED: dict[str, Callable] = {}
 
 
-class stage(contextlib.ContextDecorator):
+class stage:
     """Times a span of user code as the stage `name`, while feedbench times a sample; a no-op otherwise.
 
-    `with feedbench.stage("tokenize"): ...` or `@feedbench.stage("tokenize")`.
+    `with feedbench.stage("tokenize"): ...` or `@feedbench.stage("tokenize")`: a decorated function's output is a
+    value the stage what-ifs can cache or skip (REPLACED); a span's is not.
     """
 
     def __init__(self, name: str):
         self.name, self.opened = str(name), False
 
-    def _recreate_cm(self):  # a decorator's every call gets its own span: a recursive call opens one of its own
-        return stage(self.name)
+    def __call__(self, function: Callable) -> Callable:
+        """The function, each call of it a span of its own (a recursive call opens one of its own)."""
+        name = self.name
+        FUNCTIONS.add(name)
+
+        @functools.wraps(function)
+        def staged(*args, **kwargs):
+            with stage(name):
+                replace = REPLACED.get(name)
+                return function(*args, **kwargs) if replace is None else replace(function, *args, **kwargs)
+
+        return staged
 
     def __enter__(self):
         self.opened = _sample is not None
@@ -81,6 +96,13 @@ def _timed_sample(make: Callable[[], Any]) -> Any:
         return item
     finally:
         _sample, _open[:] = None, []
+
+
+def sample_stages(make: Callable[[], Any]) -> list[str]:
+    """The stages make() ran, in the order they first ended, timed as one sample that no collate counts (the stage
+    what-ifs' sampled call, harness.whatif.probe)."""
+    _timed_sample(make)
+    return list(_made.pop()[1])
 
 
 class TimedSamples(Dataset):
@@ -153,13 +175,17 @@ def named(error: BaseException, message: str, fallback: type[BaseException] = Ru
         return fallback(message)
 
 
+def first_line(error: BaseException) -> str:
+    """An exception's message in one line: its first, or its type's name where it has none."""
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
 def transform_error(name: str, error: Exception) -> BaseException:
     """What a transform of a Compose raised, named: `transform 'Explode' failed: <its first line>` (an error a nested
     transform already named goes on as it is)."""
     if getattr(error, "feedbench_transform", None):
         return error
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    failed = named(error, f"transform {name!r} failed: {first}")
+    failed = named(error, f"transform {name!r} failed: {first_line(error)}")
     try:
         failed.feedbench_transform = name
     except AttributeError:  # an exception type without a __dict__
