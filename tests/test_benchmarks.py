@@ -33,6 +33,7 @@ SMALLEST = {
 # script -> the test that runs it at its smallest size, where the script is that test's own subject
 ELSEWHERE = {
     "prediction_error.py": "tests/test_estimate.py (its page against docs/results/prediction-error.md)",
+    "stage_profile.py": "tests/test_stage_profile.py (the benchmark at its smallest size)",
     "suite_cpu.py": "test_suite_cpu_records_a_small_suite below",
     "gpu_check.sh": "test_the_gpu_check_runs_dry_without_cuda below",
     "gpu_check.py": "test_the_gpu_check_runs_dry_without_cuda below (gpu_check.sh runs it)",

@@ -180,6 +180,11 @@ def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     table = {(r["stage"], r["what"]) for r in experiment_table(ours)}
     assert {("Spell", "cached after it"), ("JitterV2", "on the device"), ("CropV2", "on the device")} <= table
     assert ("Spell", "on the device") not in table, table  # a Python function of the sample never moves
+    # Every cell's warm-up was profiled too (harness/profile.py): the user's functions, named in the summary and the
+    # report's table; the measured figures above held beside it.
+    named = [json.loads(r["stage_profile"]) for r in rows.values()]
+    assert all(any(name.startswith("known_costs:") for name, _, _ in found) for found in named), named
+    assert "The costliest functions of each cell's loader" in html and "known_costs:" in html
 
 
 @pytest.fixture(autouse=True)

@@ -135,6 +135,7 @@ def _metrics(result: dict) -> dict:
     # stage_decorated, not stage_functions: that is the knob naming functions to make stages (a summary column too)
     for key, column in (("order", "stage_order"), ("functions", "stage_decorated"), ("on_device", "stage_on_device")):
         row[column] = " > ".join(stages[key]) if stages.get(key) else None
+    row["stage_profile"] = _profile_text(stages.get("profile"))
     whatif = metrics.get("whatif") or {}
     row["whatif_trades"] = "; ".join(whatif.get("trades") or []) or None
     row["whatif_cache_mb"] = whatif["cache"]["bytes"] / 2**20 if whatif.get("cache") else None
@@ -157,6 +158,12 @@ def _metrics(result: dict) -> dict:
     for name, stats in ((result.get("monitor") or {}).get("stats") or {}).items():
         row[f"{name}_mean"] = stats.get("mean")
     return row
+
+
+def _profile_text(profile: dict | None) -> str | None:
+    """The `stage_profile` column: the functions the profile named as JSON text, [[name, share, ms], ...]."""
+    functions = (profile or {}).get("functions")
+    return json.dumps([[f["name"], f["share"], f["ms"]] for f in functions]) if functions else None
 
 
 def _requested_text(knobs: dict) -> str:

@@ -27,7 +27,7 @@ from ..plan import search
 from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, knee, served, target_view, verdict, views, whatifs
+from . import accuracy, knee, served, stages, target_view, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -212,6 +212,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "matrix": spec.get("matrix") or {},
         "svg": svg,
         "stages_svg": None,
+        "profiled_functions": [],
         "view": None,
         "cells": [],
         "columns": [],
@@ -441,6 +442,7 @@ def build(
         context = experiment_context(name, spec, rows, svg)
         context["view"] = study_view(name, spec, rows, tables, estimates)
         context["stages_svg"] = stages_svg(name, spec, rows)
+        context["profiled_functions"] = stages.function_rows(rows)  # what the profile of each cell's warm-up named
         _search_context(name, spec, context, rows, searched.get(name))
         labels = {c["cell"]: c["label"] for c in context["cells"]}
         context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)

@@ -32,6 +32,8 @@ from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, to_device
+from .profile import found as profile_found
+from .profile import sample_profile
 from .stages import make_stages, name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
@@ -107,6 +109,7 @@ class Measurement:
         if found is not None and self.stage_order:
             found["order"] = self.stage_order
         if found is not None:
+            found["profile"] = profile_found(self.stage_log)  # from a warm-up batch (harness.profile)
             found.update({key: names for key, names in self.stage_probe.items() if names})
         return found
 
@@ -288,7 +291,8 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     probed = probe(dataset) if staged else None  # which stages a what-if could cache or move: the report's table
     m.stage_probe = probed.facts() if probed is not None else {}
     dataset, m.whatif = apply_whatifs(cell, dataset, out_dir, probed)
-    dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
+    # a transform that raises is named either way; with timing, the warm-up's first samples are profiled too
+    dataset = timed(dataset, sample_profile(cell)) if staged else name_transforms(dataset)
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)
     if cell.profile_first_batch and cell.scenario == "loader":

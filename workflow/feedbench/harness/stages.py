@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from torch.utils.data import Dataset, IterableDataset
 
+from . import profile as sample_profile
+
 UNATTRIBUTED = "unattributed"
 COLLATE = "collate"
 TIMED_ATTRIBUTES = ("transform", "transforms", "target_transform")
@@ -134,29 +136,29 @@ def sample_stages(make: Callable[[], Any]) -> list[str]:
 
 
 class TimedSamples(Dataset):
-    """A map-style dataset whose every __getitem__ is timed as a sample."""
+    """A map-style dataset whose every __getitem__ is timed as a sample (the first ones profiled: harness.profile)."""
 
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
+    def __init__(self, dataset: Dataset, profile: sample_profile.SampleProfile | None = None):
+        self.dataset, self.profile = dataset, profile
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index):
-        return _timed_sample(lambda: self.dataset[index])
+        return _timed_sample(sample_profile.profiled(self.profile, lambda: self.dataset[index]))
 
 
 class TimedStream(IterableDataset):
-    """An IterableDataset whose every next() is timed as a sample."""
+    """An IterableDataset whose every next() is timed as a sample (the first ones profiled: harness.profile)."""
 
-    def __init__(self, dataset: IterableDataset):
-        self.dataset = dataset
+    def __init__(self, dataset: IterableDataset, profile: sample_profile.SampleProfile | None = None):
+        self.dataset, self.profile = dataset, profile
 
     def __iter__(self) -> Iterator:
         items = iter(self.dataset)
         done = object()
         while True:
-            item = _timed_sample(lambda: next(items, done))
+            item = _timed_sample(sample_profile.profiled(self.profile, lambda: next(items, done)))
             if item is done:
                 _made.pop()  # the end of the stream is no sample
                 return
@@ -188,6 +190,9 @@ class TimedCollate:
             "calls": {name: sum(stages.get(name, (0.0, 0))[1] for _, stages in made) for name in names},
             "collate_s": collate_s,
         }
+        profiled = sample_profile.batch_made()  # the batch that ends this process's profile carries it
+        if profiled is not None:
+            timings["profile"] = profiled
         return StagedBatch(batch, timings)
 
 
@@ -341,10 +346,10 @@ def time_transforms(dataset, wrapper: type[NamedTransform] = TimedTransform) -> 
     return names
 
 
-def timed(dataset: Dataset) -> Dataset:
-    """The dataset with its samples and its Compose transforms timed."""
+def timed(dataset: Dataset, profile: sample_profile.SampleProfile | None = None) -> Dataset:
+    """The dataset with its samples and its Compose transforms timed, its first samples under `profile`."""
     time_transforms(dataset)
-    return TimedStream(dataset) if isinstance(dataset, IterableDataset) else TimedSamples(dataset)
+    return TimedStream(dataset, profile) if isinstance(dataset, IterableDataset) else TimedSamples(dataset, profile)
 
 
 def name_transforms(dataset: Dataset) -> Dataset:
@@ -354,8 +359,10 @@ def name_transforms(dataset: Dataset) -> Dataset:
 
 
 def unwrap(batches: Iterable, log: list) -> Iterator:
-    """The user's batches, each one's timings appended to `log` (in the order the batches come)."""
+    """The user's batches, each one's timings appended to `log` (in the order the batches come). Once the first has
+    come, workers started later profile nothing (harness.profile.disarm)."""
     for batch in batches:
+        sample_profile.disarm()
         yield strip(batch, log)
 
 

@@ -60,6 +60,7 @@ METRIC_COLUMNS = [
     "stage_order",  # the stages a what-if may name, in the pipeline's order, joined by " > "
     "stage_decorated",  # the @feedbench.stage functions a sample ran: a cache or skip may name each alone
     "stage_on_device",  # the stages device_stages may start at: from each on, all took and gave a tensor when sampled
+    "stage_profile",  # the costliest functions a profile of the warm-up found, JSON [[module:qualname, share, ms]]
     "whatif_trades",  # what a stage what-if (knobs cache_after, skip_stages, device_stages) traded, "; "-joined
     "whatif_cache_mb",  # cache_after: the cache's size
     "whatif_device_ms",  # device_stages: the moved stages' median ms per batch in the training process
