@@ -192,6 +192,7 @@ def result_row(result: dict, path: str) -> dict:
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
         "torch_threads_used": result.get("torch_threads"),
         "torch_threads_source": result.get("torch_threads_source"),
+        "torch_threads_launch": result.get("launch_threads"),
         **_cpu(result.get("cpu") or {}),
         **{column: (result.get("shm") or {}).get(column[4:]) for column in SHM_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.

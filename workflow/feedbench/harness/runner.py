@@ -285,6 +285,7 @@ def _set_threads(r: CellRun, cell: Cell) -> None:
     torch.set_num_threads(cell.torch_threads or LAUNCH_THREADS)
     r.result["torch_threads"] = torch.get_num_threads()
     r.result["torch_threads_source"] = threads.source(cell.torch_threads, os.environ)
+    r.result["launch_threads"] = LAUNCH_THREADS  # what the same launch of an unmodified script gets: the report's note
     # Process-wide, and inherited by forked workers: set for every cell, so one cell's strategy never leaks into the
     # next one run by the same process.
     torch.multiprocessing.set_sharing_strategy(cell.sharing_strategy)

@@ -81,7 +81,7 @@ TRANSFER_COLUMNS = ["transfer_method", "transfer_peak_gb_per_s_pinned", "transfe
 PROVENANCE_COLUMNS = ["host", "gpu"]
 # The trainer's intra-op threads as it ran (the result's `torch_threads`) and why (`torch_threads_source`,
 # plan.threads): the knob column `torch_threads` is empty where the cell left them to the launch.
-THREADS_COLUMNS = ["torch_threads_used", "torch_threads_source"]
+THREADS_COLUMNS = ["torch_threads_used", "torch_threads_source", "torch_threads_launch"]
 # The cell's CPU demand against its usable cores (the result's `cpu`, plan.cores.cpu_load): empty without workers.
 CPU_COLUMNS = [
     "usable_cores",
