@@ -67,7 +67,7 @@ def test_a_method_named_by_import_path_is_timed_as_a_stage(run_cell, user_module
     assert code == 0, result["error"]
     stages = result["metrics"]["stages"]["stages"]
     assert stages["Tokenizer.encode"]["calls"] == 32 and stages["Tokenizer.clean"]["calls"] == 32
-    assert stages["Tokenizer.encode"]["median_ms"] == pytest.approx(4, abs=2)
+    assert stages["Tokenizer.encode"]["median_ms"] >= 3.9  # its sleep, at least (a busy machine wakes it late)
     assert stages["Tokenizer.encode"]["share"] > 0.5  # the sleep is most of a sample: no longer unattributed
 
 
