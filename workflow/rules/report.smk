@@ -4,7 +4,9 @@
 
 rule aggregate:
     input:
+        **GATED_RESULTS,
         results=RESULTS,
+        # Each gated experiment's cells, or their stopped records, once its preflight has run (rules/preflight.smk).
     output:
         summary=report(
             SUMMARY,

@@ -8,6 +8,5 @@ from feedbench.analysis import publish
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
-publish.summarize(
-    list(snakemake.input.results), snakemake.output.summary, snakemake.params.ceilings, snakemake.output.ceilings
-)
+# Every input: the planned results, and each gated experiment's results or stopped records (rules/preflight.smk).
+publish.summarize(list(snakemake.input), snakemake.output.summary, snakemake.params.ceilings, snakemake.output.ceilings)
