@@ -161,3 +161,28 @@ def test_a_check_that_dies_still_leaves_a_failed_record(user_module, tmp_path):
         "feedbench: experiment e stopped by its preflight, none of its cells ran: the preflight exited with code -9 "
         f"(SIGKILL) without writing its record (log: {log})"
     )
+
+
+def test_the_reports_failed_section_says_which_experiment_its_preflight_stopped():
+    """Always said, in a run of one experiment too; other experiments' failures as before."""
+    import pandas as pd
+    from feedbench.analysis.report import failure_counts
+
+    summary = pd.DataFrame(
+        {
+            "experiment": ["a", "b", "b"],
+            "status": ["failed", "failed", "ok"],
+            "error_type": [preflight.STOPPED_TYPE, "RuntimeError", None],
+        }
+    )
+    assert failure_counts(summary) == {
+        "overall": "2 of 3 runs failed, 1 completed.",
+        "experiments": [
+            "Experiment a: stopped by its preflight, its only run not started.",
+            "Experiment b: 1 of 2 runs failed, 1 completed.",
+        ],
+    }
+    alone = summary.iloc[:1].assign(error_type=preflight.STOPPED_TYPE)
+    assert failure_counts(pd.concat([alone, alone]))["experiments"] == [
+        "Experiment a: stopped by its preflight, none of its 2 runs started."
+    ]

@@ -81,9 +81,10 @@ def repeats_of(experiment, cell):
     return [result_path(experiment, cell, repeat) for repeat in range(1, REPEATS + 1)]
 
 
-def stopped_records(experiment):
-    """The stopped records of an experiment's cells (feedbench.plan.preflight.STOPPED), read in place of results."""
-    cells = [c for (e, c) in CELLS if e == experiment]
+def stopped_records(experiment, cell=None):
+    """The stopped records of an experiment's cells (or of one), read in place of their results when the
+    experiment's preflight stopped it (feedbench.plan.preflight.STOPPED)."""
+    cells = [c for (e, c) in CELLS if e == experiment and cell in (None, c)]
     return [
         feedbench_preflight.STOPPED.format(experiment=experiment, cell=c, repeat=r)
         for c in cells
@@ -282,8 +283,8 @@ def report_lost_cells(log):
 
 def failed_cells(succeeded=True):
     """The run's end when a cell failed or an experiment was stopped by its preflight (feedbench.plan.failures), else
-    None: every cell job the run's targets need, whether this run ran it or an earlier one did, and every stopped
-    cell's record they read; a target short of the cells answers for fewer or none. The report is named where the run
+    None: every cell job the run's targets need, whether this run ran it or an earlier one did, and every preflight
+    they need; a target short of the cells answers for fewer or none. The report is named where the run
     succeeded and made it."""
     dag = workflow.dag
     jobs = list(dag.jobs)
@@ -293,8 +294,10 @@ def failed_cells(succeeded=True):
         if job.rule.name in feedbench_slurm.BENCH_RULES
     )
     made = succeeded and any(job.rule.name == "report" for job in jobs)
-    stopped = sorted({job.wildcards.experiment for job in jobs if job.rule.name == "stop"})
-    lines = [feedbench_preflight.stopped_line(e, feedbench_preflight.PREFLIGHT.format(experiment=e)) for e in stopped]
+    preflights = sorted({job.wildcards.experiment for job in jobs if job.rule.name == "preflight"})
+    lines = [
+        feedbench_preflight.stopped_line(e, feedbench_preflight.PREFLIGHT.format(experiment=e)) for e in preflights
+    ]
     return failed_cells_message(sorted(cells), REPORT if made else None, [line for line in lines if line])
 
 
@@ -333,14 +336,14 @@ def preflight_resource(name):
 
 def gated_results(experiment):
     """The summary's inputs of a gated experiment, as an input function of their own: its cells' results once its
-    preflight passed, else their stopped records. One function per experiment, each an input of rule aggregate
+    preflight passed, else its preflight's record (stopped_cells). One function per experiment, each an input of rule aggregate
     by itself: Snakemake evaluates each input on its own, so every experiment's preflight is found and run at once,
     and experiments without user code are planned meanwhile."""
 
     def results(wildcards):
         record = checkpoints.preflight.get(experiment=experiment).output.record
         if feedbench_preflight.failed(record):
-            return stopped_records(experiment)
+            return [record]
         return [path for (e, c) in CELLS if e == experiment for path in repeats_of(e, c)]
 
     results.__name__ = f"results_of_{experiment.replace('-', '_')}"
@@ -349,3 +352,18 @@ def gated_results(experiment):
 
 # Rule aggregate's inputs besides RESULTS: one per gated experiment.
 GATED_RESULTS = {f"gated_{i}": gated_results(name) for i, name in enumerate(GATED)}
+
+
+def stopped_cells(wildcards):
+    """Rule aggregate's params: of each experiment its preflight stopped, its record -> (each cell's stopped record,
+    its labelled knobs), which the summary writes and reads in place of results (feedbench.plan.preflight)."""
+    return {
+        feedbench_preflight.PREFLIGHT.format(experiment=name): [
+            (path, CELLS[(name, cell)].labelled(repeat))
+            for (e, cell) in CELLS
+            if e == name
+            for repeat, path in enumerate(stopped_records(name, cell), start=1)
+        ]
+        for name in stopped_experiments()
+        if name in GATED
+    }

@@ -1,8 +1,8 @@
 # The preflight (feedbench.plan.preflight): an experiment whose cells run the user's code builds each distinct
 # combination of it once, in one light job, before any of its cells. Its record says ok or the error; the summary's
 # inputs of the experiment (gated_results) wait for it as a checkpoint, so Snakemake plans the experiment's cells
-# only once it passed, and otherwise reads one stopped record per cell (rule stop, local): no bench job of it is
-# submitted. Every bench job of the experiment also names the record as an input (rule bench), so a cell asked for
+# only once it passed; otherwise the summary reads the record, and writes each cell a stopped record from it: no
+# bench job of the experiment is submitted. Every bench job of the experiment also names the record as an input (rule bench), so a cell asked for
 # by another path waits for it too; ancient(), so that a preflight run again never reruns cells by its date alone.
 
 
@@ -30,19 +30,3 @@ checkpoint preflight:
     shell:
         '"$FEEDBENCH_PYTHON" -m feedbench preflight --cells {params.cells:q} --out {output.record} --log {log}'
         " --attempt {params.attempt:q}"
-
-
-# A cell of an experiment its preflight stopped: a failed record in its folder, read by the summary and the report
-# in place of a result. In this process: it writes a small file, and on Slurm a job would cost a status cycle.
-rule stop:
-    input:
-        preflight=feedbench_preflight.PREFLIGHT,
-    output:
-        stopped=feedbench_preflight.STOPPED,
-    log:
-        feedbench_preflight.STOPPED_LOG,
-    localrule: True
-    params:
-        cell=lambda wildcards: cell_of(wildcards).labelled(int(wildcards.repeat)),
-    run:
-        feedbench_preflight.write_stopped(input.preflight, params.cell, output.stopped, log[0])

@@ -20,6 +20,7 @@ rule aggregate:
         "../../envs/report.yaml"
     params:
         ceilings=lambda wildcards: ceiling_map(list(CELLS.values())),
+        stopped=stopped_cells,
     script:
         "../scripts/aggregate.py"
 

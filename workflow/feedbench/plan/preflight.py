@@ -30,7 +30,6 @@ PREFLIGHT_LOG = "logs/preflight/{experiment}.log"
 # A stopped cell's record, in the cell's folder beside where its result.json would be: a failed result the summary
 # reads in its place (as lost.json after a lost Slurm job).
 STOPPED = f"{CELL_DIR}/stopped.json"
-STOPPED_LOG = "logs/stop/{experiment}/{cell}/rep{repeat}.log"  # what rule stop wrote, and why
 STOPPED_TYPE = "StoppedByPreflight"
 
 # What decides what the preflight builds, besides the user's code: cells equal on these are one combination.
@@ -169,9 +168,21 @@ def stopped_line(experiment: str, path: str) -> str | None:
     return f"feedbench: experiment {experiment} stopped by its preflight, none of its cells ran: {reason(found)}"
 
 
-def write_stopped(preflight: str, labelled: dict, out: str, log: str) -> None:
+def with_stopped_cells(inputs: list[str], stopped: dict[str, list]) -> list[str]:
+    """Rule aggregate's inputs as the summary reads them: each failed preflight record among them (a key of
+    `stopped`: record -> [(a cell's stopped record, its labelled knobs)]) replaced by its cells' stopped records,
+    written here. Written by the summary, not by a job each: a local job per cell costs a parse of the Snakefile."""
+    paths = [path for path in inputs if path not in stopped]
+    for record, cells in stopped.items():
+        for out, labelled in cells:
+            write_stopped(record, labelled, out)
+            paths.append(out)
+    return paths
+
+
+def write_stopped(preflight: str, labelled: dict, out: str) -> None:
     """A stopped cell's record (STOPPED): a failed result, valid against the result schema, whose error is the
-    preflight's, so the summary and the report list the cell as failed and say why; its message in `log` too."""
+    preflight's, so the summary and the report list the cell as failed and say why."""
     found = read(preflight)
     stopped = dict(failed_result(labelled, labelled), started_at=found["finished_at"], finished_at=found["finished_at"])
     stopped["error"] = {
@@ -181,6 +192,3 @@ def write_stopped(preflight: str, labelled: dict, out: str, log: str) -> None:
     }
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write(out, stopped)
-    os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
-    with open(log, "w", encoding="utf-8") as f:
-        f.write(f"{out}: {stopped['error']['message']}\n")
