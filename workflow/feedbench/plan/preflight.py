@@ -131,7 +131,7 @@ def record(
     experiment: str | None, log: str, checked: list[dict], error: dict | None, device: str | None = None, **more
 ) -> dict:
     """The preflight's record: ok, or the error of the first combination that failed (stage, factory, type, first
-    line, traceback), where its log is, and `more` (the attempt it was)."""
+    line, traceback), where its log is and ran, and `more` (the attempt it was)."""
     return {
         "experiment": experiment,
         "status": "ok" if error is None else "failed",
@@ -140,6 +140,7 @@ def record(
         "device": device,
         "log": log,
         "finished_at": now(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),  # where it ran: None outside a Slurm job
         **more,
     }
 
