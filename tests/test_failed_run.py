@@ -201,3 +201,10 @@ def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, mon
         "feedbench: 2 of 3 cell runs failed; the report lists them (results/report/index.html):"
     )
     assert failed_cells_message(cells[2:], None) is None
+    # An experiment its preflight stopped: its one line, the report named on the last where no cell failed.
+    stopped = ["feedbench: experiment s stopped by its preflight, none of its cells ran: ..."]
+    assert failed_cells_message(cells[2:], "r.html", stopped) == f"{stopped[0]}; the report lists its cells (r.html)"
+    assert failed_cells_message(cells, None, stopped).splitlines()[:2] == [
+        stopped[0],
+        "feedbench: 2 of 3 cell runs failed:",
+    ]

@@ -50,6 +50,7 @@ def failed_cells_message(
     if not lines and not stopped:
         return None
     listed = f"; the report lists them ({report})" if report else ""
-    if not lines:
-        return "\n".join(stopped[:-1] + [stopped[-1] + listed.replace("them", "its cells")])
+    if not lines:  # the report lists the stopped experiments' cells
+        listed = f"; the report lists its cells ({report})" if report else ""
+        return "\n".join([*stopped[:-1], stopped[-1] + listed])
     return "\n".join([*stopped, f"feedbench: {len(lines)} of {len(cells)} cell runs failed{listed}:", *lines])
