@@ -25,6 +25,7 @@ from markupsafe import Markup, escape
 
 from ..plan import search
 from ..plan.cores import CPU_BOUND_SHARE
+from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
 from . import accuracy, knee, served, stages, target_view, verdict, views, whatifs
@@ -370,6 +371,10 @@ def _runs_failed(failed: int, runs: int) -> str:
     return f"{failed} of {runs} runs failed, {runs - failed} completed"
 
 
+def _none_started(runs: int) -> str:
+    return "its only run not started" if runs == 1 else f"none of its {runs} runs started"
+
+
 def failure_rows(failed: pd.DataFrame) -> list[dict]:
     """Each failed run as the section lists it: its cell, its error and the last lines of its log."""
     return [
@@ -392,13 +397,17 @@ def failure_counts(summary: pd.DataFrame) -> dict | None:
     if not failed.any():
         return None
     by_experiment = failed.groupby(summary["experiment"], sort=False).agg(["sum", "size"])
+    # An experiment stopped by its preflight (feedbench.plan.preflight): every row its stopped record, none ran.
+    stopped = summary["error_type"].eq(STOPPED_TYPE).groupby(summary["experiment"], sort=False).all()
     overall = _runs_failed(int(failed.sum()), len(summary))
     return {
         "overall": f"{overall[0].upper()}{overall[1:]}.",
         "experiments": [
-            f"Experiment {name}: {_runs_failed(int(row['sum']), int(row['size']))}."
+            f"Experiment {name}: stopped by its preflight, {_none_started(int(row['size']))}."
+            if stopped[name]
+            else f"Experiment {name}: {_runs_failed(int(row['sum']), int(row['size']))}."
             for name, row in by_experiment.iterrows()
-            if row["sum"] and len(by_experiment) > 1
+            if stopped[name] or (row["sum"] and len(by_experiment) > 1)
         ],
     }
 

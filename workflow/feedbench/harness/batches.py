@@ -113,6 +113,15 @@ def default_loss(output, batch, label_key: str = "label"):
             torch.nn.functional.cross_entropy(logits.float(), batch[label_key]),
             f"cross-entropy against batch[{label_key!r}]",
         )
+    if isinstance(batch, dict):  # a dict batch: the label is a key of it, so a missing one is that knob's fault
+        from ..plan.plugins import did_you_mean
+
+        keys = [str(k) for k in batch]
+        raise KnobError(
+            f"knob 'label_key': the model's output has no loss and the batch has no key {label_key!r}"
+            f"{did_you_mean(label_key, keys)} to take cross-entropy against; allowed: "
+            f"{', '.join(keys) or 'none'}, or a step (package.module:train_step) returning the loss"
+        )
     if isinstance(batch, (list, tuple)) and len(batch) > 1:
         return torch.nn.functional.cross_entropy(output.float(), batch[1]), "cross-entropy against batch[1]"
     raise KnobError(
