@@ -191,7 +191,7 @@ def lost(slurm_cluster, tmp_path_factory):
     first_report = workdir / "run" / "results" / "report" / "index.html"
     first_report = first_report.read_text() if first_report.exists() else ""
     again = snakemake(slurm_cluster, workdir, LOST)
-    stale = sorted(str(path.relative_to(cells)) for path in cells.rglob("lost.json"))
+    stale = sorted(str(path.relative_to(cells)) for path in cells.rglob("lost.json") if "attempts" not in path.parts)
     return dict(
         stale=stale,
         first=first,
@@ -247,3 +247,18 @@ def test_the_next_run_runs_exactly_the_lost_cells_again(slurm_cluster, lost):
         NODE_FAILED: "ok",
     }
     assert lost["stale"] == [], "a cell run again keeps no lost.json of its lost attempt"
+
+
+def test_a_lost_attempt_is_kept_in_the_cells_attempts_and_the_report_says_attempt_2(lost):
+    """Issue #36: the rerun that succeeds keeps the lost attempt (its record, steps, Slurm state and job id)."""
+    cells = lost["workdir"] / "run" / "results" / "cells" / "lost"
+    report = (lost["workdir"] / "run" / "results" / "report" / "index.html").read_text()
+    for cell, state in ((CANCELLED, "CANCELLED"), (NODE_FAILED, "NODE_FAIL")):
+        kept = cells / cell / "rep1" / "attempts" / "1"
+        record = json.loads((kept / "lost.json").read_text())
+        assert record["slurm"]["state"] == state and record["slurm"]["job_id"], record["slurm"]
+        facts = json.loads((kept / "attempt.json").read_text())
+        assert (facts["status"], facts["slurm_state"]) == ("lost", state), facts
+        assert f"attempt 2; attempt 1 lost to {state} after {facts['steps']} step" in report, report[-3000:]
+    steps = list(csv.DictReader(open(cells / CANCELLED / "rep1" / "attempts" / "1" / "steps.csv")))
+    assert len(steps) == lost["lost"][CANCELLED]["metrics"]["steps"] > 0, "the cancelled attempt's steps, kept"

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from .attempts import keep_earlier
+
 # A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
 # and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
 # formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
@@ -128,9 +130,9 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
     """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's). `env`:
     the harness's environment (plan.threads.restored: the user's thread variables, not Snakemake's), else this one."""
     now = time.time()
-    for stale in ("steps.csv", "trace.json"):
-        if os.path.exists(os.path.join(out_dir, stale)):
-            os.remove(os.path.join(out_dir, stale))
+    # An earlier attempt still here (a lost cell's record, steps of a failed one) moves to attempts/ before this one
+    # writes; the run's onstart moved what Snakemake deletes before the job starts (plan.attempts).
+    keep_earlier(out_dir, log)
     os.makedirs(out_dir, exist_ok=True)
     cell = os.path.join(out_dir, "cell.yaml")
     with open(cell, "w", encoding="utf-8") as f:  # JSON is YAML too; the harness reads it back as JSON
@@ -160,8 +162,4 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
         # In its own process, as the harness: it imports torch, which this job never does.
         record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
         status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
-    # This attempt's result replaces the record of an earlier one lost on Slurm (plan.slurm): the cell's folder
-    # says one thing. Until then the lost.json stays, with the steps that attempt measured.
-    if os.path.exists(result) and os.path.exists(os.path.join(out_dir, "lost.json")):
-        os.remove(os.path.join(out_dir, "lost.json"))
     return status

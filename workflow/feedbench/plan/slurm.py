@@ -247,26 +247,28 @@ FINISHED = "COMPLETED"
 
 def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None) -> dict:
     """The record of a lost cell, valid against the result schema: the harness's own result when it wrote a usable one
-    (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why."""
+    (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why.
+    `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them)."""
     # result.py loads jsonschema: only when cells were lost
     from .result import UnusableResult, failed_result, invalid, now, read_result
 
     how = f"Slurm job {job[0]} ended {job[1]}" if job else "no Slurm job ran (sbatch refused it, or the run stopped)"
     message = f"{how}; the cell is lost and the next run runs it again"
+    slurm = {"job_id": job[0], "state": job[1]} if job else {"job_id": None, "state": None}
     if os.path.exists(result_path):
         try:
             result = read_result(result_path)
             error = result.get("error") or {}
             said = f"; the harness said: {error.get('message', 'nothing')}"
             error = dict(error, type=error.get("type") or "SlurmJobLost", message=message + said)
-            record = dict(result, status="failed", error=dict(error, traceback=error.get("traceback", "")))
+            record = dict(result, status="failed", error=dict(error, traceback=error.get("traceback", "")), slurm=slurm)
             if invalid(record) is None:
                 return record
             message += "; the harness's result could not be kept"
         except UnusableResult as damage:
             message += f"; the harness's result.json was unusable ({damage.reason})"
     stamp = now()
-    record = dict(failed_result(labelled, labelled), started_at=stamp, finished_at=stamp)
+    record = dict(failed_result(labelled, labelled), started_at=stamp, finished_at=stamp, slurm=slurm)
     record["error"] = {"type": "SlurmJobLost", "message": message, "traceback": ""}
     return record
 
