@@ -228,6 +228,8 @@ def test_every_lost_record_is_a_valid_result_naming_its_cell(lost):
             "cell": cell,
             "repeat": 1,
         }
+        # The harness's start, else the job's from sacct (issue #36): never the moment the record was written.
+        assert record["started_at"] and record["started_at"] < record["finished_at"], record["error"]["message"]
 
 
 def test_a_lost_cell_keeps_what_it_measured_and_leaves_no_result_json(lost):

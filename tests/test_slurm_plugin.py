@@ -157,6 +157,18 @@ def test_a_cell_lost_before_its_harness_wrote_anything_is_a_valid_record_the_rep
     assert "nodefail / seed-1 / repeat 1: SlurmJobLost" in html and "NODE_FAIL" in html, html[-3000:]
 
 
+def test_a_lost_record_starts_when_its_job_started_else_says_the_start_is_not_known(tmp_path):
+    path = str(tmp_path / "result.json")
+    started = slurm.slurm_time("2026-11-28T19:40:02")
+    assert started.endswith("+00:00") and slurm.slurm_time("Unknown") is None and slurm.slurm_time("N/A") is None
+    record = slurm.lost_result(path, LABELLED, ("11", "NODE_FAIL"), started)
+    assert invalid(record) is None and record["started_at"] == started != record["finished_at"]
+    assert "not known" not in record["error"]["message"]
+    record = slurm.lost_result(path, LABELLED, ("12", "CANCELLED"), None)
+    assert invalid(record) is None and record["started_at"] == "", record["started_at"]
+    assert record["error"]["message"].endswith("when its job started is not known")
+
+
 def test_a_harness_result_is_kept_with_its_steps_and_marked_failed(run_cell, tmp_path):
     code, measured = run_cell(**{k: v for k, v in LABELLED.items() if k not in ("cell", "repeat", "baseline")})
     assert code == 0 and measured["status"] == "ok", measured["error"]

@@ -20,6 +20,7 @@ No torch: the Snakefile imports this module.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -220,15 +221,26 @@ def jobs_key(experiment: str, cell: str, repeat: int) -> str:
     return "_".join((experiment, cell, str(repeat))).replace("/", "_")
 
 
-def job_states(run: str) -> dict[str, str]:
-    """job id -> state of the run's jobs (every job of a run is named after the run): sacct, else squeue.
+def slurm_time(text: str) -> str | None:
+    """sacct's or squeue's time (local, "2026-11-28T19:40:02") as the results' UTC ISO text; None for "Unknown",
+    "None", "N/A" or anything else that is no time."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return moment.astimezone(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def job_states(run: str) -> dict[str, tuple[str, str | None]]:
+    """job id -> (state, start: slurm_time or None when the job never started) of the run's jobs (every job of a run
+    is named after the run): sacct, else squeue.
 
     Ids as sbatch gave them, "13", or as the plugin names an array's task, "13_2" (sacct's JobID, squeue's %i)."""
     if not run:
         return {}
     commands = [
-        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobID,State"],
-        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T"],
+        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobID,State,Start"],
+        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T|%S"],
     ]
     for command in commands:
         if shutil.which(command[0]) is None:
@@ -236,7 +248,8 @@ def job_states(run: str) -> dict[str, str]:
         out = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
             continue
-        return dict((job, _state(state)) for job, state in (line.split("|", 1) for line in out.stdout.splitlines()))
+        rows = (line.split("|", 2) for line in out.stdout.splitlines())
+        return {job: (_state(state), slurm_time(start)) for job, state, start in rows}
     return {}
 
 
@@ -245,10 +258,11 @@ def job_states(run: str) -> dict[str, str]:
 FINISHED = "COMPLETED"
 
 
-def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None) -> dict:
+def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None, started: str | None = None) -> dict:
     """The record of a lost cell, valid against the result schema: the harness's own result when it wrote a usable one
-    (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why.
-    `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them)."""
+    (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why,
+    whose started_at is the job's start from Slurm (`started`), or empty when Slurm does not know it (the job never
+    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them)."""
     # result.py loads jsonschema: only when cells were lost
     from .result import UnusableResult, failed_result, invalid, now, read_result
 
@@ -267,8 +281,9 @@ def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None) -
             message += "; the harness's result could not be kept"
         except UnusableResult as damage:
             message += f"; the harness's result.json was unusable ({damage.reason})"
-    stamp = now()
-    record = dict(failed_result(labelled, labelled), started_at=stamp, finished_at=stamp, slurm=slurm)
+    if not started:
+        message += "; when its job started is not known"
+    record = dict(failed_result(labelled, labelled), started_at=started or "", finished_at=now(), slurm=slurm)
     record["error"] = {"type": "SlurmJobLost", "message": message, "traceback": ""}
     return record
 
@@ -289,12 +304,12 @@ def record_lost_cells(cells: Iterable[tuple[str, str, int, dict]], log) -> tuple
         result = result_path(experiment, cell, repeat)
         folder = os.path.dirname(result)
         job_id = jobs.get(jobs_key(experiment, cell, repeat))
-        state = states.get(job_id)
+        state, started = states.get(job_id, (None, None))
         if os.path.exists(result) and state in (None, FINISHED):  # None: not submitted by this run, or unknown
             paths.append(result)
             continue
         job = (job_id, state or "in a state neither sacct nor squeue reports") if job_id else None
-        record = lost_result(result, labelled, job)
+        record = lost_result(result, labelled, job, started)
         os.makedirs(folder, exist_ok=True)
         with open(f"{folder}/lost.json", "w") as f:
             json.dump(record, f, indent=1)
