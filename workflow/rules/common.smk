@@ -240,7 +240,9 @@ def report_lost_cells(log):
 def keep_earlier_attempts():
     """Before the cell jobs run (the Snakefile's onstart): the earlier attempt of each cell this run runs moves to its
     attempts/ folder, its result.json and log included, which Snakemake deletes before the job starts
-    (feedbench.plan.attempts; docs/reliability-slurm.md, "Every attempt kept")."""
+    (feedbench.plan.attempts; docs/reliability-slurm.md, "Every attempt kept"). Not with --touch, which runs nothing."""
+    if workflow.touch:
+        return
     for job in workflow.dag.needrun_jobs():
         if job.rule.name in feedbench_slurm.BENCH_RULES:
             labels = {name: job.wildcards[name] for name in ("experiment", "cell", "repeat")}
