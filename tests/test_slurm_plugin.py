@@ -161,6 +161,9 @@ def test_a_lost_record_starts_when_its_job_started_else_says_the_start_is_not_kn
     path = str(tmp_path / "result.json")
     started = slurm.slurm_time("2026-11-28T19:40:02")
     assert started.endswith("+00:00") and slurm.slurm_time("Unknown") is None and slurm.slurm_time("N/A") is None
+    # Slurm 22.05 gives a job cancelled while pending a Start (its cancellation) but no node: no start.
+    assert slurm.job_start("2026-11-28T19:48:51", "None assigned") is None and slurm.job_start("N/A", "") is None
+    assert slurm.job_start("2026-11-28T19:40:02", "n1") == started
     record = slurm.lost_result(path, LABELLED, ("11", "NODE_FAIL"), started)
     assert invalid(record) is None and record["started_at"] == started != record["finished_at"]
     assert "not known" not in record["error"]["message"]

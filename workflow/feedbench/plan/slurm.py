@@ -231,26 +231,34 @@ def slurm_time(text: str) -> str | None:
     return moment.astimezone(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def job_start(start: str, nodes: str) -> str | None:
+    """A job's start (slurm_time) when it ran on a node, else None: a job cancelled while pending has no node
+    ("None assigned" in sacct, nothing in squeue) and a Start that is its cancellation (Slurm 22.05)."""
+    return slurm_time(start) if nodes.strip() not in ("", "None assigned", "(null)") else None
+
+
 def job_states(run: str) -> dict[str, tuple[str, str | None]]:
-    """job id -> (state, start: slurm_time or None when the job never started) of the run's jobs (every job of a run
-    is named after the run): sacct, else squeue.
+    """job id -> (state, start: job_start) of the run's jobs (every job of a run is named after the run): sacct's,
+    then squeue's for the jobs sacct lacks (slurmdbd learns of a job seconds after slurmctld: a job cancelled
+    right after its submission is in squeue only).
 
     Ids as sbatch gave them, "13", or as the plugin names an array's task, "13_2" (sacct's JobID, squeue's %i)."""
     if not run:
         return {}
     commands = [
-        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobID,State,Start"],
-        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T|%S"],
+        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobID,State,Start,NodeList"],
+        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T|%S|%N"],
     ]
+    found: dict[str, tuple[str, str | None]] = {}
     for command in commands:
         if shutil.which(command[0]) is None:
             continue
         out = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
             continue
-        rows = (line.split("|", 2) for line in out.stdout.splitlines())
-        return {job: (_state(state), slurm_time(start)) for job, state, start in rows}
-    return {}
+        for job, state, start, nodes in (line.split("|", 3) for line in out.stdout.splitlines()):
+            found.setdefault(job, (_state(state), job_start(start, nodes)))
+    return found
 
 
 # A job that ends in any other state lost its cell, even when the harness wrote a result first (a job cancelled or
