@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shlex
+import signal
+import time
 
 import pytest
 from feedbench.plan import slurm
@@ -192,3 +195,17 @@ def test_a_damaged_harness_result_still_gives_a_valid_record(tmp_path):
     assert "result.json was unusable (not valid JSON" in record["error"]["message"]
     record = slurm.lost_result(str(tmp_path / "none.json"), LABELLED, None)
     assert invalid(record) is None and record["error"]["message"].startswith("no Slurm job ran")
+
+
+def test_sigterm_stops_the_run_as_ctrl_c_does_and_a_second_one_is_ignored():
+    """The run's process (onstart): SIGTERM raises KeyboardInterrupt, on which Snakemake cancels the run's jobs; the
+    cluster test is test_slurm_faults.test_a_sigterm_cancels_a_pending_job_..."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        slurm.stop_on_sigterm()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs before this ends
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -159,6 +160,21 @@ def patch_plugin(never_requeued: bool = True) -> None:
         plugin.get_submit_command = get_submit_command
 
     plugin.get_account = lambda logger: None
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (`timeout`, a login node's session limit, a CI runner) stops the run as Ctrl-C does: Snakemake's own
+    SIGTERM handler only stops submitting and waits for the jobs it has, pending ones too, which may wait forever.
+    As KeyboardInterrupt, Snakemake cancels every job of the run (the plugin's scancel), then onerror records them
+    lost and writes the report, and the run exits 1. A second SIGTERM is ignored, so that it cannot cut the report
+    short (SIGKILL still ends the run). Called from onstart: Snakemake installs its handler before."""
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("feedbench: SIGTERM: cancelling the run's Slurm jobs, then the report", file=sys.stderr)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 # Lost cells -----------------------------------------------------------------
