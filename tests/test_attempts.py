@@ -9,8 +9,9 @@ import json
 
 import pytest
 from conftest import write_user_module
-from feedbench.plan import attempts
+from feedbench.plan import attempts, slurm
 from snakemake_run import snakemake, workflow_copy
+from test_slurm_plugin import LABELLED
 
 # A user's dataset that fails its cell at sample 20 (the fifth batch of 4: a warm-up step and four measured) while the
 # file fail-once is in the working directory, the harness's.
@@ -77,7 +78,8 @@ def test_a_failed_cell_run_again_keeps_its_first_attempt_and_the_report_counts_i
     assert "the volume went away at sample 20" in (kept / attempts.LOG).read_text(), "its bench log, not the rerun's"
     facts = json.loads((kept / attempts.RECORD).read_text())
     assert (facts["attempt"], facts["status"], facts["steps"]) == (1, "failed", failed_steps), facts
-    assert json.loads((workdir / CELL / "result.json").read_text())["status"] == "ok"
+    rerun = json.loads((workdir / CELL / "result.json").read_text())
+    assert rerun["status"] == "ok" and rerun["cell"]["attempt"].startswith("retry-after-"), "the attempt it planned"
     assert "sample 20" not in (workdir / "logs/bench/flaky/base/rep1.log").read_text()
 
     rows = list(csv.DictReader(open(workdir / "results" / "summary.csv")))
@@ -93,12 +95,16 @@ def test_a_folder_without_an_attempt_moves_nothing_and_attempts_are_numbered_on(
     assert attempts.keep_earlier(str(folder)) is None and (folder / "cell.yaml").exists()
     assert attempts.earlier_text(str(folder)) is None
     for n, state in ((1, "NODE_FAIL"), (2, "CANCELLED")):
-        lost = {"status": "failed", "slurm": {"job_id": str(10 + n), "state": state}, "metrics": {"steps": 50 + n}}
+        lost = slurm.lost_result(str(folder / "result.json"), LABELLED, (str(10 + n), state), None)
         (folder / "lost.json").write_text(json.dumps(lost))
+        (folder / "steps.csv").write_text("step,total_ms\n" + "".join(f"{i},1.0\n" for i in range(50 + n)))
         assert attempts.keep_earlier(str(folder)) == str(folder / "attempts" / str(n))
         assert sorted(p.name for p in folder.iterdir()) == ["attempts"]
+    (folder / "result.json").write_text('{"schema_version": 1, "status": "ok", "metr')  # cut mid-write
+    assert attempts.keep_earlier(str(folder)) == str(folder / "attempts" / "3")
     assert attempts.earlier_text(str(folder)) == (
-        "attempt 3; attempt 1 lost to NODE_FAIL after 51 steps; attempt 2 lost to CANCELLED after 52 steps"
+        "attempt 4; attempt 1 lost to NODE_FAIL after 51 steps; attempt 2 lost to CANCELLED after 52 steps; "
+        "attempt 3 left a damaged result after 0 steps"
     )
     record = json.loads((folder / "attempts" / "1" / attempts.RECORD).read_text())
     assert (record["slurm_job_id"], record["slurm_state"]) == ("11", "NODE_FAIL")

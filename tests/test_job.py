@@ -8,8 +8,9 @@ import sys
 import time
 
 import pytest
-from feedbench.plan import attempts, job
+from feedbench.plan import attempts, job, slurm
 from feedbench.plan.job import CELL_DIR, CELL_LOG
+from test_slurm_plugin import LABELLED
 
 WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
 
@@ -63,7 +64,7 @@ def test_a_job_writes_the_cell_and_its_result_and_keeps_the_earlier_attempt(tmp_
     out.mkdir()
     (out / "trace.json").write_text("stale")
     (out / "steps.csv").write_text("step,total_ms\n0,1.0\n")
-    lost = {"status": "failed", "slurm": {"job_id": "13", "state": "CANCELLED"}}  # an earlier attempt, lost on Slurm
+    lost = slurm.lost_result(str(out / "result.json"), LABELLED, ("13", "CANCELLED"))  # an earlier attempt, lost
     (out / "lost.json").write_text(json.dumps(lost))
     cell = json.dumps(
         {

@@ -26,7 +26,7 @@ LOG = "bench.log"
 
 
 def _load(path: str) -> dict | None:
-    """A JSON mapping, or None (missing, damaged): a damaged record still moves, described as far as it can be."""
+    """A JSON mapping, or None (missing, damaged)."""
     try:
         with open(path, encoding="utf-8") as f:
             found = json.load(f)
@@ -35,25 +35,40 @@ def _load(path: str) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
+def _record(folder: str) -> tuple[str | None, dict | None]:
+    """The attempt's record, lost.json before result.json, as (its name, the record or None when the result schema
+    refuses it: plan.result.read_result); (None, None) without one. A damaged record still moves, as it is."""
+    from .result import UnusableResult, read_result  # jsonschema: only when an attempt moves
+
+    for name in ("lost.json", "result.json"):
+        if os.path.exists(os.path.join(folder, name)):
+            try:
+                return name, read_result(os.path.join(folder, name))
+            except UnusableResult:
+                return name, None
+    return None, None
+
+
 def _steps(folder: str, record: dict | None) -> int:
-    """Steps the attempt measured: its result's count, else the rows of its steps.csv."""
-    steps = ((record or {}).get("metrics") or {}).get("steps")
-    if isinstance(steps, int):
-        return steps
+    """Steps the attempt measured and kept: the rows of its steps.csv, else its result's count."""
     try:
         with open(os.path.join(folder, "steps.csv"), encoding="utf-8") as f:
             return max(sum(1 for _ in f) - 1, 0)
     except OSError:
-        return 0
+        steps = ((record or {}).get("metrics") or {}).get("steps")
+        return steps if isinstance(steps, int) else 0
 
 
 def describe(folder: str) -> dict:
-    """How the attempt in `folder` ended: status (ok, failed, lost, or unrecorded when the job left no record),
-    error type, Slurm job id and state (a lost record's; a harness result's job id from its provenance), steps."""
-    lost = _load(os.path.join(folder, "lost.json"))
-    record = lost or _load(os.path.join(folder, "result.json"))
-    slurm = (lost or {}).get("slurm") or {}
-    status = "lost" if lost else (record or {}).get("status", "unrecorded")
+    """How the attempt in `folder` ended: status (ok, failed, lost; damaged for a record that cannot be read,
+    unrecorded when the job left none), error type, Slurm job id and state (a lost record's; a harness result's job
+    id from its provenance), steps."""
+    name, record = _record(folder)
+    slurm = (record or {}).get("slurm") or {}
+    if record is None:
+        status = "damaged" if name else "unrecorded"
+    else:
+        status = "lost" if name == "lost.json" else record["status"]
     return {
         "status": status,
         "error": ((record or {}).get("error") or {}).get("type"),
@@ -103,6 +118,8 @@ def _ended(facts: dict) -> str:
         how = f"failed ({facts['error']})" if facts.get("error") else "failed"
     elif status == "ok":
         how = "completed, replaced by a rerun"
+    elif status == "damaged":
+        how = "left a damaged result"
     else:
         how = "ended with no record"
     steps = facts.get("steps") or 0

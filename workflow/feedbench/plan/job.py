@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from .attempts import keep_earlier
+from .attempts import ATTEMPTS, keep_earlier, numbers
 
 # A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
 # and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
@@ -64,9 +64,17 @@ def attempt(result_path: str, retry_failed: bool) -> str:
     failed one asks for a new attempt, named after the failure, so the params trigger reruns of exactly the failed
     cells. A damaged result (unreadable, not a mapping, or refused by the result schema: plan.result.read_result)
     counts as failed, its retry named after its bytes. A dry run sees the same: nothing is moved or deleted.
+
+    Once the run's start has moved the failed result to the cell's attempts/ (plan.attempts), the newest kept
+    attempt's result stands for it: Snakemake evaluates the params again as the job starts, and the job must carry
+    the attempt the run planned.
     """
     from .result import UnusableResult, knobs_of, read_result  # jsonschema: loaded when a result exists
 
+    if not os.path.exists(result_path):
+        folder = os.path.dirname(result_path)
+        kept = numbers(folder)
+        result_path = os.path.join(folder, ATTEMPTS, str(kept[-1]), "result.json") if kept else result_path
     if not os.path.exists(result_path):
         return "first"
     try:
