@@ -72,12 +72,14 @@ localrules:
 
 
 # On Slurm (profiles/slurm): refuse cells wider than a node before any job, work
-# around the executor plugin's faults, and after lost jobs still make the report
+# around the executor plugin's faults, stop on SIGTERM as on Ctrl-C, and after lost jobs still make the report
 # (feedbench.plan.slurm; docs/reliability-slurm.md). Run here: refuse cells
-# whose batches in flight do not fit /dev/shm (feedbench.plan.shm).
+# whose batches in flight do not fit /dev/shm (feedbench.plan.shm). Then each cell run again keeps its earlier
+# attempt in its attempts/ folder (feedbench.plan.attempts).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
         feedbench_slurm.patch_plugin(never_requeued=bool(workflow.executor_settings.no_requeue))
+        feedbench_slurm.stop_on_sigterm()
         error = feedbench_slurm.check_cells_fit(workflow, ((e, c, cell.knobs) for (e, c), cell in CELLS.items()))
         if error:
             raise WorkflowError(error)
@@ -85,6 +87,7 @@ onstart:
         error = feedbench_shm.plan_error((e, c, cell.knobs) for (e, c), cell in CELLS.items())
         if error:
             raise WorkflowError(error)
+    keep_earlier_attempts()
 
 
 # A bench job succeeds even when its cell fails, so that the matrix goes on and the report lists the cell. The run's

@@ -114,6 +114,9 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     for key in damaged:
         result = json.loads((workdir / "results" / "cells" / key / "result.json").read_text())
         assert result["status"] == "ok" and result["cell"]["attempt"].startswith("retry-after-damaged-")
+        kept_attempt = workdir / "results" / "cells" / key / "attempts" / "1"  # issue #36: the damaged bytes kept
+        assert (kept_attempt / "result.json").read_text() == damage(before[key].decode(), damaged[key])
+        assert json.loads((kept_attempt / "attempt.json").read_text())["status"] == "damaged"
     rows = _summary(workdir)
     assert len(rows) == 9 and {r["status"] for r in rows} == {"ok"}
     assert all(float(r["samples_per_s"]) > 0 and 0 <= float(r["stall_pct"]) <= 100 for r in rows)

@@ -8,8 +8,9 @@ import sys
 import time
 
 import pytest
-from feedbench.plan import job
+from feedbench.plan import attempts, job, slurm
 from feedbench.plan.job import CELL_DIR, CELL_LOG
+from test_slurm_plugin import LABELLED
 
 WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
 
@@ -58,11 +59,13 @@ def feedbench(*args, cwd):
     )
 
 
-def test_a_job_writes_the_cell_and_its_result_and_removes_stale_files(tmp_path):
+def test_a_job_writes_the_cell_and_its_result_and_keeps_the_earlier_attempt(tmp_path):
     out = tmp_path / "rep1"
     out.mkdir()
     (out / "trace.json").write_text("stale")
-    (out / "lost.json").write_text('{"status": "failed"}')  # an earlier attempt, lost on Slurm
+    (out / "steps.csv").write_text("step,total_ms\n0,1.0\n")
+    lost = slurm.lost_result(str(out / "result.json"), LABELLED, ("13", "CANCELLED"))  # an earlier attempt, lost
+    (out / "lost.json").write_text(json.dumps(lost))
     cell = json.dumps(
         {
             "dataset": "synthetic",
@@ -81,6 +84,10 @@ def test_a_job_writes_the_cell_and_its_result_and_removes_stale_files(tmp_path):
     assert not (out / "trace.json").exists() or (out / "trace.json").read_text() != "stale"
     assert json.loads((out / "result.json").read_text())["status"] == "ok", (tmp_path / "log").read_text()
     assert not (out / "lost.json").exists(), "the new result replaces the lost attempt's record"
+    kept = out / "attempts" / "1"
+    assert json.loads((kept / "lost.json").read_text()) == lost and (kept / "trace.json").read_text() == "stale"
+    assert (kept / "steps.csv").read_text() == "step,total_ms\n0,1.0\n", "the lost attempt's steps, kept"
+    assert attempts.earlier_text(str(out)) == "attempt 2; attempt 1 lost to CANCELLED after 1 step"
 
 
 def test_a_job_finds_its_folder_and_log_from_the_cells_labels(tmp_path):

@@ -8,7 +8,8 @@ The cluster keeps Slurm's default accounting flags, as sites ship it: sacct retu
   run ends with exit 1, the report is still made and lists both cells with
   their Slurm state, each lost cell has a lost.json the result schema accepts,
   the cancelled cell keeps the steps it measured, and the next run runs exactly
-  those two cells again and leaves no lost.json behind.
+  those two cells again, keeping each lost attempt in the cell's attempts/1/ (issue #36);
+* a SIGTERM to a run whose job is pending cancels it, records the cell lost and writes the report (issue #36).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def lost(slurm_cluster, tmp_path_factory):
     first_report = workdir / "run" / "results" / "report" / "index.html"
     first_report = first_report.read_text() if first_report.exists() else ""
     again = snakemake(slurm_cluster, workdir, LOST)
-    stale = sorted(str(path.relative_to(cells)) for path in cells.rglob("lost.json"))
+    stale = sorted(str(path.relative_to(cells)) for path in cells.rglob("lost.json") if "attempts" not in path.parts)
     return dict(
         stale=stale,
         first=first,
@@ -228,6 +229,8 @@ def test_every_lost_record_is_a_valid_result_naming_its_cell(lost):
             "cell": cell,
             "repeat": 1,
         }
+        # The harness's start, else the job's from sacct (issue #36): never the moment the record was written.
+        assert record["started_at"] and record["started_at"] < record["finished_at"], record["error"]["message"]
 
 
 def test_a_lost_cell_keeps_what_it_measured_and_leaves_no_result_json(lost):
@@ -247,3 +250,63 @@ def test_the_next_run_runs_exactly_the_lost_cells_again(slurm_cluster, lost):
         NODE_FAILED: "ok",
     }
     assert lost["stale"] == [], "a cell run again keeps no lost.json of its lost attempt"
+
+
+def test_a_lost_attempt_is_kept_in_the_cells_attempts_and_the_report_says_attempt_2(lost):
+    """Issue #36: the rerun that succeeds keeps the lost attempt (its record, steps, Slurm state and job id)."""
+    cells = lost["workdir"] / "run" / "results" / "cells" / "lost"
+    report = (lost["workdir"] / "run" / "results" / "report" / "index.html").read_text()
+    for cell, state in ((CANCELLED, "CANCELLED"), (NODE_FAILED, "NODE_FAIL")):
+        kept = cells / cell / "rep1" / "attempts" / "1"
+        record = json.loads((kept / "lost.json").read_text())
+        assert record["slurm"]["state"] == state and record["slurm"]["job_id"], record["slurm"]
+        facts = json.loads((kept / "attempt.json").read_text())
+        assert (facts["status"], facts["slurm_state"]) == ("lost", state), facts
+        assert f"attempt 2; attempt 1 lost to {state} after {facts['steps']} step" in report, report[-3000:]
+    steps = list(csv.DictReader(open(cells / CANCELLED / "rep1" / "attempts" / "1" / "steps.csv")))
+    assert len(steps) == lost["lost"][CANCELLED]["metrics"]["steps"] > 0, "the cancelled attempt's steps, kept"
+    for cell in (CANCELLED, NODE_FAILED):  # the figures of docs/reliability-slurm.md, row 9a
+        record = json.loads((cells / cell / "rep1" / "attempts" / "1" / "lost.json").read_text())
+        print(f"{cell}: {json.loads((cells / cell / 'rep1' / 'attempts' / '1' / 'attempt.json').read_text())}")
+        print(f"{cell}: started {record['started_at']}, recorded {record['finished_at']}")
+
+
+def test_a_sigterm_cancels_a_pending_job_records_it_lost_and_writes_the_report(slurm_cluster, tmp_path):
+    """Issue #36: `timeout`'s SIGTERM to a run whose only job waits on drained nodes. Snakemake alone would wait for
+    the pending job; the workflow cancels it, records the cell lost (its start not known: it never ran), writes the
+    report and exits 1."""
+    config = {
+        "defaults": {"repeats": 1, "warmup_steps": 1, "device": "cpu"},
+        "experiments": {"pending": {"base": dict(CELL, steps=2)}},
+    }
+    nodes = slurm_cluster.run("sinfo", "-h", "-p", slurm_cluster.partition, "-o", "%N").stdout.strip()
+    slurm_cluster.run("scontrol", "update", f"nodename={nodes}", "state=drain", "reason=feedbench-test")
+    proc = None
+    try:
+        proc = snakemake(slurm_cluster, tmp_path, config, wait=False)
+        log = tmp_path / "snakemake.log"
+        deadline = time.monotonic() + 180
+        while not submitted_bench_jobs(log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(1)
+        job = next(iter(submitted_bench_jobs(log.read_text()).values()))
+        assert slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "PENDING"
+        sent = time.monotonic()
+        proc.terminate()  # SIGTERM, as timeout(1) sends it
+        code = proc.wait(timeout=180)
+        took = time.monotonic() - sent
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        slurm_cluster.run("scontrol", "update", f"nodename={nodes}", "state=resume", check=False)
+    output = log.read_text()
+    assert code == 1, output[-4000:]
+    assert slurm_cluster.wait(job, timeout=60)["State"].startswith("CANCELLED")
+    cell = tmp_path / "run" / "results" / "cells" / "pending" / "base" / "rep1"
+    record = json.loads((cell / "lost.json").read_text())
+    assert record["slurm"]["job_id"] == job and record["started_at"] == "", record
+    message = record["error"]["message"]
+    assert message.startswith(f"Slurm job {job} ended CANCELLED") and message.endswith("started is not known"), message
+    report = (tmp_path / "run" / "results" / "report" / "index.html").read_text()
+    assert "pending / base / repeat 1: SlurmJobLost" in report, report[-3000:]
+    print(f"SIGTERM to exit: {took:.0f} s; {record['error']['message']}")  # docs/reliability-slurm.md, row 9c

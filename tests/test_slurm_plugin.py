@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shlex
+import signal
+import time
 
 import pytest
 from feedbench.plan import slurm
@@ -157,6 +160,21 @@ def test_a_cell_lost_before_its_harness_wrote_anything_is_a_valid_record_the_rep
     assert "nodefail / seed-1 / repeat 1: SlurmJobLost" in html and "NODE_FAIL" in html, html[-3000:]
 
 
+def test_a_lost_record_starts_when_its_job_started_else_says_the_start_is_not_known(tmp_path):
+    path = str(tmp_path / "result.json")
+    started = slurm.slurm_time("2026-11-28T19:40:02")
+    assert started.endswith("+00:00") and slurm.slurm_time("Unknown") is None and slurm.slurm_time("N/A") is None
+    # Slurm 22.05 gives a job cancelled while pending a Start (its cancellation) but no node: no start.
+    assert slurm.job_start("2026-11-28T19:48:51", "None assigned") is None and slurm.job_start("N/A", "") is None
+    assert slurm.job_start("2026-11-28T19:40:02", "n1") == started
+    record = slurm.lost_result(path, LABELLED, ("11", "NODE_FAIL"), started)
+    assert invalid(record) is None and record["started_at"] == started != record["finished_at"]
+    assert "not known" not in record["error"]["message"]
+    record = slurm.lost_result(path, LABELLED, ("12", "CANCELLED"), None)
+    assert invalid(record) is None and record["started_at"] == "", record["started_at"]
+    assert record["error"]["message"].endswith("when its job started is not known")
+
+
 def test_a_harness_result_is_kept_with_its_steps_and_marked_failed(run_cell, tmp_path):
     code, measured = run_cell(**{k: v for k, v in LABELLED.items() if k not in ("cell", "repeat", "baseline")})
     assert code == 0 and measured["status"] == "ok", measured["error"]
@@ -177,3 +195,17 @@ def test_a_damaged_harness_result_still_gives_a_valid_record(tmp_path):
     assert "result.json was unusable (not valid JSON" in record["error"]["message"]
     record = slurm.lost_result(str(tmp_path / "none.json"), LABELLED, None)
     assert invalid(record) is None and record["error"]["message"].startswith("no Slurm job ran")
+
+
+def test_sigterm_stops_the_run_as_ctrl_c_does_and_a_second_one_is_ignored():
+    """The run's process (onstart): SIGTERM raises KeyboardInterrupt, on which Snakemake cancels the run's jobs; the
+    cluster test is test_slurm_faults.test_a_sigterm_cancels_a_pending_job_..."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        slurm.stop_on_sigterm()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs before this ends
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)

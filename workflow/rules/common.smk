@@ -12,6 +12,7 @@ from snakemake.exceptions import WorkflowError
 from feedbench.plan import preflight as feedbench_preflight
 from feedbench.plan import resources as cell_resources
 from feedbench.plan import search as feedbench_search
+from feedbench.plan.attempts import keep_earlier
 from feedbench.plan import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan.ceilings import ceiling_map, training_cells
@@ -279,6 +280,18 @@ def report_lost_cells(log):
         f" again: {'; '.join(lost)}",
         file=sys.stderr,
     )
+
+
+def keep_earlier_attempts():
+    """Before the cell jobs run (the Snakefile's onstart): the earlier attempt of each cell this run runs moves to its
+    attempts/ folder, its result.json and log included, which Snakemake deletes before the job starts
+    (feedbench.plan.attempts; docs/reliability-slurm.md, "Every attempt kept"). Not with --touch, which runs nothing."""
+    if workflow.touch:
+        return
+    for job in workflow.dag.needrun_jobs():
+        if job.rule.name in feedbench_slurm.BENCH_RULES:
+            labels = {name: job.wildcards[name] for name in ("experiment", "cell", "repeat")}
+            keep_earlier(CELL_DIR.format(**labels), CELL_LOG.format(**labels))
 
 
 def failed_cells(succeeded=True):

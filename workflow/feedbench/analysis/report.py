@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
-from ..plan import search
+from ..plan import attempts, search
 from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
@@ -226,6 +226,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "baseline_id": None,
         "note": "no result for this experiment",
         "adjusted": [],
+        "attempts": [],
         "has_speedup": False,
         "has_efficiency": False,
         "has_prediction": False,
@@ -265,6 +266,18 @@ def _verdict_context(found: dict) -> dict:
     }
 
 
+def attempt_rows(rows: pd.DataFrame) -> list[dict]:
+    """Each cell and repeat whose result is not its first attempt, with its attempts in words ("attempt 2; attempt 1
+    lost to NODE_FAIL after 51 steps"), from the attempts/ folder beside its result (plan.attempts)."""
+    found = []
+    for row in rows.to_dict("records"):
+        path = row.get("result")
+        text = attempts.earlier_text(os.path.dirname(path)) if isinstance(path, str) else None
+        if text:
+            found.append({"cell": row["cell"], "repeat": row["repeat"], "text": text})
+    return found
+
+
 def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | None) -> dict:
     """What one experiment's section and its verdict line show."""
     context = _empty_context(name, spec, svg)
@@ -299,6 +312,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]])
         if "adjustments" in rows
         else [],
+        attempts=attempt_rows(rows),
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
         has_efficiency="efficiency" in found["cells"],
         has_prediction=_has_values(found["cells"], "predicted"),

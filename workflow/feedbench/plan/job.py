@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from .attempts import ATTEMPTS, keep_earlier, numbers
+
 # A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
 # and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
 # formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
@@ -62,9 +64,17 @@ def attempt(result_path: str, retry_failed: bool) -> str:
     failed one asks for a new attempt, named after the failure, so the params trigger reruns of exactly the failed
     cells. A damaged result (unreadable, not a mapping, or refused by the result schema: plan.result.read_result)
     counts as failed, its retry named after its bytes. A dry run sees the same: nothing is moved or deleted.
+
+    Once the run's start has moved the failed result to the cell's attempts/ (plan.attempts), the newest kept
+    attempt's result stands for it: Snakemake evaluates the params again as the job starts, and the job must carry
+    the attempt the run planned.
     """
     from .result import UnusableResult, knobs_of, read_result  # jsonschema: loaded when a result exists
 
+    if not os.path.exists(result_path):
+        folder = os.path.dirname(result_path)
+        kept = numbers(folder)
+        result_path = os.path.join(folder, ATTEMPTS, str(kept[-1]), "result.json") if kept else result_path
     if not os.path.exists(result_path):
         return "first"
     try:
@@ -128,9 +138,9 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
     """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's). `env`:
     the harness's environment (plan.threads.restored: the user's thread variables, not Snakemake's), else this one."""
     now = time.time()
-    for stale in ("steps.csv", "trace.json"):
-        if os.path.exists(os.path.join(out_dir, stale)):
-            os.remove(os.path.join(out_dir, stale))
+    # An earlier attempt still here (a lost cell's record, steps of a failed one) moves to attempts/ before this one
+    # writes; the run's onstart moved what Snakemake deletes before the job starts (plan.attempts).
+    keep_earlier(out_dir, log)
     os.makedirs(out_dir, exist_ok=True)
     cell = os.path.join(out_dir, "cell.yaml")
     with open(cell, "w", encoding="utf-8") as f:  # JSON is YAML too; the harness reads it back as JSON
@@ -160,10 +170,9 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
         # In its own process, as the harness: it imports torch, which this job never does.
         record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
         status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
-    # This attempt's result replaces the record of an earlier one lost on Slurm (plan.slurm), or stopped by its
-    # experiment's preflight (plan.preflight): the cell's folder says one thing. Until then the lost.json stays,
-    # with the steps that attempt measured.
-    for earlier in ("lost.json", "stopped.json"):
-        if os.path.exists(result) and os.path.exists(os.path.join(out_dir, earlier)):
-            os.remove(os.path.join(out_dir, earlier))
+    # A record that this cell was stopped by its experiment's preflight (plan.preflight) says nothing once it ran:
+    # it measured nothing, so it goes (an earlier attempt's measured files moved to attempts/ before the run).
+    stopped = os.path.join(out_dir, "stopped.json")
+    if os.path.exists(result) and os.path.exists(stopped):
+        os.remove(stopped)
     return status

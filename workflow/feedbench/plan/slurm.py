@@ -20,10 +20,12 @@ No torch: the Snakefile imports this module.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -160,6 +162,21 @@ def patch_plugin(never_requeued: bool = True) -> None:
     plugin.get_account = lambda logger: None
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (`timeout`, a login node's session limit, a CI runner) stops the run as Ctrl-C does: Snakemake's own
+    SIGTERM handler only stops submitting and waits for the jobs it has, pending ones too, which may wait forever.
+    As KeyboardInterrupt, Snakemake cancels every job of the run (the plugin's scancel), then onerror records them
+    lost and writes the report, and the run exits 1. A second SIGTERM is ignored, so that it cannot cut the report
+    short (SIGKILL still ends the run). Called from onstart: Snakemake installs its handler before."""
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("feedbench: SIGTERM: cancelling the run's Slurm jobs, then the report", file=sys.stderr)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 # Lost cells -----------------------------------------------------------------
 
 
@@ -220,24 +237,44 @@ def jobs_key(experiment: str, cell: str, repeat: int) -> str:
     return "_".join((experiment, cell, str(repeat))).replace("/", "_")
 
 
-def job_states(run: str) -> dict[str, str]:
-    """job id -> state of the run's jobs (every job of a run is named after the run): sacct, else squeue.
+def slurm_time(text: str) -> str | None:
+    """sacct's or squeue's time (local, "2026-11-28T19:40:02") as the results' UTC ISO text; None for "Unknown",
+    "None", "N/A" or anything else that is no time."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return moment.astimezone(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def job_start(start: str, nodes: str) -> str | None:
+    """A job's start (slurm_time) when it ran on a node, else None: a job cancelled while pending has no node
+    ("None assigned" in sacct, nothing in squeue) and a Start that is its cancellation (Slurm 22.05)."""
+    return slurm_time(start) if nodes.strip() not in ("", "None assigned", "(null)") else None
+
+
+def job_states(run: str) -> dict[str, tuple[str, str | None]]:
+    """job id -> (state, start: job_start) of the run's jobs (every job of a run is named after the run): sacct's,
+    then squeue's for the jobs sacct lacks (slurmdbd learns of a job seconds after slurmctld: a job cancelled
+    right after its submission is in squeue only).
 
     Ids as sbatch gave them, "13", or as the plugin names an array's task, "13_2" (sacct's JobID, squeue's %i)."""
     if not run:
         return {}
     commands = [
-        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobID,State"],
-        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T"],
+        ["sacct", "-X", "-P", "-n", "--starttime", "now-7days", "--name", run, "-o", "JobID,State,Start,NodeList"],
+        ["squeue", "-h", "--states=all", "--name", run, "-o", "%i|%T|%S|%N"],
     ]
+    found: dict[str, tuple[str, str | None]] = {}
     for command in commands:
         if shutil.which(command[0]) is None:
             continue
         out = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
             continue
-        return dict((job, _state(state)) for job, state in (line.split("|", 1) for line in out.stdout.splitlines()))
-    return {}
+        for job, state, start, nodes in (line.split("|", 3) for line in out.stdout.splitlines()):
+            found.setdefault(job, (_state(state), job_start(start, nodes)))
+    return found
 
 
 # A job that ends in any other state lost its cell, even when the harness wrote a result first (a job cancelled or
@@ -245,28 +282,32 @@ def job_states(run: str) -> dict[str, str]:
 FINISHED = "COMPLETED"
 
 
-def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None) -> dict:
+def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None, started: str | None = None) -> dict:
     """The record of a lost cell, valid against the result schema: the harness's own result when it wrote a usable one
-    (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why."""
+    (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why,
+    whose started_at is the job's start from Slurm (`started`), or empty when Slurm does not know it (the job never
+    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them)."""
     # result.py loads jsonschema: only when cells were lost
     from .result import UnusableResult, failed_result, invalid, now, read_result
 
     how = f"Slurm job {job[0]} ended {job[1]}" if job else "no Slurm job ran (sbatch refused it, or the run stopped)"
     message = f"{how}; the cell is lost and the next run runs it again"
+    slurm = {"job_id": job[0], "state": job[1]} if job else {"job_id": None, "state": None}
     if os.path.exists(result_path):
         try:
             result = read_result(result_path)
             error = result.get("error") or {}
             said = f"; the harness said: {error.get('message', 'nothing')}"
             error = dict(error, type=error.get("type") or "SlurmJobLost", message=message + said)
-            record = dict(result, status="failed", error=dict(error, traceback=error.get("traceback", "")))
+            record = dict(result, status="failed", error=dict(error, traceback=error.get("traceback", "")), slurm=slurm)
             if invalid(record) is None:
                 return record
             message += "; the harness's result could not be kept"
         except UnusableResult as damage:
             message += f"; the harness's result.json was unusable ({damage.reason})"
-    stamp = now()
-    record = dict(failed_result(labelled, labelled), started_at=stamp, finished_at=stamp)
+    if not started:
+        message += "; when its job started is not known"
+    record = dict(failed_result(labelled, labelled), started_at=started or "", finished_at=now(), slurm=slurm)
     record["error"] = {"type": "SlurmJobLost", "message": message, "traceback": ""}
     return record
 
@@ -287,12 +328,12 @@ def record_lost_cells(cells: Iterable[tuple[str, str, int, dict]], log) -> tuple
         result = result_path(experiment, cell, repeat)
         folder = os.path.dirname(result)
         job_id = jobs.get(jobs_key(experiment, cell, repeat))
-        state = states.get(job_id)
+        state, started = states.get(job_id, (None, None))
         if os.path.exists(result) and state in (None, FINISHED):  # None: not submitted by this run, or unknown
             paths.append(result)
             continue
         job = (job_id, state or "in a state neither sacct nor squeue reports") if job_id else None
-        record = lost_result(result, labelled, job)
+        record = lost_result(result, labelled, job, started)
         os.makedirs(folder, exist_ok=True)
         with open(f"{folder}/lost.json", "w") as f:
             json.dump(record, f, indent=1)
