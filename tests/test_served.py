@@ -91,7 +91,7 @@ def test_the_derived_ceilings_fold_under_the_experiment_they_serve(made):
     for cell in (c for c in cells if c.experiment == "ceilings-loader"):
         assert cell.id in table
     # The compute experiment's cell is shared: named with its experiment and linked there, bounding both cells.
-    assert '<a href="#exp-compute"><code class="id">compute/base</code></a>' in table
+    assert '<a href="#exp-compute"><code class="id" title="compute/base">compute/base</code></a>' in table
     rows = table.split("<tr>")[1:]
     compute_row = next(r for r in rows if "compute/base" in r)
     assert "w=0, w=1" in compute_row and "2/2" in compute_row and "samples/s" in compute_row

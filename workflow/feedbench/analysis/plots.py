@@ -59,7 +59,7 @@ from ..plan.result import atomic_write
 from .aggregate import as_requested
 from .labels import cell_label, key_text
 from .stages import UNATTRIBUTED, names, profile
-from .verdict import interval, natural_order, varying_knobs
+from .verdict import interval, knob_texts, natural_order, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {
@@ -143,7 +143,7 @@ def _ordered(values) -> list:
 
 def _series(data: pd.DataFrame, x: str, hue: str | None, knobs: list[str]) -> list[str]:
     keys = [hue] if hue and hue in data else []
-    return keys + [k for k in knobs if k not in (x, hue) and k in data and data[k].astype(str).nunique() > 1]
+    return keys + [k for k in knobs if k not in (x, hue) and k in data and knob_texts(data[k], k).nunique() > 1]
 
 
 def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
@@ -345,7 +345,7 @@ def facet_knob(rows: pd.DataFrame, spec: dict) -> str | None:
     others = [k for k in keys if k != hue]
     if not others or data.groupby(keys, dropna=False).ngroups <= SERIES_LIMIT:
         return None
-    return min(others, key=lambda k: data[k].astype(str).nunique())
+    return min(others, key=lambda k: knob_texts(data[k], k).nunique())
 
 
 def draw_facets(fig, rows: pd.DataFrame, spec: dict, knob: str) -> None:
