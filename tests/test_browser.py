@@ -130,6 +130,9 @@ PHONE_JS = """(() => {
 TICKS_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg g[id^="matplotlib.axis"]')).map(axis =>
   Array.from(axis.querySelectorAll(':scope > g[id^="xtick"], :scope > g[id^="ytick"]'))
        .map(tick => tick.textContent.trim()).filter(text => text)))"""
+# Links of the verdict's lines whose target is not in the page.
+DEAD_JS = """JSON.stringify(Array.from(document.querySelectorAll('a.proof'))
+  .filter(a => !document.getElementById(a.getAttribute('href').slice(1))).map(a => a.getAttribute('href')))"""
 CELLS_JS = "JSON.stringify(Array.from(document.querySelectorAll('td, th')).map(c => c.textContent))"
 
 
@@ -144,7 +147,7 @@ def test_every_experiments_three_verdict_lines_are_on_the_first_screen(default_r
         os.path.join(ARTIFACTS, "report-first-screen.png"),
         height=800,
         max_height=800,
-        evaluate={"verdicts": FIRST_SCREEN_JS, "details": OPEN_JS},
+        evaluate={"verdicts": FIRST_SCREEN_JS, "details": OPEN_JS, "dead": DEAD_JS},
     )
     verdicts = page.found["verdicts"]
     assert [v["id"] for v in verdicts] == [f"verdict-{name}" for name in default_config()["experiments"]]
@@ -152,6 +155,7 @@ def test_every_experiments_three_verdict_lines_are_on_the_first_screen(default_r
         assert len(verdict["bottoms"]) == 3 and max(verdict["bottoms"]) <= 800, verdict
     assert page.found["details"]["rule"] == "How the verdict is made"
     assert page.found["details"]["open"] == []  # the rules, the glossary and the tables of details: folded
+    assert page.found["dead"] == []  # each line links to the table or chart that proves it
 
 
 def test_on_a_phone_the_verdict_reads_without_sideways_scrolling(default_run_report):

@@ -37,7 +37,7 @@ def test_every_experiment_has_three_plain_lines(default):
     for name, e in experiments.items():
         lines = e["headline"]
         assert all(lines[k] and lines[k].endswith(".") for k in ("finding", "where", "fix")), (name, lines)
-        assert "headspace" not in " ".join(v for v in lines.values() if v), (name, lines)
+        assert "headspace" not in " ".join(v for v in lines.values() if isinstance(v, str)), (name, lines)
 
 
 def test_a_data_bound_experiment_says_how_much_it_waits_and_how_much_faster_free_data_would_be(default):
@@ -168,4 +168,13 @@ def test_where_the_pipeline_counts_tokens_every_figure_is_in_tokens_per_s():
     assert lines["finding"] == "Training waits for data 60 % of each step; with free data it could run 3.0x faster."
     assert lines["fix"].startswith("num_workers=2: measured 2.80x (2,800 tokens/s, 95 % interval ")
     assert lines["fix"].endswith("3.4 % below its prediction (2,900 tokens/s predicted).")
-    assert not re.search("samples/s", " ".join(v for v in lines.values() if v))
+    assert not re.search("samples/s", " ".join(v for v in lines.values() if isinstance(v, str)))
+
+
+def test_the_what_ifs_show_each_cells_fastest_three_and_fold_the_rest(default):
+    _, experiments = default
+    whatifs = experiments["decode"]["whatifs"]
+    for cell in {w["cell"] for w in whatifs}:
+        own = [w for w in whatifs if w["cell"] == cell]
+        fastest = sorted(own, key=lambda w: -w["predicted"])[:3]
+        assert [w for w in own if w["shown"]] == fastest and len(own) > 3, cell

@@ -169,9 +169,18 @@ def lines(found: dict, rows: pd.DataFrame, unit: str, whatifs: list[dict], numbe
         return None
     subject = found["baseline"] or best
     scenario = str(rows["scenario"].dropna().iloc[0]) if "scenario" in rows and rows["scenario"].notna().any() else ""
-    return {
+    found_lines = {
         "finding": finding(subject, found, scenario, unit, number),
         "where": where(subject, found, rows, scenario, number),
         "fix": fix(found, whatifs, unit, number),
         "why": why_not(found, unit, number),
     }
+    # The part of the section that proves each line: the stage chart for a stage, the what-ifs for a what-if.
+    timed = stages.profile(rows[rows["cell"] == subject["cell"]]) if "cell" in rows else None
+    from_whatif = any(f" {w['what']}: " in found_lines["fix"] for w in whatifs)
+    found_lines["proof"] = {
+        "finding": "cells",
+        "where": "stages" if timed else "cells",
+        "fix": "whatifs" if from_whatif else "cells",
+    }
+    return found_lines
