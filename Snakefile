@@ -50,6 +50,7 @@ if not workflow.overwrite_configfiles:
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/preflight.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/search.smk"
 include: "workflow/rules/report.smk"

@@ -3,6 +3,7 @@
     PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py
     python3 -c "while 1: pass" & PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py; kill %1
     PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py --device cuda   # on a GPU machine
+    ... calibration_error.py --repeats 1 --cases balanced --workers 0    # the smallest run (the test suite's)
 
 Runs the 54 calibration runs (tests/calibration.py: the 9 training cells and their ceilings, 3 repeats each, with
 its steps) and prints, for every training cell, the error of its median samples/s against the analytic value,
@@ -17,7 +18,7 @@ import argparse
 import tempfile
 import time
 
-from calibration import BATCH, CASES, COMMON, WORKERS, compute_ms, expected, measure
+from calibration import BATCH, CASES, COMMON, REPEATS, WORKERS, compute_ms, expected, measure
 from feedbench.analysis.aggregate import load_results
 from feedbench.plan.metrics import PHASES as PHASE_COLUMNS
 
@@ -25,13 +26,20 @@ from feedbench.plan.metrics import PHASES as PHASE_COLUMNS
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the cells run (default: cpu)")
-    COMMON["device"] = parser.parse_args().device
+    parser.add_argument("--repeats", type=int, default=REPEATS, help=f"runs of each cell (default {REPEATS})")
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="default: all")
+    parser.add_argument("--workers", nargs="+", type=int, choices=WORKERS, default=list(WORKERS), help="default: all")
+    args = parser.parse_args()
+    COMMON["device"] = args.device
     start = time.perf_counter()
-    summary = load_results(measure(tempfile.mkdtemp(prefix="calibration-")))
-    print(f"54 runs on {COMMON['device']} in {time.perf_counter() - start:.0f} s")
+    paths = measure(
+        tempfile.mkdtemp(prefix="calibration-"), repeats=args.repeats, cases=args.cases, workers_levels=args.workers
+    )
+    summary = load_results(paths)
+    print(f"{len(paths)} runs on {COMMON['device']} in {time.perf_counter() - start:.0f} s")
     worst = 0.0
-    for case in CASES:
-        for workers in WORKERS:
+    for case in args.cases:
+        for workers in args.workers:
             step_ms, stall_pct = expected(compute_ms(case, workers), workers, COMMON["device"])
             analytic = BATCH / (step_ms / 1000)
             rows = summary[summary["cell"] == f"{case}-{workers}"]

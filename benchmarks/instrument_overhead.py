@@ -6,7 +6,7 @@ harness with its phase clock and its monitor thread. Both use the same
 dataset, loader, model and steps, and run alternately, so drift of a shared
 machine hits both. The figure is instrumented / bare throughput (target >= 0.98).
 
-    .venv/bin/python benchmarks/instrument_overhead.py [--rounds 5]
+    .venv/bin/python benchmarks/instrument_overhead.py [--rounds 5] [--steps N]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 
 import torch
 from feedbench.harness.data import build_dataset, build_loader
+from feedbench.harness.distributed import World, rank_device
 from feedbench.harness.fit import resolve
 from feedbench.harness.loop import Measurement, _epochs, measure
 from feedbench.harness.models import build_model, loss_function
@@ -49,7 +50,7 @@ def bare_loop(cell, device: torch.device) -> float:
     model = build_model(cell).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
     loss_fn = loss_function(cell.model)
-    batches = _epochs(loader)
+    batches = _epochs(loader, Measurement())  # the pulls it counts are the loop's bookkeeping, unread here
 
     def step():
         batch = to_device(next(batches), device, cell.non_blocking)
@@ -80,11 +81,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--steps", type=int, help="measured steps of each loop (default: each config's own)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} alternating rounds")
     for name, knobs in CONFIGS.items():
-        cell, _ = resolve(parse_cell(dict(knobs, device=args.device)), torch.cuda.is_available())
-        device = torch.device(cell.device)
+        knobs = dict(knobs, device=args.device, **({"steps": args.steps} if args.steps else {}))
+        cell, _ = resolve(parse_cell(knobs), torch.cuda.is_available())
+        device = rank_device(cell.device, World())  # a CUDA device with its index, as the harness runs it
         bare_loop(cell, device)  # one unmeasured round of each: caches, allocator, thread pools
         instrumented_loop(cell, device)
         ratios, bare, inst = [], [], []

@@ -83,12 +83,15 @@ def main() -> None:
     parser.add_argument(
         "--check", action="store_true", help="the test's cells only (2 workers on one core and on two), one row each"
     )
+    parser.add_argument(
+        "--pipelines", nargs="+", choices=list(PIPELINES), default=list(PIPELINES), help="default: both"
+    )
     args = parser.parse_args()
     cells = CHECK_CELLS if args.check else ONE_CORE + TWO_CORES
     repeats = args.repeats or (CHECK_REPEATS if args.check else 3)
     root = tempfile.mkdtemp(prefix="loader-scaling-")
     rows = []
-    for pipeline in PIPELINES:
+    for pipeline in args.pipelines:
         start, load = time.perf_counter(), loadavg()
         runs = measure(root, pipeline, repeats, cells)
         predicted, measured, fit = predicted_and_measured(runs)

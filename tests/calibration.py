@@ -65,15 +65,16 @@ def expected(compute: float, workers: int, device: str = "cpu") -> tuple[float, 
     return step, 100 * max(0.0, interval - compute) / step
 
 
-def planned() -> list[tuple[str, int, dict]]:
+def planned(repeats: int = REPEATS, cases=tuple(CASES), workers_levels=WORKERS) -> list[tuple[str, int, dict]]:
     """(cell, repeat, knobs) of every run, repeat by repeat, so that a burst of other load falls on the cells and
-    their ceilings alike rather than on one of them."""
+    their ceilings alike rather than on one of them. Fewer repeats, cases or worker counts: a smaller run of the
+    same cells (benchmarks/calibration_error.py)."""
     runs = []
-    for repeat in range(1, REPEATS + 1):
+    for repeat in range(1, repeats + 1):
         computes = {}
-        for workers in WORKERS:
+        for workers in workers_levels:
             runs.append((f"loader-{workers}", repeat, dict(scenario="loader", num_workers=workers)))
-            for case in CASES:
+            for case in cases:
                 knobs = dict(num_workers=workers, compute_ms=compute_ms(case, workers))
                 runs.append((f"{case}-{workers}", repeat, dict(scenario="train", **knobs)))
                 computes.setdefault(knobs["compute_ms"], f"compute-{case}-{workers}")
@@ -81,12 +82,13 @@ def planned() -> list[tuple[str, int, dict]]:
     return runs
 
 
-def measure(root: str) -> list[str]:
-    """Run every planned cell under `root` (<cell>/rep<k>) with the harness; their result paths in plan order."""
+def measure(root: str, **size) -> list[str]:
+    """Run every planned cell (planned(**size)) under `root` (<cell>/rep<k>) with the harness; their result paths in
+    plan order."""
     from feedbench.harness.runner import run
 
     paths = []
-    for cell, repeat, knobs in planned():
+    for cell, repeat, knobs in planned(**size):
         out = os.path.join(root, cell, f"rep{repeat}")
         code = run({**COMMON, **knobs, "experiment": "calibration", "cell": cell, "repeat": repeat}, out)
         with open(os.path.join(out, "result.json")) as f:

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 import torch
 from conftest import cli
-from feedbench.harness.fit import resolve
+from feedbench.harness.fit import NAIVE_ON_GPU, resolve
 from feedbench.plan.cell import parse_cell
 from feedbench.plan.knobs import KnobError
 from feedbench.plan.result import schema
@@ -208,3 +208,12 @@ def test_missing_cifar_names_path_and_download(run_cell, tmp_path):
     assert code == 2
     assert result["error"]["message"].startswith(f"knob 'data_dir': cifar100 not found in {str(tmp_path)!r}")
     assert result["error"]["message"].endswith("set download: true or fix the path")
+
+
+def test_a_naive_cell_on_a_gpu_says_its_stall_is_the_hosts_wait():
+    """#35 item 11: what `timing: naive` cannot tell on a GPU is in the cell's adjustments; not on the CPU, where the
+    host's wait is the stall."""
+    _, notes = resolve(parse_cell({"timing": "naive", "device": "cuda"}), cuda_available=True)
+    assert NAIVE_ON_GPU in notes and "not the GPU's idle time" in NAIVE_ON_GPU
+    _, notes = resolve(parse_cell({"timing": "naive", "device": "cpu"}), cuda_available=False)
+    assert NAIVE_ON_GPU not in notes

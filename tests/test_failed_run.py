@@ -1,6 +1,9 @@
-"""A run in which a cell failed says so and exits 1 (#33), through real Snakemake: a dataset factory that raises fails
-every cell of its experiment; the run still makes its report, then names each failed cell in one line, and the other
-experiment's cell is measured. Before, Snakemake printed "steps (100%) done" and exited 0."""
+"""A run in which a cell failed says so and exits 1 (#33), through real Snakemake: a dataset that cannot be read in a
+loader worker fails every cell of its experiment; the run still makes its report, then names each failed cell in one
+line, and the other experiment's cell is measured. Before, Snakemake printed "steps (100%) done" and exited 0.
+
+In the same run, the preflight (feedbench.plan.preflight): a dataset factory that raises stops its experiment before
+any of its cells is submitted, in one line (what else a preflight finds, and how it names it: test_preflight.py)."""
 
 from __future__ import annotations
 
@@ -13,22 +16,47 @@ from conftest import write_user_module
 from snakemake_run import snakemake, workflow_copy
 
 USER_CODE = """
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+
+class Shards(Dataset):  # reads in the main process (so its preflight passes), not in a loader worker
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if get_worker_info() is not None:
+            raise RuntimeError("no shards under /data/text: is the volume mounted?\\nsecond line nobody needs")
+        return torch.zeros(4), torch.tensor(0)
+
+
 def build(ctx, **args):
-    raise RuntimeError("no shards under /data/text: is the volume mounted?\\nsecond line nobody needs")
+    raise RuntimeError("no index under /data/text: is the volume mounted?\\nsecond line nobody needs")
+
 """
-ERROR = "RuntimeError: no shards under /data/text: is the volume mounted?"
+ERROR = "RuntimeError: no shards under /data/text: is the volume mounted? (in DataLoader worker process 0)"
 CONFIG = {
     "python_path": ["src"],  # relative to the config file, which snakemake() writes into the working directory
     "defaults": {"repeats": 1, "steps": 3, "warmup_steps": 1, "device": "cpu", "torch_threads": 1},
     "experiments": {
         "broken": {
+            "base": {"scenario": "loader", "dataset": "text_shards:Shards", "batch_size": 4},
+            "matrix": {"num_workers": [1, 2]},
+        },
+        "fine": {"base": {"scenario": "loader", "dataset": "memory", "input_size": 16, "batch_size": 4}},
+        # Stopped by its preflight: its dataset factory raises.
+        "stopped": {
             "base": {"scenario": "loader", "dataset": "text_shards:build", "batch_size": 4},
             "matrix": {"num_workers": [0, 1]},
         },
-        "fine": {"base": {"scenario": "loader", "dataset": "memory", "input_size": 16, "batch_size": 4}},
     },
 }
-BROKEN = ["num_workers-0", "num_workers-1"]
+BROKEN = ["num_workers-1", "num_workers-2"]
+STOPPED = {
+    "stopped": "feedbench: experiment stopped stopped by its preflight, none of its cells ran: dataset "
+    "'text_shards:build' raised RuntimeError: no index under /data/text: is the volume mounted? "
+    "(traceback: logs/preflight/stopped.log)",
+}
 
 
 def line(cell: str, where: str = "log: ") -> str:
@@ -60,12 +88,44 @@ def test_the_run_makes_its_report_names_each_failed_cell_in_one_line_and_exits_1
     assert sorted(cell_lines(output)) == [line(cell) for cell in BROKEN], output[-4000:]
     assert "2 of 3 cell runs failed; the report lists them (results/report/index.html):" in output
     for cell in BROKEN:
-        assert ERROR in (workdir / "logs" / "bench" / "broken" / cell / "rep1.log").read_text()
+        assert "no shards under /data/text" in (workdir / "logs" / "bench" / "broken" / cell / "rep1.log").read_text()
     result = json.loads((workdir / "results" / "cells" / "fine" / "base" / "rep1" / "result.json").read_text())
     assert result["status"] == "ok" and result["metrics"]["steps"] == 3, result["error"]
     with open(workdir / "results" / "summary.csv") as f:
-        rows = {f"{r['experiment']}/{r['cell']}": r["status"] for r in csv.DictReader(f)}
-    assert rows == {"broken/num_workers-0": "failed", "broken/num_workers-1": "failed", "fine/base": "ok"}
+        rows = {f"{r['experiment']}/{r['cell']}": (r["status"], r["error_type"]) for r in csv.DictReader(f)}
+    stopped = ("failed", "StoppedByPreflight")
+    assert rows == {
+        "broken/num_workers-1": ("failed", "RuntimeError"),
+        "broken/num_workers-2": ("failed", "RuntimeError"),
+        "fine/base": ("ok", ""),
+        "stopped/num_workers-0": stopped,
+        "stopped/num_workers-1": stopped,
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("failed_run")
+def test_a_preflight_that_fails_submits_no_cell_of_its_experiment_and_says_so_in_one_line(failed):
+    """The preflight's one line per stopped experiment: which factory, the exception's type and first line, and the
+    log with its whole traceback; no bench job of the experiment ran, and each of its cells has a stopped record."""
+    _, workdir, run = failed
+    output = run.stdout + run.stderr
+    for experiment, said in STOPPED.items():
+        assert output.count(said) == 1, output[-4000:]
+        assert not (workdir / "logs" / "bench" / experiment).exists()
+        assert not list((workdir / "results" / "cells" / experiment).glob("*/rep1/result.json"))
+        assert "Traceback (most recent call last)" in (workdir / "logs" / "preflight" / f"{experiment}.log").read_text()
+    record = json.loads((workdir / "results" / "preflight" / "stopped.json").read_text())
+    assert record["status"] == "failed" and record["error"]["stage"] == "dataset" and record["checked"] == []
+    checked = json.loads((workdir / "results" / "preflight" / "broken.json").read_text())["checked"]
+    assert [(c["cell"], c["stages"]) for c in checked] == [("num_workers-1", ["dataset", "sample", "batch"])]
+    assert not (workdir / "results" / "preflight" / "fine.json").exists()  # no user code: no preflight
+    stopped = json.loads(
+        (workdir / "results" / "cells" / "stopped" / "num_workers-1" / "rep1" / "stopped.json").read_text()
+    )
+    assert stopped["error"]["message"].startswith(
+        "stopped by its experiment's preflight, not run: dataset 'text_shards:build' raised RuntimeError: no index"
+    )
 
 
 @pytest.mark.slow
@@ -75,7 +135,11 @@ def test_the_report_counts_the_failures_and_never_says_the_rest_completed(failed
     html = (workdir / "results" / "report" / "index.html").read_text()
     section = html[html.index('<section id="failed">') :]
     section = section[: section.index("</section>")]
-    assert "2 of 3 runs failed, 1 completed. Experiment broken: all 2 runs failed." in section, section[:1500]
+    assert (
+        "4 of 5 runs failed, 1 completed. Experiment broken: all 2 runs failed. Experiment stopped: stopped by its "
+        "preflight, none of its 2 runs started."
+    ) in section, section[:1500]
+    assert "stopped by its experiment&#39;s preflight, not run: dataset" in section, section[:3000]
     assert "rest of the matrix" not in html
     broken = html[html.index('id="exp-broken"') :]
     assert "no cell of this experiment finished" in broken[: broken.index("</section>")]
@@ -88,7 +152,9 @@ def test_a_dry_run_and_a_run_of_the_fine_cell_alone_exit_0(failed):
     workflow, workdir, _ = failed
     dry = snakemake(workflow, workdir, CONFIG, "--dry-run")
     assert dry.returncode == 0 and cell_lines(dry.stdout + dry.stderr) == [], dry.stdout[-3000:] + dry.stderr[-3000:]
-    assert "broken/num_workers-0/rep1/result.json" in dry.stdout  # planned again: retry_failed
+    assert "broken/num_workers-1/rep1/result.json" in dry.stdout  # planned again: retry_failed
+    # A failed preflight is tried again (the volume may be mounted now); its cells wait for it, unplanned till then.
+    assert "output: results/preflight/stopped.json" in dry.stdout and "cells/stopped/" not in dry.stdout
     target = "results/cells/fine/base/rep1/result.json"
     alone = snakemake(workflow, workdir, CONFIG, target, "--forcerun", "bench")
     assert alone.returncode == 0, alone.stderr[-4000:]
@@ -103,9 +169,10 @@ def test_a_failed_cell_an_earlier_run_left_still_fails_the_run_and_says_so(faile
     run = snakemake(workflow, workdir, dict(CONFIG, retry_failed=False), "--forcerun", "aggregate")
     output = run.stdout + run.stderr
     assert run.returncode == 1, output[-4000:]
-    assert "rule bench" not in output  # no cell ran
+    assert "rule bench" not in output and "rule preflight" not in output  # no cell ran, no preflight again
     earlier = "an earlier run's result, not run again this time; log: "
     assert sorted(cell_lines(output)) == [line(cell, earlier) for cell in BROKEN], output[-4000:]
+    assert all(output.count(said) == 1 for said in STOPPED.values()), output[-4000:]
 
 
 def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, monkeypatch):
@@ -134,3 +201,10 @@ def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, mon
         "feedbench: 2 of 3 cell runs failed; the report lists them (results/report/index.html):"
     )
     assert failed_cells_message(cells[2:], None) is None
+    # An experiment its preflight stopped: its one line, the report named on the last where no cell failed.
+    stopped = ["feedbench: experiment s stopped by its preflight, none of its cells ran: ..."]
+    assert failed_cells_message(cells[2:], "r.html", stopped) == f"{stopped[0]}; the report lists its cells (r.html)"
+    assert failed_cells_message(cells, None, stopped).splitlines()[:2] == [
+        stopped[0],
+        "feedbench: 2 of 3 cell runs failed:",
+    ]

@@ -252,20 +252,24 @@ def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
     assert run_or_launch(knobs, str(tmp_path)) == 0
 
 
-def test_the_pinned_pool_holds_what_the_result_counts(tmp_path):
-    """pin_memory on a GPU (#24, the pinned pool): the pin thread's page-locked copies of the batches in flight, as
-    CUDA's host allocator saw them in a fresh process, against the result's shm.pinned_bytes (plan.shm.facts). Batches
-    of powers of two (1 MiB of features, 2 KiB of labels), so the allocator's rounding adds nothing; the step may
-    hold one batch more than those in flight. Not yet run on a GPU."""
+@pytest.mark.parametrize("num_workers", [2, 0])
+def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
+    """pin_memory on a GPU (#24, #35 N3): the page-locked copies of the batches the cell holds pinned, as CUDA's host
+    allocator saw them in a fresh process, against the result's shm.pinned_bytes (plan.shm.pinned_pool). Batches of
+    sizes that are not powers of two (1,000,000 bytes of features, 2,000 of labels), which the allocator rounds up to
+    1 MiB and 2 KiB blocks; with num_workers 0 the main thread pins. The step may hold one batch more. Not yet run on
+    a GPU."""
     import subprocess
     import sys
 
     if not hasattr(torch.cuda, "host_memory_stats"):
         pytest.skip(f"torch {torch.__version__} has no torch.cuda.host_memory_stats to read the pinned pool")
     knobs = dict(
-        scenario="loader", dataset="memory", input_size=1024, batch_size=256, num_samples=8192, num_workers=2,
-        prefetch_factor=2, pin_memory=True, steps=20, warmup_steps=2, device="cuda", torch_threads=1,
+        scenario="loader", dataset="memory", input_size=1000, batch_size=250, num_samples=8000,
+        num_workers=num_workers, pin_memory=True, steps=20, warmup_steps=2, device="cuda", torch_threads=1,
     )  # fmt: skip
+    if num_workers:
+        knobs["prefetch_factor"] = 2
     script = (
         "import json, sys, torch\n"
         "from feedbench.harness.runner import run\n"
@@ -281,9 +285,10 @@ def test_the_pinned_pool_holds_what_the_result_counts(tmp_path):
     assert peaks, f"no peak of allocated bytes in torch.cuda.host_memory_stats(): {sorted(stats)}"
     with open(tmp_path / "result.json") as f:
         pinned = json.load(f)["shm"]["pinned_bytes"]
-    batch = 256 * (1024 * 4 + 8)
-    assert pinned == 5 * batch
-    assert batch <= max(peaks) <= pinned + batch
+    block = 2**20 + 2**11  # one batch as the allocator holds it
+    assert pinned == (5 if num_workers else 2) * block
+    assert block <= max(peaks) <= pinned + block
+    assert max(peaks) % 2**11 == 0, max(peaks)  # whole rounded blocks, not multiples of 1,002,000 bytes
 
 
 def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run_cell):
@@ -299,5 +304,5 @@ def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run
     code, result = run_cell(scenario="compute", device="cuda", **knobs)
     assert code == 0, result["error"]
     seconds, where = measured_compute([result], find_gpu(known[0]), batch_size=64)
-    assert where == "measured there (1 repeat)"
+    assert where == f"measured there, on {name} (1 repeat)"
     assert seconds == pytest.approx(64 / result["metrics"]["samples_per_s"])

@@ -90,11 +90,19 @@ def test_the_report_verdict_names_the_bound(example):
     assert re.search(r"\b(data|transfer|compute)\b", verdict), verdict[:2000]
 
 
-def test_a_change_to_the_users_code_reruns_its_cells(example):
+def test_a_change_to_the_users_code_reruns_its_preflights_then_its_cells(example):
+    """The experiments' preflights (feedbench.plan.preflight) run again first: their cells are planned once they pass,
+    and then every cell runs again."""
     workflow, workdir, project = example
     assert "Nothing to be done" in snakemake(workflow, workdir, project / "config.yaml", "--dry-run").stdout
     with open(project / "src" / "shapes" / "train.py", "a") as f:
         f.write("\n# edited\n")
+    dry = snakemake(workflow, workdir, project / "config.yaml", "--dry-run")
+    assert set(re.findall(r"output: results/preflight/(\S+)\.json", dry.stdout)) == {"shapes", "shapes-copy"}
+    assert "results/cells/" not in dry.stdout, dry.stdout[-3000:]
+    preflights = ["results/preflight/shapes.json", "results/preflight/shapes-copy.json"]
+    ran = run_snakemake(workflow, workdir, *preflights, "--configfile", str(project / "config.yaml"))
+    assert ran.returncode == 0, ran.stderr[-4000:]
     dry = snakemake(workflow, workdir, project / "config.yaml", "--dry-run")
     assert len(set(re.findall(r"output: results/cells/(\S+)/result\.json", dry.stdout))) == 9, dry.stdout[-3000:]
 

@@ -481,7 +481,7 @@ def test_nested_batches_are_moved_and_counted():
 
 
 def test_unpinned_first_batch_is_named():
-    assert "1 of 1 tensors, batch type Batch" in unpinned_note(Batch(torch.zeros(2), "m"))
+    assert "1 of 1 host tensors, batch type Batch" in unpinned_note(Batch(torch.zeros(2), "m"))
     assert unpinned_note({"meta": "no tensors"}) is None
 
 
@@ -503,7 +503,13 @@ def test_an_opaque_batch_without_pin_memory_is_named_unpinned():
 def test_default_loss_rules():
     assert default_loss(torch.tensor(2.0), None)[1] == "the model's output (a scalar)"
     with pytest.raises(KnobError, match="knob 'step': no loss"):
-        default_loss(torch.zeros(2, 3), {"image": torch.zeros(2)})
+        default_loss(torch.zeros(2, 3), (torch.zeros(2),))
+    with pytest.raises(KnobError) as missing:  # a dict batch: the label_key it lacks, with the keys it has
+        default_loss(torch.zeros(2, 3), {"image": torch.zeros(2), "lable": torch.zeros(2)})
+    assert str(missing.value) == (
+        "knob 'label_key': the model's output has no loss and the batch has no key 'label' (did you mean 'lable'?) to "
+        "take cross-entropy against; allowed: image, lable, or a step (package.module:train_step) returning the loss"
+    )
 
 
 def test_argument_axes_name_their_cells_and_fold_into_the_args(project):

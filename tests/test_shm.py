@@ -12,13 +12,17 @@ import os
 import shutil
 import subprocess
 import sys
+import weakref
 
+import feedbench
 import pytest
+import torch
 import yaml
 from conftest import ROOT
 from feedbench.plan import shm
 from feedbench.plan.ceilings import batch_bytes
 from snakemake_run import snakemake_command, snakemake_env
+from torch.utils.data import TensorDataset, default_collate
 
 MB = 2**20
 # A loader whose one batch is 8 x 65536 float32 (2 MB): more than a 1 MB /dev/shm holds even once.
@@ -43,6 +47,59 @@ def test_the_pinned_copies_of_the_batches_in_flight_are_counted_on_a_gpu_only():
     assert shm.facts(knobs, local=True)["pinned_bytes"] == 0
     user = {**knobs, "dataset": "mypackage.data:make_dataset"}  # user code: no size before the batch is made
     assert shm.facts(user, local=True, pinned=True)["pinned_bytes"] is None
+
+
+def test_the_pinned_pool_is_what_the_allocator_holds():
+    """N3 (#35): PyTorch's pinned host allocator rounds each block up to a power of two and keeps it; the main thread
+    pins with num_workers 0 too; the stream prefetcher holds its batches issued ahead. A batch of 250 x 1000 float32
+    (1,000,000 bytes) and 250 int64 labels (2,000 bytes) holds 1 MiB + 2 KiB pinned, not 1,002,000 bytes."""
+    assert [shm.pinned_block(n) for n in (1_000_000, 2**20, 2**20 + 1, 2_000, 1, 0)] == [
+        2**20, 2**20, 2**21, 2**11, 1, 0,
+    ]  # fmt: skip
+    knobs = {"scenario": "train", "dataset": "memory", "model": "mlp", "input_size": 1000, "batch_size": 250}
+    block = 2**20 + 2**11
+
+    def pool(**more):
+        return shm.facts({**knobs, **more}, local=True, pinned=True)["pinned_bytes"]
+
+    assert pool(num_workers=2, prefetch_factor=2) == 5 * block  # 2 x 2 in flight + the one the step holds
+    assert pool(num_workers=0) == 2 * block  # the one pinned while the step holds the last
+    assert pool(num_workers=0, device_prefetch="stream", prefetch_depth=3) == (2 + 3) * block
+    assert pool(num_workers=2, device_prefetch="stream") == (5 + 1) * block
+    assert pool(num_workers=0, device_prefetch="stream", scenario="loader") == 2 * block  # no prefetcher there
+    assert pool(num_workers=0, parallel="dp", gpus_per_node=4) == 2 * (2**22 + 2**13)  # one batch of 4 x 250
+    assert pool(num_workers=0, parallel="ddp", gpus_per_node=2) == 2 * 2 * block  # a loader per rank
+    assert shm.facts({**knobs, "num_workers": 0}, local=True)["pinned_bytes"] == 0  # nothing pinned
+
+
+@pytest.mark.parametrize(
+    "more", [{}, {"device_prefetch": "stream", "prefetch_depth": 3}, {"scenario": "compute", "resident_batches": 3}]
+)
+def test_the_pinned_batches_are_those_the_loop_holds_at_once(more):
+    """N3 (#35) through the measured loop: with num_workers 0 the batches alive at once in the training process (each
+    one pinned there on a GPU) are the count plan.shm.pinned_batches gives: the one being made while the step holds
+    the last, the stream prefetcher's batches ahead (on a CPU it still holds them), a compute cell's resident batches.
+    Counted at each new batch."""
+    alive, peak = [], []
+
+    def collate(samples):
+        batch = default_collate(samples)
+        alive[:] = [ref for ref in alive if ref() is not None] + [weakref.ref(batch[0])]
+        peak.append(len(alive))
+        return batch
+
+    data = TensorDataset(torch.randn(256, 6), torch.randint(3, (256,)))
+    knobs = dict(device="cpu", steps=10, warmup_steps=1, batch_size=8, torch_threads=1, **more)
+    result = feedbench.measure(dataset=data, model=torch.nn.Linear(6, 3), collate=collate, **knobs)
+    assert result["status"] == "ok", result["error"]
+    assert max(peak) == shm.pinned_batches({"scenario": "train", "num_workers": 0, **more})
+
+
+def test_a_compute_cell_pins_its_resident_batches_together():
+    knobs = {"scenario": "compute", "dataset": "memory", "model": "mlp", "input_size": 1000, "batch_size": 250}
+    assert shm.facts(knobs, local=True, pinned=True)["pinned_bytes"] == 8 * (2**20 + 2**11)  # resident_batches 8
+    with_workers = {**knobs, "num_workers": 2, "resident_batches": 3}
+    assert shm.facts(with_workers, local=True, pinned=True)["pinned_bytes"] == (2 * 2 + 3) * (2**20 + 2**11)
 
 
 def test_ranks_multiply_the_loaders_and_dp_the_batch():

@@ -10,13 +10,16 @@ import json
 import sys
 import textwrap
 
+import pandas as pd
 import pytest
 import torch
 import yaml
 from conftest import write_user_module
-from feedbench.analysis.aggregate import read_summary
+from feedbench.analysis import whatifs
+from feedbench.analysis.aggregate import read_summary, result_row
 from feedbench.analysis.verdict import summarize_experiment
-from feedbench.harness import whatif
+from feedbench.analysis.whatifs import experiment_table
+from feedbench.harness import stages, whatif
 from feedbench.harness.runner import run
 from feedbench.plan.cell import parse_cell
 from feedbench.plan.config import validate_config
@@ -51,10 +54,67 @@ class JitterV2(v2.Transform):
         return Jitter()(x)
 
 
+CALLS = {{"Spell": 0}}
+
+
+@feedbench.stage("Spell")
+def spell(x):  # a function of the user's own after the Compose, marked as a stage: a cache or skip may name it
+    CALLS["Spell"] += 1
+    spin(3.0)
+    return x + 0.5
+
+
+@feedbench.stage("Mix")
+def mix(x, weight):  # two arguments: a skip has no one input to return
+    return x * weight
+
+
+class Spelled(Costs):
+    def __getitem__(self, index):
+        x, spent = super().__getitem__(index)
+        return mix(spell(x), 1.0), spent
+
+
 def build_v2(ctx, n=64):
-    data = Costs(n)
+    data = Spelled(n)
     data.transform = v2.Compose([CropV2(), JitterV2()])
     return data
+
+
+class Lower:
+    def __call__(self, text):
+        return text.lower()
+
+
+class Tokenize:  # pure Python: a string in, a list of ids out
+    def __call__(self, text):
+        spin(1.0)
+        return [int(c) for c in text.split()[-1]]
+
+
+class Pad:
+    def __call__(self, ids):
+        return torch.tensor((ids + [0] * 4)[:4], dtype=torch.float32)
+
+
+class Scale:
+    def __call__(self, x):
+        return x / 32
+
+
+class Texts(Dataset):  # text through a Compose, then work of its own on what the Compose gives
+    def __init__(self, n):
+        self.n, self.transform = n, transforms.Compose([Lower(), Tokenize(), Pad(), Scale()])
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, index):
+        return self.transform(f"Sample {{index:04d}}").clamp(0, 1), {{}}
+
+
+def build_texts(ctx, n=16):
+    return Texts(n)
 """
 
 BASE = {
@@ -71,14 +131,14 @@ EXPERIMENT = {
     "ceilings": True,
     "base": BASE,
     "matrix": {"cache_after": [None, "JitterV2"]},
-    "include": [{"skip_stages": ["CropV2"]}, {"device_stages": "JitterV2"}],
+    "include": [{"skip_stages": ["CropV2"]}, {"device_stages": "JitterV2"}, {"cache_after": "Spell"}],
 }
 
 
 USER_CODE = textwrap.dedent(V1_CODE) + V2_CODE  # the user_module fixture's (tests/conftest.py)
 
 
-@pytest.mark.slow  # one real Snakemake run: 4 training cells and the 2 ceilings they share
+@pytest.mark.slow  # one real Snakemake run: 5 training cells and the 2 ceilings they share
 @pytest.mark.timing  # the predictions hold within 10 %: no other run beside it
 def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     workflow, workdir = workflow_copy(tmp_path)
@@ -91,9 +151,9 @@ def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     with open(workdir / "results" / "summary.csv") as f:
         rows = {r["cell"]: r for r in csv.DictReader(f) if r["experiment"] == "whatif"}
-    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows.values()), rows
+    assert len(rows) == 5 and all(r["status"] == "ok" for r in rows.values()), rows
     whatifs = {cell: r for cell, r in rows.items() if r["predicted_from"].startswith("stage what-if")}
-    assert len(whatifs) == 3, {cell: r["predicted_from"] for cell, r in rows.items()}
+    assert len(whatifs) == 4, {cell: r["predicted_from"] for cell, r in rows.items()}
     for cell, row in whatifs.items():
         assert abs(float(row["prediction_error_pct"])) <= 10, (
             cell,
@@ -113,9 +173,24 @@ def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     ours.loc[skipped, "samples_per_s"] *= 10  # a skip that measured other data is never the best configuration
     assert summarize_experiment(ours, EXPERIMENT["matrix"])["best"]["cell"] == "cache_after-JitterV2"
     html = (workdir / "results" / "report" / "index.html").read_text()
-    assert "Stage what-ifs (cells run with" in html and "3 cells, median error" in html
+    assert "Stage what-ifs (cells run with" in html and "4 cells, median error" in html
     assert all(f"what-if: {t}" in html for t in trades.values())
     assert "on the device" in html and "cached after it" in html  # the baseline's top stages, predicted
+    assert rows["cache_after-Spell"]["whatif_trades"] == "cache of 1.0 KB in memory, per process"  # 64 x 4 floats
+    table = {(r["stage"], r["what"]) for r in experiment_table(ours)}
+    assert {("Spell", "cached after it"), ("JitterV2", "on the device"), ("CropV2", "on the device")} <= table
+    assert ("Spell", "on the device") not in table, table  # a Python function of the sample never moves
+    # Every cell's warm-up was profiled too (harness/profile.py): the user's functions, named in the summary and the
+    # report's table; the measured figures above held beside it.
+    named = [json.loads(r["stage_profile"]) for r in rows.values()]
+    assert all(any(name.startswith("known_costs:") for name, _, _ in found) for found in named), named
+    assert "The costliest functions of each cell's loader" in html and "known_costs:" in html
+
+
+@pytest.fixture(autouse=True)
+def _own_replacements(monkeypatch):
+    """Each test's what-ifs on decorated stages (stages.REPLACED, per process) end with it."""
+    monkeypatch.setattr(stages, "REPLACED", {})
 
 
 def _cell(module: str, **knobs):
@@ -125,12 +200,17 @@ def _cell(module: str, **knobs):
 DEFAULTS_OF_CELL = {k: v for k, v in DEFAULTS.items() if k != "repeats"}
 
 
-def _dataset(module: str, v2: bool = True):
+def _module(module: str):
     sys.path.insert(0, module)
     try:
         import known_costs
     finally:
         sys.path.remove(module)
+    return known_costs
+
+
+def _dataset(module: str, v2: bool = True):
+    known_costs = _module(module)
     return (known_costs.build_v2 if v2 else known_costs.build)(None, n=8)
 
 
@@ -143,7 +223,68 @@ def test_the_first_pass_caches_and_later_samples_start_after_it(user_module, tmp
     assert (tmp_path / whatif.CACHE_FILE).exists()
     assert [type(t).__name__ for t in dataset.transform.transforms] == ["Cached", "JitterV2"]
     x, _spent = cached[3]
-    assert torch.equal(x, torch.full((4,), 4.0))  # the cached crop of sample 3, jittered after it
+    assert torch.equal(x, torch.full((4,), 4.5))  # the cached crop of sample 3, jittered after it, then spelled
+
+
+def test_a_decorated_function_is_cached_per_sample_and_not_run_again(user_module):
+    dataset = _dataset(user_module)
+    cached, plan = whatif.apply(_cell(user_module, cache_after="Spell"), dataset, None)
+    assert plan.facts["cached"] == ["Spell"] and plan.facts["cache"]["bytes"] == 8 * 4 * 4
+    calls = _module(user_module).CALLS
+    before = calls["Spell"]
+    for index in range(8):
+        x, _spent = cached[index]
+        assert torch.equal(x, torch.full((4,), index + 1.5))  # cropped, jittered, spelled: as the function gave it
+    assert calls["Spell"] == before  # the function did not run: its output came from the cache
+    assert torch.equal(_module(user_module).spell(torch.zeros(4)), torch.full((4,), 0.5))  # outside a sample: run
+    assert calls["Spell"] == before + 1
+
+
+def test_a_skipped_function_returns_its_one_argument(user_module):
+    dataset = _dataset(user_module)
+    same, plan = whatif.apply(_cell(user_module, skip_stages=["Spell"]), dataset, None)
+    before = _module(user_module).CALLS["Spell"]
+    assert torch.equal(same[2][0], torch.full((4,), 3.0))  # cropped and jittered, not spelled
+    assert _module(user_module).CALLS["Spell"] == before
+    assert plan.facts["trades"] == ["changes the data: Spell skipped"]
+
+
+def test_a_cache_in_the_middle_of_a_compose_gives_the_dataset_what_it_expects_after_it(user_module):
+    """cache_after a middle member, with the dataset's own code after its Compose: the first pass runs the rest of
+    the Compose too (it crashed in the user's __getitem__ when the Compose gave the cached stage's output)."""
+    dataset = _module(user_module).build_texts(None, n=8)
+    cached, plan = whatif.apply(_cell(user_module, cache_after="Tokenize"), dataset, None)
+    assert plan.facts["cached"] == ["Lower", "Tokenize"]
+    assert [type(t).__name__ for t in dataset.transform.transforms] == ["Cached", "Pad", "Scale"]
+    for index in range(8):
+        assert torch.equal(cached[index][0], torch.tensor([0.0, 0.0, 0.0, index]) / 32)
+
+
+def test_a_first_pass_that_fails_says_so(user_module):
+    class Fails(_module(user_module).Texts):
+        def __getitem__(self, index):
+            if index == 5:
+                raise ValueError("no text for sample 5")
+            return super().__getitem__(index)
+
+    with pytest.raises(ValueError) as error:
+        whatif.apply(_cell(user_module, cache_after="Tokenize"), Fails(8), None)
+    assert str(error.value) == "cache_after 'Tokenize': its first pass failed at sample 5: no text for sample 5"
+
+
+def test_only_stages_that_took_and_gave_tensors_get_an_on_device_row(run_cell, user_module, tmp_path):
+    """The report's "on the device" what-if: for a stage from which on the sampled call took and gave tensors
+    (Scale), never for a Python tokenizer (Tokenize: a string in, a list out) or what comes before it."""
+    knobs = {**BASE, "dataset": "known_costs:build_texts", "python_path": [user_module], "steps": 3, "warmup_steps": 1}
+    code, result = run_cell(**knobs, torch_threads=1)
+    assert code == 0 and result["status"] == "ok", result["error"]
+    found = result["metrics"]["stages"]
+    assert found["order"] == ["Lower", "Tokenize", "Pad", "Scale"] and found["on_device"] == ["Scale"]
+    assert "functions" not in found  # no @feedbench.stage function ran
+    rows = pd.DataFrame([result_row(result, str(tmp_path / "result.json"))])
+    table = {(r["stage"], r["what"]) for r in whatifs.table(rows, result["cell"], (1000.0, 1000.0), (None, None))}
+    assert ("Tokenize", "cached after it") in table and ("Tokenize", "costs nothing") in table
+    assert {stage for stage, what in table if what == "on the device"} <= {"Scale"}, table
 
 
 def test_skip_drops_the_stage_and_says_the_data_changed(user_module):
@@ -159,11 +300,23 @@ def test_skip_drops_the_stage_and_says_the_data_changed(user_module):
     [
         (
             {"skip_stages": ["Blur"]},
-            "knob 'skip_stages': the cell's pipeline has no stage 'Blur'; allowed: CropV2, JitterV2",
+            "knob 'skip_stages': the cell's pipeline has no stage 'Blur'; allowed: CropV2, JitterV2, Spell, Mix",
         ),
         (
             {"cache_after": "tokenize"},
-            "knob 'cache_after': the cell's pipeline has no stage 'tokenize'; allowed: CropV2, JitterV2",
+            "knob 'cache_after': stage 'tokenize' is a `with feedbench.stage` span, a block of code whose output "
+            "feedbench cannot take; allowed: @feedbench.stage('tokenize') on a function that does its work, or one "
+            "of CropV2, JitterV2, Spell, Mix",
+        ),
+        (
+            {"skip_stages": ["Mix"]},
+            "knob 'skip_stages': stage 'Mix' (known_costs.mix) takes (x, weight), and a skipped function returns its "
+            "one argument; allowed: a stage whose function takes one argument, or cache_after 'Mix'",
+        ),
+        (
+            {"device_stages": "Spell"},
+            "knob 'device_stages': stage 'Spell' is a @feedbench.stage function; only a Compose's stages move to the "
+            "batch; allowed: CropV2, JitterV2",
         ),
         (
             {"device_stages": "Jitter", "dataset": "known_costs:build"},
@@ -171,13 +324,30 @@ def test_skip_drops_the_stage_and_says_the_data_changed(user_module):
             "a stage from which on every transform is a torchvision.transforms.v2 one",
         ),
     ],
-    ids=["unknown-stage", "not-cacheable", "not-v2"],
+    ids=["unknown-stage", "span", "not-v2", "skip-two-arguments", "function-to-device"],
 )
 def test_a_stage_the_pipeline_does_not_have_or_cannot_move_is_one_line(user_module, knobs, line):
     dataset = _dataset(user_module, v2=knobs.get("dataset") != "known_costs:build")
     with pytest.raises(KnobError) as error:
         whatif.apply(_cell(user_module, **knobs), dataset, None)
     assert str(error.value) == line
+
+
+def test_a_stream_has_no_index_to_cache_by_nor_a_sample_drawn_ahead(user_module):
+    stream = _module(user_module).build_stream(None, n=8)
+    with pytest.raises(KnobError) as error:
+        whatif.apply(_cell(user_module, cache_after="Crop"), stream, None)
+    assert str(error.value) == (
+        "knob 'cache_after': an IterableDataset has no index to cache its samples by; allowed: null, or a map-style "
+        "dataset"
+    )
+    with pytest.raises(KnobError) as error:
+        whatif.apply(_cell(user_module, skip_stages=["Spell"]), stream, None)
+    assert str(error.value) == (
+        "knob 'skip_stages': stage 'Spell' is a @feedbench.stage function, found in a sample only, and no sample was "
+        "drawn ahead of the loader (an IterableDataset's would change what it yields, or the first sample failed); "
+        "allowed: Crop, Jitter"
+    )
 
 
 def test_a_cache_over_its_limit_fails_its_cell_with_one_line(user_module, tmp_path):
@@ -328,17 +498,42 @@ def test_a_user_dataset_without_a_compose_has_no_stage_to_name(user_module):
         whatif.apply(_cell(user_module, cache_after="Crop"), Plain(), None)
     assert str(error.value) == (
         "knob 'cache_after': the cell's pipeline has no stage 'Crop'; allowed: none: the dataset has no torchvision "
-        "Compose"
+        "Compose, and its sample ran no @feedbench.stage function"
     )
 
 
-@pytest.mark.slow  # two spawned workers start torch
-def test_spawned_workers_map_the_file_cache(run_cell, user_module, tmp_path):
-    """A spawned worker gets the cache's path, not its items, and maps the file itself (whatif.Store.__getstate__)."""
+@pytest.mark.slow  # two spawned workers start torch, per case
+@pytest.mark.parametrize("stage, timed", [("CropV2", "Cached"), ("Spell", "Spell")])
+def test_spawned_workers_map_the_file_cache(run_cell, user_module, tmp_path, stage, timed):
+    """A spawned worker gets the cache's path, not its items, and maps the file itself (whatif.Store.__getstate__);
+    for a decorated stage, it also gets what replaces the function (whatif.CachedSamples.__setstate__)."""
     knobs = {**BASE, "python_path": [user_module], "dataset_args": {"n": 16}, "num_workers": 2}
     code, result = run_cell(
-        **knobs, multiprocessing_context="spawn", cache_after="CropV2", cache_in="file", steps=2, warmup_steps=1
+        **knobs, multiprocessing_context="spawn", cache_after=stage, cache_in="file", steps=2, warmup_steps=1
     )
     assert code == 0 and result["status"] == "ok", result["error"]
     assert result["metrics"]["whatif"]["trades"] == ["cache of 256 bytes on disk (stage_cache.pt)"]
-    assert result["metrics"]["stages"]["stages"]["Cached"]["calls"] == 8  # the measured batches' samples, in workers
+    found = result["metrics"]["stages"]["stages"][timed]
+    assert found["calls"] == 8  # the measured batches' samples, in workers
+    assert found["median_ms"] < SCALE * 3.0 / 2  # a lookup: Spell itself sleeps 12 ms
+
+
+def test_a_device_error_reading_the_device_stages_time_still_writes_the_result(run_cell, user_module, monkeypatch):
+    """N6 (#35): the device stages' time is read from CUDA events after the window, inside the runner's guarded read
+    of the device's clocks. Their read raising as after a CUDA error (here on the CPU, where it reads host times) keeps
+    what was measured: the result is written, the host phases and the what-if's facts are kept, the time is null, and
+    the adjustments say why."""
+
+    def unreadable(self, skip):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(whatif.DeviceStages, "ms_per_batch", unreadable)
+    code, result = _random_cell(run_cell, user_module, None)
+    assert code == 0 and result["status"] == "ok", result["error"]
+    assert result["metrics"]["steps"] == 3 and result["metrics"]["samples_per_s"] > 0
+    found = result["metrics"]["whatif"]
+    assert found["device_stages"] == ["RandomHorizontalFlip", "ToDtype"] and found["device_ms_per_batch"] is None
+    assert any(
+        note.startswith("GPU phases not recorded: the device's clocks could not be read (RuntimeError: CUDA error")
+        for note in result["adjustments"]
+    )

@@ -227,9 +227,34 @@ def test_the_compute_measured_there_is_the_median_of_the_repeats_on_the_targets_
     assert same_gpu("NVIDIA GeForce RTX 2080 Ti", find_gpu("RTX2080Ti")) and same_gpu("Tesla K80", find_gpu("K80"))
     assert same_gpu("NVIDIA A100-SXM4-80GB", find_gpu("A100")) and not same_gpu("NVIDIA L40S", find_gpu("L4"))
     seconds, where = measured_compute([ran(rate=400.0), ran(rate=200.0), ran(rate=100.0)], h100, batch_size=32)
-    assert seconds == pytest.approx(32 / 200.0) and where == "measured there (3 repeats)"
+    assert seconds == pytest.approx(32 / 200.0) and where == "measured there, on NVIDIA H100 80GB HBM3 (3 repeats)"
     seconds, where = measured_compute([ran(rate=400.0), ran(gpu="NVIDIA A100-SXM4-80GB")], h100, batch_size=32)
-    assert seconds == pytest.approx(32 / 400.0) and where == "measured there (1 repeat)"
+    assert seconds == pytest.approx(32 / 400.0) and where == "measured there, on NVIDIA H100 80GB HBM3 (1 repeat)"
+
+
+@pytest.mark.parametrize(
+    "name, gpu, same",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100", True),  # the SXM module names no form factor
+        ("NVIDIA H100 PCIe", "H100", False),
+        ("NVIDIA H100 NVL", "H100", False),
+        ("NVIDIA A100-SXM4-80GB", "A100", True),
+        ("NVIDIA A100 80GB PCIe", "A100", False),
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "A100", False),
+        ("Tesla P100-PCIE-16GB", "P100", True),
+        ("Tesla V100-PCIE-16GB", "V100", False),
+        ("NVIDIA L4", "L4", True),
+    ],
+)
+def test_a_measurement_counts_only_on_the_tables_card_never_a_mig_slice_or_another_form_factor(name, gpu, same):
+    assert same_gpu(name, find_gpu(gpu)) is same
+    _, where = measured_compute([ran(gpu=name)], find_gpu(gpu), batch_size=32)
+    assert where.startswith(f"measured there, on {name} (") if same else where.startswith(f"ran on {name}, ")
+
+
+def test_a_mig_slice_as_the_target_is_one_line():
+    with pytest.raises(ConfigError, match=r"^target.gpu: 'A100 MIG 1g.5gb' is a MIG slice, .*; allowed: a whole GPU"):
+        find_gpu("A100 MIG 1g.5gb")
 
 
 @pytest.mark.parametrize(

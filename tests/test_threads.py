@@ -50,7 +50,7 @@ def test_one_process_without_the_knob_runs_with_pytorchs_default(tmp_path):
     env = plain_env()
     result = run_alone(tmp_path / "cell", env)
     assert result["cell"]["torch_threads"] is None
-    assert result["torch_threads"] == pytorch_default(env)
+    assert result["torch_threads"] == pytorch_default(env) == result["launch_threads"]
     assert result["torch_threads_source"] == "pytorch default"
 
 
@@ -62,6 +62,7 @@ def test_omp_num_threads_of_the_environment_gives_one_thread(tmp_path):
 def test_the_knob_overrides_the_environment(tmp_path):
     result = run_alone(tmp_path / "cell", plain_env(OMP_NUM_THREADS="1"), torch_threads=3)
     assert result["torch_threads"] == 3 and result["torch_threads_source"] == "knob"
+    assert result["launch_threads"] == 1, "what `python train.py` gets under that launch: the report's note"
 
 
 def test_two_ddp_ranks_run_with_one_thread_each_as_torchrun_gives_them(tmp_path):

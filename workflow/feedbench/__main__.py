@@ -1,5 +1,5 @@
 """Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images DIR`, `... job DIR`,
-`... cpu-speed --out FILE`."""
+`... cpu-speed --out FILE`, `... preflight --cells JSON --out FILE --log LOG`."""
 
 from __future__ import annotations
 
@@ -80,6 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the thread variables Snakemake sets to each job's threads, as the workflow was launched with them "
         "(feedbench.plan.threads): the harness gets these back; without the option the environment is left alone",
     )
+    preflight = sub.add_parser(
+        "preflight",
+        help="the preflight rule's job: build an experiment's user code once per combination, write its record",
+    )
+    preflight.add_argument("--cells", required=True, help="a JSON list: the first cell of each combination")
+    preflight.add_argument("--out", required=True, metavar="FILE", help="the record (feedbench.plan.preflight)")
+    preflight.add_argument("--log", required=True, help="the check's output, its tracebacks whole")
+    preflight.add_argument("--attempt", default="first", help="which attempt this is (the rule's params), recorded")
+    preflight.add_argument("--here", action="store_true", help="check in this process (the job runs it so)")
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -146,6 +155,16 @@ def _job(args) -> int:
     return run_job(args.out, args.cell, args.runtime, args.log, env)
 
 
+def _preflight(args) -> int:
+    if not args.here:
+        from .plan.preflight import run as run_preflight
+
+        return run_preflight(args.cells, args.out, args.log, args.attempt)
+    from .harness.preflight import run as check
+
+    return check(json.loads(args.cells), args.out, args.log, args.attempt)
+
+
 def _make_images(args) -> int:
     from .harness.images import make_images
 
@@ -205,6 +224,7 @@ def _run(args) -> int:
 COMMANDS = {
     "run": _run,
     "job": _job,
+    "preflight": _preflight,
     "make-images": _make_images,
     "make-shards": _make_shards,
     "record-failure": _record_failure,

@@ -9,6 +9,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from feedbench.plan import preflight as feedbench_preflight
 from feedbench.plan import resources as cell_resources
 from feedbench.plan import search as feedbench_search
 from feedbench.plan import shm as feedbench_shm
@@ -80,8 +81,25 @@ def repeats_of(experiment, cell):
     return [result_path(experiment, cell, repeat) for repeat in range(1, REPEATS + 1)]
 
 
-# Every cell the matrix plans, less those of searched experiments (which wait for their checkpoint).
-PLANNED_RESULTS = [path for (e, c) in CELLS if e not in SEARCHED for path in repeats_of(e, c)]
+def stopped_records(experiment, cell=None):
+    """The stopped records of an experiment's cells (or of one), read in place of their results when the
+    experiment's preflight stopped it (feedbench.plan.preflight.STOPPED)."""
+    cells = [c for (e, c) in CELLS if e == experiment and cell in (None, c)]
+    return [
+        feedbench_preflight.STOPPED.format(experiment=experiment, cell=c, repeat=r)
+        for c in cells
+        for r in range(1, REPEATS + 1)
+    ]
+
+
+# Experiments whose cells run the user's code -> the first cell of each distinct combination of it: each such
+# experiment has a preflight (rules/preflight.smk, feedbench.plan.preflight). Those not searched are GATED: the
+# summary reads their cells once their preflight passed, else each cell's stopped record.
+PREFLIGHTS = feedbench_preflight.combinations(CELLS.values())
+GATED = [name for name in PREFLIGHTS if name not in SEARCHED]
+# Every cell the matrix plans, less those of searched experiments (which wait for their checkpoint) and those of
+# gated experiments (which wait for their preflight: rules/preflight.smk, gated_results).
+PLANNED_RESULTS = [path for (e, c) in CELLS if e not in SEARCHED and e not in GATED for path in repeats_of(e, c)]
 SEARCH_PLANS = [f"results/search/{name}.json" for name in SEARCHED]
 
 
@@ -95,14 +113,22 @@ def result_files(wildcards):
     return paths
 
 
+def stopped_experiments():
+    """The experiments whose preflight failed, as their records say now."""
+    return {
+        name for name in PREFLIGHTS if feedbench_preflight.failed(feedbench_preflight.PREFLIGHT.format(experiment=name))
+    }
+
+
 def chosen_cells():
     """(experiment, cell) of every cell this run measures as far as is known now: a searched experiment's cells once
-    its checkpoint has written its choice, none before."""
+    its checkpoint has written its choice, none before; none of an experiment its preflight stopped."""
     chosen = set()
     for name in SEARCHED:
         if os.path.exists(f"results/search/{name}.json"):
             chosen |= {(name, cell) for cell in feedbench_search.read(f"results/search/{name}.json")["run"]}
-    return [key for key in CELLS if key[0] not in SEARCHED or key in chosen]
+    stopped = stopped_experiments()
+    return [key for key in CELLS if (key[0] not in SEARCHED or key in chosen) and key[0] not in stopped]
 
 
 # Rule aggregate's input: a plain list unless a checkpoint chooses cells. Snakemake takes a list's paths as they are,
@@ -175,10 +201,28 @@ def images_read(knobs):
 
 
 def bench_inputs():
-    """Rule bench's inputs: `images` when a cell of the run reads the generated images, else none at all (an empty
-    input costs 0.3 s of CPU at 10,000 cells: docs/performance.md, "Workflow DAG")."""
+    """Rule bench's inputs: `images` when a cell of the run reads the generated images, `preflight` when a cell's
+    experiment has one (rules/preflight.smk), else none at all (an empty input costs 0.3 s of CPU at 10,000 cells:
+    docs/performance.md, "Workflow DAG")."""
     images = per_cell(images_read)
-    return {} if images == [] else {"images": images}
+    inputs = {} if images == [] else {"images": images}
+    if PREFLIGHTS:
+        inputs["preflight"] = preflight_input()
+    return inputs
+
+
+def preflight_input():
+    """The record of the cell's experiment's preflight: a constant pattern when every experiment has one, else a
+    function of the job. ancient(): a preflight run again (its attempt, its code) never reruns a cell by its date."""
+    if all(experiment in PREFLIGHTS for experiment, _ in CELLS):
+        return ancient(feedbench_preflight.PREFLIGHT)
+
+    def preflight_of(wildcards):
+        if wildcards.experiment not in PREFLIGHTS:
+            return []
+        return ancient(feedbench_preflight.PREFLIGHT.format(experiment=wildcards.experiment))
+
+    return preflight_of
 
 
 # Resources from the cell (docs/workflow.md: "Resources of a cell"): feedbench.plan.resources, which the launcher uses too. Knobs
@@ -218,6 +262,7 @@ def report_lost_cells(log):
     paths, lost = feedbench_slurm.record_lost_cells(cells, log)
     if not lost:
         return
+    paths += [path for name in stopped_experiments() for path in stopped_records(name) if os.path.exists(path)]
     from feedbench.analysis.publish import publish
 
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
@@ -237,9 +282,10 @@ def report_lost_cells(log):
 
 
 def failed_cells(succeeded=True):
-    """The run's end when a cell failed (feedbench.plan.failures), else None: every cell job the run's targets need,
-    whether this run ran it or an earlier one did; a target short of the cells answers for fewer or none. The report
-    is named where the run succeeded and made it."""
+    """The run's end when a cell failed or an experiment was stopped by its preflight (feedbench.plan.failures), else
+    None: every cell job the run's targets need, whether this run ran it or an earlier one did, and every preflight
+    they need; a target short of the cells answers for fewer or none. The report is named where the run
+    succeeded and made it."""
     dag = workflow.dag
     jobs = list(dag.jobs)
     cells = (
@@ -248,4 +294,76 @@ def failed_cells(succeeded=True):
         if job.rule.name in feedbench_slurm.BENCH_RULES
     )
     made = succeeded and any(job.rule.name == "report" for job in jobs)
-    return failed_cells_message(sorted(cells), REPORT if made else None)
+    preflights = sorted({job.wildcards.experiment for job in jobs if job.rule.name == "preflight"})
+    lines = [
+        feedbench_preflight.stopped_line(e, feedbench_preflight.PREFLIGHT.format(experiment=e)) for e in preflights
+    ]
+    return failed_cells_message(sorted(cells), REPORT if made else None, [line for line in lines if line])
+
+
+# The preflight's input functions and params (rules/preflight.smk, feedbench.plan.preflight).
+def preflight_cells(wildcards):
+    """The first cell of each combination of the experiment, labelled as its bench job's, as one JSON text."""
+    return json.dumps(
+        [cell.labelled(1) for cell in PREFLIGHTS[wildcards.experiment]], sort_keys=True, ensure_ascii=False
+    )
+
+
+def preflight_images(wildcards):
+    """The generated image folder when a cell the preflight builds reads it (as rule bench's input `images`)."""
+    return next((IMAGES_DIR for cell in PREFLIGHTS[wildcards.experiment] if images_read(cell.knobs)), [])
+
+
+def preflight_code(wildcards):
+    """Fingerprint of the experiment's python_path folders: a change to the user's code runs its preflight again."""
+    paths = tuple(PREFLIGHTS[wildcards.experiment][0].knobs.get("python_path") or ())
+    return user_code(paths) if paths else None
+
+
+def preflight_attempt(wildcards):
+    """A new attempt after a failed preflight (retry_failed), else the one its record ran as."""
+    path = feedbench_preflight.PREFLIGHT.format(experiment=wildcards.experiment)
+    return feedbench_preflight.attempt(path, config["retry_failed"])
+
+
+def preflight_resource(name):
+    def of_the_job(wildcards):
+        return feedbench_preflight.resources(PREFLIGHTS[wildcards.experiment])[name]
+
+    of_the_job.__name__ = f"preflight_{name}"
+    return of_the_job
+
+
+def gated_results(experiment):
+    """The summary's inputs of a gated experiment, as an input function of their own: its cells' results once its
+    preflight passed, else its preflight's record (stopped_cells). One function per experiment, each an input of rule aggregate
+    by itself: Snakemake evaluates each input on its own, so every experiment's preflight is found and run at once,
+    and experiments without user code are planned meanwhile."""
+
+    def results(wildcards):
+        record = checkpoints.preflight.get(experiment=experiment).output.record
+        if feedbench_preflight.failed(record):
+            return [record]
+        return [path for (e, c) in CELLS if e == experiment for path in repeats_of(e, c)]
+
+    results.__name__ = f"results_of_{experiment.replace('-', '_')}"
+    return results
+
+
+# Rule aggregate's inputs besides RESULTS: one per gated experiment.
+GATED_RESULTS = {f"gated_{i}": gated_results(name) for i, name in enumerate(GATED)}
+
+
+def stopped_cells(wildcards):
+    """Rule aggregate's params: of each experiment its preflight stopped, its record -> (each cell's stopped record,
+    its labelled knobs), which the summary writes and reads in place of results (feedbench.plan.preflight)."""
+    return {
+        feedbench_preflight.PREFLIGHT.format(experiment=name): [
+            (path, CELLS[(name, cell)].labelled(repeat))
+            for (e, cell) in CELLS
+            if e == name
+            for repeat, path in enumerate(stopped_records(name, cell), start=1)
+        ]
+        for name in stopped_experiments()
+        if name in GATED
+    }

@@ -4,7 +4,9 @@
 
 rule aggregate:
     input:
+        **GATED_RESULTS,
         results=RESULTS,
+        # Each gated experiment's cells, or their stopped records, once its preflight has run (rules/preflight.smk).
     output:
         summary=report(
             SUMMARY,
@@ -18,6 +20,7 @@ rule aggregate:
         "../../envs/report.yaml"
     params:
         ceilings=lambda wildcards: ceiling_map(list(CELLS.values())),
+        stopped=stopped_cells,
     script:
         "../scripts/aggregate.py"
 

@@ -4,10 +4,12 @@ ceilings, written as results/ceilings.json (feedbench.analysis.publish.summarize
 import sys
 
 from feedbench.analysis import publish
+from feedbench.plan import preflight
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
 
-publish.summarize(
-    list(snakemake.input.results), snakemake.output.summary, snakemake.params.ceilings, snakemake.output.ceilings
-)
+# Every input: the planned results, and each gated experiment's results or, when its preflight stopped it, the
+# preflight's record, from which each of its cells gets a stopped record, read in place of its result.
+results = preflight.with_stopped_cells(list(snakemake.input), snakemake.params.stopped)
+publish.summarize(results, snakemake.output.summary, snakemake.params.ceilings, snakemake.output.ceilings)

@@ -110,6 +110,8 @@ def _metrics(result: dict) -> dict:
         **_tail(metrics),
         **_memory(result),
         "cuda_init_s": metrics.get("cuda_init_s"),
+        "gc_collections": (metrics.get("gc") or {}).get("collections"),  # the trainer's, in the window
+        "gc_pause_ms": (metrics.get("gc") or {}).get("pause_ms"),
         **{
             f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
             for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")
@@ -130,7 +132,10 @@ def _metrics(result: dict) -> dict:
         row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
     stages = metrics.get("stages") or {}
     row["stage_worker_ms"] = stages.get("worker_ms_per_sample")
-    row["stage_order"] = " > ".join(stages["order"]) if stages.get("order") else None
+    # stage_decorated, not stage_functions: that is the knob naming functions to make stages (a summary column too)
+    for key, column in (("order", "stage_order"), ("functions", "stage_decorated"), ("on_device", "stage_on_device")):
+        row[column] = " > ".join(stages[key]) if stages.get(key) else None
+    row["stage_profile"] = _profile_text(stages.get("profile"))
     whatif = metrics.get("whatif") or {}
     row["whatif_trades"] = "; ".join(whatif.get("trades") or []) or None
     row["whatif_cache_mb"] = whatif["cache"]["bytes"] / 2**20 if whatif.get("cache") else None
@@ -153,6 +158,12 @@ def _metrics(result: dict) -> dict:
     for name, stats in ((result.get("monitor") or {}).get("stats") or {}).items():
         row[f"{name}_mean"] = stats.get("mean")
     return row
+
+
+def _profile_text(profile: dict | None) -> str | None:
+    """The `stage_profile` column: the functions the profile named as JSON text, [[name, share, ms], ...]."""
+    functions = (profile or {}).get("functions")
+    return json.dumps([[f["name"], f["share"], f["ms"]] for f in functions]) if functions else None
 
 
 def _requested_text(knobs: dict) -> str:
@@ -181,6 +192,7 @@ def result_row(result: dict, path: str) -> dict:
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
         "torch_threads_used": result.get("torch_threads"),
         "torch_threads_source": result.get("torch_threads_source"),
+        "torch_threads_launch": result.get("launch_threads"),
         **_cpu(result.get("cpu") or {}),
         **{column: (result.get("shm") or {}).get(column[4:]) for column in SHM_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.

@@ -75,11 +75,14 @@ TO_FLOAT = ("ToTensor", "ConvertImageDtype", "ToDtype")
 WHATIF_KINDS = {"skip_stages": "costs nothing", "cache_after": "cached after it", "device_stages": "on the device"}
 
 
-def taken_out(order: list[str], kind: str, stage) -> list[str]:
+def taken_out(order: list[str], kind: str, stage, functions: list[str] = ()) -> list[str]:
     """The stages a what-if takes out of the workers: those skipped, the cached ones (up to and including the stage,
-    in the pipeline's order), or those from the stage on (device_stages). A stage outside `order` takes out nothing."""
+    in the pipeline's order; a @feedbench.stage function of `functions`, alone), or those from the stage on
+    (device_stages). A stage outside `order` takes out nothing."""
     if kind == "skip_stages":
         return [stage] if isinstance(stage, str) else list(stage)
+    if kind == "cache_after" and stage in functions:
+        return [stage]
     if stage not in order:
         return []
     at = order.index(stage)

@@ -25,9 +25,10 @@ from markupsafe import Markup, escape
 
 from ..plan import search
 from ..plan.cores import CPU_BOUND_SHARE
+from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, headline, knee, served, target_view, verdict, views, whatifs
+from . import accuracy, headline, knee, served, stages, target_view, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -232,6 +233,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "matrix": spec.get("matrix") or {},
         "svg": svg,
         "stages_svg": None,
+        "profiled_functions": [],
         "view": None,
         "cells": [],
         "columns": [],
@@ -394,6 +396,10 @@ def _runs_failed(failed: int, runs: int) -> str:
     return f"{failed} of {runs} runs failed, {runs - failed} completed"
 
 
+def _none_started(runs: int) -> str:
+    return "its only run not started" if runs == 1 else f"none of its {runs} runs started"
+
+
 def failure_rows(failed: pd.DataFrame) -> list[dict]:
     """Each failed run as the section lists it: its cell, its error and the last lines of its log."""
     return [
@@ -416,13 +422,17 @@ def failure_counts(summary: pd.DataFrame) -> dict | None:
     if not failed.any():
         return None
     by_experiment = failed.groupby(summary["experiment"], sort=False).agg(["sum", "size"])
+    # An experiment stopped by its preflight (feedbench.plan.preflight): every row its stopped record, none ran.
+    stopped = summary["error_type"].eq(STOPPED_TYPE).groupby(summary["experiment"], sort=False).all()
     overall = _runs_failed(int(failed.sum()), len(summary))
     return {
         "overall": f"{overall[0].upper()}{overall[1:]}.",
         "experiments": [
-            f"Experiment {name}: {_runs_failed(int(row['sum']), int(row['size']))}."
+            f"Experiment {name}: stopped by its preflight, {_none_started(int(row['size']))}."
+            if stopped[name]
+            else f"Experiment {name}: {_runs_failed(int(row['sum']), int(row['size']))}."
             for name, row in by_experiment.iterrows()
-            if row["sum"] and len(by_experiment) > 1
+            if stopped[name] or (row["sum"] and len(by_experiment) > 1)
         ],
     }
 
@@ -466,6 +476,7 @@ def build(
         context = experiment_context(name, spec, rows, svg)
         context["view"] = study_view(name, spec, rows, tables, estimates)
         context["stages_svg"] = stages_svg(name, spec, rows)
+        context["profiled_functions"] = stages.function_rows(rows)  # what the profile of each cell's warm-up named
         _search_context(name, spec, context, rows, searched.get(name))
         labels = {c["cell"]: c["label"] for c in context["cells"]}
         context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)

@@ -6,7 +6,8 @@ estimated on the target's GPU, feedbench.harness.flops.target_estimates):
 
     compute   the estimated seconds of a step on the target's GPU (roofline over the family's efficiency), or with
               `compute: measured` those its compute ceiling measured there, where it ran on the target's GPU
-    copy      the batch's bytes over the target's link
+    copy      the batch's bytes over the target's link: the bytes a step of the cell copied here where it ran
+              (measured_bytes), else those of target.json (a batch drawn from the user's pipeline, or the knobs')
     loader    the worker-scaling curve fitted on this run's loader cells of the same loader (knobs the loader ceiling
               keeps, workers aside: feedbench.analysis.loader_scaling), at the cores the cell would have there and
               scaled by the target's CPU speed
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 from ..plan.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
 from ..plan.cpu_speed import SHARED_BELOW_PCT
 from ..plan.knobs import KNOBS, kept_by
 from ..plan.resources import cpus_per_rank
 from ..plan.result import results_by_cell
+from ..plan.target import link_seconds
 from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
 from .predict import predict
 from .views import Table
@@ -124,6 +127,26 @@ def starved(cell: dict, fit: ScalingFit, target: dict, cpus: int | None) -> dict
     return {"cpus": cpus, "workers": workers, "predicted": rate, "starved_pct": 100 * lost, "bound": bound}
 
 
+def measured_bytes(results: list[dict]) -> float | None:
+    """The bytes a step of a training cell copied to the device here (metrics.h2d_bytes over its steps), the median
+    over its repeats; None where no repeat recorded them (a result older than the figure, or a failed cell)."""
+    per_step = []
+    for result in results:
+        metrics = result.get("metrics") or {}
+        if result.get("status") == "ok" and metrics.get("h2d_bytes") and metrics.get("steps"):
+            per_step.append(metrics["h2d_bytes"] / metrics["steps"])
+    return statistics.median(per_step) if per_step else None
+
+
+def with_measured_copy(cell: dict, results: list[dict], link_gb_per_s: float) -> dict:
+    """A cell of target.json with its copy priced from the bytes its steps copied here, where it ran (measured_bytes):
+    every batch of the window, where target.json's is one batch drawn before the run (or the knobs' shape)."""
+    size = measured_bytes(results)
+    if size is None:
+        return cell
+    return {**cell, "batch_bytes": size, "batch_bytes_from": "measured", "copy_s": link_seconds(size, link_gb_per_s)}
+
+
 def _fit(cell: dict, loaders: list[tuple[dict, LoaderPoint]]) -> tuple[ScalingFit | None, str]:
     """The worker-scaling curve of the cell's loader, or None and why not."""
     points = [point for knobs, point in loaders if same_loader(knobs, cell["knobs"])]
@@ -199,6 +222,7 @@ def build(estimates: dict, results: list[str]) -> dict:
     for key, cell in sorted(estimates["cells"].items()):
         own = by_cell.get(key, [])
         knobs = next((r["cell"] for r in own if r.get("cell")), None) or cell["knobs"]  # as run, else as planned
+        cell = with_measured_copy(cell, own, target["link_gb_per_s"])
         rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
     return {
         "target": target,
@@ -236,7 +260,8 @@ def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, 
     caption = (
         f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the step's FLOPs and bytes "
         f"counted here, the GPU's roofline over an efficiency fitted to the other studies alone); median error "
-        f"{100 * entry['median_error']:.1f} %, worst {100 * entry['worst_error']:.1f} % ({ERROR_PAGE})"
+        f"{100 * entry['median_error']:.1f} % (a factor of {entry['median_factor']:.2f}), worst a factor of "
+        f"{entry['worst_factor']:.1f} {'too fast' if entry['worst_too_fast'] else 'too slow'} ({ERROR_PAGE})"
     )
     notes = [
         "The predictions beside the published figures never saw them: each is made with efficiencies fitted to the "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..plan.knobs import IMAGE_STAGES, STAGE_WHATIFS
+from ..plan.knobs import STAGE_WHATIFS
 from . import stages
 from .predict import WHATIF_KINDS, crossing_bytes, predict_whatif, taken_out
 from .stages import column_median
@@ -18,9 +18,10 @@ TOP_STAGES = 3
 SHOWN = 3  # what-ifs per cell the report shows; the rest it folds
 
 
-def order_of(rows: pd.DataFrame) -> list[str]:
-    """The pipeline's stages in order, as the cell's rows recorded them (summary column stage_order)."""
-    values = rows["stage_order"].dropna() if "stage_order" in rows else ()
+def order_of(rows: pd.DataFrame, column: str = "stage_order") -> list[str]:
+    """The pipeline's stages in order, as the cell's rows recorded them (summary column stage_order); or another
+    such list: stage_decorated, stage_on_device."""
+    values = rows[column].dropna() if column in rows else ()
     return str(values.iloc[0]).split(" > ") if len(values) else []
 
 
@@ -57,7 +58,7 @@ def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple,
         return None, None, {}
     out, moved = set(), []
     for kind, value in whatifs_of(knobs).items():
-        names = taken_out(order, kind, value)
+        names = taken_out(order, kind, value, order_of(baseline, "stage_decorated"))
         out.update(names)
         moved = names if kind == "device_stages" else moved
     ms = {name: mean for name, (mean, _share) in profile["stages"].items()}
@@ -89,14 +90,20 @@ def top_stages(rows: pd.DataFrame, n: int = TOP_STAGES) -> list[str]:
 
 
 def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[dict]:
-    """A measured training cell's top stages, each as labelled predictions (costs nothing; cached after it and on the
-    device, for a stage of the pipeline's order that can be: there at its cost in the worker, the batch crossing as it
-    then is): the loader ceiling, samples/s and bound; [] without a stage profile or ceilings."""
-    found, order = [], order_of(rows)
+    """A measured training cell's top stages, each as labelled predictions (costs nothing; cached after it, for a
+    stage of the pipeline's order or a @feedbench.stage function; on the device, for a stage from which on the
+    sampled call took and gave tensors, at its cost in the worker, the batch crossing as it then is): the loader
+    ceiling, samples/s and bound; [] without a stage profile or ceilings."""
+    found = []
+    can = {
+        "skip_stages": None,  # any stage may cost nothing
+        "cache_after": order_of(rows) + order_of(rows, "stage_decorated"),
+        "device_stages": order_of(rows, "stage_on_device"),  # never a span, a Python function, read or decode
+    }
     for name in top_stages(rows):
         for kind, label in WHATIF_KINDS.items():
-            if kind != "skip_stages" and name not in order or kind == "device_stages" and name in IMAGE_STAGES:
-                continue  # a span or the images' read and decode: it can cost nothing, not be cached or moved
+            if can[kind] is not None and name not in can[kind]:
+                continue
             value = [name] if kind == "skip_stages" else name
             predicted, bound, terms = predict_cell({**knobs, kind: value}, rows, rates, copy)
             if predicted is None:

@@ -52,8 +52,20 @@ def move_batch(batch, device, non_blocking: bool):
 
 
 def batch_bytes(batch) -> int:
-    """Bytes of every tensor in a batch: what one host-to-device copy of it moves."""
+    """Bytes of every tensor in a batch."""
     return sum(t.numel() * t.element_size() for t in batch_tensors(batch))
+
+
+def host_tensors(batch) -> list:
+    """The tensors of a batch that sit in host memory: what a host-to-device copy moves and what pinning applies to.
+    A tensor already on a device (decoded on the GPU: decoder torchvision-cuda, device_stages) is neither copied nor
+    pinned (is_pinned() is false for it)."""
+    return [t for t in batch_tensors(batch) if t.device.type == "cpu"]
+
+
+def copied_bytes(batch) -> int:
+    """Bytes one host-to-device copy of a batch moves: its host tensors'."""
+    return batch_bytes(host_tensors(batch))
 
 
 def batch_len(batch) -> int:
@@ -63,11 +75,12 @@ def batch_len(batch) -> int:
 
 
 def unpinned_note(batch) -> str | None:
-    """The adjustment when pin_memory was asked for and the first batch came back with unpinned tensors."""
-    tensors = batch_tensors(batch)
-    unpinned = sum(1 for t in tensors if not t.is_pinned())
-    if tensors and unpinned:
-        counted = f"{unpinned} of {len(tensors)} tensors, "
+    """The adjustment when pin_memory was asked for and the first batch came back with unpinned host tensors (those
+    already on the device are not the DataLoader's to pin)."""
+    tensors, host = batch_tensors(batch), host_tensors(batch)
+    unpinned = sum(1 for t in host if not t.is_pinned())
+    if unpinned:
+        counted = f"{unpinned} of {len(host)} host tensors, "
     elif not tensors and _opaque(batch) and not callable(getattr(batch, "pin_memory", None)):
         counted = "its tensors hidden from feedbench and from the DataLoader, "  # the DataLoader returns it as it is
     else:
@@ -99,6 +112,15 @@ def default_loss(output, batch, label_key: str = "label"):
         return (
             torch.nn.functional.cross_entropy(logits.float(), batch[label_key]),
             f"cross-entropy against batch[{label_key!r}]",
+        )
+    if isinstance(batch, dict):  # a dict batch: the label is a key of it, so a missing one is that knob's fault
+        from ..plan.plugins import did_you_mean
+
+        keys = [str(k) for k in batch]
+        raise KnobError(
+            f"knob 'label_key': the model's output has no loss and the batch has no key {label_key!r}"
+            f"{did_you_mean(label_key, keys)} to take cross-entropy against; allowed: "
+            f"{', '.join(keys) or 'none'}, or a step (package.module:train_step) returning the loss"
         )
     if isinstance(batch, (list, tuple)) and len(batch) > 1:
         return torch.nn.functional.cross_entropy(output.float(), batch[1]), "cross-entropy against batch[1]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import io
 import os
 import time
@@ -15,7 +16,8 @@ from ..plan.cell import Cell
 from ..plan.knobs import JPEG_DATASETS, KnobError
 from ..plan.model_names import input_kind
 from ..plan.plugins import call_factory, expect
-from .stages import StagedBatch, TimedCollate, named, stage
+from .collector import worker_init
+from .stages import StagedBatch, TimedCollate, make_stages, named, stage
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -311,17 +313,38 @@ def collate_jpegs(samples: list) -> tuple[list[torch.Tensor], torch.Tensor]:
     return [jpeg for jpeg, _ in samples], torch.tensor([label for _, label in samples])
 
 
+def worker_start(cell: Cell) -> Callable | None:
+    """What each loader worker runs as it starts, where the cell needs it: its collector as Python starts it (gc other
+    than normal: the trainer's may be frozen or off when a worker forks), and the stage_functions made stages again
+    (a spawned worker imports the user's modules afresh; a forked one has them already, made stages is idempotent)."""
+    if cell.gc == "normal" and not cell.stage_functions:
+        return None
+    return functools.partial(_worker_start, tuple(cell.stage_functions or ()))
+
+
+def _worker_start(stage_functions: tuple[str, ...], worker_id: int) -> None:
+    worker_init(worker_id)
+    make_stages(list(stage_functions))
+
+
 class DeviceDecoded:
     """torchvision-cuda: the loader's batches of JPEG bytes decoded together on this process's GPU (one batched
     decode_jpeg), then cropped, flipped and normalised there image by image, in the training process.
 
     The rest of the loader (len, sampler) is the DataLoader's. A loader cell waits for the decode to finish: it has
     no step for the GPU's work to overlap with, and its batch is not ready before.
+
+    torchvision's batched decode writes its outputs from a stream of its own that does not wait for the caller's
+    (pytorch/vision#9606: corrupted images in 199 of 200 runs on an H100 with work queued on the caller's stream), and
+    here the caller's stream has work queued: the host runs ahead of the GPU under `timing: events`, and the stream
+    prefetcher decodes on its side stream. So the decode runs on a stream of ours that first waits for the caller's,
+    the caller's waits for it, and the images are recorded on the caller's stream, as that issue prescribes.
     """
 
     def __init__(self, loader: DataLoader, cell: Cell, device: torch.device):
         self.loader, self.transform, self.device = loader, _image_transform(cell), device
         self.sync = cell.scenario == "loader"
+        self.decode_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -337,11 +360,24 @@ class DeviceDecoded:
         for item in self.loader:
             staged = isinstance(item, StagedBatch)  # stage timing on: decode the batch, keep its timings
             jpegs, labels = item.batch if staged else item
-            images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device)
+            images = self._decode(decode_jpeg, jpegs, ImageReadMode.RGB)
             batch = torch.stack([self.transform(image) for image in images])
             if self.sync:
                 torch.cuda.synchronize(self.device)
             yield StagedBatch((batch, labels), item.timings) if staged else (batch, labels)
+
+    def _decode(self, decode_jpeg, jpegs, mode) -> list[torch.Tensor]:
+        """The batch decoded on our stream, ordered both ways against the caller's (the class's docstring)."""
+        if self.decode_stream is None:
+            return decode_jpeg(jpegs, mode=mode, device=self.device)
+        caller = torch.cuda.current_stream(self.device)
+        self.decode_stream.wait_stream(caller)
+        with torch.cuda.stream(self.decode_stream):
+            images = decode_jpeg(jpegs, mode=mode, device=self.device)
+        caller.wait_stream(self.decode_stream)
+        for image in images:  # made on our stream, used on the caller's: the allocator must not reuse them before
+            image.record_stream(caller)
+        return images
 
 
 def decode_device() -> torch.device:
@@ -400,6 +436,11 @@ def build_loader(
         sampler = DistributedSampler(
             dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True
         )
+    if cell.num_workers and torch.cuda.is_initialized():
+        # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier cell run in this
+        # process, whatever this cell's device) destroyed by the collector in a worker aborts it: "CUDA error:
+        # initialization error". Collect it here, where CUDA still works: every loader of a cell is built here.
+        gc.collect()
     batch_size = batch_size_of(cell)
     on_device = cell.decoder == "torchvision-cuda"
     collate = collate or (pad_tokens if cell.dataset == "tokens" else collate_jpegs if on_device else None)
@@ -412,6 +453,7 @@ def build_loader(
             persistent_workers=cell.persistent_workers,
             multiprocessing_context=cell.multiprocessing_context,
             in_order=cell.in_order,
+            worker_init_fn=worker_start(cell),
         )
     loader = DataLoader(
         dataset,

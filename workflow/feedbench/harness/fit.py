@@ -18,6 +18,13 @@ from ..plan.knobs import KNOBS, KnobError, user_batch
 from .distributed import node_gpus, visible_gpus
 from .launch import in_slurm_job
 
+# What `timing: naive` can and cannot tell on a GPU (docs/harness.md): said in every such cell's adjustments.
+NAIVE_ON_GPU = (
+    "timing=naive on a GPU: stall_pct is the host's wait for the loader, not the GPU's idle time (the host runs ahead "
+    "of the GPU, so the wait can overstate the GPU's starvation), and asynchronous GPU work is charged to whichever "
+    "phase blocks; throughput is right; timing=events measures the GPU's idle"
+)
+
 
 def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
     """Fit the cell to this machine; return it with the list of adjustments made."""
@@ -47,6 +54,8 @@ def resolve(cell: Cell, cuda_available: bool) -> tuple[Cell, list[str]]:
             notes.append("device_prefetch=stream is a pass-through on CPU: there is no copy to overlap")
         if cell.timing == "events":
             notes.append("timing=events uses the host clock on CPU, where every phase is synchronous")
+    if device == "cuda" and cell.timing == "naive":
+        notes.append(NAIVE_ON_GPU)
     if cell.parallel == "dp" and device == "cpu" and cell.gpus_per_node > 1:
         notes.append(
             f"parallel=dp on CPU runs one replica on batch_size x {cell.gpus_per_node}: DataParallel needs GPUs"

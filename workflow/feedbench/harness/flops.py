@@ -15,10 +15,18 @@ it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 1
 far fewer: an overcount for it. The SGD step is counted with foreach=True, what PyTorch picks for CUDA tensors
 (on the meta device its default would loop over the parameters). plan.estimate.compute_seconds turns the count
 into a floor on the step's time.
+
+The user's own model (`model: package.module:attribute`) is counted the same way on a real batch: one batch drawn
+here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the meta device, the model built
+there by its factory, and the step the loop runs for it (the user's step, else call_model and default_loss) run
+under the counters. A model that cannot be built or stepped there (weights loaded from a file, a `.item()` in its
+forward) gets one line saying so, and the target's `compute: measured` instead. The copy of such a cell is priced
+from that batch's bytes (docs/target.md, "The copy").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -29,7 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..plan.ceilings import batch_bytes
+from ..plan.ceilings import batch_bytes, ceiling_knobs
 from ..plan.cell import parse_cell
 from ..plan.estimate import (
     Prediction,
@@ -41,12 +49,14 @@ from ..plan.estimate import (
     published_cells,
     summarize,
 )
-from ..plan.knobs import KNOBS
+from ..plan.knobs import KNOBS, user_batch, user_code
 from ..plan.model_names import input_kind, model_family
 from ..plan.plugins import resolve_all
 from ..plan.result import atomic_write, results_by_cell
 from ..plan.target import Target, compute_side, copy_seconds, dtype, measured_compute, read_target
+from . import batches
 from .cpu_speed import target_speed
+from .loop import context, first_batches
 from .models import BUILT_IN_OPTIMIZERS, build_model, build_optimizer, loss_function
 
 # Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read in backward,
@@ -55,6 +65,9 @@ PARAMETER_PASSES = 8
 # An activation is written once and read at least once.
 ACTIVATION_PASSES = 2
 
+
+# Where a step feedbench cannot count goes instead: its compute measured on the target's GPU (docs/target.md).
+MEASURED_THERE = "the compute measured on the target's GPU: target: {compute: measured}"
 
 # Operators that allocate and launch no kernel.
 ALLOCATIONS = frozenset({"aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default"})
@@ -100,16 +113,72 @@ def _batch(cell) -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.zeros(size, dtype=torch.long, device=meta)
 
 
-def count_step(knobs: dict) -> StepCount:
-    """FLOPs and bytes of one training step of a cell's model at its batch (feedbench's own and torchvision's
-    models; ValueError for the user's own model, none and sleep, whose work is not theirs to count here)."""
+def count_step(knobs: dict, batch=None) -> StepCount:
+    """FLOPs and bytes of one training step of a cell's model at its batch: feedbench's own and torchvision's models
+    on a batch of the cell's shape, the user's own model on `batch` (by default one drawn from the cell's pipeline:
+    drawn_batch). ValueError in one line for none and sleep, whose work is not theirs to count here, and for a user's
+    model that cannot be counted on the meta device."""
     cell = parse_cell({k: v for k, v in knobs.items() if k != "scenario"})
+    if user_code("model", cell.model):
+        return _count_user(cell, drawn_batch(cell) if batch is None else batch)
     if model_family(cell.model) is None:
         raise ValueError(
             f"model {cell.model!r}: no compute estimate (its FLOPs are not counted here); allowed: feedbench's mlp, "
-            "lstm or torchvision's, or the compute measured on the target's GPU: target: {compute: measured}"
+            f"lstm or torchvision's, a model of your own (package.module:attribute), or {MEASURED_THERE}"
         )
     return _count(cell)
+
+
+def drawn_batch(cell):
+    """One batch of the cell's own pipeline, drawn here on the CPU: its dataset and collate as the loop builds them
+    (harness.loop.first_batches), in this process (no workers) and unpinned."""
+    cell = dataclasses.replace(cell, device="cpu", num_workers=0, pin_memory=False)
+    return first_batches(cell, torch.device("cpu"), resolve_all(cell))(False)
+
+
+def _count_user(cell, batch) -> StepCount:
+    """count_step's count of the user's model: built on the meta device by its factory, `batch` moved there, the step
+    the loop runs for it (harness.loop.TrainStep.loss: the user's step, else call_model and default_loss) run under
+    the counters, then backward. ValueError in one line, naming what failed there and the way around it."""
+    meta, user = torch.device("meta"), resolve_all(cell)
+    ctx = context(cell, meta)
+    with meta:
+        try:
+            model = build_model(cell, user, ctx)
+        except Exception as error:  # the user's constructor: whatever it raises means the same here
+            raise ValueError(_not_counted(cell.model, "it cannot be built on the meta device", error)) from None
+        on_meta = batches.move_batch(batch, meta, False)
+        step = _Dispatched()
+        try:
+            ctx.optimizer = build_optimizer(cell, model.parameters(), user)
+            with FlopCounterMode(display=False) as flops, step:
+                if "step" in user:
+                    loss = user["step"](model, on_meta, ctx)
+                else:
+                    output = batches.call_model(model, on_meta, cell.forward_keys)
+                    loss = batches.default_loss(output, on_meta, cell.label_key)[0]
+                if loss is not None:  # None: the user's step ran backward (and its optimizer) itself
+                    loss.backward()
+            # None: the user's step ran its optimizer, counted above
+            kernels = step.kernels + (_optimizer_kernels(model, cell) if loss is not None else 0)
+        except Exception as error:  # the user's forward and step
+            raise ValueError(_not_counted(cell.model, "its step fails on the meta device", error)) from None
+    parameters = sum(p.numel() for p in model.parameters())
+    moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
+    return StepCount(float(flops.get_total_flops()), float(moved), parameters, None, kernels)
+
+
+def _not_counted(model: str, what: str, error: BaseException) -> str:
+    """The one line of a user's model that cannot be counted here: what failed, the error's type and first line."""
+    return (
+        f"model {model!r}: no compute estimate: {what} ({_reason(error)}); allowed: a model whose factory and step "
+        f"run on PyTorch's meta device, or {MEASURED_THERE}"
+    )
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def _count(cell) -> StepCount:
@@ -157,22 +226,50 @@ def published_error(root: str) -> tuple[list[Prediction], dict[str, float]]:
     return leave_one_study_out(cells, count_once), fit_efficiencies(cells, count_once)
 
 
-def _estimate(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
-    """One training cell on the target: its counted step, the estimated compute seconds (and the efficiency that
-    served), the copy's seconds over the target's link; `error` instead for a model whose work is not counted."""
-    size = batch_bytes(knobs)
+@lru_cache(maxsize=16)
+def _own_batch(key: str):
+    """drawn_batch of a cell, by its compute ceiling's knobs as JSON (the model and the batch it steps): drawn once
+    per process for the cells that differ only in how the loader delivers it (workers, pinning)."""
+    return drawn_batch(parse_cell({k: v for k, v in json.loads(key).items() if k != "scenario"}))
+
+
+def _work(knobs: dict) -> tuple[StepCount | None, str | None, int | None, str]:
+    """(the counted step or None, why not, the bytes of one batch, where they come from) of a training cell. Where
+    the model or the batch is the user's, a batch drawn from its own pipeline gives the bytes (`drawn`) and the
+    user's model its input; else the knobs' batch does (`knobs`: plan.ceilings.batch_bytes, what feedbench's
+    datasets make)."""
+    own_model, batch, size, source = user_code("model", knobs.get("model")), None, batch_bytes(knobs), "knobs"
+    if own_model or user_batch(knobs):
+        try:
+            batch = _own_batch(json.dumps(ceiling_knobs(knobs, "compute"), sort_keys=True))
+            size, source = batches.batch_bytes(batch), "drawn"
+        except Exception as error:  # the user's dataset and collate: whatever they raise means the same here
+            why = "no batch could be drawn from its pipeline"
+            size, source = None, f"unknown: {why} ({_reason(error)})"
+            if own_model:
+                return None, _not_counted(knobs["model"], why, error), size, source
+    try:
+        return (count_step(knobs, batch) if own_model else count_once(knobs)), None, size, source
+    except ValueError as error:
+        return None, str(error), size, source
+
+
+def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
+    """One training cell on the target (an entry of results/target.json's cells): its counted step (_work), the
+    estimated compute seconds (and the efficiency that served), the copy's seconds over the target's link for its
+    batch's bytes and where they come from; `error` instead of the compute for a model whose work is not counted."""
+    work, error, size, source = _work(knobs)
     copy = {
         "batch_size": int(knobs.get("batch_size", KNOBS["batch_size"].default)),
         "num_workers": int(knobs.get("num_workers", KNOBS["num_workers"].default)),
         "stream_prefetch": knobs.get("device_prefetch", KNOBS["device_prefetch"].default) == "stream",
         "batch_bytes": size,
+        "batch_bytes_from": source,
         "copy_s": copy_seconds(size, target),
         "knobs": knobs,
     }
-    try:
-        work = count_once(knobs)
-    except ValueError as error:
-        return {**copy, "error": str(error)}
+    if work is None:
+        return {**copy, "error": error}
     seconds, source = compute_seconds(work, knobs, target.gpu, efficiencies)
     return {
         **copy,
@@ -212,6 +309,7 @@ def target_estimates(
     speed = target_speed(target)
     predictions, efficiencies = published_error(root)
     error = summarize(predictions)
+    one_gpu = summarize([p for p in predictions if p.cell.gpus == 1])
     found = {
         "target": {
             "gpu": target.gpu.name,
@@ -227,6 +325,14 @@ def target_estimates(
             "median_error": error.median_error,
             "worst_error": error.worst_error,
             "bounds_right": error.bounds_right,
+            "median_factor": error.median_factor,
+            "worst_factor": error.worst_factor,
+            "worst_too_fast": error.worst_too_fast,
+            "one_gpu": {
+                "cells": one_gpu.cells,
+                "median_factor": one_gpu.median_factor,
+                "worst_factor": one_gpu.worst_factor,
+            },
         },
         "efficiencies": efficiencies,
         "published": beside_published(predictions, target, efficiencies, count_once),
@@ -234,7 +340,7 @@ def target_estimates(
     }
     measured, results = measured or {}, results_by_cell(list(paths))
     for key, knobs in cells.items():
-        entry = {**_estimate(knobs, target, efficiencies), "compute_from": "estimated"}
+        entry = {**estimate_cell(knobs, target, efficiencies), "compute_from": "estimated"}
         if key in measured:
             entry = _with_measured(entry, measured[key], results.get(measured[key], []), target)
         found["cells"][key] = entry

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import itertools
 import os
 import statistics
@@ -26,16 +25,19 @@ from ..plan.cell import Cell
 from ..plan.knobs import KnobError
 from ..plan.metrics import CLOCKED_PHASES
 from ..plan.plugins import Context, resolve_all
-from .batches import batch_bytes, batch_len, call_model, default_loss, unpinned_note
+from .batches import batch_len, call_model, copied_bytes, default_loss, unpinned_note
 from .cache import prepare as prepare_page_cache
+from .collector import Collector
 from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, to_device
-from .stages import name_transforms, strip, summarize_stages, timed, unwrap
+from .profile import found as profile_found
+from .profile import sample_profile
+from .stages import make_stages, name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
-from .whatif import Plan, facts, on_device, stage_names
+from .whatif import Plan, facts, on_device, probe, stage_names
 from .whatif import apply as apply_whatifs
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
@@ -65,6 +67,7 @@ class Measurement:
     stage_log: list[dict] = field(default_factory=list)  # each loader batch's stage timings, in the loader's order
     stage_skip: int = 0  # the batches before the measured window: warm-up
     stage_order: list[str] = field(default_factory=list)  # the dataset's stages in order, before any what-if
+    stage_probe: dict = field(default_factory=dict)  # what a sampled call showed of its stages (whatif.Probed.facts)
     whatif: Plan | None = None  # the cell's stage what-if (harness.whatif), and the loader that runs it
     whatif_loader: object = None
     pulled: int = 0  # batches taken from the loader so far (by the loop or the stream prefetcher ahead of it)
@@ -72,6 +75,7 @@ class Measurement:
     epoch_starts: list[int] = field(default_factory=list)  # the pull index of each epoch's first batch
     boundary_steps: list[int] = field(default_factory=list)  # measured steps whose wait pulled a later epoch's first
     notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
+    collector: Collector | None = None  # Python's collector in the window (knob gc): opened with it
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -104,11 +108,17 @@ class Measurement:
         found = summarize_stages(self.stage_batches())
         if found is not None and self.stage_order:
             found["order"] = self.stage_order
+        if found is not None:
+            found["profile"] = profile_found(self.stage_log)  # from a warm-up batch (harness.profile)
+            found.update({key: names for key, names in self.stage_probe.items() if names})
         return found
 
-    def whatif_facts(self) -> dict | None:
-        """What the cell's stage what-if did and traded (harness.whatif), or None without one."""
-        return facts(self.whatif_loader, self.whatif, self.stage_skip) if self.whatif is not None else None
+    def whatif_facts(self, device_readable: bool = True) -> dict | None:
+        """What the cell's stage what-if did and traded (harness.whatif), or None without one; the device stages'
+        time only where the device's clocks can be read (the runner's guarded read)."""
+        if self.whatif is None:
+            return None
+        return facts(self.whatif_loader, self.whatif, self.stage_skip, device_readable)
 
 
 def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:
@@ -257,8 +267,12 @@ def measure(
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     step = TrainStep(cell, device, m, user, ctx) if cell.scenario != "loader" else None
     feed = _feed(cell, device, m, loader, move)
-    _window(cell, device, m, feed, step, steps, monitor, move)
-    _close_window(device, m, monitor, feed)
+    try:
+        _window(cell, device, m, feed, step, steps, monitor, move)
+        _close_window(device, m, monitor, feed)
+    finally:  # a cell that fails mid-window leaves the next cell of the process its collector as it found it
+        if m.collector is not None:
+            m.collector.close()
     if cell.parallel == "ddp" and cell.comm_probe_steps:
         m.comm = _comm_probe(cell, device, step, feed, move)
     if cell.profile and step is not None:  # on every rank: a ddp step's collectives need them all
@@ -269,17 +283,16 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
     """The cell's dataset (its page cache as asked, its stage what-if made) and loader; the notebook's first-batch
     profile, if asked. `where`: the World, the copy function and the cell's results folder (rank 0's; else None)."""
     world, move, out_dir = where
+    make_stages(cell.stage_functions)  # before the dataset is built and probed, and before its workers fork
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     m.stage_order = stage_names(dataset)
-    dataset, m.whatif = apply_whatifs(cell, dataset, out_dir)
     staged = cell.stage_timing and cell.scenario != "compute"
-    dataset = timed(dataset) if staged else name_transforms(dataset)  # a transform that raises is named either way
-    if cell.num_workers and device.type == "cuda":
-        # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier cell run in this
-        # process) destroyed by the collector in a worker aborts it: "CUDA error: initialization error". Collect it
-        # here, where CUDA still works.
-        gc.collect()
+    probed = probe(dataset) if staged else None  # which stages a what-if could cache or move: the report's table
+    m.stage_probe = probed.facts() if probed is not None else {}
+    dataset, m.whatif = apply_whatifs(cell, dataset, out_dir, probed)
+    # a transform that raises is named either way; with timing, the warm-up's first samples are profiled too
+    dataset = timed(dataset, sample_profile(cell)) if staged else name_transforms(dataset)
     loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
     loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)
     if cell.profile_first_batch and cell.scenario == "loader":
@@ -399,6 +412,8 @@ def _window(
         measuring = i >= cell.warmup_steps
         if i == cell.warmup_steps:
             synchronize(device)
+            m.collector = Collector(cell.gc)
+            m.collector.open()
             if monitor is not None:
                 monitor.start()
         clock = m.clock if measuring else warm
@@ -441,7 +456,7 @@ def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, t_start: float,
             feed.resident_tokens[i % len(feed.residents)] if feed.resident is not None else int(host[2].sum())
         )
     if cell.scenario == "train":
-        m.h2d_bytes += batch_bytes(host)
+        m.h2d_bytes += copied_bytes(host)  # a batch's tensors already on the device are not copied
     if events is not None:
         m.copy_events.append(events)
 
@@ -450,6 +465,8 @@ def _close_window(device: torch.device, m: Measurement, monitor, feed: Feed) -> 
     """The window ends synchronised; the monitor stops with it."""
     synchronize(device)
     m.window_end = time.perf_counter()
+    if m.collector is not None:
+        m.collector.close()
     if monitor is not None and monitor.is_alive():
         monitor.stop()
     if feed.prefetch and feed.batches.note:

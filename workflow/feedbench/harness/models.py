@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import sys
+import threading
 import time
 from typing import Callable
 
@@ -106,11 +109,25 @@ class RayMLP(nn.Sequential):
 BUILT_IN_OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
+def import_dynamo_apart() -> None:
+    """Import torch._dynamo, which torch.optim imports at the first optimizer a process builds, in a thread of its own.
+
+    That import leaves a frame in a reference cycle (torch.fx.wrap keeps its own frame), and a frame holds its
+    callers' frames with their locals: imported from a cell's stack, it kept the first cell's model, optimizer and
+    measurement (on a GPU, its parameters and CUDA events) for the cyclic collector (#35, N5). A thread's stack holds
+    none of the cell's frames."""
+    if "torch._dynamo" not in sys.modules:
+        thread = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), name="feedbench-import")
+        thread.start()
+        thread.join()
+
+
 def build_optimizer(cell: Cell, parameters, user: dict | None = None, **extra) -> torch.optim.Optimizer:
     """The step's optimizer (knob `optimizer`): torch.optim's SGD, Adam or AdamW with the cell's lr and weight_decay
     (and momentum for SGD), then optimizer_args; or the user's, called as f(params, **optimizer_args). `extra`
     (foreach, for the FLOP counter's kernels) goes to a built-in one. The training loop and the FLOP counter both
     build it here, so the step they time and count is the same."""
+    import_dynamo_apart()
     if user and "optimizer" in user:
         from ..plan.plugins import expect
 

@@ -80,20 +80,25 @@ def worker_message(text: str) -> str | None:
     return f"{message} ({found.group(2)})"
 
 
+def _device_reads(m: Measurement) -> tuple[dict, dict | None] | None:
+    """The guarded read of every device clock of a cell: the step table's CUDA events (phases, idle, side-stream
+    copies) and the device stages' (whatif). None, and one note, when the device cannot be read (a CUDA error): the
+    caller then keeps the host-side figures, and result.json is still written."""
+    try:
+        if m.clock is not None:  # a stopped loop leaves events in flight: elapsed_time raises "device not ready"
+            synchronize(m.clock.device)
+        return m.step_table(device_readable=True), m.whatif_facts()
+    except Exception as error:  # device clocks unreadable after a device error: keep the host-side phases
+        why = _error(error)
+        m.notes.append(
+            f"GPU phases not recorded: the device's clocks could not be read ({why['type']}: {why['message']})"
+        )
+        return None
+
+
 def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, list[dict]]:
-    table = None
-    if device_readable:
-        try:
-            if m.clock is not None:  # a stopped loop leaves events in flight: elapsed_time raises "device not ready"
-                synchronize(m.clock.device)
-            table = m.step_table(device_readable=True)
-        except Exception as error:  # device clocks unreadable after a device error: keep the host-side phases
-            why = _error(error)
-            m.notes.append(
-                f"GPU phases not recorded: the device's clocks could not be read ({why['type']}: {why['message']})"
-            )
-    if table is None:
-        table = m.step_table(device_readable=False)
+    read = _device_reads(m) if device_readable else None
+    table, whatif = read if read is not None else (m.step_table(device_readable=False), m.whatif_facts(False))
     n = len(table["step"])
     metrics: dict = {"steps": n}
     if n:
@@ -104,10 +109,11 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
     metrics["wait_ms"] = wait_tail(table["wait"][:n])  # the data wait's tail over the measured steps
     metrics["epoch_boundaries"] = epoch_boundaries(table["wait"][:n], m.boundary_steps)
     metrics["cuda_init_s"] = m.cuda_init_s
+    metrics["gc"] = m.collector.summary() if m.collector is not None else None  # the collector in the window
     metrics["original_estimators"] = original_estimators(table, m)  # pytorch_throughput's, for the scaling study
     metrics["first_batch_profile"] = m.first_batch_profile  # the CIFAR-100 notebook's window, for the workers study
     metrics["stages"] = m.stages()  # what each sample's stages cost inside the loader (harness.stages)
-    metrics["whatif"] = m.whatif_facts()  # what the cell's stage what-if did and traded (harness.whatif)
+    metrics["whatif"] = whatif  # what the cell's stage what-if did and traded (harness.whatif)
     rows = step_rows(table, m.samples, m.tokens)
     for row, timings in zip(rows, m.stage_batches(), strict=False):  # how long a worker took to make the step's batch
         row["worker_ms"] = round((sum(timings["sample_s"]) + timings["collate_s"]) * 1000, 6)
@@ -279,6 +285,7 @@ def _set_threads(r: CellRun, cell: Cell) -> None:
     torch.set_num_threads(cell.torch_threads or LAUNCH_THREADS)
     r.result["torch_threads"] = torch.get_num_threads()
     r.result["torch_threads_source"] = threads.source(cell.torch_threads, os.environ)
+    r.result["launch_threads"] = LAUNCH_THREADS  # what the same launch of an unmodified script gets: the report's note
     # Process-wide, and inherited by forked workers: set for every cell, so one cell's strategy never leaks into the
     # next one run by the same process.
     torch.multiprocessing.set_sharing_strategy(cell.sharing_strategy)

@@ -11,13 +11,16 @@ check one global, so user code may keep its spans when it runs without feedbench
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import importlib
 import statistics
 import sys
 import time
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from torch.utils.data import Dataset, IterableDataset
+
+from . import profile as sample_profile
 
 UNATTRIBUTED = "unattributed"
 COLLATE = "collate"
@@ -27,19 +30,34 @@ TIMED_ATTRIBUTES = ("transform", "transforms", "target_transform")
 _sample: dict[str, list] | None = None
 _open: list[list[float]] = []  # the open spans of the sample: [start, seconds of the spans nested in it]
 _made: list[tuple[float, dict]] = []  # the samples made since the last collate: (seconds, their stages)
+FUNCTIONS: set[str] = set()  # the stage names @stage has decorated a function with in this process
+# Stage name -> what runs in place of its decorated functions, as replace(function, *args, **kwargs): a stage what-if's
+# cache or skip (harness.whatif). Per process: a spawned loader worker gets it from the dataset that carries it.
+REPLACED: dict[str, Callable] = {}
 
 
-class stage(contextlib.ContextDecorator):
+class stage:
     """Times a span of user code as the stage `name`, while feedbench times a sample; a no-op otherwise.
 
-    `with feedbench.stage("tokenize"): ...` or `@feedbench.stage("tokenize")`.
+    `with feedbench.stage("tokenize"): ...` or `@feedbench.stage("tokenize")`: a decorated function's output is a
+    value the stage what-ifs can cache or skip (REPLACED); a span's is not.
     """
 
     def __init__(self, name: str):
         self.name, self.opened = str(name), False
 
-    def _recreate_cm(self):  # a decorator's every call gets its own span: a recursive call opens one of its own
-        return stage(self.name)
+    def __call__(self, function: Callable) -> Callable:
+        """The function, each call of it a span of its own (a recursive call opens one of its own)."""
+        name = self.name
+        FUNCTIONS.add(name)
+
+        @functools.wraps(function)
+        def staged(*args, **kwargs):
+            with stage(name):
+                replace = REPLACED.get(name)
+                return function(*args, **kwargs) if replace is None else replace(function, *args, **kwargs)
+
+        return staged
 
     def __enter__(self):
         self.opened = _sample is not None
@@ -51,6 +69,35 @@ class stage(contextlib.ContextDecorator):
         if self.opened and _sample is not None and len(_open) > 1:
             _close(self.name)
         return False
+
+
+def stage_name(target: str) -> str:
+    """The stage of a function named by import path (knob stage_functions): its qualified name, `Class.method`."""
+    return target.partition(":")[2]
+
+
+def make_stages(targets: list[str]) -> list[str]:
+    """Each function named by import path (`package.module:function`, `package.module:Class.method`) made a stage in
+    this process, in place, as @stage(Class.method) would: the user's code keeps its calls and gains the stage's
+    timing and what-ifs, with no change to it (knob stage_functions). Idempotent; a static or class method stays one.
+    Run in the trainer before the loader forks its workers, and in each spawned worker (data.worker_start)."""
+    names = []
+    for target in targets:
+        module_name, _, attribute = target.partition(":")
+        *path, last = attribute.split(".")
+        owner = importlib.import_module(module_name)
+        for part in path:
+            owner = getattr(owner, part)
+        raw = vars(owner).get(last, getattr(owner, last)) if isinstance(owner, type) else getattr(owner, last)
+        kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+        function = raw.__func__ if kind else raw
+        name = stage_name(target)
+        if getattr(function, "__feedbench_stage__", None) != name:
+            staged = stage(name)(function)
+            staged.__feedbench_stage__ = name
+            setattr(owner, last, kind(staged) if kind else staged)
+        names.append(name)
+    return names
 
 
 def _close(name: str) -> None:
@@ -81,30 +128,37 @@ def _timed_sample(make: Callable[[], Any]) -> Any:
         _sample, _open[:] = None, []
 
 
-class TimedSamples(Dataset):
-    """A map-style dataset whose every __getitem__ is timed as a sample."""
+def sample_stages(make: Callable[[], Any]) -> list[str]:
+    """The stages make() ran, in the order they first ended, timed as one sample that no collate counts (the stage
+    what-ifs' sampled call, harness.whatif.probe)."""
+    _timed_sample(make)
+    return list(_made.pop()[1])
 
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
+
+class TimedSamples(Dataset):
+    """A map-style dataset whose every __getitem__ is timed as a sample (the first ones profiled: harness.profile)."""
+
+    def __init__(self, dataset: Dataset, profile: sample_profile.SampleProfile | None = None):
+        self.dataset, self.profile = dataset, profile
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index):
-        return _timed_sample(lambda: self.dataset[index])
+        return _timed_sample(sample_profile.profiled(self.profile, lambda: self.dataset[index]))
 
 
 class TimedStream(IterableDataset):
-    """An IterableDataset whose every next() is timed as a sample."""
+    """An IterableDataset whose every next() is timed as a sample (the first ones profiled: harness.profile)."""
 
-    def __init__(self, dataset: IterableDataset):
-        self.dataset = dataset
+    def __init__(self, dataset: IterableDataset, profile: sample_profile.SampleProfile | None = None):
+        self.dataset, self.profile = dataset, profile
 
     def __iter__(self) -> Iterator:
         items = iter(self.dataset)
         done = object()
         while True:
-            item = _timed_sample(lambda: next(items, done))
+            item = _timed_sample(sample_profile.profiled(self.profile, lambda: next(items, done)))
             if item is done:
                 _made.pop()  # the end of the stream is no sample
                 return
@@ -136,6 +190,9 @@ class TimedCollate:
             "calls": {name: sum(stages.get(name, (0.0, 0))[1] for _, stages in made) for name in names},
             "collate_s": collate_s,
         }
+        profiled = sample_profile.batch_made()  # the batch that ends this process's profile carries it
+        if profiled is not None:
+            timings["profile"] = profiled
         return StagedBatch(batch, timings)
 
 
@@ -148,13 +205,17 @@ def named(error: BaseException, message: str, fallback: type[BaseException] = Ru
         return fallback(message)
 
 
+def first_line(error: BaseException) -> str:
+    """An exception's message in one line: its first, or its type's name where it has none."""
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
 def transform_error(name: str, error: Exception) -> BaseException:
     """What a transform of a Compose raised, named: `transform 'Explode' failed: <its first line>` (an error a nested
     transform already named goes on as it is)."""
     if getattr(error, "feedbench_transform", None):
         return error
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    failed = named(error, f"transform {name!r} failed: {first}")
+    failed = named(error, f"transform {name!r} failed: {first_line(error)}")
     try:
         failed.feedbench_transform = name
     except AttributeError:  # an exception type without a __dict__
@@ -285,10 +346,10 @@ def time_transforms(dataset, wrapper: type[NamedTransform] = TimedTransform) -> 
     return names
 
 
-def timed(dataset: Dataset) -> Dataset:
-    """The dataset with its samples and its Compose transforms timed."""
+def timed(dataset: Dataset, profile: sample_profile.SampleProfile | None = None) -> Dataset:
+    """The dataset with its samples and its Compose transforms timed, its first samples under `profile`."""
     time_transforms(dataset)
-    return TimedStream(dataset) if isinstance(dataset, IterableDataset) else TimedSamples(dataset)
+    return TimedStream(dataset, profile) if isinstance(dataset, IterableDataset) else TimedSamples(dataset, profile)
 
 
 def name_transforms(dataset: Dataset) -> Dataset:
@@ -298,8 +359,10 @@ def name_transforms(dataset: Dataset) -> Dataset:
 
 
 def unwrap(batches: Iterable, log: list) -> Iterator:
-    """The user's batches, each one's timings appended to `log` (in the order the batches come)."""
+    """The user's batches, each one's timings appended to `log` (in the order the batches come). Once the first has
+    come, workers started later profile nothing (harness.profile.disarm)."""
     for batch in batches:
+        sample_profile.disarm()
         yield strip(batch, log)
 
 

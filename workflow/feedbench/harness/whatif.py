@@ -1,14 +1,18 @@
 """Stage what-ifs, run for real: the knobs cache_after, skip_stages and device_stages (plan.knobs.STAGE_WHATIFS).
 
 They change the stages of the dataset's torchvision Compose (v1 or v2), found and named as the stage timing finds and
-names them (harness.stages.pipeline), and, for the built-in `images`, its read and decode before the Compose:
+names them (harness.stages.pipeline), for the built-in `images` its read and decode before the Compose, and the
+functions a map-style dataset's sample runs under `@feedbench.stage(name)` (found on a sampled call, `probe`):
 
     cache_after    a first pass, in the training process before the loader starts, runs every sample up to and
                    including the stage and keeps what it gave (in memory, or in stage_cache.pt in the cell's results
                    folder), at most cache_limit_mb; later samples start from it (the stage `Cached`) and run only
                    the stages after it. Work of the dataset's own outside the Compose (its spans, its unattributed
                    rest) still runs per sample. Cached random stages drew once: the augmentation is fixed.
-    skip_stages    the stages are dropped: for measurement only, the data changes.
+                   A decorated function: each of its calls in a sample kept by (sample index, call), later calls
+                   return it without running the function; the rest of the sample runs as it is.
+    skip_stages    the stages are dropped: for measurement only, the data changes. A decorated function of one
+                   argument returns it unchanged.
     device_stages  the stage and those after it leave the workers: a torchvision v2 Compose of them runs on each batch
                    in the training process, after its samples are moved to the cell's device (the batch's first
                    tensor, or the batch when it is one). A random transform draws once per batch, not per sample.
@@ -18,24 +22,31 @@ Each cell records what its what-if did and what it traded (metrics.whatif).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
+import inspect
 import os
+import random
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from ..plan.cell import Cell
 from ..plan.knobs import IMAGE_STAGES, STAGE_WHATIFS, KnobError
-from .stages import StagedBatch, pipeline
+from . import stages
+from .stages import StagedBatch, first_line, named, pipeline
 
 READ, DECODE = IMAGE_STAGES
 CACHE_FILE = "stage_cache.pt"
 _index: int | None = None  # the index of the sample this process is making (CachedSamples sets it)
+_calls: dict[str, int] = {}  # per decorated stage, its calls so far in that sample (CachedSamples resets it)
 
 
 def _random(names: list[str]) -> list[str]:
@@ -66,17 +77,19 @@ class Store:
 
     def __init__(self, stage: str, limit_mb: float, samples: int):
         self.stage, self.limit, self.samples = stage, limit_mb * 2**20, samples
-        self.items: dict[int, Any] | None = {}
-        self.bytes, self.path = 0, None
+        self.items: dict[Any, Any] | None = {}
+        self.bytes, self.path, self.indices = 0, None, set()
 
-    def put(self, item: Any) -> None:
-        self.items[_index] = item
+    def put(self, item: Any, key: Any = None) -> None:
+        """Keep `item` for the sample being made (or under `key`: a decorated stage's call of it)."""
+        self.items[_index if key is None else key] = item
+        self.indices.add(_index)
         self.bytes += nbytes(item)
         if self.bytes > self.limit:
-            need = self.bytes / len(self.items) * self.samples
+            need = self.bytes / len(self.indices) * self.samples
             raise KnobError(
                 f"knob 'cache_limit_mb': the cache after '{self.stage}' outgrew its {_size(self.limit)} at sample "
-                f"{len(self.items)} of {self.samples} (about {_size(need)} for all); allowed: a larger "
+                f"{len(self.indices)} of {self.samples} (about {_size(need)} for all); allowed: a larger "
                 "cache_limit_mb, or cache_after a stage whose output is smaller"
             )
 
@@ -85,10 +98,16 @@ class Store:
         torch.save(self.items, path)
         self.items, self.path = None, path
 
-    def __getitem__(self, index: int) -> Any:
+    def _loaded(self) -> dict:
         if self.items is None:
             self.items = torch.load(self.path, mmap=True, weights_only=False)
-        return self.items[index]
+        return self.items
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._loaded()[key]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._loaded()
 
     def __getstate__(self):  # a spawned worker maps the file itself rather than receive its items
         state = dict(self.__dict__)
@@ -98,15 +117,18 @@ class Store:
 
 
 class Capture:
-    """The first pass: runs the cached stages and keeps what they give for the sample being made."""
+    """The first pass: runs the cached stages and keeps what they give for the sample being made, then the stages
+    after them, so that what the Compose returns is what the dataset's own code after it expects."""
 
-    def __init__(self, steps: list, store: Store):
-        self.steps, self.store = steps, store
+    def __init__(self, steps: list, store: Store, after: list):
+        self.steps, self.store, self.after = steps, store, after
 
     def __call__(self, x):
         for step in self.steps:
             x = step(x)
         self.store.put(x)
+        for step in self.after:
+            x = step(x)
         return x
 
 
@@ -161,11 +183,44 @@ class DecodeCached:
         return decode(self.store[_index], self.decoder)
 
 
-class CachedSamples(Dataset):
-    """The dataset, telling its cache which sample is being made."""
+class FunctionCache:
+    """cache_after a decorated stage, in place of its functions (stages.REPLACED): the first pass runs each call and
+    keeps its output by (sample index, call); later calls return it, the function not run. A call outside a sample
+    (in collate, say), or one the first pass did not make, runs the function."""
 
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
+    def __init__(self, store: Store, name: str):
+        self.store, self.name, self.filling = store, name, True
+
+    def __call__(self, function: Callable, *args, **kwargs):
+        if _index is None:
+            return function(*args, **kwargs)
+        call = _calls.get(self.name, 0)
+        _calls[self.name] = call + 1
+        if self.filling:
+            output = function(*args, **kwargs)
+            self.store.put(output, (_index, call))
+            return output
+        key = (_index, call)
+        return self.store[key] if key in self.store else function(*args, **kwargs)
+
+
+class Skipped:
+    """skip_stages on a decorated stage, in place of its functions: each call returns its one argument, unchanged."""
+
+    def __call__(self, function: Callable, *args, **kwargs):
+        return inspect.signature(function).bind(*args, **kwargs).arguments[_input(function)]
+
+
+class CachedSamples(Dataset):
+    """The dataset, telling its what-ifs which sample is being made; it carries their `replaced` decorated stages
+    (stages.REPLACED, per process) into a spawned loader worker."""
+
+    def __init__(self, dataset: Dataset, replaced: dict | None = None):
+        self.dataset, self.replaced = dataset, dict(replaced or {})
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        stages.REPLACED.update(self.replaced)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -173,6 +228,7 @@ class CachedSamples(Dataset):
     def __getitem__(self, index: int):
         global _index
         _index = index
+        _calls.clear()
         try:
             return self.dataset[index]
         finally:
@@ -216,26 +272,150 @@ def stage_names(dataset) -> list[str]:
     return _stages(dataset)[0]
 
 
-def _known(knob: str, name: str, names: list[str], where: str = "") -> None:
-    if name not in names:
-        allowed = ", ".join(names) or "none: the dataset has no torchvision Compose"
-        raise KnobError(f"knob '{knob}': the cell's pipeline has no stage {name!r}{where}; allowed: {allowed}")
+class Tap:
+    """A Compose stage on the sampled call (probe), run as it is: whether it took one tensor and gave one."""
+
+    def __init__(self, transform: Callable):
+        self.transform, self.tensor = transform, False
+
+    def __call__(self, *args):
+        output = self.transform(*args)
+        self.tensor = len(args) == 1 and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor)
+        return output
 
 
-def apply(cell: Cell, dataset: Dataset, out_dir: str | None) -> tuple[Dataset, Plan]:
-    """The dataset with the cell's what-ifs made (in place on its Compose), and what they changed; as it is without."""
-    if not any(getattr(cell, name) for name in STAGE_WHATIFS):
-        return dataset, Plan()
-    names, composes, images = _stages(dataset)
+@dataclass
+class Probed:
+    """What one sampled call of the dataset showed (probe)."""
+
+    functions: dict = field(default_factory=dict)  # stage name -> the @feedbench.stage functions that ran under it
+    spans: list = field(default_factory=list)  # the `with feedbench.stage` spans that ran
+    on_device: list = field(default_factory=list)  # the first Compose's stages from which on all took and gave tensors
+    sampled: bool = False  # whether a sample was drawn: not from a stream, nor where the first sample failed
+
+    def facts(self) -> dict:
+        """metrics.stages' `functions` and `on_device` (the summary's stage_decorated, stage_on_device)."""
+        return {"functions": list(self.functions), "on_device": list(self.on_device)}
+
+
+@contextlib.contextmanager
+def _random_state_kept():
+    """Python's, NumPy's and torch's CPU random state as they were before: the sampled call draws none of the cell's."""
+    state, numpy_state = random.getstate(), numpy.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(state)
+        numpy.random.set_state(numpy_state)
+
+
+def probe(dataset) -> Probed:
+    """One sample of a map-style dataset drawn in this process (the dataset as built, before any what-if): the
+    decorated functions and the spans it ran, and the first Compose's stages from which on each took a tensor and gave
+    one (where device_stages may start). A stream is not drawn from (that would change what it yields), nor is
+    anything kept of a sample that fails (its loader then says why, as without the probe). The sample is drawn from
+    a shallow copy: a file handle the dataset opens on first use (h5py, lmdb) stays off the one the workers get."""
+    found = Probed()
+    if isinstance(dataset, IterableDataset):
+        return found
+    try:
+        sampled = copy.copy(dataset)
+    except Exception:  # a class that cannot be copied: drawn from as it is
+        sampled = dataset
+    names, composes, _images = _stages(dataset)
+    first = next(iter(composes.values()), (None, 0))[0]
+    inside = [name for name, (compose, _) in composes.items() if compose is first]
+    saved, replaced = (first.transforms if first is not None else []), dict(stages.REPLACED)
+
+    def ran(name: str, function: Callable, *args, **kwargs):
+        found.functions.setdefault(name, [])
+        if function not in found.functions[name]:
+            found.functions[name].append(function)
+        return function(*args, **kwargs)
+
+    taps = [Tap(transform) for transform in saved]
+    try:
+        if first is not None:
+            first.transforms = taps
+        stages.REPLACED.update({name: functools.partial(ran, name) for name in stages.FUNCTIONS})
+        with _random_state_kept():
+            seen = stages.sample_stages(lambda: sampled[0])
+    except Exception:
+        return Probed()
+    finally:
+        if first is not None:
+            first.transforms = saved
+        stages.REPLACED.clear()
+        stages.REPLACED.update(replaced)
+    found.sampled = True
+    found.spans = [n for n in seen if n not in found.functions and n not in names and n != stages.UNATTRIBUTED]
+    for name in reversed(inside):  # a tensor stage after one that is not: the move would take that one along
+        if not taps[composes[name][1]].tensor:
+            break
+        found.on_device.insert(0, name)
+    return found
+
+
+def _known(knob: str, name: str, names: list[str], probed: Probed) -> None:
+    """Nothing where the what-if `knob` may name the stage `name` (one of `names`), else its one line."""
+    if name in names:
+        return
+    allowed = ", ".join(names) or (
+        "none: the dataset has no torchvision Compose, and its sample ran no @feedbench.stage function"
+    )
+    if name in probed.spans:
+        raise KnobError(
+            f"knob '{knob}': stage {name!r} is a `with feedbench.stage` span, a block of code whose output feedbench "
+            f"cannot take; allowed: @feedbench.stage({name!r}) on a function that does its work, or one of {allowed}"
+        )
+    if name in stages.FUNCTIONS and not probed.sampled:
+        raise KnobError(
+            f"knob '{knob}': stage {name!r} is a @feedbench.stage function, found in a sample only, and no sample "
+            "was drawn ahead of the loader (an IterableDataset's would change what it yields, or the first sample "
+            f"failed); allowed: {allowed}"
+        )
+    if name in probed.functions:
+        raise KnobError(
+            f"knob '{knob}': stage {name!r} is a @feedbench.stage function; only a Compose's stages move to the "
+            f"batch; allowed: {allowed}"
+        )
+    raise KnobError(f"knob '{knob}': the cell's pipeline has no stage {name!r}; allowed: {allowed}")
+
+
+def _input(function: Callable) -> str | None:
+    """The one argument of a decorated function (after a method's self), which a skip returns; None for any other."""
+    parameters = list(inspect.signature(function).parameters.values())
+    if parameters and parameters[0].name in ("self", "cls"):
+        parameters = parameters[1:]
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
+        return None
+    needed = [p for p in parameters if p.default is p.empty]
+    return needed[0].name if len(needed) == 1 else None
+
+
+def _check(cell: Cell, names: list[str], composes: dict, probed: Probed) -> None:
+    """The cell's what-ifs name stages it may change, together: else one line."""
     for name in cell.skip_stages:
-        _known("skip_stages", name, [n for n in names if n in composes])
+        _known("skip_stages", name, [n for n in names if n in composes] + list(probed.functions), probed)
+        for function in probed.functions.get(name, []):
+            if _input(function) is None:
+                raise KnobError(
+                    f"knob 'skip_stages': stage {name!r} ({function.__module__}.{function.__qualname__}) takes "
+                    f"{inspect.signature(function)}, and a skipped function returns its one argument; allowed: a "
+                    f"stage whose function takes one argument, or cache_after {name!r}"
+                )
     first = next(iter(composes.values()), (None, 0))[0]  # cache_after and device_stages work on the first Compose
     in_first = [n for n in names if n not in composes or composes[n][0] is first]
     if cell.cache_after:
-        _known("cache_after", cell.cache_after, in_first)
+        _known("cache_after", cell.cache_after, in_first + list(probed.functions), probed)
     if cell.device_stages:
-        _known("device_stages", cell.device_stages, [n for n in in_first if n in composes])
-    if cell.cache_after and cell.device_stages and names.index(cell.cache_after) >= names.index(cell.device_stages):
+        _known("device_stages", cell.device_stages, [n for n in in_first if n in composes], probed)
+    if (
+        cell.cache_after in names
+        and cell.device_stages
+        and names.index(cell.cache_after) >= names.index(cell.device_stages)
+    ):
         raise KnobError(
             f"knob 'device_stages': stage {cell.device_stages!r} is cached (cache_after {cell.cache_after!r}); "
             "allowed: a stage after the cached ones"
@@ -245,26 +425,42 @@ def apply(cell: Cell, dataset: Dataset, out_dir: str | None) -> tuple[Dataset, P
             raise KnobError(
                 f"knob '{knob}': stage {getattr(cell, knob)!r} is skipped (skip_stages); allowed: a stage not skipped"
             )
-    own = [n for n in in_first if n not in cell.skip_stages]  # in order: read, decode, the first Compose's left
+
+
+def apply(cell: Cell, dataset: Dataset, out_dir: str | None, probed: Probed | None = None) -> tuple[Dataset, Plan]:
+    """The dataset with the cell's what-ifs made (in place on its Compose; for decorated stages, in
+    stages.REPLACED), and what they changed; as it is without. `probed`: the dataset's probe, where already made."""
+    stages.REPLACED.clear()  # an earlier cell's what-if in this process is not this one's
+    if not any(getattr(cell, name) for name in STAGE_WHATIFS):
+        return dataset, Plan()
+    if cell.cache_after and isinstance(dataset, IterableDataset):
+        raise KnobError(
+            "knob 'cache_after': an IterableDataset has no index to cache its samples by; allowed: null, or a "
+            "map-style dataset"
+        )
+    names, composes, images = _stages(dataset)
+    probed = probe(dataset) if probed is None else probed
+    _check(cell, names, composes, probed)
+    first = next(iter(composes.values()), (None, 0))[0]
+    own = [n for n in names if (n not in composes or composes[n][0] is first) and n not in cell.skip_stages]
     plan = Plan(facts={"trades": []})
     _skip(cell, composes, plan)
     if cell.device_stages:
         _to_device(cell, first, own, plan)
     if cell.cache_after:
-        if isinstance(dataset, IterableDataset):
-            raise KnobError(
-                "knob 'cache_after': an IterableDataset has no index to cache its samples by; allowed: null, or a "
-                "map-style dataset"
-            )
         dataset = CachedSamples(dataset)
-        _cache(cell, dataset, first, own, images, out_dir, plan)
+        _cache(cell, dataset, (first, own, images, list(probed.functions)), out_dir, plan)
+    if stages.REPLACED:  # decorated stages changed: a spawned worker gets them with the dataset
+        dataset = dataset if isinstance(dataset, CachedSamples) else CachedSamples(dataset)
+        dataset.replaced = dict(stages.REPLACED)
     return dataset, plan
 
 
 def _skip(cell: Cell, composes: dict, plan: Plan) -> None:
-    dropped = [composes[name][0].transforms[composes[name][1]] for name in cell.skip_stages]
+    dropped = [composes[name][0].transforms[composes[name][1]] for name in cell.skip_stages if name in composes]
     for compose in {id(c): c for c, _ in composes.values()}.values():
         _assign(compose, [t for t in compose.transforms if all(t is not d for d in dropped)])
+    stages.REPLACED.update({name: Skipped() for name in cell.skip_stages if name not in composes})
     if cell.skip_stages:
         plan.facts["skipped"] = list(cell.skip_stages)
         plan.facts["trades"].append(f"changes the data: {', '.join(cell.skip_stages)} skipped")
@@ -291,10 +487,9 @@ def _to_device(cell: Cell, compose, names: list[str], plan: Plan) -> None:
         plan.facts["trades"].append(f"per-sample random transform applied per batch ({', '.join(_random(moved))})")
 
 
-def _cache(cell: Cell, dataset: CachedSamples, compose, names: list[str], images, out_dir, plan: Plan) -> None:
-    """cache_after: the first pass over every sample, then the Compose (and the images' loader) replaying it."""
-    stage = cell.cache_after
-    store = Store(stage, cell.cache_limit_mb, len(dataset))
+def _capture(stage: str, store: Store, compose, names: list[str], images) -> Callable[[], list[str]]:
+    """cache_after a Compose stage (or read, decode): the first pass set to fill `store`; returns what then replays
+    it, which gives the stages cached."""
     kept = [n for n in names if n not in (READ, DECODE)]
     cut = kept.index(stage) + 1 if stage in kept else 0
     steps = list(compose.transforms) if compose is not None else []
@@ -302,25 +497,65 @@ def _cache(cell: Cell, dataset: CachedSamples, compose, names: list[str], images
     if stage == READ:
         images.loader, compose.transforms = ReadCapture(store), [Passthrough()]
     else:
-        compose.transforms = [Capture(steps[:cut], store)]
+        compose.transforms = [Capture(steps[:cut], store, steps[cut:])]
+
+    def replay() -> list[str]:
+        if stage == READ:
+            images.loader, compose.transforms = DecodeCached(store, loader.keywords.get("decoder", "pil")), steps
+        else:
+            compose.transforms = [Cached(store), *steps[cut:]]
+            if images is not None:
+                images.loader = Nothing()
+        return names[: names.index(stage) + 1]
+
+    return replay
+
+
+def _capture_function(stage: str, store: Store) -> Callable[[], list[str]]:
+    """cache_after a decorated stage: its functions' calls kept in the first pass, replayed after it."""
+    cache = stages.REPLACED[stage] = FunctionCache(store, stage)
+
+    def replay() -> list[str]:
+        cache.filling = False
+        return [stage]
+
+    return replay
+
+
+def _first_pass(dataset: CachedSamples, stage: str) -> float:
+    """Every sample made once, filling the cache; its seconds. A sample that fails says the first pass made it."""
     start = time.perf_counter()
     for index in range(len(dataset)):
-        dataset[index]
-    build_s = time.perf_counter() - start
+        try:
+            dataset[index]
+        except KnobError:
+            raise
+        except Exception as error:
+            message = f"cache_after {stage!r}: its first pass failed at sample {index}: {first_line(error)}"
+            raise named(error, message) from error
+    return time.perf_counter() - start
+
+
+def _cache(cell: Cell, dataset: CachedSamples, where: tuple, out_dir, plan: Plan) -> None:
+    """cache_after: the first pass over every sample, then the decorated stage, or the Compose (and the images'
+    loader), replaying it. `where`: the first Compose, its stages left (and read, decode), the images' dataset and
+    the decorated stages."""
+    compose, names, images, functions = where
+    stage = cell.cache_after
+    store = Store(stage, cell.cache_limit_mb, len(dataset))
+    if stage in functions:
+        replay = _capture_function(stage, store)
+    else:
+        replay = _capture(stage, store, compose, names, images)
+    build_s = _first_pass(dataset, stage)
     if cell.cache_in == "file":
         store.save(os.path.join(out_dir or os.getcwd(), CACHE_FILE))
-    if stage == READ:
-        images.loader, compose.transforms = DecodeCached(store, loader.keywords.get("decoder", "pil")), steps
-    else:
-        compose.transforms = [Cached(store), *steps[cut:]]
-        if images is not None:
-            images.loader = Nothing()
-    cached = names[: names.index(stage) + 1]
-    where = f"on disk ({CACHE_FILE})" if cell.cache_in == "file" else "in memory, per process"
+    cached = replay()
+    kept_in = f"on disk ({CACHE_FILE})" if cell.cache_in == "file" else "in memory, per process"
     plan.facts.update(
         cached=cached, cache={"samples": len(dataset), "bytes": store.bytes, "in": cell.cache_in, "build_s": build_s}
     )
-    plan.facts["trades"].append(f"cache of {_size(store.bytes)} {where}")
+    plan.facts["trades"].append(f"cache of {_size(store.bytes)} {kept_in}")
     if _random(cached):
         plan.facts["trades"].append(f"random stage cached: augmentation fixed ({', '.join(_random(cached))})")
 
@@ -392,10 +627,11 @@ def on_device(loader, plan: Plan, device: torch.device, cell: Cell):
     return loader if plan.device is None else DeviceStages(loader, plan.device, device, cell.non_blocking, plan.facts)
 
 
-def facts(loader, plan: Plan, skip: int) -> dict | None:
-    """metrics.whatif: what the cell's what-if did and traded; None without one."""
+def facts(loader, plan: Plan, skip: int, device_readable: bool = True) -> dict | None:
+    """metrics.whatif: what the cell's what-if did and traded; None without one. The device stages' time reads CUDA
+    events: only where the device can be read (null after a device error)."""
     if not plan.facts:
         return None
     if isinstance(loader, DeviceStages):
-        plan.facts["device_ms_per_batch"] = loader.ms_per_batch(skip)
+        plan.facts["device_ms_per_batch"] = loader.ms_per_batch(skip) if device_readable else None
     return plan.facts

@@ -84,6 +84,13 @@ def model_shapes_samples(knobs: dict[str, Any]) -> bool:
 
 def batch_bytes(knobs: dict[str, Any]) -> int | None:
     """Bytes of one batch copied to the device: float32 samples plus int64 labels; None for tokens (variable)."""
+    parts = batch_tensor_bytes(knobs)
+    return sum(parts) if parts is not None else None
+
+
+def batch_tensor_bytes(knobs: dict[str, Any]) -> list[int] | None:
+    """Bytes of each tensor of one batch, [samples, labels]: each is an allocation of its own (pinning rounds each
+    one up: plan.shm.pinned_pool); None for tokens (variable)."""
 
     def get(name: str) -> Any:
         return knobs.get(name, KNOBS[name].default)
@@ -95,7 +102,8 @@ def batch_bytes(knobs: dict[str, Any]) -> int | None:
     if sample == "tokens":
         return None
     features = get("input_size") if sample == "vector" else 3 * get("image_size") ** 2
-    return int(get("batch_size")) * (int(features) * SAMPLE_BYTES + LABEL_BYTES)
+    batch = int(get("batch_size"))
+    return [batch * int(features) * SAMPLE_BYTES, batch * LABEL_BYTES]
 
 
 def trainer_seconds(compute: float, copy: float, stream_prefetch: bool) -> float:

@@ -41,6 +41,8 @@ METRIC_COLUMNS = [
     "samples_to_memory_limit",
     "workers_start_method",
     "cuda_init_s",
+    "gc_collections",  # Python's collections in the trainer during the window, and their pauses (harness.collector)
+    "gc_pause_ms",
     "original_fwd_samples_per_s",
     "original_bwd_samples_per_s",
     "original_samples_per_s",
@@ -56,6 +58,9 @@ METRIC_COLUMNS = [
     *(f"{phase}_{stat}" for phase in PHASES for stat in ("ms", "share")),
     "stage_worker_ms",  # a sample's mean time in the loader's worker (knob stage_timing), its stages' sum
     "stage_order",  # the stages a what-if may name, in the pipeline's order, joined by " > "
+    "stage_decorated",  # the @feedbench.stage functions a sample ran: a cache or skip may name each alone
+    "stage_on_device",  # the stages device_stages may start at: from each on, all took and gave a tensor when sampled
+    "stage_profile",  # the costliest functions a profile of the warm-up found, JSON [[module:qualname, share, ms]]
     "whatif_trades",  # what a stage what-if (knobs cache_after, skip_stages, device_stages) traded, "; "-joined
     "whatif_cache_mb",  # cache_after: the cache's size
     "whatif_device_ms",  # device_stages: the moved stages' median ms per batch in the training process
@@ -76,7 +81,7 @@ TRANSFER_COLUMNS = ["transfer_method", "transfer_peak_gb_per_s_pinned", "transfe
 PROVENANCE_COLUMNS = ["host", "gpu"]
 # The trainer's intra-op threads as it ran (the result's `torch_threads`) and why (`torch_threads_source`,
 # plan.threads): the knob column `torch_threads` is empty where the cell left them to the launch.
-THREADS_COLUMNS = ["torch_threads_used", "torch_threads_source"]
+THREADS_COLUMNS = ["torch_threads_used", "torch_threads_source", "torch_threads_launch"]
 # The cell's CPU demand against its usable cores (the result's `cpu`, plan.cores.cpu_load): empty without workers.
 CPU_COLUMNS = [
     "usable_cores",

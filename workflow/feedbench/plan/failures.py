@@ -1,4 +1,5 @@
-"""A run's failed cells, one line each, for the end of the run (the Snakefile's onsuccess and onerror).
+"""A run's failed cells, one line each, and its experiments stopped by their preflight, for the end of the run (the
+Snakefile's onsuccess and onerror).
 
 A bench job always succeeds, so that the matrix goes on and the report lists a failed cell (plan.job). Snakemake then
 sees a run of successful jobs; the run's end reads the cells' results to say which failed, and the Snakefile makes
@@ -37,13 +38,19 @@ def failure_line(experiment: str, cell: str, repeat: int, ran: bool) -> str | No
     return f"{experiment} / {cell} (rep{repeat}): {error or 'failed, no error recorded'} ({where})"
 
 
-def failed_cells_message(cells: Iterable[tuple[str, str, int, bool]], report: str | None) -> str | None:
-    """The run's end in words when any of `cells` (experiment, cell, repeat, ran by this run) failed, else None: how
-    many, where the report that lists them is (None: a run that ended on an error may have made none), then one line
-    per failed cell."""
-    cells = list(cells)
+def failed_cells_message(
+    cells: Iterable[tuple[str, str, int, bool]], report: str | None, stopped: Iterable[str] = ()
+) -> str | None:
+    """The run's end in words when any of `cells` (experiment, cell, repeat, ran by this run) failed, or an experiment
+    was stopped by its preflight, else None: one line per stopped experiment (`stopped`, feedbench.plan.preflight:
+    stopped_line); then how many cells failed, where the report that lists them is (None: a run that ended on an error
+    may have made none), and one line per failed cell."""
+    cells, stopped = list(cells), list(stopped)
     lines = [line for line in (failure_line(*cell) for cell in cells) if line]
-    if not lines:
+    if not lines and not stopped:
         return None
     listed = f"; the report lists them ({report})" if report else ""
-    return "\n".join([f"feedbench: {len(lines)} of {len(cells)} cell runs failed{listed}:", *lines])
+    if not lines:  # the report lists the stopped experiments' cells
+        listed = f"; the report lists its cells ({report})" if report else ""
+        return "\n".join([*stopped[:-1], stopped[-1] + listed])
+    return "\n".join([*stopped, f"feedbench: {len(lines)} of {len(cells)} cell runs failed{listed}:", *lines])

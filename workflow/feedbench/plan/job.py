@@ -160,8 +160,10 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
         # In its own process, as the harness: it imports torch, which this job never does.
         record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
         status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
-    # This attempt's result replaces the record of an earlier one lost on Slurm (plan.slurm): the cell's folder
-    # says one thing. Until then the lost.json stays, with the steps that attempt measured.
-    if os.path.exists(result) and os.path.exists(os.path.join(out_dir, "lost.json")):
-        os.remove(os.path.join(out_dir, "lost.json"))
+    # This attempt's result replaces the record of an earlier one lost on Slurm (plan.slurm), or stopped by its
+    # experiment's preflight (plan.preflight): the cell's folder says one thing. Until then the lost.json stays,
+    # with the steps that attempt measured.
+    for earlier in ("lost.json", "stopped.json"):
+        if os.path.exists(result) and os.path.exists(os.path.join(out_dir, earlier)):
+            os.remove(os.path.join(out_dir, earlier))
     return status

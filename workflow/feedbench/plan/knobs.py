@@ -152,6 +152,11 @@ DATASETS = tuple(BUILTIN_DATASETS)
 JPEG_DATASETS = tuple(name for name, d in BUILTIN_DATASETS.items() if d.jpeg)
 SCENARIOS = ("train", "loader", "compute", "transfer")
 TIMINGS = ("events", "sync", "naive")
+GC_MODES = (
+    "normal",
+    "freeze",
+    "disable",
+)  # not on/off: YAML reads those as booleans  # the trainer's collector in the window (harness.collector)
 AMP = ("off", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
 DEVICES = ("auto", "cpu", "cuda")
@@ -368,11 +373,23 @@ KNOBS: dict[str, Knob] = {
             ceilings=("loader",),
         ),
         Knob(
+            "stage_functions",
+            list,
+            [],
+            "functions of your code made stages by import path, as if decorated with @feedbench.stage, with no "
+            "change to it: package.module:function or package.module:Class.method (the stage profile names them "
+            "so); each stage is named by the function's qualified name (Class.method), which cache_after and "
+            "skip_stages take",
+            short="sf",
+            ceilings=("loader",),
+        ),
+        Knob(
             "cache_after",
             str,
             None,
             "a stage what-if: the samples up to and including this stage of the dataset's Compose (or read, decode "
-            "of images) computed once in a first pass, later samples run only the stages after it (pre-decoded data)",
+            "of images) computed once in a first pass, later samples run only the stages after it (pre-decoded data); "
+            "or a @feedbench.stage function, its output kept per sample (not a `with` span)",
             nullable=True,
             short="ca",
             ceilings=(),
@@ -401,7 +418,7 @@ KNOBS: dict[str, Knob] = {
             list,
             [],
             "a stage what-if, for measurement only (it changes the data): these stages of the dataset's Compose "
-            "are dropped",
+            "are dropped; a @feedbench.stage function of one argument returns it unchanged",
             short="skip",
             ceilings=(),
         ),
@@ -651,6 +668,16 @@ KNOBS: dict[str, Knob] = {
             "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)",
             TIMINGS,
             short="t",
+        ),
+        Knob(
+            "gc",
+            str,
+            "normal",
+            "Python's garbage collector in the trainer during the window, its pauses recorded: normal (as the "
+            "job runs) | freeze (collect and freeze the heap when the window opens: the start-up heap is never "
+            "scanned again, the step's garbage still is) | disable (as freeze, and off until the window closes, as "
+            "timeit does)",
+            GC_MODES,
         ),
         # Labels of the measurement, not of the work: no ceiling depends on them.
         Knob("profile", bool, False, "write a torch.profiler Chrome trace of profile_steps extra steps", ceilings=()),

@@ -60,6 +60,9 @@ def summarize(steps: dict[str, list[float]], window_s: float, samples: int, toke
         "phases": phases,
         "stall_pct": 100 * sum(steps.get(stall_phase(steps), [])) / total_step if total_step else None,
         "h2d_gb_per_s": h2d_bytes / (h2d_ms / 1000) / 1e9 if h2d_ms > 0 and h2d_bytes else None,
+        # what the measured steps of a training cell copied to the device, every tensor of each batch (a target's
+        # copy is priced from it where the cell ran: docs/target.md, "The copy")
+        "h2d_bytes": h2d_bytes,
     }
 
 

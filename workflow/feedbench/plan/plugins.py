@@ -68,6 +68,8 @@ def resolve_all(cell) -> dict[str, Any]:
     against its signature (check_args). Done before any job and in each."""
     add_paths(cell.python_path)
     loaded = {knob: load(target, knob) for knob, target in plugins_of(cell).items()}
+    for target in getattr(cell, "stage_functions", None) or []:  # made stages in each process: checked here first
+        load(target, "stage_functions")
     for args_knob in ARG_KNOBS:
         knob = args_knob.removesuffix("_args")
         if knob in loaded:  # an optimizer's first argument is the parameters, as a factory's may be ctx

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import resources
-from .ceilings import batch_bytes
+from .ceilings import batch_bytes, batch_tensor_bytes
 from .knobs import user_batch
 
 SHM_PATH = "/dev/shm"
@@ -75,18 +75,51 @@ def need_bytes(knobs: Mapping[str, Any] | Any, batch: int | None, local: bool) -
     return count * in_flight(batch * scale, workers, prefetch)
 
 
+def pinned_block(size: int) -> int:
+    """What PyTorch's pinned host allocator (CachingHostAllocator) holds for one tensor of `size` bytes: a block
+    rounded up to the next power of two, which it keeps cached once freed (a 38.5 MB batch holds 64 MiB). Unless
+    PYTORCH_CUDA_ALLOC_CONF sets pinned_max_round_threshold, as feedbench never does."""
+    return 1 << (size - 1).bit_length() if size > 0 else 0
+
+
+def pinned_batches(knobs: Mapping[str, Any] | Any) -> int:
+    """Batches one loader holds pinned at once: with workers, its batches in flight (in_flight: prefetch_factor x
+    num_workers + the one the step holds); without, the one the main thread pins while the step still holds the last;
+    plus, under the stream prefetcher (device_prefetch stream, a train cell), the prefetch_depth batches it keeps
+    issued ahead of the step. A compute cell holds its resident_batches together while it copies them, beside those
+    its workers have in flight."""
+    workers, prefetch = resources.knob(knobs, "num_workers"), resources.knob(knobs, "prefetch_factor")
+    in_flight = (prefetch or PREFETCH_DEFAULT) * workers
+    if resources.knob(knobs, "scenario") == "compute":
+        return in_flight + resources.knob(knobs, "resident_batches")
+    held = in_flight + 1 if workers else 2
+    streamed = resources.knob(knobs, "device_prefetch") == "stream" and resources.knob(knobs, "scenario") == "train"
+    return held + (resources.knob(knobs, "prefetch_depth") if streamed else 0)
+
+
+def pinned_pool(knobs: Mapping[str, Any] | Any, local: bool) -> int | None:
+    """The page-locked host memory of a cell that pins its batches (pin_memory on a GPU) on this host: its loaders'
+    pinned batches (pinned_batches), each tensor a power-of-two block (pinned_block); None when the batch's size is
+    unknown (a user's batch, tokens)."""
+    parts = None if user_batch(knobs) else batch_tensor_bytes(knobs)
+    if parts is None:
+        return None
+    count, scale = loaders(knobs, local)
+    return count * pinned_batches(knobs) * sum(pinned_block(part * scale) for part in parts)
+
+
 def facts(knobs: Mapping[str, Any], local: bool, path: str = "", pinned: bool = False) -> dict:
     """For a cell's result, before its loader starts: its bytes in flight (None for a user's batch, which has no size
     before it is made), the shared-memory filesystem's free bytes then, and, where `pinned` (pin_memory on a GPU), the
-    page-locked host memory the loader's pin thread holds: a pinned copy of each batch in flight, outside /dev/shm
-    (CUDA's host allocator), which the node's RAM and its memlock limit must also hold."""
+    page-locked host memory its pinned batches hold (pinned_pool), outside /dev/shm (CUDA's host allocator), which the
+    node's RAM and its memlock limit must also hold; 0 where nothing is pinned."""
     size = None if user_batch(knobs) else batch_bytes(knobs)
-    need = need_bytes(knobs, size, local)
+    pool = pinned_pool(knobs, local) if pinned else 0
     return {
         "path": path or SHM_PATH,
-        "in_flight_bytes": need,
+        "in_flight_bytes": need_bytes(knobs, size, local),
         "free_bytes": free_bytes(path),
-        "pinned_bytes": (need if pinned else 0) if need is not None else None,
+        "pinned_bytes": pool if size is not None else None,
     }
 
 

@@ -124,6 +124,11 @@ def find_gpu(name: Any, where: str = "target.gpu", table: dict | None = None) ->
     """The GPU a config names, matched ignoring case, spaces, dashes and underscores; ConfigError naming the known."""
     table = gpu_table() if table is None else table
     by_key = {_key(known): known for known in table}
+    if is_mig(name):
+        raise ConfigError(
+            f"{where}: {shown(name)} is a MIG slice, a fraction of a GPU whose figures the table does not hold; "
+            f"allowed: a whole GPU, one of {', '.join(table)}"
+        )
     if _key(name) not in by_key:
         raise ConfigError(f"{where}: unknown GPU {shown(name)}; allowed: {', '.join(table)}")
     known = by_key[_key(name)]
@@ -219,7 +224,12 @@ def copy_seconds(batch_bytes: float | None, target: Target) -> float:
     Pinned or pageable, the same figure: the table has no pageable rate (the driver stages pageable memory through a
     pinned buffer, so such copies reach less); docs/results/prediction-error.md says how far off that is here.
     """
-    return (batch_bytes or 0) / (target.link_gb_per_s * 1e9)
+    return link_seconds(batch_bytes, target.link_gb_per_s)
+
+
+def link_seconds(batch_bytes: float | None, link_gb_per_s: float) -> float:
+    """copy_seconds over a link of `link_gb_per_s` (results/target.json keeps the target's link as that figure)."""
+    return (batch_bytes or 0) / (link_gb_per_s * 1e9)
 
 
 def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedCell]:
@@ -245,27 +255,66 @@ def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedC
     return found
 
 
+# A card's form factor, by the words that name it in a CUDA device name or a table title: the same chip has another
+# power limit, clocks and memory as an SXM module, a PCIe card or an NVL pair (an H100 PCIe: 756 dense TFLOP/s in
+# bf16 against the SXM's 989). An SXM H100 names none ("NVIDIA H100 80GB HBM3"): a name without one is not refused.
+FORMS = {"sxm": "SXM", "sxm2": "SXM", "sxm4": "SXM", "sxm5": "SXM", "pcie": "PCIe", "nvl": "NVL"}
+
+
+def _words(name: str | None) -> list[str]:
+    """The name's words, lower case: split at anything but letters, digits and dots ("1g.5gb", "pcie)")."""
+    return [w for w in re.split(r"[^a-z0-9.]+", str(name or "").lower()) if w]
+
+
+def form_factor(name: str | None) -> str | None:
+    """SXM, PCIe or NVL where the name says which, else None."""
+    return next((FORMS[w] for w in _words(name) if w in FORMS), None)
+
+
+def is_mig(name: str | None) -> bool:
+    """A MIG slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"): a fraction of the GPU's compute and memory."""
+    return "mig" in _words(name)
+
+
 def same_gpu(name: str | None, gpu: Gpu) -> bool:
     """Whether a GPU as CUDA names it is the table's `gpu`: some run of the name's consecutive words is its name
-    ("NVIDIA H100 80GB HBM3" is an H100, "NVIDIA GeForce RTX 2080 Ti" an RTX2080Ti; "NVIDIA L40S" is no L4)."""
-    words = [w for w in re.split(r"[\s_-]+", str(name or "").lower()) if w]
+    ("NVIDIA H100 80GB HBM3" is an H100, "NVIDIA GeForce RTX 2080 Ti" an RTX2080Ti; "NVIDIA L40S" is no L4), it is
+    not a MIG slice of one, and its form factor (SXM, PCIe, NVL), where it names one, is the table's."""
+    words = _words(name)
     wanted = _key(gpu.name)
+    if is_mig(name) or form_factor(name) not in (None, form_factor(gpu.title)):
+        return False
     return any("".join(words[i:j]) == wanted for i in range(len(words)) for j in range(i + 1, len(words) + 1))
+
+
+def not_same_gpu(name: str | None, gpu: Gpu) -> str:
+    """Why a measurement on the GPU `name` is not one on the target's `gpu`."""
+    if is_mig(name):
+        return f"ran on {name}, a MIG slice: a fraction of a {gpu.name}"
+    form = form_factor(name)
+    if name and form is not None and form_factor(gpu.title) not in (None, form):
+        article = "an" if form in ("NVL", "SXM") else "a"
+        return f"ran on {name}, {article} {form} card: the table's {gpu.name} is the {form_factor(gpu.title)} one"
+    return f"ran on {name or 'no GPU'}, not on a {gpu.name}"
 
 
 def measured_compute(results: list[dict], gpu: Gpu, batch_size: int) -> tuple[float | None, str]:
     """(seconds of a step, where) from the results of a cell's compute ceiling measured for the target: the median
     samples/s over its repeats that ran on the target's GPU; None and why not where none did."""
-    rates, seen = [], []
+    rates, seen, cards = [], [], []
     for result in results:
         if result.get("status") != "ok":
             seen.append(f"failed: {error_text(result) or 'no error recorded'}")
             continue
         name = (result.get("provenance") or {}).get("gpu")
         if not same_gpu(name, gpu):
-            seen.append(f"ran on {name or 'no GPU'}, not on a {gpu.name}")
+            seen.append(not_same_gpu(name, gpu))
             continue
         rates.append(float(result["metrics"]["samples_per_s"]))
+        cards.append(name)
     if not rates:
         return None, "; ".join(dict.fromkeys(seen)) or "not run yet"
-    return batch_size / statistics.median(rates), f"measured there ({len(rates)} repeat{'s' if len(rates) > 1 else ''})"
+    card = " and ".join(dict.fromkeys(cards))
+    return batch_size / statistics.median(
+        rates
+    ), f"measured there, on {card} ({len(rates)} repeat{'s' if len(rates) > 1 else ''})"

@@ -1,0 +1,82 @@
+"""Python's garbage collector in the measured window: its pauses recorded, and the knob `gc` that sets its rule
+(not on/off: YAML reads those as booleans).
+
+A full collection of a large heap stops every Python thread for tens of milliseconds (144 ms for 1.2 M objects on the
+2-core development VM), and a training thread that builds a batch's Python objects every step (a collate, a
+`num_workers: 0` loader) triggers the young generations often. Python's own `timeit` turns the collector off while it
+times; a training job does not. Whatever the rule, every collection that runs inside the window in the trainer's
+process is recorded through `gc.callbacks`: how many, by generation, and how long they held the threads.
+
+    normal  the collector as the job runs it
+    freeze  collect and freeze the heap when the window opens (gc.freeze: the model, the dataset's index, everything
+            made at start-up is never scanned again, as in a long run's steady state), the collector left on: the
+            step's own garbage is collected and its pauses counted
+    disable as freeze, and the collector off until the window closes (timeit's rule)
+
+docs/performance.md ("The collector in the window") has the figures behind the default. Loader workers are
+processes of their own: they collect on their own, unrecorded here, and inherit neither the freeze nor a disabled
+collector (worker_init).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+
+class Collector:
+    """Opens and closes with the measured window; between the two, each collection's pause is recorded."""
+
+    def __init__(self, mode: str = "normal"):
+        self.mode = mode
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds) of each collection in the window
+        self._started: float | None = None
+        self._open = False
+        self._was_enabled = gc.isenabled()
+
+    def open(self) -> None:
+        if self._open:
+            return
+        if self.mode in ("freeze", "disable"):
+            gc.collect()
+            gc.freeze()
+        if self.mode == "disable":
+            self._was_enabled = gc.isenabled()
+            gc.disable()
+        gc.callbacks.append(self._callback)
+        self._open = True
+
+    def close(self) -> None:
+        """Idempotent: the window's end, or the cell's (a failure mid-window) closes it once."""
+        if not self._open:
+            return
+        self._open = False
+        gc.callbacks.remove(self._callback)
+        if self.mode in ("freeze", "disable"):
+            gc.unfreeze()
+        if self.mode == "disable" and self._was_enabled:
+            gc.enable()
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+            self._started = None
+
+    def summary(self) -> dict:
+        """The result's `metrics.gc`: the mode, the collections in the window, their total and longest pause."""
+        return {
+            "mode": self.mode,
+            "collections": len(self.pauses),
+            "by_generation": [sum(1 for g, _ in self.pauses if g == generation) for generation in range(3)],
+            "pause_ms": round(1000 * sum(s for _, s in self.pauses), 3),
+            "max_pause_ms": round(1000 * max((s for _, s in self.pauses), default=0.0), 3),
+        }
+
+
+def worker_init(_worker_id: int) -> None:
+    """A loader worker's collector as Python starts it, whatever the trainer's was when the worker forked (gc: freeze
+    disables and freezes it in the trainer during the window, and a worker forked then would inherit both)."""
+    gc.unfreeze()
+    gc.enable()
