@@ -85,6 +85,7 @@ class PageReport:
     figures: list[dict] = field(default_factory=list)
     layout: dict = field(default_factory=dict)
     screenshot: str | None = None
+    found: dict = field(default_factory=dict)  # what each of `inspect`'s `evaluate` expressions returned
 
 
 class DevTools:
@@ -176,10 +177,13 @@ def inspect(
     width: int = 1280,
     selector: str | None = None,
     max_height: int | None = None,
+    height: int = 900,
+    evaluate: dict[str, str] | None = None,
 ) -> PageReport:
-    """Load `page` (a file path), wait for its load event, and collect requests, failures, console errors, figure
-    sizes and the layout's fit. The screenshot shows the whole page, or the element `selector` names, cut at
-    `max_height` pixels when given."""
+    """Load `page` (a file path) in a viewport `width` x `height`, wait for its load event, and collect requests,
+    failures, console errors, figure sizes and the layout's fit, and what each JavaScript expression of `evaluate`
+    returns (a JSON string, parsed into `found` under its name). The screenshot shows the whole page, or the element
+    `selector` names, cut at `max_height` pixels when given."""
     browser = DevTools(binary or find_chromium())
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -188,7 +192,7 @@ def inspect(
             browser.send(f"{domain}.enable", session=session)
         browser.send(
             "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
             session=session,
         )
         navigation = browser.send("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
@@ -203,6 +207,11 @@ def inspect(
                 "result"
             ]["value"]
         )
+        for name, expression in (evaluate or {}).items():
+            answer = browser.send(
+                "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session
+            )
+            report.found[name] = json.loads(answer["result"]["value"])
         if screenshot:
             size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
             clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 
+import pandas as pd
 import pytest
 from browser import ARTIFACTS, assert_fits, inspect
 from conftest import needs_chromium
 from real_results import real_matrix  # noqa: F401 (fixture)
+from stored_run import DEFAULT_RUN, default_config, render_default_run
 from test_report import config, make_report  # noqa: F401 (fixture)
 
 pytestmark = [
@@ -97,3 +99,81 @@ def test_the_fit_check_sees_a_cramped_sentence_and_a_broken_word(tmp_path):
     found = inspect(str(page), width=1280)
     assert [c.split(" px: ")[1] for c in found.layout["cramped"]] == [sentence[:60]]
     assert found.layout["broken"] == ["follow-up"]
+
+
+# The default run's report (tests/stored/default-run, rendered by today's code), as issue #34 asks it to read.
+# Each experiment's three verdict lines: the bottom of each, in px from the top of the page.
+FIRST_SCREEN_JS = """JSON.stringify(Array.from(document.querySelectorAll('#verdict article.headline')).map(a => ({
+  id: a.id,
+  bottoms: Array.from(a.querySelectorAll('p.finding, p.where, p.fix'))
+                .map(p => Math.ceil(p.getBoundingClientRect().bottom)),
+})))"""
+# The summaries of the details that are open, and that of the verdict's rules.
+OPEN_JS = """JSON.stringify({
+  open: Array.from(document.querySelectorAll('details')).filter(d => d.open)
+             .map(d => d.querySelector('summary').textContent.trim()),
+  rule: (document.querySelector('#verdict details.rule summary') || {textContent: ''}).textContent.trim(),
+})"""
+# With every details of the verdict opened: what in it scrolls sideways in a box, and what reaches past the viewport.
+PHONE_JS = """(() => {
+  document.querySelectorAll('#verdict details').forEach(d => { d.open = true; });
+  const width = document.documentElement.clientWidth, inside = Array.from(document.querySelectorAll('#verdict *'));
+  return JSON.stringify({
+    width, page: document.documentElement.scrollWidth,
+    scrolls: inside.filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible')
+                   .map(e => `${e.tagName}.${e.className}`),
+    beyond: inside.filter(e => e.getBoundingClientRect().right > width + 1)
+                  .map(e => `${e.tagName}: ${e.textContent.trim().slice(0, 60)}`),
+  });
+})()"""
+# Each axis of each figure: its tick labels (matplotlib's SVG groups them as xtick_N / ytick_N).
+TICKS_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg g[id^="matplotlib.axis"]')).map(axis =>
+  Array.from(axis.querySelectorAll(':scope > g[id^="xtick"], :scope > g[id^="ytick"]'))
+       .map(tick => tick.textContent.trim()).filter(text => text)))"""
+# Links of the verdict's lines whose target is not in the page.
+DEAD_JS = """JSON.stringify(Array.from(document.querySelectorAll('a.proof'))
+  .filter(a => !document.getElementById(a.getAttribute('href').slice(1))).map(a => a.getAttribute('href')))"""
+CELLS_JS = "JSON.stringify(Array.from(document.querySelectorAll('td, th')).map(c => c.textContent))"
+
+
+@pytest.fixture(scope="module")
+def default_run_report(tmp_path_factory):
+    return render_default_run(str(tmp_path_factory.mktemp("default-run")))
+
+
+def test_every_experiments_three_verdict_lines_are_on_the_first_screen(default_run_report):
+    page = inspect(
+        default_run_report,
+        os.path.join(ARTIFACTS, "report-first-screen.png"),
+        height=800,
+        max_height=800,
+        evaluate={"verdicts": FIRST_SCREEN_JS, "details": OPEN_JS, "dead": DEAD_JS},
+    )
+    verdicts = page.found["verdicts"]
+    assert [v["id"] for v in verdicts] == [f"verdict-{name}" for name in default_config()["experiments"]]
+    for verdict in verdicts:
+        assert len(verdict["bottoms"]) == 3 and max(verdict["bottoms"]) <= 800, verdict
+    assert page.found["details"]["rule"] == "How the verdict is made"
+    assert page.found["details"]["open"] == []  # the rules, the glossary and the tables of details: folded
+    assert page.found["dead"] == []  # each line links to the table or chart that proves it
+
+
+def test_on_a_phone_the_verdict_reads_without_sideways_scrolling(default_run_report):
+    page = inspect(default_run_report, os.path.join(ARTIFACTS, "report-phone.png"), width=390, evaluate={"v": PHONE_JS})
+    verdict = page.found["v"]
+    assert verdict["page"] <= verdict["width"] and verdict["scrolls"] == [] and verdict["beyond"] == [], verdict
+    assert_fits(page, "the default run's report at 390 px", 390)
+
+
+def test_no_plot_repeats_a_tick_label_and_no_table_shows_a_cell_id_over_60_characters(default_run_report):
+    page = inspect(default_run_report, evaluate={"ticks": TICKS_JS, "cells": CELLS_JS})
+    assert page.found["ticks"] and all(page.found["ticks"]), "every axis has tick labels"
+    for labels in page.found["ticks"]:
+        assert len(labels) == len(set(labels)), labels
+    summary = pd.read_csv(os.path.join(DEFAULT_RUN, "summary.csv"), usecols=["cell"])
+    long_ids = {cell for cell in summary["cell"] if len(cell) > 60}
+    assert long_ids, "the default run has ceiling cells whose ids are longer than 60 characters"
+    assert not [(cell, text) for text in page.found["cells"] for cell in long_ids if cell in text]
+    with open(default_run_report) as f:
+        provenance = f.read().split('id="provenance"')[1].replace("<wbr>", "")
+    assert all(cell in provenance for cell in long_ids)  # whole in the provenance's list

@@ -179,4 +179,4 @@ def test_a_hue_knob_unset_in_some_cells_keeps_their_bars():
     heights = sorted(round(bar.get_height()) for bar in ax.patches)
     labels = sorted(text.get_text() for text in ax.get_legend().get_texts())
     plt.close(fig)
-    assert heights == [300, 390, 400] and labels == ["ca=decode", "ca=none"]
+    assert heights == [300, 390, 400] and labels == ["cache_after=decode", "cache_after=none"]

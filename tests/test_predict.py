@@ -138,7 +138,7 @@ def test_headspace_and_the_fewest_workers_that_reach_the_compute_ceiling():
     assert found["headspace_best"] == pytest.approx(200 / 195 - 1)
     assert found["cell"] == "w2"  # 190 >= 95 % of 200: two workers are enough
     assert found["sentence"] == (
-        "data-bound: 233 % headspace; 2 workers per GPU with pinned memory should reach"
+        "data-bound: with free data, training could run 3.3x faster; 2 workers per GPU with pinned memory should reach"
         " 95 % of the compute ceiling (predicted 190 samples/s)"
     )
     # A loader alone fast enough at 0 workers does not feed the model: the main process loads, then trains (the

@@ -190,12 +190,13 @@ def test_every_axis_is_a_column_and_an_adjusted_value_is_marked(html):
     assert "asked → ran" in section
 
 
-def test_cells_carry_a_short_label_with_a_key_and_their_id_wraps(html):
+def test_cells_carry_a_label_in_words_and_their_id_wraps(html):
     section = html[html.index('id="exp-train"') : html.index('id="exp-transfer"')]
-    assert "Key</b> to the short cell labels: hl: hidden_layers · delay: sample_delay_ms" in section
-    assert '<b class="label">hl=4 delay=0.5</b>' in section
-    assert '<code class="id">hidden_<wbr>layers-<wbr>4_<wbr>sample_<wbr>delay_<wbr>ms-<wbr>0.5</code>' in section
-    assert '<div class="scroll">\n  <table class="cells">' in section
+    assert "Key</b>" not in section  # two knobs vary: the labels are in words, and need no key
+    assert '<b class="label">hidden_layers=4 sample_delay_ms=0.5</b>' in section
+    wrapped = "hidden_<wbr>layers-<wbr>4_<wbr>sample_<wbr>delay_<wbr>ms-<wbr>0.5"
+    assert f'<code class="id" title="hidden_layers-4_sample_delay_ms-0.5">{wrapped}</code>' in section
+    assert '<div class="scroll" id="cells-train">\n  <table class="cells">' in section
 
 
 def test_a_mapping_knob_shows_as_its_json_and_is_not_called_adjusted():

@@ -91,12 +91,12 @@ def test_the_derived_ceilings_fold_under_the_experiment_they_serve(made):
     for cell in (c for c in cells if c.experiment == "ceilings-loader"):
         assert cell.id in table
     # The compute experiment's cell is shared: named with its experiment and linked there, bounding both cells.
-    assert '<a href="#exp-compute"><code class="id">compute/base</code></a>' in table
+    assert '<a href="#exp-compute"><code class="id" title="compute/base">compute/base</code></a>' in table
     rows = table.split("<tr>")[1:]
     compute_row = next(r for r in rows if "compute/base" in r)
-    assert "w=0, w=1" in compute_row and "2/2" in compute_row and "samples/s" in compute_row
+    assert "num_workers=0, num_workers=1" in compute_row and "2/2" in compute_row and "samples/s" in compute_row
     loader_rows = [r for r in rows if "<td>loader</td>" in r]
-    assert {("w=0" in r, "w=1" in r) for r in loader_rows} == {(True, False), (False, True)}
+    assert {("num_workers=0" in r, "num_workers=1" in r) for r in loader_rows} == {(True, False), (False, True)}
     assert 'id="exp-compute"' in html and "Ceilings of this experiment" not in section(html, 'id="exp-compute"')
 
 

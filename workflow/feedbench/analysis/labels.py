@@ -1,10 +1,12 @@
-"""Short cell labels for people (`w=2 pin nb ev`), with the key that reads them; ids on disk stay as they are.
+"""Cell labels for people: in words (`num_workers=2 cache_after=decode`), or short (`w=2 pin nb ev`) with the key that
+reads them where more than two knobs vary; ids on disk stay as they are.
 
 A cell id such as `model-resnet18_gpus_per_node-1_pin_memory-false_timing-events` is stable, so reruns find their
 results, but it is too long for a tick label or a table column. A label here shows only the knobs that vary in the
-plotted or tabulated cells, each in a few characters: a switch by its short name (`pin`) or `no-pin`, any other knob
-as `short=value` with well-known values shortened too (`events` -> `ev`). `key()` lists what each short name means,
-shown once at the top of an experiment and beside its figure. Torch-free: plots and the report import it.
+plotted or tabulated cells: up to WORDS_UP_TO of them as `knob=value`, a person's words; more, each in a few
+characters: a switch by its short name (`pin`) or `no-pin`, any other knob as `short=value` with well-known values
+shortened too (`events` -> `ev`). `key_text()` lists what each short name means, shown once at the top of an
+experiment and beside its figure. Torch-free: plots and the report import it.
 """
 
 from __future__ import annotations
@@ -41,13 +43,30 @@ def short_value(knob: str, value) -> str:
     return f"{name}={SHORT_VALUES.get(str(value), value)}"
 
 
+WORDS_UP_TO = 2  # knobs a label names in words, `num_workers=2 cache_after=decode`; more, and it takes short codes
+
+
+def word_value(knob: str, value) -> str:
+    """One knob's part of a label in words: `cache_after=decode`, `pin_memory=false`, `cache_after=none` when unset."""
+    if isinstance(value, float) and value != value:  # NaN: a null knob in the summary
+        value = "none"
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{knob}={str(value).lower() if _is_switch(value) else value}"
+
+
 def cell_label(cell, knobs: list[str]) -> str:
-    """The short label of one cell (a dict or a pandas row) over the knobs given: `w=2 pin nb t=ev`."""
-    return " ".join(short_value(k, cell[k]) for k in knobs) or "(one cell)"
+    """The label of one cell (a dict or a pandas row) over the knobs given: in words up to WORDS_UP_TO knobs
+    (`num_workers=2 cache_after=decode`), else short (`w=2 pin nb t=ev`), read by key_text."""
+    part = word_value if len(knobs) <= WORDS_UP_TO else short_value
+    return " ".join(part(k, cell[k]) for k in knobs) or "(one cell)"
 
 
 def key_text(knobs: list[str], cells=()) -> str:
-    """The key of the labels of `cells` (dicts or rows): `w: num_workers · pin: pin_memory · t: timing · ev: events`."""
+    """The key of the labels of `cells` (dicts or rows): `w: num_workers · pin: pin_memory · t: timing · ev: events`;
+    empty when the labels are in words."""
+    if len(knobs) <= WORDS_UP_TO:
+        return ""
     seen = {str(cell[k]) for cell in cells for k in knobs}
     parts = [f"{short_knob(k)}: {k}" for k in knobs]
     parts += [f"{short}: {value}" for value, short in SHORT_VALUES.items() if short != value and value in seen]

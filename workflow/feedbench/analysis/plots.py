@@ -10,8 +10,9 @@ A series is the hue knob plus every other knob that varies in the experiment
 (except x), so cells are never pooled silently. Points are medians of the
 repeats, error bars their 95 % interval (see verdict.py).
 
-Labels that fit, at any matrix size. Only knobs that vary within the plotted data label anything, in the short form
-of analysis.labels (`w=2 pin nb t=ev`), with the key under the figure. How long labels are made to fit, per kind:
+Labels that fit, at any matrix size. Only knobs that vary within the plotted data label anything, as analysis.labels
+names them: in words up to two knobs (`num_workers=2 cache_after=decode`, a knob a line when too wide), else short
+(`w=2 pin nb t=ev`) with the key under the figure. How long labels are made to fit, per kind:
     phases   one bar per cell, so as many labels as cells: they stand vertical under their bars when they do not fit
              side by side (a legend would make the reader match dozens of colours, and facets would split the one
              comparison the plot exists for), and the figure widens with the number of cells;
@@ -59,7 +60,7 @@ from ..plan.result import atomic_write
 from .aggregate import as_requested
 from .labels import cell_label, key_text
 from .stages import UNATTRIBUTED, names, profile
-from .verdict import interval, natural_order, varying_knobs
+from .verdict import interval, knob_texts, natural_order, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {
@@ -143,7 +144,7 @@ def _ordered(values) -> list:
 
 def _series(data: pd.DataFrame, x: str, hue: str | None, knobs: list[str]) -> list[str]:
     keys = [hue] if hue and hue in data else []
-    return keys + [k for k in knobs if k not in (x, hue) and k in data and data[k].astype(str).nunique() > 1]
+    return keys + [k for k in knobs if k not in (x, hue) and k in data and knob_texts(data[k], k).nunique() > 1]
 
 
 def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
@@ -170,13 +171,25 @@ def _label(keys: list[str], values) -> str | None:
     return plain(cell_label(dict(zip(keys, values, strict=True)), keys)) if keys else None
 
 
+WIDEST_IN = 12.0  # the widest a stage figure grows to give its labels room side by side
+LABEL_ROOM_IN = 1.2  # inches of vertical tick labels a figure's height leaves room for (18 characters at 8 pt)
 CHAR_WIDTH = 0.62  # a character's mean width in ems of DejaVu Sans, a little generous: estimates err on the safe side
 
 
 def fit_ticks(ax, positions, labels: list[str], slot_in: float, fontsize: float = 8.0, axis: str = "x") -> None:
-    """Set tick labels; on the x axis they turn vertical when the longest does not fit in its slot (inches)."""
-    longest = max((len(label) for label in labels), default=0) * CHAR_WIDTH * fontsize / 72
-    rotation = 90 if axis == "x" and longest > 0.9 * slot_in else 0
+    """Set tick labels; on the x axis a label too wide for its slot (inches) puts each knob on a line of its own,
+    and the labels turn vertical when even that does not fit."""
+
+    def width(texts: list[str]) -> float:
+        return max((len(line) for text in texts for line in text.split("\n")), default=0) * CHAR_WIDTH * fontsize / 72
+
+    stacked = [label.replace(" ", "\n") for label in labels]
+    if axis == "x" and width(labels) > 0.9 * slot_in and width(stacked) <= 0.9 * slot_in:
+        labels = stacked
+    rotation = 90 if axis == "x" and width(labels) > 0.9 * slot_in else 0
+    if rotation:  # vertical labels longer than the room a figure leaves them grow it, so the axes keep their height
+        page = _page(ax)
+        page.set_figheight(page.get_figheight() + max(width(labels) - LABEL_ROOM_IN, 0))
     if axis == "x":
         ax.set_xticks(positions, labels, fontsize=fontsize, rotation=rotation)
     else:
@@ -345,7 +358,7 @@ def facet_knob(rows: pd.DataFrame, spec: dict) -> str | None:
     others = [k for k in keys if k != hue]
     if not others or data.groupby(keys, dropna=False).ngroups <= SERIES_LIMIT:
         return None
-    return min(others, key=lambda k: data[k].astype(str).nunique())
+    return min(others, key=lambda k: knob_texts(data[k], k).nunique())
 
 
 def draw_facets(fig, rows: pd.DataFrame, spec: dict, knob: str) -> None:
@@ -393,8 +406,8 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
                 draw(ax, rows, one)
         if title:
             fig.suptitle(wrap(plain(title), 0.95 * width, 12), fontsize=12)
-        if knobs:
-            key = key_text(knobs, rows.drop_duplicates("cell").to_dict("records"))
+        key = key_text(knobs, rows.drop_duplicates("cell").to_dict("records")) if knobs else ""
+        if key:  # short labels to read (labels in words need none)
             fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
     return fig
 
@@ -448,18 +461,21 @@ def stage_figure(rows: pd.DataFrame, title: str = "") -> Figure | None:
     # that many stages never squeeze the bars, and the tick labels are fitted to what is left for the axes.
     ncols = -(-(len(stages) + 1) // max(int(0.7 * height * 72 / (8 * 2.2)), 1))
     legend_in = ncols * (max(len(s) for s in [*stages, "worker (median)"]) * CHAR_WIDTH * 8 / 72 + 0.6)
-    width = max(7.5, 0.25 * len(cells) + 2 + legend_in)
+    labels = [plain(cell_label(group.iloc[0], knobs)) if knobs else plain(cell) for cell, group in cells]
+    # Room for each label with a knob a line (fit_ticks), up to WIDEST_IN: past that they stand vertical.
+    stacked = max((len(line) for label in labels for line in label.split(" ")), default=0) * CHAR_WIDTH * 8 / 72
+    room = min(len(cells) * stacked / 0.9 + legend_in + 1.0, WIDEST_IN)
+    width = max(7.5, 0.25 * len(cells) + 2 + legend_in, room)
     with plain_text():
         fig = Figure(figsize=(width, height), layout="constrained")
         ax = fig.subplots()
         _draw_stages(ax, cells, stages)
-        labels = [plain(cell_label(group.iloc[0], knobs)) if knobs else plain(cell) for cell, group in cells]
         fit_ticks(ax, range(len(cells)), labels, (width - legend_in - 1.0) / max(len(cells), 1))
         _stage_legend(ax, ncols)
         heading = f"{title}: stage time per sample" if title else "Stage time per sample"
         ax.set_title(wrap(plain(heading), width - legend_in - 1.0, 10), fontsize=10)
-        if knobs:
-            key = key_text(knobs, firsts.to_dict("records"))
+        key = key_text(knobs, firsts.to_dict("records")) if knobs else ""
+        if key:
             fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
     return fig
 

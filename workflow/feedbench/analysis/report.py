@@ -28,7 +28,7 @@ from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, knee, served, stages, target_view, verdict, views, whatifs
+from . import accuracy, headline, knee, served, stages, target_view, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -120,9 +120,29 @@ def breakable(text) -> Markup:
     )
 
 
+LONGEST_ID = 60  # characters of a cell id a table shows; a longer one is cut in the middle, whole in its tooltip
+
+
+def short_id(text) -> str:
+    """A cell id as a table shows it: whole up to LONGEST_ID characters, else its start and its end (where a user's
+    id keeps its hash) around an ellipsis; the whole id is the tooltip and in the provenance's list of cell ids."""
+    text = str(text)
+    if len(text) <= LONGEST_ID:
+        return text
+    return f"{text[: LONGEST_ID - 16]}…{text[-15:]}"
+
+
+def cut_ids(summary: pd.DataFrame) -> list[str]:
+    """experiment/cell of every cell whose id a table cuts (short_id): the provenance lists them whole."""
+    cells = summary[["experiment", "cell"]].drop_duplicates().itertuples(index=False)
+    return [f"{experiment}/{cell}" for experiment, cell in cells if len(str(cell)) > LONGEST_ID]
+
+
 def _same(a, b) -> bool:
     """Equal as the report shows values: True, 'True' and 'true' alike, 2 and 2.0 alike, a mapping and its JSON."""
     a, b = (json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v for v in (a, b))
+    if all(v is None or pd.isna(v) for v in (a, b)):
+        return True  # a knob left unset, asked and run alike (NaN is not equal to itself)
     try:
         return float(a) == float(b)
     except (TypeError, ValueError):
@@ -222,6 +242,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "unit": "",
         "knobs": [],
         "verdict": None,
+        "headline": None,
         "best_id": None,
         "baseline_id": None,
         "note": "no result for this experiment",
@@ -318,16 +339,20 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         has_prediction=_has_values(found["cells"], "predicted"),
         has_epoch_stall=_has_values(found["cells"], "epoch_stall_ms"),
         has_memory_growth=_has_values(found["cells"], "growth_mb_per_1k"),
-        whatifs=whatifs.experiment_table(rows),  # the top stages' what-ifs, predicted (analysis.whatifs)
+        whatifs=whatifs.experiment_table(rows, found["metric"]),  # the top stages' what-ifs, predicted (whatifs)
         has_workers_kind=_has_values(found["cells"], "workers_kind"),
     )
+    labels = {cell["cell"]: cell["label"] for cell in cells}
+    for row in context["whatifs"]:
+        row["label"] = labels.get(row["cell"], row["cell"])
     if best is not None:
         context["verdict"] = _verdict_context(found)
+        context["headline"] = headline.lines(found, rows, context["unit"], context["whatifs"], fmt)
     return context
 
 
 def unit(metric: str) -> str:
-    return {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}.get(metric, "")
+    return verdict.UNITS.get(metric, "")
 
 
 def study_view(
@@ -487,6 +512,7 @@ def build(
             "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0],
         },
         "provenance": provenance_table(results, withheld=("host",) if disclosure.anonymize else ()),
+        "long_ids": cut_ids(summary),
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
         "config_hash": config_hash,
@@ -495,6 +521,7 @@ def build(
             "stall_pct": verdict.DATA_STALL_PCT,
             "transfer_pct": 100 * verdict.TRANSFER_SHARE,
             "cpu_bound_share": CPU_BOUND_SHARE,
+            "whatifs_shown": whatifs.SHOWN,
         },
     }
 
@@ -510,6 +537,7 @@ def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None
         finalize=(disclosure or Disclosure()).finalize,
     )
     env.filters["num"] = fmt
+    env.filters["short_id"] = short_id
     env.filters["breakable"] = lambda text: breakable((disclosure or Disclosure()).text(str(text)))
     return env
 

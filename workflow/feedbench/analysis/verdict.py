@@ -50,6 +50,7 @@ from .aggregate import is_true, knob_value
 from .stages import column_median
 from .whatifs import changed_data
 
+UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}  # by objective
 DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
 LOST_SHARE = 0.05  # the first batch or the epoch stalls are named in the verdict above this share of the run
@@ -171,7 +172,15 @@ def varying_knobs(rows: pd.DataFrame, first: list[str] | tuple = ()) -> list[str
     axes) lead."""
     per_cell = rows.groupby("cell", sort=False).first()
     order = [k for k in first if k in KNOBS] + [k for k in KNOBS if k not in first]
-    return [k for k in order if k in per_cell and k != "seed" and per_cell[k].astype(str).nunique() > 1]
+    return [k for k in order if k in per_cell and k != "seed" and knob_texts(per_cell[k], k).nunique() > 1]
+
+
+def knob_texts(column: pd.Series, knob: str) -> pd.Series:
+    """A knob's values as text to compare, an unset one (cache_after of every cell but the cached one) as its
+    default's: pandas' string columns keep NaN through astype(str), and nunique or == would not count it."""
+    if knob not in KNOBS:
+        return column.map(lambda value: str(None if value is None or pd.isna(value) else value))
+    return column.map(lambda value: str(knob_value({knob: value}, knob)))
 
 
 def baseline_cell(rows: pd.DataFrame) -> str | None:
@@ -235,15 +244,15 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 **growth.figures(ok),  # the workers' memory growth and the samples to the cell's memory limit
                 **workers_cpu(ok),  # which kind its workers are, and whether they outnumber the cores
                 # analysis.predict's prediction from the cell's ceilings, when the summary has them (else None).
-                "predicted": column_median(ok, "predicted_samples_per_s"),
+                "predicted": in_unit(ok, metric, "predicted_samples_per_s"),
                 "predicted_bound": first.get("predicted_bound")
                 if isinstance(first.get("predicted_bound"), str)
                 else None,
                 "error_pct": column_median(ok, "prediction_error_pct"),
                 "predicted_from": _text(first.get("predicted_from")),
                 "trades": _text(first.get("whatif_trades")),  # what a stage what-if traded (harness.whatif)
-                "ceiling_loader": column_median(ok, "ceiling_loader_samples_per_s"),
-                "ceiling_compute": column_median(ok, "ceiling_compute_samples_per_s"),
+                "ceiling_loader": in_unit(ok, metric, "ceiling_loader_samples_per_s"),
+                "ceiling_compute": in_unit(ok, metric, "ceiling_compute_samples_per_s"),
                 "culprit": culprit,
                 "bound": bound if stats.n else "failed",
                 "why": why if stats.n else "no repeat of this cell finished",
@@ -251,6 +260,17 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         )
     table = pd.DataFrame(table)
     return table.sort_values(knobs, key=natural_order, kind="stable").reset_index(drop=True) if knobs else table
+
+
+def in_unit(ok: pd.DataFrame, metric: str, column: str) -> float | None:
+    """A samples/s column of a cell (a prediction, a ceiling) in the experiment's unit: where the pipeline counts
+    tokens, times the cell's tokens per sample (its measured tokens/s over its samples/s), so that every figure of the
+    experiment is in tokens/s or none is."""
+    value = column_median(ok, column)
+    if value is None or metric != "tokens_per_s":
+        return value
+    tokens, samples = column_median(ok, "tokens_per_s"), column_median(ok, "samples_per_s")
+    return value * tokens / samples if tokens and samples else None
 
 
 def gpu_count(row) -> int:
@@ -487,10 +507,11 @@ def headspace(cell: dict | None) -> float | None:
 
 
 def headspace_text(value: float) -> str:
-    """A headspace in words. A negative one is no headspace: the cell measured above its compute ceiling (noise, or
-    a ceiling measured under other load), so the ceiling does not bound it and the sentence says so."""
+    """A headspace in plain words: how many times faster training could run with free data. A negative one is no
+    headspace: the cell measured above its compute ceiling (noise, or a ceiling measured under other load), so the
+    ceiling does not bound it and the sentence says so."""
     if value >= 0:
-        return f"{100 * value:.0f} % headspace"
+        return f"with free data, training could run {1 + value:.1f}x faster"
     above = 1 / (1 + value) - 1  # measured / ceiling - 1
     return (
         f"measured above its compute ceiling by {100 * above:.0f} %: the ceiling is not a bound here"
@@ -505,9 +526,9 @@ PAYS_OFF = (("pin_memory", "pinning", "true"), ("device_prefetch", "stream prefe
 def _same_but(cells: pd.DataFrame, cell: dict, knob: str) -> pd.DataFrame:
     """The cells that differ from `cell` in `knob` alone (among the knobs the cell table shows)."""
     others = [k for k in cells.columns if k in KNOBS and k != knob]
-    mask = cells[knob].astype(str) != str(cell.get(knob))
+    mask = knob_texts(cells[knob], knob) != str(knob_value(cell, knob))
     for k in others:
-        mask &= cells[k].astype(str) == str(cell.get(k))
+        mask &= knob_texts(cells[k], k) == str(knob_value(cell, k))
     return cells[mask & cells["median"].notna()]
 
 
@@ -573,12 +594,13 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     how = [f"{count} worker{'' if count == 1 else 's'} per GPU"] if has_workers else []
     how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
-    found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share)
+    found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share, how=how[0] if how else None)
     fix = how[0] if how else f"cell {pick['cell']}"
     fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
     found["gains"] = pays_off(cells, pick.drop(["_w", "_p"]).to_dict())
-    found["sentence"] = (
-        f"{lead}; {fix} should reach {100 * share:.0f} % of the compute ceiling"
-        f" (predicted {pick['predicted']:,.0f} samples/s)"
-    ) + "".join(f"; {gain}" for gain in found["gains"])
+    unit = UNITS.get(str(pick.get("metric")), "samples/s")
+    found["fix"] = (
+        f"{fix} should reach {100 * share:.0f} % of the compute ceiling (predicted {pick['predicted']:,.0f} {unit})"
+    )
+    found["sentence"] = f"{lead}; {found['fix']}" + "".join(f"; {gain}" for gain in found["gains"])
     return found

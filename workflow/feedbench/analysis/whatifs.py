@@ -15,6 +15,7 @@ from .stages import column_median
 # The stages a what-if cannot take out of the workers: the rest of each sample and the batch's collate.
 NOT_MOVABLE = (stages.UNATTRIBUTED, "collate")
 TOP_STAGES = 3
+SHOWN = 3  # what-ifs per cell the report shows; the rest it folds
 
 
 def order_of(rows: pd.DataFrame, column: str = "stage_order") -> list[str]:
@@ -119,9 +120,11 @@ def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[di
     return found
 
 
-def experiment_table(rows: pd.DataFrame) -> list[dict]:
+def experiment_table(rows: pd.DataFrame, metric: str = "samples_per_s") -> list[dict]:
     """The report's stage what-ifs of one experiment: for each finished training cell without a what-if that has a
-    stage profile and ceilings, its top stages' three predictions (table), beside its measured samples/s. The copy
+    stage profile and ceilings, its top stages' three predictions (table), beside its measured throughput; fastest
+    first, the first SHOWN of each cell marked `shown` (the report folds the rest). Figures are in the experiment's
+    `metric`: where it is tokens_per_s, the samples/s the model predicts times the cell's tokens per sample. The copy
     term needs the batch's bytes: known for the built-in datasets; a user's batch crosses uncounted here."""
     from ..plan.ceilings import batch_bytes
     from ..plan.knobs import KNOBS, user_batch
@@ -139,8 +142,13 @@ def experiment_table(rows: pd.DataFrame) -> list[dict]:
         )
         bandwidth = column_median(group, "ceiling_copy_gb_per_s")
         size = batch_bytes(knobs) if bandwidth and not user_batch(knobs) else None
-        for row in table(group, knobs, rates, (size, bandwidth if size else None)):
-            found.append({"cell": cell, "measured": column_median(group, "samples_per_s"), **row})
+        measured, samples = column_median(group, metric), column_median(group, "samples_per_s")
+        scale = measured / samples if measured and samples else 1.0
+        predictions = table(group, knobs, rates, (size, bandwidth if size else None))
+        predictions.sort(key=lambda row: -(row["predicted"] or 0))
+        for rank, row in enumerate(predictions):
+            row.update({k: row[k] * scale for k in ("predicted", "loader_per_s") if row[k] is not None})
+            found.append({"cell": cell, "measured": measured, "shown": rank < SHOWN, **row})
     return found
 
 

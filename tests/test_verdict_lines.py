@@ -1,0 +1,180 @@
+"""Each experiment's verdict in three plain lines (issue #34): the finding, where, the fix, measured or predicted.
+
+On the default run's results (tests/stored/default-run): its `decode` experiment is data-bound at 0 workers, names
+its costliest stage, measured the cache the stage profile predicts (cache_after: decode) and ran the worker count the
+ceilings pick, oversubscribed on 2 cores. Crafted rows check what that run does not have: a fastest cell that is
+oversubscribed, and a pipeline that counts tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pandas as pd
+import pytest
+from feedbench.analysis import headline, stages
+from feedbench.analysis.aggregate import read_summary
+from feedbench.analysis.report import build, fmt
+from feedbench.analysis.verdict import summarize_experiment
+from stored_run import DEFAULT_RUN, default_config
+
+
+@pytest.fixture(scope="module")
+def default():
+    """The default run's summary and the report's context of each of its experiments."""
+    summary = read_summary(os.path.join(DEFAULT_RUN, "summary.csv"))
+    with open(os.path.join(DEFAULT_RUN, "ceilings.json")) as f:
+        links = json.load(f)
+    context = build(summary, [], [], default_config(), "default", links=links)
+    return summary, {e["name"]: e for e in context["experiments"]}
+
+
+def test_every_experiment_has_three_plain_lines(default):
+    _, experiments = default
+    assert set(experiments) == {"decode", "workers", "prefetch", "compute", "transfer"}
+    for name, e in experiments.items():
+        lines = e["headline"]
+        assert all(lines[k] and lines[k].endswith(".") for k in ("finding", "where", "fix")), (name, lines)
+        assert "headspace" not in " ".join(v for v in lines.values() if isinstance(v, str)), (name, lines)
+
+
+def test_a_data_bound_experiment_says_how_much_it_waits_and_how_much_faster_free_data_would_be(default):
+    _, experiments = default
+    decode = experiments["decode"]
+    base = next(c for c in decode["cells"] if c["cell"] == decode["baseline_id"])
+    faster = base["ceiling_compute"] / base["median"]
+    assert decode["headline"]["finding"] == (
+        f"Training waits for data {base['stall_pct']:.0f} % of each step;"
+        f" with free data it could run {faster:.1f}x faster."
+    )
+
+
+def test_the_where_line_is_the_stage_summary_of_the_baseline(default):
+    summary, experiments = default
+    decode = experiments["decode"]
+    rows = summary[(summary["cell"] == decode["baseline_id"]) & (summary["status"] == "ok")]
+    culprit = stages.culprit(rows)
+    assert culprit and decode["headline"]["where"] == f"{culprit[0].upper()}{culprit[1:]}."
+
+
+def test_a_measured_cache_is_the_fix_measured_with_its_prediction_error(default):
+    _, experiments = default
+    decode = experiments["decode"]
+    best = next(c for c in decode["cells"] if c["cell"] == decode["best_id"])
+    assert best["cell"] == "num_workers-0_cache_after-decode"
+    side = "above" if best["error_pct"] >= 0 else "below"
+    assert decode["headline"]["fix"].startswith(f"cache_after=decode: measured {best['speedup']:.2f}x (")
+    assert (
+        f"{abs(best['error_pct']):.1f} % {side} its prediction ({fmt(best['predicted'])} samples/s predicted)"
+        in (decode["headline"]["fix"])
+    )
+
+
+def test_the_ceilings_pick_that_is_not_the_fastest_cell_says_why(default):
+    _, experiments = default
+    decode = experiments["decode"]
+    pick = decode["verdict"]["recommendation"]["cell"]
+    assert pick != decode["best_id"]  # the ceilings pick 1 worker; the cache measured faster
+    why = decode["headline"]["why"]
+    assert why.startswith("Not the ceilings' pick, 1 worker per GPU: it measured ")
+    assert f"cell {pick} is oversubscribed" in why and "cores" in why
+
+
+def rows(cells: dict[str, dict], repeats: int = 3) -> pd.DataFrame:
+    """Summary rows of one training experiment from crafted medians; the first cell is the labelled baseline."""
+    out = []
+    for i, (cell, knobs) in enumerate(cells.items()):
+        for repeat in range(repeats):
+            jitter = 1 + 0.01 * (repeat - 1)
+            rate = knobs["samples_per_s"] * jitter
+            out.append(
+                {
+                    **knobs,
+                    "experiment": "e",
+                    "cell": cell,
+                    "repeat": repeat,
+                    "status": "ok",
+                    "scenario": "train",
+                    "baseline": i == 0,
+                    "samples_per_s": rate,
+                    **({"tokens_per_s": rate * knobs["tokens"]} if "tokens" in knobs else {}),
+                }
+            )
+    return pd.DataFrame(out).drop(columns="tokens", errors="ignore")
+
+
+def test_a_fastest_cell_that_is_oversubscribed_is_the_fix_and_the_verdict_says_so():
+    found = summarize_experiment(
+        rows(
+            {
+                "num_workers-0": {"num_workers": 0, "samples_per_s": 100.0, "stall_pct": 60.0},
+                "num_workers-1": {"num_workers": 1, "samples_per_s": 150.0, "stall_pct": 30.0},
+                "num_workers-2": {
+                    "num_workers": 2,
+                    "samples_per_s": 190.0,
+                    "stall_pct": 12.0,
+                    "oversubscribed": True,
+                    "demand_cores": 3.0,
+                    "usable_cores": 2.0,
+                },
+            }
+        )
+    )
+    lines = headline.lines(found, pd.DataFrame({"scenario": ["train"]}), "samples/s", [], fmt)
+    assert found["best"]["cell"] == "num_workers-2"
+    assert lines["fix"].startswith("num_workers=2: measured 1.90x (190 samples/s")
+    assert lines["why"] == (
+        "The fastest cell is oversubscribed (cell num_workers-2 is oversubscribed: its 2 CPU-bound workers and the"
+        " trainer's main process ask for 3 cores of the 2 usable): it holds only while nothing else needs those cores."
+    )
+
+
+def test_where_the_pipeline_counts_tokens_every_figure_is_in_tokens_per_s():
+    predicted = {"ceiling_compute_samples_per_s": 300.0}
+    found = summarize_experiment(
+        rows(
+            {
+                "num_workers-0": {
+                    "num_workers": 0,
+                    "samples_per_s": 100.0,
+                    "tokens": 10,
+                    "stall_pct": 60.0,
+                    "predicted_samples_per_s": 110.0,
+                    "ceiling_loader_samples_per_s": 100.0,
+                    "prediction_error_pct": -9.1,
+                    **predicted,
+                },
+                "num_workers-2": {
+                    "num_workers": 2,
+                    "samples_per_s": 280.0,
+                    "tokens": 10,
+                    "stall_pct": 5.0,
+                    "predicted_samples_per_s": 290.0,
+                    "ceiling_loader_samples_per_s": 400.0,
+                    "prediction_error_pct": -3.4,
+                    **predicted,
+                },
+            }
+        )
+    )
+    assert found["metric"] == "tokens_per_s"
+    cells = found["cells"].set_index("cell")
+    assert cells.loc["num_workers-2", "predicted"] == pytest.approx(2900)  # 290 samples/s of 10 tokens
+    assert cells.loc["num_workers-2", "ceiling_compute"] == pytest.approx(3000)
+    assert found["recommendation"]["fix"].endswith("(predicted 2,900 tokens/s)")
+    lines = headline.lines(found, pd.DataFrame({"scenario": ["train"]}), "tokens/s", [], fmt)
+    assert lines["finding"] == "Training waits for data 60 % of each step; with free data it could run 3.0x faster."
+    assert lines["fix"].startswith("num_workers=2: measured 2.80x (2,800 tokens/s, 95 % interval ")
+    assert lines["fix"].endswith("3.4 % below its prediction (2,900 tokens/s predicted).")
+    assert not re.search("samples/s", " ".join(v for v in lines.values() if isinstance(v, str)))
+
+
+def test_the_what_ifs_show_each_cells_fastest_three_and_fold_the_rest(default):
+    _, experiments = default
+    whatifs = experiments["decode"]["whatifs"]
+    for cell in {w["cell"] for w in whatifs}:
+        own = [w for w in whatifs if w["cell"] == cell]
+        fastest = sorted(own, key=lambda w: -w["predicted"])[:3]
+        assert [w for w in own if w["shown"]] == fastest and len(own) > 3, cell
