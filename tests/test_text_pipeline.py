@@ -71,6 +71,11 @@ def test_the_report_names_the_tokenizer_without_a_mark(example):
     _, workdir = example
     report = (workdir / "results" / "report" / "index.html").read_text()
     assert "reviews.tokenizer:BPETokenizer.encode" in report, "the verdict names the tokenizer's function"
+    result = json.loads(
+        (workdir / "results" / "cells" / "reviews" / "num_workers-0" / "rep1" / "result.json").read_text()
+    )
+    if result["launch_threads"] != 1:  # the test pins 1 thread: where the launch gives more, the report says so
+        assert "ran the trainer with 1 intra-op thread(s) (knob torch_threads)" in report
 
 
 def test_the_function_the_profile_named_is_cached_by_its_name_predicted_and_measured(example):

@@ -147,3 +147,31 @@ def test_the_workflows_thread_variables_go_to_the_job_and_come_back():
 
 def test_the_result_schema_names_every_source():
     assert schema()["properties"]["torch_threads_source"]["enum"] == list(threads.SOURCES)
+
+
+def test_the_report_says_where_the_knob_changed_the_trainers_threads_with_both_figures():
+    """#33: a cell whose knob gave the trainer other threads than the launch gives `python train.py` is named, and
+    where the experiment measured the same cell both ways, both figures are given."""
+    import pandas as pd
+    from feedbench.analysis.threads import note
+
+    def row(cell, workers, used, rate):
+        return dict(
+            experiment="e",
+            cell=cell,
+            status="ok",
+            num_workers=workers,
+            torch_threads=used if used == 1 else None,
+            torch_threads_used=used,
+            torch_threads_launch=2,
+            samples_per_s=rate,
+        )
+
+    rows = pd.DataFrame([row("w0-t1", 0, 1, 1182.0), row("w0", 0, 2, 1566.0), row("w2-t1", 2, 1, 1211.0)])
+    text = note(rows)
+    assert text.startswith(
+        "2 of 3 cells ran the trainer with 1 intra-op thread(s) (knob torch_threads) where this "
+        "launch gives an unmodified script 2"
+    )
+    assert "Measured both (samples/s, medians): num_workers=0: 1 threads 1,182, 2 threads (the launch's) 1,566." in text
+    assert note(rows[rows["torch_threads_used"] == 2]) is None

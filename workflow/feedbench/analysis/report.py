@@ -28,7 +28,7 @@ from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, headline, knee, served, stages, target_view, verdict, views, whatifs
+from . import accuracy, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_label, key_text
@@ -248,6 +248,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "note": "no result for this experiment",
         "adjusted": [],
         "attempts": [],
+        "threads": None,
         "has_speedup": False,
         "has_efficiency": False,
         "has_prediction": False,
@@ -334,6 +335,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         if "adjustments" in rows
         else [],
         attempts=attempt_rows(rows),
+        threads=threads.note(rows, found["metric"]),  # the knob's threads where they differ from the launch's
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
         has_efficiency="efficiency" in found["cells"],
         has_prediction=_has_values(found["cells"], "predicted"),
