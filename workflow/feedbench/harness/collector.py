@@ -7,15 +7,16 @@ A full collection of a large heap stops every Python thread for tens of millisec
 times; a training job does not. Whatever the rule, every collection that runs inside the window in the trainer's
 process is recorded through `gc.callbacks`: how many, by generation, and how long they held the threads.
 
-    normal  the collector as the job runs it
-    freeze  collect and freeze the heap when the window opens (gc.freeze: the model, the dataset's index, everything
-            made at start-up is never scanned again, as in a long run's steady state), the collector left on: the
-            step's own garbage is collected and its pauses counted
+    freeze  (the default) collect and freeze the heap when the window opens (gc.freeze: the model, the dataset's
+            index, everything made at start-up is never scanned again, as in a long run's steady state), the
+            collector left on: the step's own garbage is collected and its pauses counted
+    normal  the collector as a fresh process runs it: a short window after start-up may catch a full collection
+            of the start-up heap, which a long run pays rarely
     disable as freeze, and the collector off until the window closes (timeit's rule)
 
 docs/performance.md ("The collector in the window") has the figures behind the default. Loader workers are
-processes of their own: they collect on their own, unrecorded here, and inherit neither the freeze nor a disabled
-collector (worker_init).
+processes of their own: they collect on their own, unrecorded here, with their collector on (worker_init); one
+forked while the heap is frozen keeps it frozen, as a heap frozen before a fork is meant to be.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 class Collector:
     """Opens and closes with the measured window; between the two, each collection's pause is recorded."""
 
-    def __init__(self, mode: str = "normal"):
+    def __init__(self, mode: str = "freeze"):
         self.mode = mode
         self.pauses: list[tuple[int, float]] = []  # (generation, seconds) of each collection in the window
         self._started: float | None = None
@@ -76,7 +77,8 @@ class Collector:
 
 
 def worker_init(_worker_id: int) -> None:
-    """A loader worker's collector as Python starts it, whatever the trainer's was when the worker forked (gc: freeze
-    disables and freezes it in the trainer during the window, and a worker forked then would inherit both)."""
-    gc.unfreeze()
+    """A loader worker's collector on, whatever the trainer's was when the worker forked (gc: disable turns it off in
+    the trainer during the window, and a worker forked then would inherit that). A frozen heap stays frozen: thawing
+    it would write every inherited object's header, copying the parent's whole heap into the worker, the copy that
+    freezing before a fork is known to save."""
     gc.enable()

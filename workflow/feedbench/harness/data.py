@@ -314,10 +314,10 @@ def collate_jpegs(samples: list) -> tuple[list[torch.Tensor], torch.Tensor]:
 
 
 def worker_start(cell: Cell) -> Callable | None:
-    """What each loader worker runs as it starts, where the cell needs it: its collector as Python starts it (gc other
-    than normal: the trainer's may be frozen or off when a worker forks), and the stage_functions made stages again
+    """What each loader worker runs as it starts, where the cell needs it: its collector on (gc: disable turns the
+    trainer's off during the window, when a new epoch's workers may fork), and the stage_functions made stages again
     (a spawned worker imports the user's modules afresh; a forked one has them already, made stages is idempotent)."""
-    if cell.gc == "normal" and not cell.stage_functions:
+    if cell.gc != "disable" and not cell.stage_functions:
         return None
     return functools.partial(_worker_start, tuple(cell.stage_functions or ()))
 

@@ -672,11 +672,11 @@ KNOBS: dict[str, Knob] = {
         Knob(
             "gc",
             str,
-            "normal",
-            "Python's garbage collector in the trainer during the window, its pauses recorded: normal (as the "
-            "job runs) | freeze (collect and freeze the heap when the window opens: the start-up heap is never "
-            "scanned again, the step's garbage still is) | disable (as freeze, and off until the window closes, as "
-            "timeit does)",
+            "freeze",
+            "Python's garbage collector in the trainer during the window, its pauses recorded: freeze (collect and "
+            "freeze the heap when the window opens: the start-up heap is never scanned again, the step's garbage "
+            "still is; docs/performance.md) | normal (as a fresh process runs) | disable (as freeze, and off until "
+            "the window closes, as timeit does)",
             GC_MODES,
         ),
         # Labels of the measurement, not of the work: no ceiling depends on them.
