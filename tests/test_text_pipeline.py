@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 from conftest import ROOT
-from snakemake_run import copy_workflow, run_snakemake
+from snakemake_run import copy_workflow, run_snakemake, snakemake_env
 
 pytestmark = [
     pytest.mark.slow,  # one real Snakemake run of 2 small cells
@@ -51,6 +51,16 @@ def test_the_plain_script_trains_on_its_own(example):
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "samples/s" in run.stdout
+
+
+def test_the_readmes_command_ran_every_job_with_the_venv_off_path(example):
+    """README "Your own pipeline in ten minutes": `.venv/bin/snakemake --configfile examples/text-pipeline/...` as a
+    user who never activated the venv runs it (run_snakemake takes the venv off PATH): every job ran."""
+    _, workdir = example
+    path = [os.path.abspath(p) for p in snakemake_env()["PATH"].split(os.pathsep)]
+    assert os.path.dirname(os.path.abspath(sys.executable)) not in path
+    results = list((workdir / "results" / "cells").glob("*/*/rep*/result.json"))
+    assert results and all(json.loads(r.read_text())["status"] == "ok" for r in results), results
 
 
 def test_every_cell_ran_the_users_classes_with_adamw(example):

@@ -99,7 +99,8 @@ def culprit(rows: pd.DataFrame) -> str | None:
     if name == UNATTRIBUTED:
         profiled = named_functions(rows)
         if profiled:
-            return f"{profiled}; {100 * share:.0f} % of {whole} is outside the named stages"
+            # what the profile found, and how to make it a stage the what-ifs can cache (knob stage_functions)
+            return f"{profiled}, outside the named stages (stage_functions makes it one)"
         return (
             f"the largest part of {whole}, {100 * share:.0f} % ({_ms(ms)} ms), is outside the named stages"
             " (feedbench.stage marks more)"
