@@ -5,6 +5,8 @@
   AccountingStoreFlags=job_comment.
 * Every lost record is a result the schema accepts, whatever the harness wrote before its job ended, and the report
   names its experiment, cell and repeat.
+* A pending job's reason in plain words, said at a bounded rate; one stuck past slurm.pending_timeout is given up
+  and its record says "pending: node down ...", not CANCELLED (issue #36).
 
 See docs/reliability-slurm.md; the cluster runs are tests/test_slurm_faults.py.
 """
