@@ -72,13 +72,17 @@ localrules:
 
 
 # On Slurm (profiles/slurm): refuse cells wider than a node before any job, work
-# around the executor plugin's faults, stop on SIGTERM as on Ctrl-C, and after lost jobs still make the report
+# around the executor plugin's faults, say why a job waits (and cancel one stuck past slurm.pending_timeout), stop on
+# SIGTERM as on Ctrl-C, and after lost jobs still make the report
 # (feedbench.plan.slurm; docs/reliability-slurm.md). Run here: refuse cells
 # whose batches in flight do not fit /dev/shm (feedbench.plan.shm). Then each cell run again keeps its earlier
 # attempt in its attempts/ folder (feedbench.plan.attempts).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
-        feedbench_slurm.patch_plugin(never_requeued=bool(workflow.executor_settings.no_requeue))
+        feedbench_slurm.patch_plugin(
+            never_requeued=bool(workflow.executor_settings.no_requeue),
+            pending_timeout=config["slurm"].get("pending_timeout"),
+        )
         feedbench_slurm.stop_on_sigterm()
         error = feedbench_slurm.check_cells_fit(workflow, ((e, c, cell.knobs) for (e, c), cell in CELLS.items()))
         if error:

@@ -9,7 +9,9 @@ The cluster keeps Slurm's default accounting flags, as sites ship it: sacct retu
   their Slurm state, each lost cell has a lost.json the result schema accepts,
   the cancelled cell keeps the steps it measured, and the next run runs exactly
   those two cells again, keeping each lost attempt in the cell's attempts/1/ (issue #36);
-* a SIGTERM to a run whose job is pending cancels it, records the cell lost and writes the report (issue #36).
+* a SIGTERM to a run whose job is pending cancels it, records the cell lost and writes the report (issue #36);
+* a job pending on a down node says why within a minute, and with slurm.pending_timeout it is cancelled, its cell
+  recorded lost "pending: node down ...", and the run ends with its report and exit 1 (issue #36).
 """
 
 from __future__ import annotations
@@ -291,6 +293,8 @@ def test_a_sigterm_cancels_a_pending_job_records_it_lost_and_writes_the_report(s
             time.sleep(1)
         job = next(iter(submitted_bench_jobs(log.read_text()).values()))
         assert slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "PENDING"
+        said = wait_for_line(proc, log, "feedbench: pending: ", 60)  # no pending_timeout: it says why and waits
+        assert "pending: node down or drained" in said and "slurm.pending_timeout would cancel it" in said, said
         sent = time.monotonic()
         proc.terminate()  # SIGTERM, as timeout(1) sends it
         code = proc.wait(timeout=180)
@@ -310,3 +314,56 @@ def test_a_sigterm_cancels_a_pending_job_records_it_lost_and_writes_the_report(s
     report = (tmp_path / "run" / "results" / "report" / "index.html").read_text()
     assert "pending / base / repeat 1: SlurmJobLost" in report, report[-3000:]
     print(f"SIGTERM to exit: {took:.0f} s; {record['error']['message']}")  # docs/reliability-slurm.md, row 9c
+
+
+def wait_for_line(proc, log, text: str, timeout: float) -> str:
+    """The first line of the run's log that holds `text`, waiting for it at most `timeout` s while the run runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [line for line in log.read_text().splitlines() if text in line]
+        if found:
+            return found[0]
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+        time.sleep(0.5)
+
+
+def test_a_job_pending_on_a_down_node_says_why_and_is_given_up_at_the_pending_timeout(slurm_cluster, tmp_path):
+    """Issue #36: a 2-node cell submitted while one of the 2 nodes is drained. The run says why it waits within a
+    minute; with slurm.pending_timeout (15 s here) it cancels the job, records the cell lost with that reason (not
+    as CANCELLED), writes the report and exits 1."""
+    config = {
+        "defaults": {"repeats": 1, "warmup_steps": 1, "device": "cpu"},
+        "slurm": {"pending_timeout": 0.25},
+        "experiments": {"pend": {"base": dict(CELL, steps=2, parallel="ddp", nodes=2)}},
+    }
+    # Drained, not set DOWN: the test cluster returns a DOWN node that answers to service (ReturnToService=2), and did
+    # so 0.2 s after the first try set it down. Slurm gives the job the same reason for either.
+    slurm_cluster.run("scontrol", "update", "nodename=n1", "state=drain", "reason=feedbench-test")
+    proc = None
+    try:
+        proc = snakemake(slurm_cluster, tmp_path, config, wait=False)
+        log = tmp_path / "snakemake.log"
+        wait_for_line(proc, log, "submitted with SLURM jobid", 180)
+        submitted = time.monotonic()
+        said = wait_for_line(proc, log, "feedbench: pending: ", 60)
+        said_after = time.monotonic() - submitted
+        code = proc.wait(timeout=180)
+        ended_after = time.monotonic() - submitted
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        slurm_cluster.run("scontrol", "update", "nodename=n1", "state=resume", check=False)
+    output = log.read_text()
+    job = submitted_bench_jobs(output)["pend_base_1"]
+    assert said.startswith("feedbench: pending: node down or drained") and f"(Slurm job {job})" in said, said
+    assert "pend/base/rep1" in said and "cancelled after 0.25 min of this" in said, said
+    assert code == 1, output[-4000:]
+    assert slurm_cluster.wait(job, timeout=60)["State"].startswith("CANCELLED")
+    record = json.loads((tmp_path / "run" / "results" / "cells" / "pend" / "base" / "rep1" / "lost.json").read_text())
+    assert invalid(record) is None and record["slurm"] == {"job_id": job, "state": "PENDING"}, record["slurm"]
+    message = record["error"]["message"]
+    assert message.startswith(f"Slurm job {job} pending: node down") and "CANCELLED" not in message, message
+    report = (tmp_path / "run" / "results" / "report" / "index.html").read_text()
+    assert "pend / base / repeat 1: SlurmJobLost" in report and "pending: node down" in report, report[-3000:]
+    print(f"said after {said_after:.0f} s: {said}")  # docs/reliability-slurm.md, row 9d
+    print(f"run ended after {ended_after:.0f} s; {message}")

@@ -5,6 +5,8 @@
   AccountingStoreFlags=job_comment.
 * Every lost record is a result the schema accepts, whatever the harness wrote before its job ended, and the report
   names its experiment, cell and repeat.
+* A pending job's reason in plain words, said at a bounded rate; one stuck past slurm.pending_timeout is given up
+  and its record says "pending: node down ...", not CANCELLED (issue #36).
 
 See docs/reliability-slurm.md; the cluster runs are tests/test_slurm_faults.py.
 """
@@ -20,7 +22,7 @@ import signal
 import time
 
 import pytest
-from feedbench.plan import slurm
+from feedbench.plan import pending, slurm
 from feedbench.plan.result import invalid
 from test_disclosure import make_report
 
@@ -209,3 +211,69 @@ def test_sigterm_stops_the_run_as_ctrl_c_does_and_a_second_one_is_ignored():
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+# Pending jobs (issue #36): the reasons as squeue gave them on the test cluster (Slurm 22.05).
+DOWN = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+
+
+def test_pending_reasons_are_said_in_plain_words_and_only_a_persons_ones_do_not_clear():
+    assert pending.describe(DOWN) == ("node down or drained (or held for a higher-priority partition)", False)
+    assert pending.describe("ReqNodeNotAvail, UnavailableNodes:n[1-2]")[0].startswith("node down or drained")
+    assert pending.describe("ReqNodeNotAvail, Reserved for maintenance") == (
+        "reservation: the nodes are reserved for maintenance",
+        True,
+    )
+    assert pending.describe("PartitionNodeLimit") == (
+        "the partition can never give it: more nodes than the partition allows",
+        False,
+    )
+    assert not pending.describe("PartitionTimeLimit")[1] and not pending.describe("QOSMaxWallDurationPerJobLimit")[1]
+    for reason in ("Priority", "Resources", "Reservation", "AssocGrpCpuLimit"):
+        assert pending.describe(reason)[1], reason
+    assert pending.said("PartitionConfig; odd") == (
+        "pending: the partition can never give what it asks (its configuration) (Slurm: PartitionConfig, odd)"
+    )
+
+
+def test_a_pending_reason_is_said_when_first_seen_when_it_changes_and_every_5_minutes():
+    watch = pending.Watch(timeout_s=None)
+    assert watch.update({"7": "None"}, 0) == ([], {})  # not looked at by the scheduler yet
+    assert watch.update({"7": "Priority", "8": DOWN}, 1) == (["7", "8"], {})
+    assert watch.update({"7": "Priority", "8": DOWN}, 60) == ([], {})
+    assert watch.update({"7": "Resources", "8": DOWN}, 120) == (["7"], {})
+    assert watch.update({"7": "Resources", "8": DOWN}, 1 + pending.NOTICE_EVERY_S) == (["8"], {})
+    assert watch.update({"8": DOWN}, 3600)[1] == {}, "no limit: it waits"
+    assert set(watch.seen) == {"8"}, "a job no longer pending is forgotten"
+    lines = pending.notices(["8", "9"], {"8": DOWN, "9": DOWN}, {"8": "e/c/rep1"}, None)
+    assert lines == [
+        f"feedbench: {pending.said(DOWN)}: e/c/rep1 (Slurm job 8), a job (Slurm job 9); it will not start until an "
+        "administrator acts; slurm.pending_timeout would cancel it"
+    ]
+
+
+def test_a_job_stuck_past_the_pending_timeout_is_given_up_and_one_that_may_start_is_not():
+    watch = pending.Watch(timeout_s=60)
+    watch.update({"7": "Priority", "8": DOWN, "9": "ReqNodeNotAvail, UnavailableNodes:n1"}, 0)
+    assert watch.update({"7": "Priority", "8": DOWN, "9": DOWN}, 59)[1] == {}
+    tell, give_up = watch.update({"7": "Priority", "8": DOWN, "9": DOWN}, 61)
+    assert set(give_up) == {"8", "9"}, "a change between reasons a person must clear keeps the count going"
+    assert give_up["8"] == f"{pending.said(DOWN)} for 61 s, past slurm.pending_timeout (1 min)"
+    assert give_up["8"].startswith("pending: node down")
+    watch.update({"10": DOWN}, 100)
+    watch.update({"10": "Resources"}, 150)  # the node came back: the count starts again when it is down again
+    assert watch.update({"10": DOWN}, 170)[1] == {} and set(watch.update({"10": DOWN}, 230)[1]) == {"10"}
+
+
+def test_a_job_given_up_while_pending_is_lost_with_its_reason_not_as_cancelled(tmp_path):
+    why = f"{pending.said(DOWN)} for 62 s, past slurm.pending_timeout (1 min)"
+    line = f"feedbench: pend/base/rep1 (Slurm job 12) cancelled, {why}"
+    log = tmp_path / "snakemake.log"
+    # The run's log: the line, then Snakemake's error block repeating it with the plugin's words after it.
+    log.write_text(f"{line}\nError in rule bench:\n    message: {line}. For further error details see the log\n")
+    assert slurm.given_up(str(log)) == {"12": why}
+    record = slurm.lost_result(str(tmp_path / "result.json"), LABELLED, ("12", "PENDING"), None, why)
+    assert invalid(record) is None and record["slurm"] == {"job_id": "12", "state": "PENDING"}
+    message = record["error"]["message"]
+    assert message.startswith(f"Slurm job 12 pending: node down or drained (or held for a higher-priority partition) "
+                              f"(Slurm: {DOWN}) for 62 s") and "CANCELLED" not in message, message  # fmt: skip

@@ -8,6 +8,9 @@
   (the profile's default); a failed node list of "None assigned" is never
   passed to sbatch --exclude; the account guess, whose sacct call cannot work,
   is skipped quietly (sbatch then charges the user's default account).
+* While a job is pending: its reason from squeue, in plain words, said when first seen and every 5 minutes; a job
+  pending past the config's slurm.pending_timeout for a reason that does not clear by itself (a node down, a
+  partition that can never give what it asks) is cancelled and its cell lost "pending: node down ..." (plan.pending).
 * After a run in which jobs were lost (NODE_FAIL, cancelled, timed out, refused
   by sbatch): each lost cell gets a lost.json saying its Slurm state, and the
   summary and report are made from every result plus those, so the report
@@ -28,9 +31,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 
-from . import resources
+from . import pending, resources
 from .target import MEASURED_EXPERIMENT, MEASURED_RULE
 
 
@@ -131,11 +135,14 @@ def _plugin_state(status: str) -> str:
     return "CANCELLED" if state == "PREEMPTED" else state
 
 
-def patch_plugin(never_requeued: bool = True) -> None:
+def patch_plugin(never_requeued: bool = True, pending_timeout: float | None = None) -> None:
     """Apply the workarounds to the loaded plugin (docs/upstream/ has the reports to send). never_requeued: jobs are
     submitted with --no-requeue (the profile's slurm-no-requeue). Else Slurm may requeue a PREEMPTED job, the
-    plugin's wait for it is right, and is kept."""
+    plugin's wait for it is right, and is kept. pending_timeout: the config's slurm.pending_timeout, minutes
+    (watch_pending)."""
     import snakemake_executor_plugin_slurm as plugin
+
+    watch_pending(plugin.Executor, pending.Watch(pending_timeout * 60 if pending_timeout else None))
 
     query = plugin.query_job_status
     if getattr(query, "feedbench", None) is not None:  # patched before: the plugin's own query beneath
@@ -160,6 +167,78 @@ def patch_plugin(never_requeued: bool = True) -> None:
         plugin.get_submit_command = get_submit_command
 
     plugin.get_account = lambda logger: None
+
+
+def watch_pending(executor_class, watch: pending.Watch) -> None:
+    """At each of the plugin's status checks, after its own: the run's pending jobs' reasons from squeue, said when
+    first seen and every few minutes, and the jobs stuck past the user's limit cancelled and reported failed (the
+    plugin has no hook for either: docs/upstream/pending-reason.md). Its checks come 20 s after a submission (the
+    profile), then up to 180 s apart: they set how soon a reason is said and a job given up."""
+    check = getattr(executor_class.check_active_jobs, "feedbench", executor_class.check_active_jobs)
+
+    async def check_active_jobs(self, active_jobs):
+        still = [job async for job in check(self, active_jobs)]
+        for job in _pending_checked(self, watch, still):
+            yield job
+
+    check_active_jobs.feedbench = check
+    executor_class.check_active_jobs = check_active_jobs
+
+
+def _job_name(job) -> str:
+    """A job as the run's user knows it: a cell's experiment/cell/repK, else its rule and wildcards."""
+    wildcards = dict(getattr(job, "wildcards", None) or {})
+    if {"experiment", "cell", "repeat"} <= set(wildcards):
+        return f"{wildcards['experiment']}/{wildcards['cell']}/rep{wildcards['repeat']}"
+    return " ".join([job.name, *(f"{key}={value}" for key, value in wildcards.items())])
+
+
+def _pending_checked(executor, watch: pending.Watch, jobs: list) -> list:
+    """The jobs still active after watch's notices and give-ups (pending.Watch), each said in the run's log."""
+    reasons = pending_reasons(executor.run_uuid) if jobs else None
+    if not reasons:
+        return jobs
+    by_id = {job.external_jobid: job for job in jobs if job.external_jobid in reasons}
+    reasons = {job: reason for job, reason in reasons.items() if job in by_id}
+    tell, give_up = watch.update(reasons, time.monotonic())
+    names = {job: _job_name(info.job) for job, info in by_id.items()}
+    for line in pending.notices(tell, reasons, names, watch.timeout_s):
+        executor.logger.warning(line)
+    kept = []
+    for job in jobs:
+        why = give_up.get(job.external_jobid)
+        if why and cancel_pending(job.external_jobid):
+            line = f"feedbench: {names[job.external_jobid]} (Slurm job {job.external_jobid}) cancelled, {why}"
+            executor.logger.error(line)  # record_lost_cells reads it back (GAVE_UP)
+            executor.report_job_error(job, msg=line + ". ")
+        else:
+            kept.append(job)
+    return kept
+
+
+def pending_reasons(run: str) -> dict[str, str] | None:
+    """job id -> squeue's reason (%r) of each pending job of the run, array tasks one each ("13_2"); None where
+    squeue cannot say."""
+    command = ["squeue", "-h", "-r", "-t", "PENDING", "--name", run, "-o", "%i|%r"]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return dict(line.split("|", 1) for line in out.stdout.splitlines() if "|" in line)
+
+
+def cancel_pending(job: str) -> bool:
+    """Cancel the job if it is still pending (scancel --state=PENDING leaves one that has just started); whether it
+    is cancelled now."""
+    try:
+        subprocess.run(["scancel", "--state=PENDING", job], capture_output=True, timeout=60)
+        command = ["squeue", "-h", "--states=all", "-j", job, "-o", "%T"]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.stdout.strip() == "CANCELLED"
 
 
 def stop_on_sigterm() -> None:
@@ -231,6 +310,21 @@ def submitted_jobs(logs) -> dict[str, str]:
     return jobs
 
 
+# The line _pending_checked logs for a job it gave up on: its id and why ("pending: node down ... for 62 s, ...").
+GAVE_UP = re.compile(r"feedbench: .* \(Slurm job (\S+)\) cancelled, (pending: .+)$")
+
+
+def given_up(logs) -> dict[str, str]:
+    """job id -> why, for each job the run cancelled as pending past slurm.pending_timeout (its first line: Snakemake
+    repeats it in its error block, with more text after it)."""
+    found: dict[str, str] = {}
+    for line in _log_lines(logs):
+        match = GAVE_UP.match(line)
+        if match:
+            found.setdefault(match.group(1), match.group(2).rstrip(". "))
+    return found
+
+
 def jobs_key(experiment: str, cell: str, repeat: int) -> str:
     """The folder of a cell's Slurm log under logs/slurm/rule_<its rule>/: its wildcards joined by _, as the plugin
     names it (utils.get_job_wildcards)."""
@@ -282,15 +376,21 @@ def job_states(run: str) -> dict[str, tuple[str, str | None]]:
 FINISHED = "COMPLETED"
 
 
-def lost_result(result_path: str, labelled: dict, job: tuple[str, str] | None, started: str | None = None) -> dict:
+def lost_result(
+    result_path: str, labelled: dict, job: tuple[str, str] | None, started: str | None = None, why: str | None = None
+) -> dict:
     """The record of a lost cell, valid against the result schema: the harness's own result when it wrote a usable one
     (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why,
     whose started_at is the job's start from Slurm (`started`), or empty when Slurm does not know it (the job never
-    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them)."""
+    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them).
+    `why`: how the job ended when the run ended it (given_up), in place of its state."""
     # result.py loads jsonschema: only when cells were lost
     from .result import UnusableResult, failed_result, invalid, now, read_result
 
-    how = f"Slurm job {job[0]} ended {job[1]}" if job else "no Slurm job ran (sbatch refused it, or the run stopped)"
+    if job:
+        how = f"Slurm job {job[0]} {why}" if why else f"Slurm job {job[0]} ended {job[1]}"
+    else:
+        how = "no Slurm job ran (sbatch refused it, or the run stopped)"
     message = f"{how}; the cell is lost and the next run runs it again"
     slurm = {"job_id": job[0], "state": job[1]} if job else {"job_id": None, "state": None}
     if os.path.exists(result_path):
@@ -323,17 +423,20 @@ def record_lost_cells(cells: Iterable[tuple[str, str, int, dict]], log) -> tuple
 
     jobs = submitted_jobs(log)
     states = job_states(run_id(log) or "") if jobs else {}
+    gave_up = given_up(log)
     paths, lost = [], []
     for experiment, cell, repeat, labelled in cells:
         result = result_path(experiment, cell, repeat)
         folder = os.path.dirname(result)
         job_id = jobs.get(jobs_key(experiment, cell, repeat))
         state, started = states.get(job_id, (None, None))
+        if job_id in gave_up:  # cancelled by the run while pending: it never left PENDING, and never started
+            state, started = "PENDING", None
         if os.path.exists(result) and state in (None, FINISHED):  # None: not submitted by this run, or unknown
             paths.append(result)
             continue
         job = (job_id, state or "in a state neither sacct nor squeue reports") if job_id else None
-        record = lost_result(result, labelled, job, started)
+        record = lost_result(result, labelled, job, started, gave_up.get(job_id))
         os.makedirs(folder, exist_ok=True)
         with open(f"{folder}/lost.json", "w") as f:
             json.dump(record, f, indent=1)
