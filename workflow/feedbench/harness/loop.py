@@ -408,11 +408,12 @@ def _window(
     phases = PHASES_OF[cell.scenario]
     warm = PhaseClock("naive", device, phases)
     m.clock = PhaseClock(cell.timing, device, phases)
+    m.collector = Collector(cell.gc)
+    m.collector.freeze()  # before the warm-up, which brings the loader back to its pace after the collection
     for i in range(cell.warmup_steps + steps):
         measuring = i >= cell.warmup_steps
         if i == cell.warmup_steps:
             synchronize(device)
-            m.collector = Collector(cell.gc)
             m.collector.open()
             if monitor is not None:
                 monitor.start()
