@@ -12,8 +12,8 @@ the CPU, the three arms alternating in one process, each first in turn by round:
 Arms:
 
     normal   the collector as the job runs it (its collections in the window recorded)
-    freeze   collected and frozen when the window opens (gc.freeze: the start-up heap is never scanned again), on
-    disable  collected and frozen when the window opens, off until it closes (timeit's rule)
+    freeze   frozen before the warm-up (gc.freeze: the start-up heap is never scanned again), on
+    disable  frozen before the warm-up, off from the window's start until it closes (timeit's rule)
 
 Prints each arm's median samples/s (and each round's), its ratio to `normal`, and the collections and pause milliseconds
 it recorded in the window.

@@ -409,7 +409,7 @@ def _window(
     warm = PhaseClock("naive", device, phases)
     m.clock = PhaseClock(cell.timing, device, phases)
     m.collector = Collector(cell.gc)
-    m.collector.freeze()  # before the warm-up, which brings the loader back to its pace after the collection
+    m.collector.freeze()  # before the warm-up: the window opens on the steady state, with nothing to pause it
     for i in range(cell.warmup_steps + steps):
         measuring = i >= cell.warmup_steps
         if i == cell.warmup_steps:

@@ -673,10 +673,10 @@ KNOBS: dict[str, Knob] = {
             "gc",
             str,
             "freeze",
-            "Python's garbage collector in the trainer during the window, its pauses recorded: freeze (collect and "
-            "freeze the heap when the window opens: the start-up heap is never scanned again, the step's garbage "
-            "still is; docs/performance.md) | normal (as a fresh process runs) | disable (as freeze, and off until "
-            "the window closes, as timeit does)",
+            "Python's garbage collector in the trainer during the window, its pauses recorded: freeze (the heap "
+            "frozen before the warm-up: the start-up heap is never scanned again, the step's garbage still is; "
+            "docs/performance.md) | normal (as a fresh process runs) | disable (as freeze, and off from the "
+            "window's start until it closes, as timeit does)",
             GC_MODES,
         ),
         # Labels of the measurement, not of the work: no ceiling depends on them.
