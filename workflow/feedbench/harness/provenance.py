@@ -11,6 +11,7 @@ import platform
 import socket
 import subprocess
 import sys
+from typing import Callable
 
 import psutil
 import torch
@@ -47,10 +48,25 @@ def git_commit(path: str) -> str | None:
         return None
 
 
+def _cuda_read(read: Callable, default=None):
+    """One CUDA read for the facts, guarded: on a machine without a usable CUDA (no driver, a broken one) each says
+    what it cannot read as `default`, rather than raise before the cell has written anything. What CUDA raises there
+    is not one type (RuntimeError, AssertionError, torch.AcceleratorError)."""
+    try:
+        return read()
+    except Exception:
+        return default
+
+
 def _gpu(device: torch.device) -> dict:
-    if device.type != "cuda":
-        return {"gpu": None, "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0, "driver": None}
-    info = {"gpu": torch.cuda.get_device_name(device), "gpu_count": torch.cuda.device_count(), "driver": None}
+    available = _cuda_read(torch.cuda.is_available, False)
+    info = {
+        "gpu": _cuda_read(lambda: torch.cuda.get_device_name(device)) if available and device.type == "cuda" else None,
+        "gpu_count": _cuda_read(torch.cuda.device_count, 0) if available else 0,
+        "driver": None,
+    }
+    if info["gpu"] is None:
+        return info
     try:
         import pynvml
 
@@ -71,7 +87,7 @@ def machine_facts(device: torch.device) -> dict:
         "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
         **_gpu(device),
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cudnn": _cuda_read(torch.backends.cudnn.version) if torch.backends.cudnn.is_available() else None,
         "torch": torch.__version__,
         # From the installed distribution's metadata: importing torchvision for its __version__ pulls in
         # torch._dynamo, about 1.1 s of CPU in every cell that does not need torchvision otherwise.
