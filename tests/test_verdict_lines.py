@@ -178,3 +178,31 @@ def test_the_what_ifs_show_each_cells_fastest_three_and_fold_the_rest(default):
         own = [w for w in whatifs if w["cell"] == cell]
         fastest = sorted(own, key=lambda w: -w["predicted"])[:3]
         assert [w for w in own if w["shown"]] == fastest and len(own) > 3, cell
+
+
+def test_the_trainers_device_work_is_named_with_its_fix_where_it_is_large():
+    """N1 (#35): device_prep, the trainer's device work on each batch, is not the loader's wait: a cell that spends 30 %
+    of its step there is compute-bound by the stall rule, and its why and where lines name device_prep and its fix;
+    at 5 % neither does."""
+    found = summarize_experiment(
+        rows(
+            {
+                "device_stages-Normalize": {"samples_per_s": 100.0, "stall_pct": 2.0, "device_prep_share": 0.30},
+                "device_stages-none": {"samples_per_s": 120.0, "stall_pct": 3.0, "device_prep_share": 0.05},
+            }
+        )
+    )
+    cells = found["cells"].set_index("cell")
+    moved, kept = cells.loc["device_stages-Normalize"], cells.loc["device_stages-none"]
+    assert moved["bound"] == "compute" and "device_prep" not in kept["why"]
+    assert moved["why"].endswith(
+        "; the trainer's device work on each batch (device_prep: device_stages, GPU decode) takes 30 % of each step: "
+        "the trainer's time, not the loader's, so more workers cannot help; move the stages back to the loader's "
+        "workers, or overlap them with the step on a side stream"
+    )
+    lines = headline.lines(found, pd.DataFrame({"scenario": ["train"]}), "samples/s", [], fmt)
+    assert lines["where"].startswith("In the model's step") and lines["where"].endswith(
+        "Also the trainer's device work on each batch (device_prep: device_stages, GPU decode) takes 30 % of each "
+        "step: the trainer's time, not the loader's, so more workers cannot help; move the stages back to the "
+        "loader's workers, or overlap them with the step on a side stream."
+    )

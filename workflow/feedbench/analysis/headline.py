@@ -21,7 +21,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from . import cores, stages
-from .verdict import headspace
+from .verdict import device_prep_note, headspace
 
 
 def _value(cell: dict | None, key: str) -> float | None:
@@ -69,7 +69,14 @@ def finding(subject: dict, found: dict, scenario: str, unit: str, number: Callab
 
 
 def where(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number: Callable) -> str:
-    """Which part costs the time: the loader stage (the stage summary), the copy, the model's step."""
+    """Which part costs the time: the loader stage (the stage summary), the copy, the model's step; and the trainer's
+    own device work on each batch, where it is large (verdict.device_prep_note)."""
+    part = _part(subject, found, rows, scenario, number)
+    prep = device_prep_note(_value(subject, "device_prep_share"))
+    return f"{part} Also {prep}." if prep else part
+
+
+def _part(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number: Callable) -> str:
     bound = subject["bound"]
     culprit = subject.get("culprit")
     if bound == "ceiling" and scenario == "loader":  # the loader alone: its costliest stage, when it timed them

@@ -65,6 +65,7 @@ from .verdict import interval, knob_texts, natural_order, varying_knobs
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {
     "wait": "#d62728",
+    "device_prep": "#8c564b",
     "h2d": "#ff7f0e",
     "fwd": "#1f77b4",
     "bwd": "#2ca02c",

@@ -17,6 +17,10 @@ Bound classification (of a `train` cell, from the medians over its repeats)
               none): a side-stream copy overlaps compute and bounds nothing by
               its share;
     compute   otherwise: the model itself is the limit.
+    Whatever the bound, a cell whose trainer spends >= 10 % of each step on
+    its own device work while it fetches the batch (device_prep:
+    device_stages, torchvision-cuda) says so in its why, with its fix: that
+    time is the trainer's, not the loader's (`device_prep_note`).
     Loader, compute and transfer cells are ceilings, not training runs: they
     are labelled `ceiling` and never classified. A data cell whose repeats
     timed their stages (knob stage_timing) adds its costliest stage to the
@@ -53,6 +57,7 @@ from .whatifs import changed_data
 UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}  # by objective
 DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
+DEVICE_PREP_SHARE = 0.10  # the trainer's device work while it fetches a batch is named from this share of the step
 LOST_SHARE = 0.05  # the first batch or the epoch stalls are named in the verdict above this share of the run
 
 # Two-sided 95 % critical values of Student's t, t(0.975, df), from the standard table.
@@ -150,6 +155,18 @@ def classify(
     return "compute", f"stall {stall_text} < {DATA_STALL_PCT:.0f} % and the copy is not the limit"
 
 
+def device_prep_note(share: float | None) -> str | None:
+    """The trainer's own device work between steps, where it costs DEVICE_PREP_SHARE of the step or more: it is the
+    trainer's time, not the loader's, so more loader workers cannot shorten it. None below that, or unmeasured."""
+    if share is None or pd.isna(share) or share < DEVICE_PREP_SHARE:
+        return None
+    return (
+        f"the trainer's device work on each batch (device_prep: device_stages, GPU decode) takes {100 * share:.0f} % "
+        "of each step: the trainer's time, not the loader's, so more workers cannot help; move the stages back to "
+        "the loader's workers, or overlap them with the step on a side stream"
+    )
+
+
 def objective(rows: pd.DataFrame) -> str:
     """The throughput a configuration is judged by (higher is better)."""
     if "scenario" in rows and (rows["scenario"] == "transfer").all():
@@ -224,6 +241,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         )
         culprit = stages.culprit(ok) if bound == "data" else None  # the stage that costs the most, with stage timing
         why += f"; {culprit}" if culprit else ""
+        prep = device_prep_note(column_median(ok, "device_prep_share"))
+        why += f"; {prep}" if prep else ""
         table.append(
             {
                 "cell": cell,
@@ -239,6 +258,7 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "step_ms": column_median(ok, "step_ms_median"),
                 "stall_pct": column_median(ok, "stall_pct"),
                 "h2d_share": column_median(ok, "h2d_share"),
+                "device_prep_share": column_median(ok, "device_prep_share"),
                 "gpus": gpu_count(first),
                 **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
                 **growth.figures(ok),  # the workers' memory growth and the samples to the cell's memory limit

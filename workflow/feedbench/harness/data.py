@@ -18,6 +18,7 @@ from ..plan.model_names import input_kind
 from ..plan.plugins import call_factory, expect
 from .collector import worker_init
 from .stages import StagedBatch, TimedCollate, make_stages, named, stage
+from .timing import device_work
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
@@ -360,8 +361,9 @@ class DeviceDecoded:
         for item in self.loader:
             staged = isinstance(item, StagedBatch)  # stage timing on: decode the batch, keep its timings
             jpegs, labels = item.batch if staged else item
-            images = self._decode(decode_jpeg, jpegs, ImageReadMode.RGB)
-            batch = torch.stack([self.transform(image) for image in images])
+            with device_work():  # the trainer's time, not the loader's: a training step's device_prep (harness.timing)
+                images = self._decode(decode_jpeg, jpegs, ImageReadMode.RGB)
+                batch = torch.stack([self.transform(image) for image in images])
             if self.sync:
                 torch.cuda.synchronize(self.device)
             yield StagedBatch((batch, labels), item.timings) if staged else (batch, labels)

@@ -421,7 +421,8 @@ def _window(
         check_stop()
         pulled = m.pulled
         t_start = time.perf_counter()
-        item = feed.residents[i % len(feed.residents)] if feed.resident is not None else next(feed.batches)
+        with clock.fetching() if cell.scenario == "train" else contextlib.nullcontext():  # its device work: device_prep
+            item = feed.residents[i % len(feed.residents)] if feed.resident is not None else next(feed.batches)
         t_ready = time.perf_counter()
         if measuring and any(pulled <= s < m.pulled for s in m.epoch_starts[1:]):
             m.boundary_steps.append(len(m.waits_ms))  # this step's wait started a later epoch (its workers)
@@ -433,8 +434,8 @@ def _window(
             note = unpinned_note(host)
             if note:
                 m.notes.append(note)
-        if measuring:
-            _record_step(cell, m, feed, i, t_start, t_ready, host, events)
+        if measuring:  # the wait: the fetch less the trainer's own device work in it
+            _record_step(cell, m, feed, i, (t_start, t_ready - clock.pending_host_ms / 1000), host, events)
         if cell.scenario != "loader":
             clock.start_step()
             if cell.scenario == "train":
@@ -447,8 +448,11 @@ def _window(
             m.last_done = time.perf_counter()
 
 
-def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, t_start: float, t_ready: float, host, events) -> None:
-    """A measured step's host figures: its start, its wait for data, its samples, tokens and bytes copied."""
+def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, wait: tuple, host, events) -> None:
+    """A measured step's host figures: its start, its wait for data, its samples, tokens and bytes copied.
+
+    `wait`: the step's start and when its batch was ready, less the device work done while it was fetched."""
+    t_start, t_ready = wait
     m.step_starts.append(t_start)
     m.waits_ms.append((t_ready - t_start) * 1000)
     m.samples.append(batch_len(host))

@@ -10,14 +10,37 @@
   did: asynchronous work lands in whichever phase happens to block.
 
 On CPU all three read the host clock: every phase is synchronous there.
+
+device_prep: device work the trainer does while it fetches the next batch (device_stages' copy and transforms,
+torchvision-cuda's decode and transforms) runs in the gap between two steps. Each such piece of work is wrapped in
+`device_work()`, which marks it by the clock's own method (events, sync, or the host clock), so it is a phase of its
+own: neither the host's wait for the loader nor, under events, the GPU's idle time between steps (issue #35, N1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
+from typing import Iterator
 
 import torch
+
+_fetching: PhaseClock | None = None  # the clock whose step's batch is being fetched: device_work records on it
+
+
+@contextlib.contextmanager
+def device_work() -> Iterator[None]:
+    """Around the device work of a batch being fetched: the fetching step's device_prep (none outside a fetch)."""
+    clock = _fetching
+    if clock is None:
+        yield
+        return
+    host = time.perf_counter()
+    start = clock.stamp()
+    yield
+    clock.pending.append((start, clock.stamp()))
+    clock.pending_host_ms += (time.perf_counter() - host) * 1000
 
 
 class PhaseClock:
@@ -29,6 +52,9 @@ class PhaseClock:
         self.sync = mode == "sync" and device.type == "cuda"
         self.device = device
         self.steps: list[list] = []  # per step: len(phases) + 1 boundaries
+        self.prep: list[list] = []  # per step: the (start, end) marks of device work done while its batch was fetched
+        self.pending: list = []  # those of the fetch under way, and their host time (the loop's wait leaves it out)
+        self.pending_host_ms = 0.0
 
     @property
     def effective_mode(self) -> str:
@@ -38,33 +64,56 @@ class PhaseClock:
             else ("sync" if self.sync else ("naive" if self.device.type == "cuda" else "wall"))
         )
 
+    @contextlib.contextmanager
+    def fetching(self) -> Iterator[None]:
+        """While the loop fetches a step's batch: device_work inside it is that step's device_prep."""
+        global _fetching
+        self.pending, self.pending_host_ms = [], 0.0
+        _fetching = self
+        try:
+            yield
+        finally:
+            _fetching = None
+
     def start_step(self) -> None:
+        self.prep.append(self.pending)
+        self.pending = []
         self.steps.append([])
         self.mark()
 
     def mark(self) -> None:
+        self.steps[-1].append(self.stamp())
+
+    def stamp(self):
+        """A boundary by the clock's method: a CUDA event, or the host clock (after a sync of the compute stream)."""
         if self.use_events:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            self.steps[-1].append(event)
-            return
+            return event
         if self.sync:  # the compute stream only: a device-wide sync would also wait for the prefetcher's next copy
             torch.cuda.current_stream(self.device).synchronize()
-        self.steps[-1].append(time.perf_counter())
+        return time.perf_counter()
+
+    def _ms(self, a, b) -> float:
+        return a.elapsed_time(b) if self.use_events else (b - a) * 1000
 
     def read(self) -> dict[str, list[float]]:
-        """Per-phase durations in ms for every step, plus gpu_idle_ms between steps (events only).
+        """Per-phase durations in ms for every step, plus device_prep where the steps' fetches did device work, and
+        gpu_idle_ms between steps (events only): the gap less the device work in it.
 
         Call after the device was synchronised at the end of the window.
         """
-        out: dict[str, list[float]] = {p: [] for p in self.phases}
+        prep = [sum(self._ms(a, b) for a, b in spans) for spans in self.prep[: len(self.steps)]]
+        out: dict[str, list[float]] = {"device_prep": prep} if any(self.prep[: len(self.steps)]) else {}
+        out.update({p: [] for p in self.phases})
         if self.use_events:
             out["gpu_idle"] = []
         for i, marks in enumerate(self.steps):
             for p, (a, b) in zip(self.phases, itertools.pairwise(marks), strict=True):
-                out[p].append(a.elapsed_time(b) if self.use_events else (b - a) * 1000)
+                out[p].append(self._ms(a, b))
             if self.use_events:
-                out["gpu_idle"].append(self.steps[i - 1][-1].elapsed_time(marks[0]) if i else 0.0)
+                gap = self.steps[i - 1][-1].elapsed_time(marks[0]) if i else 0.0
+                out["gpu_idle"].append(max(0.0, gap - prep[i]))
         return out
 
 

@@ -42,6 +42,7 @@ from ..plan.cell import Cell
 from ..plan.knobs import IMAGE_STAGES, STAGE_WHATIFS, KnobError
 from . import stages
 from .stages import StagedBatch, first_line, named, pipeline
+from .timing import device_work
 
 READ, DECODE = IMAGE_STAGES
 CACHE_FILE = "stage_cache.pt"
@@ -610,10 +611,10 @@ class DeviceStages:
 
     def __iter__(self):
         for item in self.loader:
-            if isinstance(item, StagedBatch):
-                yield StagedBatch(self._batch(item.batch), item.timings)
-            else:
-                yield self._batch(item)
+            with device_work():  # the trainer's time, not the loader's: the step's device_prep (harness.timing)
+                staged = isinstance(item, StagedBatch)
+                batch = StagedBatch(self._batch(item.batch), item.timings) if staged else self._batch(item)
+            yield batch
 
     def ms_per_batch(self, skip: int) -> float | None:
         """The median ms of the moved stages on a batch, past the first `skip` (warm-up); read after a sync."""

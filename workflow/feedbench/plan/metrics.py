@@ -5,10 +5,11 @@ from __future__ import annotations
 import statistics
 
 # The phases of a step, in the order of a step: the one list the harness, the summary, the plots and the views use.
-# wait is the host blocked on the loader; h2d, fwd, bwd, opt are marked by the PhaseClock; gpu_idle is derived
-# between steps (events mode).
-PHASES = ("wait", "h2d", "fwd", "bwd", "opt", "gpu_idle")
-CLOCKED_PHASES = PHASES[1:5]
+# wait is the host blocked on the loader; device_prep the trainer's own device work while it fetched the batch
+# (device_stages, torchvision-cuda: harness.timing.device_work), where it did some; h2d, fwd, bwd, opt are marked by
+# the PhaseClock; gpu_idle is derived between steps (events mode), less the device_prep in that gap.
+PHASES = ("wait", "device_prep", "h2d", "fwd", "bwd", "opt", "gpu_idle")
+CLOCKED_PHASES = PHASES[2:6]
 
 
 def _quantile(values: list[float], q: float) -> float:
