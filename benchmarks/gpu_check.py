@@ -8,8 +8,9 @@ the GPU paths a CPU cannot (docs/results/gpu-validation.md):
     events      finding 1: is `timing: events` slower than `sync`? against `naive` (no instrument), and with the
                 copy pinned and non-blocking, and with a loader that keeps up (2 workers)
     prefetch    finding 2: is stream prefetch slower than none? with 0 workers (host-bound) and 2
-    gpu-decode  N1, N2: torchvision-cuda decode: the stall, the GPU's idle, the copied bytes, the unpinned note
-    device      N1: a device_stages what-if's GPU work between steps
+    gpu-decode  N1, N2: torchvision-cuda decode: its device_prep, the stall, the GPU's idle, the copied bytes, the
+                unpinned note
+    device      N1: a device_stages what-if's GPU work between steps: device_prep, not stall or GPU idle
     pinned      N3: the pinned pool (shm.pinned_bytes) of batches that are not powers of two, 0 and 2 workers
 
 Without CUDA it runs dry: every cell that can run on the CPU runs there at 2 steps (the plumbing, not a figure), the
@@ -138,7 +139,7 @@ def row(group: str, arm: str, results: list[dict], note: str) -> str:
     ok = [r for r in results if r.get("status") == "ok"]
     if not ok:
         errors = {str((r.get("error") or {}).get("message", ""))[:120] for r in results}
-        return f"| {group} | {arm} | failed: {'; '.join(errors)} | | | | | | {note} |"
+        return f"| {group} | {arm} | failed: {'; '.join(errors)} | | | | | | | {note} |"
     rates = [r["metrics"]["samples_per_s"] for r in ok]
     metrics = [r["metrics"] for r in ok]
 
@@ -149,11 +150,12 @@ def row(group: str, arm: str, results: list[dict], note: str) -> str:
     idle = median(
         lambda m: 100 * m["phases"].get("gpu_idle", {}).get("share", 0) if "gpu_idle" in m["phases"] else None
     )
+    prep = median(lambda m: 100 * m["phases"]["device_prep"]["share"] if "device_prep" in m["phases"] else None)
     pinned = [r["shm"].get("pinned_bytes") for r in ok if r.get("shm")]
     unpinned = sum("unpinned" in a for r in ok for a in r.get("adjustments", []))
     return (
         f"| {group} | {arm} | {', '.join(f'{x:.0f}' for x in rates)} | {statistics.median(rates):.0f} | "
-        f"{median(lambda m: m['stall_pct'])} | {idle} | {median(lambda m: m.get('h2d_gb_per_s'))} | "
+        f"{median(lambda m: m['stall_pct'])} | {idle} | {prep} | {median(lambda m: m.get('h2d_gb_per_s'))} | "
         f"{pinned[0] if pinned else '-'} | {note}{'; unpinned note' if unpinned else ''} |"
     )
 
@@ -184,13 +186,14 @@ def main() -> None:
         "",
         f"torch {torch.__version__}, {rounds} alternating round(s), each cell a fresh `python -m feedbench run`.",
         "",
-        "| group | arm | samples/s by round | median | stall % | GPU idle % | h2d GB/s | pinned bytes | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| group | arm | samples/s by round | median | stall % | GPU idle % | device_prep % | h2d GB/s | pinned bytes "
+        "| note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for group in args.only:
         needs, arms = GROUPS[group]
         if needs == "cuda" and not cuda:
-            lines += [f"| {group} | {arm} | skipped: needs CUDA | | | | | | dry |" for arm in arms]
+            lines += [f"| {group} | {arm} | skipped: needs CUDA | | | | | | | dry |" for arm in arms]
             continue
         results = {arm: [] for arm in arms}
         for k in range(rounds):
