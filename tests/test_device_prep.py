@@ -73,9 +73,11 @@ def _cell(run_cell, user_module, **knobs):
 
 
 @pytest.mark.timing  # asserts where a known sleep lands
-@pytest.mark.parametrize("timing", ["naive", "sync"])
-def test_device_stage_time_is_device_prep_not_the_loaders_wait(run_cell, user_module, timing, tmp_path):
-    result = _cell(run_cell, user_module, timing=timing)
+@pytest.mark.parametrize("timing, prefetch", [("naive", "none"), ("sync", "none"), ("sync", "stream")])
+def test_device_stage_time_is_device_prep_not_the_loaders_wait(run_cell, user_module, timing, prefetch, tmp_path):
+    """The stream prefetcher pulls its batches ahead, inside the step's fetch too: their device work is still the
+    step's device_prep."""
+    result = _cell(run_cell, user_module, timing=timing, device_prefetch=prefetch)
     metrics = result["metrics"]
     assert metrics["phases"]["wait"]["median_ms"] < SLEEP_MS / 4, metrics["phases"]  # the loader is next to free
     assert metrics["stall_pct"] < 15, metrics
