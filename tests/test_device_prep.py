@@ -13,6 +13,7 @@ SLEEP_MS = 40.0  # the moved stage's cost per batch; a sample costs next to noth
 USER_CODE = f"""
 import time
 
+import feedbench
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -43,6 +44,17 @@ class Samples(Dataset):
 
 def build(ctx, n=64):
     return Samples(n)
+
+
+class Touching(Samples):  # a dataset that does device work of its own per sample, in the trainer, and marks it
+    def __getitem__(self, index):
+        with feedbench.device_work():
+            time.sleep({SLEEP_MS} / 4 / 1000)
+        return torch.full((4,), float(index)), torch.tensor(float(index))
+
+
+def build_touching(ctx, n=64):
+    return Touching(n)
 
 
 def model(ctx):
@@ -87,6 +99,15 @@ def test_device_stage_time_is_device_prep_not_the_loaders_wait(run_cell, user_mo
     with open(tmp_path / "cell0" / "steps.csv") as f:  # every measured step carries its own
         rows = list(csv.DictReader(f))
     assert len(rows) == KNOBS["steps"] and all(float(row["device_prep_ms"]) >= SLEEP_MS for row in rows)
+
+
+@pytest.mark.timing
+def test_a_users_dataset_marks_its_own_device_work(run_cell, user_module):
+    """feedbench.device_work() in a user's dataset (workers 0: it runs in the trainer, as a dataset that touches CUDA
+    must): 4 samples a batch, a quarter of SLEEP_MS each, are the step's device_prep, not its wait."""
+    metrics = _cell(run_cell, user_module, dataset="prep_costs:build_touching", device_stages=None)["metrics"]
+    assert metrics["phases"]["wait"]["median_ms"] < SLEEP_MS / 4 and metrics["stall_pct"] < 15, metrics["phases"]
+    assert SLEEP_MS <= metrics["phases"]["device_prep"]["median_ms"] < 3 * SLEEP_MS
 
 
 def test_a_cell_without_device_work_has_no_device_prep(run_cell, user_module):

@@ -31,16 +31,24 @@ _fetching: PhaseClock | None = None  # the clock whose step's batch is being fet
 
 @contextlib.contextmanager
 def device_work() -> Iterator[None]:
-    """Around the device work of a batch being fetched: the fetching step's device_prep (none outside a fetch)."""
+    """Around the device work of a batch being fetched: the fetching step's device_prep (none outside a fetch).
+
+    Also the user's, as `feedbench.device_work()`: a dataset or collate that touches CUDA in the training process. A
+    span inside another is counted in it, once."""
+    global _fetching
     clock = _fetching
     if clock is None:
         yield
         return
-    host = time.perf_counter()
-    start = clock.stamp()
-    yield
-    clock.pending.append((start, clock.stamp()))
-    clock.pending_host_ms += (time.perf_counter() - host) * 1000
+    _fetching = None  # a span inside this one is part of it
+    try:
+        host = time.perf_counter()
+        start = clock.stamp()
+        yield
+        clock.pending.append((start, clock.stamp()))
+        clock.pending_host_ms += (time.perf_counter() - host) * 1000
+    finally:
+        _fetching = clock
 
 
 class PhaseClock:
