@@ -49,7 +49,11 @@ def main() -> None:
             print(f"{case:>13} W={workers}: samples/s {error:+.2f} % (repeats {repeats}), stall {stall:+.2f} points")
             worst = max(worst, abs(error))
             if COMMON["device"] == "cuda":  # where a GPU step's time goes: the host's wait against the GPU's idling
-                phases = ", ".join(f"{name} {rows[f'{name}_ms'].median():.1f}" for name in PHASE_COLUMNS)
+                phases = ", ".join(
+                    f"{name} {rows[f'{name}_ms'].median():.1f}"
+                    for name in PHASE_COLUMNS
+                    if rows[f"{name}_ms"].notna().any()  # device_prep only where a cell does device work
+                )
                 print(f"{'':>19}median ms: step {rows['step_ms_median'].median():.1f}, {phases}")
     print(f"worst samples/s error: {worst:.2f} % (the test allows 5 %)")
 
