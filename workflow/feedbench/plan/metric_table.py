@@ -118,6 +118,16 @@ METRICS: dict[str, Metric] = {
     for m in (
         _m("samples_per_s", "metrics.samples_per_s", "number", "samples/s", "samples / window_s", **RATE),
         _m(
+            "samples",
+            "metrics.samples",
+            "integer",
+            "samples",
+            "samples in the measured steps",
+            nullable=False,
+            column=None,
+            **RATE,
+        ),
+        _m(
             "tokens_per_s",
             "metrics.tokens_per_s",
             "number",
@@ -167,6 +177,16 @@ METRICS: dict[str, Metric] = {
             "number",
             "GB/s",
             "bytes copied to the device / time of the h2d phase",
+            **RATE,
+        ),
+        _m(
+            "h2d_bytes",
+            "metrics.h2d_bytes",
+            "integer",
+            "bytes",
+            "what the measured steps of a training cell copied to the device, every tensor of each batch",
+            nullable=False,
+            column=None,
             **RATE,
         ),
         _m(
@@ -275,6 +295,7 @@ METRICS: dict[str, Metric] = {
             "number",
             "MB",
             "the smallest of RAM, the cgroup's memory.max and Slurm's allocation",
+            minimum=0,
         ),
         _m(
             "memory_limit_by",
@@ -286,9 +307,10 @@ METRICS: dict[str, Metric] = {
         _m(
             "samples_to_memory_limit",
             f"{_MEMORY}.samples_to_limit",
-            "number",
+            "integer",
             "samples",
             "samples until the growth reaches the limit; empty without growth",
+            minimum=0,
         ),
         _m(
             "workers_start_method",
@@ -367,6 +389,7 @@ METRICS: dict[str, Metric] = {
             "string",
             "",
             "the page cache's state achieved at the start: asis, warm or cold",
+            nullable=False,
         ),
         _m(
             "page_cache_resident",
@@ -398,7 +421,7 @@ METRICS: dict[str, Metric] = {
             "",
             "the timing mode used: events, sync, naive on a GPU, wall on CPU",
         ),
-        _m("duration_s", "duration_s", "number", "s", "the whole run, wall clock"),
+        _m("duration_s", "duration_s", "number", "s", "the whole run, wall clock", nullable=False, minimum=0),
         _m(
             "phase_ms",
             "metrics.phases.{phase}.median_ms",
@@ -500,7 +523,6 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             column="stage_{stage}_ms",
             expand=STAGE,
-            **RATE,
         ),
         _m(
             "stage_mean_ms",
@@ -511,7 +533,6 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             column="stage_{stage}_mean_ms",
             expand=STAGE,
-            **RATE,
         ),
         _m(
             "stage_p90_ms",
@@ -522,7 +543,6 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             column="stage_{stage}_p90_ms",
             expand=STAGE,
-            **RATE,
         ),
         _m(
             "stage_p99_ms",
@@ -533,7 +553,6 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             column="stage_{stage}_p99_ms",
             expand=STAGE,
-            **RATE,
         ),
         _m(
             "stage_share",
@@ -541,10 +560,8 @@ METRICS: dict[str, Metric] = {
             "number",
             "",
             "the stage's share of the worker's time",
-            nullable=False,
             column="stage_{stage}_share",
             expand=STAGE,
-            **RATE,
         ),
         _m(
             "stage_calls",
@@ -573,6 +590,7 @@ METRICS: dict[str, Metric] = {
             "GB/s",
             "the probe's best median, pinned",
             sparse=True,
+            **RATE,
         ),
         _m(
             "transfer_peak_gb_per_s_pageable",
@@ -581,6 +599,7 @@ METRICS: dict[str, Metric] = {
             "GB/s",
             "the probe's best median, pageable",
             sparse=True,
+            **RATE,
         ),
         _m(
             "transfer_gb_per_s",
@@ -588,7 +607,7 @@ METRICS: dict[str, Metric] = {
             "number",
             "GB/s",
             "median copy rate at one probed size ({size}: pinned or pageable, then bytes)",
-            nullable=False,
+            **RATE,
             column="transfer_gb_per_s_{size}",
             expand=SIZE,
         ),
@@ -669,6 +688,12 @@ def row_of(result: dict) -> dict:
     return row
 
 
+def undeclared(result: dict) -> list[str]:
+    """The keys of a result's `metrics` that no metric of the table lies under: a figure measured but not declared."""
+    declared = {m.parts[1] for m in METRICS.values() if m.parts[0] == "metrics"}
+    return sorted(set(result.get("metrics") or {}) - declared)
+
+
 def columns() -> list[str]:
     """The metric columns every row has, in the summary's order: those of a result that holds nothing. Expansions with
     fixed keys (the phases) give theirs; those that vary (stages, probed sizes, monitor series) and sparse metrics
@@ -684,3 +709,68 @@ def sparse_columns() -> list[str]:
 def expanded(expansion: Expansion) -> list[Metric]:
     """The metrics under an expanded level, in the table's order."""
     return [m for m in METRICS.values() if m.expand is expansion]
+
+
+def _json_types(metric: Metric) -> list[str]:
+    return [metric.type, "null"] if metric.nullable else [metric.type]
+
+
+def leaf_schema(metric: Metric) -> dict:
+    """The JSON schema of a metric's value, as the table declares it."""
+    leaf: dict = {
+        "type": _json_types(metric),
+        "description": metric.help + (f" ({metric.unit})" if metric.unit else ""),
+    }
+    leaf.update({k: v for k, v in (("minimum", metric.minimum), ("maximum", metric.maximum)) if v is not None})
+    return leaf
+
+
+def schema_node(schema: dict, node: dict, part: str, create: bool = False) -> dict | None:
+    """The schema of `part` under `node` (a placeholder: any entry of an expanded level), following $ref and allOf;
+    with `create`, an empty schema made where the file has none."""
+    while "$ref" in node or "allOf" in node and not node.get("properties"):
+        ref = node.get("$ref") or next((s["$ref"] for s in node["allOf"] if "$ref" in s), None)
+        if ref is None:
+            break
+        node = schema["$defs"][ref.rsplit("/", 1)[1]]
+    if part.startswith("{"):
+        key = "items" if node.get("type") == "array" else "additionalProperties"
+        if not isinstance(node.get(key), dict):
+            node[key] = {} if create else None
+        return node[key]
+    found = node.get("properties", {}).get(part)
+    if found is None and isinstance(node.get("additionalProperties"), dict):
+        found = node["additionalProperties"]  # a mapping whose every entry has one schema (step_ms)
+    if found is None and create:
+        found = node.setdefault("properties", {})[part] = {}
+    return found
+
+
+def with_metrics(schema: dict) -> dict:
+    """The result schema with every declared metric's leaf its file leaves out, and each fixed expansion's keys (the
+    phases) as the names its level allows: a new metric or phase needs no edit of the file."""
+    for metric in METRICS.values():
+        node = schema
+        for part in metric.parts[:-1]:
+            node = schema_node(schema, node, part, create=True)
+        if schema_node(schema, node, metric.parts[-1]) is None:
+            schema_node(schema, node, metric.parts[-1], create=True).update(leaf_schema(metric))
+    for expansion in EXPANSIONS:
+        if expansion.keys is not None:
+            prefix = expanded(expansion)[0]._split()[0]
+            node = schema
+            for part in prefix:
+                node = schema_node(schema, node, part, create=True)
+            node["propertyNames"] = {"enum": list(expansion.keys)}
+    return schema
+
+
+def markdown_table() -> str:
+    """The summary's metric columns as a Markdown table (docs/result-schema.md embeds it; a test keeps them equal)."""
+    lines = ["| column | in result.json | type | unit | since | meaning |", "|---|---|---|---|---|---|"]
+    for m in METRICS.values():
+        column = f"`{m.summary_column}`" if m.summary_column else "(none)"
+        kind = " or ".join(_json_types(m))
+        help = m.help.replace("|", "/") + (" (only in rows that have it)" if m.sparse else "")
+        lines.append(f"| {column} | `{m.path}` | {kind} | {m.unit} | {m.since} | {help} |")
+    return "\n".join(lines) + "\n"
