@@ -2,7 +2,7 @@
 
 From it come the summary's metric columns (plan.columns), the flattening of a result into a summary row
 (`row_of`, for analysis.aggregate), the leaves of the result schema's `metrics` that its file leaves out
-(`schema_leaves`, merged by plan.result.schema) and the table in docs/result-schema.md
+(`with_metrics`, which plan.result.schema applies) and the table in docs/result-schema.md
 (`python -m feedbench metrics --markdown`). A new metric is its `Metric` here and the harness line that measures
 it. Plain Python: the Snakefile's parse imports plan.columns, so never torch or pandas.
 """
@@ -46,7 +46,7 @@ PINNING = Expansion("pinning", key_of=_pinning)
 SERIES = Expansion("series")
 EXPANSIONS = (PHASE, STAGE, SIZE, PINNING, SERIES)
 
-# JSON types a metric's value may have, and how the docs table names the column's unit where it has none.
+# The JSON types a metric's value may have.
 TYPES = ("number", "integer", "string", "boolean", "array")
 
 
@@ -74,6 +74,14 @@ class Metric:
     convert: Callable[[Any], Any] | None = None
     sparse: bool = False
     since: str = FIRST
+
+    def __post_init__(self):
+        """A declaration that cannot work fails at import, in one line."""
+        if self.type not in TYPES:
+            raise ValueError(f"metric '{self.name}': type {self.type!r} is not allowed; allowed: {', '.join(TYPES)}")
+        placeholder = "{" + self.expand.name + "}" if self.expand else None
+        if placeholder and (placeholder not in self.parts or self.column and placeholder not in self.column):
+            raise ValueError(f"metric '{self.name}': its path and column need the placeholder {placeholder}")
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -104,10 +112,6 @@ def _profile_text(functions: list[dict]) -> str | None:
     return json.dumps([[f["name"], f["share"], f["ms"]] for f in functions]) if functions else None
 
 
-def _m(name: str, path: str, type: str, unit: str, help: str, **facts) -> Metric:
-    return Metric(name, path, type, unit, help, **facts)
-
-
 RATE = {"minimum": 0}
 _STAGE = "metrics.stages.stages.{stage}"
 _MEMORY = "monitor.memory"
@@ -116,8 +120,8 @@ _MEMORY = "monitor.memory"
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        _m("samples_per_s", "metrics.samples_per_s", "number", "samples/s", "samples / window_s", **RATE),
-        _m(
+        Metric("samples_per_s", "metrics.samples_per_s", "number", "samples/s", "samples / window_s", **RATE),
+        Metric(
             "samples",
             "metrics.samples",
             "integer",
@@ -127,7 +131,7 @@ METRICS: dict[str, Metric] = {
             column=None,
             **RATE,
         ),
-        _m(
+        Metric(
             "tokens_per_s",
             "metrics.tokens_per_s",
             "number",
@@ -135,7 +139,7 @@ METRICS: dict[str, Metric] = {
             "dataset tokens: true input tokens / window_s",
             **RATE,
         ),
-        _m(
+        Metric(
             "step_ms_median",
             "metrics.step_ms.median",
             "number",
@@ -144,7 +148,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "step_ms_p10",
             "metrics.step_ms.p10",
             "number",
@@ -153,7 +157,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "step_ms_p90",
             "metrics.step_ms.p90",
             "number",
@@ -162,7 +166,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "stall_pct",
             "metrics.stall_pct",
             "number",
@@ -171,7 +175,7 @@ METRICS: dict[str, Metric] = {
             minimum=0,
             maximum=100,
         ),
-        _m(
+        Metric(
             "h2d_gb_per_s",
             "metrics.h2d_gb_per_s",
             "number",
@@ -179,7 +183,7 @@ METRICS: dict[str, Metric] = {
             "bytes copied to the device / time of the h2d phase",
             **RATE,
         ),
-        _m(
+        Metric(
             "h2d_bytes",
             "metrics.h2d_bytes",
             "integer",
@@ -189,7 +193,7 @@ METRICS: dict[str, Metric] = {
             column=None,
             **RATE,
         ),
-        _m(
+        Metric(
             "time_to_first_batch_s",
             "metrics.time_to_first_batch_s",
             "number",
@@ -197,7 +201,7 @@ METRICS: dict[str, Metric] = {
             "from creating the loader iterator (workers start) to the first batch",
             **RATE,
         ),
-        _m(
+        Metric(
             "wait_ms_p50",
             "metrics.wait_ms.p50",
             "number",
@@ -206,7 +210,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "wait_ms_p90",
             "metrics.wait_ms.p90",
             "number",
@@ -215,7 +219,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "wait_ms_p99",
             "metrics.wait_ms.p99",
             "number",
@@ -224,7 +228,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "epoch_stall_ms",
             "metrics.epoch_boundaries.median_ms",
             "number",
@@ -233,7 +237,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "epoch_stall_ms_max",
             "metrics.epoch_boundaries.max_ms",
             "number",
@@ -242,7 +246,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "epoch_stall_s",
             "metrics.epoch_boundaries.excess_s",
             "number",
@@ -251,7 +255,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "epoch_boundaries",
             "metrics.epoch_boundaries.count",
             "integer",
@@ -260,36 +264,36 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             minimum=1,
         ),
-        _m(
+        Metric(
             "workers_uss_growth_mb_per_1k",
             f"{_MEMORY}.workers_growth_mb_per_1k",
             "number",
             "MB per 1,000 samples",
             "the loader workers' USS growth, fitted and summed",
         ),
-        _m(
+        Metric(
             "workers_uss_grown_mb",
             f"{_MEMORY}.workers_grown_mb",
             "number",
             "MB",
             "what the workers' USS grew over their lives, summed",
         ),
-        _m("workers_uss_growth_r2", f"{_MEMORY}.workers_r2", "number", "", "r2 of the workers' fit"),
-        _m(
+        Metric("workers_uss_growth_r2", f"{_MEMORY}.workers_r2", "number", "", "r2 of the workers' fit"),
+        Metric(
             "trainer_uss_growth_mb_per_1k",
             f"{_MEMORY}.main.growth_mb_per_1k",
             "number",
             "MB per 1,000 samples",
             "the training process's USS growth, fitted",
         ),
-        _m(
+        Metric(
             "memory_used_mb",
             f"{_MEMORY}.used_mb",
             "number",
             "MB",
             "the main process's PSS and the workers' at the last sample",
         ),
-        _m(
+        Metric(
             "memory_limit_mb",
             f"{_MEMORY}.limit.limit_mb",
             "number",
@@ -297,14 +301,14 @@ METRICS: dict[str, Metric] = {
             "the smallest of RAM, the cgroup's memory.max and Slurm's allocation",
             minimum=0,
         ),
-        _m(
+        Metric(
             "memory_limit_by",
             f"{_MEMORY}.limit.bound_by",
             "string",
             "",
             "which gave memory_limit_mb: ram, cgroup or slurm",
         ),
-        _m(
+        Metric(
             "samples_to_memory_limit",
             f"{_MEMORY}.samples_to_limit",
             "integer",
@@ -312,14 +316,14 @@ METRICS: dict[str, Metric] = {
             "samples until the growth reaches the limit; empty without growth",
             minimum=0,
         ),
-        _m(
+        Metric(
             "workers_start_method",
             f"{_MEMORY}.start_method",
             "string",
             "",
             "the loader workers' start method; empty without workers",
         ),
-        _m(
+        Metric(
             "cuda_init_s",
             "metrics.cuda_init_s",
             "number",
@@ -327,7 +331,7 @@ METRICS: dict[str, Metric] = {
             "CUDA context creation, before anything else; empty on CPU",
             **RATE,
         ),
-        _m(
+        Metric(
             "gc_collections",
             "metrics.gc.collections",
             "integer",
@@ -336,36 +340,36 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m("gc_pause_ms", "metrics.gc.pause_ms", "number", "ms", "their pauses, summed", nullable=False, **RATE),
-        _m(
+        Metric("gc_pause_ms", "metrics.gc.pause_ms", "number", "ms", "their pauses, summed", nullable=False, **RATE),
+        Metric(
             "original_fwd_samples_per_s",
             "metrics.original_estimators.fwd_samples_per_s",
             "number",
             "samples/s",
             "pytorch_throughput's forward estimator: mean of per-step rates after the first",
         ),
-        _m(
+        Metric(
             "original_bwd_samples_per_s",
             "metrics.original_estimators.bwd_samples_per_s",
             "number",
             "samples/s",
             "its backward + optimizer estimator",
         ),
-        _m(
+        Metric(
             "original_samples_per_s",
             "metrics.original_estimators.samples_per_s",
             "number",
             "samples/s",
             "its samples / host time without a final synchronisation",
         ),
-        _m(
+        Metric(
             "first_batch_profiled_ms",
             "metrics.first_batch_profile.data_load_ms",
             "number",
             "ms",
             "knob profile_first_batch: CPU total of the notebook's data_load window",
         ),
-        _m(
+        Metric(
             "measured_steps",
             "metrics.steps",
             "integer",
@@ -374,7 +378,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "window_s",
             "metrics.window_s",
             "number",
@@ -383,7 +387,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "page_cache_effective",
             "page_cache.effective",
             "string",
@@ -391,14 +395,14 @@ METRICS: dict[str, Metric] = {
             "the page cache's state achieved at the start: asis, warm or cold",
             nullable=False,
         ),
-        _m(
+        Metric(
             "page_cache_resident",
             "page_cache.resident_fraction",
             "number",
             "",
             "share of the dataset's pages in the page cache after warming or evicting",
         ),
-        _m(
+        Metric(
             "world_size",
             "metrics.world_size",
             "integer",
@@ -407,22 +411,22 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             minimum=1,
         ),
-        _m(
+        Metric(
             "comm_share",
             "metrics.comm_share",
             "number",
             "",
             "ddp: 1 - step time without gradient sync / with it (slowest rank)",
         ),
-        _m(
+        Metric(
             "timing_effective",
             "timing.effective",
             "string",
             "",
             "the timing mode used: events, sync, naive on a GPU, wall on CPU",
         ),
-        _m("duration_s", "duration_s", "number", "s", "the whole run, wall clock", nullable=False, minimum=0),
-        _m(
+        Metric("duration_s", "duration_s", "number", "s", "the whole run, wall clock", nullable=False, minimum=0),
+        Metric(
             "phase_ms",
             "metrics.phases.{phase}.median_ms",
             "number",
@@ -433,7 +437,7 @@ METRICS: dict[str, Metric] = {
             expand=PHASE,
             **RATE,
         ),
-        _m(
+        Metric(
             "phase_share",
             "metrics.phases.{phase}.share",
             "number",
@@ -443,7 +447,7 @@ METRICS: dict[str, Metric] = {
             expand=PHASE,
             **RATE,
         ),
-        _m(
+        Metric(
             "stage_worker_ms",
             "metrics.stages.worker_ms_per_sample",
             "number",
@@ -452,7 +456,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        _m(
+        Metric(
             "stage_order",
             "metrics.stages.order",
             "array",
@@ -461,7 +465,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             convert=_joined(" > "),
         ),
-        _m(
+        Metric(
             "stage_decorated",
             "metrics.stages.functions",
             "array",
@@ -470,7 +474,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             convert=_joined(" > "),
         ),
-        _m(
+        Metric(
             "stage_on_device",
             "metrics.stages.on_device",
             "array",
@@ -478,7 +482,7 @@ METRICS: dict[str, Metric] = {
             "the stages device_stages may start at, joined by ' > '",
             convert=_joined(" > "),
         ),
-        _m(
+        Metric(
             "stage_profile",
             "metrics.stages.profile.functions",
             "array",
@@ -487,7 +491,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             convert=_profile_text,
         ),
-        _m(
+        Metric(
             "whatif_trades",
             "metrics.whatif.trades",
             "array",
@@ -496,7 +500,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             convert=_joined("; "),
         ),
-        _m(
+        Metric(
             "whatif_cache_mb",
             "metrics.whatif.cache.bytes",
             "integer",
@@ -506,7 +510,7 @@ METRICS: dict[str, Metric] = {
             convert=lambda b: b / 2**20,
             **RATE,
         ),
-        _m(
+        Metric(
             "whatif_device_ms",
             "metrics.whatif.device_ms_per_batch",
             "number",
@@ -514,7 +518,7 @@ METRICS: dict[str, Metric] = {
             "device_stages: the moved stages' median ms per batch in the training process",
             **RATE,
         ),
-        _m(
+        Metric(
             "stage_ms",
             f"{_STAGE}.median_ms",
             "number",
@@ -524,7 +528,7 @@ METRICS: dict[str, Metric] = {
             column="stage_{stage}_ms",
             expand=STAGE,
         ),
-        _m(
+        Metric(
             "stage_mean_ms",
             f"{_STAGE}.mean_ms",
             "number",
@@ -534,7 +538,7 @@ METRICS: dict[str, Metric] = {
             column="stage_{stage}_mean_ms",
             expand=STAGE,
         ),
-        _m(
+        Metric(
             "stage_p90_ms",
             f"{_STAGE}.p90_ms",
             "number",
@@ -544,7 +548,7 @@ METRICS: dict[str, Metric] = {
             column="stage_{stage}_p90_ms",
             expand=STAGE,
         ),
-        _m(
+        Metric(
             "stage_p99_ms",
             f"{_STAGE}.p99_ms",
             "number",
@@ -554,7 +558,7 @@ METRICS: dict[str, Metric] = {
             column="stage_{stage}_p99_ms",
             expand=STAGE,
         ),
-        _m(
+        Metric(
             "stage_share",
             f"{_STAGE}.share",
             "number",
@@ -563,7 +567,7 @@ METRICS: dict[str, Metric] = {
             column="stage_{stage}_share",
             expand=STAGE,
         ),
-        _m(
+        Metric(
             "stage_calls",
             f"{_STAGE}.calls",
             "integer",
@@ -574,7 +578,7 @@ METRICS: dict[str, Metric] = {
             expand=STAGE,
             **RATE,
         ),
-        _m(
+        Metric(
             "transfer_method",
             "metrics.transfer.method",
             "string",
@@ -583,7 +587,7 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             sparse=True,
         ),
-        _m(
+        Metric(
             "transfer_peak_gb_per_s_pinned",
             "metrics.transfer.peak_gb_per_s_pinned",
             "number",
@@ -592,7 +596,7 @@ METRICS: dict[str, Metric] = {
             sparse=True,
             **RATE,
         ),
-        _m(
+        Metric(
             "transfer_peak_gb_per_s_pageable",
             "metrics.transfer.peak_gb_per_s_pageable",
             "number",
@@ -601,7 +605,7 @@ METRICS: dict[str, Metric] = {
             sparse=True,
             **RATE,
         ),
-        _m(
+        Metric(
             "transfer_gb_per_s",
             "metrics.transfer.by_size.{size}.median_gb_per_s",
             "number",
@@ -611,7 +615,7 @@ METRICS: dict[str, Metric] = {
             column="transfer_gb_per_s_{size}",
             expand=SIZE,
         ),
-        _m(
+        Metric(
             "transfer_user_batch_bytes",
             "metrics.transfer.user_batch.by_pinning.{pinning}.bytes",
             "integer",
@@ -621,7 +625,7 @@ METRICS: dict[str, Metric] = {
             column="transfer_user_batch_bytes_{pinning}",
             expand=PINNING,
         ),
-        _m(
+        Metric(
             "transfer_user_batch_ms",
             "metrics.transfer.user_batch.by_pinning.{pinning}.batch_median_ms",
             "number",
@@ -631,7 +635,7 @@ METRICS: dict[str, Metric] = {
             column="transfer_user_batch_ms_{pinning}",
             expand=PINNING,
         ),
-        _m(
+        Metric(
             "series_mean",
             "monitor.stats.{series}.mean",
             "number",
