@@ -18,6 +18,7 @@ import argparse
 import tempfile
 import time
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 from calibration import BATCH, CASES, COMMON, REPEATS, WORKERS, compute_ms, expected, measure
 from feedbench.analysis.aggregate import load_results
 from feedbench.plan.metrics import PHASES as PHASE_COLUMNS

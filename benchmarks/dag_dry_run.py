@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import yaml
 from feedbench.plan.matrix import build_cells
 

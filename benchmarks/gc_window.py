@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import feedbench
 import torch
 

@@ -15,6 +15,7 @@ import argparse
 import statistics
 import time
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import torch
 from feedbench.harness.data import build_dataset, build_loader
 from feedbench.harness.distributed import World, rank_device

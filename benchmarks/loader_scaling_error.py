@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import time
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 from feedbench.analysis.loader_scaling import fit_scaling, fit_text, loader_ceiling, loader_point
 from loader_scaling import CHECK_CELLS, CHECK_REPEATS, ONE_CORE, PIPELINES, TWO_CORES, measure
 

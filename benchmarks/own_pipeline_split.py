@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import feedbench
 import feedbench.harness.loop
 import feedbench.harness.runner

@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import torch
 from feedbench.harness.flops import count_once, published_error
 from feedbench.harness.transfer import probe

@@ -21,14 +21,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-
-from feedbench.analysis.aggregate import load_results, read_summary, write_summary  # noqa: E402
-from feedbench.analysis.plots import plot_experiment  # noqa: E402
-from feedbench.analysis.report import write_report  # noqa: E402
-from feedbench.harness.runner import run  # noqa: E402
-from real_results import run_failing_cell  # noqa: E402
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
+from feedbench.analysis.aggregate import load_results, read_summary, write_summary
+from feedbench.analysis.plots import plot_experiment
+from feedbench.analysis.report import write_report
+from feedbench.harness.runner import run
+from real_results import run_failing_cell
 
 WORKERS, BATCHES = [0, 1, 2, 4, 8], [16, 32, 64, 128, 256]
 KINDS = [{"kind": "line"}, {"kind": "bar"}, {"kind": "phases"}, {"kind": "heatmap"}]

@@ -17,6 +17,7 @@ import os
 import statistics
 import time
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import torch
 from feedbench.harness.profile import MOST_SAMPLES, SampleProfile
 from feedbench.harness.stages import TimedCollate, TimedSamples

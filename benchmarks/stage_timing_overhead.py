@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import feedbench
 import torch
 from feedbench.harness.images import make_images

@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 
+import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import feedbench
 import torch
 from feedbench.plan.plugins import Context

@@ -5,25 +5,34 @@ parse runs it), harness (one cell measured in PyTorch) and analysis (results -> 
 itself and the layers below it: plan nothing above it, harness and analysis the plan but never each other. The
 entry points at the top (__main__, api) may reach any layer. No import cycle, and no function longer than a reader
 can hold. `make lint` runs this file.
+
+It reads the package of the checkout it stands in (found from this file's path, never through `import feedbench`,
+which a venv installed from another checkout would answer with that checkout's copy), and counts as imports
+`importlib.import_module("x")` and `__import__("x")` beside the import statements. The plan and the harness name the
+third-party packages they may import (an allow-list: a new dependency is a decision made here); the analysis, the
+packages it must not.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
-import feedbench
 import pytest
 
-PACKAGE = Path(feedbench.__file__).parent
+PACKAGE = Path(__file__).resolve().parent.parent / "workflow" / "feedbench"
 LAYERS = ("plan", "harness", "analysis")
 MAY_IMPORT = {"plan": {"plan"}, "harness": {"plan", "harness"}, "analysis": {"plan", "analysis"}}
-# Third-party packages a layer must not import: the plan runs in Snakemake's parse of every job, so nothing heavy.
-NOT_IN = {
-    "plan": {"torch", "torchvision", "pandas", "matplotlib", "numpy"},
-    "harness": {"pandas", "matplotlib"},
-    "analysis": {"torch", "torchvision"},
+# Third-party packages the plan and the harness may import, all they may: the plan runs in Snakemake's parse of every
+# job, so nothing heavy; the harness measures one cell, so nothing of the analysis (pandas, matplotlib).
+PLAN_ALLOWED = {"jsonschema", "snakemake", "snakemake_executor_plugin_slurm", "yaml"}
+ALLOWED = {
+    "plan": PLAN_ALLOWED,
+    "harness": PLAN_ALLOWED | {"PIL", "numpy", "psutil", "pyarrow", "pynvml", "torch", "torchvision", "webdataset"},
 }
+# Third-party packages the analysis must not import: it reads results, it runs no cell.
+NOT_IN = {"analysis": {"torch", "torchvision"}}
 # Leaves at the top that every layer may import: the version.
 SHARED = {"feedbench.version"}
 MAX_FUNCTION_LINES = 80
@@ -37,6 +46,23 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
+def _dynamic(node: ast.AST) -> str | None:
+    """The module an `importlib.import_module("x")` or `__import__("x")` call names, where it is a literal."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    named = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    first = node.args[0]
+    literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
+    return first.value if named in ("import_module", "__import__") and literal else None
+
+
+def _absolute(package: str, module: str | None, level: int) -> str:
+    """A relative import's module (`from ..plan import x` in feedbench.harness: feedbench.plan)."""
+    parts = package.split(".")
+    return ".".join(parts[: len(parts) - level + 1] + ([module] if module else []))
+
+
 def imports(name: str) -> tuple[set[str], set[str]]:
     """The package modules and the third-party top-level packages that module `name` imports."""
     path = MODULES[name]
@@ -45,20 +71,19 @@ def imports(name: str) -> tuple[set[str], set[str]]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level:
-            parts = package.split(".")
-            base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            targets = [
-                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names
-            ]
+            base = _absolute(package, node.module, node.level) if node.level else node.module
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        elif _dynamic(node):
+            module = _dynamic(node)
+            dots = len(module) - len(module.lstrip("."))
+            targets = [_absolute(package, module[dots:] or None, dots) if dots else module]
         else:
             continue
         for target in targets:
             if target.split(".")[0] == "feedbench":
                 inside.add(target)
-            else:
+            elif target.split(".")[0] not in sys.stdlib_module_names:
                 outside.add(target.split(".")[0])
     inside.discard(name)
     return inside, outside
@@ -83,7 +108,12 @@ def test_a_module_imports_only_its_layer_and_those_below(name):
     assert not above, (
         f"{name} ({own} layer) imports {above}; allowed: the {' and '.join(sorted(MAY_IMPORT[own]))} layer"
     )
-    heavy = sorted(outside & NOT_IN[own])
+    if own in ALLOWED:
+        foreign = sorted(outside - ALLOWED[own])
+        assert not foreign, (
+            f"{name} ({own} layer) imports {foreign}; allowed: {sorted(ALLOWED[own])} and the standard library"
+        )
+    heavy = sorted(outside & NOT_IN.get(own, set()))
     assert not heavy, f"{name} ({own} layer) imports {heavy}"
 
 
@@ -113,3 +143,23 @@ def test_no_function_is_longer_than_a_reader_can_hold():
                 if node.end_lineno - first + 1 > MAX_FUNCTION_LINES:
                     long.append(f"{name}.{node.name}: {node.end_lineno - first + 1} lines")
     assert not long, f"over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+BENCHMARKS = PACKAGE.parent.parent / "benchmarks"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")))
+def test_a_benchmark_imports_the_package_of_its_own_checkout(script):
+    """A script that imports feedbench (or the tests' helpers) imports benchmarks/_checkout.py first, which puts this
+    checkout's workflow/ and tests/ first on the path: run without PYTHONPATH, it must not measure the venv's copy."""
+    tree = ast.parse((BENCHMARKS / script).read_text())
+    lines = {}
+    for node in tree.body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        for top in {n.split(".")[0] for n in names}:
+            lines.setdefault(top, node.lineno)
+    ours = [n for n in lines if n == "feedbench" or (PACKAGE.parent.parent / "tests" / f"{n}.py").exists()]
+    if ours:
+        first = min(lines[n] for n in ours)
+        assert lines.get("_checkout", first + 1) < first, f"benchmarks/{script} imports {ours} before _checkout"

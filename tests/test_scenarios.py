@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 import torch
 from feedbench.harness.images import make_images
+from feedbench.plan.metric_table import undeclared
 from feedbench.plan.result import schema
 
 TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1)
@@ -21,6 +22,7 @@ TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, war
 
 def validate(result: dict) -> None:
     jsonschema.validate(result, schema())
+    assert not undeclared(result), f"metrics measured but not declared in plan.metric_table: {undeclared(result)}"
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,9 @@ import time
 
 import yaml
 
+from .plan import metric_table
 from .plan.knobs import KNOBS, markdown_table
+from .plan.result import schema
 
 
 class _Loader(yaml.SafeLoader):
@@ -114,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--repeats", type=int, default=None, help="runs of the reference cell (default 3)")
     knobs = sub.add_parser("knobs", help="list every knob with its default and allowed values")
     knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/knobs.md")
+    metrics = sub.add_parser("metrics", help="list every metric of a result with its summary column")
+    shown = metrics.add_mutually_exclusive_group()
+    shown.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/result-schema.md")
+    shown.add_argument("--schema", action="store_true", help="print the whole result schema, the metrics' leaves added")
     return parser
 
 
@@ -123,6 +129,17 @@ def _knobs(args) -> int:
         return 0
     for knob in KNOBS.values():
         print(f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}")
+    return 0
+
+
+def _metrics(args) -> int:
+    if args.markdown:
+        print(metric_table.markdown_table(), end="")
+    elif args.schema:
+        print(json.dumps(schema(), indent=2))
+    else:
+        for m in metric_table.METRICS.values():
+            print(f"{m.summary_column or '-':34} {m.path:56} {m.unit:10} # {m.help}")
     return 0
 
 
@@ -229,6 +246,7 @@ COMMANDS = {
     "make-shards": _make_shards,
     "record-failure": _record_failure,
     "knobs": _knobs,
+    "metrics": _metrics,
     "cpu-speed": _cpu_speed,
 }
 

@@ -22,12 +22,11 @@ from ..plan.columns import (
     PREDICTION_COLUMNS,
     PROVENANCE_COLUMNS,
     SHM_COLUMNS,
-    STAGE_STATS,
     STATUS,
 )
 from ..plan.knobs import KNOBS, STAGE_WHATIFS, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
-from ..plan.metrics import PHASES
+from ..plan.metric_table import row_of as metric_row
 from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
 from .predict import predict
 from .whatifs import predict_cell, whatifs_of
@@ -64,108 +63,6 @@ def _knobs(result: dict) -> dict:
     return row
 
 
-def _tail(metrics: dict) -> dict:
-    """The data wait's p50/p90/p99 and the epoch-boundary stalls (absent from older results: empty)."""
-    wait = metrics.get("wait_ms") or {}
-    epochs = metrics.get("epoch_boundaries") or {}
-    return {
-        **{f"wait_ms_{q}": wait.get(q) for q in ("p50", "p90", "p99")},
-        "epoch_stall_ms": epochs.get("median_ms"),
-        "epoch_stall_ms_max": epochs.get("max_ms"),
-        "epoch_stall_s": epochs.get("excess_s"),
-        "epoch_boundaries": epochs.get("count"),
-    }
-
-
-def _memory(result: dict) -> dict:
-    """The workers' memory growth and the samples until the cell's memory limit (monitor.memory; absent from older
-    results and from cells without a monitor: empty)."""
-    memory = (result.get("monitor") or {}).get("memory") or {}
-    limit = memory.get("limit") or {}
-    return {
-        "workers_uss_growth_mb_per_1k": memory.get("workers_growth_mb_per_1k"),
-        "workers_uss_grown_mb": memory.get("workers_grown_mb"),
-        "workers_uss_growth_r2": memory.get("workers_r2"),
-        "trainer_uss_growth_mb_per_1k": (memory.get("main") or {}).get("growth_mb_per_1k"),
-        "memory_used_mb": memory.get("used_mb"),
-        "memory_limit_mb": limit.get("limit_mb"),
-        "memory_limit_by": limit.get("bound_by"),
-        "samples_to_memory_limit": memory.get("samples_to_limit"),
-        "workers_start_method": memory.get("start_method"),
-    }
-
-
-def _metrics(result: dict) -> dict:
-    metrics = result.get("metrics") or {}
-    step = metrics.get("step_ms") or {}
-    row = {
-        "samples_per_s": metrics.get("samples_per_s"),
-        "tokens_per_s": metrics.get("tokens_per_s"),
-        "step_ms_median": step.get("median"),
-        "step_ms_p10": step.get("p10"),
-        "step_ms_p90": step.get("p90"),
-        "stall_pct": metrics.get("stall_pct"),
-        "h2d_gb_per_s": metrics.get("h2d_gb_per_s"),
-        "time_to_first_batch_s": metrics.get("time_to_first_batch_s"),
-        **_tail(metrics),
-        **_memory(result),
-        "cuda_init_s": metrics.get("cuda_init_s"),
-        "gc_collections": (metrics.get("gc") or {}).get("collections"),  # the trainer's, in the window
-        "gc_pause_ms": (metrics.get("gc") or {}).get("pause_ms"),
-        **{
-            f"original_{k}": (metrics.get("original_estimators") or {}).get(k)
-            for k in ("fwd_samples_per_s", "bwd_samples_per_s", "samples_per_s")
-        },
-        "first_batch_profiled_ms": (metrics.get("first_batch_profile") or {}).get("data_load_ms"),
-        "measured_steps": metrics.get("steps"),
-        "window_s": metrics.get("window_s"),
-        "page_cache_effective": (result.get("page_cache") or {}).get("effective"),
-        "page_cache_resident": (result.get("page_cache") or {}).get("resident_fraction"),
-        "world_size": metrics.get("world_size"),
-        "comm_share": metrics.get("comm_share"),
-        "timing_effective": (result.get("timing") or {}).get("effective"),
-        "duration_s": result.get("duration_s"),
-    }
-    phases = metrics.get("phases") or {}
-    for phase in PHASES:
-        row[f"{phase}_ms"] = (phases.get(phase) or {}).get("median_ms")
-        row[f"{phase}_share"] = (phases.get(phase) or {}).get("share")
-    stages = metrics.get("stages") or {}
-    row["stage_worker_ms"] = stages.get("worker_ms_per_sample")
-    # stage_decorated, not stage_functions: that is the knob naming functions to make stages (a summary column too)
-    for key, column in (("order", "stage_order"), ("functions", "stage_decorated"), ("on_device", "stage_on_device")):
-        row[column] = " > ".join(stages[key]) if stages.get(key) else None
-    row["stage_profile"] = _profile_text(stages.get("profile"))
-    whatif = metrics.get("whatif") or {}
-    row["whatif_trades"] = "; ".join(whatif.get("trades") or []) or None
-    row["whatif_cache_mb"] = whatif["cache"]["bytes"] / 2**20 if whatif.get("cache") else None
-    row["whatif_device_ms"] = whatif.get("device_ms_per_batch")
-    for name, stats in (stages.get("stages") or {}).items():
-        for column, key in STAGE_STATS.items():
-            row[f"stage_{name}_{column}"] = stats.get(key)
-    transfer = metrics.get("transfer")
-    if transfer:
-        row["transfer_method"] = transfer.get("method")
-        row["transfer_peak_gb_per_s_pinned"] = transfer.get("peak_gb_per_s_pinned")
-        row["transfer_peak_gb_per_s_pageable"] = transfer.get("peak_gb_per_s_pageable")
-        for point in transfer.get("by_size", []):
-            kind = "pinned" if point["pinned"] else "pageable"
-            row[f"transfer_gb_per_s_{kind}_{point['size_bytes']}"] = point.get("median_gb_per_s")
-        for point in (transfer.get("user_batch") or {}).get("by_pinning", []):  # a real batch of the user's
-            kind = "pinned" if point["pinned"] else "pageable"
-            row[f"transfer_user_batch_bytes_{kind}"] = point.get("bytes")
-            row[f"transfer_user_batch_ms_{kind}"] = point.get("batch_median_ms")
-    for name, stats in ((result.get("monitor") or {}).get("stats") or {}).items():
-        row[f"{name}_mean"] = stats.get("mean")
-    return row
-
-
-def _profile_text(profile: dict | None) -> str | None:
-    """The `stage_profile` column: the functions the profile named as JSON text, [[name, share, ms], ...]."""
-    functions = (profile or {}).get("functions")
-    return json.dumps([[f["name"], f["share"], f["ms"]] for f in functions]) if functions else None
-
-
 def _requested_text(knobs: dict) -> str:
     """The `requested` column as the CSV holds it: the knobs as JSON text (read_summary gives the mapping back)."""
     return json.dumps(knobs, sort_keys=True, default=str)
@@ -188,7 +85,7 @@ def result_row(result: dict, path: str) -> dict:
         "error_message": error.get("message"),
         "adjustments": "; ".join(result.get("adjustments") or []) or None,
         **_knobs(result),
-        **_metrics(result),
+        **metric_row(result),
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
         "torch_threads_used": result.get("torch_threads"),
         "torch_threads_source": result.get("torch_threads_source"),

@@ -13,6 +13,8 @@ import os
 import sys
 from importlib import resources
 
+from .metric_table import with_metrics
+
 SCHEMA_VERSION = 1
 
 
@@ -53,8 +55,14 @@ def tail(path: str | None, lines: int = 30) -> str:
         return ""
 
 
-def schema() -> dict:
+def schema_file() -> dict:
+    """The result schema as its file states it: everything but the leaves plan.metric_table declares and it omits."""
     return json.loads(resources.files("feedbench").joinpath("schemas/result.schema.json").read_text())
+
+
+def schema() -> dict:
+    """The result schema: its file, with every metric of plan.metric_table (`python -m feedbench metrics --schema`)."""
+    return with_metrics(schema_file())
 
 
 @functools.lru_cache(maxsize=1)
