@@ -31,7 +31,7 @@ from ..plan.result import UnusableResult, atomic_write, read_result
 from . import accuracy, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
-from .labels import cell_label, key_text
+from .labels import cell_labels
 from .plots import plain_text, stage_figure, svg_text
 
 TEMPLATES = os.path.join(
@@ -237,7 +237,6 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "view": None,
         "cells": [],
         "columns": [],
-        "key": "",
         "metric": None,
         "unit": "",
         "knobs": [],
@@ -319,15 +318,15 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     asked = as_requested(rows, columns)
     labelled = verdict.varying_knobs(asked, list(matrix))
     asked = asked.drop_duplicates("cell").set_index("cell")
-    for cell in cells:
-        cell["label"] = cell_label(asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell, labelled)
+    sources = [asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell for cell in cells]
+    for cell, label in zip(cells, cell_labels(sources, labelled), strict=True):
+        cell["label"] = label
     context.update(
         cells=cells,
         metric=found["metric"],
         unit=unit(found["metric"]),
         knobs=found["knobs"],
         columns=columns,
-        key=key_text(labelled, asked.reset_index().to_dict("records")),
         best_id=best["cell"] if best else None,
         baseline_id=base["cell"] if base else None,
         note=found["note"],
