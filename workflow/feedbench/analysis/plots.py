@@ -60,7 +60,7 @@ from ..plan.result import atomic_write
 from .aggregate import as_requested
 from .labels import cell_label, cell_labels
 from .stages import UNATTRIBUTED, names, profile
-from .verdict import interval, knob_texts, natural_order, varying_knobs
+from .verdict import interval, knob_texts, natural_order, objective, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {
@@ -300,6 +300,12 @@ def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> N
     ax.set_xlabel(axis_label(x))
 
 
+def rate_column(rows: pd.DataFrame, y: str) -> str:
+    """The column a spec's y draws: samples_per_s (the default) becomes tokens_per_s where the experiment counts tokens,
+    so its axis is in the unit of the rest of its report (verdict.unit); any other column as named."""
+    return objective(rows) if y == "samples_per_s" and objective(rows) == "tokens_per_s" else y
+
+
 def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
     """Draw one spec on one axes from the experiment's summary rows."""
     kind = spec.get("kind", "line")
@@ -307,7 +313,7 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
         raise ValueError(f"plot kind {kind!r} is not one of {', '.join(KINDS)}")
     knobs = varying_knobs(rows)
     data = rows[rows["status"] == "ok"]
-    x, y, hue = spec.get("x"), spec.get("y", "samples_per_s"), spec.get("hue")
+    x, y, hue = spec.get("x"), rate_column(rows, spec.get("y", "samples_per_s")), spec.get("hue")
     if "scenario" in rows and len(rows) and (rows["scenario"] == "transfer").all():
         # A probe has its own axes, whatever the spec names: bandwidth against copy size.
         data, x, y, kind = transfer_long(data), "size_bytes", "gb_per_s", "line" if kind == "phases" else kind
@@ -359,7 +365,7 @@ def facet_knob(rows: pd.DataFrame, spec: dict) -> str | None:
         return None
     data = rows[rows["status"] == "ok"]
     x, hue = spec.get("x"), spec.get("hue")
-    if x not in data or spec.get("y", "samples_per_s") not in data:
+    if x not in data or rate_column(rows, spec.get("y", "samples_per_s")) not in data:
         return None
     keys = _series(data, x, hue, varying_knobs(rows))
     others = [k for k in keys if k != hue]
@@ -378,7 +384,7 @@ def draw_facets(fig, rows: pd.DataFrame, spec: dict, knob: str) -> None:
             ax.get_legend().remove()
         if ax is not axes[0]:
             ax.set_ylabel("")  # the y axis is shared: its label once, at the left
-    title = spec.get("title") or f"{spec.get('y', 'samples_per_s')} by {spec.get('x')}"
+    title = spec.get("title") or f"{rate_column(rows, spec.get('y', 'samples_per_s'))} by {spec.get('x')}"
     fig.suptitle(wrap(plain(f"{title}, one panel per {knob}"), 0.95 * fig.figure.get_figwidth(), 10), fontsize=10)
 
 

@@ -324,7 +324,7 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     context.update(
         cells=cells,
         metric=found["metric"],
-        unit=unit(found["metric"]),
+        unit=verdict.unit(rows),
         knobs=found["knobs"],
         columns=columns,
         best_id=best["cell"] if best else None,
@@ -352,8 +352,19 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     return context
 
 
-def unit(metric: str) -> str:
-    return verdict.UNITS.get(metric, "")
+def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
+    """The section "On <target>" with each cell's rates in its experiment's unit (verdict.unit), as every other
+    section shows them: the estimate (plan.estimate) counts samples/s, times the cell's tokens per sample here where
+    its pipeline counts tokens (unknown, so left out, where the cell measured none)."""
+    for row in target["rows"]:
+        experiment, _, cell = row["cell"].partition("/")
+        own = summary[summary["experiment"] == experiment]
+        factor = verdict.per_sample(own[(own["cell"] == cell) & (own["status"] == "ok")], verdict.objective(own))
+        row["unit"] = verdict.unit(own)
+        for key in ("predicted", "compute_ceiling"):
+            if row.get(key) is not None:
+                row[key] = row[key] * factor if factor is not None else None
+    return target
 
 
 def study_view(
@@ -503,7 +514,7 @@ def build(
     return {
         "experiments": experiments,
         "prediction": prediction,
-        "target": target_view.build(estimates, results) if estimates else None,
+        "target": target_in_units(target_view.build(estimates, results), summary) if estimates else None,
         "failures": failure_rows(failed),
         "failure_counts": failure_counts(summary),
         "counts": {
