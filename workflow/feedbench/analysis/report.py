@@ -28,7 +28,7 @@ from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
+from . import accuracy, glossary, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_labels
@@ -551,11 +551,14 @@ def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None
     env.filters["num"] = fmt
     env.filters["short_id"] = short_id
     env.filters["breakable"] = lambda text: breakable((disclosure or Disclosure()).text(str(text)))
+    env.globals["glossary_terms"] = glossary.TERMS
     return env
 
 
 def render(context: dict, templates: str = TEMPLATES) -> str:
-    return environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
+    """The page, each term's first use in each section linked to its definition (analysis.glossary)."""
+    page = environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
+    return glossary.link_first_uses(page)
 
 
 def summary_results(summary_csv: str) -> list[str]:
