@@ -137,11 +137,11 @@ DEAD_JS = """JSON.stringify(Array.from(document.querySelectorAll('a.proof'))
   .filter(a => !document.getElementById(a.getAttribute('href').slice(1))).map(a => a.getAttribute('href')))"""
 CELLS_JS = "JSON.stringify(Array.from(document.querySelectorAll('td, th')).map(c => c.textContent))"
 # Per section and glossary term: whether the term's first use in the section's prose (outside headings, code, plots,
-# table headers, summaries, other links and the glossary) is a link to its definition, and whether that exists.
+# table headers and captions, summaries, other links and the glossary) links to its definition, and whether it exists.
 # TERMS is replaced by the glossary's terms, {anchor: pattern}.
 TERMS_JS = """(() => {
   const terms = TERMS, prose = n => !n.parentElement.closest(
-    'h1, h2, h3, h4, h5, h6, code, svg, style, summary, th, dt, #glossary, a:not(.term)');
+    'h1, h2, h3, h4, h5, h6, caption, code, svg, style, summary, th, dt, #glossary, a:not(.term)');
   const found = [];
   for (const section of document.querySelectorAll('main section')) {
     const walk = document.createTreeWalker(section, NodeFilter.SHOW_TEXT), texts = [];

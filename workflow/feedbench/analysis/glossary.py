@@ -4,7 +4,7 @@ TERMS is the report's glossary ("Words used here", templates/glossary.html.j2): 
 definition and the pattern that finds the term in the report's text. `link_first_uses` rewrites a rendered page so
 that in each <section> the first use of each term links to `#term-<anchor>` (Chromium opens the folded glossary on
 following it); later uses stay plain, so that the text reads as text. What is not prose is left alone: headings and
-the user's titles, code and ids, plots, table headers, summaries, links, and the glossary itself.
+the user's titles, code and ids, plots, table headers and captions, summaries, links, and the glossary itself.
 """
 
 from __future__ import annotations
@@ -120,7 +120,24 @@ TERMS = [
 ]
 FOUND = re.compile("|".join(f"(?P<t{i}>{term.pattern})" for i, term in enumerate(TERMS)), re.IGNORECASE)
 # Not prose: a term there is not linked (and a link inside a link, a heading or a summary would not work).
-SKIPPED = {"a", "code", "h1", "h2", "h3", "h4", "h5", "h6", "svg", "style", "script", "summary", "th", "dt", "title"}
+SKIPPED = {
+    "a",
+    "caption",
+    "code",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "svg",
+    "style",
+    "script",
+    "summary",
+    "th",
+    "dt",
+    "title",
+}
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 # A tag, a comment or a declaration of the page as the report's templates write it (attribute values escaped, so no
 # `>` inside a tag); the text between them is what may be linked. The page's bytes are otherwise kept as they are.
