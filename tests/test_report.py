@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
+from feedbench.analysis.glossary import link_first_uses
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.report import UnsafeSVG, inline_svg, summary_results, write_report
 from feedbench.analysis.verdict import summarize_experiment
@@ -237,3 +238,18 @@ def test_a_failed_cell_without_its_knobs_leaves_the_others_integers(tmp_path):
     cells = cells[cells.index('class="cells"') : cells.index("</table>", cells.index('class="cells"'))]
     shown = re.findall(r"<td>([^<]*)</td>", cells)  # the knob columns
     assert {"1", "2", "4"} <= set(shown) and not {"1.00", "2.00", "4.00"} & set(shown)
+
+
+def test_a_terms_first_use_in_each_section_links_to_its_definition_and_nothing_else_changes():
+    page = (
+        "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one cell, another cell &amp; its "
+        "CPU-bound worker; data-bound.</p></section><section id='b'><p>Cells.</p>"
+        '<details id="glossary"><dd>a baseline cell</dd></details><p>baseline<br>cell</p></section><p>cell</p>'
+    )
+    assert link_first_uses(page) == (
+        "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one "
+        '<a class="term" href="#term-cell">cell</a>, another cell &amp; its CPU-bound worker; '
+        '<a class="term" href="#term-bound">data-bound</a>.</p></section><section id=\'b\'><p>'
+        '<a class="term" href="#term-cell">Cells</a>.</p><details id="glossary"><dd>a baseline cell</dd></details><p>'
+        '<a class="term" href="#term-baseline">baseline</a><br>cell</p></section><p>cell</p>'
+    )
