@@ -7,7 +7,8 @@
   names its experiment, cell and repeat.
 * A pending job's reason in plain words, said at a bounded rate; one stuck past slurm.pending_timeout is given up
   and its record says "pending: node down ...", not CANCELLED (issue #36).
-* No orphans (issue #36): a SIGTERM never deadlocks Snakemake, and a job's batch script execs its Snakemake.
+* No orphans (issue #36): a SIGTERM never deadlocks Snakemake, and a job's batch script execs its Snakemake; the
+  status checks' sleep ends with the run and when a job has written its outputs.
 
 See docs/reliability-slurm.md; the cluster runs are tests/test_slurm_faults.py.
 """
@@ -328,3 +329,34 @@ def test_a_jobs_batch_script_execs_its_snakemake():
     assert Executor().format_job_exec("module load x && /venv/bin/python -m snakemake") == (
         "module load x && /venv/bin/python -m snakemake"
     )
+
+
+def test_the_status_checks_sleep_ends_with_the_run_and_when_a_job_has_written_its_outputs(tmp_path, monkeypatch):
+    """Issue #36 item 5: the run's end waited out the plugin's status interval (18 s after its last rule), and a job
+    was seen ending up to one interval late. The interface's own sleep, patched, on a stand-in for the executor's
+    state: 3 s asked, it returns when `wait` turns false, or once a job in flight has all its outputs (3 times)."""
+    from types import SimpleNamespace
+
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    slurm.check_soon_and_end_at_once()
+    slurm.check_soon_and_end_at_once()  # twice is once
+    monkeypatch.setattr(slurm, "OUTPUTS_POLL_S", 0.5)  # 2 s on a cluster: shorter here to keep the test short
+    output = tmp_path / "result.json"
+    job = SimpleNamespace(external_jobid="7", job=SimpleNamespace(output=[str(output)]))
+    executor = SimpleNamespace(wait=True, next_seconds_between_status_checks=3, active_jobs=[job])
+
+    async def stop_soon():
+        await asyncio.sleep(0.3)
+        executor.wait = False
+
+    async def timed(*also) -> float:
+        start = time.monotonic()
+        await asyncio.gather(RemoteExecutor.sleep(executor), *also)
+        return time.monotonic() - start
+
+    assert asyncio.run(timed(stop_soon())) < 1.5, "the run's end waits at most one 0.5 s slice"
+    executor.wait = True
+    output.write_text("{}")
+    took = [asyncio.run(timed()) for _ in range(4)]
+    assert all(t < 2 for t in took[:3]) and took[3] >= 3, took
