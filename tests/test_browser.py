@@ -7,7 +7,7 @@ test-artifacts/report.png.
 
 A report people publish must fit a laptop (1280 px) and a phone (390 px) at any matrix size: the page never
 scrolls sideways (wide tables scroll in their own box) and no table cell clips its content. Checked on the test
-matrix's report here, and on the report of every preset's small run (the breakdown preset's 5 axes and 12 cells
+matrix's report here, and on the report of every preset's small run (the breakdown preset's 5 axes and 8 cells
 among them) made by the real workflow in tests/test_presets.py, which runs it once for its own tests.
 """
 
