@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from conftest import ROOT
-from feedbench.harness.flops import PARAMETER_PASSES, StepCount, count_once, count_step, published_error
+from feedbench.harness.flops import PARAMETER_PASSES, StepCount, count_once, count_step, memory_error, published_error
 from feedbench.plan.estimate import (
     LAUNCH_SECONDS,
     PUBLISHED_BOUND,
@@ -143,3 +143,28 @@ def test_resnet50_at_batch_32_on_an_h100_is_its_roofline_the_launch_floor_below_
     assert work.kernels > 100
     assert compute_seconds(work, knobs, h100, {"cnn": 1.0}) == (roofline, "cnn")
     assert launch_seconds(work) < roofline / 2
+
+
+def test_a_cell_that_cannot_fit_the_targets_memory_is_refused_in_one_line():
+    """#38: parameters, gradients, optimizer state and saved activations, counted on the meta device: an MLP of four
+    65536-wide layers holds 17.2 G parameters (68.7 GB in fp32, as much again in gradients) where a K80 has 12 GB."""
+    spec = {"gpu": "K80", "cores_per_gpu": 4, "cpu_speed": 1.0}
+    knobs = {"scenario": "train", "model": "mlp", "input_size": 64, "hidden_layers": 4, "batch_size": 16}
+    big = count_step({**knobs, "width": 65536})
+    assert big.memory_bytes >= 2 * 4 * big.parameters  # weights and gradients at least
+    got = memory_error(spec, {"fit/small": {**knobs, "width": 64}, "fit/big": {**knobs, "width": 65536}})
+    assert got == (
+        f"bad config: experiments.fit: cell 'big' holds at least {big.memory_bytes / 1e9:.1f} GB on the GPU "
+        "(parameters, gradients, optimizer state and the activations saved for backward, counted on the meta device "
+        "at batch_size 16), more than the 12 GB of target.gpu K80; allowed: a smaller batch_size or model, or a GPU "
+        "with more memory (H200)"
+    )
+    assert "\n" not in got and memory_error(spec, {"fit/small": {**knobs, "width": 64}}) is None
+
+
+def test_the_counted_memory_adds_the_optimizers_state_and_the_saved_activations():
+    """Adam keeps two moments per parameter, SGD without momentum none; a larger batch saves more activations."""
+    knobs = {"model": "mlp", "input_size": 256, "width": 256, "hidden_layers": 2, "batch_size": 64, "momentum": 0.0}
+    sgd, adam = count_step(knobs), count_step({**knobs, "optimizer": "adam"})
+    assert adam.memory_bytes - sgd.memory_bytes >= 2 * 4 * sgd.parameters
+    assert count_step({**knobs, "batch_size": 128}).memory_bytes > sgd.memory_bytes

@@ -53,7 +53,16 @@ from ..plan.knobs import KNOBS, user_batch, user_code
 from ..plan.model_names import input_kind, model_family
 from ..plan.plugins import resolve_all
 from ..plan.result import atomic_write, results_by_cell
-from ..plan.target import Target, compute_side, copy_seconds, dtype, measured_compute, read_target
+from ..plan.target import (
+    Gpu,
+    Target,
+    compute_side,
+    copy_seconds,
+    dtype,
+    gpu_table,
+    measured_compute,
+    read_target,
+)
 from . import batches
 from .cpu_speed import target_speed
 from .loop import context, first_batches
@@ -80,6 +89,7 @@ class StepCount:
     parameters: int
     family: str | None
     kernels: int = 0  # operators launched: forward, loss, backward and the SGD step (module docstring)
+    memory_bytes: float = 0.0  # held on the GPU at the step's peak, a lower bound: resident_bytes
 
 
 class _Dispatched(TorchDispatchMode):
@@ -98,6 +108,44 @@ class _Dispatched(TorchDispatchMode):
         self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
         self.kernels += str(func) not in ALLOCATIONS
         return out
+
+
+class _Saved:
+    """The activations autograd keeps for backward (saved_tensors_hooks): the bytes of each distinct storage saved,
+    once however many views of it are saved, the parameters' own left out (they are counted as parameters)."""
+
+    def __init__(self, model):
+        self.parameters = {p.untyped_storage()._cdata for p in model.parameters()}
+        self.storages: dict[int, int] = {}
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, tensor):
+        storage = tensor.untyped_storage()
+        if storage._cdata not in self.parameters:
+            self.storages[storage._cdata] = storage.nbytes()
+        return tensor
+
+    def __enter__(self):
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.hooks.__exit__(*exc)
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def resident_bytes(model, optimizer, saved: _Saved) -> float:
+    """What a training step holds on its GPU at least, at the end of its forward: the parameters, their gradients,
+    the optimizer's state (momentum, Adam's moments: counted after its steps) and the activations saved for backward.
+    A lower bound: the allocator's rounding, cuDNN's workspaces, temporaries and the CUDA context come on top."""
+    parameters = list(model.parameters())
+    gradients = [p for p in parameters if p.requires_grad]
+    state = [t for entry in optimizer.state.values() for t in entry.values()]
+    held = _tensor_bytes(parameters) + _tensor_bytes(gradients) + _tensor_bytes(state)
+    return float(held + sum(saved.storages.values()))
 
 
 def _batch(cell) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,7 +199,7 @@ def _count_user(cell, batch) -> StepCount:
         step = _Dispatched()
         try:
             ctx.optimizer = build_optimizer(cell, model.parameters(), user)
-            with FlopCounterMode(display=False) as flops, step:
+            with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
                 if "step" in user:
                     loss = user["step"](model, on_meta, ctx)
                 else:
@@ -160,12 +208,13 @@ def _count_user(cell, batch) -> StepCount:
                 if loss is not None:  # None: the user's step ran backward (and its optimizer) itself
                     loss.backward()
             # None: the user's step ran its optimizer, counted above
-            kernels = step.kernels + (_optimizer_kernels(model, cell) if loss is not None else 0)
+            kernels, optimizer = _optimizer_step(model, cell) if loss is not None else (0, ctx.optimizer)
         except Exception as error:  # the user's forward and step
             raise ValueError(_not_counted(cell.model, "its step fails on the meta device", error)) from None
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
-    return StepCount(float(flops.get_total_flops()), float(moved), parameters, None, kernels)
+    memory = resident_bytes(model, optimizer, saved)
+    return StepCount(float(flops.get_total_flops()), float(moved), parameters, None, step.kernels + kernels, memory)
 
 
 def _not_counted(model: str, what: str, error: BaseException) -> str:
@@ -187,25 +236,28 @@ def _count(cell) -> StepCount:
         model = build_model(cell)
     inputs, targets = _batch(cell)
     step = _Dispatched()
-    with FlopCounterMode(display=False) as flops, step:
+    with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
         loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
-    kernels = step.kernels + _optimizer_kernels(model, cell)
-    return StepCount(float(flops.get_total_flops()), float(moved), parameters, model_family(cell.model), kernels)
+    kernels, optimizer = _optimizer_step(model, cell)
+    memory = resident_bytes(model, optimizer, saved)
+    family = model_family(cell.model)
+    return StepCount(float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory)
 
 
-def _optimizer_kernels(model, cell) -> int:
+def _optimizer_step(model, cell) -> tuple[int, torch.optim.Optimizer]:
     """Kernels of a steady-state step of the cell's optimizer (harness.models.build_optimizer, as the loop builds it),
     a built-in one with foreach as on CUDA: the second step is counted, the first creates its state (momentum
-    buffers, Adam's moments). Its bytes are PARAMETER_PASSES' (SGD's: Adam's moments move more)."""
+    buffers, Adam's moments). Its bytes are PARAMETER_PASSES' (SGD's: Adam's moments move more). With the optimizer,
+    whose state then is what a step holds (resident_bytes)."""
     user = resolve_all(cell) if cell.optimizer not in BUILT_IN_OPTIMIZERS else None  # the user's own optimizer
     optimizer = build_optimizer(cell, model.parameters(), user, foreach=True)
     optimizer.step()
     counted = _Dispatched()
     with counted:
         optimizer.step()
-    return counted.kernels
+    return counted.kernels, optimizer
 
 
 @lru_cache(maxsize=64)
@@ -254,6 +306,37 @@ def _work(knobs: dict) -> tuple[StepCount | None, str | None, int | None, str]:
         return None, str(error), size, source
 
 
+def too_big(knobs: dict, work: StepCount, gpu: Gpu) -> str | None:
+    """Why a cell's counted step plainly does not fit the GPU's memory (its resident_bytes, a lower bound, over the
+    table's memory_gb), in a few words naming what to change; None where it may fit."""
+    if work.memory_bytes <= gpu.memory_gb * 1e9:
+        return None
+    fits = [name for name, row in gpu_table().items() if (row.get("memory_gb") or 0) * 1e9 >= work.memory_bytes]
+    return (
+        f"holds at least {work.memory_bytes / 1e9:.1f} GB on the GPU (parameters, gradients, optimizer state and the "
+        f"activations saved for backward, counted on the meta device at batch_size {knobs.get('batch_size')}), more "
+        f"than the {gpu.memory_gb:g} GB of target.gpu {gpu.name}; allowed: a smaller batch_size or model, or a GPU "
+        f"with more memory ({', '.join(fits) or 'none in the table'})"
+    )
+
+
+def memory_error(spec: dict, cells: dict[str, dict]) -> str | None:
+    """The plan's one line for the first training cell (`<experiment>/<cell>` -> knobs) that plainly does not fit the
+    target's GPU memory (too_big), or None. Each model and batch is counted once (its compute ceiling's knobs); a
+    model feedbench cannot count here is passed over (the section "On <target>" says why it has no estimate)."""
+    gpu = read_target(spec).gpu
+    for key, knobs in cells.items():
+        try:
+            work = count_once(ceiling_knobs(knobs, "compute"))
+        except ValueError:
+            continue
+        why = too_big(knobs, work, gpu)
+        if why:
+            experiment, cell = key.split("/", 1)
+            return f"bad config: experiments.{experiment}: cell '{cell}' {why}"
+    return None
+
+
 def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
     """One training cell on the target (an entry of results/target.json's cells): its counted step (_work), the
     estimated compute seconds (and the efficiency that served), the copy's seconds over the target's link for its
@@ -283,6 +366,8 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
         "efficiency_from": source,
         "launch_s": launch_seconds(work),
         "compute_s": seconds,
+        "memory_bytes": work.memory_bytes,
+        "fits": too_big(knobs, work, target.gpu) or "may fit: the counted lower bound is within the GPU's memory",
     }
 
 

@@ -48,7 +48,7 @@ from .result import error_text
 
 TABLE = os.path.join(os.path.dirname(__file__), "gpus.yaml")
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
-FIGURES = ("peak_tflops", "mem_gb_per_s", "h2d_gb_per_s")
+FIGURES = ("peak_tflops", "mem_gb_per_s", "h2d_gb_per_s", "memory_gb")
 # The experiment of the compute cells measured on the target's GPU (`compute: measured`).
 MEASURED_EXPERIMENT = "target-compute"
 # The rule of its jobs (workflow/rules/bench.smk), and what the partition of the target's GPUs may be called: one
@@ -61,7 +61,8 @@ AMP_DTYPES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 @dataclass(frozen=True)
 class Gpu:
-    """One row of the table: dense peak TFLOP/s per dtype (None: no such rate), GB/s of memory and of its link."""
+    """One row of the table: dense peak TFLOP/s per dtype (None: no such rate), GB/s of memory and of its link, GB of
+    memory, and its chip (the row's own name, or that of the chip's SXM row for a PCIe card: H100 for H100-PCIe)."""
 
     name: str
     title: str
@@ -69,6 +70,8 @@ class Gpu:
     mem_gb_per_s: float
     h2d_gb_per_s: float
     sources: dict[str, str]
+    memory_gb: float
+    chip: str
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ def _gpu(name: str, row: Any, where: str) -> Gpu:
         float(row["mem_gb_per_s"]),
         float(row["h2d_gb_per_s"]),
         dict(sources),
+        float(row["memory_gb"]),
+        str(row.get("chip") or name),
     )
 
 
@@ -129,10 +134,34 @@ def find_gpu(name: Any, where: str = "target.gpu", table: dict | None = None) ->
             f"{where}: {shown(name)} is a MIG slice, a fraction of a GPU whose figures the table does not hold; "
             f"allowed: a whole GPU, one of {', '.join(table)}"
         )
-    if _key(name) not in by_key:
-        raise ConfigError(f"{where}: unknown GPU {shown(name)}; allowed: {', '.join(table)}")
-    known = by_key[_key(name)]
+    known = by_key.get(_key(name)) or _by_form(name, table, where)
     return _gpu(known, table[known], where)
+
+
+def _forms(table: dict) -> dict[str, dict[str | None, str]]:
+    """chip -> {form factor -> row}: a row's form is the one its title names (None: a title that names none)."""
+    forms: dict[str, dict[str | None, str]] = {}
+    for name, row in table.items():
+        row = row if isinstance(row, dict) else {}
+        forms.setdefault(str(row.get("chip") or name), {})[form_factor(row.get("title"))] = name
+    return forms
+
+
+def _by_form(name: Any, table: dict, where: str) -> str:
+    """The row a name of a chip and a form factor gives ("H100-SXM" is the H100 row, "V100 PCIe" the V100-PCIe one),
+    or ConfigError: a form the table does not hold for that chip names the ones it holds, any other name the GPUs."""
+    key = _key(name)
+    for chip, rows in _forms(table).items():
+        rest = key[len(_key(chip)) :] if key.startswith(_key(chip)) else None
+        if rest not in FORMS:
+            continue
+        if FORMS[rest] in rows:
+            return rows[FORMS[rest]]
+        known = ", ".join(f"{row} ({form})" if form else row for form, row in rows.items())
+        raise ConfigError(
+            f"{where}: {shown(name)}: the table holds no {FORMS[rest]} card of the {chip}; allowed: {known}"
+        )
+    raise ConfigError(f"{where}: unknown GPU {shown(name)}; allowed: {', '.join(table)}")
 
 
 def read_target(spec: dict, table: dict | None = None) -> Target:
@@ -281,17 +310,26 @@ def same_gpu(name: str | None, gpu: Gpu) -> bool:
     ("NVIDIA H100 80GB HBM3" is an H100, "NVIDIA GeForce RTX 2080 Ti" an RTX2080Ti; "NVIDIA L40S" is no L4), it is
     not a MIG slice of one, and its form factor (SXM, PCIe, NVL), where it names one, is the table's."""
     words = _words(name)
-    wanted = _key(gpu.name)
-    if is_mig(name) or form_factor(name) not in (None, form_factor(gpu.title)):
+    wanted = _key(gpu.chip)
+    if is_mig(name) or _form_named(name, gpu) not in (None, form_factor(gpu.title)):
         return False
     return any("".join(words[i:j]) == wanted for i in range(len(words)) for j in range(i + 1, len(words) + 1))
+
+
+def _form_named(name: str | None, gpu: Gpu) -> str | None:
+    """The form factor a CUDA name says; a chip the table holds in several forms names its SXM module with none
+    ("NVIDIA H100 80GB HBM3"), so there a name without one is the SXM module, not the PCIe card."""
+    form = form_factor(name)
+    if form is None and len(_forms(gpu_table()).get(gpu.chip, {})) > 1:
+        return "SXM"
+    return form
 
 
 def not_same_gpu(name: str | None, gpu: Gpu) -> str:
     """Why a measurement on the GPU `name` is not one on the target's `gpu`."""
     if is_mig(name):
         return f"ran on {name}, a MIG slice: a fraction of a {gpu.name}"
-    form = form_factor(name)
+    form = _form_named(name, gpu)
     if name and form is not None and form_factor(gpu.title) not in (None, form):
         article = "an" if form in ("NVL", "SXM") else "a"
         return f"ran on {name}, {article} {form} card: the table's {gpu.name} is the {form_factor(gpu.title)} one"
