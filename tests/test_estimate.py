@@ -168,3 +168,27 @@ def test_the_counted_memory_adds_the_optimizers_state_and_the_saved_activations(
     sgd, adam = count_step(knobs), count_step({**knobs, "optimizer": "adam"})
     assert adam.memory_bytes - sgd.memory_bytes >= 2 * 4 * sgd.parameters
     assert count_step({**knobs, "batch_size": 128}).memory_bytes > sgd.memory_bytes
+
+
+def test_a_cell_under_amp_moves_fewer_bytes_than_in_fp32_and_a_memory_bound_one_is_faster():
+    """#38: autocast's matmuls and convolutions write 2-byte outputs, and the pointwise ops after them (batch norm,
+    ReLU, the residual add) follow their inputs; its losses and softmax stay fp32. ResNet-18's activations then move
+    0.61 of their fp32 bytes (the 2-byte copies of the weights and their gradients on top of half). A
+    memory-bound step (a narrow MLP at a large batch) is faster on the same GPU for it."""
+    cnn = {"model": "resnet18", "image_size": 64, "batch_size": 32}
+    fp32, bf16 = count_step(cnn), count_step({**cnn, "amp": "bf16"})
+    parameters = PARAMETER_PASSES * 4 * fp32.parameters  # fp32 master weights either way
+    assert bf16.flops == fp32.flops and bf16.bytes - parameters < 2 / 3 * (fp32.bytes - parameters)
+    assert bf16.memory_bytes < fp32.memory_bytes  # its saved activations too
+    assert count_step({**cnn, "amp": "fp16"}).bytes == bf16.bytes
+    mlp = {"model": "mlp", "input_size": 64, "width": 64, "hidden_layers": 2, "batch_size": 262144}
+    h100 = find_gpu("H100")
+    efficiencies = {"mlp": 0.5, "pooled": 0.5}
+    seconds = {}
+    for amp in ("off", "bf16"):
+        knobs = {**mlp, "amp": amp}
+        work = count_step(knobs)
+        kind = dtype(knobs, h100)
+        assert work.bytes / (h100.mem_gb_per_s * 1e9) > work.flops / (h100.peak_tflops[kind] * 1e12)  # memory-bound
+        seconds[amp] = compute_seconds(work, knobs, h100, efficiencies)[0]
+    assert seconds["bf16"] < 0.8 * seconds["off"]

@@ -8,13 +8,13 @@ plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.plan.target
 Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward, and in one
 steady-state step of the cell's SGD (the second; the first also creates the momentum buffers), counted one launch
 each. Left out: views (no kernel: they share their input's storage) and allocations (empty, empty_strided: no
-kernel). What the count does not see: an operator that launches several kernels (cuDNN's convolution backward,
-a foreach optimizer operator over many tensors) or none (a CPU-side op), autocast's casts and the GradScaler of
-`amp`, and the copy of the batch. A fused nn.LSTM runs PyTorch's step-by-step fallback on the meta device, so
-it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10 tokens), where cuDNN launches
-far fewer: an overcount for it. The SGD step is counted with foreach=True, what PyTorch picks for CUDA tensors
-(on the meta device its default would loop over the parameters). plan.estimate.compute_seconds turns the count
-into a floor on the step's time.
+kernel). What the count does not see: an operator that launches several kernels (cuDNN's convolution backward, a
+foreach optimizer operator over many tensors) or none (a CPU-side op), autocast's cast kernels and the GradScaler of
+`amp` (its bytes are counted: _Dispatched), and the copy of the batch. A fused nn.LSTM runs PyTorch's step-by-step
+fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10
+tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted with foreach=True, what
+PyTorch picks for CUDA tensors (on the meta device its default would loop over the parameters).
+plan.estimate.compute_seconds turns the count into a floor on the step's time.
 
 The user's own model (`model: package.module:attribute`) is counted the same way on a real batch: one batch drawn
 here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the meta device, the model built
@@ -92,22 +92,76 @@ class StepCount:
     memory_bytes: float = 0.0  # held on the GPU at the step's peak, a lower bound: resident_bytes
 
 
+# Autocast on CUDA (torch.amp's documented op lists, "CUDA Ops that can autocast to float16" and "to float32"),
+# by the aten operator's name as the dispatcher sees it (linear and matmul arrive as mm, addmm, bmm; an LSTM cell as
+# its matmuls and pointwise ops). Autocast itself cannot run here: it is off without CUDA and never sees a meta tensor.
+AUTOCAST_LOW = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "matmul", "convolution", "_convolution",
+     "convolution_backward", "cudnn_convolution", "conv1d", "conv2d", "conv3d", "prelu",
+     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"}
+)  # fmt: skip
+AUTOCAST_FP32 = frozenset(
+    {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward",
+     "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
+     "binary_cross_entropy_with_logits", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+     "native_group_norm_backward", "sum", "prod", "cumsum", "exp", "log", "pow", "rsqrt", "reciprocal", "norm",
+     "logsumexp", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"}
+)  # fmt: skip
+
+
 class _Dispatched(TorchDispatchMode):
     """Counts the kernels the dispatched operators launch and sums the bytes of every tensor they return; views
-    are left out of both (they share their input's storage), allocations out of the kernels."""
+    are left out of both (they share their input's storage), allocations out of the kernels.
 
-    def __init__(self):
+    Under `amp` (fp16 or bf16) the bytes are those autocast's step writes: AUTOCAST_LOW's operators write their
+    outputs in 2-byte floats (and a 2-byte copy of each parameter they take, once a step: autocast caches the casts
+    of leaf weights), AUTOCAST_FP32's in 4, and any other floating operator in the widest dtype of its activations'
+    inputs (a parameter's dtype does not widen it: a batch norm's fp32 weights leave its fp16 input fp16)."""
+
+    def __init__(self, amp: str = "off", parameters=()):
         super().__init__()
         self.bytes = 0
         self.kernels = 0
+        self.amp = amp != "off"
+        self.low: set[int] = set()  # storages written in 2-byte floats
+        self.parameters = {p.untyped_storage()._cdata for p in parameters}
+        self.cast: set[int] = set()  # parameters autocast has cast this step
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func.is_view or func.namespace != "aten":  # the profiler's record_function markers are no kernels
             return out
-        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if self.amp:
+            self.bytes += self._autocast(func.overloadpacket.__name__, tree_leaves((args, kwargs)), outputs)
+        else:
+            self.bytes += sum(t.numel() * t.element_size() for t in outputs)
         self.kernels += str(func) not in ALLOCATIONS
         return out
+
+    def _autocast(self, name: str, inputs: list, outputs: list) -> int:
+        """The bytes an operator writes under autocast (class docstring); its outputs' storages marked low or not."""
+        floats = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() > 0]
+        activations = [t for t in floats if t.untyped_storage()._cdata not in self.parameters]
+        if name in AUTOCAST_LOW:
+            low, cast = True, [t for t in floats if t.untyped_storage()._cdata in self.parameters]
+        else:
+            low, cast = name not in AUTOCAST_FP32 and bool(activations), []
+            low = low and all(t.untyped_storage()._cdata in self.low for t in activations)
+        written = 0
+        for weight in cast:
+            if weight.untyped_storage()._cdata not in self.cast:
+                self.cast.add(weight.untyped_storage()._cdata)
+                written += 2 * weight.numel()
+        for t in outputs:
+            key = t.untyped_storage()._cdata
+            if low and t.is_floating_point():
+                self.low.add(key)
+                written += 2 * t.numel()
+            else:
+                self.low.discard(key)
+                written += t.numel() * t.element_size()
+        return written
 
 
 class _Saved:
@@ -137,15 +191,16 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def resident_bytes(model, optimizer, saved: _Saved) -> float:
+def resident_bytes(model, optimizer, saved: _Saved, low: set[int] = frozenset()) -> float:
     """What a training step holds on its GPU at least, at the end of its forward: the parameters, their gradients,
     the optimizer's state (momentum, Adam's moments: counted after its steps) and the activations saved for backward.
-    A lower bound: the allocator's rounding, cuDNN's workspaces, temporaries and the CUDA context come on top."""
+    A lower bound: the allocator's rounding, cuDNN's workspaces, temporaries and the CUDA context come on top. `low`:
+    the storages autocast writes in 2-byte floats (_Dispatched.low), counted so."""
     parameters = list(model.parameters())
     gradients = [p for p in parameters if p.requires_grad]
     state = [t for entry in optimizer.state.values() for t in entry.values()]
     held = _tensor_bytes(parameters) + _tensor_bytes(gradients) + _tensor_bytes(state)
-    return float(held + sum(saved.storages.values()))
+    return float(held + sum(n // 2 if key in low else n for key, n in saved.storages.items()))
 
 
 def _batch(cell) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,7 +251,7 @@ def _count_user(cell, batch) -> StepCount:
         except Exception as error:  # the user's constructor: whatever it raises means the same here
             raise ValueError(_not_counted(cell.model, "it cannot be built on the meta device", error)) from None
         on_meta = batches.move_batch(batch, meta, False)
-        step = _Dispatched()
+        step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()])
         try:
             ctx.optimizer = build_optimizer(cell, model.parameters(), user)
             with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
@@ -213,7 +268,7 @@ def _count_user(cell, batch) -> StepCount:
             raise ValueError(_not_counted(cell.model, "its step fails on the meta device", error)) from None
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
-    memory = resident_bytes(model, optimizer, saved)
+    memory = resident_bytes(model, optimizer, saved, step.low)
     return StepCount(float(flops.get_total_flops()), float(moved), parameters, None, step.kernels + kernels, memory)
 
 
@@ -235,13 +290,13 @@ def _count(cell) -> StepCount:
     with torch.device("meta"):
         model = build_model(cell)
     inputs, targets = _batch(cell)
-    step = _Dispatched()
+    step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()])
     with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
         loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
     kernels, optimizer = _optimizer_step(model, cell)
-    memory = resident_bytes(model, optimizer, saved)
+    memory = resident_bytes(model, optimizer, saved, step.low)
     family = model_family(cell.model)
     return StepCount(float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory)
 
