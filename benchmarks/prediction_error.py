@@ -31,7 +31,7 @@ from feedbench.plan.estimate import (
     summarize,
     summary_table,
 )
-from feedbench.plan.target import Target, copy_seconds, find_gpu
+from feedbench.plan.target import PAGEABLE_SHARE, PINNED_SHARE, Target, copy_seconds, find_gpu, link_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
@@ -133,8 +133,9 @@ def weakest(predictions, efficiencies) -> list[str]:
         f"  samples/s, loader included) where the estimate gives {1000 * resnet_s:.1f} ms and the floor "
         f"{1000 * launch_seconds(resnet):.1f} ms ({resnet.kernels} kernels):",
         f"  some {1000 * H200_RESNET18['measured_ms'] / resnet.kernels:.0f} µs per counted kernel.",
-        "* **Pageable copies.** The table's link is the PCIe peak; a copy from pageable memory is staged by the driver",
-        "  through a pinned buffer and reaches a fraction of it. The prefetch study's copies are pageable.",
+        "* **Pageable copies.** A copy from pageable memory is staged by the driver through a pinned buffer: it is",
+        f"  priced at {PAGEABLE_SHARE:.2f} of the link's peak (a pinned one at {PINNED_SHARE:.2f}), from one public",
+        "  measurement each on PCIe 3.0 (feedbench.plan.target). The prefetch study's copies are pageable.",
         "* **More GPUs.** The estimate is one GPU's; in the published multi-GPU rows a GPU's step takes up to twice",
         "  the one-GPU step (nmt, all-reduce at 8 GPUs): communication the estimate does not model, in their error.",
         "* **Other models than the study's.** The nmt preset's LSTM is a language model; the study trained an",
@@ -151,7 +152,6 @@ def copy_section() -> list[str]:
     rows, _ = probe(cell, torch.device("cpu"))
     measured = {size: statistics.median(r["ms"] for r in rows if r["size_bytes"] == size) for size in PROBE_SIZES}
     link = PROBE_SIZES[-1] / (measured[PROBE_SIZES[-1]] / 1000) / 1e9
-    here = Target(find_gpu("H100"), 2, 1.0, link)  # only the link is used: the probe's own, at its largest size
     h200 = find_gpu("H200")
     h200_bytes = batch_bytes(H200_COPY["knobs"])
     h200_ms = 1000 * copy_seconds(h200_bytes, Target(h200, 2, 1.0, h200.h2d_gb_per_s))
@@ -161,11 +161,12 @@ def copy_section() -> list[str]:
         "| where | bytes | link GB/s (from) | predicted ms | measured ms | absolute error |",
         "|---|---|---|---|---|---|",
         f"| H200, pinned (docs/results/gpu-validation.md: a training cell's h2d phase, 2026-11-25) | {h200_bytes} "
-        f"| {h200.h2d_gb_per_s} (the table: PCIe 5.0 x16) | {h200_ms:.2f} | {H200_COPY['measured_ms']:.2f} "
+        f"| {h200.h2d_gb_per_s} x {PINNED_SHARE:.2f} (the table: PCIe 5.0 x16; the pinned share) | {h200_ms:.2f} "
+        f"| {H200_COPY['measured_ms']:.2f} "
         f"| {100 * abs(H200_COPY['measured_ms'] / h200_ms - 1):.1f} % |",
     ]
     for size in PROBE_SIZES[:-1]:
-        predicted = 1000 * copy_seconds(size, here)
+        predicted = 1000 * link_seconds(size, link)  # the probe's own rate, no share: it is no PCIe link
         lines.append(
             f"| this machine, host memcpy (transfer probe, no GPU) | {size} | {link:.2f} (the probe at "
             f"{PROBE_SIZES[-1]} bytes) | {predicted:.3f} | {measured[size]:.3f} "
@@ -177,9 +178,11 @@ def copy_section() -> list[str]:
         "largest size, so these rows test only the shape of the model (time proportional to bytes), not a bandwidth",
         "figure. They fail it: a host memcpy that fits in the CPU's caches runs several times faster than one from",
         "memory, which a copy over PCIe never does, so they say little about a GPU's link; the times also vary from",
-        "run to run on a shared machine. The H200 row tests the table's figure: a pinned copy reached about 80 % of",
-        "the PCIe peak the table gives, so the copy is predicted about 20 % short where it is pinned, and more where",
-        "it is pageable (above).",
+        "run to run on a shared machine. The H200 row tests the table's figure and the pinned share: a copy is priced",
+        f"at {PINNED_SHARE:.2f} of the link's peak where it is pinned (a P100's bandwidthTest over PCIe 3.0, Microway)",
+        f"and {PAGEABLE_SHARE:.2f} where it is pageable (large pageable copies over PCIe 3.0, NVIDIA's forums; the",
+        "sources: feedbench.plan.target); this H200's pinned copy reached 0.83 of its PCIe 5.0 peak, so the share",
+        "prices it long by the row's error.",
         "Whether the copy overlaps compute follows the cell's knobs (feedbench.plan.ceilings.trainer_seconds, the",
         "same rule as the local prediction): a side stream (device_prefetch: stream) overlaps it, else it adds.",
         "",

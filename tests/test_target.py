@@ -14,6 +14,8 @@ from feedbench.plan.model_names import TORCHVISION_MODELS, model_family
 from feedbench.plan.target import (
     DTYPES,
     MEASURED_EXPERIMENT,
+    PAGEABLE_SHARE,
+    PINNED_SHARE,
     TABLE,
     Target,
     copy_seconds,
@@ -22,6 +24,7 @@ from feedbench.plan.target import (
     gpu_table,
     measured_compute,
     measured_resources,
+    pinned,
     read_target,
     roofline_seconds,
     same_gpu,
@@ -141,8 +144,16 @@ def test_the_link_defaults_to_the_gpus_and_an_own_link_replaces_it():
     assert read_target({"gpu": "A100", "cores_per_gpu": 8, "cpu_speed": 1}).link_gb_per_s == 31.5
     target = read_target({"gpu": "A100", "cores_per_gpu": 8, "cpu_speed": 1, "link_gb_per_s": 20})
     assert target.link_gb_per_s == 20
-    assert copy_seconds(40e9, target) == pytest.approx(2.0)
+    assert copy_seconds(40e9, target) == pytest.approx(2.0 / PINNED_SHARE)
     assert copy_seconds(None, target) == 0  # a batch of tokens: its bytes vary
+
+
+def test_a_copy_reaches_a_share_of_the_link_and_a_pageable_one_less():
+    """#38: a pinned copy at 11.7 of PCIe 3.0's 15.75 GB/s (a P100's bandwidthTest), a pageable one at 8.33."""
+    target = read_target({"gpu": "P100", "cores_per_gpu": 8, "cpu_speed": 1})
+    assert 15.75 * PINNED_SHARE == pytest.approx(11.7) and 15.75 * PAGEABLE_SHARE == pytest.approx(8.33)
+    assert copy_seconds(1e9, target, from_pinned=False) > copy_seconds(1e9, target) > 1e9 / (15.75 * 1e9)
+    assert pinned({"pin_memory": True}) and not pinned({})  # the knob's default: pageable
 
 
 def test_the_roofline_is_the_longer_of_flops_and_bytes():

@@ -65,6 +65,12 @@ def trainer_rate(cell: dict) -> float:
     return cell["batch_size"] / trainer_seconds(cell["compute_s"], cell["copy_s"], cell["stream_prefetch"])
 
 
+def cell_link(cell: dict, target: dict) -> float:
+    """The GB/s a cell's copy reaches on the target (its pinned or pageable share of the link: plan.target), or the
+    link itself in a target.json written before the shares."""
+    return cell.get("copy_gb_per_s") or target["link_gb_per_s"]
+
+
 def predicted(cell: dict, fit: ScalingFit, target: dict, workers: int, cores: int) -> tuple[float | None, str | None]:
     """(samples/s, bound) of a training cell on the target with `workers` loader workers on `cores` cores."""
     loader = loader_ceiling(fit, cores, workers, target["cpu_speed"])
@@ -74,7 +80,7 @@ def predicted(cell: dict, fit: ScalingFit, target: dict, workers: int, cores: in
         workers,
         cell["batch_size"],
         cell["batch_bytes"],
-        target["link_gb_per_s"],
+        cell_link(cell, target),
         cell["stream_prefetch"],
     )
     return rate, bound
@@ -222,7 +228,7 @@ def build(estimates: dict, results: list[str]) -> dict:
     for key, cell in sorted(estimates["cells"].items()):
         own = by_cell.get(key, [])
         knobs = next((r["cell"] for r in own if r.get("cell")), None) or cell["knobs"]  # as run, else as planned
-        cell = with_measured_copy(cell, own, target["link_gb_per_s"])
+        cell = with_measured_copy(cell, own, cell_link(cell, target))
         rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
     return {
         "target": target,

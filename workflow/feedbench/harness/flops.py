@@ -57,10 +57,12 @@ from ..plan.target import (
     Gpu,
     Target,
     compute_side,
+    copy_gb_per_s,
     copy_seconds,
     dtype,
     gpu_table,
     measured_compute,
+    pinned,
     read_target,
 )
 from . import batches
@@ -403,7 +405,8 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
         "stream_prefetch": knobs.get("device_prefetch", KNOBS["device_prefetch"].default) == "stream",
         "batch_bytes": size,
         "batch_bytes_from": source,
-        "copy_s": copy_seconds(size, target),
+        "copy_s": copy_seconds(size, target, pinned(knobs)),
+        "copy_gb_per_s": copy_gb_per_s(target.link_gb_per_s, pinned(knobs)),
         "knobs": knobs,
     }
     if work is None:

@@ -32,7 +32,7 @@ from typing import Callable
 import yaml
 
 from .ceilings import batch_bytes, trainer_seconds
-from .target import Gpu, Target, copy_seconds, dtype, find_gpu, roofline_seconds
+from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline_seconds
 
 # Seconds the host spends launching one kernel: the low end of "usually, the launch time on the CPU side is between
 # 5-20 microseconds" (Meta's Holistic Trace Analysis, docs "CUDA Kernel Launch Statistics",
@@ -158,7 +158,7 @@ def fit_efficiencies(cells: list[PublishedCell], count: Callable) -> dict[str, f
     for cell in cells:
         if cell.gpus != 1:
             continue
-        copy = copy_seconds(cell.copy_bytes, _target(cell))
+        copy = copy_seconds(cell.copy_bytes, _target(cell), pinned(cell.knobs))
         observed = cell.published_step_s if cell.overlapped else cell.published_step_s - copy
         if observed <= 0:
             continue
@@ -228,7 +228,7 @@ def step_on(
     """(compute, copy, step seconds, efficiency used) of the cell's step on `target`'s GPU and link: compute and
     copy, overlapped as its knobs say."""
     compute, source = compute_seconds(count(cell.knobs), cell.knobs, target.gpu, efficiencies)
-    copy = copy_seconds(cell.copy_bytes, target)
+    copy = copy_seconds(cell.copy_bytes, target, pinned(cell.knobs))
     return compute, copy, trainer_seconds(compute, copy, cell.overlapped), source
 
 

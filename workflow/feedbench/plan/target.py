@@ -247,18 +247,40 @@ def roofline_seconds(flops: float, bytes_moved: float, gpu: Gpu, kind: str) -> f
     return max(flops / (peak * 1e12), bytes_moved / (gpu.mem_gb_per_s * 1e9))
 
 
-def copy_seconds(batch_bytes: float | None, target: Target) -> float:
-    """Seconds to copy a batch of `batch_bytes` to the target's GPU over its link; 0 when the bytes are unknown.
+# The share of a PCIe link's peak (the table's h2d_gb_per_s, or the target's link_gb_per_s) a host-to-device copy
+# reaches, measured by others with CUDA's bandwidthTest-style copies of large buffers:
+#   pinned    11.7 GB/s on a Tesla P100 over PCIe 3.0 x16 (15.75 GB/s): Microway, 'NVIDIA Tesla P100 PCI-E 16GB GPU
+#             Accelerator (Pascal GP100) Up Close' (https://www.microway.com/hpc-tech-tips/nvidia-tesla-p100-pci-e-16gb-
+#             gpu-accelerator-pascal-gp100-close/), bandwidthTest host to device, pinned
+#   pageable  8.33 GB/s for copies of 64 MB to 1 GB from pageable memory: NVIDIA Developer Forums, 'How to understand
+#             CPU memory transfer data to GPU memory speed problem' (https://forums.developer.nvidia.com/t/how-to-
+#             understand-cpu-memory-transfer-data-to-gpu-memory-speed-problem/56270). The thread does not name its
+#             link: its 11.4 GB/s at 16 MB is above what PCIe 2.0 x16 carries (8 GB/s), so PCIe 3.0 x16 is taken.
+#             Copies of 8 to 32 MB there reached 10.9 to 11.4 GB/s, near the pinned figure: the share is the low end.
+# The driver stages a pageable copy through a pinned buffer (CUDA C Best Practices Guide), hence less.
+PINNED_SHARE = 11.7 / 15.75
+PAGEABLE_SHARE = 8.33 / 15.75
 
-    Pinned or pageable, the same figure: the table has no pageable rate (the driver stages pageable memory through a
-    pinned buffer, so such copies reach less); docs/results/prediction-error.md says how far off that is here.
-    """
-    return link_seconds(batch_bytes, target.link_gb_per_s)
+
+def copy_gb_per_s(link_gb_per_s: float, pinned: bool) -> float:
+    """The GB/s a batch's copy reaches over a link of `link_gb_per_s` peak: its pinned or its pageable share."""
+    return link_gb_per_s * (PINNED_SHARE if pinned else PAGEABLE_SHARE)
 
 
-def link_seconds(batch_bytes: float | None, link_gb_per_s: float) -> float:
-    """copy_seconds over a link of `link_gb_per_s` (results/target.json keeps the target's link as that figure)."""
-    return (batch_bytes or 0) / (link_gb_per_s * 1e9)
+def pinned(knobs: dict) -> bool:
+    """Whether a cell's batches are copied from pinned memory (knob pin_memory)."""
+    return bool(knobs.get("pin_memory", KNOBS["pin_memory"].default))
+
+
+def copy_seconds(batch_bytes: float | None, target: Target, from_pinned: bool = True) -> float:
+    """Seconds to copy a batch of `batch_bytes` to the target's GPU over its link, at the share of its peak a pinned
+    (or pageable) copy reaches; 0 when the bytes are unknown."""
+    return link_seconds(batch_bytes, copy_gb_per_s(target.link_gb_per_s, from_pinned))
+
+
+def link_seconds(batch_bytes: float | None, gb_per_s: float) -> float:
+    """Seconds of `batch_bytes` at `gb_per_s` (results/target.json keeps each cell's copy rate as that figure)."""
+    return (batch_bytes or 0) / (gb_per_s * 1e9)
 
 
 def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedCell]:
