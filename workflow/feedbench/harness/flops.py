@@ -40,8 +40,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..plan.ceilings import batch_bytes, ceiling_knobs
 from ..plan.cell import parse_cell
 from ..plan.estimate import (
+    MEASURE_OVER,
     Prediction,
     beside_published,
+    compute_range,
     compute_seconds,
     fit_efficiencies,
     launch_seconds,
@@ -437,7 +439,28 @@ def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) 
     if seconds is None:
         return entry
     entry.pop("error", None)  # a model feedbench cannot count is measured there all the same
+    for estimated in ("compute_range_s", "range_from", "range_span", "measure_there"):  # the estimate's, not this
+        entry.pop(estimated, None)
     return {**entry, "estimated_s": entry.get("compute_s"), "compute_s": seconds, "compute_from": "measured"}
+
+
+def estimate_range(entry: dict, predictions: list[Prediction]) -> dict:
+    """A cell's estimated compute as a range (plan.estimate.compute_range: the method's published error on the
+    nearest family), its span and whether it is too wide to plan on (MEASURE_OVER: then measure there). The launch
+    floor has no published error: a lower bound alone. Empty for a cell with no estimate."""
+    if "compute_s" not in entry:
+        return {}
+    seconds = entry["compute_s"]
+    if entry["launch_s"] >= seconds:
+        why = "the kernels' launch floor: a lower bound, no published error (eager PyTorch spends more per operator)"
+        return {"compute_range_s": [seconds, None], "range_from": why, "range_span": None, "measure_there": True}
+    found = compute_range(predictions, entry["family"])
+    return {
+        "compute_range_s": [seconds * found.low, seconds * found.high],
+        "range_from": found.source,
+        "range_span": found.span,
+        "measure_there": found.span > MEASURE_OVER,
+    }
 
 
 def target_estimates(
@@ -478,12 +501,14 @@ def target_estimates(
             },
         },
         "efficiencies": efficiencies,
+        "measure_over": MEASURE_OVER,
         "published": beside_published(predictions, target, efficiencies, count_once),
         "cells": {},
     }
     measured, results = measured or {}, results_by_cell(list(paths))
     for key, knobs in cells.items():
         entry = {**estimate_cell(knobs, target, efficiencies), "compute_from": "estimated"}
+        entry.update(estimate_range(entry, predictions))
         if key in measured:
             entry = _with_measured(entry, measured[key], results.get(measured[key], []), target)
         found["cells"][key] = entry

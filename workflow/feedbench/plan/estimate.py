@@ -32,6 +32,7 @@ from typing import Callable
 import yaml
 
 from .ceilings import batch_bytes, trainer_seconds
+from .model_names import model_family
 from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline_seconds
 
 # Seconds the host spends launching one kernel: the low end of "usually, the launch time on the CPU side is between
@@ -346,3 +347,31 @@ def beside_published(
             worst_too_fast=summary.worst_too_fast,
         )
     return studies
+
+
+# A compute range wider than this (its high end over its low end) is too wide to plan on: measure there instead.
+MEASURE_OVER = 1.5
+
+
+@dataclass(frozen=True)
+class ComputeRange:
+    low: float  # the true compute time over the estimate, at least (<= 1)
+    high: float  # and at most (>= 1)
+    source: str  # the held-out cells it comes from, in words
+
+    @property
+    def span(self) -> float:
+        return self.high / self.low
+
+
+def compute_range(predictions: list[Prediction], family: str | None) -> ComputeRange:
+    """How far a compute estimate may be off, from the published error of the method (leave one study out,
+    docs/results/prediction-error.md) on the nearest family: the one-GPU cells of the studies of `family`, or of every
+    study where none is of it (a user's model, a transformer). Each such cell's published step over its held-out
+    predicted step bounds the truth; the range spans them and the estimate itself."""
+    one_gpu = [p for p in predictions if p.cell.gpus == 1]
+    near = [p for p in one_gpu if model_family(p.cell.knobs.get("model")) == family] or one_gpu
+    ratios = [p.cell.published_step_s / p.step_s for p in near]
+    studies = ", ".join(dict.fromkeys(f"{p.cell.study} ({p.cell.gpu.name})" for p in near))
+    source = f"the {len(near)} one-GPU published cell{'s' if len(near) > 1 else ''} of {studies}, each held out"
+    return ComputeRange(min(1.0, *ratios), max(1.0, *ratios), source)
