@@ -6,11 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from browser import assert_fits, find_chromium, inspect
 from feedbench.analysis import target_view
 from feedbench.analysis.loader_scaling import LoaderPoint, fit_scaling
 from feedbench.plan.ceilings import LOADER_REACHES
 from snakemake_run import snakemake, workflow_copy
 
+# The range's and the "measure there" line's drawn widths, in the section "On <target>", and the line's text.
+SEEN_JS = """JSON.stringify((() => {
+  const range = document.querySelector('#target .target-range');
+  const measure = document.querySelector('#target .target-measure small');
+  return {range: range ? range.getBoundingClientRect().width : 0,
+          measure: measure ? measure.getBoundingClientRect().width : 0,
+          measureText: measure ? measure.textContent.trim() : ''};
+})())"""
 TARGET = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "link_gb_per_s": 10.0, "default_cpus_per_gpu": 2}
 
 
@@ -129,6 +138,15 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
         "a lower bound, no published error" in section and "Too wide to plan on (over 1.5x): measure there" in section
     )
     assert "compute: measured, partition: &lt;its GPU partition&gt;" in section
+    # As a reader sees it (#38): the range and "measure there" on a laptop and a phone, the page fitting both.
+    if find_chromium() is None:
+        pytest.skip("the Chromium half needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)")
+    for width in (1280, 390):
+        page = inspect(str(work / "results" / "report" / "index.html"), width=width, evaluate={"seen": SEEN_JS})
+        assert_fits(page, f"the section 'On H100' at {width} px", width)
+        seen = page.found["seen"]
+        assert seen["range"] > 0 and seen["measure"] > 0, (width, seen)  # drawn, not hidden
+        assert seen["measureText"].startswith("compute range: the kernels' launch floor"), seen
 
 
 def test_a_cell_without_a_count_or_a_loader_curve_says_why():
