@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -87,6 +88,11 @@ def test_the_leave_one_study_out_error_is_deterministic_and_is_the_published_one
         assert f"| {family} | {value:.3f} |" in doc
     # Held out, no study's own efficiency serves it: each is the only study of its family.
     assert {p.efficiency_from for p in first} == {"pooled"}
+    # #38 item 4: the page says what the nmt preset counts and how far the study's encoder-decoder is from it.
+    gap = next(line for line in page.stdout.splitlines() if line.strip().startswith("bidirectional encoder (2 layers"))
+    assert gap in doc, f"docs/results/prediction-error.md is stale: rerun benchmarks/prediction_error.py ({gap})"
+    low, high = (float(x) for x in re.findall(r"(\d+\.\d+) (?:to|times)", gap.split(":")[-1]))
+    assert 1 < low < high, gap  # the study's model does more work a step than the preset's language model
 
 
 def test_beside_published_puts_each_held_out_prediction_in_the_studys_own_unit():
