@@ -99,6 +99,14 @@ onstart:
         error = feedbench_shm.plan_error((e, c, cell.knobs) for (e, c), cell in CELLS.items())
         if error:
             raise WorkflowError(error)
+    if config.get("target"):
+        # A cell that plainly cannot fit the target's GPU memory, counted on the meta device (torch: imported here,
+        # in this process alone, never in a job's parse; feedbench.harness.flops.memory_error).
+        from feedbench.harness.flops import memory_error
+
+        error = memory_error(config["target"], training_cells(list(CELLS.values())))
+        if error:
+            raise WorkflowError(error)
     keep_earlier_attempts()
 
 

@@ -32,7 +32,7 @@ from feedbench.plan.estimate import (
     summarize,
     summary_table,
 )
-from feedbench.plan.target import Target, copy_seconds, find_gpu
+from feedbench.plan.target import PAGEABLE_SHARE, PINNED_SHARE, Target, copy_seconds, find_gpu, link_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
@@ -98,7 +98,127 @@ def compute_section() -> list[str]:
             f"| {1000 * p.step_s:.1f} | {p.efficiency:.3f} ({p.efficiency_from}) | {100 * p.error:.1f} % "
             f"| {p.factor:.2f}x {way} | {PUBLISHED_BOUND[p.cell.study][0]}, {p.bound} |"
         )
-    return lines + [""] + weakest(predictions, efficiencies)
+    return lines + [""] + goal_section(predictions, efficiencies) + weakest(predictions, efficiencies)
+
+
+# Issue #38's goal for the estimate on the one-GPU published cells, each study left out.
+GOAL_MEDIAN_ERROR, GOAL_WORST_FACTOR = 0.15, 1.5
+
+
+def goal_section(predictions, efficiencies) -> list[str]:
+    """Whether the held-out estimate meets issue #38's goal on the one-GPU cells, per study, and for a study that
+    does not: why, and what measurement would close it."""
+    one_gpu = [p for p in predictions if p.cell.gpus == 1]
+    every = summarize(one_gpu)
+    lines = [
+        f"## The goal: median error at most {100 * GOAL_MEDIAN_ERROR:.0f} %, worst factor at most "
+        f"{GOAL_WORST_FACTOR}x, on the {every.cells} one-GPU cells",
+        "",
+        f"Not met: a median of {100 * every.median_error:.1f} % and a worst factor of {every.worst_factor:.2f} "
+        "(issue #38). No study meets both held out:",
+        "",
+        "| study | one-GPU cells | median error | worst factor | held-out efficiency | its own fit |",
+        "|---|---|---|---|---|---|",
+    ]
+    family = {"scaling": "cnn", "nmt": "rnn", "prefetch": "mlp"}
+    for study in PUBLISHED_BOUND:
+        cells = [p for p in one_gpu if p.cell.study == study]
+        s = summarize(cells)
+        way = "too fast" if s.worst_too_fast else "too slow"
+        lines.append(
+            f"| {study} | {s.cells} | {100 * s.median_error:.1f} % | {s.worst_factor:.2f}x {way} "
+            f"| {cells[0].efficiency:.3f} | {efficiencies[family[study]]:.3f} |"
+        )
+    return lines + [
+        "",
+        "Each held-out study borrows the other two families' efficiency, and the studies' efficiencies differ by",
+        "up to 3x: the error is that gap. What would close it, study by study, is a measurement on a GPU, which this",
+        "machine has not:",
+        "",
+        "* **scaling** (ResNet-50, K80): the K80 ran ResNet-50 at a quarter of its roofline, the borrowed",
+        "  efficiency is more than twice that. Closing it needs the convolutions' own throughput on a Kepler GPU",
+        "  (cuDNN's forward and backward of ResNet-50's layers, timed); no public per-layer measurement of it was",
+        "  found with the search tools here.",
+        "* **prefetch** (a 4096-wide MLP, RTX 2080 Ti): its fp32 matmuls run near the peak (the 8-layer MLP at 80",
+        "  to 90 % of it), the borrowed efficiency is half its own, and its 1-layer cells spend over half the step",
+        "  outside the matmuls (the pageable copy, the loss). Closing it needs a published fp32 matmul rate of a",
+        "  2080 Ti (a Linear layer timed, as the public fp16 one the table cites) and the step's time outside the",
+        "  matmuls (torch.profiler on that GPU).",
+        "* **nmt** (a 4 x 512 LSTM, P100): the median is within the goal's reach, the worst is not: the fused cuDNN",
+        "  LSTM and the step-by-step loop run 1.3x apart at the same counted FLOPs, and the study's encoder-decoder",
+        "  does 1.35 to 1.72x the preset's work (below). Closing it needs the fused LSTM's kernel time on a P100.",
+        "",
+        "Per-operation-class efficiencies (matmul, convolution, recurrent, elementwise, normalisation) from public",
+        "microbenchmarks of each GPU, with a dispatch cost per operation, are the issue's way to these numbers; they",
+        "are not built: a search of stored public pages found none for these GPUs and models (per-layer ResNet",
+        "timings exist for Pascal and Maxwell Titan X cards, jcjohnson/cnn-benchmarks, and a cuDNN LSTM of 512 for",
+        "a GTX Titan X, MaximumEntropy/cudnn_rnn_theano_benchmarks: other GPUs, other frameworks), and the table",
+        "takes no figure without its source. On a target GPU, `compute: measured` (docs/target.md) is the",
+        'measurement, and the section "On <target>" says so wherever the range of the estimate spans over 1.5x.',
+        "",
+    ]
+
+
+class StudyNmt(torch.nn.Module):
+    """The nmt study's model as docs/studies.md describes it, for counting only: source and target embeddings of 512
+    over 50K words, a bidirectional LSTM encoder of 512 units a direction (`bi_layers` layers of both directions),
+    a 4-layer LSTM decoder of 512, Luong attention (the memory projected to 512, dot scores, the context beside the
+    decoder's output through a 512 tanh layer) and the 50K-word head. The study's code is not stored here: the
+    attention's form and what "4-layer bidirectional" means (TensorFlow NMT's "bi" encoder builds num_layers / 2
+    bidirectional layers) are readings, so the page gives both encoders."""
+
+    def __init__(self, bi_layers: int, vocab: int = 50_000, dim: int = 512):
+        super().__init__()
+        self.source, self.target = torch.nn.Embedding(vocab, dim), torch.nn.Embedding(vocab, dim)
+        self.encoder = torch.nn.LSTM(dim, dim, bi_layers, bidirectional=True, batch_first=True)
+        self.decoder = torch.nn.LSTM(dim, dim, 4, batch_first=True)
+        self.memory = torch.nn.Linear(2 * dim, dim, bias=False)
+        self.attention = torch.nn.Linear(3 * dim, dim, bias=False)
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def forward(self, source, target):
+        memory, _ = self.encoder(self.source(source))
+        output, _ = self.decoder(self.target(target))
+        weights = torch.softmax(output @ self.memory(memory).transpose(1, 2), dim=-1)
+        attended = torch.tanh(self.attention(torch.cat([output, weights @ memory], dim=-1)))
+        return self.head(attended)
+
+
+def study_nmt_flops(bi_layers: int, batch: int, length: int) -> float:
+    """FLOPs of a training step of StudyNmt on the meta device (forward, loss, backward), source and target of
+    `length` words, as feedbench.harness.flops counts them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = StudyNmt(bi_layers)
+        words = torch.zeros(batch, length, dtype=torch.long)
+    with FlopCounterMode(display=False) as flops:
+        logits = model(words, words)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), words.flatten()).backward()
+    return float(flops.get_total_flops())
+
+
+def nmt_model_gap(predictions) -> list[str]:
+    """The page's lines on what the nmt preset counts (a language model) against the study's encoder-decoder."""
+    cell = next(p.cell for p in predictions if p.cell.study == "nmt" and p.cell.gpus == 1)
+    knobs = cell.knobs
+    counted = count_once(knobs).flops
+    batch, length = knobs["batch_size"], knobs["seq_len"]
+    two, four = (study_nmt_flops(layers, batch, length) for layers in (2, 4))
+    return [
+        "* **Other models than the study's.** The nmt preset's estimate counts its own model, a 4-layer LSTM",
+        f"  language model over {length} tokens ({counted / 1e12:.2f} TFLOPs a step at batch {batch}). The study "
+        "trained an",
+        "  encoder-decoder: counted the same way on a model of its documented shape (benchmarks/prediction_error.py,",
+        f"  StudyNmt: source and target of {length} words), a step is {two / 1e12:.2f} TFLOPs with TensorFlow NMT's "
+        f"reading of a 4-layer",
+        f"  bidirectional encoder (2 layers of both directions) and {four / 1e12:.2f} with 4: {two / counted:.2f} to "
+        f"{four / counted:.2f} times",
+        "  what the preset counts. Where the step is FLOP-bound, the preset's count puts the study's step that",
+        "  much too fast before any efficiency; the rnn efficiency fitted with nmt in the fit absorbs it, held out",
+        "  nothing does. The study's code is not stored here: the attention's form is a reading too. The fused and",
+        "  the step-by-step LSTM count the same FLOPs but run about 1.3x apart: one efficiency for both.",
+    ]
 
 
 def weakest(predictions, efficiencies) -> list[str]:
@@ -134,13 +254,12 @@ def weakest(predictions, efficiencies) -> list[str]:
         f"  samples/s, loader included) where the estimate gives {1000 * resnet_s:.1f} ms and the floor "
         f"{1000 * launch_seconds(resnet):.1f} ms ({resnet.kernels} kernels):",
         f"  some {1000 * H200_RESNET18['measured_ms'] / resnet.kernels:.0f} µs per counted kernel.",
-        "* **Pageable copies.** The table's link is the PCIe peak; a copy from pageable memory is staged by the driver",
-        "  through a pinned buffer and reaches a fraction of it. The prefetch study's copies are pageable.",
+        "* **Pageable copies.** A copy from pageable memory is staged by the driver through a pinned buffer: it is",
+        f"  priced at {PAGEABLE_SHARE:.2f} of the link's peak (a pinned one at {PINNED_SHARE:.2f}), from one public",
+        "  measurement each on PCIe 3.0 (feedbench.plan.target). The prefetch study's copies are pageable.",
         "* **More GPUs.** The estimate is one GPU's; in the published multi-GPU rows a GPU's step takes up to twice",
         "  the one-GPU step (nmt, all-reduce at 8 GPUs): communication the estimate does not model, in their error.",
-        "* **Other models than the study's.** The nmt preset's LSTM is a language model; the study trained an",
-        "  encoder-decoder with a bidirectional encoder, whose work per counted word differs. The fused and the",
-        "  step-by-step LSTM count the same FLOPs but run about 1.3x apart: one efficiency for both.",
+        *nmt_model_gap(predictions),
         "* **The bound.** Every published GPU cell was compute-bound, and the studies publish no loader cost on their",
         "  GPUs, so 100 % of bounds right says little: no published cell tests a data-bound call.",
         "",
@@ -152,7 +271,6 @@ def copy_section() -> list[str]:
     rows, _ = probe(cell, torch.device("cpu"))
     measured = {size: statistics.median(r["ms"] for r in rows if r["size_bytes"] == size) for size in PROBE_SIZES}
     link = PROBE_SIZES[-1] / (measured[PROBE_SIZES[-1]] / 1000) / 1e9
-    here = Target(find_gpu("H100"), 2, 1.0, link)  # only the link is used: the probe's own, at its largest size
     h200 = find_gpu("H200")
     h200_bytes = batch_bytes(H200_COPY["knobs"])
     h200_ms = 1000 * copy_seconds(h200_bytes, Target(h200, 2, 1.0, h200.h2d_gb_per_s))
@@ -162,11 +280,12 @@ def copy_section() -> list[str]:
         "| where | bytes | link GB/s (from) | predicted ms | measured ms | absolute error |",
         "|---|---|---|---|---|---|",
         f"| H200, pinned (docs/results/gpu-validation.md: a training cell's h2d phase, 2026-11-25) | {h200_bytes} "
-        f"| {h200.h2d_gb_per_s} (the table: PCIe 5.0 x16) | {h200_ms:.2f} | {H200_COPY['measured_ms']:.2f} "
+        f"| {h200.h2d_gb_per_s} x {PINNED_SHARE:.2f} (the table: PCIe 5.0 x16; the pinned share) | {h200_ms:.2f} "
+        f"| {H200_COPY['measured_ms']:.2f} "
         f"| {100 * abs(H200_COPY['measured_ms'] / h200_ms - 1):.1f} % |",
     ]
     for size in PROBE_SIZES[:-1]:
-        predicted = 1000 * copy_seconds(size, here)
+        predicted = 1000 * link_seconds(size, link)  # the probe's own rate, no share: it is no PCIe link
         lines.append(
             f"| this machine, host memcpy (transfer probe, no GPU) | {size} | {link:.2f} (the probe at "
             f"{PROBE_SIZES[-1]} bytes) | {predicted:.3f} | {measured[size]:.3f} "
@@ -178,9 +297,11 @@ def copy_section() -> list[str]:
         "largest size, so these rows test only the shape of the model (time proportional to bytes), not a bandwidth",
         "figure. They fail it: a host memcpy that fits in the CPU's caches runs several times faster than one from",
         "memory, which a copy over PCIe never does, so they say little about a GPU's link; the times also vary from",
-        "run to run on a shared machine. The H200 row tests the table's figure: a pinned copy reached about 80 % of",
-        "the PCIe peak the table gives, so the copy is predicted about 20 % short where it is pinned, and more where",
-        "it is pageable (above).",
+        "run to run on a shared machine. The H200 row tests the table's figure and the pinned share: a copy is priced",
+        f"at {PINNED_SHARE:.2f} of the link's peak where it is pinned (a P100's bandwidthTest over PCIe 3.0, Microway)",
+        f"and {PAGEABLE_SHARE:.2f} where it is pageable (large pageable copies over PCIe 3.0, NVIDIA's forums; the",
+        "sources: feedbench.plan.target); this H200's pinned copy reached 0.83 of its PCIe 5.0 peak, so the share",
+        "prices it long by the row's error.",
         "Whether the copy overlaps compute follows the cell's knobs (feedbench.plan.ceilings.trainer_seconds, the",
         "same rule as the local prediction): a side stream (device_prefetch: stream) overlaps it, else it adds.",
         "",

@@ -234,7 +234,8 @@ BAD = {
     # Issue #25: a target the plan cannot predict for is refused before any job (the other cases: test_target.py).
     "unknown target GPU": (
         {"target": {"gpu": "B300", "cores_per_gpu": 8, "cpu_speed": 1.0}, "experiments": {"w": {"base": {}}}},
-        "bad config: target.gpu: unknown GPU 'B300'; allowed: K80, P100, RTX2080Ti, V100, A100, H100, H200, L4",
+        "bad config: target.gpu: unknown GPU 'B300'; allowed: K80, P100, RTX2080Ti, V100, A100, H100, H200, L4, "
+        "V100-PCIe, A100-PCIe, H100-PCIe",
     ),
     "levels equal by value": (
         {"experiments": {"w": {"matrix": {"momentum": [1, 1.0]}}}},

@@ -14,6 +14,8 @@ from feedbench.plan.model_names import TORCHVISION_MODELS, model_family
 from feedbench.plan.target import (
     DTYPES,
     MEASURED_EXPERIMENT,
+    PAGEABLE_SHARE,
+    PINNED_SHARE,
     TABLE,
     Target,
     copy_seconds,
@@ -22,6 +24,7 @@ from feedbench.plan.target import (
     gpu_table,
     measured_compute,
     measured_resources,
+    pinned,
     read_target,
     roofline_seconds,
     same_gpu,
@@ -74,17 +77,19 @@ def test_a_dtype_the_gpu_has_no_peak_for_is_one_line_at_plan_time():
     got = plan({"gpu": "K80", "cores_per_gpu": 8, "cpu_speed": 1.0}, {**TRAIN, "amp": "fp16"})
     assert got == (
         "bad config: experiments.e: cell 'num_workers-0' computes in fp16, for which target.gpu K80 has no peak_tflops;"
-        " allowed: a GPU with one (P100, RTX2080Ti, V100, A100, H100, H200, L4) or another amp"
+        " allowed: a GPU with one (P100, RTX2080Ti, V100, A100, H100, H200, L4, V100-PCIe, A100-PCIe, H100-PCIe) or"
+        " another amp"
     )
 
 
-@pytest.mark.parametrize("figure", ["mem_gb_per_s", "h2d_gb_per_s", "peak_tflops"])
+@pytest.mark.parametrize("figure", ["mem_gb_per_s", "h2d_gb_per_s", "peak_tflops", "memory_gb"])
 def test_a_figure_missing_from_the_table_is_one_line(figure):
     row = {k: v for k, v in gpu_table()["H100"].items() if k != figure}
     with pytest.raises(ConfigError) as error:
         find_gpu("H100", table={"H100": row})
     assert str(error.value) == (
-        f"target.gpu: GPU H100 has no {figure} in {TABLE}; allowed: a row with peak_tflops, mem_gb_per_s, h2d_gb_per_s"
+        f"target.gpu: GPU H100 has no {figure} in {TABLE}; allowed: a row with peak_tflops, mem_gb_per_s, "
+        "h2d_gb_per_s, memory_gb"
     )
 
 
@@ -113,14 +118,42 @@ def test_the_table_has_every_needed_gpu_with_every_figure_and_its_source():
         # Tensor cores only ever add to the plain fp32 rate; the link is slower than the memory.
         assert all(v is None or v >= gpu.peak_tflops["fp32"] for v in gpu.peak_tflops.values()), name
         assert 0 < gpu.h2d_gb_per_s < gpu.mem_gb_per_s, name
+        assert gpu.memory_gb > 0 and gpu.chip in table, name
+
+
+def test_a_pcie_key_and_an_sxm_key_give_different_figures():
+    """#38: the table says which card. An H100 PCIe card is slower than the SXM module in FLOP/s and in memory."""
+    sxm, pcie = find_gpu("H100-SXM"), find_gpu("h100 pcie")
+    assert (sxm.name, pcie.name) == ("H100", "H100-PCIe") and find_gpu("H100 SXM5") == sxm and pcie.chip == "H100"
+    assert pcie.peak_tflops["bf16"] < sxm.peak_tflops["bf16"] and pcie.mem_gb_per_s < sxm.mem_gb_per_s
+    for kind, flops, moved in (("bf16", 1e13, 0.0), ("fp32", 0.0, 1e10)):  # compute-bound, then memory-bound
+        assert roofline_seconds(flops, moved, pcie, kind) > roofline_seconds(flops, moved, sxm, kind)
+    assert find_gpu("V100-PCIe").peak_tflops["fp16"] < find_gpu("V100-SXM2").peak_tflops["fp16"]
+    assert find_gpu("A100-PCIe").mem_gb_per_s < find_gpu("A100-SXM4").mem_gb_per_s
+
+
+def test_a_form_factor_the_table_does_not_hold_is_one_line_naming_the_known_ones():
+    got = plan({"gpu": "H100-NVL", "cores_per_gpu": 8, "cpu_speed": 1.0})
+    assert got == (
+        "bad config: target.gpu: 'H100-NVL': the table holds no NVL card of the H100; "
+        "allowed: H100 (SXM), H100-PCIe (PCIe)"
+    )
 
 
 def test_the_link_defaults_to_the_gpus_and_an_own_link_replaces_it():
     assert read_target({"gpu": "A100", "cores_per_gpu": 8, "cpu_speed": 1}).link_gb_per_s == 31.5
     target = read_target({"gpu": "A100", "cores_per_gpu": 8, "cpu_speed": 1, "link_gb_per_s": 20})
     assert target.link_gb_per_s == 20
-    assert copy_seconds(40e9, target) == pytest.approx(2.0)
+    assert copy_seconds(40e9, target) == pytest.approx(2.0 / PINNED_SHARE)
     assert copy_seconds(None, target) == 0  # a batch of tokens: its bytes vary
+
+
+def test_a_copy_reaches_a_share_of_the_link_and_a_pageable_one_less():
+    """#38: a pinned copy at 11.7 of PCIe 3.0's 15.75 GB/s (a P100's bandwidthTest), a pageable one at 8.33."""
+    target = read_target({"gpu": "P100", "cores_per_gpu": 8, "cpu_speed": 1})
+    assert 15.75 * PINNED_SHARE == pytest.approx(11.7) and 15.75 * PAGEABLE_SHARE == pytest.approx(8.33)
+    assert copy_seconds(1e9, target, from_pinned=False) > copy_seconds(1e9, target) > 1e9 / (15.75 * 1e9)
+    assert pinned({"pin_memory": True}) and not pinned({})  # the knob's default: pageable
 
 
 def test_the_roofline_is_the_longer_of_flops_and_bytes():
@@ -243,6 +276,11 @@ def test_the_compute_measured_there_is_the_median_of_the_repeats_on_the_targets_
         ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "A100", False),
         ("Tesla P100-PCIE-16GB", "P100", True),
         ("Tesla V100-PCIE-16GB", "V100", False),
+        ("Tesla V100-PCIE-16GB", "V100-PCIe", True),
+        ("Tesla V100-SXM2-16GB", "V100-PCIe", False),
+        ("NVIDIA H100 PCIe", "H100-PCIe", True),
+        ("NVIDIA H100 80GB HBM3", "H100-PCIe", False),  # a chip with a PCIe row: a name without a form is the SXM
+        ("NVIDIA A100 80GB PCIe", "A100-PCIe", True),
         ("NVIDIA L4", "L4", True),
     ],
 )

@@ -6,11 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from browser import assert_fits, find_chromium, inspect
 from feedbench.analysis import target_view
 from feedbench.analysis.loader_scaling import LoaderPoint, fit_scaling
 from feedbench.plan.ceilings import LOADER_REACHES
 from snakemake_run import snakemake, workflow_copy
 
+# The range's and the "measure there" line's drawn widths, in the section "On <target>", and the line's text.
+SEEN_JS = """JSON.stringify((() => {
+  const range = document.querySelector('#target .target-range');
+  const measure = document.querySelector('#target .target-measure small');
+  return {range: range ? range.getBoundingClientRect().width : 0,
+          measure: measure ? measure.getBoundingClientRect().width : 0,
+          measureText: measure ? measure.textContent.trim() : ''};
+})())"""
 TARGET = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "link_gb_per_s": 10.0, "default_cpus_per_gpu": 2}
 
 
@@ -123,6 +132,21 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     # A width-64 MLP's roofline is far below its kernels' launches: the estimate is the floor, and says so.
     assert entry["compute_s"] == entry["launch_s"]
     assert f"the launch floor: {entry['kernels']} kernel launches" in section
+    # #38 item 5: the floor has no published error, so its range is open above and the section says measure there.
+    assert entry["compute_range_s"] == [entry["compute_s"], None] and entry["measure_there"]
+    assert (
+        "a lower bound, no published error" in section and "Too wide to plan on (over 1.5x): measure there" in section
+    )
+    assert "compute: measured, partition: &lt;its GPU partition&gt;" in section
+    # As a reader sees it (#38): the range and "measure there" on a laptop and a phone, the page fitting both.
+    if find_chromium() is None:
+        pytest.skip("the Chromium half needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)")
+    for width in (1280, 390):
+        page = inspect(str(work / "results" / "report" / "index.html"), width=width, evaluate={"seen": SEEN_JS})
+        assert_fits(page, f"the section 'On H100' at {width} px", width)
+        seen = page.found["seen"]
+        assert seen["range"] > 0 and seen["measure"] > 0, (width, seen)  # drawn, not hidden
+        assert seen["measureText"].startswith("compute range: the kernels' launch floor"), seen
 
 
 def test_a_cell_without_a_count_or_a_loader_curve_says_why():
@@ -135,3 +159,17 @@ def test_a_cell_without_a_count_or_a_loader_curve_says_why():
     loaders = [({"scenario": "loader", "num_workers": 1}, LoaderPoint(1, 2, 100.0, None, None))]
     row = target_view.cell_row("w/a", {**cell(), "knobs": {"scenario": "train", "num_workers": 1}}, loaders, target, [])
     assert row["note"].startswith("no loader prediction: no loader cell with a worker for every core")
+
+
+def test_the_compute_range_gives_the_rate_and_the_cpus_at_both_ends():
+    """#38 item 5: a compute range of 5 to 20 ms a step (a 4x span): 2,000 to 500 samples/s of compute, so the
+    loader (100 samples/s a worker) needs 7 workers at the fast end (the most 8 cores fit) and 5 at the slow end;
+    the cell's own 7 workers predict 700 samples/s (data-bound) at the fast end, 500 (compute) at the slow one."""
+    ranged = {**cell(compute_s=0.01, workers=7), "compute_range_s": [0.005, 0.02], "range_from": "x", "range_span": 4.0}
+    ranged["measure_there"] = True
+    found = target_view.range_row(ranged, fit(worker_ms=10.0), TARGET)
+    assert found["cpus_range"] == [8, 6] and found["measure_there"]
+    assert found["predicted_range"][0] == pytest.approx(700.0) and found["predicted_range"][1] == pytest.approx(500.0)
+    assert target_view.range_row(cell(), fit(worker_ms=10.0), TARGET) == {}  # measured there: no range
+    open_ended = target_view.range_row({**ranged, "compute_range_s": [0.01, None]}, fit(worker_ms=10.0), TARGET)
+    assert open_ended["predicted_range"][1] is None and open_ended["cpus_range"][1] is None

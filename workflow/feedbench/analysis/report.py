@@ -364,6 +364,10 @@ def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
         for key in ("predicted", "compute_ceiling"):
             if row.get(key) is not None:
                 row[key] = row[key] * factor if factor is not None else None
+        if row.get("predicted_range") is not None:  # [fastest, slowest], slowest None where open
+            row["predicted_range"] = [
+                None if factor is None or v is None else v * factor for v in row["predicted_range"]
+            ]
     return target
 
 

@@ -65,6 +65,12 @@ def trainer_rate(cell: dict) -> float:
     return cell["batch_size"] / trainer_seconds(cell["compute_s"], cell["copy_s"], cell["stream_prefetch"])
 
 
+def cell_link(cell: dict, target: dict) -> float:
+    """The GB/s a cell's copy reaches on the target (its pinned or pageable share of the link: plan.target), or the
+    link itself in a target.json written before the shares."""
+    return cell.get("copy_gb_per_s") or target["link_gb_per_s"]
+
+
 def predicted(cell: dict, fit: ScalingFit, target: dict, workers: int, cores: int) -> tuple[float | None, str | None]:
     """(samples/s, bound) of a training cell on the target with `workers` loader workers on `cores` cores."""
     loader = loader_ceiling(fit, cores, workers, target["cpu_speed"])
@@ -74,7 +80,7 @@ def predicted(cell: dict, fit: ScalingFit, target: dict, workers: int, cores: in
         workers,
         cell["batch_size"],
         cell["batch_bytes"],
-        target["link_gb_per_s"],
+        cell_link(cell, target),
         cell["stream_prefetch"],
     )
     return rate, bound
@@ -178,9 +184,35 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, results: list[di
     row["predicted"], row["bound"] = predicted(cell, fit, target, workers, target["cores_per_gpu"])
     row["workers"], row["share"], row["reached"] = fewest_workers(cell, fit, target)
     row["cpus_per_task"] = cpus_per_rank({"num_workers": row["workers"]})
+    row.update(range_row(cell, fit, target))
     row["mem_mb"] = memory_mb(results, row["workers"])
     row["default"] = starved(cell, fit, target, target.get("default_cpus_per_gpu"))
     return row
+
+
+def range_row(cell: dict, fit: ScalingFit, target: dict) -> dict:
+    """The predicted samples/s and the cpus_per_task at both ends of the compute's range (results/target.json's
+    compute_range_s: the estimate's published error on the nearest family), fast end first; None at an end the range
+    leaves open (the launch floor has no upper end). Empty where the compute has no range (measured there)."""
+    ends = cell.get("compute_range_s")
+    if not ends:
+        return {}
+    rates, cpus = [], []
+    for seconds in ends:
+        if seconds is None:
+            rates.append(None)
+            cpus.append(None)
+            continue
+        at = {**cell, "compute_s": seconds}
+        rates.append(predicted(at, fit, target, cell["num_workers"], target["cores_per_gpu"])[0])
+        cpus.append(cpus_per_rank({"num_workers": fewest_workers(at, fit, target)[0]}))
+    return {
+        "predicted_range": rates,
+        "cpus_range": cpus,
+        "range_from": cell.get("range_from"),
+        "range_span": cell.get("range_span"),
+        "measure_there": bool(cell.get("measure_there")),
+    }
 
 
 def cpu_speed_text(target: dict) -> str:
@@ -222,12 +254,13 @@ def build(estimates: dict, results: list[str]) -> dict:
     for key, cell in sorted(estimates["cells"].items()):
         own = by_cell.get(key, [])
         knobs = next((r["cell"] for r in own if r.get("cell")), None) or cell["knobs"]  # as run, else as planned
-        cell = with_measured_copy(cell, own, target["link_gb_per_s"])
+        cell = with_measured_copy(cell, own, cell_link(cell, target))
         rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
     return {
         "target": target,
         "error": estimates["published_error"],
         "efficiencies": estimates["efficiencies"],
+        "measure_over": estimates.get("measure_over"),
         "rows": rows,
         "cpu_speed": cpu_speed_text(target),
         "reaches_pct": 100 * LOADER_REACHES,

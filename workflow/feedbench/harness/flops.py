@@ -8,13 +8,13 @@ plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.plan.target
 Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward, and in one
 steady-state step of the cell's SGD (the second; the first also creates the momentum buffers), counted one launch
 each. Left out: views (no kernel: they share their input's storage) and allocations (empty, empty_strided: no
-kernel). What the count does not see: an operator that launches several kernels (cuDNN's convolution backward,
-a foreach optimizer operator over many tensors) or none (a CPU-side op), autocast's casts and the GradScaler of
-`amp`, and the copy of the batch. A fused nn.LSTM runs PyTorch's step-by-step fallback on the meta device, so
-it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10 tokens), where cuDNN launches
-far fewer: an overcount for it. The SGD step is counted with foreach=True, what PyTorch picks for CUDA tensors
-(on the meta device its default would loop over the parameters). plan.estimate.compute_seconds turns the count
-into a floor on the step's time.
+kernel). What the count does not see: an operator that launches several kernels (cuDNN's convolution backward, a
+foreach optimizer operator over many tensors) or none (a CPU-side op), autocast's cast kernels and the GradScaler of
+`amp` (its bytes are counted: _Dispatched), and the copy of the batch. A fused nn.LSTM runs PyTorch's step-by-step
+fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10
+tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted with foreach=True, what
+PyTorch picks for CUDA tensors (on the meta device its default would loop over the parameters).
+plan.estimate.compute_seconds turns the count into a floor on the step's time.
 
 The user's own model (`model: package.module:attribute`) is counted the same way on a real batch: one batch drawn
 here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the meta device, the model built
@@ -40,8 +40,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..plan.ceilings import batch_bytes, ceiling_knobs
 from ..plan.cell import parse_cell
 from ..plan.estimate import (
+    MEASURE_OVER,
     Prediction,
     beside_published,
+    compute_range,
     compute_seconds,
     fit_efficiencies,
     launch_seconds,
@@ -53,7 +55,18 @@ from ..plan.knobs import KNOBS, user_batch, user_code
 from ..plan.model_names import input_kind, model_family
 from ..plan.plugins import resolve_all
 from ..plan.result import atomic_write, results_by_cell
-from ..plan.target import Target, compute_side, copy_seconds, dtype, measured_compute, read_target
+from ..plan.target import (
+    Gpu,
+    Target,
+    compute_side,
+    copy_gb_per_s,
+    copy_seconds,
+    dtype,
+    gpu_table,
+    measured_compute,
+    pinned,
+    read_target,
+)
 from . import batches
 from .cpu_speed import target_speed
 from .loop import context, first_batches
@@ -80,24 +93,118 @@ class StepCount:
     parameters: int
     family: str | None
     kernels: int = 0  # operators launched: forward, loss, backward and the SGD step (module docstring)
+    memory_bytes: float = 0.0  # held on the GPU at the step's peak, a lower bound: resident_bytes
+
+
+# Autocast on CUDA (torch.amp's documented op lists, "CUDA Ops that can autocast to float16" and "to float32"),
+# by the aten operator's name as the dispatcher sees it (linear and matmul arrive as mm, addmm, bmm; an LSTM cell as
+# its matmuls and pointwise ops). Autocast itself cannot run here: it is off without CUDA and never sees a meta tensor.
+AUTOCAST_LOW = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "matmul", "convolution", "_convolution",
+     "convolution_backward", "cudnn_convolution", "conv1d", "conv2d", "conv3d", "prelu",
+     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"}
+)  # fmt: skip
+AUTOCAST_FP32 = frozenset(
+    {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward",
+     "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
+     "binary_cross_entropy_with_logits", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+     "native_group_norm_backward", "sum", "prod", "cumsum", "exp", "log", "pow", "rsqrt", "reciprocal", "norm",
+     "logsumexp", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"}
+)  # fmt: skip
 
 
 class _Dispatched(TorchDispatchMode):
     """Counts the kernels the dispatched operators launch and sums the bytes of every tensor they return; views
-    are left out of both (they share their input's storage), allocations out of the kernels."""
+    are left out of both (they share their input's storage), allocations out of the kernels.
 
-    def __init__(self):
+    Under `amp` (fp16 or bf16) the bytes are those autocast's step writes: AUTOCAST_LOW's operators write their
+    outputs in 2-byte floats (and a 2-byte copy of each parameter they take, once a step: autocast caches the casts
+    of leaf weights), AUTOCAST_FP32's in 4, and any other floating operator in the widest dtype of its activations'
+    inputs (a parameter's dtype does not widen it: a batch norm's fp32 weights leave its fp16 input fp16)."""
+
+    def __init__(self, amp: str = "off", parameters=()):
         super().__init__()
         self.bytes = 0
         self.kernels = 0
+        self.amp = amp != "off"
+        self.low: set[int] = set()  # storages written in 2-byte floats
+        self.parameters = {p.untyped_storage()._cdata for p in parameters}
+        self.cast: set[int] = set()  # parameters autocast has cast this step
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func.is_view or func.namespace != "aten":  # the profiler's record_function markers are no kernels
             return out
-        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if self.amp:
+            self.bytes += self._autocast(func.overloadpacket.__name__, tree_leaves((args, kwargs)), outputs)
+        else:
+            self.bytes += sum(t.numel() * t.element_size() for t in outputs)
         self.kernels += str(func) not in ALLOCATIONS
         return out
+
+    def _autocast(self, name: str, inputs: list, outputs: list) -> int:
+        """The bytes an operator writes under autocast (class docstring); its outputs' storages marked low or not."""
+        floats = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() > 0]
+        activations = [t for t in floats if t.untyped_storage()._cdata not in self.parameters]
+        if name in AUTOCAST_LOW:
+            low, cast = True, [t for t in floats if t.untyped_storage()._cdata in self.parameters]
+        else:
+            low, cast = name not in AUTOCAST_FP32 and bool(activations), []
+            low = low and all(t.untyped_storage()._cdata in self.low for t in activations)
+        written = 0
+        for weight in cast:
+            if weight.untyped_storage()._cdata not in self.cast:
+                self.cast.add(weight.untyped_storage()._cdata)
+                written += 2 * weight.numel()
+        for t in outputs:
+            key = t.untyped_storage()._cdata
+            if low and t.is_floating_point():
+                self.low.add(key)
+                written += 2 * t.numel()
+            else:
+                self.low.discard(key)
+                written += t.numel() * t.element_size()
+        return written
+
+
+class _Saved:
+    """The activations autograd keeps for backward (saved_tensors_hooks): the bytes of each distinct storage saved,
+    once however many views of it are saved, the parameters' own left out (they are counted as parameters)."""
+
+    def __init__(self, model):
+        self.parameters = {p.untyped_storage()._cdata for p in model.parameters()}
+        self.storages: dict[int, int] = {}
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, tensor):
+        storage = tensor.untyped_storage()
+        if storage._cdata not in self.parameters:
+            self.storages[storage._cdata] = storage.nbytes()
+        return tensor
+
+    def __enter__(self):
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.hooks.__exit__(*exc)
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def resident_bytes(model, optimizer, saved: _Saved, low: set[int] = frozenset()) -> float:
+    """What a training step holds on its GPU at least, at the end of its forward: the parameters, their gradients,
+    the optimizer's state (momentum, Adam's moments: counted after its steps) and the activations saved for backward.
+    A lower bound: the allocator's rounding, cuDNN's workspaces, temporaries and the CUDA context come on top. `low`:
+    the storages autocast writes in 2-byte floats (_Dispatched.low), counted so."""
+    parameters = list(model.parameters())
+    gradients = [p for p in parameters if p.requires_grad]
+    state = [t for entry in optimizer.state.values() for t in entry.values()]
+    held = _tensor_bytes(parameters) + _tensor_bytes(gradients) + _tensor_bytes(state)
+    return float(held + sum(n // 2 if key in low else n for key, n in saved.storages.items()))
 
 
 def _batch(cell) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,10 +255,10 @@ def _count_user(cell, batch) -> StepCount:
         except Exception as error:  # the user's constructor: whatever it raises means the same here
             raise ValueError(_not_counted(cell.model, "it cannot be built on the meta device", error)) from None
         on_meta = batches.move_batch(batch, meta, False)
-        step = _Dispatched()
+        step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()])
         try:
             ctx.optimizer = build_optimizer(cell, model.parameters(), user)
-            with FlopCounterMode(display=False) as flops, step:
+            with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
                 if "step" in user:
                     loss = user["step"](model, on_meta, ctx)
                 else:
@@ -160,12 +267,13 @@ def _count_user(cell, batch) -> StepCount:
                 if loss is not None:  # None: the user's step ran backward (and its optimizer) itself
                     loss.backward()
             # None: the user's step ran its optimizer, counted above
-            kernels = step.kernels + (_optimizer_kernels(model, cell) if loss is not None else 0)
+            kernels, optimizer = _optimizer_step(model, cell) if loss is not None else (0, ctx.optimizer)
         except Exception as error:  # the user's forward and step
             raise ValueError(_not_counted(cell.model, "its step fails on the meta device", error)) from None
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
-    return StepCount(float(flops.get_total_flops()), float(moved), parameters, None, kernels)
+    memory = resident_bytes(model, optimizer, saved, step.low)
+    return StepCount(float(flops.get_total_flops()), float(moved), parameters, None, step.kernels + kernels, memory)
 
 
 def _not_counted(model: str, what: str, error: BaseException) -> str:
@@ -186,26 +294,29 @@ def _count(cell) -> StepCount:
     with torch.device("meta"):
         model = build_model(cell)
     inputs, targets = _batch(cell)
-    step = _Dispatched()
-    with FlopCounterMode(display=False) as flops, step:
+    step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()])
+    with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
         loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
-    kernels = step.kernels + _optimizer_kernels(model, cell)
-    return StepCount(float(flops.get_total_flops()), float(moved), parameters, model_family(cell.model), kernels)
+    kernels, optimizer = _optimizer_step(model, cell)
+    memory = resident_bytes(model, optimizer, saved, step.low)
+    family = model_family(cell.model)
+    return StepCount(float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory)
 
 
-def _optimizer_kernels(model, cell) -> int:
+def _optimizer_step(model, cell) -> tuple[int, torch.optim.Optimizer]:
     """Kernels of a steady-state step of the cell's optimizer (harness.models.build_optimizer, as the loop builds it),
     a built-in one with foreach as on CUDA: the second step is counted, the first creates its state (momentum
-    buffers, Adam's moments). Its bytes are PARAMETER_PASSES' (SGD's: Adam's moments move more)."""
+    buffers, Adam's moments). Its bytes are PARAMETER_PASSES' (SGD's: Adam's moments move more). With the optimizer,
+    whose state then is what a step holds (resident_bytes)."""
     user = resolve_all(cell) if cell.optimizer not in BUILT_IN_OPTIMIZERS else None  # the user's own optimizer
     optimizer = build_optimizer(cell, model.parameters(), user, foreach=True)
     optimizer.step()
     counted = _Dispatched()
     with counted:
         optimizer.step()
-    return counted.kernels
+    return counted.kernels, optimizer
 
 
 @lru_cache(maxsize=64)
@@ -254,6 +365,37 @@ def _work(knobs: dict) -> tuple[StepCount | None, str | None, int | None, str]:
         return None, str(error), size, source
 
 
+def too_big(knobs: dict, work: StepCount, gpu: Gpu) -> str | None:
+    """Why a cell's counted step plainly does not fit the GPU's memory (its resident_bytes, a lower bound, over the
+    table's memory_gb), in a few words naming what to change; None where it may fit."""
+    if work.memory_bytes <= gpu.memory_gb * 1e9:
+        return None
+    fits = [name for name, row in gpu_table().items() if (row.get("memory_gb") or 0) * 1e9 >= work.memory_bytes]
+    return (
+        f"holds at least {work.memory_bytes / 1e9:.1f} GB on the GPU (parameters, gradients, optimizer state and the "
+        f"activations saved for backward, counted on the meta device at batch_size {knobs.get('batch_size')}), more "
+        f"than the {gpu.memory_gb:g} GB of target.gpu {gpu.name}; allowed: a smaller batch_size or model, or a GPU "
+        f"with more memory ({', '.join(fits) or 'none in the table'})"
+    )
+
+
+def memory_error(spec: dict, cells: dict[str, dict]) -> str | None:
+    """The plan's one line for the first training cell (`<experiment>/<cell>` -> knobs) that plainly does not fit the
+    target's GPU memory (too_big), or None. Each model and batch is counted once (its compute ceiling's knobs); a
+    model feedbench cannot count here is passed over (the section "On <target>" says why it has no estimate)."""
+    gpu = read_target(spec).gpu
+    for key, knobs in cells.items():
+        try:
+            work = count_once(ceiling_knobs(knobs, "compute"))
+        except ValueError:
+            continue
+        why = too_big(knobs, work, gpu)
+        if why:
+            experiment, cell = key.split("/", 1)
+            return f"bad config: experiments.{experiment}: cell '{cell}' {why}"
+    return None
+
+
 def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
     """One training cell on the target (an entry of results/target.json's cells): its counted step (_work), the
     estimated compute seconds (and the efficiency that served), the copy's seconds over the target's link for its
@@ -265,7 +407,8 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
         "stream_prefetch": knobs.get("device_prefetch", KNOBS["device_prefetch"].default) == "stream",
         "batch_bytes": size,
         "batch_bytes_from": source,
-        "copy_s": copy_seconds(size, target),
+        "copy_s": copy_seconds(size, target, pinned(knobs)),
+        "copy_gb_per_s": copy_gb_per_s(target.link_gb_per_s, pinned(knobs)),
         "knobs": knobs,
     }
     if work is None:
@@ -283,6 +426,8 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
         "efficiency_from": source,
         "launch_s": launch_seconds(work),
         "compute_s": seconds,
+        "memory_bytes": work.memory_bytes,
+        "fits": too_big(knobs, work, target.gpu) or "may fit: the counted lower bound is within the GPU's memory",
     }
 
 
@@ -294,7 +439,28 @@ def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) 
     if seconds is None:
         return entry
     entry.pop("error", None)  # a model feedbench cannot count is measured there all the same
+    for estimated in ("compute_range_s", "range_from", "range_span", "measure_there"):  # the estimate's, not this
+        entry.pop(estimated, None)
     return {**entry, "estimated_s": entry.get("compute_s"), "compute_s": seconds, "compute_from": "measured"}
+
+
+def estimate_range(entry: dict, predictions: list[Prediction]) -> dict:
+    """A cell's estimated compute as a range (plan.estimate.compute_range: the method's published error on the
+    nearest family), its span and whether it is too wide to plan on (MEASURE_OVER: then measure there). The launch
+    floor has no published error: a lower bound alone. Empty for a cell with no estimate."""
+    if "compute_s" not in entry:
+        return {}
+    seconds = entry["compute_s"]
+    if entry["launch_s"] >= seconds:
+        why = "the kernels' launch floor: a lower bound, no published error (eager PyTorch spends more per operator)"
+        return {"compute_range_s": [seconds, None], "range_from": why, "range_span": None, "measure_there": True}
+    found = compute_range(predictions, entry["family"])
+    return {
+        "compute_range_s": [seconds * found.low, seconds * found.high],
+        "range_from": found.source,
+        "range_span": found.span,
+        "measure_there": found.span > MEASURE_OVER,
+    }
 
 
 def target_estimates(
@@ -335,12 +501,14 @@ def target_estimates(
             },
         },
         "efficiencies": efficiencies,
+        "measure_over": MEASURE_OVER,
         "published": beside_published(predictions, target, efficiencies, count_once),
         "cells": {},
     }
     measured, results = measured or {}, results_by_cell(list(paths))
     for key, knobs in cells.items():
         entry = {**estimate_cell(knobs, target, efficiencies), "compute_from": "estimated"}
+        entry.update(estimate_range(entry, predictions))
         if key in measured:
             entry = _with_measured(entry, measured[key], results.get(measured[key], []), target)
         found["cells"][key] = entry

@@ -32,7 +32,8 @@ from typing import Callable
 import yaml
 
 from .ceilings import batch_bytes, trainer_seconds
-from .target import Gpu, Target, copy_seconds, dtype, find_gpu, roofline_seconds
+from .model_names import model_family
+from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline_seconds
 
 # Seconds the host spends launching one kernel: the low end of "usually, the launch time on the CPU side is between
 # 5-20 microseconds" (Meta's Holistic Trace Analysis, docs "CUDA Kernel Launch Statistics",
@@ -158,7 +159,7 @@ def fit_efficiencies(cells: list[PublishedCell], count: Callable) -> dict[str, f
     for cell in cells:
         if cell.gpus != 1:
             continue
-        copy = copy_seconds(cell.copy_bytes, _target(cell))
+        copy = copy_seconds(cell.copy_bytes, _target(cell), pinned(cell.knobs))
         observed = cell.published_step_s if cell.overlapped else cell.published_step_s - copy
         if observed <= 0:
             continue
@@ -228,7 +229,7 @@ def step_on(
     """(compute, copy, step seconds, efficiency used) of the cell's step on `target`'s GPU and link: compute and
     copy, overlapped as its knobs say."""
     compute, source = compute_seconds(count(cell.knobs), cell.knobs, target.gpu, efficiencies)
-    copy = copy_seconds(cell.copy_bytes, target)
+    copy = copy_seconds(cell.copy_bytes, target, pinned(cell.knobs))
     return compute, copy, trainer_seconds(compute, copy, cell.overlapped), source
 
 
@@ -346,3 +347,31 @@ def beside_published(
             worst_too_fast=summary.worst_too_fast,
         )
     return studies
+
+
+# A compute range wider than this (its high end over its low end) is too wide to plan on: measure there instead.
+MEASURE_OVER = 1.5
+
+
+@dataclass(frozen=True)
+class ComputeRange:
+    low: float  # the true compute time over the estimate, at least (<= 1)
+    high: float  # and at most (>= 1)
+    source: str  # the held-out cells it comes from, in words
+
+    @property
+    def span(self) -> float:
+        return self.high / self.low
+
+
+def compute_range(predictions: list[Prediction], family: str | None) -> ComputeRange:
+    """How far a compute estimate may be off, from the published error of the method (leave one study out,
+    docs/results/prediction-error.md) on the nearest family: the one-GPU cells of the studies of `family`, or of every
+    study where none is of it (a user's model, a transformer). Each such cell's published step over its held-out
+    predicted step bounds the truth; the range spans them and the estimate itself."""
+    one_gpu = [p for p in predictions if p.cell.gpus == 1]
+    near = [p for p in one_gpu if model_family(p.cell.knobs.get("model")) == family] or one_gpu
+    ratios = [p.cell.published_step_s / p.step_s for p in near]
+    studies = ", ".join(dict.fromkeys(f"{p.cell.study} ({p.cell.gpu.name})" for p in near))
+    source = f"the {len(near)} one-GPU published cell{'s' if len(near) > 1 else ''} of {studies}, each held out"
+    return ComputeRange(min(1.0, *ratios), max(1.0, *ratios), source)

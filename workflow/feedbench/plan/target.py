@@ -48,7 +48,7 @@ from .result import error_text
 
 TABLE = os.path.join(os.path.dirname(__file__), "gpus.yaml")
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
-FIGURES = ("peak_tflops", "mem_gb_per_s", "h2d_gb_per_s")
+FIGURES = ("peak_tflops", "mem_gb_per_s", "h2d_gb_per_s", "memory_gb")
 # The experiment of the compute cells measured on the target's GPU (`compute: measured`).
 MEASURED_EXPERIMENT = "target-compute"
 # The rule of its jobs (workflow/rules/bench.smk), and what the partition of the target's GPUs may be called: one
@@ -61,7 +61,8 @@ AMP_DTYPES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 @dataclass(frozen=True)
 class Gpu:
-    """One row of the table: dense peak TFLOP/s per dtype (None: no such rate), GB/s of memory and of its link."""
+    """One row of the table: dense peak TFLOP/s per dtype (None: no such rate), GB/s of memory and of its link, GB of
+    memory, and its chip (the row's own name, or that of the chip's SXM row for a PCIe card: H100 for H100-PCIe)."""
 
     name: str
     title: str
@@ -69,6 +70,8 @@ class Gpu:
     mem_gb_per_s: float
     h2d_gb_per_s: float
     sources: dict[str, str]
+    memory_gb: float
+    chip: str
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ def _gpu(name: str, row: Any, where: str) -> Gpu:
         float(row["mem_gb_per_s"]),
         float(row["h2d_gb_per_s"]),
         dict(sources),
+        float(row["memory_gb"]),
+        str(row.get("chip") or name),
     )
 
 
@@ -129,10 +134,34 @@ def find_gpu(name: Any, where: str = "target.gpu", table: dict | None = None) ->
             f"{where}: {shown(name)} is a MIG slice, a fraction of a GPU whose figures the table does not hold; "
             f"allowed: a whole GPU, one of {', '.join(table)}"
         )
-    if _key(name) not in by_key:
-        raise ConfigError(f"{where}: unknown GPU {shown(name)}; allowed: {', '.join(table)}")
-    known = by_key[_key(name)]
+    known = by_key.get(_key(name)) or _by_form(name, table, where)
     return _gpu(known, table[known], where)
+
+
+def _forms(table: dict) -> dict[str, dict[str | None, str]]:
+    """chip -> {form factor -> row}: a row's form is the one its title names (None: a title that names none)."""
+    forms: dict[str, dict[str | None, str]] = {}
+    for name, row in table.items():
+        row = row if isinstance(row, dict) else {}
+        forms.setdefault(str(row.get("chip") or name), {})[form_factor(row.get("title"))] = name
+    return forms
+
+
+def _by_form(name: Any, table: dict, where: str) -> str:
+    """The row a name of a chip and a form factor gives ("H100-SXM" is the H100 row, "V100 PCIe" the V100-PCIe one),
+    or ConfigError: a form the table does not hold for that chip names the ones it holds, any other name the GPUs."""
+    key = _key(name)
+    for chip, rows in _forms(table).items():
+        rest = key[len(_key(chip)) :] if key.startswith(_key(chip)) else None
+        if rest not in FORMS:
+            continue
+        if FORMS[rest] in rows:
+            return rows[FORMS[rest]]
+        known = ", ".join(f"{row} ({form})" if form else row for form, row in rows.items())
+        raise ConfigError(
+            f"{where}: {shown(name)}: the table holds no {FORMS[rest]} card of the {chip}; allowed: {known}"
+        )
+    raise ConfigError(f"{where}: unknown GPU {shown(name)}; allowed: {', '.join(table)}")
 
 
 def read_target(spec: dict, table: dict | None = None) -> Target:
@@ -218,18 +247,40 @@ def roofline_seconds(flops: float, bytes_moved: float, gpu: Gpu, kind: str) -> f
     return max(flops / (peak * 1e12), bytes_moved / (gpu.mem_gb_per_s * 1e9))
 
 
-def copy_seconds(batch_bytes: float | None, target: Target) -> float:
-    """Seconds to copy a batch of `batch_bytes` to the target's GPU over its link; 0 when the bytes are unknown.
+# The share of a PCIe link's peak (the table's h2d_gb_per_s, or the target's link_gb_per_s) a host-to-device copy
+# reaches, measured by others with CUDA's bandwidthTest-style copies of large buffers:
+#   pinned    11.7 GB/s on a Tesla P100 over PCIe 3.0 x16 (15.75 GB/s): Microway, 'NVIDIA Tesla P100 PCI-E 16GB GPU
+#             Accelerator (Pascal GP100) Up Close' (https://www.microway.com/hpc-tech-tips/nvidia-tesla-p100-pci-e-16gb-
+#             gpu-accelerator-pascal-gp100-close/), bandwidthTest host to device, pinned
+#   pageable  8.33 GB/s for copies of 64 MB to 1 GB from pageable memory: NVIDIA Developer Forums, 'How to understand
+#             CPU memory transfer data to GPU memory speed problem' (https://forums.developer.nvidia.com/t/how-to-
+#             understand-cpu-memory-transfer-data-to-gpu-memory-speed-problem/56270). The thread does not name its
+#             link: its 11.4 GB/s at 16 MB is above what PCIe 2.0 x16 carries (8 GB/s), so PCIe 3.0 x16 is taken.
+#             Copies of 8 to 32 MB there reached 10.9 to 11.4 GB/s, near the pinned figure: the share is the low end.
+# The driver stages a pageable copy through a pinned buffer (CUDA C Best Practices Guide), hence less.
+PINNED_SHARE = 11.7 / 15.75
+PAGEABLE_SHARE = 8.33 / 15.75
 
-    Pinned or pageable, the same figure: the table has no pageable rate (the driver stages pageable memory through a
-    pinned buffer, so such copies reach less); docs/results/prediction-error.md says how far off that is here.
-    """
-    return link_seconds(batch_bytes, target.link_gb_per_s)
+
+def copy_gb_per_s(link_gb_per_s: float, pinned: bool) -> float:
+    """The GB/s a batch's copy reaches over a link of `link_gb_per_s` peak: its pinned or its pageable share."""
+    return link_gb_per_s * (PINNED_SHARE if pinned else PAGEABLE_SHARE)
 
 
-def link_seconds(batch_bytes: float | None, link_gb_per_s: float) -> float:
-    """copy_seconds over a link of `link_gb_per_s` (results/target.json keeps the target's link as that figure)."""
-    return (batch_bytes or 0) / (link_gb_per_s * 1e9)
+def pinned(knobs: dict) -> bool:
+    """Whether a cell's batches are copied from pinned memory (knob pin_memory)."""
+    return bool(knobs.get("pin_memory", KNOBS["pin_memory"].default))
+
+
+def copy_seconds(batch_bytes: float | None, target: Target, from_pinned: bool = True) -> float:
+    """Seconds to copy a batch of `batch_bytes` to the target's GPU over its link, at the share of its peak a pinned
+    (or pageable) copy reaches; 0 when the bytes are unknown."""
+    return link_seconds(batch_bytes, copy_gb_per_s(target.link_gb_per_s, from_pinned))
+
+
+def link_seconds(batch_bytes: float | None, gb_per_s: float) -> float:
+    """Seconds of `batch_bytes` at `gb_per_s` (results/target.json keeps each cell's copy rate as that figure)."""
+    return (batch_bytes or 0) / (gb_per_s * 1e9)
 
 
 def measured_cells(config: dict, cells: list[PlannedCell]) -> dict[str, PlannedCell]:
@@ -281,17 +332,26 @@ def same_gpu(name: str | None, gpu: Gpu) -> bool:
     ("NVIDIA H100 80GB HBM3" is an H100, "NVIDIA GeForce RTX 2080 Ti" an RTX2080Ti; "NVIDIA L40S" is no L4), it is
     not a MIG slice of one, and its form factor (SXM, PCIe, NVL), where it names one, is the table's."""
     words = _words(name)
-    wanted = _key(gpu.name)
-    if is_mig(name) or form_factor(name) not in (None, form_factor(gpu.title)):
+    wanted = _key(gpu.chip)
+    if is_mig(name) or _form_named(name, gpu) not in (None, form_factor(gpu.title)):
         return False
     return any("".join(words[i:j]) == wanted for i in range(len(words)) for j in range(i + 1, len(words) + 1))
+
+
+def _form_named(name: str | None, gpu: Gpu) -> str | None:
+    """The form factor a CUDA name says; a chip the table holds in several forms names its SXM module with none
+    ("NVIDIA H100 80GB HBM3"), so there a name without one is the SXM module, not the PCIe card."""
+    form = form_factor(name)
+    if form is None and len(_forms(gpu_table()).get(gpu.chip, {})) > 1:
+        return "SXM"
+    return form
 
 
 def not_same_gpu(name: str | None, gpu: Gpu) -> str:
     """Why a measurement on the GPU `name` is not one on the target's `gpu`."""
     if is_mig(name):
         return f"ran on {name}, a MIG slice: a fraction of a {gpu.name}"
-    form = form_factor(name)
+    form = _form_named(name, gpu)
     if name and form is not None and form_factor(gpu.title) not in (None, form):
         article = "an" if form in ("NVL", "SXM") else "a"
         return f"ran on {name}, {article} {form} card: the table's {gpu.name} is the {form_factor(gpu.title)} one"
