@@ -26,7 +26,13 @@ LAYERS = ("plan", "harness", "analysis")
 MAY_IMPORT = {"plan": {"plan"}, "harness": {"plan", "harness"}, "analysis": {"plan", "analysis"}}
 # Third-party packages the plan and the harness may import, all they may: the plan runs in Snakemake's parse of every
 # job, so nothing heavy; the harness measures one cell, so nothing of the analysis (pandas, matplotlib).
-PLAN_ALLOWED = {"jsonschema", "snakemake", "snakemake_executor_plugin_slurm", "yaml"}
+PLAN_ALLOWED = {
+    "jsonschema",
+    "snakemake",
+    "snakemake_executor_plugin_slurm",
+    "snakemake_interface_executor_plugins",  # the executors' base class, which plan.slurm patches as the plugin
+    "yaml",
+}
 ALLOWED = {
     "plan": PLAN_ALLOWED,
     "harness": PLAN_ALLOWED | {"PIL", "numpy", "psutil", "pyarrow", "pynvml", "torch", "torchvision", "webdataset"},
