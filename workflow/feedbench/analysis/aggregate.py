@@ -24,7 +24,7 @@ from ..plan.columns import (
     SHM_COLUMNS,
     STATUS,
 )
-from ..plan.knobs import KNOBS, STAGE_WHATIFS, user_batch
+from ..plan.knobs import KNOBS, STAGE_WHATIFS, WHATIF_ONLY, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
 from ..plan.metric_table import row_of as metric_row
 from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
@@ -220,10 +220,6 @@ def _matched(ok: pd.DataFrame):
         return rates["loader"].get(_key(row, "loader")), rates["compute"].get(_key(row, "compute")), probes
 
     return find
-
-
-# The knobs of a stage what-if and its cache: the cell without them is its baseline (analysis.whatifs).
-WHATIF_ONLY = (*STAGE_WHATIFS, "cache_limit_mb", "cache_in")
 
 
 def _whatif_baselines(ok: pd.DataFrame):

@@ -64,6 +64,18 @@ class Knob:
     # alone), compute (data resident on the device), transfer (the probe timing a real batch of the user's pipeline).
     # A ceiling resets the knobs it does not keep to their defaults, so cells that differ only there share it.
     ceilings: tuple[str, ...] = ("loader", "compute")
+    # A stage what-if (harness.whatif runs it; analysis.predict predicts it from the baseline's stage profile): what it
+    # does to a stage, in the words of the report's what-if table. No ceiling keeps it: a what-if cell shares its
+    # baseline's ceilings.
+    whatif: str | None = None
+    # The stage what-if this knob only tunes (cache_limit_mb, cache_in: cache_after): a cell that differs from another
+    # in it and the what-if alone has that cell as its what-if's baseline (analysis.aggregate).
+    tunes: str | None = None
+    # (label, the value that is on): the verdict's recommendation says whether it pays for itself where the
+    # experiment varies it (analysis.verdict.pays_off).
+    pays_off: tuple[str, Any] | None = None
+    # An axis `search` may walk (feedbench.plan.search).
+    searchable: bool = False
 
     def allowed(self) -> str:
         if self.choices is not None:
@@ -169,9 +181,6 @@ PARALLEL = ("none", "dp", "ddp", "independent")
 PAGE_CACHE = ("asis", "warm", "cold")
 MLP_STYLES = ("relu", "ray")
 DECODERS = ("pil", "torchvision", "torchvision-cuda")
-# The knobs that change a cell's loader stages to run a stage what-if (harness.whatif; analysis.predict predicts them
-# from the baseline cell's stage profile). No ceiling keeps them: a what-if cell shares its baseline's ceilings.
-STAGE_WHATIFS = ("cache_after", "skip_stages", "device_stages")
 CACHE_IN = ("memory", "file")
 # The stages of the built-in images before their Compose: a cache may hold their output; they never move to the device.
 IMAGE_STAGES = ("read", "decode")
@@ -330,6 +339,7 @@ KNOBS: dict[str, Knob] = {
             maximum=256,
             short="w",
             ceilings=("loader",),
+            searchable=True,
         ),
         Knob(
             "pin_memory",
@@ -338,6 +348,7 @@ KNOBS: dict[str, Knob] = {
             "DataLoader pins batches in page-locked memory",
             short="pin",
             ceilings=("loader", "transfer"),
+            pays_off=("pinning", True),
         ),
         # The copy knobs: the loader alone never copies, and a compute ceiling's data is already on the device.
         Knob("non_blocking", bool, False, "asynchronous host-to-device copies", short="nb", ceilings=()),
@@ -393,6 +404,7 @@ KNOBS: dict[str, Knob] = {
             nullable=True,
             short="ca",
             ceilings=(),
+            whatif="cached after it",
         ),
         Knob(
             "cache_limit_mb",
@@ -403,6 +415,7 @@ KNOBS: dict[str, Knob] = {
             maximum=1_048_576,
             short="climit",
             ceilings=(),
+            tunes="cache_after",
         ),
         Knob(
             "cache_in",
@@ -412,6 +425,7 @@ KNOBS: dict[str, Knob] = {
             CACHE_IN,
             short="cin",
             ceilings=(),
+            tunes="cache_after",
         ),
         Knob(
             "skip_stages",
@@ -421,6 +435,7 @@ KNOBS: dict[str, Knob] = {
             "are dropped; a @feedbench.stage function of one argument returns it unchanged",
             short="skip",
             ceilings=(),
+            whatif="costs nothing",
         ),
         Knob(
             "device_stages",
@@ -431,6 +446,7 @@ KNOBS: dict[str, Knob] = {
             nullable=True,
             short="ds",
             ceilings=(),
+            whatif="on the device",
         ),
         Knob(
             "multiprocessing_context",
@@ -472,6 +488,7 @@ KNOBS: dict[str, Knob] = {
             DEVICE_PREFETCH,
             short="pf",
             ceilings=(),
+            pays_off=("stream prefetch", "stream"),
         ),
         Knob(
             "prefetch_depth",
@@ -721,6 +738,17 @@ KNOBS: dict[str, Knob] = {
         ),
     ]
 }
+
+
+# Lists of knobs, each derived from a field of their declarations (tests/test_knob_spec.py: no such list elsewhere).
+# The knobs that change a cell's loader stages to run a stage what-if (Knob.whatif).
+STAGE_WHATIFS = tuple(name for name, k in KNOBS.items() if k.whatif)
+# A stage what-if's knobs and those that only tune one (Knob.tunes): the cell without them is its baseline.
+WHATIF_ONLY = (*STAGE_WHATIFS, *(name for name, k in KNOBS.items() if k.tunes in STAGE_WHATIFS))
+# Axes a search may walk (Knob.searchable).
+SEARCHABLE = tuple(name for name, k in KNOBS.items() if k.searchable)
+# (knob, label, its value "on" as text) of the knobs whose gain the recommendation reports (Knob.pays_off).
+PAYS_OFF = tuple((name, k.pays_off[0], str(k.pays_off[1]).lower()) for name, k in KNOBS.items() if k.pays_off)
 
 
 def user_code(knob: str, value: Any) -> bool:
