@@ -54,7 +54,7 @@ def test_a_training_cell_the_map_does_not_name_has_no_ceilings():
 
 
 def test_without_a_map_the_planners_rule_finds_the_ceilings():
-    # A summary rebuilt from results alone: its cells planned again from the knobs they ran with, and the planner's
+    # A summary rebuilt from results alone: its cells planned again from the knobs they asked for, and the planner's
     # own rule (ceilings.Bounds) names one cell per ceiling, the derived one where another has the same knobs.
     rebuilt = rebuilt_map(pd.DataFrame(ROWS))
     assert rebuilt == {

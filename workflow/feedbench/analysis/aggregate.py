@@ -204,18 +204,25 @@ def _planned(ok: pd.DataFrame, links: dict):
     return find
 
 
-def _as_planned(row) -> dict | None:
-    """A row's knobs as it ran, as the planner would have planned its cell: a loader or compute ceiling as
-    ceiling_knobs derives it from the training cells it bounds, a transfer probe as user_probe_knobs (its device and
-    the knobs of the user's batch), any other as it ran; None where they do not check (a cell that failed
-    validation)."""
+def _ran(row) -> dict:
+    """The knobs a summary row ran with, as Python values (lists and mappings parsed back from _knobs' JSON text)."""
     knobs = {}
     for name, knob in KNOBS.items():
         value = python_value(row.get(name))
         if isinstance(value, str) and knob.type in (list, dict):
-            value = json.loads(value)  # as _knobs wrote it
+            value = json.loads(value)
         if value is not None:
             knobs[name] = value
+    return knobs
+
+
+def _as_planned(row) -> dict | None:
+    """A row's cell as the planner would have planned it: the knobs the workflow asked for (`requested`; as it ran
+    where the result has none), a loader or compute ceiling as ceiling_knobs derives it from the training cells it
+    bounds, a transfer probe as user_probe_knobs (its device and the knobs of the user's batch); None where they do
+    not check (a cell that failed validation)."""
+    asked = requested(row.get("requested"))
+    knobs = {k: v for k, v in asked.items() if k in KNOBS} if asked else _ran(row)
     try:
         effective(knobs)
     except (KnobError, ValueError, TypeError):
@@ -228,7 +235,7 @@ def _as_planned(row) -> dict | None:
 
 def rebuilt_map(frame: pd.DataFrame) -> dict:
     """The planner's map (feedbench.plan.ceilings.ceiling_map) of a summary rebuilt from results alone: each cell
-    planned over again from the knobs it ran with (_as_planned), so that its ceilings are the cells the planner's own
+    planned over again from the knobs it asked for (_as_planned), so that its ceilings are the cells the planner's own
     rule (ceilings.Bounds) finds. Where another experiment's cell measures the same ceiling as a derived one, the
     derived one is kept (given last: Bounds keeps the last of equal cells), as in the run."""
     cells: dict[tuple, PlannedCell] = {}
