@@ -27,6 +27,14 @@ if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p))
 
 from feedbench.plan.config import ConfigError, one_line, read_config_file
+from feedbench.plan import slurm as feedbench_slurm
+
+# Before Snakemake builds its scheduler, here and in every Slurm job's Snakemake: its SIGTERM handler without the
+# deadlock that once left a cancelled job's Snakemake running for 27 min; for a cluster's executor, the status checks'
+# sleep that ends with the run and wakes when a job has written its outputs, in place before its first sleep begins
+# (feedbench.plan.slurm; docs/reliability-slurm.md).
+feedbench_slurm.sigterm_without_deadlock()
+feedbench_slurm.check_soon_and_end_at_once()
 
 # The config files, read as plain data before Snakemake's `configfile:` reads
 # them: a syntax error names its line, YTE templates (code) are refused, a YAML

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -274,3 +275,9 @@ def assert_fits(page, what: str, width: int) -> None:
     if width >= 1280:
         assert layout["cramped"] == [], f"{what}: sentences squeezed to a word a line"
     assert layout["broken"] == [], f"{what}: short words broken across lines"
+
+
+def paragraph_texts(page: str, css_class: str) -> list[str]:
+    """The text of each `<p class="css_class">` of a report, its inline tags (the glossary's links) taken out."""
+    found = re.findall(rf'<p class="{css_class}">(.*?)</p>', page, re.S)
+    return [re.sub(r"<[^>]+>", "", text) for text in found]

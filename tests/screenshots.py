@@ -4,7 +4,7 @@
 
 writes docs/report.png (the top of the default report, the README's picture), docs/decode-report.png (the default
 report's training cell starved by JPEG decoding: its stage profile, the verdict's stage and fix, its ceilings),
-docs/breakdown-report.png (the whole report of the breakdown preset's small run: 5 axes, 12 cells) and
+docs/breakdown-report.png (the whole report of the breakdown preset's small run: 5 axes, 8 cells) and
 docs/study-view.png (its study view alone), each 1280 px wide; without BREAKDOWN_REPORT, the default's two. It
 stops with one line when a page does not fit its width, a table cell clips its content, squeezes a sentence to a
 word a line or breaks a short word.

@@ -40,10 +40,14 @@ ELSEWHERE = {
 }
 
 
+# One intra-op thread each: the figures of a smallest run are never read, and PyTorch's default (every core) beside
+# two other pytest workers on two cores spins its threads against theirs (instrument_overhead took 4x as long).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
 def run(script: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(os.path.join(ROOT, p) for p in ("workflow", "tests", "benchmarks"))
-    )
+    paths = os.pathsep.join(os.path.join(ROOT, p) for p in ("workflow", "tests", "benchmarks"))
+    env = dict(os.environ, PYTHONPATH=paths, **ONE_THREAD)
     command = [sys.executable, os.path.join(BENCHMARKS, script), *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT, **kwargs)
 
@@ -81,7 +85,7 @@ def test_suite_cpu_records_a_small_suite(tmp_path):
 def test_the_gpu_check_runs_dry_without_cuda(tmp_path):
     """benchmarks/gpu_check.sh without CUDA: the GPU tests skipped, a CPU-able group's cells run on the CPU, a
     CUDA-only group and the calibration skipped, each saying so, in the table it writes."""
-    env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_GROUPS="pinned gpu-decode")
+    env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_GROUPS="pinned gpu-decode", **ONE_THREAD)
     script = os.path.join(BENCHMARKS, "gpu_check.sh")
     done = subprocess.run(["bash", script, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -7,18 +7,20 @@ test-artifacts/report.png.
 
 A report people publish must fit a laptop (1280 px) and a phone (390 px) at any matrix size: the page never
 scrolls sideways (wide tables scroll in their own box) and no table cell clips its content. Checked on the test
-matrix's report here, and on the report of every preset's small run (the breakdown preset's 5 axes and 12 cells
+matrix's report here, and on the report of every preset's small run (the breakdown preset's 5 axes and 8 cells
 among them) made by the real workflow in tests/test_presets.py, which runs it once for its own tests.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import pandas as pd
 import pytest
 from browser import ARTIFACTS, assert_fits, inspect
 from conftest import needs_chromium
+from feedbench.analysis import glossary
 from real_results import real_matrix  # noqa: F401 (fixture)
 from stored_run import DEFAULT_RUN, default_config, render_default_run
 from test_report import config, make_report  # noqa: F401 (fixture)
@@ -134,6 +136,28 @@ TICKS_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg g[
 DEAD_JS = """JSON.stringify(Array.from(document.querySelectorAll('a.proof'))
   .filter(a => !document.getElementById(a.getAttribute('href').slice(1))).map(a => a.getAttribute('href')))"""
 CELLS_JS = "JSON.stringify(Array.from(document.querySelectorAll('td, th')).map(c => c.textContent))"
+# Per section and glossary term: whether the term's first use in the section's prose (outside headings, code, plots,
+# table headers and captions, summaries, other links and the glossary) links to its definition, and whether it exists.
+# TERMS is replaced by the glossary's terms, {anchor: pattern}.
+TERMS_JS = """(() => {
+  const terms = TERMS, prose = n => !n.parentElement.closest(
+    'h1, h2, h3, h4, h5, h6, caption, code, svg, style, summary, th, dt, #glossary, a:not(.term)');
+  const found = [];
+  for (const section of document.querySelectorAll('main section')) {
+    const walk = document.createTreeWalker(section, NodeFilter.SHOW_TEXT), texts = [];
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) if (prose(n)) texts.push(n);
+    for (const [anchor, pattern] of Object.entries(terms)) {
+      const first = texts.find(n => new RegExp(pattern, 'i').test(n.textContent));
+      if (!first) continue;
+      const link = first.parentElement.closest('a.term');
+      found.push({section: section.id, anchor, text: first.textContent.trim().slice(0, 60),
+                  href: link && link.getAttribute('href'), target: !!document.getElementById('term-' + anchor)});
+    }
+  }
+  const link = document.querySelector('#verdict a.term');
+  link.click();  // following it opens the folded glossary at the term
+  return JSON.stringify({found, followed: link.getAttribute('href'), open: document.getElementById('glossary').open});
+})()"""
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +201,19 @@ def test_no_plot_repeats_a_tick_label_and_no_table_shows_a_cell_id_over_60_chara
     with open(default_run_report) as f:
         provenance = f.read().split('id="provenance"')[1].replace("<wbr>", "")
     assert all(cell in provenance for cell in long_ids)  # whole in the provenance's list
+
+
+def test_each_terms_first_use_in_a_section_links_to_its_definition(default_run_report):
+    script = TERMS_JS.replace("TERMS", json.dumps({term.anchor: term.pattern for term in glossary.TERMS}))
+    page = inspect(default_run_report, evaluate={"terms": script})
+    found = page.found["terms"]["found"]
+    assert {f["section"] for f in found} >= {
+        "verdict",
+        "prediction",
+        *(f"exp-{e}" for e in default_config()["experiments"]),
+    }
+    assert {f["anchor"] for f in found} >= {"stall", "free-data", "measured", "interval", "ceiling", "cell", "what-if"}
+    for first in found:
+        assert first["href"] == f"#term-{first['anchor']}" and first["target"], first
+    assert page.found["terms"]["followed"] == "#term-stall"  # "Training waits for data 40 % of each step"
+    assert page.found["terms"]["open"] is True

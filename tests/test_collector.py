@@ -8,9 +8,9 @@ import gc
 import feedbench
 import pytest
 import torch
-from feedbench.analysis.aggregate import _metrics
 from feedbench.plan.cell import parse_cell
 from feedbench.plan.knobs import KnobError
+from feedbench.plan.metric_table import row_of
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -50,7 +50,7 @@ def test_the_collections_in_the_window_are_recorded_in_the_result_and_the_summar
     assert recorded["collections"] >= 40, recorded  # 4000 new cyclic lists a step, 700 a young collection
     assert recorded["by_generation"][0] >= 40 and recorded["pause_ms"] > 0
     assert sum(recorded["by_generation"]) == recorded["collections"]
-    row = _metrics(result)
+    row = row_of(result)
     assert row["gc_collections"] == recorded["collections"] and row["gc_pause_ms"] == recorded["pause_ms"]
 
 

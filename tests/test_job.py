@@ -146,6 +146,26 @@ def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path)
     assert result["status"] == "failed" and "(signal SIGKILL)" in result["error"]["message"], result["error"]
 
 
+def test_a_sigterm_to_the_job_is_passed_to_its_harness_and_the_job_ends_after_it(tmp_path):
+    """Issue #36: Slurm's SIGTERM may reach only the job process, or reach it after the processes above it died. It
+    passes it on: the harness records what it measured, then the job ends 143 (a lost job to the run) and no harness
+    outlives it."""
+    out, log = tmp_path / "rep1", tmp_path / "log"
+    cell = json.dumps({"model": "sleep", "dataset": "memory", "compute_ms": 100, "steps": 100000, "torch_threads": 1})
+    command = [sys.executable, "-m", "feedbench", "job", str(out), "--cell", cell, "--runtime", "5", "--log", str(log)]
+    job_process = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=WORKFLOW))
+    harness, deadline = [], time.time() + 120
+    while not (harness and log.exists() and log.stat().st_size) and time.time() < deadline:  # it says its notes
+        harness = subprocess.run(["pgrep", "-P", str(job_process.pid)], capture_output=True, text=True).stdout.split()
+        time.sleep(0.2)
+    time.sleep(1)  # a few steps of 100 ms
+    job_process.send_signal(signal.SIGTERM)
+    assert job_process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not os.path.exists(f"/proc/{harness[0]}"), "the harness ended before the job"
+    result = json.loads((out / "result.json").read_text())
+    assert result["error"]["type"] == "Terminated" and "SIGTERM" in result["error"]["message"], result["error"]
+
+
 @pytest.mark.timing  # --stop-at 3 s ahead, and the run takes < 120 s
 def test_stop_at_is_counted_once_the_harness_has_started(tmp_path):
     """--stop-at 3 s ahead of a cell of minutes: it stops itself with the steps it measured."""

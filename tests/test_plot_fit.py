@@ -6,11 +6,14 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 
 import pandas as pd
 import pytest
 from feedbench.analysis import views
+from feedbench.analysis.labels import VALUE_CHARS
 from feedbench.analysis.plots import KINDS, SERIES_LIMIT, facet_knob, figure, stage_figure
+from feedbench.analysis.report import experiment_context
 from feedbench.plan.metrics import PHASES
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -86,14 +89,16 @@ def test_every_kind_fits_a_five_axis_matrix(summary, kind):
     titled = fig.subfigs[0].get_suptitle() if kind == "line" else fig.axes[0].get_title()
     assert " ".join(titled.split()).startswith(TITLE)
     ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
-    assert not any("model-" in t or "pin_memory=" in t for t in ticks), "labels are short, never ids or key=value lists"
+    assert not any("model-" in t for t in ticks), "labels name what differs, never the id"
+    assert not any(re.search(r"(^|\s)(w|pin|no-pin|nb|no-nb|t|gpus)(=|\s|$)", t) for t in ticks), "in words, no codes"
 
 
 def test_the_breakdown_view_fits_a_five_axis_matrix(summary):
     """The study view of the issue's report: its two panels' labels collided at this size."""
     view = views.builder("breakdown")(summary, None, {"view": "breakdown", "matrix": AXES, "base": {}})
     assert_fits(view.figure, "breakdown view")
-    assert "no-pin no-nb w=0 gpus=1 batch=64" in [t.get_text() for t in view.figure.axes[0].get_xticklabels()]
+    labels = [t.get_text().replace("\n", " ") for t in view.figure.axes[0].get_xticklabels()]
+    assert "pin_memory=false non_blocking=false num_workers=0 gpus=1 batch=64" in labels
 
 
 def test_the_stage_profile_fits_a_five_axis_matrix_of_many_stages(summary):
@@ -138,7 +143,7 @@ def test_a_cell_fitted_to_the_machine_keeps_its_own_bar(summary):
     fig = figure(ran, {**SPECS["phases"], "kind": "phases"})
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert len(labels) == len(set(labels)) == summary["cell"].nunique() == 32
-    assert sum(label.startswith("pin ") for label in labels) == 16
+    assert sum(label.startswith(("pin_memory=true ", "pin_memory=true\n")) for label in labels) == 16
 
 
 def assert_fits(fig, what: str) -> None:
@@ -157,3 +162,38 @@ def assert_fits(fig, what: str) -> None:
         if not page.fully_contains(box.x0, box.y0) or not page.fully_contains(box.x1, box.y1)
     ]
     assert outside == [], f"{what}: text leaves the figure"
+
+
+def test_five_varying_knobs_label_cells_in_words_and_never_twice(summary):
+    """Where 3 or more knobs vary, the report's cell table, every plot kind and the stage profile still name each cell
+    by its knobs in words (`num_workers=2`, never `w=2`), and no axis shows a label twice; a long value (a data_dir)
+    is cut in its middle, its knob's name whole, still telling the cells apart."""
+    dirs = {0: "/scratch/user/datasets/imagenet-subset/train-a", 2: "/scratch/user/datasets/imagenet-subset/train-b"}
+    rows = summary.assign(data_dir=summary["num_workers"].map(dirs), stage_worker_ms=15.0)
+    rows = rows.assign(**{f"stage_decode_{stat}": value for stat, value in (("share", 1.0), ("mean_ms", 1.0))})
+    spec = {"matrix": {**AXES, "data_dir": list(dirs.values())}, "plot": {**SPECS["phases"], "kind": "phases"}}
+    table = [cell["label"] for cell in experiment_context("breakdown", spec, rows, None)["cells"]]
+    figures = [figure(rows, {**SPECS[kind], "kind": kind}) for kind in KINDS] + [stage_figure(rows)]
+    ticks = [
+        [text.replace("\n", " ") for text in texts]
+        for fig in figures
+        for ax in fig.axes
+        for texts in (
+            [t.get_text() for t in ax.get_xticklabels()],
+            [t.get_text() for t in ax.get_yticklabels()],
+            ax.get_legend_handles_labels()[1],
+        )
+    ]
+    assert len(table) == len(set(table)) == 32
+    for labels in [table, *ticks]:
+        assert len(labels) == len(set(labels)), labels
+    named = [label for label in [*table, *(t for axis in ticks for t in axis)] if "=" in label]
+    assert len(named) > 100
+    for label in named:
+        parts = dict(part.split("=", 1) for part in label.split(" "))
+        assert set(parts) <= {*AXES, "data_dir"}, label  # every knob by its own name
+        assert len(parts.get("data_dir", "")) <= VALUE_CHARS, label
+    assert {"/scratch/use…set/train-a", "/scratch/use…set/train-b"} == {
+        label.split("data_dir=")[1].split(" ")[0] for label in table
+    }
+    assert all(len(label.split(" ")) == 6 for label in table)  # the 5 axes and data_dir, each named

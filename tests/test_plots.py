@@ -75,7 +75,7 @@ def test_transfer_is_bandwidth_against_size(summary, tmp_path):
     root, _ = draw(summary, tmp_path, "transfer", EXPERIMENTS["transfer"]["plot"])
     labels = texts(root)
     assert "[GB/s]" in labels and "64 KiB" in labels and "1 MiB" in labels
-    assert re.search(r"\b(no-)?pinned\b", labels)  # the series in short form: pinned or no-pinned
+    assert re.search(r"\bpinned=(true|false)\b", labels)  # the series in words
     long = transfer_long(summary[summary["experiment"] == "transfer"])
     assert set(long["size_bytes"]) == {65536, 1048576} and long["gb_per_s"].gt(0).all()
     # Whatever a transfer spec says, the probe's own axes are used.

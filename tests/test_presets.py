@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 import yaml
-from browser import ARTIFACTS, assert_fits, inspect
+from browser import ARTIFACTS, assert_fits, inspect, paragraph_texts
 from conftest import ROOT, needs_chromium
 from feedbench.analysis import views
 from feedbench.plan.target import find_gpu
@@ -266,7 +266,7 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
         assert all(float(r["tokens_per_s"]) > 0 for r in rows)
     if name == "workers":  # the worker count with its proof (analysis.knee), read from its loader cells
         assert "searched: 3 levels of num_workers, ran 3: 1, 2, 4 workers" in page
-        (proof,) = set(re.findall(r'<p class="search worker-count">([^<]*)</p>', page))
+        (proof,) = set(paragraph_texts(page, "search worker-count"))
         assert re.match(r"recommended: [124] workers?\. Measured there: [\d,.]+ samples/s \(one repeat", proof), proof
         assert "MB of shared memory in flight of " in proof and "Further workers are stopped by " in proof
 
@@ -276,7 +276,7 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
 @needs_chromium
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_small_presets_report_fits_a_laptop_and_a_phone(small_run, width):
-    """Every study view of the small run (the breakdown preset's 5 axes and 12 cells among them) in Chromium: no
+    """Every study view of the small run (the breakdown preset's 5 axes and 8 cells among them) in Chromium: no
     failed load, no console error, and the page fits (tests/test_browser.py)."""
     workdir, _, _ = small_run
     page = inspect(

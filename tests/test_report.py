@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
+from feedbench.analysis.glossary import link_first_uses
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.report import UnsafeSVG, inline_svg, summary_results, write_report
 from feedbench.analysis.verdict import summarize_experiment
@@ -263,3 +264,18 @@ def test_an_unknown_report_input_is_one_line(tmp_path):
     summary = load_results([])
     with pytest.raises(TypeError, match=r"report input 'links' is not known; allowed: references, searches, ceil"):
         build(summary, [], [], {}, "c0ffee42", links={})
+
+
+def test_a_terms_first_use_in_each_section_links_to_its_definition_and_nothing_else_changes():
+    page = (
+        "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one cell, another cell &amp; its "
+        "CPU-bound worker; data-bound.</p></section><section id='b'><p>Cells.</p>"
+        '<details id="glossary"><dd>a baseline cell</dd></details><p>baseline<br>cell</p></section><p>cell</p>'
+    )
+    assert link_first_uses(page) == (
+        "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one "
+        '<a class="term" href="#term-cell">cell</a>, another cell &amp; its CPU-bound worker; '
+        '<a class="term" href="#term-bound">data-bound</a>.</p></section><section id=\'b\'><p>'
+        '<a class="term" href="#term-cell">Cells</a>.</p><details id="glossary"><dd>a baseline cell</dd></details><p>'
+        '<a class="term" href="#term-baseline">baseline</a><br>cell</p></section><p>cell</p>'
+    )

@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from browser import paragraph_texts
 from snakemake_run import snakemake, workflow_copy
 
 pytestmark = pytest.mark.slow  # 21 tiny cells, one at a time on 2 cores: about three minutes
@@ -78,7 +79,7 @@ def test_a_16_level_worker_axis_trains_at_most_4_cells(tmp_path):
     html = (work / "results/report/index.html").read_text()
     assert f"searched: 16 levels of num_workers, ran {len(group['levels'])}: " in html
     # The worker count with its proof (analysis.knee): measured at the knee and its neighbours, against the limits.
-    (proof,) = re.findall(r'<p class="search worker-count">([^<]*)</p>', html)[:1]
+    (proof,) = paragraph_texts(html, "search worker-count")[:1]
     count = int(re.match(r"recommended: (\d+) workers?\. Measured there: ", proof).group(1))
     assert count in group["levels"] and "% of the compute ceiling (" in proof and "(one repeat: no interval)" in proof
     assert "MB of shared memory in flight of " in proof, proof

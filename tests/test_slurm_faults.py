@@ -9,6 +9,7 @@ The cluster keeps Slurm's default accounting flags, as sites ship it: sacct retu
   their Slurm state, each lost cell has a lost.json the result schema accepts,
   the cancelled cell keeps the steps it measured, and the next run runs exactly
   those two cells again, keeping each lost attempt in the cell's attempts/1/ (issue #36);
+* no process of the cancelled job is left once Slurm's KillWait has passed (issue #36);
 * a SIGTERM to a run whose job is pending cancels it, records the cell lost and writes the report (issue #36);
 * a job pending on a down node says why within a minute, and with slurm.pending_timeout it is cancelled, its cell
   recorded lost "pending: node down ...", and the run ends with its report and exit 1 (issue #36).
@@ -19,9 +20,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -149,6 +152,27 @@ def running_bench_jobs(slurm_cluster, log) -> dict[str, tuple[str, str]]:
     return {cells[job].removeprefix("lost_")[:-2]: (job, node) for job, node in running.items() if job in cells}
 
 
+def kill_wait_s(slurm_cluster) -> float:
+    """Slurm's KillWait: seconds between the SIGTERM and the SIGKILL of a job it ends."""
+    config = slurm_cluster.run("scontrol", "show", "config").stdout
+    return float(re.search(r"^KillWait\s*=\s*(\d+)", config, re.MULTILINE).group(1))
+
+
+def job_processes(job_id: str) -> list[str]:
+    """pid and command of every process on this host whose environment names Slurm job job_id (a job's processes
+    inherit SLURM_JOB_ID, the harness's loader workers too), however it left the job's process tree."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            if f"SLURM_JOB_ID={job_id}".encode() in environ:
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
+                found.append(f"{proc.name}: {command.decode(errors='replace')}")
+        except OSError:  # not a process, or gone meanwhile
+            continue
+    return found
+
+
 @pytest.fixture(scope="module")
 def lost(slurm_cluster, tmp_path_factory):
     """LOST through profiles/slurm: one job scancel'ed, the node of another set down mid-cell; then run again."""
@@ -174,9 +198,13 @@ def lost(slurm_cluster, tmp_path_factory):
         time.sleep(max(0.0, both_since + 12 - time.monotonic()))  # a few of the 20 steps measured
         jobs = running_bench_jobs(slurm_cluster, workdir / "snakemake.log")
         slurm_cluster.run("scancel", jobs[CANCELLED][0])
+        cancelled_at = time.monotonic()
         down = jobs[NODE_FAILED][1]
         # What slurmctld does when a node stops answering, without waiting SlurmdTimeout for it.
         slurm_cluster.run("scontrol", "update", f"nodename={down}", "state=down", "reason=feedbench-test")
+        # Issue #36: once Slurm's KillWait (SIGTERM to SIGKILL) has passed, no process of the cancelled job is left.
+        time.sleep(max(0.0, cancelled_at + kill_wait_s(slurm_cluster) + 3 - time.monotonic()))
+        left = job_processes(jobs[CANCELLED][0])
         first = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
@@ -196,6 +224,7 @@ def lost(slurm_cluster, tmp_path_factory):
     again = snakemake(slurm_cluster, workdir, LOST)
     stale = sorted(str(path.relative_to(cells)) for path in cells.rglob("lost.json") if "attempts" not in path.parts)
     return dict(
+        left=left,
         stale=stale,
         first=first,
         log=log,
@@ -221,6 +250,13 @@ def test_lost_jobs_end_the_run_with_a_report_that_lists_them(lost):
     assert "Failed cells" in lost["report"] and "NODE_FAIL" in lost["report"]
     for cell in (CANCELLED, NODE_FAILED):
         assert f"lost / {cell} / repeat 1: " in lost["report"], lost["report"][-3000:]
+
+
+def test_no_process_of_a_cancelled_job_is_left_after_slurms_kill_wait(lost):
+    """Issue #36: on a cluster that tracks processes by their parents (proctrack/linuxproc), a cancelled job's
+    Snakemake once outlived its job by 27 min. Its batch script now execs Snakemake, Snakemake's SIGTERM cannot
+    deadlock, and the bench job passes SIGTERM on to its harness and ends after it."""
+    assert lost["left"] == [], lost["left"]
 
 
 def test_every_lost_record_is_a_valid_result_naming_its_cell(lost):

@@ -7,6 +7,8 @@
   names its experiment, cell and repeat.
 * A pending job's reason in plain words, said at a bounded rate; one stuck past slurm.pending_timeout is given up
   and its record says "pending: node down ...", not CANCELLED (issue #36).
+* No orphans (issue #36): a SIGTERM never deadlocks Snakemake, and a job's batch script execs its Snakemake; the
+  status checks' sleep ends with the run and when a job has written its outputs.
 
 See docs/reliability-slurm.md; the cluster runs are tests/test_slurm_faults.py.
 """
@@ -19,7 +21,10 @@ import logging
 import os
 import shlex
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from feedbench.plan import pending, slurm
@@ -277,3 +282,81 @@ def test_a_job_given_up_while_pending_is_lost_with_its_reason_not_as_cancelled(t
     message = record["error"]["message"]
     assert message.startswith(f"Slurm job 12 pending: node down or drained (or held for a higher-priority partition) "
                               f"(Slurm: {DOWN}) for 62 s") and "CANCELLED" not in message, message  # fmt: skip
+
+
+def test_a_sigterm_while_snakemake_finishes_a_job_ends_it_instead_of_deadlocking_it(tmp_path):
+    """Snakemake 9's SIGTERM handler takes the scheduler's lock, which its main thread holds while it waits for a
+    job's missing outputs: unpatched, the run below never ends and ignores every later SIGTERM (the orphan of issue
+    #36, docs/upstream/sigterm-deadlock.md). Patched, it ends once that wait is over."""
+    (tmp_path / "Snakefile").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(slurm.__file__).parents[2])!r})\n"
+        "from feedbench.plan.slurm import sigterm_without_deadlock\n"
+        "sigterm_without_deadlock()\n"
+        "rule a:\n    output: 'out'\n    shell: 'true'\n"
+    )
+    command = [sys.executable, "-m", "snakemake", "-c1", "--latency-wait", "3", "-s", str(tmp_path / "Snakefile")]
+    log = tmp_path / "snakemake.log"
+    proc = subprocess.Popen([*command, "--directory", str(tmp_path)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "Waiting at most 3 seconds for missing files" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)  # while the main thread holds the scheduler's lock
+        assert proc.wait(timeout=30) == 1, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_jobs_batch_script_execs_its_snakemake():
+    """The batch script's shell is replaced by the job-side Snakemake, so that no SIGTERM leaves that Snakemake with
+    parent 1, beyond Slurm's SIGKILL on clusters that track processes by their parents (issue #36)."""
+
+    class Executor:
+        def get_python_executable(self):
+            return "/venv/bin/python"
+
+        def format_job_exec(self, job):
+            return job
+
+    slurm.exec_batch(Executor)
+    slurm.exec_batch(Executor)  # twice is once
+    assert Executor().format_job_exec("/venv/bin/python -m snakemake --snakefile S") == (
+        "exec /venv/bin/python -m snakemake --snakefile S"
+    )
+    assert Executor().format_job_exec("module load x && /venv/bin/python -m snakemake") == (
+        "module load x && /venv/bin/python -m snakemake"
+    )
+
+
+def test_the_status_checks_sleep_ends_with_the_run_and_when_a_job_has_written_its_outputs(tmp_path, monkeypatch):
+    """Issue #36 item 5: the run's end waited out the plugin's status interval (18 s after its last rule), and a job
+    was seen ending up to one interval late. The interface's own sleep, patched, on a stand-in for the executor's
+    state: 3 s asked, it returns when `wait` turns false, or once a job in flight has all its outputs (3 times)."""
+    from types import SimpleNamespace
+
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    slurm.check_soon_and_end_at_once()
+    slurm.check_soon_and_end_at_once()  # twice is once
+    monkeypatch.setattr(slurm, "OUTPUTS_POLL_S", 0.5)  # 2 s on a cluster: shorter here to keep the test short
+    output = tmp_path / "result.json"
+    job = SimpleNamespace(external_jobid="7", job=SimpleNamespace(output=[str(output)]))
+    executor = SimpleNamespace(wait=True, next_seconds_between_status_checks=3, active_jobs=[job])
+
+    async def stop_soon():
+        await asyncio.sleep(0.3)
+        executor.wait = False
+
+    async def timed(*also) -> float:
+        start = time.monotonic()
+        await asyncio.gather(RemoteExecutor.sleep(executor), *also)
+        return time.monotonic() - start
+
+    assert asyncio.run(timed(stop_soon())) < 1.5, "the run's end waits at most one 0.5 s slice"
+    executor.wait = True
+    output.write_text("{}")
+    took = [asyncio.run(timed()) for _ in range(4)]
+    assert all(t < 2 for t in took[:3]) and took[3] >= 3, took

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 from feedbench.analysis import headline, stages
 from feedbench.analysis.aggregate import read_summary
-from feedbench.analysis.report import build, fmt
+from feedbench.analysis.plots import plot_experiment
+from feedbench.analysis.report import build, fmt, target_in_units
 from feedbench.analysis.verdict import summarize_experiment
 from stored_run import DEFAULT_RUN, default_config
 
@@ -131,34 +132,39 @@ def test_a_fastest_cell_that_is_oversubscribed_is_the_fix_and_the_verdict_says_s
     )
 
 
-def test_where_the_pipeline_counts_tokens_every_figure_is_in_tokens_per_s():
+def token_rows() -> pd.DataFrame:
+    """A pipeline that counts tokens (10 a sample), predicted from its ceilings: 0 workers data-bound, 2 not."""
     predicted = {"ceiling_compute_samples_per_s": 300.0}
-    found = summarize_experiment(
-        rows(
-            {
-                "num_workers-0": {
-                    "num_workers": 0,
-                    "samples_per_s": 100.0,
-                    "tokens": 10,
-                    "stall_pct": 60.0,
-                    "predicted_samples_per_s": 110.0,
-                    "ceiling_loader_samples_per_s": 100.0,
-                    "prediction_error_pct": -9.1,
-                    **predicted,
-                },
-                "num_workers-2": {
-                    "num_workers": 2,
-                    "samples_per_s": 280.0,
-                    "tokens": 10,
-                    "stall_pct": 5.0,
-                    "predicted_samples_per_s": 290.0,
-                    "ceiling_loader_samples_per_s": 400.0,
-                    "prediction_error_pct": -3.4,
-                    **predicted,
-                },
-            }
-        )
+    return rows(
+        {
+            "num_workers-0": {
+                "num_workers": 0,
+                "samples_per_s": 100.0,
+                "tokens": 10,
+                "stall_pct": 60.0,
+                "predicted_samples_per_s": 110.0,
+                "ceiling_loader_samples_per_s": 100.0,
+                "prediction_error_pct": -9.1,
+                "predicted_bound": "data",
+                **predicted,
+            },
+            "num_workers-2": {
+                "num_workers": 2,
+                "samples_per_s": 280.0,
+                "tokens": 10,
+                "stall_pct": 5.0,
+                "predicted_samples_per_s": 290.0,
+                "ceiling_loader_samples_per_s": 400.0,
+                "prediction_error_pct": -3.4,
+                "predicted_bound": "compute",
+                **predicted,
+            },
+        }
     )
+
+
+def test_where_the_pipeline_counts_tokens_every_figure_is_in_tokens_per_s():
+    found = summarize_experiment(token_rows())
     assert found["metric"] == "tokens_per_s"
     cells = found["cells"].set_index("cell")
     assert cells.loc["num_workers-2", "predicted"] == pytest.approx(2900)  # 290 samples/s of 10 tokens
@@ -169,6 +175,37 @@ def test_where_the_pipeline_counts_tokens_every_figure_is_in_tokens_per_s():
     assert lines["fix"].startswith("num_workers=2: measured 2.80x (2,800 tokens/s, 95 % interval ")
     assert lines["fix"].endswith("3.4 % below its prediction (2,900 tokens/s predicted).")
     assert not re.search("samples/s", " ".join(v for v in lines.values() if isinstance(v, str)))
+
+
+def test_where_the_pipeline_counts_tokens_every_section_is_in_tokens_per_s(tmp_path):
+    """One unit per experiment (verdict.unit) in every section: its table and what-ifs, the prediction section, the
+    target section (whose estimate counts samples/s) and its plot's axis; none says samples/s for it."""
+    summary = token_rows()
+    spec = {"matrix": {"num_workers": [0, 2]}, "plot": {"x": "num_workers", "y": "samples_per_s", "kind": "bar"}}
+    svg = str(tmp_path / "e.svg")
+    plot_experiment(summary, "e", spec["plot"], svg)
+    context = build(summary, [svg], [], {"experiments": {"e": spec}}, "h")
+    (experiment,) = context["experiments"]
+    assert experiment["unit"] == "tokens/s"
+    prediction = {row["cell"]: row for row in context["prediction"]["rows"]}
+    assert prediction["num_workers-2"]["unit"] == "tokens/s"
+    assert prediction["num_workers-2"]["measured"] == pytest.approx(2800)  # the median repeat's tokens/s
+    assert prediction["num_workers-2"]["predicted"] == pytest.approx(2900)  # 290 samples/s of 10 tokens
+    assert prediction["num_workers-2"]["error_pct"] == pytest.approx(-3.4)  # the same in either unit
+    target = target_in_units(
+        {"rows": [{"cell": "e/num_workers-2", "predicted": 500.0, "compute_ceiling": 600.0}]}, summary
+    )
+    assert target["rows"] == [
+        {
+            "cell": "e/num_workers-2",
+            "predicted": pytest.approx(5000),
+            "compute_ceiling": pytest.approx(6000),
+            "unit": "tokens/s",
+        }
+    ]
+    with open(svg) as f:
+        drawn = f.read()
+    assert "[tokens/s]" in drawn and "tokens_per_s by num_workers" in drawn and "samples" not in drawn
 
 
 def test_the_what_ifs_show_each_cells_fastest_three_and_fold_the_rest(default):

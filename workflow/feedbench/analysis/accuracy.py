@@ -10,9 +10,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..plan.ceilings import batch_bytes
+from . import verdict
 from .aggregate import knob_value
-from .plots import plain_text, svg_text
+from .plots import plain, plain_text, svg_text
 from .predict import predict
+from .stages import column_median
 
 
 def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
@@ -69,7 +71,25 @@ def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
     ceilings = [not str(row.get("predicted_from") or "").startswith("stage what-if") for row in first]
     cells["with_2x_cpu"] = [what_if(row, cpu=2) if own else None for row, own in zip(first, ceilings, strict=True)]
     cells["with_2x_copy"] = [what_if(row, copy=2) if own else None for row, own in zip(first, ceilings, strict=True)]
-    return cells[columns]
+    return in_units(cells, summary)[columns + ["unit"]]
+
+
+def in_units(cells: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """The cells' rates (measured, predicted, the what-ifs), counted in samples/s, in their experiment's unit
+    (verdict.unit: tokens/s where the pipeline counts tokens), with that unit; the error is the same in either."""
+    cells = cells.copy()
+    factors, measured, units = [], [], []
+    for experiment, cell in zip(cells["experiment"], cells["cell"], strict=True):
+        own = summary[summary["experiment"] == experiment]
+        ok, metric = own[(own["cell"] == cell) & (own["status"] == "ok")], verdict.objective(own)
+        factors.append(verdict.per_sample(ok, metric))
+        measured.append(column_median(ok, metric))  # as the experiment's cell table shows it
+        units.append(verdict.unit(own))
+    factor = pd.Series(factors, index=cells.index, dtype=float)  # NaN where a cell counts no tokens to scale by
+    for column in ("predicted", "with_2x_cpu", "with_2x_copy"):
+        cells[column] = pd.to_numeric(cells[column], errors="coerce") * factor
+    cells["measured"], cells["unit"] = pd.Series(measured, index=cells.index, dtype=float), units
+    return cells
 
 
 def error_summary(cells: pd.DataFrame) -> dict | None:
@@ -87,22 +107,23 @@ def error_summary(cells: pd.DataFrame) -> dict | None:
 
 
 def figure(cells: pd.DataFrame) -> Figure:
-    """Measured against predicted samples/s, one point per cell, log-log, with the identity line (a perfect model)."""
+    """Measured against predicted, one point per cell in its experiment's unit (named in the legend), log-log, with the
+    identity line (a perfect model)."""
     with plain_text():
         fig = Figure(figsize=(5.5, 5), layout="constrained")
         ax = fig.subplots()
         low = min(cells["measured"].min(), cells["predicted"].min()) / 1.2
         high = max(cells["measured"].max(), cells["predicted"].max()) * 1.2
         ax.plot([low, high], [low, high], color="0.5", linestyle="--", label="identity: measured = predicted")
-        for experiment, group in cells.groupby("experiment", sort=False):
-            ax.scatter(group["predicted"], group["measured"], label=str(experiment))
+        for (experiment, unit), group in cells.groupby(["experiment", "unit"], sort=False):
+            ax.scatter(group["predicted"], group["measured"], label=plain(f"{experiment} [{unit}]"))
         ax.set(
             xscale="log",
             yscale="log",
             xlim=(low, high),
             ylim=(low, high),
-            xlabel="predicted samples/s (from the ceilings)",
-            ylabel="measured samples/s (median of repeats)",
+            xlabel="predicted (from the ceilings)",
+            ylabel="measured (median of repeats)",
         )
         ax.legend(fontsize="small")
     return fig

@@ -11,8 +11,8 @@ A series is the hue knob plus every other knob that varies in the experiment
 repeats, error bars their 95 % interval (see verdict.py).
 
 Labels that fit, at any matrix size. Only knobs that vary within the plotted data label anything, as analysis.labels
-names them: in words up to two knobs (`num_workers=2 cache_after=decode`, a knob a line when too wide), else short
-(`w=2 pin nb t=ev`) with the key under the figure. How long labels are made to fit, per kind:
+names them: in words, however many vary (`num_workers=2 cache_after=decode`, a knob a line when too wide; a long value
+cut in its middle, never the knob's name), and no two bars or series share a label. How long labels fit, per kind:
     phases   one bar per cell, so as many labels as cells: they stand vertical under their bars when they do not fit
              side by side (a legend would make the reader match dozens of colours, and facets would split the one
              comparison the plot exists for), and the figure widens with the number of cells;
@@ -58,9 +58,9 @@ from ..plan.knobs import KNOBS
 from ..plan.metrics import PHASES
 from ..plan.result import atomic_write
 from .aggregate import as_requested
-from .labels import cell_label, key_text
+from .labels import cell_label, cell_labels
 from .stages import UNATTRIBUTED, names, profile
-from .verdict import interval, knob_texts, natural_order, varying_knobs
+from .verdict import interval, knob_texts, natural_order, objective, varying_knobs
 
 KINDS = ("line", "bar", "phases", "heatmap")
 PHASE_COLOURS = {
@@ -167,9 +167,10 @@ def _stats(data: pd.DataFrame, keys: list[str], x: str, y: str) -> pd.DataFrame:
     return frame.sort_values(keys + [x], key=natural_order, kind="stable") if rows else frame
 
 
-def _label(keys: list[str], values) -> str | None:
-    values = values if isinstance(values, tuple) else (values,)
-    return plain(cell_label(dict(zip(keys, values, strict=True)), keys)) if keys else None
+def _labels(keys: list[str], series: list) -> list[str | None]:
+    """The label of each series (a tuple of the keys' values), in words (analysis.labels); None without keys."""
+    cells = [dict(zip(keys, v if isinstance(v, tuple) else (v,), strict=True)) for v in series]
+    return [plain(label) for label in cell_labels(cells, keys)] if keys else [None] * len(series)
 
 
 WIDEST_IN = 12.0  # the widest a stage figure grows to give its labels room side by side
@@ -189,8 +190,13 @@ def fit_ticks(ax, positions, labels: list[str], slot_in: float, fontsize: float 
         labels = stacked
     rotation = 90 if axis == "x" and width(labels) > 0.9 * slot_in else 0
     if rotation:  # vertical labels longer than the room a figure leaves them grow it, so the axes keep their height
-        page = _page(ax)
-        page.set_figheight(page.get_figheight() + max(width(labels) - LABEL_ROOM_IN, 0))
+        page, spec = _page(ax), ax.get_subplotspec()
+        # Once per row of panels side by side: what the figure grew by for each row's labels is kept on it.
+        grown = page.__dict__.setdefault("_grown_for_labels", {})
+        row, needed = (id(spec.get_gridspec()), spec.rowspan.start), max(width(labels) - LABEL_ROOM_IN, 0)
+        if needed > grown.get(row, 0.0):
+            page.set_figheight(page.get_figheight() + needed - grown.get(row, 0.0))
+            grown[row] = needed
     if axis == "x":
         ax.set_xticks(positions, labels, fontsize=fontsize, rotation=rotation)
     else:
@@ -218,16 +224,15 @@ def _draw_lines_or_bars(ax, stats: pd.DataFrame, keys: list[str], x: str, kind: 
     position = {v: (float(v) if numeric else i) for i, v in enumerate(xs)}
     groups = list(stats.groupby(keys, sort=False, dropna=False)) if keys else [((), stats)]
     width = 0.8 / max(len(groups), 1)
-    for i, (values, group) in enumerate(groups):
+    names = _labels(keys, [values for values, _ in groups])
+    for i, ((_, group), name) in enumerate(zip(groups, names, strict=True)):
         group = group.assign(_pos=group[x].map(position)).sort_values("_pos")
         yerr = [group["below"], group["above"]]
         if kind == "line":
-            ax.errorbar(group["_pos"], group["median"], yerr=yerr, marker="o", capsize=3, label=_label(keys, values))
+            ax.errorbar(group["_pos"], group["median"], yerr=yerr, marker="o", capsize=3, label=name)
         else:
             offset = (i - (len(groups) - 1) / 2) * width
-            ax.bar(
-                group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=_label(keys, values)
-            )
+            ax.bar(group["_pos"] + offset, group["median"], width=width, yerr=yerr, capsize=3, label=name)
     if not numeric:
         fit_ticks(ax, range(len(xs)), [plain(v) for v in xs], slot(ax, len(xs)))
     elif len(xs) <= 12:
@@ -274,14 +279,14 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
         ax.bar(range(len(cells)), heights, bottom=bottoms, color=PHASE_COLOURS[phase], label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     _median_marks(ax, [interval(group["step_ms_median"]) for _, group in cells], "step (median)")
-    labels = [plain(cell_label(dict(zip(order, values, strict=True)), order)) for values, _ in cells]
+    labels = _labels(order, [values for values, _ in cells])
     fit_ticks(ax, range(len(cells)), labels, slot(ax, len(cells)))
     ax.set_ylabel("median time per step [ms]")
     ax.set_ylim(bottom=0)
 
 
 def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> None:
-    rows = [_label(keys, tuple(r)) or plain(y) for r in stats[keys].itertuples(index=False)] if keys else plain(y)
+    rows = _labels(keys, [tuple(r) for r in stats[keys].itertuples(index=False)]) if keys else plain(y)
     stats = stats.assign(_row=rows)
     grid = stats.pivot_table(index="_row", columns=x, values="median", aggfunc="first", sort=False)
     grid = grid.reindex(columns=_ordered(grid.columns))
@@ -296,6 +301,12 @@ def _draw_heatmap(ax, stats: pd.DataFrame, keys: list[str], x: str, y: str) -> N
     ax.set_xlabel(axis_label(x))
 
 
+def rate_column(rows: pd.DataFrame, y: str) -> str:
+    """The column a spec's y draws: samples_per_s (the default) becomes tokens_per_s where the experiment counts tokens,
+    so its axis is in the unit of the rest of its report (verdict.unit); any other column as named."""
+    return objective(rows) if y == "samples_per_s" and objective(rows) == "tokens_per_s" else y
+
+
 def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
     """Draw one spec on one axes from the experiment's summary rows."""
     kind = spec.get("kind", "line")
@@ -303,7 +314,7 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
         raise ValueError(f"plot kind {kind!r} is not one of {', '.join(KINDS)}")
     knobs = varying_knobs(rows)
     data = rows[rows["status"] == "ok"]
-    x, y, hue = spec.get("x"), spec.get("y", "samples_per_s"), spec.get("hue")
+    x, y, hue = spec.get("x"), rate_column(rows, spec.get("y", "samples_per_s")), spec.get("hue")
     if "scenario" in rows and len(rows) and (rows["scenario"] == "transfer").all():
         # A probe has its own axes, whatever the spec names: bandwidth against copy size.
         data, x, y, kind = transfer_long(data), "size_bytes", "gb_per_s", "line" if kind == "phases" else kind
@@ -334,7 +345,9 @@ def draw(ax, rows: pd.DataFrame, spec: dict) -> None:
     if kind != "heatmap" and ax.get_legend_handles_labels()[0]:
         entries = len(ax.get_legend_handles_labels()[0])
         page = _page(ax)
-        fits = max(int(0.7 * page.get_figheight() / len(page.axes) * 72 / (8 * 2.2)), 1)  # rows, 8 pt
+        # rows of 8 pt in the height of the axes' row (side-by-side panels share it)
+        height_in = ax.figure.bbox.height / page.dpi / ax.get_subplotspec().get_gridspec().nrows
+        fits = max(int(LEGEND_SHARE * height_in / LEGEND_ROW_IN), 1)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, ncols=-(-entries // fits))
     title = spec.get("title") or (f"{kind} by {x}" if kind == "phases" else f"{y} by {x}")
     ax.set_title(wrap(plain(title), 0.5 * _page(ax).get_figwidth(), 10), fontsize=10)  # the legend may take the rest
@@ -353,7 +366,7 @@ def facet_knob(rows: pd.DataFrame, spec: dict) -> str | None:
         return None
     data = rows[rows["status"] == "ok"]
     x, hue = spec.get("x"), spec.get("hue")
-    if x not in data or spec.get("y", "samples_per_s") not in data:
+    if x not in data or rate_column(rows, spec.get("y", "samples_per_s")) not in data:
         return None
     keys = _series(data, x, hue, varying_knobs(rows))
     others = [k for k in keys if k != hue]
@@ -372,8 +385,28 @@ def draw_facets(fig, rows: pd.DataFrame, spec: dict, knob: str) -> None:
             ax.get_legend().remove()
         if ax is not axes[0]:
             ax.set_ylabel("")  # the y axis is shared: its label once, at the left
-    title = spec.get("title") or f"{spec.get('y', 'samples_per_s')} by {spec.get('x')}"
+    title = spec.get("title") or f"{rate_column(rows, spec.get('y', 'samples_per_s'))} by {spec.get('x')}"
     fig.suptitle(wrap(plain(f"{title}, one panel per {knob}"), 0.95 * fig.figure.get_figwidth(), 10), fontsize=10)
+
+
+LEGEND_ROW_IN = 8 * 2.2 / 72  # a legend entry's row at 8 pt, with its spacing
+LEGEND_SHARE = 0.7  # of an axes row's height a legend may fill
+
+
+def legend_room(rows: pd.DataFrame, spec: dict, facets: int) -> tuple[float, float]:
+    """(width, height) in inches a line or bar spec needs so that its legend of series, in words, stands in one column
+    at the right of its axes (or `facets` panels) without squeezing them; (0, 0) for a kind without one."""
+    if spec.get("kind", "line") not in ("line", "bar") or "status" not in rows or "cell" not in rows:
+        return 0.0, 0.0
+    data = rows[rows["status"] == "ok"]
+    x = spec.get("x")
+    if x not in data or ("scenario" in rows and (rows["scenario"] == "transfer").all()):
+        return 0.0, 0.0
+    keys = _series(data, x, spec.get("hue"), varying_knobs(rows))
+    labels = cell_labels(data.drop_duplicates(keys).to_dict("records"), keys) if keys else []
+    legend = max((len(label) for label in labels), default=0) * CHAR_WIDTH * 8 / 72 + 0.6
+    series = len(labels) // max(facets, 1) if facets > 1 else len(labels)
+    return max(facets, 1) * 2.8 + legend + 0.8, (series + 2) * LEGEND_ROW_IN / LEGEND_SHARE
 
 
 def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figure:
@@ -385,13 +418,16 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
     cells = rows["cell"].nunique() if "cell" in rows else 1
     phases = any(one.get("kind") == "phases" for one in specs)
     width = max(7.5, 0.25 * cells + 2) if phases else 7.5  # a bar per cell needs room for its label
-    knobs = varying_knobs(rows) if len(rows) and "cell" in rows else []
+    facets = [facet_knob(rows, one) for one in specs]
+    # Series labelled in words need a wider legend, many series a taller one: the figure grows by it, so that the
+    # legend stands in one column and the axes keep their room.
+    rooms = [legend_room(rows, one, rows[k].nunique() if k else 1) for one, k in zip(specs, facets, strict=True)]
+    width = max([width] + [room[0] for room in rooms])
     with plain_text():
         # A heatmap has a row per series (at most a row per cell), a phase plot vertical labels: both need height.
         tall = {"heatmap": max(3.8, 0.2 * cells + 1.5), "phases": 3.8 + (1.5 if cells > 8 else 0)}
-        heights = [tall.get(one.get("kind"), 3.8) for one in specs]
+        heights = [max(tall.get(one.get("kind"), 3.8), room[1]) for one, room in zip(specs, rooms, strict=True)]
         fig = Figure(figsize=(width, sum(heights)), layout="constrained")
-        facets = [facet_knob(rows, one) for one in specs]
         if any(facets):  # a subfigure per spec, so that one spec may hold a row of axes
             for sub, one, knob in zip(
                 fig.subfigures(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0], specs, facets, strict=True
@@ -407,9 +443,6 @@ def figure(rows: pd.DataFrame, spec: dict | list[dict], title: str = "") -> Figu
                 draw(ax, rows, one)
         if title:
             fig.suptitle(wrap(plain(title), 0.95 * width, 12), fontsize=12)
-        key = key_text(knobs, rows.drop_duplicates("cell").to_dict("records")) if knobs else ""
-        if key:  # short labels to read (labels in words need none)
-            fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
     return fig
 
 
@@ -462,7 +495,9 @@ def stage_figure(rows: pd.DataFrame, title: str = "") -> Figure | None:
     # that many stages never squeeze the bars, and the tick labels are fitted to what is left for the axes.
     ncols = -(-(len(stages) + 1) // max(int(0.7 * height * 72 / (8 * 2.2)), 1))
     legend_in = ncols * (max(len(s) for s in [*stages, "worker (median)"]) * CHAR_WIDTH * 8 / 72 + 0.6)
-    labels = [plain(cell_label(group.iloc[0], knobs)) if knobs else plain(cell) for cell, group in cells]
+    labels = (
+        _labels(knobs, [tuple(group.iloc[0][knobs]) for _, group in cells]) if knobs else [plain(c) for c, _ in cells]
+    )
     # Room for each label with a knob a line (fit_ticks), up to WIDEST_IN: past that they stand vertical.
     stacked = max((len(line) for label in labels for line in label.split(" ")), default=0) * CHAR_WIDTH * 8 / 72
     room = min(len(cells) * stacked / 0.9 + legend_in + 1.0, WIDEST_IN)
@@ -475,9 +510,6 @@ def stage_figure(rows: pd.DataFrame, title: str = "") -> Figure | None:
         _stage_legend(ax, ncols)
         heading = f"{title}: stage time per sample" if title else "Stage time per sample"
         ax.set_title(wrap(plain(heading), width - legend_in - 1.0, 10), fontsize=10)
-        key = key_text(knobs, firsts.to_dict("records")) if knobs else ""
-        if key:
-            fig.supxlabel(wrap(plain("Key: " + key), 0.95 * width, 8), fontsize=8, color="#555555")
     return fig
 
 

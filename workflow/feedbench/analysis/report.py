@@ -31,10 +31,10 @@ from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
 from ..plan.result import UnusableResult, atomic_write, read_result
-from . import accuracy, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
+from . import accuracy, glossary, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
-from .labels import cell_label, key_text
+from .labels import cell_labels
 from .plots import plain_text, stage_figure, svg_text
 
 TEMPLATES = os.path.join(
@@ -240,7 +240,6 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "view": None,
         "cells": [],
         "columns": [],
-        "key": "",
         "metric": None,
         "unit": "",
         "knobs": [],
@@ -322,15 +321,15 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     asked = as_requested(rows, columns)
     labelled = verdict.varying_knobs(asked, list(matrix))
     asked = asked.drop_duplicates("cell").set_index("cell")
-    for cell in cells:
-        cell["label"] = cell_label(asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell, labelled)
+    sources = [asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell for cell in cells]
+    for cell, label in zip(cells, cell_labels(sources, labelled), strict=True):
+        cell["label"] = label
     context.update(
         cells=cells,
         metric=found["metric"],
-        unit=unit(found["metric"]),
+        unit=verdict.unit(rows),
         knobs=found["knobs"],
         columns=columns,
-        key=key_text(labelled, asked.reset_index().to_dict("records")),
         best_id=best["cell"] if best else None,
         baseline_id=base["cell"] if base else None,
         note=found["note"],
@@ -356,8 +355,19 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     return context
 
 
-def unit(metric: str) -> str:
-    return verdict.UNITS.get(metric, "")
+def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
+    """The section "On <target>" with each cell's rates in its experiment's unit (verdict.unit), as every other
+    section shows them: the estimate (plan.estimate) counts samples/s, times the cell's tokens per sample here where
+    its pipeline counts tokens (unknown, so left out, where the cell measured none)."""
+    for row in target["rows"]:
+        experiment, _, cell = row["cell"].partition("/")
+        own = summary[summary["experiment"] == experiment]
+        factor = verdict.per_sample(own[(own["cell"] == cell) & (own["status"] == "ok")], verdict.objective(own))
+        row["unit"] = verdict.unit(own)
+        for key in ("predicted", "compute_ceiling"):
+            if row.get(key) is not None:
+                row[key] = row[key] * factor if factor is not None else None
+    return target
 
 
 def study_view(
@@ -547,7 +557,7 @@ def prediction_section(page: Page) -> dict | None:
 
 def _target_section(page: Page) -> dict | None:
     estimates = page.inputs["target"]
-    return target_view.build(estimates, page.results) if estimates else None
+    return target_in_units(target_view.build(estimates, page.results), page.summary) if estimates else None
 
 
 def _provenance(page: Page) -> dict:
@@ -619,11 +629,14 @@ def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None
     env.filters["num"] = fmt
     env.filters["short_id"] = short_id
     env.filters["breakable"] = lambda text: breakable((disclosure or Disclosure()).text(str(text)))
+    env.globals["glossary_terms"] = glossary.TERMS
     return env
 
 
 def render(context: dict, templates: str = TEMPLATES) -> str:
-    return environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
+    """The page, each term's first use in each section linked to its definition (analysis.glossary)."""
+    page = environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
+    return glossary.link_first_uses(page)
 
 
 def summary_results(summary_csv: str) -> list[str]:

@@ -19,7 +19,6 @@ from ..plan.ceilings import CEILING_EXPERIMENTS
 from . import verdict
 
 KINDS = ("loader", "compute", "transfer")  # the order a served experiment lists its ceilings in
-UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s peak"}
 
 
 def wanting(config: dict) -> list[str]:
@@ -101,7 +100,7 @@ def measured(summary: pd.DataFrame, experiment: str, rows: list[dict], labels: d
                 "high": _value(cell.get("high")),
                 "n": cell.get("n", 0),
                 "repeats": cell.get("repeats", 0),
-                "unit": UNITS.get(cell.get("metric"), ""),
+                "unit": verdict.UNITS.get(cell.get("metric"), ""),  # the ceiling experiment's own (verdict.unit)
             }
         )
     return out

@@ -168,12 +168,30 @@ def device_prep_note(share: float | None) -> str | None:
 
 
 def objective(rows: pd.DataFrame) -> str:
-    """The throughput a configuration is judged by (higher is better)."""
-    if "scenario" in rows and (rows["scenario"] == "transfer").all():
+    """The throughput an experiment's configurations are judged by (higher is better), and so the unit of every rate
+    the report shows for it (unit): tokens_per_s where its pipeline counts tokens (the built-in `tokens` dataset; a
+    user's pipeline counts samples), the peak GB/s of a transfer probe, else samples_per_s."""
+    if "scenario" in rows and len(rows) and (rows["scenario"] == "transfer").all():
         return "transfer_peak_gb_per_s"
     if "tokens_per_s" in rows and rows["tokens_per_s"].notna().any():
         return "tokens_per_s"
     return "samples_per_s"
+
+
+def unit(rows: pd.DataFrame) -> str:
+    """The unit of every rate of an experiment: its verdict, cell and what-if tables, the prediction and target
+    sections, its plots' axes. Tokens/s everywhere or nowhere: decided here alone, from objective."""
+    return UNITS[objective(rows)]
+
+
+def per_sample(ok: pd.DataFrame, metric: str) -> float | None:
+    """What a samples/s figure of a cell (a prediction, a ceiling, an estimate) is multiplied by to be in `metric`'s
+    unit: 1, or where the pipeline counts tokens the cell's tokens per sample (its measured tokens/s over its
+    samples/s); None where the cell measured neither."""
+    if metric != "tokens_per_s":
+        return 1.0
+    tokens, samples = column_median(ok, "tokens_per_s"), column_median(ok, "samples_per_s")
+    return tokens / samples if tokens and samples else None
 
 
 def with_objectives(rows: pd.DataFrame) -> pd.DataFrame:
@@ -286,11 +304,8 @@ def in_unit(ok: pd.DataFrame, metric: str, column: str) -> float | None:
     """A samples/s column of a cell (a prediction, a ceiling) in the experiment's unit: where the pipeline counts
     tokens, times the cell's tokens per sample (its measured tokens/s over its samples/s), so that every figure of the
     experiment is in tokens/s or none is."""
-    value = column_median(ok, column)
-    if value is None or metric != "tokens_per_s":
-        return value
-    tokens, samples = column_median(ok, "tokens_per_s"), column_median(ok, "samples_per_s")
-    return value * tokens / samples if tokens and samples else None
+    value, factor = column_median(ok, column), per_sample(ok, metric)
+    return value * factor if value is not None and factor is not None else None
 
 
 def gpu_count(row) -> int:

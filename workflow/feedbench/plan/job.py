@@ -14,6 +14,13 @@ killed by Slurm at its limit loses its result. Inside a Slurm job the end is
 the job's own (squeue's time left, so the seconds Slurm and Snakemake spent
 starting the job are counted); elsewhere it is the rule's runtime from now.
 No torch here: the harness imports it in its own process.
+
+A cancelled job (scancel, preemption, the time limit) leaves no process behind (docs/reliability-slurm.md, "No
+orphans"): SIGTERM is passed on to the harness, which records what it measured, and this process ends once the harness
+has, within MIN_MARGIN_S, else after killing it. The harness ends with this process too (PR_SET_PDEATHSIG), and
+PyTorch's loader workers with the harness (they watch their parent). On clusters that track a job's processes by their
+parents (ProctrackType=proctrack/linuxproc) a process whose parent has died escapes Slurm's SIGKILL, so each one waits
+for its children rather than leaving them.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -134,6 +142,35 @@ def stop_at(runtime_min: float, now: float, environ=os.environ) -> float:
     return now + left - margin_s(runtime_s, left)
 
 
+def _end_with_parent() -> None:
+    """In the harness, before it starts: SIGTERM when this job process dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG), so that it records what it measured and ends rather than outlive its job."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the harness still gets the SIGTERM this process passes on
+        pass
+
+
+class _Terminated(Exception):
+    """This job process got SIGTERM."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
+def _end(harness: subprocess.Popen) -> None:
+    """Once the harness has been told to stop, it has MIN_MARGIN_S to record what it measured and end, then it is
+    killed: a stuck step never keeps the job's processes alive."""
+    try:
+        harness.wait(timeout=MIN_MARGIN_S)
+    except subprocess.TimeoutExpired:
+        harness.kill()
+        harness.wait()
+
+
 def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dict | None = None) -> int:
     """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's). `env`:
     the harness's environment (plan.threads.restored: the user's thread variables, not Snakemake's), else this one."""
@@ -158,12 +195,20 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
     ]
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)  # Snakemake makes it; a job run by hand may not
     with open(log, "w", encoding="utf-8") as out:
-        harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        harness = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_end_with_parent)
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             code = harness.wait()
+        except _Terminated:  # the job is being ended: what the harness records is the cell's (the run reads it as lost)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            harness.terminate()
+            _end(harness)
+            return 128 + signal.SIGTERM
         except KeyboardInterrupt:  # Ctrl-C reached the harness too: let it record what it measured, then end
-            harness.wait()
+            _end(harness)
             return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     result = os.path.join(out_dir, "result.json")
     status = 0
     if not os.path.exists(result) or os.path.getsize(result) == 0:

@@ -1,10 +1,10 @@
 """The knobs of one cell, and the built-in datasets: every fact about each, declared once.
 
-A knob's declaration says its type, default, bounds and help, its short label,
+A knob's declaration says its type, default, bounds and help,
 whether it takes user code, whether it needs loader workers, and which
 ceilings keep it. Everything else is derived from it: the command line, the
 validation of a cell, the documentation, the `Cell` type (feedbench.plan.cell),
-the short labels (feedbench.analysis.labels) and the knobs each ceiling keeps
+and the knobs each ceiling keeps
 (feedbench.analysis.predict). So adding a knob is one declaration here plus the code
 that reads it. Torch- and pandas-free: the Snakefile plans with it.
 """
@@ -56,8 +56,6 @@ class Knob:
     user_code: bool = False
     # Checks a value that is not user code where the names allowed are too many for `choices` (model).
     names: Callable[[str], None] | None = None
-    # Its part of a cell's short label (feedbench.analysis.labels): `w` for num_workers; None: its initials.
-    short: str | None = None
     # Means nothing without loader workers: a cell with num_workers 0 resets it to its default (harness.fit.resolve).
     needs_workers: bool = False
     # The ceilings whose cells keep this knob of the training cell they bound (analysis.predict): loader (the loader
@@ -209,7 +207,6 @@ KNOBS: dict[str, Knob] = {
             "train",
             "train | loader (loader alone) | compute (data resident on the device) | transfer (H2D GB/s)",
             SCENARIOS,
-            short="sc",
             ceilings=(),  # each ceiling sets its own
         ),
         Knob("device", str, "auto", "auto picks cuda when available", DEVICES),
@@ -241,7 +238,6 @@ KNOBS: dict[str, Knob] = {
             "**dataset_args) when its first parameter is ctx",
             DATASETS,
             user_code=True,
-            short="data",
             ceilings=MAKES_BATCH,
         ),
         Knob(
@@ -274,9 +270,8 @@ KNOBS: dict[str, Knob] = {
             "dataset length for synthetic, memory and tokens",
             minimum=1,
             maximum=100_000_000,
-            short="n",
         ),
-        Knob("image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096, short="img"),
+        Knob("image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096),
         Knob("input_size", int, 4096, "features per sample for the mlp", minimum=1, maximum=1_048_576),
         Knob("num_classes", int, 1000, "classes of generated labels and classifiers", minimum=1, maximum=1_000_000),
         Knob(
@@ -286,7 +281,6 @@ KNOBS: dict[str, Knob] = {
             "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: "
             "drop_caches as root, else posix_fadvise)",
             PAGE_CACHE,
-            short="cache",
             ceilings=("loader",),
         ),
         Knob(
@@ -296,7 +290,6 @@ KNOBS: dict[str, Knob] = {
             "extra cost per sample in __getitem__",
             minimum=0,
             maximum=60_000,
-            short="delay",
             ceilings=("loader",),
         ),
         Knob(
@@ -306,7 +299,6 @@ KNOBS: dict[str, Knob] = {
             "JPEG decoder of images, webdataset, parquet: pil | torchvision (torchvision.io.decode_jpeg on the CPU) "
             "| torchvision-cuda (decode_jpeg of a batch on the GPU, in the training process)",
             DECODERS,
-            short="dec",
             ceilings=("loader",),
         ),
         Knob("seq_len", int, 100, "mean sequence length of tokens", minimum=2, maximum=1_000_000),
@@ -327,7 +319,6 @@ KNOBS: dict[str, Knob] = {
             "samples per step",
             minimum=1,
             maximum=1_048_576,
-            short="bs",
             ceilings=MAKES_BATCH,
         ),
         Knob(
@@ -337,7 +328,6 @@ KNOBS: dict[str, Knob] = {
             "DataLoader worker processes",
             minimum=0,
             maximum=256,
-            short="w",
             ceilings=("loader",),
             searchable=True,
         ),
@@ -346,12 +336,11 @@ KNOBS: dict[str, Knob] = {
             bool,
             False,
             "DataLoader pins batches in page-locked memory",
-            short="pin",
             ceilings=("loader", "transfer"),
             pays_off=("pinning", True),
         ),
         # The copy knobs: the loader alone never copies, and a compute ceiling's data is already on the device.
-        Knob("non_blocking", bool, False, "asynchronous host-to-device copies", short="nb", ceilings=()),
+        Knob("non_blocking", bool, False, "asynchronous host-to-device copies", ceilings=()),
         Knob(
             "prefetch_factor",
             int,
@@ -360,7 +349,6 @@ KNOBS: dict[str, Knob] = {
             minimum=1,
             maximum=1024,
             nullable=True,
-            short="pff",
             needs_workers=True,
             ceilings=("loader",),
         ),
@@ -369,7 +357,6 @@ KNOBS: dict[str, Knob] = {
             bool,
             False,
             "keep workers alive across epochs (needs workers)",
-            short="pw",
             needs_workers=True,
             ceilings=("loader",),
         ),
@@ -380,7 +367,6 @@ KNOBS: dict[str, Knob] = {
             "time each sample's stages (read, decode, each Compose transform, feedbench.stage spans, collate) "
             "inside the loader; off by default: it cost up to 2 % of a cheap pipeline's throughput "
             "(docs/performance.md)",
-            short="st",
             ceilings=("loader",),
         ),
         Knob(
@@ -391,7 +377,6 @@ KNOBS: dict[str, Knob] = {
             "change to it: package.module:function or package.module:Class.method (the stage profile names them "
             "so); each stage is named by the function's qualified name (Class.method), which cache_after and "
             "skip_stages take",
-            short="sf",
             ceilings=("loader",),
         ),
         Knob(
@@ -402,7 +387,6 @@ KNOBS: dict[str, Knob] = {
             "of images) computed once in a first pass, later samples run only the stages after it (pre-decoded data); "
             "or a @feedbench.stage function, its output kept per sample (not a `with` span)",
             nullable=True,
-            short="ca",
             ceilings=(),
             whatif="cached after it",
         ),
@@ -413,7 +397,6 @@ KNOBS: dict[str, Knob] = {
             "cache_after: the most the cache may hold; a larger one fails its cell",
             minimum=0,
             maximum=1_048_576,
-            short="climit",
             ceilings=(),
             tunes="cache_after",
         ),
@@ -423,7 +406,6 @@ KNOBS: dict[str, Knob] = {
             "memory",
             "cache_after: memory (each worker's copy) | file (stage_cache.pt in the cell's results folder)",
             CACHE_IN,
-            short="cin",
             ceilings=(),
             tunes="cache_after",
         ),
@@ -433,7 +415,6 @@ KNOBS: dict[str, Knob] = {
             [],
             "a stage what-if, for measurement only (it changes the data): these stages of the dataset's Compose "
             "are dropped; a @feedbench.stage function of one argument returns it unchanged",
-            short="skip",
             ceilings=(),
             whatif="costs nothing",
         ),
@@ -444,7 +425,6 @@ KNOBS: dict[str, Knob] = {
             "a stage what-if: from this stage of the dataset's Compose on, its torchvision v2 transforms run on the "
             "batch after the copy, in the training process (on its device); random ones then draw once per batch",
             nullable=True,
-            short="ds",
             ceilings=(),
             whatif="on the device",
         ),
@@ -455,7 +435,6 @@ KNOBS: dict[str, Knob] = {
             "how workers start (needs workers)",
             MP_CONTEXTS,
             nullable=True,
-            short="mp",
             needs_workers=True,
             ceilings=("loader",),
         ),
@@ -466,7 +445,6 @@ KNOBS: dict[str, Knob] = {
             "how workers pass batches in shared memory: file_descriptor (torch's default) | file_system (named files, "
             "for 'Too many open files'; same bytes in /dev/shm) (needs workers)",
             SHARING_STRATEGIES,
-            short="share",
             needs_workers=True,
             ceilings=("loader",),
         ),
@@ -475,7 +453,6 @@ KNOBS: dict[str, Knob] = {
             bool,
             True,
             "deliver batches in order (False lets fast workers go first)",
-            short="ord",
             needs_workers=True,
             ceilings=("loader",),
         ),
@@ -486,7 +463,6 @@ KNOBS: dict[str, Knob] = {
             "none",
             "none | stream: copy the next batches on a side stream",
             DEVICE_PREFETCH,
-            short="pf",
             ceilings=(),
             pays_off=("stream prefetch", "stream"),
         ),
@@ -497,7 +473,6 @@ KNOBS: dict[str, Knob] = {
             "batches the stream prefetcher keeps in flight",
             minimum=1,
             maximum=64,
-            short="depth",
             ceilings=(),
         ),
         Knob(
@@ -516,7 +491,6 @@ KNOBS: dict[str, Knob] = {
             "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent "
             "(replicas, no gradient exchange)",
             PARALLEL,
-            short="par",
         ),
         Knob(
             "gpus_per_node",
@@ -525,7 +499,6 @@ KNOBS: dict[str, Knob] = {
             "GPUs per node (processes on gloo without GPUs); batch_size is per GPU",
             minimum=1,
             maximum=64,
-            short="gpus",
         ),
         Knob(
             "nodes",
@@ -534,7 +507,6 @@ KNOBS: dict[str, Knob] = {
             "nodes (ddp, independent); emulated on localhost outside Slurm",
             minimum=1,
             maximum=4096,
-            short="nodes",
         ),
         Knob(
             "comm_probe_steps",
@@ -555,7 +527,6 @@ KNOBS: dict[str, Knob] = {
             "ctx",
             user_code=True,
             names=_model_name,
-            short="m",
         ),
         Knob("model_args", dict, {}, "keyword arguments of a user model factory (axis: model_args.<name>)"),
         Knob(
@@ -599,7 +570,6 @@ KNOBS: dict[str, Knob] = {
             "mlp: hidden Linear+ReLU layers",
             minimum=0,
             maximum=1000,
-            short="hl",
             ceilings=("compute",),
         ),
         Knob(
@@ -609,7 +579,6 @@ KNOBS: dict[str, Knob] = {
             "mlp: width of hidden layers",
             minimum=1,
             maximum=1_048_576,
-            short="width",
             ceilings=("compute",),
         ),
         Knob(
@@ -668,13 +637,12 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob("lr", float, 0.01, "learning rate of a built-in optimizer", minimum=0, ceilings=("compute",)),
         Knob("momentum", float, 0.0, "SGD momentum", minimum=0, maximum=1, ceilings=("compute",)),
-        Knob("amp", str, "off", "autocast dtype of forward", AMP, short="amp", ceilings=("compute",)),
+        Knob("amp", str, "off", "autocast dtype of forward", AMP, ceilings=("compute",)),
         Knob(
             "channels_last",
             bool,
             False,
             "channels-last memory format for image models",
-            short="cl",
             ceilings=("compute",),
         ),
         # Measurement.
@@ -684,7 +652,6 @@ KNOBS: dict[str, Knob] = {
             "events",
             "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)",
             TIMINGS,
-            short="t",
         ),
         Knob(
             "gc",

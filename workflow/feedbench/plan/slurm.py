@@ -8,6 +8,9 @@
   (the profile's default); a failed node list of "None assigned" is never
   passed to sbatch --exclude; the account guess, whose sacct call cannot work,
   is skipped quietly (sbatch then charges the user's default account).
+* No orphans (docs/reliability-slurm.md): every Snakemake process, the job-side ones too, answers SIGTERM without
+  the deadlock of Snakemake 9's handler (sigterm_without_deadlock), and the job's batch script execs its Snakemake, so
+  that Slurm's SIGKILL after KillWait reaches it on clusters that track processes by their parents (exec_batch).
 * While a job is pending: its reason from squeue, in plain words, said when first seen and every 5 minutes; a job
   pending past the config's slurm.pending_timeout for a reason that does not clear by itself (a node down, a
   partition that can never give what it asks) is cancelled and its cell lost "pending: node down ..." (plan.pending).
@@ -23,6 +26,7 @@ No torch: the Snakefile imports this module.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import os
@@ -143,6 +147,7 @@ def patch_plugin(never_requeued: bool = True, pending_timeout: float | None = No
     import snakemake_executor_plugin_slurm as plugin
 
     watch_pending(plugin.Executor, pending.Watch(pending_timeout * 60 if pending_timeout else None))
+    exec_batch(plugin.Executor)
 
     query = plugin.query_job_status
     if getattr(query, "feedbench", None) is not None:  # patched before: the plugin's own query beneath
@@ -254,6 +259,92 @@ def stop_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def sigterm_without_deadlock() -> None:
+    """Snakemake's SIGTERM handler (JobScheduler.exit_gracefully: stop submitting, exit once the running jobs end)
+    takes the scheduler's lock, which the main thread holds while it finishes or fails a job (for up to
+    --latency-wait seconds while outputs are missing). A SIGTERM then runs the handler in that thread, which waits
+    for itself for ever, and for every later SIGTERM too: only SIGKILL ends it (docs/upstream/sigterm-deadlock.md).
+    The same handler without the lock: its flag is one assignment, which the scheduler reads on its next round. Called
+    as the Snakefile is read, before Snakemake builds its scheduler, in every Snakemake process, the job-side ones
+    in a Slurm job too (stop_on_sigterm replaces it later on the submitting side)."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    if getattr(JobScheduler.exit_gracefully, "feedbench", False):
+        return
+
+    def exit_gracefully(self, *args):
+        self._user_kill = "graceful"
+        self._open_jobs.release()
+
+    exit_gracefully.feedbench = True
+    JobScheduler.exit_gracefully = exit_gracefully
+
+
+def exec_batch(executor_class) -> None:
+    """The job's batch script (`#!/bin/sh` and the job-side Snakemake command) runs that command with exec: the
+    shell would die of Slurm's SIGTERM at once and leave the Snakemake beneath it with parent 1, beyond Slurm's
+    SIGKILL where processes are tracked by their parents (ProctrackType=proctrack/linuxproc). A command that does not
+    start with the plugin's Python (a precommand) is left as it is."""
+    format_job_exec = getattr(executor_class.format_job_exec, "feedbench", executor_class.format_job_exec)
+
+    def exec_job(self, job):
+        command = format_job_exec(self, job)
+        python = f"{self.get_python_executable()} -m snakemake"
+        return f"exec {command}" if command.startswith(python) else command
+
+    exec_job.feedbench = format_job_exec
+    executor_class.format_job_exec = exec_job
+
+
+# How often the status checks' sleep looks whether the run ends: how late the end may come after the last rule.
+SHUTDOWN_POLL_S = 0.5
+# How often it looks whether a job has written its outputs (one stat per output of each job in flight), and how many
+# early checks one job may cost: one that lingers after writing them makes a few more queries, not one every 2 s.
+OUTPUTS_POLL_S = 2.0
+EARLY_CHECKS = 3
+
+
+def check_soon_and_end_at_once() -> None:
+    """The plugin's status checks sleep their interval between two checks: 20 s, growing by 10 s up to 180 s while no
+    job ends (the profile's slurm-init-seconds-before-status-checks). A run saw its last job end 19 s late, and
+    ended 18 s after its last rule: Snakemake's end (RemoteExecutor.shutdown) joins the checks' thread, which sees
+    that the run ends only after its sleep (docs/reliability-slurm.md, "The end of a run";
+    docs/upstream/status-sleep.md). The same sleep, cut short when the executor stops waiting for jobs, and when a
+    job in flight has written all its outputs (Snakemake removes them before a job starts, so they are this job's):
+    Slurm says it ended a moment later. The sleep of every remote executor (the plugin's is the interface's), in
+    place as the Snakefile is read: the checks' first sleep starts before onstart."""
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor as executor_class
+
+    if getattr(executor_class.sleep, "feedbench", False):
+        return
+
+    async def sleep(self):
+        start = time.monotonic()
+        deadline, looked = start + self.next_seconds_between_status_checks, start
+        early = self.__dict__.setdefault("_feedbench_early_checks", {})
+        while self.wait and time.monotonic() < deadline:
+            await asyncio.sleep(min(SHUTDOWN_POLL_S, max(0.0, deadline - time.monotonic())))
+            if time.monotonic() - looked >= OUTPUTS_POLL_S:
+                looked = time.monotonic()
+                if _outputs_written(list(self.active_jobs), early):
+                    return
+
+    sleep.feedbench = True
+    executor_class.sleep = sleep
+
+
+def _outputs_written(active_jobs, early: dict) -> bool:
+    """Whether a job in flight has written all its outputs and may still be checked early (early: job id -> early
+    checks so far, counted here)."""
+    for job_info in active_jobs:
+        key = job_info.external_jobid
+        outputs = list(job_info.job.output)
+        if early.get(key, 0) < EARLY_CHECKS and outputs and all(os.path.exists(path) for path in outputs):
+            early[key] = early.get(key, 0) + 1
+            return True
+    return False
 
 
 # Lost cells -----------------------------------------------------------------

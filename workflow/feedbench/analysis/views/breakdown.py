@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..aggregate import as_requested, is_true
-from ..labels import cell_label
+from ..labels import cell_labels
 from ..plots import PHASE_COLOURS, fit_ticks, plain, slot
 from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinished, with_gpus
 
@@ -112,7 +112,7 @@ def _figure(table: pd.DataFrame, others: list[str], here: str) -> Figure:
                 fontsize="x-small",
             )
         shown = [k for k in ("pin_memory", "non_blocking", *others) if part[k].astype(str).nunique() > 1]
-        labels = [plain(cell_label(r, shown)) for r in part.to_dict("records")]  # short: `pin nb gpus=2`
+        labels = [plain(label) for label in cell_labels(part.to_dict("records"), shown)]  # `pin_memory=true gpus=2`
         fit_ticks(ax, range(len(part)), labels, slot(ax, len(part)))
         ax.set_title(f"{timing}: {TIMINGS.get(timing, '')}", fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
