@@ -20,7 +20,7 @@ import torch
 from feedbench.harness.data import build_dataset, build_loader
 from feedbench.harness.distributed import World, rank_device
 from feedbench.harness.fit import resolve
-from feedbench.harness.loop import Measurement, _epochs, measure
+from feedbench.harness.loop import Measurement, epoch_batches, measure
 from feedbench.harness.models import build_model, loss_function
 from feedbench.harness.monitor import Monitor
 from feedbench.harness.prefetch import to_device
@@ -51,7 +51,7 @@ def bare_loop(cell, device: torch.device) -> float:
     model = build_model(cell).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
     loss_fn = loss_function(cell.model)
-    batches = _epochs(loader, Measurement())  # the pulls it counts are the loop's bookkeeping, unread here
+    batches = epoch_batches(loader, Measurement())  # the pulls it counts are the loop's bookkeeping, unread here
 
     def step():
         batch = to_device(next(batches), device, cell.non_blocking)

@@ -1,5 +1,5 @@
-"""The planner's map of ceilings (plan.ceilings.ceiling_map): the summary joins on it, and falls back to matching
-rows when a summary is rebuilt from results that have none."""
+"""The planner's map of ceilings (plan.ceilings.ceiling_map): the summary joins on it, and a summary rebuilt from
+results that have none plans their cells again by the same rule (aggregate.rebuilt_map)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 import pytest
-from feedbench.analysis.aggregate import load_results, result_row, with_predictions
+from feedbench.analysis.aggregate import load_results, rebuilt_map, result_row, with_predictions
 from feedbench.plan.ceilings import Bounds, batch_bytes, ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
@@ -53,11 +53,17 @@ def test_a_training_cell_the_map_does_not_name_has_no_ceilings():
     assert pd.isna(train["ceiling_loader_samples_per_s"]) and pd.isna(train["predicted_samples_per_s"])
 
 
-def test_without_a_map_the_rows_that_match_are_the_ceilings():
-    # A summary rebuilt from results alone: every loader row with the ceiling's knobs, every probe on the device.
+def test_without_a_map_the_planners_rule_finds_the_ceilings():
+    # A summary rebuilt from results alone: its cells planned again from the knobs they asked for, and the planner's
+    # own rule (ceilings.Bounds) names one cell per ceiling, the derived one where another has the same knobs.
+    rebuilt = rebuilt_map(pd.DataFrame(ROWS))
+    assert rebuilt == {
+        "w/base": {"loader": "ceilings-loader/l", "compute": "ceilings-compute/c", "transfer": "ceilings-transfer/t"}
+    }
     train = with_predictions(pd.DataFrame(ROWS)).iloc[0]
-    assert train["ceiling_loader_samples_per_s"] == 200.0  # the median of both loader rows
-    assert train["ceiling_copy_gb_per_s"] == pytest.approx(5.5)
+    assert train["ceiling_loader_samples_per_s"] == 300.0 and train["ceiling_compute_samples_per_s"] == 600.0
+    assert train["ceiling_copy_gb_per_s"] == 10.0
+    pd.testing.assert_series_equal(train, with_predictions(pd.DataFrame(ROWS), rebuilt).iloc[0])
 
 
 def test_the_map_names_the_cells_the_planner_derived():
@@ -107,9 +113,8 @@ def test_a_run_with_ceilings_joins_the_summary_on_the_planners_map(tmp_path):
         measured = summary.loc[name == links[trained][ceiling], "samples_per_s"].median()
         assert train[f"ceiling_{ceiling}_samples_per_s"] == pytest.approx(measured)
     assert train["predicted_samples_per_s"] > 0
-    # Rebuilt from the results alone, the summary matches rows instead: both loader rows have the ceiling's knobs.
+    # Rebuilt from the results alone, the summary plans the cells again: the same map, the same ceiling figures.
     rebuilt = load_results(sorted(glob.glob(str(work / "results" / "cells" / "*" / "*" / "rep1" / "result.json"))))
-    loaders = rebuilt.loc[rebuilt["scenario"] == "loader", "samples_per_s"]
+    assert rebuilt_map(rebuilt) == links
     again = rebuilt[rebuilt["scenario"] == "train"].iloc[0]
-    assert len(loaders) == 2 and again["ceiling_loader_samples_per_s"] == pytest.approx(loaders.median())
-    assert again["ceiling_loader_samples_per_s"] != train["ceiling_loader_samples_per_s"]
+    assert again["ceiling_loader_samples_per_s"] == pytest.approx(train["ceiling_loader_samples_per_s"])

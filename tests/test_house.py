@@ -152,6 +152,19 @@ def test_no_function_is_longer_than_a_reader_can_hold():
 
 
 BENCHMARKS = PACKAGE.parent.parent / "benchmarks"
+SCRIPTS = PACKAGE.parent / "scripts"
+
+
+def test_no_module_imports_another_modules_private_name():
+    """`from x import _name` across modules: a private name a second module needs is part of x's interface, so it
+    is named as such (the package, the rules' scripts and the benchmarks; a test may reach inside what it tests)."""
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *SCRIPTS.glob("*.py"), *BENCHMARKS.glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                found += [f"{path.name}:{node.lineno}: from {node.module} import {name}" for name in private]
+    assert not found, found
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")))

@@ -15,6 +15,7 @@ from conftest import ROOT
 from feedbench.harness import data
 from feedbench.harness.images import make_images
 from feedbench.harness.shards import make_shards
+from feedbench.plan import knobs
 from feedbench.plan.ceilings import LABEL_BYTES, batch_bytes
 from feedbench.plan.cell import parse_cell
 from feedbench.plan.knobs import BUILTIN_DATASETS, KNOBS
@@ -89,3 +90,67 @@ def test_batch_bytes_follows_the_declared_sample(dataset, model, folders):
         return
     samples = batch[0]
     assert batch_bytes(knobs) - 2 * LABEL_BYTES == samples.numel() * samples.element_size()
+
+
+# Lists keyed by knob: each derived from a field of the declarations (Knob.whatif, tunes, searchable, pays_off), one
+# home each. A module that assigns one again, or names two what-if knobs in a literal, fails here.
+DERIVED = {
+    "STAGE_WHATIFS": knobs.STAGE_WHATIFS,
+    "WHATIF_ONLY": knobs.WHATIF_ONLY,
+    "SEARCHABLE": knobs.SEARCHABLE,
+    "PAYS_OFF": tuple(name for name, _label, _on in knobs.PAYS_OFF),
+}
+
+
+def package_trees():
+    for folder in (PACKAGE, os.path.join(ROOT, "workflow", "scripts")):
+        for dirpath, _dirs, files in os.walk(folder):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    with open(path) as f:
+                        yield os.path.relpath(path, ROOT), ast.parse(f.read(), path)
+
+
+def test_knob_keyed_lists_are_derived_from_the_declarations():
+    assert knobs.STAGE_WHATIFS == ("cache_after", "skip_stages", "device_stages")
+    assert set(knobs.WHATIF_ONLY) == {*knobs.STAGE_WHATIFS, "cache_limit_mb", "cache_in"}
+    assert knobs.SEARCHABLE == ("num_workers",)
+    assert knobs.PAYS_OFF == (("pin_memory", "pinning", "true"), ("device_prefetch", "stream prefetch", "stream"))
+    found = []
+    for path, tree in package_trees():
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in (*DERIVED, "WHATIF_KINDS") and "knobs.py" not in path:
+                    found.append(f"{path}:{node.lineno}: {target.id} assigned outside plan/knobs.py")
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                if len(names & set(knobs.WHATIF_ONLY)) >= 2:  # views group by pin_memory and device_prefetch
+                    found.append(f"{path}:{node.lineno}: {sorted(names)} written by hand (knobs.WHATIF_ONLY)")
+    assert not found, "\n".join(found)
+
+
+def test_every_stage_whatif_has_its_rule_in_the_report():
+    import pandas as pd
+    from feedbench.analysis.whatifs import can_take
+
+    assert sorted(can_take(pd.DataFrame())) == sorted(knobs.STAGE_WHATIFS)
+
+
+def test_the_config_schema_allows_what_the_declarations_do():
+    """config/schema.yaml is data: its enums of searchable axes and of study views are checked against their one
+    home (knobs.SEARCHABLE, analysis.views.NAMES, each view a module of that package)."""
+    import yaml
+    from feedbench.analysis import views
+
+    with open(os.path.join(ROOT, "config", "schema.yaml")) as f:
+        experiment = yaml.safe_load(f)["$defs"]["experiment"]["properties"]
+    axis = experiment["search"]["oneOf"]
+    enums = [s["enum"] for s in axis if "enum" in s] + [
+        s["properties"]["axis"]["enum"] for s in axis if "properties" in s
+    ]
+    assert enums and all(tuple(e) == knobs.SEARCHABLE for e in enums)
+    assert tuple(experiment["view"]["enum"]) == views.NAMES
+    for name in views.NAMES:
+        assert callable(views.builder(name))

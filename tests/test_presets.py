@@ -22,11 +22,12 @@ import pytest
 import yaml
 from browser import ARTIFACTS, assert_fits, inspect, paragraph_texts
 from conftest import ROOT, needs_chromium
+from feedbench.analysis import views
 from feedbench.plan.target import find_gpu
 from markupsafe import escape
 from snakemake_run import copy_workflow, run_snakemake
 
-PRESETS = ["prefetch", "workers", "scaling", "nmt", "breakdown", "datastall"]
+PRESETS = list(views.NAMES)  # one preset per study view
 DEFAULT_EXPERIMENTS = {"decode", "workers", "prefetch", "compute", "transfer"}  # config/config.yaml
 # Cells of a small run allowed to fail, with why (none: every small cell must measure).
 EXPECTED_FAILURES: dict[str, str] = {}

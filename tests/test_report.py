@@ -240,6 +240,32 @@ def test_a_failed_cell_without_its_knobs_leaves_the_others_integers(tmp_path):
     assert {"1", "2", "4"} <= set(shown) and not {"1.00", "2.00", "4.00"} & set(shown)
 
 
+def test_report_sections_and_inputs_register_as_views_do():
+    """Each input of the report (report.INPUTS) is read by a section that names it, each section's inputs are known,
+    and a section's template is one report.html.j2 includes: a new input is its reader, its section and its files in
+    rule report's input (common.smk REPORT_INPUTS), not a keyword threaded through every function on the way."""
+    from feedbench.analysis import report
+
+    read = {name for section in report.SECTIONS for name in section.inputs}
+    assert read == set(report.INPUTS)
+    with open(os.path.join(report.TEMPLATES, "report.html.j2")) as f:
+        page = f.read()
+    for section in report.SECTIONS:
+        assert section.template is None or f'{{% include "{section.template}" %}}' in page, section.name
+    with open(os.path.join(os.path.dirname(__file__), "..", "workflow", "rules", "common.smk")) as f:
+        rules = f.read()
+    given = rules.split("REPORT_INPUTS = {")[1].split("}")[0]
+    assert set(re.findall(r'^    "(\w+)": ', given, re.M)) == set(report.INPUTS)
+
+
+def test_an_unknown_report_input_is_one_line(tmp_path):
+    from feedbench.analysis.report import build
+
+    summary = load_results([])
+    with pytest.raises(TypeError, match=r"report input 'links' is not known; allowed: references, searches, ceil"):
+        build(summary, [], [], {}, "c0ffee42", links={})
+
+
 def test_a_terms_first_use_in_each_section_links_to_its_definition_and_nothing_else_changes():
     page = (
         "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one cell, another cell &amp; its "

@@ -325,7 +325,7 @@ def test_a_worker_dead_mid_hand_over_is_named_in_one_line():
     connection error (EOFError, or refused or reset); the cell's error says a loader worker died there. Real
     processes: a tensor put on a torch.multiprocessing queue, its sender killed, then received."""
     import torch.multiprocessing as mp
-    from feedbench.harness.runner import _error
+    from feedbench.harness.runner import error_record
 
     context = mp.get_context("fork")
     queue, ready = context.Queue(), context.Event()
@@ -338,10 +338,10 @@ def test_a_worker_dead_mid_hand_over_is_named_in_one_line():
     sender.join()
     with pytest.raises((EOFError, ConnectionError)) as raised:
         queue.get(timeout=30)
-    error = _error(raised.value)
+    error = error_record(raised.value)
     assert error["message"].startswith("a loader worker died while handing over a batch (")
     assert error["type"] in ("EOFError", "ConnectionRefusedError", "ConnectionResetError")
-    assert _error(EOFError())["message"] == "EOFError"  # an EOFError elsewhere is left as it came
+    assert error_record(EOFError())["message"] == "EOFError"  # an EOFError elsewhere is left as it came
 
 
 @pytest.mark.timing  # a worker killed 2 s after it started: steps measured by then

@@ -28,7 +28,7 @@ def default():
     summary = read_summary(os.path.join(DEFAULT_RUN, "summary.csv"))
     with open(os.path.join(DEFAULT_RUN, "ceilings.json")) as f:
         links = json.load(f)
-    context = build(summary, [], [], default_config(), "default", links=links)
+    context = build(summary, [], [], default_config(), "default", ceilings=links)
     return summary, {e["name"]: e for e in context["experiments"]}
 
 

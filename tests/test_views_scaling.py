@@ -462,7 +462,7 @@ def test_each_view_renders_in_the_report_with_its_tables(tmp_path):
         }
     }
     references = [os.path.join(REFERENCES, f"{name}.csv") for name in ("scaling", "nmt")]
-    context = report.build(frame, [], [], config, "c0ffee42", references)
+    context = report.build(frame, [], [], config, "c0ffee42", references=references)
     html = report.render(context)
     for name in config["experiments"]:
         start = html.index(f'id="view-{name}"')

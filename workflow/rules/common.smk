@@ -166,6 +166,15 @@ try:
 except ValueError as error:
     raise WorkflowError(str(error)) from None
 
+# Rule report's inputs beside the summary and the plots, by the names feedbench.analysis.report.INPUTS reads them
+# under: a new one is a line here and one there.
+REPORT_INPUTS = {
+    "references": REFERENCES,
+    "searches": SEARCH_PLANS,
+    "ceilings": CEILING_MAP,  # the planner's map: ceiling cells fold under the experiments they serve
+    "target": TARGET_FILES,
+}
+
 
 def search_inputs(wildcards):
     """What checkpoint search reads: every repeat of the ceilings of every cell of the experiment."""
@@ -269,9 +278,17 @@ def report_lost_cells(log):
     # Dated 1970, older than every result: the next run makes them again, and runs the lost cells
     # they need (Snakemake does not rerun a missing input of an output that is up to date).
     links = ceiling_map(list(CELLS.values()))
-    target = next((path for path in TARGET_FILES if os.path.exists(path)), None)
+    target = [path for path in TARGET_FILES if os.path.exists(path)]
     published = publish(
-        paths, PLOT_FILES, dict(config), config_hash(config), SUMMARY, REPORT, REFERENCES, links, target
+        paths,
+        PLOT_FILES,
+        dict(config),
+        config_hash(config),
+        SUMMARY,
+        REPORT,
+        references=REFERENCES,
+        ceilings=links,
+        target=target,
     )
     for path in published:
         os.utime(path, (0, 0))

@@ -75,12 +75,9 @@ rule plot:
 # DAG"). The summary is made again whenever a result changes, so the report is too.
 rule report:
     input:
+        **REPORT_INPUTS,
         summary=SUMMARY,
         plots=PLOTS,
-        references=REFERENCES,
-        searches=SEARCH_PLANS,
-        ceilings=CEILING_MAP,
-        target=TARGET_FILES,
     output:
         html=report(
             REPORT,

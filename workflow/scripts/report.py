@@ -1,4 +1,5 @@
-"""Snakemake `script:` of rule report: summary, plots, results, published tables -> results/report/index.html.
+"""Snakemake `script:` of rule report: summary, plots, results and the inputs the report reads by name
+(feedbench.analysis.report.INPUTS) -> results/report/index.html.
 
 The results are those the summary lists (feedbench.analysis.report.summary_results), not inputs of the rule.
 
@@ -8,7 +9,7 @@ See feedbench.analysis.publish.report.
 import sys
 
 from feedbench.analysis import publish
-from feedbench.analysis.report import summary_results
+from feedbench.analysis.report import INPUTS, summary_results
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
@@ -20,8 +21,5 @@ publish.report(
     dict(snakemake.params.get("config") or snakemake.config),
     str(snakemake.params.config_hash),
     snakemake.output.html,
-    references=list(snakemake.input.get("references", [])),
-    searches=list(snakemake.input.get("searches", [])),
-    ceilings=snakemake.input.get("ceilings"),  # the planner's map: ceiling cells fold under what they serve
-    target=next(iter(snakemake.input.get("target", [])), None),
+    **{name: snakemake.input.get(name, []) for name in INPUTS},  # the rule's other inputs, by name
 )

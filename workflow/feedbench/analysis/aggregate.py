@@ -14,7 +14,15 @@ import os
 import numpy as np
 import pandas as pd
 
-from ..plan.ceilings import CEILINGS, USER_BATCH_KNOBS, batch_bytes, ceiling_knobs, nearest_size
+from ..plan.ceilings import (
+    CEILING_EXPERIMENTS,
+    CEILINGS,
+    batch_bytes,
+    ceiling_knobs,
+    ceiling_map,
+    nearest_size,
+    user_probe_knobs,
+)
 from ..plan.columns import (
     CPU_COLUMNS,
     LABELS,
@@ -24,9 +32,10 @@ from ..plan.columns import (
     SHM_COLUMNS,
     STATUS,
 )
-from ..plan.knobs import KNOBS, STAGE_WHATIFS, user_batch
+from ..plan.knobs import KNOBS, STAGE_WHATIFS, WHATIF_ONLY, KnobError, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
 from ..plan.metric_table import row_of as metric_row
+from ..plan.planned_cell import PlannedCell, effective
 from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
 from .predict import predict
 from .whatifs import predict_cell, whatifs_of
@@ -100,11 +109,13 @@ def result_row(result: dict, path: str) -> dict:
     }
 
 
-def planned_row(knobs: dict, device: str | None) -> dict:
+def planned_row(experiment: str, cell: str, knobs: dict, device: str | None) -> dict:
     """A training cell not run yet, as a summary row on `device` (as its ceilings ran): what with_predictions needs
-    to predict it from ceilings already measured (feedbench.plan.search asks this before choosing the cells to run)."""
-    cell = {**{name: knob.default for name, knob in KNOBS.items()}, **knobs, "device": device}
-    return {"status": "planned", "samples_per_s": None, **_knobs({"cell": cell}), "scenario": "train"}
+    to predict it from ceilings already measured, joined on the planner's map by its experiment and cell
+    (feedbench.plan.search asks this before choosing the cells to run)."""
+    ran = {**{name: knob.default for name, knob in KNOBS.items()}, **knobs, "device": device}
+    labels = {"experiment": experiment, "cell": cell}
+    return {**labels, "status": "planned", "samples_per_s": None, **_knobs({"cell": ran}), "scenario": "train"}
 
 
 def load_results(paths: list[str], links: dict | None = None) -> pd.DataFrame:
@@ -127,7 +138,7 @@ def load_results(paths: list[str], links: dict | None = None) -> pd.DataFrame:
     return with_predictions(frame, links)
 
 
-def _plain(value):
+def python_value(value):
     """A knob value as Python and the CSV both give it back: None for empty, bool, int for whole numbers, else text."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
@@ -142,11 +153,6 @@ def _plain(value):
     except (TypeError, ValueError):
         return str(value)
     return int(number) if number.is_integer() else number
-
-
-def _key(row, scenario: str) -> tuple:
-    knobs = {k: _plain(row.get(k)) for k in KNOBS}
-    return tuple(sorted(ceiling_knobs(knobs, scenario).items()))
 
 
 def _median(values) -> float | None:
@@ -178,16 +184,16 @@ def _user_copy(probe: pd.DataFrame, pinned: bool) -> tuple[int | None, float | N
 def _or_default(value, name: str):
     """A knob's value as the summary holds it (lists and dicts as JSON text, as _knobs writes them), its default
     where empty."""
-    value = _plain(value)
+    value = python_value(value)
     value = KNOBS[name].default if value is None else value
-    return _plain(json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value)
+    return python_value(json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value)
 
 
 def _planned(ok: pd.DataFrame, links: dict):
     """row -> (loader samples/s, compute samples/s, the transfer probe's rows) of the cells the planner's map
     (feedbench.plan.ceilings.ceiling_map) names for the row's cell."""
-    names = ok["experiment"].astype(str) + "/" + ok["cell"].astype(str) if len(ok) else pd.Series(dtype=str)
-    by_cell = dict(tuple(ok.groupby(names))) if len(ok) else {}
+    names = [f"{experiment}/{cell}" for experiment, cell in zip(ok["experiment"], ok["cell"], strict=True)]
+    by_cell = dict(tuple(ok.groupby(pd.Series(names, index=ok.index, dtype=object)))) if len(ok) else {}
 
     def find(row, knobs: dict):
         bounds = links.get(f"{row.get('experiment')}/{row.get('cell')}") or {}
@@ -198,32 +204,48 @@ def _planned(ok: pd.DataFrame, links: dict):
     return find
 
 
-def _matched(ok: pd.DataFrame):
-    """row -> (loader samples/s, compute samples/s, the transfer probes' rows), found by matching: a summary rebuilt
-    from results without the planner's map (or a search's planned rows). A loader and a compute row with the knobs
-    plan.ceilings.ceiling_knobs derives, every transfer probe on the cell's device (for the user's own batch, the
-    probes with its USER_BATCH_KNOBS, as feedbench.plan.ceilings.user_probe_knobs plans them)."""
-    rates = {}
-    for scenario in CEILINGS:
-        groups: dict[tuple, list] = {}
-        for _, row in ok[ok["scenario"] == scenario].iterrows():
-            groups.setdefault(_key(row, scenario), []).append(row["samples_per_s"])
-        rates[scenario] = {key: _median(values) for key, values in groups.items()}
-    transfer = ok[ok["scenario"] == "transfer"]
-
-    def find(row, knobs: dict):
-        device = knobs.get("device")
-        probes = transfer[transfer["device"].map(_plain) == device] if "device" in transfer else transfer
-        if user_batch(knobs) and not probes.empty:
-            wanted = {k: _or_default(knobs.get(k), k) for k in USER_BATCH_KNOBS}
-            probes = probes[probes.apply(lambda r: all(_or_default(r.get(k), k) == v for k, v in wanted.items()), 1)]
-        return rates["loader"].get(_key(row, "loader")), rates["compute"].get(_key(row, "compute")), probes
-
-    return find
+def _ran(row) -> dict:
+    """The knobs a summary row ran with, as Python values (lists and mappings parsed back from _knobs' JSON text)."""
+    knobs = {}
+    for name, knob in KNOBS.items():
+        value = python_value(row.get(name))
+        if isinstance(value, str) and knob.type in (list, dict):
+            value = json.loads(value)
+        if value is not None:
+            knobs[name] = value
+    return knobs
 
 
-# The knobs of a stage what-if and its cache: the cell without them is its baseline (analysis.whatifs).
-WHATIF_ONLY = (*STAGE_WHATIFS, "cache_limit_mb", "cache_in")
+def _as_planned(row) -> dict | None:
+    """A row's cell as the planner would have planned it: the knobs the workflow asked for (`requested`; as it ran
+    where the result has none), a loader or compute ceiling as ceiling_knobs derives it from the training cells it
+    bounds, a transfer probe as user_probe_knobs (its device and the knobs of the user's batch); None where they do
+    not check (a cell that failed validation)."""
+    asked = requested(row.get("requested"))
+    knobs = {k: v for k, v in asked.items() if k in KNOBS} if asked else _ran(row)
+    try:
+        effective(knobs)
+    except (KnobError, ValueError, TypeError):
+        return None
+    scenario = knobs.get("scenario", KNOBS["scenario"].default)
+    if scenario in CEILINGS:
+        return ceiling_knobs(knobs, scenario)
+    return user_probe_knobs({"device": KNOBS["device"].default, **knobs}) if scenario == "transfer" else knobs
+
+
+def rebuilt_map(frame: pd.DataFrame) -> dict:
+    """The planner's map (feedbench.plan.ceilings.ceiling_map) of a summary rebuilt from results alone: each cell
+    planned over again from the knobs it asked for (_as_planned), so that its ceilings are the cells the planner's own
+    rule (ceilings.Bounds) finds. Where another experiment's cell measures the same ceiling as a derived one, the
+    derived one is kept (given last: Bounds keeps the last of equal cells), as in the run."""
+    cells: dict[tuple, PlannedCell] = {}
+    for row in frame.to_dict("records"):
+        key = (str(row.get("experiment")), str(row.get("cell")))
+        knobs = None if key in cells else _as_planned(row)
+        if knobs is not None:
+            cells[key] = PlannedCell(*key, knobs, {})
+    derived = set(CEILING_EXPERIMENTS.values())
+    return ceiling_map(sorted(cells.values(), key=lambda cell: cell.experiment in derived))
 
 
 def _whatif_baselines(ok: pd.DataFrame):
@@ -235,7 +257,7 @@ def _whatif_baselines(ok: pd.DataFrame):
         return (row.get("experiment"), rest)
 
     train = ok[ok["scenario"] == "train"] if "scenario" in ok else ok.iloc[0:0]
-    plain = [i for i, row in train.iterrows() if not whatifs_of({k: _plain(row.get(k)) for k in STAGE_WHATIFS})]
+    plain = [i for i, row in train.iterrows() if not whatifs_of({k: python_value(row.get(k)) for k in STAGE_WHATIFS})]
     groups: dict[tuple, list] = {}
     for index in plain:
         groups.setdefault(key(train.loc[index]), []).append(index)
@@ -252,26 +274,28 @@ def _predict_row(row, knobs: dict, rates: tuple, copy: tuple, baseline_of) -> tu
     baseline = baseline_of(row)
     if baseline is None:
         return None, None, None
-    predicted, bound, _terms = predict_cell(knobs, baseline, rates, copy, _plain(row.get("whatif_device_ms")))
+    predicted, bound, _terms = predict_cell(knobs, baseline, rates, copy, python_value(row.get("whatif_device_ms")))
     return predicted, bound, f"stage what-if of {baseline['cell'].iloc[0]}"
 
 
 def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataFrame:
     """Add PREDICTION_COLUMNS: each single-process training cell predicted from its ceilings (analysis.predict), and
     the measured samples/s against it: 100 x (measured / predicted - 1). The ceilings are the cells the planner's map
-    names (links: feedbench.plan.ceilings.ceiling_map, results/ceilings.json); without a map, the rows that match."""
+    names (links: feedbench.plan.ceilings.ceiling_map, results/ceilings.json); without a map, the map planned again
+    from the cells the rows asked for (rebuilt_map)."""
     frame = frame.copy()
     for column in PREDICTION_COLUMNS:
         frame[column] = None
     if frame.empty or "scenario" not in frame:
         return frame
     ok = frame[frame["status"] == "ok"]
-    find = _matched(ok) if links is None else _planned(ok, links)
+    ok_or_train = (frame["status"] == "ok") | (frame["scenario"] == "train")  # a failed ceiling bounds nothing
+    find = _planned(ok, rebuilt_map(frame[ok_or_train]) if links is None else links)
     baseline_of = _whatif_baselines(ok)
     for index, row in frame.iterrows():
-        if row["scenario"] != "train" or _plain(row.get("parallel")) not in (None, "none"):
+        if row["scenario"] != "train" or python_value(row.get("parallel")) not in (None, "none"):
             continue
-        knobs = {k: _plain(row.get(k)) for k in KNOBS if _plain(row.get(k)) is not None}
+        knobs = {k: python_value(row.get(k)) for k in KNOBS if python_value(row.get(k)) is not None}
         loader, compute, probe = find(row, knobs)
         pinned, size, copy, source = bool(knobs.get("pin_memory")), None, None, None
         if knobs.get("device") not in (None, "cpu") and probe is not None:
@@ -292,7 +316,7 @@ def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataF
         frame.at[index, "predicted_samples_per_s"] = predicted
         frame.at[index, "predicted_bound"] = bound
         frame.at[index, "predicted_from"] = source_of
-        measured = _plain(row.get("samples_per_s"))
+        measured = python_value(row.get("samples_per_s"))
         if row["status"] == "ok" and isinstance(measured, (int, float)):
             frame.at[index, "prediction_error_pct"] = 100 * (measured / predicted - 1)
     numbers = [c for c in PREDICTION_COLUMNS if c not in ("predicted_bound", "ceiling_copy_from", "predicted_from")]

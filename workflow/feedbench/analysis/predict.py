@@ -72,7 +72,6 @@ def predict(
 #                     bytes' = bytes / 4       when they make float32 of uint8 (TO_FLOAT): the batch crosses as uint8
 # then predict() as for any cell. Stages outside the dataset's Compose (spans, the unattributed rest, collate) stay.
 TO_FLOAT = ("ToTensor", "ConvertImageDtype", "ToDtype")
-WHATIF_KINDS = {"skip_stages": "costs nothing", "cache_after": "cached after it", "device_stages": "on the device"}
 
 
 def taken_out(order: list[str], kind: str, stage, functions: list[str] = ()) -> list[str]:

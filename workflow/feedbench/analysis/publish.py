@@ -7,7 +7,7 @@ onerror: feedbench.plan.slurm.record_lost_cells, then publish).
 
 from __future__ import annotations
 
-from ..plan.ceilings import read_map, write_map
+from ..plan.ceilings import write_map
 from .aggregate import load_results, read_summary, write_summary
 from .plots import plot_experiment
 from .report import write_report
@@ -28,23 +28,19 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 
 def report(summary: str, plots: list[str], results: list[str], config: dict, config_hash: str, html: str,
-           references: list[str] = (), searches: list[str] = (),
-           ceilings: str | dict | None = None, target: str | None = None) -> None:  # fmt: skip
-    """Rule report: summary, plots, results, published tables, searches' choices, a target's estimates -> one HTML
-    file (analysis.report); `ceilings`, the planner's map (its file, results/ceilings.json, or the map), folds the
-    ceiling cells under the experiments they serve."""
-    links = read_map(ceilings) if isinstance(ceilings, str) else ceilings
-    write_report(summary, plots, results, config, config_hash, html, references=references, searches=searches,
-                 links=links, target=target)  # fmt: skip
+           **inputs) -> None:  # fmt: skip
+    """Rule report: summary, plots, results and the report's other inputs by name (analysis.report.INPUTS: published
+    tables, searches' choices, the planner's map of ceilings, which folds the ceiling cells under the experiments
+    they serve, a target's estimates) -> one HTML file (analysis.report)."""
+    write_report(summary, plots, results, config, config_hash, html, **inputs)
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,
-            references: list[str] = (), links: dict | None = None, target: str | None = None) -> list[str]:  # fmt: skip
-    """The three steps at once (plots: experiment -> its SVG, for those with a plot spec; target: results/target.json
-    where rule target wrote it); returns the files written."""
-    summarize(results, summary, links)
+            **inputs) -> list[str]:  # fmt: skip
+    """The three steps at once (plots: experiment -> its SVG, for those with a plot spec; inputs: the report's, by
+    name, `ceilings` the planner's map itself, which the summary joins on too); returns the files written."""
+    summarize(results, summary, inputs.get("ceilings"))
     for name, svg in plots.items():
         plot(summary, name, config["experiments"][name], svg)
-    report(summary, list(plots.values()), results, config, config_hash, html, references=references, ceilings=links,
-           target=target)  # fmt: skip
+    report(summary, list(plots.values()), results, config, config_hash, html, **inputs)
     return [summary, *plots.values(), html]

@@ -15,7 +15,9 @@ import numbers
 import os
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from importlib import metadata
+from typing import Callable
 
 import jinja2
 import numpy as np
@@ -24,6 +26,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..plan import attempts, search
+from ..plan.ceilings import read_map
 from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.preflight import STOPPED_TYPE
 from ..plan.references import reference_name
@@ -467,68 +470,143 @@ def failure_counts(summary: pd.DataFrame) -> dict | None:
     }
 
 
-def build(
-    summary: pd.DataFrame,
-    svgs: list[str],
-    results: list[str],
-    config: dict,
-    config_hash: str,
-    references: list[str] = (),
-    searches: list[str] = (),
-    links: dict | None = None,
-    target: str | None = None,
-) -> dict:
-    """The template's context: verdicts, sections, study views, failures and provenance. `links`: the planner's map
-    of which cells bound each training cell (results/ceilings.json), by which the derived ceiling experiments fold
-    under the experiments they serve (analysis.served). With `target` (the config's target's estimates,
-    results/target.json) the section "On <target>" (analysis.target_view).
+def _files(given) -> list[str]:
+    """An input's files as a list: Snakemake gives a named input of one file as its path."""
+    return [given] if isinstance(given, str) else list(given or [])
+
+
+def _by_name(given) -> dict[str, str]:
+    """Files by their name less the extension: an experiment's plot, a study's published table, a search's choice."""
+    return {os.path.splitext(os.path.basename(p))[0]: p for p in _files(given)}
+
+
+def _ceilings(given) -> dict | None:
+    """The planner's map of which cells bound each training cell: as given where already read (a run that lost Slurm
+    jobs), else read from its file (results/ceilings.json); None without one."""
+    if isinstance(given, dict):
+        return given
+    files = _files(given)
+    return read_map(files[0]) if files else None
+
+
+def _estimates(given) -> dict | None:
+    """A target's estimates (results/target.json), read once; None without a target."""
+    files = _files(given)
+    return target_view.read_estimates(files[0]) if files else None
+
+
+# The report's inputs beside its summary, plots and results: by the name rule report gives each, which is also its
+# keyword in write_report, publish.report and publish.publish, how its files are read (once, into Page.inputs). A new
+# input is a line here, its files in rule report's input (common.smk: REPORT_INPUTS) and the section that reads it.
+INPUTS = {"references": _by_name, "searches": _by_name, "ceilings": _ceilings, "target": _estimates}
+
+
+@dataclass(frozen=True)
+class Page:
+    """What every section reads: the summary, the plots by experiment, the results it was made from, the config, the
+    inputs as read (INPUTS) and what the report withholds (feedbench.analysis.disclosure)."""
+
+    summary: pd.DataFrame
+    figures: dict[str, str]
+    results: list[str]
+    config: dict
+    inputs: dict
+    disclosure: Disclosure
+
+
+@dataclass(frozen=True)
+class Section:
+    """A section of the page, registered as the study views are: its context (what its template reads under the
+    section's name), the inputs it reads (INPUTS' names) and its template (None: written in report.html.j2)."""
+
+    name: str
+    context: Callable[[Page], object]
+    inputs: tuple[str, ...] = ()
+    template: str | None = None
+
+
+def experiment_sections(page: Page) -> list[dict]:
+    """Each experiment's section in config order, less the derived ceiling experiments, which fold under the
+    experiments they serve (the planner's map: analysis.served); with its plot, study view, stages, search and
+    ceilings."""
+    summary, inputs = page.summary, page.inputs
+    ceilings = served.served(summary, page.config, inputs["ceilings"])  # the ceiling cells each was predicted from
+    experiments = []
+    for name, spec in _experiments(summary, page.config):
+        if name in served.folded(ceilings):
+            continue
+        svg = None
+        if name in page.figures:
+            with open(page.figures[name]) as f:
+                svg = inline_svg(f.read())
+        rows = summary[summary["experiment"] == name]
+        context = experiment_context(name, spec, rows, svg)
+        context["view"] = study_view(name, spec, rows, inputs["references"], inputs["target"])
+        context["stages_svg"] = stages_svg(name, spec, rows)
+        context["profiled_functions"] = stages.function_rows(rows)  # what the profile of each cell's warm-up named
+        _search_context(name, spec, context, rows, inputs["searches"].get(name))
+        labels = {c["cell"]: c["label"] for c in context["cells"]}
+        context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)
+        experiments.append(context)
+    return experiments
+
+
+def prediction_section(page: Page) -> dict | None:
+    """Predicted against measured, over every training cell with a prediction (analysis.accuracy)."""
+    prediction = accuracy.report_context(page.summary)
+    if prediction is not None:
+        prediction["svg"] = inline_svg(prediction["svg"])
+    return prediction
+
+
+def _target_section(page: Page) -> dict | None:
+    estimates = page.inputs["target"]
+    return target_in_units(target_view.build(estimates, page.results), page.summary) if estimates else None
+
+
+def _provenance(page: Page) -> dict:
+    return provenance_table(page.results, withheld=("host",) if page.disclosure.anonymize else ())
+
+
+def _counts(page: Page) -> dict:
+    summary = page.summary
+    return {
+        "rows": len(summary),
+        "ok": int((summary["status"] == "ok").sum()),
+        "failed": int((summary["status"] != "ok").sum()),
+        "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0],
+    }
+
+
+SECTIONS = (
+    Section("experiments", experiment_sections, ("references", "searches", "ceilings", "target"), "experiment.html.j2"),
+    Section("prediction", prediction_section),
+    Section("target", _target_section, ("target",)),  # "On <target>" (analysis.target_view)
+    Section("failures", lambda page: failure_rows(page.summary[page.summary["status"] != "ok"])),
+    Section("failure_counts", lambda page: failure_counts(page.summary)),
+    Section("counts", _counts),
+    Section("provenance", _provenance),
+    Section("long_ids", lambda page: cut_ids(page.summary)),
+)
+
+
+def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: dict, config_hash: str, **inputs) -> dict:
+    """The template's context: each section of SECTIONS under its name, from the summary, the plots, the results and
+    the inputs of INPUTS by name (references, searches, ceilings: the planner's map, target: its estimates).
 
     With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
     provenance names no host; `disclosure` then shortens every string at render time (feedbench.analysis.disclosure).
     """
+    unknown = sorted(set(inputs) - set(INPUTS))
+    if unknown:
+        raise TypeError(f"report input {unknown[0]!r} is not known; allowed: {', '.join(INPUTS)}")
     disclosure = Disclosure.of(config, hosts=summary["host"] if "host" in summary else ())
     if disclosure.anonymize and "host" in summary:
         summary = summary.assign(host=None)
-    figures = {os.path.splitext(os.path.basename(p))[0]: p for p in svgs}
-    tables = {os.path.splitext(os.path.basename(p))[0]: p for p in references}
-    searched = {os.path.splitext(os.path.basename(p))[0]: p for p in searches}
-    ceilings = served.served(summary, config, links)  # the ceiling cells each experiment was predicted from
-    estimates = target_view.read_estimates(target) if target else None  # results/target.json, read once
-    experiments = []
-    for name, spec in _experiments(summary, config):
-        if name in served.folded(ceilings):
-            continue  # a derived ceiling experiment: shown under the experiments it serves
-        svg = None
-        if name in figures:
-            with open(figures[name]) as f:
-                svg = inline_svg(f.read())
-        rows = summary[summary["experiment"] == name]
-        context = experiment_context(name, spec, rows, svg)
-        context["view"] = study_view(name, spec, rows, tables, estimates)
-        context["stages_svg"] = stages_svg(name, spec, rows)
-        context["profiled_functions"] = stages.function_rows(rows)  # what the profile of each cell's warm-up named
-        _search_context(name, spec, context, rows, searched.get(name))
-        labels = {c["cell"]: c["label"] for c in context["cells"]}
-        context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)
-        experiments.append(context)
-    failed = summary[summary["status"] != "ok"]
-    prediction = accuracy.report_context(summary)
-    if prediction is not None:
-        prediction["svg"] = inline_svg(prediction["svg"])
+    read = {name: reader(inputs.get(name)) for name, reader in INPUTS.items()}
+    page = Page(summary, _by_name(svgs), results, config, read, disclosure)
     return {
-        "experiments": experiments,
-        "prediction": prediction,
-        "target": target_in_units(target_view.build(estimates, results), summary) if estimates else None,
-        "failures": failure_rows(failed),
-        "failure_counts": failure_counts(summary),
-        "counts": {
-            "rows": len(summary),
-            "ok": int((summary["status"] == "ok").sum()),
-            "failed": len(failed),
-            "cells": summary[["experiment", "cell"]].drop_duplicates().shape[0],
-        },
-        "provenance": provenance_table(results, withheld=("host",) if disclosure.anonymize else ()),
-        "long_ids": cut_ids(summary),
+        **{section.name: section.context(page) for section in SECTIONS},
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
         "config_hash": config_hash,
@@ -584,14 +662,11 @@ def write_report(
     config_hash: str,
     html: str,
     templates: str = TEMPLATES,
-    references: list[str] = (),
-    searches: list[str] = (),
-    links: dict | None = None,
-    target: str | None = None,
+    **inputs,
 ) -> None:
-    """The report rule's work: summary + plots + results (+ published tables, the choices of searches, the planner's
-    map of ceilings, a target's estimates) -> one HTML file, written atomically."""
+    """The report rule's work: summary + plots + results (+ the inputs of INPUTS by name: published tables, the
+    choices of searches, the planner's map of ceilings, a target's estimates) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    context = build(summary, svgs, results, config, config_hash, references, searches, links, target)
+    context = build(summary, svgs, results, config, config_hash, **inputs)
     atomic_write(html, render(context, templates))

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..plan.ceilings import LOADER_REACHES
-from ..plan.knobs import KNOBS
+from ..plan.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, stages
 from .aggregate import is_true, knob_value
 from .stages import column_median
@@ -552,10 +552,6 @@ def headspace_text(value: float) -> str:
         f"measured above its compute ceiling by {100 * above:.0f} %: the ceiling is not a bound here"
         " (noise, or a ceiling measured under other load); rerun the ceilings beside it"
     )
-
-
-# Knobs whose gain the recommendation reports when the experiment varies them: (knob, label, the value that is "on").
-PAYS_OFF = (("pin_memory", "pinning", "true"), ("device_prefetch", "stream prefetch", "stream"))
 
 
 def _same_but(cells: pd.DataFrame, cell: dict, knob: str) -> pd.DataFrame:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..plan.knobs import STAGE_WHATIFS
+from ..plan.knobs import KNOBS, STAGE_WHATIFS
 from . import stages
-from .predict import WHATIF_KINDS, crossing_bytes, predict_whatif, taken_out
+from .predict import crossing_bytes, predict_whatif, taken_out
 from .stages import column_median
 
 # The stages a what-if cannot take out of the workers: the rest of each sample and the batch's collate.
@@ -89,20 +89,25 @@ def top_stages(rows: pd.DataFrame, n: int = TOP_STAGES) -> list[str]:
     return [name for name, _ in sorted(movable, key=lambda item: -item[1])[:n]]
 
 
+def can_take(rows: pd.DataFrame) -> dict:
+    """Each stage what-if knob (knobs.STAGE_WHATIFS) -> the stages of a cell it may take out (None: any), in the order
+    the report's table lists them."""
+    return {
+        "skip_stages": None,  # any stage may cost nothing
+        "cache_after": order_of(rows) + order_of(rows, "stage_decorated"),
+        "device_stages": order_of(rows, "stage_on_device"),  # never a span, a Python function, read or decode
+    }
+
+
 def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[dict]:
     """A measured training cell's top stages, each as labelled predictions (costs nothing; cached after it, for a
     stage of the pipeline's order or a @feedbench.stage function; on the device, for a stage from which on the
     sampled call took and gave tensors, at its cost in the worker, the batch crossing as it then is): the loader
     ceiling, samples/s and bound; [] without a stage profile or ceilings."""
     found = []
-    can = {
-        "skip_stages": None,  # any stage may cost nothing
-        "cache_after": order_of(rows) + order_of(rows, "stage_decorated"),
-        "device_stages": order_of(rows, "stage_on_device"),  # never a span, a Python function, read or decode
-    }
     for name in top_stages(rows):
-        for kind, label in WHATIF_KINDS.items():
-            if can[kind] is not None and name not in can[kind]:
+        for kind, can in can_take(rows).items():
+            if can is not None and name not in can:
                 continue
             value = [name] if kind == "skip_stages" else name
             predicted, bound, terms = predict_cell({**knobs, kind: value}, rows, rates, copy)
@@ -111,7 +116,7 @@ def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[di
             found.append(
                 {
                     "stage": name,
-                    "what": label,
+                    "what": KNOBS[kind].whatif,
                     "loader_per_s": terms["loader_per_s"],
                     "predicted": predicted,
                     "bound": bound,

@@ -166,7 +166,7 @@ def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict |
     }
 
 
-def _epochs(loader, m: Measurement):
+def epoch_batches(loader, m: Measurement):
     """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent).
 
     `m` counts the pulls and where each epoch starts, so the loop can tell which step's wait held a boundary.
@@ -379,7 +379,7 @@ class Feed:
 def _feed(cell: Cell, device: torch.device, m: Measurement, loader, move: Callable) -> Feed:
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
     start = time.perf_counter()
-    batches = unwrap(_epochs(loader, m), m.stage_log)  # the user's batches, their stage timings kept apart
+    batches = unwrap(epoch_batches(loader, m), m.stage_log)  # the user's batches, their stage timings kept apart
     m.stage_skip = cell.warmup_steps
     if prefetch:
         batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True, move=move)

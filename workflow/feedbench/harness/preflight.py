@@ -27,7 +27,7 @@ from .fit import resolve
 from .loop import PHASES_OF, Measurement, TrainStep, context
 from .models import build_optimizer
 from .prefetch import to_device
-from .runner import _error
+from .runner import error_record
 from .stages import name_transforms
 from .timing import PhaseClock, synchronize
 
@@ -132,7 +132,7 @@ def run(cells: list[dict], out: str, log: str, attempt: str = "first") -> int:
         try:
             stages, device = check(raw)
         except Failed as failed:
-            found = _error(failed.error)
+            found = error_record(failed.error)
             error = {"stage": failed.stage, "factory": failed.factory, "cell": raw.get("cell"), **found}
             print(
                 f"feedbench: preflight of {experiment}, cell {raw.get('cell')}: {failed.factory} raised",
@@ -141,7 +141,7 @@ def run(cells: list[dict], out: str, log: str, attempt: str = "first") -> int:
             traceback.print_exception(failed.error, file=sys.stderr)
             break
         except Exception as other:  # the cell itself refused (a knob this machine cannot run): as its cells would be
-            found = _error(other)
+            found = error_record(other)
             error = {"stage": "cell", "factory": "the cell's knobs", "cell": raw.get("cell"), **found}
             traceback.print_exception(other, file=sys.stderr)
             break

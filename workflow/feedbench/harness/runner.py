@@ -52,7 +52,9 @@ HAND_OVER = ("multiprocessing/resource_sharer.py", "torch/multiprocessing/reduct
 LAUNCH_THREADS = torch.get_num_threads()
 
 
-def _error(exc: BaseException) -> dict:
+def error_record(exc: BaseException) -> dict:
+    """The result's `error` of an exception: its type, one line of message (a loader worker's own: worker_message)
+    and the end of its traceback; the preflight records a failure the same way."""
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     text = str(exc).strip()
     message = worker_message(text) or (text.splitlines()[0] if text else type(exc).__name__)
@@ -89,7 +91,7 @@ def _device_reads(m: Measurement) -> tuple[dict, dict | None] | None:
             synchronize(m.clock.device)
         return m.step_table(device_readable=True), m.whatif_facts()
     except Exception as error:  # device clocks unreadable after a device error: keep the host-side phases
-        why = _error(error)
+        why = error_record(error)
         m.notes.append(
             f"GPU phases not recorded: the device's clocks could not be read ({why['type']}: {why['message']})"
         )
@@ -330,7 +332,7 @@ def _bad_input(r: CellRun, error: KnobError) -> int:
 
 
 def _failed(r: CellRun, error: BaseException) -> int:
-    r.result["error"] = _error(error)
+    r.result["error"] = error_record(error)
     out_of_shm = shm.failure(str(error))  # a bus error in a worker: name the cause, not the first line of a traceback
     if out_of_shm:
         r.result["error"]["message"] = out_of_shm

@@ -39,7 +39,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from ..plan.cell import Cell
-from ..plan.knobs import IMAGE_STAGES, STAGE_WHATIFS, KnobError
+from ..plan.knobs import IMAGE_STAGES, KNOBS, STAGE_WHATIFS, KnobError
 from . import stages
 from .stages import StagedBatch, first_line, named, pipeline
 from .timing import device_work
@@ -421,7 +421,7 @@ def _check(cell: Cell, names: list[str], composes: dict, probed: Probed) -> None
             f"knob 'device_stages': stage {cell.device_stages!r} is cached (cache_after {cell.cache_after!r}); "
             "allowed: a stage after the cached ones"
         )
-    for knob in ("cache_after", "device_stages"):
+    for knob in (k for k in STAGE_WHATIFS if KNOBS[k].type is str):  # the what-ifs that name one stage
         if getattr(cell, knob) in cell.skip_stages:
             raise KnobError(
                 f"knob '{knob}': stage {getattr(cell, knob)!r} is skipped (skip_stages); allowed: a stage not skipped"

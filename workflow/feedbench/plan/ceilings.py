@@ -10,7 +10,7 @@ hardware could do for it (feedbench.analysis.predict turns them into a predictio
 
 Each is measured once: a cell any experiment already has is shared, and a transfer probe that has every size within
 SAME_SIZE serves them all. `ceiling_map` writes down which cells bound which training cell (results/ceilings.json);
-feedbench.analysis.aggregate joins the summary on it instead of matching rows again.
+feedbench.analysis.aggregate joins the summary on it (and plans the cells of results without it again, by Bounds).
 
 Planning layer: no torch, no pandas (the Snakefile parses with it).
 """

@@ -62,6 +62,18 @@ class Knob:
     # alone), compute (data resident on the device), transfer (the probe timing a real batch of the user's pipeline).
     # A ceiling resets the knobs it does not keep to their defaults, so cells that differ only there share it.
     ceilings: tuple[str, ...] = ("loader", "compute")
+    # A stage what-if (harness.whatif runs it; analysis.predict predicts it from the baseline's stage profile): what it
+    # does to a stage, in the words of the report's what-if table. No ceiling keeps it: a what-if cell shares its
+    # baseline's ceilings.
+    whatif: str | None = None
+    # The stage what-if this knob only tunes (cache_limit_mb, cache_in: cache_after): a cell that differs from another
+    # in it and the what-if alone has that cell as its what-if's baseline (analysis.aggregate).
+    tunes: str | None = None
+    # (label, the value that is on): the verdict's recommendation says whether it pays for itself where the
+    # experiment varies it (analysis.verdict.pays_off).
+    pays_off: tuple[str, Any] | None = None
+    # An axis `search` may walk (feedbench.plan.search).
+    searchable: bool = False
 
     def allowed(self) -> str:
         if self.choices is not None:
@@ -167,9 +179,6 @@ PARALLEL = ("none", "dp", "ddp", "independent")
 PAGE_CACHE = ("asis", "warm", "cold")
 MLP_STYLES = ("relu", "ray")
 DECODERS = ("pil", "torchvision", "torchvision-cuda")
-# The knobs that change a cell's loader stages to run a stage what-if (harness.whatif; analysis.predict predicts them
-# from the baseline cell's stage profile). No ceiling keeps them: a what-if cell shares its baseline's ceilings.
-STAGE_WHATIFS = ("cache_after", "skip_stages", "device_stages")
 CACHE_IN = ("memory", "file")
 # The stages of the built-in images before their Compose: a cache may hold their output; they never move to the device.
 IMAGE_STAGES = ("read", "decode")
@@ -320,6 +329,7 @@ KNOBS: dict[str, Knob] = {
             minimum=0,
             maximum=256,
             ceilings=("loader",),
+            searchable=True,
         ),
         Knob(
             "pin_memory",
@@ -327,6 +337,7 @@ KNOBS: dict[str, Knob] = {
             False,
             "DataLoader pins batches in page-locked memory",
             ceilings=("loader", "transfer"),
+            pays_off=("pinning", True),
         ),
         # The copy knobs: the loader alone never copies, and a compute ceiling's data is already on the device.
         Knob("non_blocking", bool, False, "asynchronous host-to-device copies", ceilings=()),
@@ -377,6 +388,7 @@ KNOBS: dict[str, Knob] = {
             "or a @feedbench.stage function, its output kept per sample (not a `with` span)",
             nullable=True,
             ceilings=(),
+            whatif="cached after it",
         ),
         Knob(
             "cache_limit_mb",
@@ -386,6 +398,7 @@ KNOBS: dict[str, Knob] = {
             minimum=0,
             maximum=1_048_576,
             ceilings=(),
+            tunes="cache_after",
         ),
         Knob(
             "cache_in",
@@ -394,6 +407,7 @@ KNOBS: dict[str, Knob] = {
             "cache_after: memory (each worker's copy) | file (stage_cache.pt in the cell's results folder)",
             CACHE_IN,
             ceilings=(),
+            tunes="cache_after",
         ),
         Knob(
             "skip_stages",
@@ -402,6 +416,7 @@ KNOBS: dict[str, Knob] = {
             "a stage what-if, for measurement only (it changes the data): these stages of the dataset's Compose "
             "are dropped; a @feedbench.stage function of one argument returns it unchanged",
             ceilings=(),
+            whatif="costs nothing",
         ),
         Knob(
             "device_stages",
@@ -411,6 +426,7 @@ KNOBS: dict[str, Knob] = {
             "batch after the copy, in the training process (on its device); random ones then draw once per batch",
             nullable=True,
             ceilings=(),
+            whatif="on the device",
         ),
         Knob(
             "multiprocessing_context",
@@ -448,6 +464,7 @@ KNOBS: dict[str, Knob] = {
             "none | stream: copy the next batches on a side stream",
             DEVICE_PREFETCH,
             ceilings=(),
+            pays_off=("stream prefetch", "stream"),
         ),
         Knob(
             "prefetch_depth",
@@ -688,6 +705,17 @@ KNOBS: dict[str, Knob] = {
         ),
     ]
 }
+
+
+# Lists of knobs, each derived from a field of their declarations (tests/test_knob_spec.py: no such list elsewhere).
+# The knobs that change a cell's loader stages to run a stage what-if (Knob.whatif).
+STAGE_WHATIFS = tuple(name for name, k in KNOBS.items() if k.whatif)
+# A stage what-if's knobs and those that only tune one (Knob.tunes): the cell without them is its baseline.
+WHATIF_ONLY = (*STAGE_WHATIFS, *(name for name, k in KNOBS.items() if k.tunes in STAGE_WHATIFS))
+# Axes a search may walk (Knob.searchable).
+SEARCHABLE = tuple(name for name, k in KNOBS.items() if k.searchable)
+# (knob, label, its value "on" as text) of the knobs whose gain the recommendation reports (Knob.pays_off).
+PAYS_OFF = tuple((name, k.pays_off[0], str(k.pays_off[1]).lower()) for name, k in KNOBS.items() if k.pays_off)
 
 
 def user_code(knob: str, value: Any) -> bool:

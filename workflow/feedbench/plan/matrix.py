@@ -370,8 +370,9 @@ def search_ceilings(cells: list[PlannedCell], experiment: str, axis: str) -> lis
 
 
 def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_of) -> list[dict]:
-    """The checkpoint's groups: per combination of the other knobs, each level's cell id, knobs and the result files
-    of its ceilings (results_of(experiment, cell id) -> paths)."""
+    """The checkpoint's groups: per combination of the other knobs, each level's cell id, knobs, the cells of its
+    ceilings as the planner's map names them (`links`: `<experiment>/<cell>` or None, as in ceiling_map) and their
+    result files (results_of(experiment, cell id) -> paths)."""
 
     bounds, groups = Bounds(cells), []
     for group in search_groups(cells, experiment, axis):
@@ -379,7 +380,8 @@ def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_
         for level, cell in group["cells"].items():
             sources = bounds.of(cell)
             ceilings = {s: results_of(c.experiment, c.id) if c else [] for s, c in sources.items()}
-            levels.append({"level": level, "cell": cell.id, "knobs": cell.knobs, "ceilings": ceilings})
+            links = {s: f"{c.experiment}/{c.id}" if c else None for s, c in sources.items()}
+            levels.append({"level": level, "cell": cell.id, "knobs": cell.knobs, "ceilings": ceilings, "links": links})
         groups.append({"knobs": group["knobs"], "levels": levels})
     return groups
 

@@ -23,10 +23,7 @@ from typing import Any
 
 from .ceilings import KNEE_REACHES
 from .config import ConfigError
-from .knobs import KNOBS, shown
-
-# Axes a search may walk; the knobs `search` allows.
-SEARCHABLE = ("num_workers",)
+from .knobs import KNOBS, SEARCHABLE, shown
 
 
 def axis_of(spec: Any) -> Any:
