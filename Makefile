@@ -1,8 +1,7 @@
 # Two entry points for a fresh machine:  make run    (set up, run the default matrix, print the report's path)
 #                                        make test   (set up, run the tests)
-# The virtual environment is made once and refreshed when pyproject.toml changes. --no-compile: Python compiles
-# each module when it is first imported, so the set-up skips byte-compiling torch's thousands of files it never
-# imports (45 s of a fresh install against 68 s, docs/performance.md).
+# The virtual environment is made once and refreshed when pyproject.toml changes. pip byte-compiles what it installs:
+# with PYTHONDONTWRITEBYTECODE set (as here, and in many containers) nothing else ever would (docs/performance.md).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +11,7 @@ PY     := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install --no-compile -e '.[test]'
+	$(PY) -m pip install -e '.[test]'
 	touch $@
 
 # `snakemake --profile slurm` by name: profiles/link.sh links profiles/slurm where Snakemake looks for profiles.

@@ -33,6 +33,9 @@ from feedbench.plan.estimate import (
 from feedbench.plan.target import Target, dtype, find_gpu, roofline_seconds
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
+# One worker for the module: published_error counts the nmt study's LSTMs (about 12 s of CPU), once a process
+# (harness.flops.count_once), and three tests here read it.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("published_error")]
 
 
 def test_the_flops_of_an_mlp_are_what_the_hand_counts():
