@@ -277,7 +277,11 @@ def assert_fits(page, what: str, width: int) -> None:
     assert layout["broken"] == [], f"{what}: short words broken across lines"
 
 
+def without_tags(html: str) -> str:
+    """A part of a report as its reader reads it: the tags (the glossary's links among them) taken out."""
+    return re.sub(r"<[^>]+>", "", html)
+
+
 def paragraph_texts(page: str, css_class: str) -> list[str]:
     """The text of each `<p class="css_class">` of a report, its inline tags (the glossary's links) taken out."""
-    found = re.findall(rf'<p class="{css_class}">(.*?)</p>', page, re.S)
-    return [re.sub(r"<[^>]+>", "", text) for text in found]
+    return [without_tags(text) for text in re.findall(rf'<p class="{css_class}">(.*?)</p>', page, re.S)]

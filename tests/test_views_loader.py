@@ -385,7 +385,7 @@ def test_each_view_is_rendered_in_the_report_with_its_tables():
         }
     }
     references = [os.path.join(REFERENCES, f"{name}.csv") for name in ("prefetch", "workers", "breakdown")]
-    context = build_report(frame, [], [], config, "c0ffee42", references)
+    context = build_report(frame, [], [], config, "c0ffee42", references=references)
     html = render(context)
     for name, spec in config["experiments"].items():
         start = html.index(f'id="view-{name}"')
