@@ -198,6 +198,7 @@ def test_harness_files_are_what_the_cli_runs():
     # The workflow's own modules and the analysis: editing them reruns no cell.
     assert os.path.join("plan", "matrix.py") not in names
     assert not any(n.startswith("analysis") for n in names)
+    assert not any(n.endswith("README.md") for n in names)  # the layers' READMEs are documentation
     assert not any(n.endswith(".pyc") for n in names)
 
 

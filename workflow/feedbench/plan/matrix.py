@@ -430,7 +430,8 @@ def _module_file(package_dir: str, dotted: str) -> str | None:
 
 def harness_files(package_dir: str) -> list[str]:
     """The package's modules reachable from __main__ by relative imports (read with ast, lazy imports inside
-    functions included), the __init__ of each package on the way, and the package's data files."""
+    functions included), the __init__ of each package on the way, and the package's data files (not its README.md
+    files, nor the report's templates)."""
     found: set[str] = set()
     todo = [HARNESS_ENTRY, ""]
     while todo:
@@ -450,7 +451,8 @@ def harness_files(package_dir: str) -> list[str]:
     files = sorted(found)
     for folder, subfolders, names in os.walk(package_dir):
         subfolders[:] = [d for d in subfolders if d != "templates"]  # the report's: editing them reruns no cell
-        files += [os.path.join(folder, n) for n in names if not n.endswith((".py", ".pyc"))]
+        # The layers' README.md files are documentation: editing them reruns no cell either.
+        files += [os.path.join(folder, n) for n in names if not n.endswith((".py", ".pyc", ".md"))]
     return sorted(set(files))
 
 
