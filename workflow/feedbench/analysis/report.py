@@ -355,6 +355,11 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     return context
 
 
+def _times(rate: float | None, factor: float | None) -> float | None:
+    """A samples/s rate in the experiment's unit; None where either is unknown."""
+    return None if rate is None or factor is None else rate * factor
+
+
 def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
     """The section "On <target>" with each cell's rates in its experiment's unit (verdict.unit), as every other
     section shows them: the estimate (plan.estimate) counts samples/s, times the cell's tokens per sample here where
@@ -365,12 +370,10 @@ def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
         factor = verdict.per_sample(own[(own["cell"] == cell) & (own["status"] == "ok")], verdict.objective(own))
         row["unit"] = verdict.unit(own)
         for key in ("predicted", "compute_ceiling"):
-            if row.get(key) is not None:
-                row[key] = row[key] * factor if factor is not None else None
+            if key in row:
+                row[key] = _times(row[key], factor)
         if row.get("predicted_range") is not None:  # [fastest, slowest], slowest None where open
-            row["predicted_range"] = [
-                None if factor is None or v is None else v * factor for v in row["predicted_range"]
-            ]
+            row["predicted_range"] = [_times(rate, factor) for rate in row["predicted_range"]]
     return target
 
 
