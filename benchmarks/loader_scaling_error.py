@@ -38,8 +38,8 @@ def predicted_and_measured(runs) -> tuple[float, list[float], object]:
 def as_measured(runs) -> float:
     """The error in % with every cell's samples/s as measured, not on free cores (the two-core cells' median against
     twice the one-core cells' with two workers: the linear curve, uncapped): what other load does to the comparison."""
-    one = [r["metrics"]["samples_per_s"] for workers, cores, r in runs if cores == 1 and workers == 2]
-    two = [r["metrics"]["samples_per_s"] for workers, cores, r in runs if cores == 2]
+    one = [r.metrics["samples_per_s"] for workers, cores, r in runs if cores == 1 and workers == 2]
+    two = [r.metrics["samples_per_s"] for workers, cores, r in runs if cores == 2]
     return 100 * (statistics.median(two) / (2 * statistics.median(one)) - 1)
 
 
@@ -105,7 +105,7 @@ def main() -> None:
         for workers, cores, result in runs:
             p = loader_point(result)
             cpu = f"workers {p.worker_cpu_ms or 0:.2f}, main {p.main_cpu_ms or 0:.2f} CPU ms/sample"
-            raw, offered = result["metrics"]["samples_per_s"], p.offered_cores or float("nan")
+            raw, offered = result.metrics["samples_per_s"], p.offered_cores or float("nan")
             print(f"  W={workers} cores={cores}: {raw:.1f} samples/s, {offered:.2f} cores offered, ", end="")
             print(f"{p.samples_per_s:.1f} on free cores ({cpu}; busy {p.busy_share or float('nan'):.3f})")
         spread = ", ".join(f"{value:.0f}" for value in measured)

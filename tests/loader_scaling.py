@@ -23,6 +23,7 @@ import os
 import sys
 
 from feedbench.harness import masked
+from feedbench.plan.records import Record, record_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES_SRC = os.path.join(ROOT, "examples", "own-pipeline", "src")
@@ -80,9 +81,9 @@ def run_masked(knobs: dict, out: str, cores: int) -> dict:
     return masked.run_masked(knobs, out, cores, (SHAPES_SRC,))
 
 
-def measure(root: str, pipeline: str, repeats: int = 3, cells=ONE_CORE + TWO_CORES) -> list[tuple[int, int, dict]]:
-    """(workers, cores, result) of each of `cells` ((workers, cores) pairs) of `pipeline`, `repeats` times, one-core
-    and two-core cells in turn."""
+def measure(root: str, pipeline: str, repeats: int = 3, cells=ONE_CORE + TWO_CORES) -> list[tuple[int, int, Record]]:
+    """(workers, cores, the result's record: plan.records) of each of `cells` ((workers, cores) pairs) of `pipeline`,
+    `repeats` times, one-core and two-core cells in turn."""
     knobs = prepare(root)[pipeline]
     runs = []
     for repeat in range(1, repeats + 1):
@@ -90,5 +91,6 @@ def measure(root: str, pipeline: str, repeats: int = 3, cells=ONE_CORE + TWO_COR
             cell = f"{pipeline}-w{workers}-c{cores}"
             out = os.path.join(root, "cells", cell, f"rep{repeat}")
             cell_knobs = {**COMMON, **knobs, "num_workers": workers, "experiment": "loader-scaling", "cell": cell}
-            runs.append((workers, cores, run_masked({**cell_knobs, "repeat": repeat}, out, cores)))
+            result = run_masked({**cell_knobs, "repeat": repeat}, out, cores)
+            runs.append((workers, cores, record_of(result, os.path.join(out, "result.json"))))
     return runs

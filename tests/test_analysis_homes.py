@@ -15,6 +15,7 @@ from feedbench.harness import provenance
 from feedbench.harness.runner import run
 from feedbench.plan import matrix
 from feedbench.plan.metrics import CLOCKED_PHASES, PHASES
+from feedbench.plan.records import record_of
 
 PACKAGE = os.path.dirname(os.path.abspath(feedbench.__file__))
 CONFIG = {
@@ -75,7 +76,7 @@ def test_an_old_result_without_the_label_still_aggregates(tmp_path):
     with open(out / "result.json") as f:
         result = json.load(f)
     assert result["cell"]["baseline"] is None and result["status"] == "ok"
-    row = result_row(result, str(out / "result.json"))
+    row = result_row(record_of(result, str(out / "result.json")))
     assert row["baseline"] is None and row["samples_per_s"] > 0
     found = verdict.summarize_experiment(load_results([str(out / "result.json")]))
     assert found["best"]["cell"] == "base" and found["speedup"] is None and "written before" in found["note"]
@@ -99,7 +100,7 @@ def test_phases_are_defined_once():
     # The harness's per-scenario mapping is derived from the one tuple, in its order.
     for phases in harness.PHASES_OF.values():
         assert list(phases) == [p for p in CLOCKED_PHASES if p in phases] and set(phases) <= set(PHASES)
-    row = result_row({"status": "ok", "metrics": {"phases": {}}}, "result.json")
+    row = result_row(record_of({"status": "ok", "metrics": {"phases": {}}}, "result.json"))
     assert all(f"{p}_ms" in row and f"{p}_share" in row for p in PHASES)
 
 

@@ -12,6 +12,7 @@ from feedbench.analysis.aggregate import load_results, rebuilt_map, result_row, 
 from feedbench.plan.ceilings import Bounds, batch_bytes, ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
+from feedbench.plan.records import record_of
 from snakemake_run import snakemake, workflow_copy
 
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
@@ -21,7 +22,7 @@ SIZE = batch_bytes(MLP)
 def row(experiment: str, cell: str, scenario: str, metrics: dict, **knobs) -> dict:
     knobs = {**MLP, "device": "cuda", "scenario": scenario, **knobs}
     result = {"status": "ok", "cell": {**knobs, "experiment": experiment, "cell": cell}, "metrics": metrics}
-    return result_row(result, f"results/cells/{experiment}/{cell}/rep1/result.json")
+    return result_row(record_of(result, f"results/cells/{experiment}/{cell}/rep1/result.json"))
 
 
 def probe(gb_per_s: float) -> dict:

@@ -20,6 +20,7 @@ from feedbench.analysis.loader_scaling import (
     scaling_rows,
 )
 from feedbench.analysis.plots import svg_text
+from feedbench.plan.records import record_of
 
 
 def points(law, cores=(1, 2, 4, 8), noise=(1.0,)) -> list[LoaderPoint]:
@@ -140,11 +141,11 @@ def test_the_monitor_keeps_each_workers_steady_state_apart_from_its_start(tmp_pa
     offered = result["monitor"]["cpu_offered"]  # the cores its mask offered, less other load and the monitor's own
     assert offered["cores"] == len(os.sched_getaffinity(0)) and offered["cell_cpu_s"] > 0
     assert 0 < offered["monitor_cpu_s"] < offered["cell_cpu_s"] and 0 <= offered["offered_cores"] <= offered["cores"]
-    point = loader_point(result)
+    point = loader_point(record_of(result, "result.json"))
     assert point.workers == 2 and point.cores >= 1 and point.samples_per_s > 0
     # a worker sleeps 2 ms of each sample: its CPU per sample is far below its wall time per sample (2 x 1000 / X)
     assert 0 < point.worker_cpu_ms < 2 * 1000 / point.samples_per_s
-    assert loader_point({**result, "status": "failed"}) is None
+    assert loader_point(record_of({**result, "status": "failed"}, "result.json")) is None
 
 
 def test_a_point_counts_the_cores_its_cell_was_offered():
@@ -162,15 +163,17 @@ def test_a_point_counts_the_cores_its_cell_was_offered():
             "cpu_offered": {"offered_cores": 0.5},
         },
     }
-    point = loader_point(result)
+    point = loader_point(record_of(result, "result.json"))
     assert point.samples_per_s == pytest.approx(400) and point.offered_cores == 0.5
     assert point.worker_cpu_ms == pytest.approx(2.0) and point.main_cpu_ms == pytest.approx(0.5)  # 0.4 x 1000 / 200
     for offered in (None, 0.05):
         result["monitor"]["cpu_offered"] = {"offered_cores": offered}
-        assert loader_point(result).samples_per_s == 200 and loader_point(result).offered_cores is None
+        point = loader_point(record_of(result, "result.json"))
+        assert point.samples_per_s == 200 and point.offered_cores is None
     # one worker on two cores, other load on one of them: that core may be one the cell would not have used
     result["monitor"]["cpu_offered"], result["provenance"]["cores"]["usable"] = {"offered_cores": 1.0}, 2
-    assert loader_point(result).samples_per_s == 200 and loader_point(result).offered_cores is None
+    point = loader_point(record_of(result, "result.json"))
+    assert point.samples_per_s == 200 and point.offered_cores is None
 
 
 # The check's bound, from its runs (docs/results/prediction-error-loader.md, "Why one core cannot say two within 10

@@ -374,8 +374,11 @@ def test_summary_columns_are_what_aggregate_writes():
     from feedbench.analysis.aggregate import PREDICTION_COLUMNS, result_row
     from feedbench.plan.columns import SUMMARY_COLUMNS
     from feedbench.plan.knobs import KNOBS
+    from feedbench.plan.records import record_of
 
-    row = result_row({"metrics": {"transfer": {"by_size": []}}}, "result.json")  # then with_predictions' columns
+    row = result_row(
+        record_of({"metrics": {"transfer": {"by_size": []}}}, "result.json")
+    )  # then with_predictions' columns
     written = [c for c in row if c not in KNOBS] + PREDICTION_COLUMNS
     assert SUMMARY_COLUMNS == written
     assert {"samples_per_s", "stall_pct", "wait_ms", "transfer_peak_gb_per_s_pinned", "predicted_samples_per_s"} <= set(

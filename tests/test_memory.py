@@ -23,6 +23,7 @@ from feedbench.analysis.report import render
 from feedbench.analysis.verdict import summarize_experiment
 from feedbench.harness.memory import MemorySeries, _growth
 from feedbench.plan import memory
+from feedbench.plan.records import record_of
 from feedbench.plan.result import schema
 
 # Python objects of 2 KB: every page of the list's items holds an object header, so a worker that reads each item
@@ -96,7 +97,7 @@ def _run(tmp_path, name: str, **knobs) -> tuple[dict, dict]:
     assert done.returncode == 0
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, schema())
-    return result, result_row(result, str(out / "result.json"))
+    return result, result_row(record_of(result, str(out / "result.json")))
 
 
 def test_a_python_list_grows_the_workers_and_a_numpy_twin_does_not(user_module, tmp_path):

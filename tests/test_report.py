@@ -11,8 +11,10 @@ import pytest
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
 from feedbench.analysis.glossary import link_first_uses
 from feedbench.analysis.plots import plot_experiment
-from feedbench.analysis.report import UnsafeSVG, inline_svg, summary_results, write_report
+from feedbench.analysis.publish import summarize
+from feedbench.analysis.report import UnsafeSVG, inline_svg, write_report
 from feedbench.analysis.verdict import summarize_experiment
+from feedbench.plan.records import load_records
 from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.xdist_group("report")  # one worker: the module fixture `html` renders the report once
@@ -166,18 +168,29 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
     assert re.search(r"baseline (hidden_layers=1, sample_delay_ms=0|sample_delay_ms=0, hidden_layers=1):", text)
 
 
-def test_rule_report_reads_the_results_its_summary_lists(real_matrix, tmp_path):  # noqa: F811
-    """Rule report has no results as inputs: its script takes them from the summary (analysis.report.summary_results),
-    damaged ones included, and an empty summary lists none."""
+def test_rule_report_reads_the_records_rule_aggregate_wrote(real_matrix, tmp_path):  # noqa: F811
+    """Rule report has no results as inputs: it reads rule aggregate's records (plan.records), one per summary row in
+    its order, damaged ones included, and renders from them what it renders from the result files; an empty summary
+    has none."""
     damaged = tmp_path / "damaged" / "result.json"
     damaged.parent.mkdir()
     damaged.write_text("{")
     paths = [*real_matrix.paths, str(damaged)]
-    summary = tmp_path / "summary.csv"
-    write_summary(load_results(paths), str(summary))
-    assert sorted(summary_results(str(summary))) == sorted(paths)
-    write_summary(load_results([]), str(tmp_path / "empty.csv"))
-    assert summary_results(str(tmp_path / "empty.csv")) == []
+    summary, records = tmp_path / "summary.csv", tmp_path / "records.json"
+    summarize(paths, str(summary), records=str(records))
+    found = load_records(str(records))
+    assert [r.path for r in found] == list(read_summary(str(summary))["result"])
+    assert sorted(r.path for r in found) == sorted(paths)
+    assert [r.path for r in found if r.damaged] == [str(damaged)] and found[-1].error["type"] == "UnusableResult"
+    pages = {"records": found, "files": paths}
+    for name, given in pages.items():
+        write_report(str(summary), [], given, {}, "none", str(tmp_path / f"{name}.html"))
+    assert (tmp_path / "records.html").read_text() == (tmp_path / "files.html").read_text()
+    summarize([], str(tmp_path / "empty.csv"), records=str(tmp_path / "empty.json"))
+    assert load_records(str(tmp_path / "empty.json")) == []
+    (tmp_path / "bad.json").write_text('{"path": "x"}')
+    with pytest.raises(ValueError, match="not a list of result records"):
+        load_records(str(tmp_path / "bad.json"))
 
 
 def test_every_axis_is_a_column_and_an_adjusted_value_is_marked(html):

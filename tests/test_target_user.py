@@ -4,7 +4,6 @@ pointing to `compute: measured`, for a model the meta device cannot run."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import textwrap
@@ -16,6 +15,7 @@ from feedbench.harness.flops import estimate_cell
 from feedbench.harness.runner import run
 from feedbench.plan.ceilings import batch_bytes, training_cells
 from feedbench.plan.matrix import build_cells
+from feedbench.plan.records import read_record
 from feedbench.plan.target import PAGEABLE_SHARE, read_target
 
 TARGET = {"gpu": "H100", "cores_per_gpu": 4, "cpu_speed": 1.0}
@@ -199,9 +199,9 @@ def test_the_bytes_a_cell_copied_are_its_drawn_batchs_and_the_section_prices_its
     out = tmp_path / "cell"
     knobs = {**entry["knobs"], "python_path": [text_project], "steps": 3, "warmup_steps": 1}
     assert run(knobs, str(out)) == 0
-    result = json.loads((out / "result.json").read_text())
-    assert result["metrics"]["h2d_bytes"] == 3 * TEXT_BATCH_BYTES
-    priced = with_measured_copy(entry, [result], entry["copy_gb_per_s"])
+    record = read_record(str(out / "result.json"))
+    assert record.metrics["h2d_bytes"] == 3 * TEXT_BATCH_BYTES
+    priced = with_measured_copy(entry, [record], entry["copy_gb_per_s"])
     assert priced["batch_bytes"] == entry["batch_bytes"] and priced["batch_bytes_from"] == "measured"
     assert priced["copy_s"] == pytest.approx(entry["copy_s"])
 

@@ -10,6 +10,7 @@ from browser import assert_fits, find_chromium, inspect
 from feedbench.analysis import target_view
 from feedbench.analysis.loader_scaling import LoaderPoint, fit_scaling
 from feedbench.plan.ceilings import LOADER_REACHES
+from feedbench.plan.records import record_of
 from snakemake_run import snakemake, workflow_copy
 
 # The range's and the "measure there" line's drawn widths, in the section "On <target>", and the line's text.
@@ -76,12 +77,12 @@ def test_with_the_default_cpus_the_trainer_waits_on_data():
 def test_memory_is_the_main_process_and_each_worker_measured():
     def result(workers, main, pooled):
         stats = {"trainer_pss_mb": {"max": main}, "workers_pss_mb": {"max": pooled}}
-        return {"cell": {"num_workers": workers}, "monitor": {"stats": stats}}
+        return record_of({"cell": {"num_workers": workers}, "monitor": {"stats": stats}}, "result.json")
 
     # 500 MB main, 400 MB over 2 workers: 200 each; 5 workers -> 1,500 MB -> 2 GiB.
     assert target_view.memory_mb([result(2, 500.0, 400.0)], 5) == 2048
     assert target_view.memory_mb([result(2, 500.0, 400.0), result(2, 1100.0, 400.0)], 0) == 2048
-    assert target_view.memory_mb([{"cell": {}, "monitor": {}}], 3) is None
+    assert target_view.memory_mb([record_of({"cell": {}, "monitor": {}}, "result.json")], 3) is None
 
 
 def test_a_loader_cell_serves_the_training_cells_with_its_loader_whatever_the_workers():

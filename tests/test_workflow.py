@@ -15,6 +15,7 @@ import re
 
 import pytest
 import yaml
+from feedbench.plan.result import READ_LOG
 from snakemake_run import copy_workflow, snakemake, workflow_copy
 
 pytestmark = [
@@ -91,7 +92,9 @@ def done(tmp_path_factory):
     workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
     workdir = tmp_path_factory.mktemp("run")
     (workdir / "empty").mkdir()
-    run = snakemake(workflow, workdir, TINY)
+    with pytest.MonkeyPatch.context() as env:  # every result read and validated, in every process of the run
+        env.setenv(READ_LOG, str(workdir.parent / "reads.txt"))
+        run = snakemake(workflow, workdir, TINY)
     # The cifar10 cell fails by design: the run still ends with its report, names each failed repeat and exits 1.
     assert run.returncode == 1, run.stderr[-4000:]
     failed = sorted(line for line in run.stderr.splitlines() if line.startswith("mlp / "))
@@ -129,6 +132,19 @@ def test_runs_end_to_end_and_writes_every_output(done):
     assert (
         "hidden_layers-1_data_dir-empty_dataset-cifar10" in html and "cifar10 not found" in html
     )  # the failure, listed
+
+
+def test_a_run_reads_each_result_once(done):
+    """Rule aggregate reads and validates each result.json once, into the records the report and the run's end read
+    (feedbench.plan.records): the report's failures and provenance, and the failed cells the run names, open none."""
+    workflow, workdir = done
+    reads = (workdir.parent / "reads.txt").read_text().splitlines()
+    cells = workdir / "results" / "cells"
+    assert sorted(reads) == sorted(str(cells / key / "result.json") for key in everything(TINY)), reads
+    records = json.loads((workdir / "results" / "records.json").read_text())
+    assert [r["labels"]["cell"] for r in records] == [
+        r["cell"] for r in csv.DictReader(open(workdir / "results" / "summary.csv"))
+    ]
 
 
 def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):

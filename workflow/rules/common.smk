@@ -137,6 +137,9 @@ def chosen_cells():
 RESULTS = result_files if SEARCHED else PLANNED_RESULTS
 # The published files (rules aggregate, plot, report); after lost Slurm jobs, report_lost_cells makes them too.
 SUMMARY = "results/summary.csv"
+# Every result read once as a typed record, in the summary's order (feedbench.plan.records), by the aggregate job;
+# the report and the run's end (failed_cells) read these, not the result files.
+RECORDS = "results/records.json"
 CEILING_MAP = (
     "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.plan.ceilings)
 )
@@ -324,11 +327,14 @@ def failed_cells(succeeded=True):
         if job.rule.name in feedbench_slurm.BENCH_RULES
     )
     made = succeeded and any(job.rule.name == "report" for job in jobs)
+    # The records, where this run's aggregate made them or found them up to date: every cell's status and error
+    # without opening its result.json again.
+    records = RECORDS if succeeded and any(job.rule.name == "aggregate" for job in jobs) else None
     preflights = sorted({job.wildcards.experiment for job in jobs if job.rule.name == "preflight"})
     lines = [
         feedbench_preflight.stopped_line(e, feedbench_preflight.PREFLIGHT.format(experiment=e)) for e in preflights
     ]
-    return failed_cells_message(sorted(cells), REPORT if made else None, [line for line in lines if line])
+    return failed_cells_message(sorted(cells), REPORT if made else None, [line for line in lines if line], records)
 
 
 # The preflight's input functions and params (rules/preflight.smk, feedbench.plan.preflight).

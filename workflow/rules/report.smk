@@ -14,6 +14,7 @@ rule aggregate:
             category="Summary",
         ),
         ceilings=CEILING_MAP,
+        records=RECORDS,
     log:
         "logs/aggregate.log",
     conda:
@@ -70,13 +71,15 @@ rule plot:
         "../scripts/plot.py"
 
 
-# The results the report reads are those the summary lists (feedbench.analysis.report.summary_results), not inputs here: a
-# second rule with every result as input would double Snakemake's planning of them (docs/performance.md, "Workflow
-# DAG"). The summary is made again whenever a result changes, so the report is too.
+# The results the report reads are rule aggregate's records of them (results/records.json, feedbench.plan.records), not
+# the result files: a second rule with every result as input would double Snakemake's planning of them
+# (docs/performance.md, "Workflow DAG"), and each would be read again. The records are made again whenever a result
+# changes, so the report is too.
 rule report:
     input:
         **REPORT_INPUTS,
         summary=SUMMARY,
+        records=RECORDS,
         plots=PLOTS,
     output:
         html=report(

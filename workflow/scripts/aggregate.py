@@ -1,5 +1,6 @@
-"""Snakemake `script:` of rule aggregate: every result.json -> results/summary.csv, joined on the planner's map of
-ceilings, written as results/ceilings.json (feedbench.analysis.publish.summarize)."""
+"""Snakemake `script:` of rule aggregate: every result.json, read once -> results/summary.csv, joined on the planner's
+map of ceilings, written as results/ceilings.json, and the results' records, results/records.json, which the later
+rules read (feedbench.analysis.publish.summarize)."""
 
 import sys
 
@@ -12,4 +13,5 @@ sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks
 # Every input: the planned results, and each gated experiment's results or, when its preflight stopped it, the
 # preflight's record, from which each of its cells gets a stopped record, read in place of its result.
 results = preflight.with_stopped_cells(list(snakemake.input), snakemake.params.stopped)
-publish.summarize(results, snakemake.output.summary, snakemake.params.ceilings, snakemake.output.ceilings)
+output = snakemake.output
+publish.summarize(results, output.summary, snakemake.params.ceilings, output.ceilings, output.records)

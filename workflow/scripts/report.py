@@ -1,7 +1,8 @@
-"""Snakemake `script:` of rule report: summary, plots, results and the inputs the report reads by name
+"""Snakemake `script:` of rule report: summary, plots, the results' records and the inputs the report reads by name
 (feedbench.analysis.report.INPUTS) -> results/report/index.html.
 
-The results are those the summary lists (feedbench.analysis.report.summary_results), not inputs of the rule.
+The results are rule aggregate's records of them (results/records.json, feedbench.plan.records): no result.json is
+opened here.
 
 See feedbench.analysis.publish.report.
 """
@@ -9,7 +10,8 @@ See feedbench.analysis.publish.report.
 import sys
 
 from feedbench.analysis import publish
-from feedbench.analysis.report import INPUTS, summary_results
+from feedbench.analysis.report import INPUTS
+from feedbench.plan.records import load_records
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
@@ -17,7 +19,7 @@ sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks
 publish.report(
     snakemake.input.summary,
     list(snakemake.input.plots),
-    summary_results(snakemake.input.summary),  # the results the summary was made from
+    load_records(snakemake.input.records),  # the results the summary was made from, as records
     dict(snakemake.params.get("config") or snakemake.config),
     str(snakemake.params.config_hash),
     snakemake.output.html,

@@ -34,37 +34,15 @@ from ..plan.columns import (
 )
 from ..plan.knobs import KNOBS, STAGE_WHATIFS, WHATIF_ONLY, KnobError, user_batch
 from ..plan.knobs import LABELS as CELL_LABELS
-from ..plan.metric_table import row_of as metric_row
 from ..plan.planned_cell import PlannedCell, effective
-from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
+from ..plan.records import Record, as_records
+from ..plan.result import atomic_write
 from .predict import predict
 from .whatifs import predict_cell, whatifs_of
 
 
-def _labels(result: dict, path: str) -> dict:
-    """The cell's labels, else experiment, cell, repeat from results/cells/<experiment>/<cell>/rep<k>/result.json.
-
-    `baseline` is True or False as feedbench.plan.matrix marked the cell; a result written before cells carried
-    the label leaves it empty (unknown): the verdict then names no baseline and says why.
-    """
-    parts = os.path.normpath(path).split(os.sep)
-    from_path = {}
-    if len(parts) >= 4 and parts[-1] == "result.json" and parts[-2].startswith("rep") and parts[-2][3:].isdigit():
-        from_path = {"experiment": parts[-4], "cell": parts[-3], "repeat": int(parts[-2][3:])}
-    labels = {}
-    for name in LABELS:
-        value = (result.get("cell") or {}).get(name)
-        if value is None:
-            value = (result.get("requested") or {}).get(name)
-        labels[name] = value if value is not None else from_path.get(name)
-    if labels["baseline"] is not None:
-        labels["baseline"] = labels["baseline"] is True
-    return labels
-
-
-def _knobs(result: dict) -> dict:
-    """Every knob as it ran (as requested when the cell did not validate); lists as JSON text."""
-    knobs = knobs_of(result)
+def _knobs(knobs: dict) -> dict:
+    """Every knob of `knobs` (a record's: plan.records.Record.knobs); lists as JSON text."""
     row = {}
     for name in KNOBS:
         value = knobs.get(name)
@@ -83,29 +61,26 @@ def _cpu(load: dict) -> dict:
     return {column: load.get(key) for column, key in zip(CPU_COLUMNS, keys, strict=True)}
 
 
-def result_row(result: dict, path: str) -> dict:
-    """One summary row from one result.json (already parsed)."""
-    error = result.get("error") or {}
-    provenance = result.get("provenance") or {}
+def result_row(record: Record) -> dict:
+    """One summary row from one result's record (plan.records)."""
+    error, provenance = record.error, record.provenance
     return {
-        **_labels(result, path),
-        "status": result.get("status"),
+        **record.labels,
+        "status": record.status,
         "error_type": error.get("type"),
         "error_message": error.get("message"),
-        "adjustments": "; ".join(result.get("adjustments") or []) or None,
-        **_knobs(result),
-        **metric_row(result),
+        "adjustments": "; ".join(record.adjustments) or None,
+        **_knobs(record.knobs),
+        **record.columns,
         **{name: provenance.get(name) for name in PROVENANCE_COLUMNS},
-        "torch_threads_used": result.get("torch_threads"),
-        "torch_threads_source": result.get("torch_threads_source"),
-        "torch_threads_launch": result.get("launch_threads"),
-        **_cpu(result.get("cpu") or {}),
-        **{column: (result.get("shm") or {}).get(column[4:]) for column in SHM_COLUMNS},
+        "torch_threads_used": record.threads.get("torch_threads"),
+        "torch_threads_source": record.threads.get("torch_threads_source"),
+        "torch_threads_launch": record.threads.get("launch_threads"),
+        **_cpu(record.cpu),
+        **{column: record.shm.get(column[4:]) for column in SHM_COLUMNS},
         # The knobs as the workflow asked for them: a cell fitted to the machine (pin_memory on a CPU) ran otherwise.
-        "requested": _requested_text(
-            {k: v for k, v in (result.get("requested") or {}).items() if k not in CELL_LABELS}
-        ),
-        "result": path,
+        "requested": _requested_text({k: v for k, v in record.requested.items() if k not in CELL_LABELS}),
+        "result": record.path,
     }
 
 
@@ -115,23 +90,14 @@ def planned_row(experiment: str, cell: str, knobs: dict, device: str | None) -> 
     (feedbench.plan.search asks this before choosing the cells to run)."""
     ran = {**{name: knob.default for name, knob in KNOBS.items()}, **knobs, "device": device}
     labels = {"experiment": experiment, "cell": cell}
-    return {**labels, "status": "planned", "samples_per_s": None, **_knobs({"cell": ran}), "scenario": "train"}
+    return {**labels, "status": "planned", "samples_per_s": None, **_knobs(ran), "scenario": "train"}
 
 
-def load_results(paths: list[str], links: dict | None = None) -> pd.DataFrame:
-    """Read every result.json into the tidy summary, sorted by experiment, cell, repeat.
-
-    Every result is validated (feedbench.plan.result.read_result, as the workflow's
-    retries are): an unusable one becomes a failed row labelled by its path and
-    saying why, not an exception, so one bad cell never hides the rest of the matrix.
-    """
-    rows = []
-    for path in paths:
-        try:
-            result = read_result(path)
-        except UnusableResult as damage:
-            result = {"status": "failed", "error": {"type": "UnusableResult", "message": str(damage)}}
-        rows.append(result_row(result, str(path)))
+def load_results(results: list, links: dict | None = None) -> pd.DataFrame:
+    """Every result into the tidy summary, sorted by experiment, cell, repeat: `results` are the run's records, or
+    result files, each read and validated once here (plan.records.as_records, as the workflow's retries validate): an
+    unusable one becomes a failed row labelled by its path and saying why, so one bad cell never hides the rest."""
+    rows = [result_row(record) for record in as_records(results)]
     # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
     frame = pd.DataFrame(rows, columns=None if rows else [*LABELS, *STATUS, *KNOBS])
     frame = frame.sort_values(ORDER, kind="stable", na_position="last").reset_index(drop=True)

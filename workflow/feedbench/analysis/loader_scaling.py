@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..plan.records import Record
 from .predict import positive
 
 # Each model's parameter grid: s (serial fraction) in [0, 1], k (crosstalk) in [0, 0.2]. A grid rather than an
@@ -67,15 +68,14 @@ class LoaderPoint:
     busy_share: float | None = None  # the share of those cores its own processes kept busy (the monitor's left out)
 
 
-def _worker_cpu_ms(result: dict) -> float | None:
+def _worker_cpu_ms(record: Record) -> float | None:
     """The workers' CPU ms per sample: their CPU share times the number of workers, over the samples per second.
 
     The share is each worker's CPU time over its wall time between its first and last sample in the window
     (monitor.workers window_cpu_s / window_wall_s: its steady state), pooled over the workers; in results before
     issue #25, over its whole life (cpu_s / wall_s), which its start-up and the warm-up make read low."""
-    monitor, metrics, cell = result.get("monitor") or {}, result.get("metrics") or {}, result.get("cell") or {}
-    workers, count = monitor.get("workers") or [], int(cell.get("num_workers") or 0)
-    rate = positive(metrics.get("samples_per_s"))
+    workers, count = record.monitor.get("workers") or [], int((record.cell or {}).get("num_workers") or 0)
+    rate = positive(record.metrics.get("samples_per_s"))
     if not workers or not count or rate is None:
         return None
     window = sum(w.get("window_wall_s") or 0 for w in workers)
@@ -84,46 +84,46 @@ def _worker_cpu_ms(result: dict) -> float | None:
     return 1000 * (cpu_s / wall_s) * count / rate if cpu_s > 0 and wall_s > 0 else None
 
 
-def loader_point(result: dict) -> LoaderPoint | None:
-    """The point of one loader cell's result.json (parsed); None for a cell that is not a completed loader cell."""
-    cell, metrics = result.get("cell") or {}, result.get("metrics") or {}
-    rate = positive(metrics.get("samples_per_s"))
-    cores = ((result.get("provenance") or {}).get("cores") or {}).get("usable")
-    if result.get("status") != "ok" or cell.get("scenario") != "loader" or rate is None or not cores:
+def loader_point(record: Record) -> LoaderPoint | None:
+    """The point of one loader cell's record (plan.records); None for a cell that is not a completed loader cell."""
+    cell = record.cell or {}
+    rate = positive(record.metrics.get("samples_per_s"))
+    cores = (record.provenance.get("cores") or {}).get("usable")
+    if record.status != "ok" or cell.get("scenario") != "loader" or rate is None or not cores:
         return None
-    main_pct = (((result.get("monitor") or {}).get("stats") or {}).get("trainer_cpu_pct") or {}).get("mean")
+    main_pct = ((record.monitor.get("stats") or {}).get("trainer_cpu_pct") or {}).get("mean")
     main = positive(main_pct)
     workers = int(cell.get("num_workers") or 0)
-    offered = _offered_cores(result) if max(workers, 1) >= cores else None
+    offered = _offered_cores(record) if max(workers, 1) >= cores else None
     return LoaderPoint(
         workers=workers,
         cores=int(cores),
         samples_per_s=rate * cores / offered if offered else rate,  # on free cores
-        worker_cpu_ms=_worker_cpu_ms(result),  # CPU per sample: other load slows the cell, not its samples' cost
+        worker_cpu_ms=_worker_cpu_ms(record),  # CPU per sample: other load slows the cell, not its samples' cost
         main_cpu_ms=10 * main / rate if main is not None else None,  # pct / 100 cores x 1000 ms / (samples/s)
         offered_cores=offered,
-        busy_share=_busy_share(result) if offered else None,
+        busy_share=_busy_share(record) if offered else None,
     )
 
 
-def _busy_share(result: dict) -> float | None:
+def _busy_share(record: Record) -> float | None:
     """The share of its offered cores the cell's own processes kept busy over the window: their CPU time (the main
     process and its workers, less the monitor's thread) over the offered cores times the window. Below 1 where the
     cell left a core idle: the in-order hand-over's wait with a core per worker, which the curve cannot see from one
     core count (the module's docstring)."""
-    offered = (result.get("monitor") or {}).get("cpu_offered") or {}
+    offered = record.monitor.get("cpu_offered") or {}
     cpu = (offered.get("cell_cpu_s") or 0) - (offered.get("monitor_cpu_s") or 0)
     capacity = (offered.get("offered_cores") or 0) * (offered.get("wall_s") or 0)
     return round(min(cpu / capacity, 1.0), 3) if cpu > 0 and capacity > 0 else None
 
 
-def _offered_cores(result: dict) -> float | None:
+def _offered_cores(record: Record) -> float | None:
     """The cores the cell's mask offered it over the window (monitor.cpu_offered), where they are known, are the
     cores the point counts, and at least a tenth of them were offered: below, other load swamped the cell.
     loader_point reads them only where the cell's busy processes could fill its cores (a worker for every core, or
     the main process alone on one): with fewer, the cores other load took may be cores the cell would not have used."""
-    offered = ((result.get("monitor") or {}).get("cpu_offered") or {}).get("offered_cores")
-    cores = ((result.get("provenance") or {}).get("cores") or {}).get("usable")
+    offered = (record.monitor.get("cpu_offered") or {}).get("offered_cores")
+    cores = (record.provenance.get("cores") or {}).get("usable")
     if offered is None or not cores or offered < 0.1 * cores:
         return None
     return min(float(offered), float(cores))

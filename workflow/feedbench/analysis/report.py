@@ -29,8 +29,9 @@ from ..plan import attempts, search
 from ..plan.ceilings import read_map
 from ..plan.cores import CPU_BOUND_SHARE
 from ..plan.preflight import STOPPED_TYPE
+from ..plan.records import Record, as_records
 from ..plan.references import reference_name
-from ..plan.result import UnusableResult, atomic_write, read_result
+from ..plan.result import atomic_write
 from . import accuracy, glossary, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
@@ -176,31 +177,25 @@ def _knob_text(cell: dict | pd.Series, knobs: list[str]) -> str:
     return ", ".join(f"{k}={fmt(cell[k])}" for k in knobs) or "(the only cell)"
 
 
-def _error_tail(path: str | None, fallback: str | None) -> str:
+def _error_tail(error: dict, fallback: str | None) -> str:
     """The last lines of a failed cell's traceback (or its message when it has none)."""
-    try:
-        error = read_result(path).get("error") or {}
-    except (TypeError, UnusableResult):
-        error = {}
     text = error.get("traceback") or error.get("message") or fallback or "no error recorded"
     return "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
 
 
-def provenance_table(paths: list[str], withheld: tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Each allow-listed field (less `withheld`) with the distinct values the results report (several hosts show as
-    several values), then the Snakemake version and when the cells ran."""
+def provenance_table(records: list[Record], withheld: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Each allow-listed field (less `withheld`) with the distinct values the results' records report (several hosts
+    show as several values), then the Snakemake version and when the cells ran."""
     values: dict[str, set] = {name: set() for name in PROVENANCE_FIELDS if name not in withheld}
     span = []
-    for path in paths:
-        try:
-            result = read_result(path)
-        except UnusableResult:
+    for record in records:
+        if record.damaged:
             continue
         for name in values:
-            value = (result.get("provenance") or {}).get(name)
+            value = record.provenance.get(name)
             if value is not None:
                 values[name].add(str(value))
-        span += [t for t in (result.get("started_at"), result.get("finished_at")) if t]
+        span += [t for t in (record.started_at, record.finished_at) if t]
     out = {name: sorted(v) or ["–"] for name, v in values.items()}  # every field shown, '–' where no result knows it
     try:
         out["snakemake"] = [metadata.version("snakemake")]
@@ -436,8 +431,10 @@ def _none_started(runs: int) -> str:
     return "its only run not started" if runs == 1 else f"none of its {runs} runs started"
 
 
-def failure_rows(failed: pd.DataFrame) -> list[dict]:
-    """Each failed run as the section lists it: its cell, its error and the last lines of its log."""
+def failure_rows(failed: pd.DataFrame, records: list[Record] = ()) -> list[dict]:
+    """Each failed run as the section lists it: its cell, its error and the last lines of its traceback (its record's,
+    by the summary's `result` column)."""
+    errors = {record.path: record.error for record in records}
     return [
         {
             "experiment": r["experiment"],
@@ -445,7 +442,7 @@ def failure_rows(failed: pd.DataFrame) -> list[dict]:
             "repeat": r["repeat"],
             "type": r["error_type"],
             "message": r["error_message"],
-            "tail": _error_tail(r.get("result"), r["error_message"]),
+            "tail": _error_tail(errors.get(r.get("result")) or {}, r["error_message"]),
         }
         for r in failed.to_dict("records")
     ]
@@ -506,12 +503,13 @@ INPUTS = {"references": _by_name, "searches": _by_name, "ceilings": _ceilings, "
 
 @dataclass(frozen=True)
 class Page:
-    """What every section reads: the summary, the plots by experiment, the results it was made from, the config, the
-    inputs as read (INPUTS) and what the report withholds (feedbench.analysis.disclosure)."""
+    """What every section reads: the summary, the plots by experiment, the records of the results it was made from
+    (plan.records), the config, the inputs as read (INPUTS) and what the report withholds
+    (feedbench.analysis.disclosure)."""
 
     summary: pd.DataFrame
     figures: dict[str, str]
-    results: list[str]
+    records: list[Record]
     config: dict
     inputs: dict
     disclosure: Disclosure
@@ -564,11 +562,11 @@ def prediction_section(page: Page) -> dict | None:
 
 def _target_section(page: Page) -> dict | None:
     estimates = page.inputs["target"]
-    return target_in_units(target_view.build(estimates, page.results), page.summary) if estimates else None
+    return target_in_units(target_view.build(estimates, page.records), page.summary) if estimates else None
 
 
 def _provenance(page: Page) -> dict:
-    return provenance_table(page.results, withheld=("host",) if page.disclosure.anonymize else ())
+    return provenance_table(page.records, withheld=("host",) if page.disclosure.anonymize else ())
 
 
 def _counts(page: Page) -> dict:
@@ -585,7 +583,7 @@ SECTIONS = (
     Section("experiments", experiment_sections, ("references", "searches", "ceilings", "target"), "experiment.html.j2"),
     Section("prediction", prediction_section),
     Section("target", _target_section, ("target",)),  # "On <target>" (analysis.target_view)
-    Section("failures", lambda page: failure_rows(page.summary[page.summary["status"] != "ok"])),
+    Section("failures", lambda page: failure_rows(page.summary[page.summary["status"] != "ok"], page.records)),
     Section("failure_counts", lambda page: failure_counts(page.summary)),
     Section("counts", _counts),
     Section("provenance", _provenance),
@@ -593,9 +591,10 @@ SECTIONS = (
 )
 
 
-def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: dict, config_hash: str, **inputs) -> dict:
-    """The template's context: each section of SECTIONS under its name, from the summary, the plots, the results and
-    the inputs of INPUTS by name (references, searches, ceilings: the planner's map, target: its estimates).
+def build(summary: pd.DataFrame, svgs: list[str], results: list, config: dict, config_hash: str, **inputs) -> dict:
+    """The template's context: each section of SECTIONS under its name, from the summary, the plots, the results'
+    records (plan.records; result files are read here, once each) and the inputs of INPUTS by name (references,
+    searches, ceilings: the planner's map, target: its estimates).
 
     With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
     provenance names no host; `disclosure` then shortens every string at render time (feedbench.analysis.disclosure).
@@ -607,7 +606,7 @@ def build(summary: pd.DataFrame, svgs: list[str], results: list[str], config: di
     if disclosure.anonymize and "host" in summary:
         summary = summary.assign(host=None)
     read = {name: reader(inputs.get(name)) for name, reader in INPUTS.items()}
-    page = Page(summary, _by_name(svgs), results, config, read, disclosure)
+    page = Page(summary, _by_name(svgs), as_records(results), config, read, disclosure)
     return {
         **{section.name: section.context(page) for section in SECTIONS},
         "anonymized": disclosure.anonymize,
@@ -646,29 +645,19 @@ def render(context: dict, templates: str = TEMPLATES) -> str:
     return glossary.link_first_uses(page)
 
 
-def summary_results(summary_csv: str) -> list[str]:
-    """The result files a summary was made from, as analysis.aggregate wrote their paths (its `result` column).
-
-    Rule report takes them from the summary rather than as inputs of its own: a second rule with every result as an
-    input would double Snakemake's planning of them (docs/performance.md, "Workflow DAG"), and the summary, its input,
-    already changes whenever a result does.
-    """
-    summary = pd.read_csv(summary_csv, usecols=lambda column: column == "result")
-    return [str(path) for path in summary["result"].dropna()] if "result" in summary else []
-
-
 def write_report(
     summary_csv: str,
     svgs: list[str],
-    results: list[str],
+    results: list,
     config: dict,
     config_hash: str,
     html: str,
     templates: str = TEMPLATES,
     **inputs,
 ) -> None:
-    """The report rule's work: summary + plots + results (+ the inputs of INPUTS by name: published tables, the
-    choices of searches, the planner's map of ceilings, a target's estimates) -> one HTML file, written atomically."""
+    """The report rule's work: summary + plots + the results' records (or result files, read once here) (+ the inputs
+    of INPUTS by name: published tables, the choices of searches, the planner's map of ceilings, a target's
+    estimates) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
     context = build(summary, svgs, results, config, config_hash, **inputs)

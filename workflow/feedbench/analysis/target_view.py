@@ -30,8 +30,8 @@ import statistics
 from ..plan.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
 from ..plan.cpu_speed import SHARED_BELOW_PCT
 from ..plan.knobs import KNOBS, kept_by
+from ..plan.records import Record, by_cell
 from ..plan.resources import cpus_per_rank
-from ..plan.result import results_by_cell
 from ..plan.target import link_seconds
 from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
 from .predict import predict
@@ -54,9 +54,9 @@ def same_loader(loader: dict, training: dict) -> bool:
     return all(_value(loader, k) == _value(wanted, k) for k in SAME_LOADER)
 
 
-def loader_points(results: list[dict]) -> list[tuple[dict, LoaderPoint]]:
-    """(cell knobs, point) of every completed loader cell among the results."""
-    points = ((result.get("cell") or {}, loader_point(result)) for result in results)
+def loader_points(records: list[Record]) -> list[tuple[dict, LoaderPoint]]:
+    """(cell knobs, point) of every completed loader cell among the records."""
+    points = ((record.cell or {}, loader_point(record)) for record in records)
     return [(knobs, point) for knobs, point in points if point is not None]
 
 
@@ -100,18 +100,18 @@ def fewest_workers(cell: dict, fit: ScalingFit, target: dict) -> tuple[int, floa
     return workers, share, False
 
 
-def memory_mb(results: list[dict], workers: int) -> int | None:
+def memory_mb(records: list[Record], workers: int) -> int | None:
     """mem_mb for a rank with `workers` workers from a cell's measured memory (the monitor's peak PSS of its main
     process, and of its workers over their number; the most over its repeats), rounded up to whole GiB; None where
     the cell measured none."""
     main, per_worker = None, 0.0
-    for result in results:
-        stats = (result.get("monitor") or {}).get("stats") or {}
+    for record in records:
+        stats = record.monitor.get("stats") or {}
         trainer = (stats.get("trainer_pss_mb") or {}).get("max")
         if trainer is None:
             continue
         main = max(main or 0.0, float(trainer))
-        count = int((result.get("cell") or {}).get("num_workers") or 0)
+        count = int((record.cell or {}).get("num_workers") or 0)
         pooled = (stats.get("workers_pss_mb") or {}).get("max")
         if count and pooled is not None:
             per_worker = max(per_worker, float(pooled) / count)
@@ -133,21 +133,21 @@ def starved(cell: dict, fit: ScalingFit, target: dict, cpus: int | None) -> dict
     return {"cpus": cpus, "workers": workers, "predicted": rate, "starved_pct": 100 * lost, "bound": bound}
 
 
-def measured_bytes(results: list[dict]) -> float | None:
+def measured_bytes(records: list[Record]) -> float | None:
     """The bytes a step of a training cell copied to the device here (metrics.h2d_bytes over its steps), the median
     over its repeats; None where no repeat recorded them (a result older than the figure, or a failed cell)."""
     per_step = []
-    for result in results:
-        metrics = result.get("metrics") or {}
-        if result.get("status") == "ok" and metrics.get("h2d_bytes") and metrics.get("steps"):
+    for record in records:
+        metrics = record.metrics
+        if record.status == "ok" and metrics.get("h2d_bytes") and metrics.get("steps"):
             per_step.append(metrics["h2d_bytes"] / metrics["steps"])
     return statistics.median(per_step) if per_step else None
 
 
-def with_measured_copy(cell: dict, results: list[dict], link_gb_per_s: float) -> dict:
+def with_measured_copy(cell: dict, records: list[Record], link_gb_per_s: float) -> dict:
     """A cell of target.json with its copy priced from the bytes its steps copied here, where it ran (measured_bytes):
     every batch of the window, where target.json's is one batch drawn before the run (or the knobs' shape)."""
-    size = measured_bytes(results)
+    size = measured_bytes(records)
     if size is None:
         return cell
     return {**cell, "batch_bytes": size, "batch_bytes_from": "measured", "copy_s": link_seconds(size, link_gb_per_s)}
@@ -163,7 +163,7 @@ def _fit(cell: dict, loaders: list[tuple[dict, LoaderPoint]]) -> tuple[ScalingFi
     return fit, fit_text(fit)
 
 
-def cell_row(key: str, cell: dict, loaders: list, target: dict, results: list[dict]) -> dict:
+def cell_row(key: str, cell: dict, loaders: list, target: dict, records: list[Record]) -> dict:
     """One training cell's row of the section: predictions on the target, the workers and the Slurm line."""
     row = {"cell": key, "family": cell.get("family"), "efficiency": cell.get("efficiency")}
     row["efficiency_from"] = cell.get("efficiency_from")
@@ -185,7 +185,7 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, results: list[di
     row["workers"], row["share"], row["reached"] = fewest_workers(cell, fit, target)
     row["cpus_per_task"] = cpus_per_rank({"num_workers": row["workers"]})
     row.update(range_row(cell, fit, target))
-    row["mem_mb"] = memory_mb(results, row["workers"])
+    row["mem_mb"] = memory_mb(records, row["workers"])
     row["default"] = starved(cell, fit, target, target.get("default_cpus_per_gpu"))
     return row
 
@@ -244,16 +244,16 @@ def read_estimates(target_json: str) -> dict:
         return json.load(f)
 
 
-def build(estimates: dict, results: list[str]) -> dict:
-    """The section's context from results/target.json (read_estimates) and the result files of the run (loader
-    cells and the training cells' memory)."""
+def build(estimates: dict, records: list[Record]) -> dict:
+    """The section's context from results/target.json (read_estimates) and the records of the run's results
+    (plan.records: loader cells and the training cells' memory)."""
     target = estimates["target"]
-    by_cell = results_by_cell(results)
-    loaders = loader_points([result for own in by_cell.values() for result in own])
+    found = by_cell(records)
+    loaders = loader_points([record for own in found.values() for record in own])
     rows = []
     for key, cell in sorted(estimates["cells"].items()):
-        own = by_cell.get(key, [])
-        knobs = next((r["cell"] for r in own if r.get("cell")), None) or cell["knobs"]  # as run, else as planned
+        own = found.get(key, [])
+        knobs = next((r.cell for r in own if r.cell), None) or cell["knobs"]  # as run, else as planned
         cell = with_measured_copy(cell, own, cell_link(cell, target))
         rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
     return {

@@ -13,24 +13,25 @@ import os
 from collections.abc import Iterable
 
 from .job import CELL_LOG, result_path
-from .result import UnusableResult, read_result
+from .records import Record, load_records, read_record
 
 
-def failure_line(experiment: str, cell: str, repeat: int, ran: bool) -> str | None:
+def failure_line(experiment: str, cell: str, repeat: int, ran: bool, record: Record | None = None) -> str | None:
     """`experiment / cell (repN): Type: the error's first line (log: ...)` for a cell whose result failed or is
     damaged, else None (measured, or no result: a cell the run's targets did not reach). `ran`: whether this run ran
-    the cell's job; a failed result of an earlier run still counts, since the report still lists it."""
+    the cell's job; a failed result of an earlier run still counts, since the report still lists it. `record`: the
+    result's record where the run has it (plan.records), else the result is read."""
     path = result_path(experiment, cell, repeat)
-    if not os.path.exists(path):
-        return None
-    try:
-        result = read_result(path)
-    except UnusableResult as damage:
-        error = f"UnusableResult: {damage.reason}"
-    else:
-        if result["status"] == "ok":
+    if record is None:
+        if not os.path.exists(path):
             return None
-        found = result.get("error") or {}
+        record = read_record(path)
+    if record.damaged:
+        error = f"UnusableResult: {record.error.get('reason')}"
+    else:
+        if record.status == "ok":
+            return None
+        found = record.error
         message = (found.get("message") or "").strip().splitlines()
         error = ": ".join(part for part in (found.get("type"), message[0] if message else None) if part)
     log = CELL_LOG.format(experiment=experiment, cell=cell, repeat=repeat)
@@ -39,14 +40,19 @@ def failure_line(experiment: str, cell: str, repeat: int, ran: bool) -> str | No
 
 
 def failed_cells_message(
-    cells: Iterable[tuple[str, str, int, bool]], report: str | None, stopped: Iterable[str] = ()
+    cells: Iterable[tuple[str, str, int, bool]],
+    report: str | None,
+    stopped: Iterable[str] = (),
+    records: str | None = None,
 ) -> str | None:
     """The run's end in words when any of `cells` (experiment, cell, repeat, ran by this run) failed, or an experiment
     was stopped by its preflight, else None: one line per stopped experiment (`stopped`, feedbench.plan.preflight:
     stopped_line); then how many cells failed, where the report that lists them is (None: a run that ended on an error
     may have made none), and one line per failed cell."""
     cells, stopped = list(cells), list(stopped)
-    lines = [line for line in (failure_line(*cell) for cell in cells) if line]
+    found = {os.path.normpath(r.path): r for r in load_records(records)} if records and os.path.exists(records) else {}
+    lines = [failure_line(*cell, found.get(os.path.normpath(result_path(*cell[:3])))) for cell in cells]
+    lines = [line for line in lines if line]
     if not lines and not stopped:
         return None
     listed = f"; the report lists them ({report})" if report else ""

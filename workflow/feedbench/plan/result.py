@@ -16,6 +16,9 @@ from importlib import resources
 from .metric_table import with_metrics
 
 SCHEMA_VERSION = 1
+# With this variable set to a file, every result read and validated (read_result) appends its path there: how a test
+# counts the reads of a real run, across its processes (tests/test_workflow.py).
+READ_LOG = "FEEDBENCH_READ_LOG"
 
 
 def now() -> str:
@@ -113,6 +116,9 @@ def read_result(path: str) -> dict:
             data = f.read()
     except OSError as error:
         raise UnusableResult(path, f"cannot be read ({error.strerror or error})", "unreadable") from None
+    if os.environ.get(READ_LOG):
+        with open(os.environ[READ_LOG], "a", encoding="utf-8") as log:  # one short append: whole lines
+            log.write(f"{os.path.abspath(path)}\n")
     tag = hashlib.sha256(data).hexdigest()[:12]
     try:
         result = json.loads(data)
