@@ -178,10 +178,11 @@ def test_a_failed_cell_an_earlier_run_left_still_fails_the_run_and_says_so(faile
 
 def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, monkeypatch):
     """Without Snakemake: no result says nothing, a failed one gives its error's first line, a damaged one its damage
-    (plan.result.read_result decides, as for the summary)."""
+    (plan.result.read_result decides, as for the summary); from the run's records, the same without reading them."""
     from feedbench.plan.failures import failed_cells_message, failure_line
     from feedbench.plan.job import result_path
-    from feedbench.plan.result import failed_result, now, write_result
+    from feedbench.plan.records import read_record, write_records
+    from feedbench.plan.result import READ_LOG, failed_result, now, write_result
 
     monkeypatch.chdir(tmp_path)  # results/ and logs/ are relative to Snakemake's working directory
     labels = {"experiment": "e", "cell": "c", "repeat": 1}
@@ -209,3 +210,10 @@ def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, mon
         stopped[0],
         "feedbench: 2 of 3 cell runs failed:",
     ]
+    # From the run's records (plan.records, as rule aggregate writes them): the same lines, no result.json opened.
+    records = "results/records.json"
+    write_records([read_record(result_path("e", cell, 1)) for cell in ("c", "d")], records)
+    message = failed_cells_message(cells, "results/report/index.html")
+    monkeypatch.setenv(READ_LOG, str(tmp_path / "reads.txt"))
+    assert failed_cells_message(cells, "results/report/index.html", records=records) == message
+    assert not (tmp_path / "reads.txt").exists()

@@ -28,3 +28,18 @@ def test_stored_results_aggregate_to_the_stored_summary(tmp_path):
     assert not set(stored.columns) - set(today.columns), "columns the stored summary has and today's lacks"
     columns = [c for c in stored.columns if c != "result"]
     pd.testing.assert_frame_equal(today[columns], stored[columns])
+
+
+def test_stored_results_read_as_typed_records_and_back(tmp_path):
+    """Results written before some metrics existed read as records keyed by the knob and metric tables, those metrics
+    empty (as their summary columns are), and come back equal from results/records.json."""
+    from feedbench.plan.knobs import KNOBS
+    from feedbench.plan.metric_table import METRICS
+    from feedbench.plan.records import NAMED, load_records, read_record, write_records
+
+    records = [read_record(p) for p in sorted(glob.glob(os.path.join(STORED, "cells", "*", "result.json")))]
+    assert [r.knobs["num_workers"] for r in records] == [1, 2, 4] and all(set(r.knobs) == set(KNOBS) for r in records)
+    assert all(set(r.metrics) == set(NAMED) <= set(METRICS) for r in records)
+    assert all(r.metrics["samples_per_s"] > 0 and r.metrics["h2d_bytes"] is None for r in records)  # h2d: newer
+    write_records(records, str(tmp_path / "records.json"))
+    assert load_records(str(tmp_path / "records.json")) == records

@@ -98,6 +98,11 @@ class Metric:
         at = self.parts.index("{" + self.expand.name + "}")
         return self.parts[:at], self.parts[at + 1 :]
 
+    def at(self, result: dict) -> Any:
+        """The value at the metric's path in a result, as it holds it; None where a level is missing (an older result).
+        For a metric without an expansion."""
+        return _at(result, self.parts)
+
     def value(self, node: Any) -> Any:
         """The column's value from the node at the metric's path (converted where the metric says)."""
         return self.convert(node) if self.convert is not None and node is not None else node

@@ -83,13 +83,6 @@ def _labels(result: dict, path: str) -> dict:
     return labels
 
 
-def _at(result: dict, path: str):
-    node = result
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
 def record_of(result: dict, path: str, damaged: bool = False) -> Record:
     """The record of one parsed result (already validated) found at `path`."""
     monitor = result.get("monitor") or {}
@@ -99,7 +92,7 @@ def record_of(result: dict, path: str, damaged: bool = False) -> Record:
         labels=_labels(result, str(path)),
         cell=result.get("cell"),
         requested=result.get("requested") or {},
-        metrics={name: _at(result, METRICS[name].path) for name in NAMED},
+        metrics={name: METRICS[name].at(result) for name in NAMED},
         columns=row_of(result),
         error=result.get("error") or {},
         adjustments=result.get("adjustments") or [],
