@@ -138,9 +138,9 @@ def measured_bytes(records: list[Record]) -> float | None:
     over its repeats; None where no repeat recorded them (a result older than the figure, or a failed cell)."""
     per_step = []
     for record in records:
-        metrics = record.metrics
-        if record.status == "ok" and metrics.get("h2d_bytes") and metrics.get("steps"):
-            per_step.append(metrics["h2d_bytes"] / metrics["steps"])
+        metrics = record.metrics  # by the metric table's names: metrics.steps is measured_steps
+        if record.status == "ok" and metrics.get("h2d_bytes") and metrics.get("measured_steps"):
+            per_step.append(metrics["h2d_bytes"] / metrics["measured_steps"])
     return statistics.median(per_step) if per_step else None
 
 
