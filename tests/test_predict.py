@@ -311,10 +311,13 @@ def test_the_copy_term_reads_the_probe_of_the_cells_own_batch_with_its_pinning()
     # pipeline at 1,000 samples/s of loader (2 workers) and 400 of compute, and two probes of real batches, one of them
     # another crop. The cell pins: its copy term is the pinned batch of its own probe, 8 ms per batch of 16 samples.
     from feedbench.analysis.aggregate import result_row, with_predictions
+    from feedbench.plan.records import record_of
 
     def result(cell, scenario, metrics, **knobs):
         knobs = {**SHAPES, "device": "cuda", "pin_memory": True, "scenario": scenario, **knobs}
-        return result_row({"status": "ok", "cell": {**knobs, "cell": cell}, "metrics": metrics}, f"{cell}.json")
+        return result_row(
+            record_of({"status": "ok", "cell": {**knobs, "cell": cell}, "metrics": metrics}, f"{cell}.json")
+        )
 
     def probe(ms_pinned):
         batches = [

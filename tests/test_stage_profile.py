@@ -20,6 +20,7 @@ from feedbench.analysis import stages
 from feedbench.analysis.aggregate import result_row
 from feedbench.harness import profile as sample_profile
 from feedbench.harness.runner import run
+from feedbench.plan.records import record_of
 from feedbench.plan.result import schema
 
 # A user's text pipeline, loaded by import path: __getitem__ tokenizes (a user helper and a str.split inside) and
@@ -161,7 +162,7 @@ def test_the_two_costliest_functions_are_named_within_10_percent_and_only_the_wa
 def stages_rows(result: dict, path: str):
     import pandas as pd
 
-    return pd.DataFrame([{**result_row(result, path), "cell": "c", "experiment": "e"}])
+    return pd.DataFrame([{**result_row(record_of(result, path)), "cell": "c", "experiment": "e"}])
 
 
 def _helper(word):  # a function of this file (the user's code) called by another: part of its time

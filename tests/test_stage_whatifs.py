@@ -26,6 +26,7 @@ from feedbench.plan.cell import parse_cell
 from feedbench.plan.config import validate_config
 from feedbench.plan.knobs import KnobError
 from feedbench.plan.matrix import ConfigError, build_cells
+from feedbench.plan.records import record_of
 from snakemake_run import run_snakemake, workflow_copy
 from test_stages import COSTS, USER_MODULE
 from test_stages import USER_CODE as V1_CODE
@@ -282,7 +283,7 @@ def test_only_stages_that_took_and_gave_tensors_get_an_on_device_row(run_cell, u
     found = result["metrics"]["stages"]
     assert found["order"] == ["Lower", "Tokenize", "Pad", "Scale"] and found["on_device"] == ["Scale"]
     assert "functions" not in found  # no @feedbench.stage function ran
-    rows = pd.DataFrame([result_row(result, str(tmp_path / "result.json"))])
+    rows = pd.DataFrame([result_row(record_of(result, str(tmp_path / "result.json")))])
     table = {(r["stage"], r["what"]) for r in whatifs.table(rows, result["cell"], (1000.0, 1000.0), (None, None))}
     assert ("Tokenize", "cached after it") in table and ("Tokenize", "costs nothing") in table
     assert {stage for stage, what in table if what == "on the device"} <= {"Scale"}, table

@@ -274,10 +274,11 @@ def test_the_users_batch_is_the_same_with_stage_timing_on_and_off(workers):
 
 def test_the_summary_has_a_column_per_stage_and_statistic():
     from feedbench.analysis.aggregate import result_row
+    from feedbench.plan.records import record_of
 
     stats = {"mean_ms": 2.5, "median_ms": 2.0, "p90_ms": 3.0, "p99_ms": 4.0, "share": 0.5, "calls": 8}
     timed = {"samples": 8, "batches": 2, "worker_ms_per_sample": 5.0, "stages": {"decode": stats}}
-    row = result_row({"status": "ok", "metrics": {"steps": 2, "stages": timed}}, "result.json")
+    row = result_row(record_of({"status": "ok", "metrics": {"steps": 2, "stages": timed}}, "result.json"))
     assert row["stage_worker_ms"] == 5.0
     assert {k: v for k, v in row.items() if k.startswith("stage_decode_")} == {
         "stage_decode_ms": 2.0,

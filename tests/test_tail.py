@@ -16,6 +16,7 @@ from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.verdict import summarize_experiment, time_lost_parts
 from feedbench.harness.runner import run
 from feedbench.plan.metrics import epoch_boundaries, wait_tail
+from feedbench.plan.records import record_of
 from feedbench.plan.result import schema
 from torch.utils.data import DataLoader
 
@@ -72,7 +73,7 @@ def _run(tmp_path, name: str, **knobs) -> tuple[dict, dict]:
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "ok", result["error"]
     jsonschema.validate(result, schema())
-    return result, result_row(result, str(out / "result.json"))
+    return result, result_row(record_of(result, str(out / "result.json")))
 
 
 def test_without_persistent_workers_each_epoch_boundary_stalls(user_module, tmp_path):

@@ -13,6 +13,7 @@ from feedbench.analysis.report import build as build_report
 from feedbench.analysis.report import render
 from feedbench.analysis.views import builder, read_reference
 from feedbench.plan.knobs import defaults
+from feedbench.plan.records import record_of
 from markupsafe import escape
 from matplotlib.figure import Figure
 
@@ -68,7 +69,7 @@ def row(
     }
     if failed:
         result["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
-    return result_row(result, f"results/cells/{experiment}/{name}/rep{repeat}/result.json")
+    return result_row(record_of(result, f"results/cells/{experiment}/{name}/rep{repeat}/result.json"))
 
 
 def summary(rows: list[dict]) -> pd.DataFrame:

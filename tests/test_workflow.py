@@ -138,9 +138,9 @@ def test_a_run_reads_each_result_once(done):
     """Rule aggregate reads and validates each result.json once, into the records the report and the run's end read
     (feedbench.plan.records): the report's failures and provenance, and the failed cells the run names, open none."""
     workflow, workdir = done
-    reads = (workdir.parent / "reads.txt").read_text().splitlines()
-    cells = workdir / "results" / "cells"
-    assert sorted(reads) == sorted(str(cells / key / "result.json") for key in everything(TINY)), reads
+    reads = [os.path.realpath(path) for path in (workdir.parent / "reads.txt").read_text().splitlines()]
+    cells = os.path.realpath(workdir / "results" / "cells")
+    assert sorted(reads) == sorted(os.path.join(cells, key, "result.json") for key in everything(TINY)), reads
     records = json.loads((workdir / "results" / "records.json").read_text())
     assert [r["labels"]["cell"] for r in records] == [
         r["cell"] for r in csv.DictReader(open(workdir / "results" / "summary.csv"))
