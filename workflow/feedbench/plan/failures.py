@@ -2,9 +2,9 @@
 Snakefile's onsuccess and onerror).
 
 A bench job always succeeds, so that the matrix goes on and the report lists a failed cell (plan.job). Snakemake then
-sees a run of successful jobs; the run's end reads the cells' results to say which failed, and the Snakefile makes
-the run exit 1 on them, as it does after lost Slurm jobs. No torch and no Snakemake here: the Snakefile gives the
-cells.
+sees a run of successful jobs; the run's end reads the cells' records (plan.records, where the run's aggregate made
+them; else their results) to say which failed, and the Snakefile makes the run exit 1 on them, as it does after lost
+Slurm jobs. No torch and no Snakemake here: the Snakefile gives the cells.
 """
 
 from __future__ import annotations
