@@ -22,6 +22,8 @@ from feedbench.plan.target import read_target
 from feedbench.version import __version__
 from test_target import SCHEMA, plan
 
+pytestmark = pytest.mark.xdist_group("cpu_speed")  # one worker: fixture `here` measures its cell once
+
 H100 = {"gpu": "H100", "cores_per_gpu": 8}
 
 
