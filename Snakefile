@@ -115,6 +115,7 @@ onstart:
 # WorkflowError raised here is printed by Snakemake, which then exits 1 (README, "Exit code"). Snakemake calls no
 # handler on a dry run, with --no-hooks, or when there is nothing to do.
 onsuccess:
+    print_verdict()
     message = failed_cells()
     if message:
         raise WorkflowError(message)

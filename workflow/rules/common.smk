@@ -141,6 +141,7 @@ CEILING_MAP = (
     "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.plan.ceilings)
 )
 REPORT = "results/report/index.html"
+VERDICT = "results/report/verdict.txt"  # the report's verdicts as text: the run's end prints them (print_verdict)
 # The estimates for the config's target (rule target), read by the report's section "On <target>"; none without one.
 TARGET_ESTIMATES = "results/target.json"
 TARGET_FILES = [TARGET_ESTIMATES] if config.get("target") else []
@@ -309,6 +310,14 @@ def keep_earlier_attempts():
         if job.rule.name in feedbench_slurm.BENCH_RULES:
             labels = {name: job.wildcards[name] for name in ("experiment", "cell", "repeat")}
             keep_earlier(CELL_DIR.format(**labels), CELL_LOG.format(**labels))
+
+
+def print_verdict():
+    """The run's end (onsuccess), where this run made the report: its verdicts in the terminal, three lines per
+    experiment, so a machine with no browser reads them too."""
+    if any(job.rule.name == "report" for job in workflow.dag.jobs) and os.path.exists(VERDICT):
+        with open(VERDICT) as f:
+            print(f"feedbench: the verdict ({REPORT}):\n{f.read()}", end="")
 
 
 def failed_cells(succeeded=True):

@@ -28,11 +28,11 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 
 def report(summary: str, plots: list[str], results: list[str], config: dict, config_hash: str, html: str,
-           **inputs) -> None:  # fmt: skip
+           verdict: str | None = None, **inputs) -> None:  # fmt: skip
     """Rule report: summary, plots, results and the report's other inputs by name (analysis.report.INPUTS: published
     tables, searches' choices, the planner's map of ceilings, which folds the ceiling cells under the experiments
-    they serve, a target's estimates) -> one HTML file (analysis.report)."""
-    write_report(summary, plots, results, config, config_hash, html, **inputs)
+    they serve, a target's estimates) -> one HTML file (analysis.report), and its verdicts as text at `verdict`."""
+    write_report(summary, plots, results, config, config_hash, html, verdict=verdict, **inputs)
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,

@@ -665,6 +665,7 @@ def write_report(
     config_hash: str,
     html: str,
     templates: str = TEMPLATES,
+    verdict: str | None = None,
     **inputs,
 ) -> None:
     """The report rule's work: summary + plots + results (+ the inputs of INPUTS by name: published tables, the
@@ -673,3 +674,21 @@ def write_report(
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
     context = build(summary, svgs, results, config, config_hash, **inputs)
     atomic_write(html, render(context, templates))
+    if verdict:  # the rule's plain-text verdicts, which the run's end prints (the Snakefile's onsuccess)
+        atomic_write(verdict, verdict_text(context["experiments"]))
+
+
+def verdict_text(experiments: list[dict]) -> str:
+    """Each experiment's three verdict lines (analysis.headline), as the report's top shows them, and the time its
+    best cell, baseline or slower cells lost to the first batch or epoch boundaries: read in a terminal, on a machine
+    with no browser."""
+    blocks = []
+    for e in experiments:
+        if e["headline"]:
+            found = e["headline"]
+            lines = [f"  {word.title()}: {found[word]}" for word in ("finding", "where", "fix")]
+            lost = e["verdict"]["time_lost"]  # the first batch and epoch stalls, shown under the bound in the page
+            blocks.append("\n".join([e["name"], *lines, *([f"  Time lost: {lost}"] if lost else [])]))
+        elif e["note"]:
+            blocks.append(f"{e['name']}\n  {e['note']}")
+    return "\n".join(blocks) + "\n" if blocks else ""

@@ -109,10 +109,7 @@ def default_loss(output, batch, label_key: str = "label"):
         return own, "the model's own loss (its output's loss)"
     if isinstance(batch, dict) and label_key in batch:
         logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
-        return (
-            torch.nn.functional.cross_entropy(logits.float(), batch[label_key]),
-            f"cross-entropy against batch[{label_key!r}]",
-        )
+        return cross_entropy(logits, batch[label_key], f"batch[{label_key!r}]")
     if isinstance(batch, dict):  # a dict batch: the label is a key of it, so a missing one is that knob's fault
         from ..plan.plugins import did_you_mean
 
@@ -123,11 +120,24 @@ def default_loss(output, batch, label_key: str = "label"):
             f"{', '.join(keys) or 'none'}, or a step (package.module:train_step) returning the loss"
         )
     if isinstance(batch, (list, tuple)) and len(batch) > 1:
-        return torch.nn.functional.cross_entropy(output.float(), batch[1]), "cross-entropy against batch[1]"
+        return cross_entropy(output, batch[1], "batch[1]")
     raise KnobError(
         f"knob 'step': no loss: the model's output is not a scalar and has no loss, and the batch has no batch[1] or "
         f"batch[{label_key!r}]; allowed: a step (package.module:train_step) returning the loss, or label_key"
     )
+
+
+def cross_entropy(logits, target, label: str):
+    """(loss, rule): the default loss, refused where it cannot train: over one value per sample (a regression's
+    output, shape (batch,) or (batch, 1)) cross-entropy is 0 or taken across the batch, whatever the model does."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 2 or logits.shape[1] < 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise KnobError(
+            f"knob 'step': the default loss, cross-entropy against {label}, needs class scores of shape (batch, "
+            f"classes >= 2, ...) and the model's output is {shape} (a regression?); allowed: a step "
+            "(package.module:train_step) returning the loss, e.g. torch.nn.functional.mse_loss(model(x), y)"
+        )
+    return torch.nn.functional.cross_entropy(logits.float(), target), f"cross-entropy against {label}"
 
 
 def call_model(model, batch, forward_keys: list[str] | None = None):
