@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results, rebuilt_map, result_row, with_predictions
-from feedbench.plan.ceilings import Bounds, batch_bytes, ceiling_map
+from feedbench.core.ceilings import Bounds, batch_bytes, ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
 from snakemake_run import snakemake, workflow_copy

@@ -10,9 +10,9 @@ import pytest
 import tomllib
 import yaml
 from conftest import ROOT
-from feedbench.plan.ceilings import ceiling_map
+from feedbench.core.ceilings import ceiling_map
+from feedbench.core.knobs import KNOBS
 from feedbench.plan.config import validate_config
-from feedbench.plan.knobs import KNOBS
 from feedbench.plan.matrix import build_cells
 from snakemake_run import run_snakemake
 

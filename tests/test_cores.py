@@ -12,8 +12,8 @@ import time
 import pytest
 from conftest import ROOT
 from fake_cgroup import cgroup_tree
-from feedbench.plan import cores
-from feedbench.plan.result import read_result
+from feedbench.core import cores
+from feedbench.core.result import read_result
 
 
 def test_the_smallest_quota_of_the_cgroup_and_its_parents(tmp_path):

@@ -6,8 +6,8 @@ import os
 import re
 
 from conftest import ROOT
-from feedbench.plan import metric_table
-from feedbench.plan.knobs import markdown_table
+from feedbench.core import metric_table
+from feedbench.core.knobs import markdown_table
 
 
 def test_knob_table_in_docs_matches_knobs():

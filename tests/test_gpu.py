@@ -221,8 +221,8 @@ needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GP
 @needs_two
 def test_bf16_under_dp_on_two_gpus():
     """Every DataParallel replica computes in bfloat16, not in its thread's default float16 (#27, bug 4)."""
+    from feedbench.core.cell import parse_cell
     from feedbench.harness.loop import WithLoss, wrap_parallel
-    from feedbench.plan.cell import parse_cell
 
     seen = []
     probe = torch.nn.Linear(64, 64).cuda(0)
@@ -294,12 +294,12 @@ def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
 def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run_cell):
     """`target: {compute: measured}`: the cell plan.target.measured_cells plans (the compute ceiling on a GPU), run
     here, is taken over the estimate for a target that names this GPU: CUDA's name for it matches the table's."""
-    from feedbench.plan.target import find_gpu, gpu_table, measured_compute, same_gpu
+    from feedbench.core.target import find_gpu, gpu_table, measured_compute, same_gpu
 
     name = torch.cuda.get_device_name(0)
     known = [row for row in gpu_table() if same_gpu(name, find_gpu(row))]
     if not known:
-        pytest.skip(f"{name} is not a GPU of plan/gpus.yaml")
+        pytest.skip(f"{name} is not a GPU of core/gpus.yaml")
     knobs = dict(model="resnet18", dataset="synthetic", image_size=64, batch_size=64, steps=20, warmup_steps=5)
     code, result = run_cell(scenario="compute", device="cuda", **knobs)
     assert code == 0, result["error"]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import yaml
-from feedbench.plan.model_names import TORCHVISION_MODELS
+from feedbench.core.model_names import TORCHVISION_MODELS
 from snakemake_run import snakemake_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +86,6 @@ def test_the_cached_model_list_is_the_installed_torchvisions():
     installed = tuple(torchvision.models.list_models(module=torchvision.models))
     assert TORCHVISION_MODELS == installed, (
         f"torchvision {torchvision.__version__} has other classification models: update "
-        f"workflow/feedbench/plan/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
+        f"workflow/feedbench/core/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
         f"gone: {sorted(set(TORCHVISION_MODELS) - set(installed))})"
     )

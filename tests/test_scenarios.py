@@ -13,9 +13,9 @@ import time
 import jsonschema
 import pytest
 import torch
+from feedbench.core.metric_table import undeclared
+from feedbench.core.result import schema
 from feedbench.harness.images import make_images
-from feedbench.plan.metric_table import undeclared
-from feedbench.plan.result import schema
 
 TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1)
 

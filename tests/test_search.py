@@ -4,8 +4,8 @@ config checks; tests/test_search_workflow.py runs it through Snakemake."""
 from __future__ import annotations
 
 import pytest
+from feedbench.core.ceilings import ceiling_sources
 from feedbench.plan import search
-from feedbench.plan.ceilings import ceiling_sources
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells, search_groups
 

@@ -12,9 +12,9 @@ import time
 
 import yaml
 
-from .plan import metric_table
-from .plan.knobs import KNOBS, markdown_table
-from .plan.result import schema
+from .core import metric_table
+from .core.knobs import KNOBS, markdown_table
+from .core.result import schema
 
 
 class _Loader(yaml.SafeLoader):
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="NAME=VALUE",
         help="the thread variables Snakemake sets to each job's threads, as the workflow was launched with them "
-        "(feedbench.plan.threads): the harness gets these back; without the option the environment is left alone",
+        "(feedbench.core.threads): the harness gets these back; without the option the environment is left alone",
     )
     preflight = sub.add_parser(
         "preflight",
@@ -154,8 +154,8 @@ def _record_failure(args) -> int:
 
 
 def _job(args) -> int:
+    from .core.threads import restored
     from .plan.job import cell_paths, run_job
-    from .plan.threads import restored
 
     if args.out is None or args.log is None:
         try:
@@ -207,8 +207,8 @@ def _make_shards(args) -> int:
 
 
 def _cpu_speed(args) -> int:
+    from .core.cpu_speed import REPEATS
     from .harness.cpu_speed import summary, write_measurement
-    from .plan.cpu_speed import REPEATS
 
     repeats = REPEATS if args.repeats is None else args.repeats
     if repeats < 1:
@@ -262,13 +262,13 @@ def run_or_launch(
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 
+    from .core.cell import parse_cell
+    from .core.knobs import KnobError
+    from .core.resources import ranks
     from .harness.distributed import world_from_env
     from .harness.fit import resolve
     from .harness.launch import launch
     from .harness.runner import run
-    from .plan.cell import parse_cell
-    from .plan.knobs import KnobError
-    from .plan.resources import ranks
 
     if stop_at is not None:  # counted after the imports, which take seconds on a busy node; at least 1 s
         time_limit = max(round(stop_at - time.time()), 1)

@@ -10,14 +10,14 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from feedbench.plan import preflight as feedbench_preflight
-from feedbench.plan import resources as cell_resources
+from feedbench.core import resources as cell_resources
 from feedbench.plan import search as feedbench_search
-from feedbench.plan.attempts import keep_earlier
-from feedbench.plan import shm as feedbench_shm
+from feedbench.core.attempts import keep_earlier
+from feedbench.core import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
-from feedbench.plan.ceilings import ceiling_map, training_cells
+from feedbench.core.ceilings import ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
-from feedbench.plan.cpu_speed import is_speed_file
+from feedbench.core.cpu_speed import is_speed_file
 from feedbench.plan.failures import failed_cells_message
 from feedbench.plan.job import CELL_DIR, CELL_LOG, PYTHON_VARIABLE, attempt, job_python, result_path
 from feedbench.plan.matrix import (
@@ -28,10 +28,10 @@ from feedbench.plan.matrix import (
     search_dry_run_line,
     search_levels,
 )
-from feedbench.plan.plugins import content_hash
-from feedbench.plan.references import reference_tables
-from feedbench.plan.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
-from feedbench.plan.threads import launch_args
+from feedbench.core.plugins import content_hash
+from feedbench.core.references import reference_tables
+from feedbench.core.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
+from feedbench.core.threads import launch_args
 
 IMAGES_DIR = "results/data/images"
 # The shell rules' Python, "$FEEDBENCH_PYTHON": this workflow's own, or the rule's conda env's
@@ -39,7 +39,7 @@ IMAGES_DIR = "results/data/images"
 os.environ.update({PYTHON_VARIABLE: job_python(workflow.deployment_settings.deployment_method)})
 # The thread variables (OMP_NUM_THREADS, ...) as the user launched the workflow, before Snakemake sets every job's to
 # its threads: the bench job hands them back to the harness, so that a cell's trainer gets the threads the user's own
-# launch would (feedbench.plan.threads). Quoted for the shell, braces doubled for Snakemake's format.
+# launch would (feedbench.core.threads). Quoted for the shell, braces doubled for Snakemake's format.
 LAUNCH_ENV = "".join(f" {shlex.quote(arg)}".replace("{", "{{").replace("}", "}}") for arg in launch_args(os.environ))
 
 
@@ -138,19 +138,19 @@ RESULTS = result_files if SEARCHED else PLANNED_RESULTS
 # The published files (rules aggregate, plot, report); after lost Slurm jobs, report_lost_cells makes them too.
 SUMMARY = "results/summary.csv"
 CEILING_MAP = (
-    "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.plan.ceilings)
+    "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.core.ceilings)
 )
 REPORT = "results/report/index.html"
 # The estimates for the config's target (rule target), read by the report's section "On <target>"; none without one.
 TARGET_ESTIMATES = "results/target.json"
 TARGET_FILES = [TARGET_ESTIMATES] if config.get("target") else []
 # With `target: {compute: measured}`: each training cell (`<experiment>/<cell>`) -> its compute ceiling measured on
-# the target's GPU (feedbench.plan.target.measured_cells), whose results rule target reads.
+# the target's GPU (feedbench.core.target.measured_cells), whose results rule target reads.
 MEASURED = {key: (c.experiment, c.id) for key, c in measured_cells(config, list(CELLS.values())).items()}
 MEASURED_RESULTS = sorted({path for cell in MEASURED.values() for path in repeats_of(*cell)})
 # A target's cpu_speed measured there: its file (made absolute by planned_cells) is rule target's input, and rule
 # target runs the same reference cell here, alone: threads beyond --cores are capped at it, so no local job shares
-# the CPU with the measurement (feedbench.plan.cpu_speed).
+# the CPU with the measurement (feedbench.core.cpu_speed).
 TARGET_SPEED_FILES = (
     [config["target"]["cpu_speed"]] if config.get("target") and is_speed_file(config["target"]["cpu_speed"]) else []
 )
@@ -235,7 +235,7 @@ def preflight_input():
     return preflight_of
 
 
-# Resources from the cell (docs/workflow.md: "Resources of a cell"): feedbench.plan.resources, which the launcher uses too. Knobs
+# Resources from the cell (docs/workflow.md: "Resources of a cell"): feedbench.core.resources, which the launcher uses too. Knobs
 # a cell does not set take the harness's defaults.
 def per_cell(of_knobs):
     """An input, the threads or a resource of the bench rule: a constant when every cell has the same, else a function of
@@ -302,7 +302,7 @@ def report_lost_cells(log):
 def keep_earlier_attempts():
     """Before the cell jobs run (the Snakefile's onstart): the earlier attempt of each cell this run runs moves to its
     attempts/ folder, its result.json and log included, which Snakemake deletes before the job starts
-    (feedbench.plan.attempts; docs/reliability-slurm.md, "Every attempt kept"). Not with --touch, which runs nothing."""
+    (feedbench.core.attempts; docs/reliability-slurm.md, "Every attempt kept"). Not with --touch, which runs nothing."""
     if workflow.touch:
         return
     for job in workflow.dag.needrun_jobs():

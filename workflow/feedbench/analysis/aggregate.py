@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from ..plan.ceilings import (
+from ..core.ceilings import (
     CEILING_EXPERIMENTS,
     CEILINGS,
     batch_bytes,
@@ -23,7 +23,7 @@ from ..plan.ceilings import (
     nearest_size,
     user_probe_knobs,
 )
-from ..plan.columns import (
+from ..core.columns import (
     CPU_COLUMNS,
     LABELS,
     ORDER,
@@ -32,11 +32,11 @@ from ..plan.columns import (
     SHM_COLUMNS,
     STATUS,
 )
-from ..plan.knobs import KNOBS, STAGE_WHATIFS, WHATIF_ONLY, KnobError, user_batch
-from ..plan.knobs import LABELS as CELL_LABELS
-from ..plan.metric_table import row_of as metric_row
-from ..plan.planned_cell import PlannedCell, effective
-from ..plan.result import UnusableResult, atomic_write, knobs_of, read_result
+from ..core.knobs import KNOBS, STAGE_WHATIFS, WHATIF_ONLY, KnobError, user_batch
+from ..core.knobs import LABELS as CELL_LABELS
+from ..core.metric_table import row_of as metric_row
+from ..core.planned_cell import PlannedCell, effective
+from ..core.result import UnusableResult, atomic_write, knobs_of, read_result
 from .predict import predict
 from .whatifs import predict_cell, whatifs_of
 
@@ -121,7 +121,7 @@ def planned_row(experiment: str, cell: str, knobs: dict, device: str | None) -> 
 def load_results(paths: list[str], links: dict | None = None) -> pd.DataFrame:
     """Read every result.json into the tidy summary, sorted by experiment, cell, repeat.
 
-    Every result is validated (feedbench.plan.result.read_result, as the workflow's
+    Every result is validated (feedbench.core.result.read_result, as the workflow's
     retries are): an unusable one becomes a failed row labelled by its path and
     saying why, not an exception, so one bad cell never hides the rest of the matrix.
     """
@@ -191,7 +191,7 @@ def _or_default(value, name: str):
 
 def _planned(ok: pd.DataFrame, links: dict):
     """row -> (loader samples/s, compute samples/s, the transfer probe's rows) of the cells the planner's map
-    (feedbench.plan.ceilings.ceiling_map) names for the row's cell."""
+    (feedbench.core.ceilings.ceiling_map) names for the row's cell."""
     names = [f"{experiment}/{cell}" for experiment, cell in zip(ok["experiment"], ok["cell"], strict=True)]
     by_cell = dict(tuple(ok.groupby(pd.Series(names, index=ok.index, dtype=object)))) if len(ok) else {}
 
@@ -234,7 +234,7 @@ def _as_planned(row) -> dict | None:
 
 
 def rebuilt_map(frame: pd.DataFrame) -> dict:
-    """The planner's map (feedbench.plan.ceilings.ceiling_map) of a summary rebuilt from results alone: each cell
+    """The planner's map (feedbench.core.ceilings.ceiling_map) of a summary rebuilt from results alone: each cell
     planned over again from the knobs it asked for (_as_planned), so that its ceilings are the cells the planner's own
     rule (ceilings.Bounds) finds. Where another experiment's cell measures the same ceiling as a derived one, the
     derived one is kept (given last: Bounds keeps the last of equal cells), as in the run."""
@@ -281,7 +281,7 @@ def _predict_row(row, knobs: dict, rates: tuple, copy: tuple, baseline_of) -> tu
 def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataFrame:
     """Add PREDICTION_COLUMNS: each single-process training cell predicted from its ceilings (analysis.predict), and
     the measured samples/s against it: 100 x (measured / predicted - 1). The ceilings are the cells the planner's map
-    names (links: feedbench.plan.ceilings.ceiling_map, results/ceilings.json); without a map, the map planned again
+    names (links: feedbench.core.ceilings.ceiling_map, results/ceilings.json); without a map, the map planned again
     from the cells the rows asked for (rebuilt_map)."""
     frame = frame.copy()
     for column in PREDICTION_COLUMNS:

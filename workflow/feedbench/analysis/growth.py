@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..plan.memory import growing
+from ..core.memory import growing
 
 COLUMNS = {
     "growth_mb_per_1k": "workers_uss_growth_mb_per_1k",

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from ..core.ceilings import KNEE_REACHES
+from ..core.cores import most_workers
 from ..plan import search
-from ..plan.ceilings import KNEE_REACHES
-from ..plan.cores import most_workers
 from .stages import column_median
 
 # The summary's columns this sentence reads when the results have them: the workers' memory (the monitor's summed PSS,

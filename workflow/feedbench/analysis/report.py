@@ -25,12 +25,13 @@ import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
-from ..plan import attempts, search
-from ..plan.ceilings import read_map
-from ..plan.cores import CPU_BOUND_SHARE
+from ..core import attempts
+from ..core.ceilings import read_map
+from ..core.cores import CPU_BOUND_SHARE
+from ..core.references import reference_name
+from ..core.result import UnusableResult, atomic_write, read_result
+from ..plan import search
 from ..plan.preflight import STOPPED_TYPE
-from ..plan.references import reference_name
-from ..plan.result import UnusableResult, atomic_write, read_result
 from . import accuracy, glossary, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure

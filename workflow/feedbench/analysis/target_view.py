@@ -27,12 +27,12 @@ import json
 import math
 import statistics
 
-from ..plan.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
-from ..plan.cpu_speed import SHARED_BELOW_PCT
-from ..plan.knobs import KNOBS, kept_by
-from ..plan.resources import cpus_per_rank
-from ..plan.result import results_by_cell
-from ..plan.target import link_seconds
+from ..core.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
+from ..core.cpu_speed import SHARED_BELOW_PCT
+from ..core.knobs import KNOBS, kept_by
+from ..core.resources import cpus_per_rank
+from ..core.result import results_by_cell
+from ..core.target import link_seconds
 from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
 from .predict import predict
 from .views import Table

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..plan.ceilings import LOADER_REACHES
-from ..plan.knobs import KNOBS, PAYS_OFF
+from ..core.ceilings import LOADER_REACHES
+from ..core.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, stages
 from .aggregate import is_true, knob_value
 from .stages import column_median

@@ -3,7 +3,7 @@
 The model is built on PyTorch's meta device (shapes, no data), so ResNet-50 at batch 32 counts in about a second
 and needs no memory. FLOPs: torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions, forward and
 backward). Bytes: every tensor an operator writes (views write nothing), counted twice (written, then read once),
-plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.plan.target's roofline turns both into time.
+plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.core.target's roofline turns both into time.
 
 Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward, and in one
 steady-state step of the cell's SGD (the second; the first also creates the momentum buffers), counted one launch
@@ -37,9 +37,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..plan.ceilings import batch_bytes, ceiling_knobs
-from ..plan.cell import parse_cell
-from ..plan.estimate import (
+from ..core.ceilings import batch_bytes, ceiling_knobs
+from ..core.cell import parse_cell
+from ..core.estimate import (
     MEASURE_OVER,
     Prediction,
     beside_published,
@@ -51,11 +51,11 @@ from ..plan.estimate import (
     published_cells,
     summarize,
 )
-from ..plan.knobs import KNOBS, user_batch, user_code
-from ..plan.model_names import input_kind, model_family
-from ..plan.plugins import resolve_all
-from ..plan.result import atomic_write, results_by_cell
-from ..plan.target import (
+from ..core.knobs import KNOBS, user_batch, user_code
+from ..core.model_names import input_kind, model_family
+from ..core.plugins import resolve_all
+from ..core.result import atomic_write, results_by_cell
+from ..core.target import (
     Gpu,
     Target,
     compute_side,

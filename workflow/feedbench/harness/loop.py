@@ -21,10 +21,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..plan.cell import Cell
-from ..plan.knobs import KnobError
-from ..plan.metrics import CLOCKED_PHASES
-from ..plan.plugins import Context, resolve_all
+from ..core.cell import Cell
+from ..core.knobs import KnobError
+from ..core.metrics import CLOCKED_PHASES
+from ..core.plugins import Context, resolve_all
 from .batches import batch_len, call_model, copied_bytes, default_loss, unpinned_note
 from .cache import prepare as prepare_page_cache
 from .collector import Collector
@@ -260,7 +260,7 @@ def measure(
     """
     world = World() if world is None else world
     torch.manual_seed(cell.seed)
-    user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plan.plugins)
+    user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.core.plugins)
     ctx = context(cell, device, world)
     move = user.get("to_device", to_device)  # every copy of a batch goes through it: loop, prefetcher, probes
     loader = _loader(cell, device, m, user, ctx, (world, move, out_dir))

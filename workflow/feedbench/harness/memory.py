@@ -18,7 +18,7 @@ import time
 
 import psutil
 
-from ..plan import memory
+from ..core import memory
 
 MB = 2**20
 # The most points a stored series keeps (evenly thinned, its last point kept); the fit uses every point.

@@ -18,9 +18,9 @@ import traceback
 
 import torch
 
+from ..core.cell import parse_cell
+from ..core.plugins import plugins_of, resolve_all
 from ..plan import preflight as plan
-from ..plan.cell import parse_cell
-from ..plan.plugins import plugins_of, resolve_all
 from .data import build_dataset, build_loader
 from .distributed import World, rank_device
 from .fit import resolve

@@ -38,8 +38,8 @@ import numpy
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from ..plan.cell import Cell
-from ..plan.knobs import IMAGE_STAGES, KNOBS, STAGE_WHATIFS, KnobError
+from ..core.cell import Cell
+from ..core.knobs import IMAGE_STAGES, KNOBS, STAGE_WHATIFS, KnobError
 from . import stages
 from .stages import StagedBatch, first_line, named, pipeline
 from .timing import device_work

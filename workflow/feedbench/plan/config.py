@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, validators
 
-from .knobs import shown
+from ..core.knobs import shown
 
 
 class ConfigError(ValueError):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from ..core.result import UnusableResult, read_result
 from .job import CELL_LOG, result_path
-from .result import UnusableResult, read_result
 
 
 def failure_line(experiment: str, cell: str, repeat: int, ran: bool) -> str | None:

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from .attempts import ATTEMPTS, keep_earlier, numbers
+from ..core.attempts import ATTEMPTS, keep_earlier, numbers
 
 # A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
 # and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
@@ -77,7 +77,7 @@ def attempt(result_path: str, retry_failed: bool) -> str:
     attempt's result stands for it: Snakemake evaluates the params again as the job starts, and the job must carry
     the attempt the run planned.
     """
-    from .result import UnusableResult, knobs_of, read_result  # jsonschema: loaded when a result exists
+    from ..core.result import UnusableResult, knobs_of, read_result  # jsonschema: loaded when a result exists
 
     if not os.path.exists(result_path):
         folder = os.path.dirname(result_path)

@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .ceilings import KNEE_REACHES
+from ..core.ceilings import KNEE_REACHES
+from ..core.knobs import KNOBS, SEARCHABLE, shown
 from .config import ConfigError
-from .knobs import KNOBS, SEARCHABLE, shown
 
 
 def axis_of(spec: Any) -> Any:

@@ -3,7 +3,7 @@
 A knob's declaration says its type, default, bounds and help,
 whether it takes user code, whether it needs loader workers, and which
 ceilings keep it. Everything else is derived from it: the command line, the
-validation of a cell, the documentation, the `Cell` type (feedbench.plan.cell),
+validation of a cell, the documentation, the `Cell` type (feedbench.core.cell),
 and the knobs each ceiling keeps
 (feedbench.analysis.predict). So adding a knob is one declaration here plus the code
 that reads it. Torch- and pandas-free: the Snakefile plans with it.
@@ -191,7 +191,7 @@ DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
 
 
 def _model_name(name: str) -> None:
-    """A model a cell can train by name: feedbench.plan.model_names knows them without torch."""
+    """A model a cell can train by name: feedbench.core.model_names knows them without torch."""
     error = model_error(name)
     if error:
         raise KnobError(error)
@@ -762,7 +762,7 @@ _MUTABLE_DEFAULTS = tuple(name for name, default in _DEFAULTS.items() if isinsta
 def defaults() -> dict[str, Any]:
     """Every knob at its default, in a new dict whose lists and mappings are copies.
 
-    Built from a table made once: the workflow parses every cell of the matrix with it (feedbench.plan.cell.parse_cell),
+    Built from a table made once: the workflow parses every cell of the matrix with it (feedbench.core.cell.parse_cell),
     and a dict of a hundred knobs rebuilt per cell cost a tenth of a second at 10,000 cells.
     """
     values = dict(_DEFAULTS)

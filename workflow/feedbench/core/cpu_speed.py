@@ -25,7 +25,7 @@ import json
 import os
 from typing import Any
 
-from .config import ConfigError
+from ..plan.config import ConfigError
 from .knobs import shown
 
 KIND = "feedbench cpu-speed"

@@ -22,7 +22,7 @@ import math
 import os
 from typing import Any
 
-from .config import ConfigError, key_path
+from ..plan.config import ConfigError, key_path
 from .knobs import BUILTIN_DATASETS, KNOBS, dropped_by, kept_by, user_batch
 from .model_names import input_kind
 from .planned_cell import NOT_KNOBS, PlannedCell, cell_id, effective, same_key, same_value
@@ -40,7 +40,7 @@ CEILING_EXPERIMENTS = {"loader": "ceilings-loader", "compute": "ceilings-compute
 # The ceilings derived from a training cell's knobs; the transfer probe is sized from its batch instead.
 CEILINGS = ("loader", "compute")
 
-# Which ceilings keep each knob is declared with it (feedbench.plan.knobs.Knob.ceilings); these are derived from that.
+# Which ceilings keep each knob is declared with it (feedbench.core.knobs.Knob.ceilings); these are derived from that.
 # Knobs that only change how the loader delivers batches (and the copy knobs): a compute ceiling resets them.
 LOADER_ONLY = dropped_by("compute")
 # Knobs that only change the model's work per batch (and the copy knobs the loader alone never uses): a loader ceiling

@@ -46,7 +46,7 @@ Cell = make_dataclass(
     frozen=True,
 )
 Cell.__module__ = __name__  # where pickle finds it (a spawned loader worker unpickles the cell)
-Cell.__doc__ = "The knobs of one cell (feedbench.plan.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
+Cell.__doc__ = "The knobs of one cell (feedbench.core.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
 
 
 def parse_cell(raw: dict[str, Any]) -> Cell:

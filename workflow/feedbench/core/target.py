@@ -1,7 +1,7 @@
 """The target: the node a cluster job will run on, named in the config's `target:` block, and its GPU's figures.
 
     target:
-      gpu: H100            # a name of the table plan/gpus.yaml (peak FLOP/s per dtype, memory and link bandwidth)
+      gpu: H100            # a name of the table core/gpus.yaml (peak FLOP/s per dtype, memory and link bandwidth)
       cores_per_gpu: 16    # the CPU cores Slurm gives each GPU's rank and its loader workers
       cpu_speed: 1.0       # one core of the target against one core here (a loader cell's samples/s there / here),
                            # or the file `python -m feedbench cpu-speed --out FILE` wrote there (plan.cpu_speed)
@@ -9,7 +9,7 @@
       compute: measured    # optional: estimated (the default) or measured there (below)
       partition: gpu       # optional, with compute: measured: the Slurm partition of the target's GPUs
 
-The compute side is estimated (feedbench.plan.estimate) unless `compute: measured`: then each single-process
+The compute side is estimated (feedbench.core.estimate) unless `compute: measured`: then each single-process
 training cell's compute ceiling is planned once more, on a GPU (device cuda), in the experiment `target-compute`
 (measured_cells), for a run on the target's partition (docs/target.md); the section "On <target>"
 takes a measurement made on the target's GPU (measured_compute) over the estimate, and says which each cell used.
@@ -22,7 +22,7 @@ one rank and one loader worker (plan.resources) is refused, and a cpu_speed file
 feedbench's reference cell (plan.cpu_speed). Each is one ConfigError line.
 
 The roofline turns a step's counted FLOPs and bytes into seconds on the GPU; the copy turns a batch's bytes into
-seconds over the link. Plain Python (the plan layer): feedbench.harness.flops counts, feedbench.plan.estimate fits the
+seconds over the link. Plain Python (the plan layer): feedbench.harness.flops counts, feedbench.core.estimate fits the
 efficiency that scales the roofline to what a model family reaches.
 """
 
@@ -37,8 +37,8 @@ from typing import Any
 
 import yaml
 
+from ..plan.config import ConfigError, key_path
 from .ceilings import ceiling_base, ceiling_cell, ceiling_knobs, trains_alone
-from .config import ConfigError, key_path
 from .cpu_speed import is_speed_file, read_speed_file
 from .knobs import KNOBS, shown
 from .model_names import model_family
