@@ -1,4 +1,4 @@
-"""The planner's map of ceilings (plan.ceilings.ceiling_map): the summary joins on it, and a summary rebuilt from
+"""The planner's map of ceilings (core.ceilings.ceiling_map): the summary joins on it, and a summary rebuilt from
 results that have none plans their cells again by the same rule (aggregate.rebuilt_map)."""
 
 from __future__ import annotations

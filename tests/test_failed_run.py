@@ -178,7 +178,7 @@ def test_a_failed_cell_an_earlier_run_left_still_fails_the_run_and_says_so(faile
 
 def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, monkeypatch):
     """Without Snakemake: no result says nothing, a failed one gives its error's first line, a damaged one its damage
-    (plan.result.read_result decides, as for the summary)."""
+    (core.result.read_result decides, as for the summary)."""
     from feedbench.core.result import failed_result, now, write_result
     from feedbench.plan.failures import failed_cells_message, failure_line
     from feedbench.plan.job import result_path

@@ -255,7 +255,7 @@ def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
 @pytest.mark.parametrize("num_workers", [2, 0])
 def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
     """pin_memory on a GPU (#24, #35 N3): the page-locked copies of the batches the cell holds pinned, as CUDA's host
-    allocator saw them in a fresh process, against the result's shm.pinned_bytes (plan.shm.pinned_pool). Batches of
+    allocator saw them in a fresh process, against the result's shm.pinned_bytes (core.shm.pinned_pool). Batches of
     sizes that are not powers of two (1,000,000 bytes of features, 2,000 of labels), which the allocator rounds up to
     1 MiB and 2 KiB blocks; with num_workers 0 the main thread pins. The step may hold one batch more. Not yet run on
     a GPU."""
@@ -292,7 +292,7 @@ def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
 
 
 def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run_cell):
-    """`target: {compute: measured}`: the cell plan.target.measured_cells plans (the compute ceiling on a GPU), run
+    """`target: {compute: measured}`: the cell core.target.measured_cells plans (the compute ceiling on a GPU), run
     here, is taken over the estimate for a target that names this GPU: CUDA's name for it matches the table's."""
     from feedbench.core.target import find_gpu, gpu_table, measured_compute, same_gpu
 

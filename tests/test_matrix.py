@@ -371,7 +371,7 @@ def test_plots_may_name_knobs_summary_columns_and_monitor_means():
 
 
 def test_summary_columns_are_what_aggregate_writes():
-    """plan.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
+    """core.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
     from feedbench.analysis.aggregate import PREDICTION_COLUMNS, result_row
     from feedbench.core.columns import SUMMARY_COLUMNS
     from feedbench.core.knobs import KNOBS

@@ -56,7 +56,7 @@ WRITTEN = [
 @pytest.mark.parametrize("name", METRICS)
 def test_every_declared_metric_is_written_by_the_package(name):
     """Its key at the end of its path is a string of some module outside the table: the harness, or the plan's
-    measures it calls (plan.metrics.summarize). A metric declared and never measured fails here."""
+    measures it calls (core.metrics.summarize). A metric declared and never measured fails here."""
     key = METRICS[name].parts[-1]
     assert any(written.fullmatch(key) for written in WRITTEN), (
         f"metric {name!r}: no module of the package writes {key!r} ({METRICS[name].path})"

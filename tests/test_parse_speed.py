@@ -80,7 +80,7 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
 
 
 def test_the_cached_model_list_is_the_installed_torchvisions():
-    """plan.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
+    """core.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
     import torchvision
 
     installed = tuple(torchvision.models.list_models(module=torchvision.models))

@@ -219,7 +219,7 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
 
 def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
     """No adapter: a Dataset class and a model class whose signatures take no ctx are called with their arguments
-    alone (plan.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
+    alone (core.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
     knobs = classes_cell(project)
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")

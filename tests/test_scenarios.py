@@ -22,7 +22,7 @@ TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, war
 
 def validate(result: dict) -> None:
     jsonschema.validate(result, schema())
-    assert not undeclared(result), f"metrics measured but not declared in plan.metric_table: {undeclared(result)}"
+    assert not undeclared(result), f"metrics measured but not declared in core.metric_table: {undeclared(result)}"
 
 
 @pytest.fixture(scope="module")

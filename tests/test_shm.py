@@ -77,7 +77,7 @@ def test_the_pinned_pool_is_what_the_allocator_holds():
 )
 def test_the_pinned_batches_are_those_the_loop_holds_at_once(more):
     """N3 (#35) through the measured loop: with num_workers 0 the batches alive at once in the training process (each
-    one pinned there on a GPU) are the count plan.shm.pinned_batches gives: the one being made while the step holds
+    one pinned there on a GPU) are the count core.shm.pinned_batches gives: the one being made while the step holds
     the last, the stream prefetcher's batches ahead (on a CPU it still holds them), a compute cell's resident batches.
     Counted at each new batch."""
     alive, peak = [], []

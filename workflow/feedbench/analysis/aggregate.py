@@ -78,7 +78,7 @@ def _requested_text(knobs: dict) -> str:
 
 
 def _cpu(load: dict) -> dict:
-    """The result's `cpu` (plan.cores.cpu_load) as its summary columns, in CPU_COLUMNS' order."""
+    """The result's `cpu` (core.cores.cpu_load) as its summary columns, in CPU_COLUMNS' order."""
     keys = ["usable_cores", "demand_cores", "trainer_cores", "cpu_share", "runnable_share", "kind", "oversubscribed"]
     return {column: load.get(key) for column, key in zip(CPU_COLUMNS, keys, strict=True)}
 
@@ -161,7 +161,7 @@ def _median(values) -> float | None:
 
 
 def _copy_rate(probe: pd.DataFrame, size: int | None, pinned: bool) -> float | None:
-    """The transfer probe's median GB/s at its probed size that stands for `size` (plan.ceilings.nearest_size)."""
+    """The transfer probe's median GB/s at its probed size that stands for `size` (core.ceilings.nearest_size)."""
     prefix = f"transfer_gb_per_s_{'pinned' if pinned else 'pageable'}_"
     sizes = [int(c[len(prefix) :]) for c in probe if c.startswith(prefix) and probe[c].notna().any()]
     nearest = nearest_size(sizes, size)

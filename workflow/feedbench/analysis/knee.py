@@ -21,7 +21,7 @@ from .stages import column_median
 
 # The summary's columns this sentence reads when the results have them: the workers' memory (the monitor's summed PSS,
 # its mean over the run) and the memory the cell may use (absent until the results record one: then no limit is
-# named). Shared memory: plan.shm.facts as the cell's loader started.
+# named). Shared memory: core.shm.facts as the cell's loader started.
 WORKER_MEMORY = "workers_pss_mb_mean"
 MEMORY_LIMIT = "memory_limit_mb"
 SHM_IN_FLIGHT, SHM_FREE = "shm_in_flight_bytes", "shm_free_bytes"
@@ -98,7 +98,7 @@ def _cores(value) -> int:
 
 
 def _trainer(cell: dict) -> int:
-    """The cores each rank's trainer asks for (plan.cores.trainer_cores); 1 in results before it."""
+    """The cores each rank's trainer asks for (core.cores.trainer_cores); 1 in results before it."""
     value = cell.get("trainer_cores")
     return 1 if value is None or pd.isna(value) else _cores(value)
 
@@ -109,7 +109,7 @@ def _threads(trainer: int) -> str:
 
 
 def _cpu(cell: dict, number: Callable) -> str:
-    """Which kind the recommended cell's workers are, against its cores (plan.cores.cpu_load)."""
+    """Which kind the recommended cell's workers are, against its cores (core.cores.cpu_load)."""
     cores = (
         f", {_cores(cell['demand_cores'])} cores asked of {_cores(cell['usable_cores'])} usable"
         if cell.get("demand_cores") and cell.get("usable_cores")

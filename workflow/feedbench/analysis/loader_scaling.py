@@ -3,7 +3,7 @@ fitted beyond them, scaled to a target's cores and CPU speed (issue #25, "the lo
 
 From each loader cell (scenario loader) measured here, a point (`loader_point`):
 
-    W, N            its loader workers and the cores its process could use (provenance.cores.usable: plan.cores)
+    W, N            its loader workers and the cores its process could use (provenance.cores.usable: core.cores)
     X               the samples/s it delivered
     c_w, c_m        CPU ms per sample of its loader workers (monitor.workers: their CPU share in the window times
                     their number) and of its main process (the monitor's trainer_cpu_pct over the window), over X

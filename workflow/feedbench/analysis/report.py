@@ -293,7 +293,7 @@ def _verdict_context(found: dict) -> dict:
 
 def attempt_rows(rows: pd.DataFrame) -> list[dict]:
     """Each cell and repeat whose result is not its first attempt, with its attempts in words ("attempt 2; attempt 1
-    lost to NODE_FAIL after 51 steps"), from the attempts/ folder beside its result (plan.attempts)."""
+    lost to NODE_FAIL after 51 steps"), from the attempts/ folder beside its result (core.attempts)."""
     found = []
     for row in rows.to_dict("records"):
         path = row.get("result")
@@ -363,7 +363,7 @@ def _times(rate: float | None, factor: float | None) -> float | None:
 
 def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
     """The section "On <target>" with each cell's rates in its experiment's unit (verdict.unit), as every other
-    section shows them: the estimate (plan.estimate) counts samples/s, times the cell's tokens per sample here where
+    section shows them: the estimate (core.estimate) counts samples/s, times the cell's tokens per sample here where
     its pipeline counts tokens (unknown, so left out, where the cell measured none)."""
     for row in target["rows"]:
         experiment, _, cell = row["cell"].partition("/")

@@ -471,7 +471,7 @@ def time_lost(ok: pd.DataFrame) -> dict:
 
 
 def workers_cpu(ok: pd.DataFrame) -> dict:
-    """The kind of a cell's loader workers over its finished repeats (plan.cores.cpu_load: CPU-bound or waiting, the
+    """The kind of a cell's loader workers over its finished repeats (core.cores.cpu_load: CPU-bound or waiting, the
     most frequent), their median CPU and runnable shares, its cores asked and usable, and whether any repeat was
     oversubscribed; None each where the summary has no such column or value."""
     kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)

@@ -22,8 +22,7 @@ import math
 import os
 from typing import Any
 
-from ..plan.config import ConfigError, key_path
-from .knobs import BUILTIN_DATASETS, KNOBS, dropped_by, kept_by, user_batch
+from .knobs import BUILTIN_DATASETS, KNOBS, ConfigError, dropped_by, kept_by, key_path, user_batch
 from .model_names import input_kind
 from .planned_cell import NOT_KNOBS, PlannedCell, cell_id, effective, same_key, same_value
 from .result import atomic_write
@@ -90,7 +89,7 @@ def batch_bytes(knobs: dict[str, Any]) -> int | None:
 
 def batch_tensor_bytes(knobs: dict[str, Any]) -> list[int] | None:
     """Bytes of each tensor of one batch, [samples, labels]: each is an allocation of its own (pinning rounds each
-    one up: plan.shm.pinned_pool); None for tokens (variable)."""
+    one up: core.shm.pinned_pool); None for tokens (variable)."""
 
     def get(name: str) -> Any:
         return knobs.get(name, KNOBS[name].default)

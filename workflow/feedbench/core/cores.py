@@ -90,7 +90,7 @@ KINDS = {True: "CPU-bound", False: "waiting"}
 
 def ranks_sharing(knobs, env: Mapping[str, str] = os.environ) -> int:
     """The cell's ranks that share this process's usable cores: one where Slurm gives each task its own CPUs
-    (SLURM_CPUS_PER_TASK), else every rank on this host (as plan.shm counts its loaders)."""
+    (SLURM_CPUS_PER_TASK), else every rank on this host (as core.shm counts its loaders)."""
     if env.get("SLURM_CPUS_PER_TASK", "").isdigit():
         return 1
     return loaders(knobs, local="SLURM_JOB_ID" not in env)[0]

@@ -29,12 +29,24 @@ def shown(value: Any) -> str:
     return _SHOWN.repr(value)
 
 
-# `package.module:attribute`: a knob that takes user code (Knob.user_code) names it so (plan.plugins imports it).
+# `package.module:attribute`: a knob that takes user code (Knob.user_code) names it so (core.plugins imports it).
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 class KnobError(ValueError):
     """A bad knob value: the message is one line naming knob, value and choices."""
+
+
+class ConfigError(ValueError):
+    """A bad config: the message is one line naming the key path, the value and what is allowed."""
+
+
+def key_path(*parts: Any) -> str:
+    """A config key path as errors name it: `experiments.e.matrix[0]`."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
 
 
 def _number(bound: float) -> str:
@@ -132,7 +144,7 @@ class BuiltinDataset:
     """A built-in dataset (feedbench.harness.data.DATASETS builds it): what the workflow knows of it without torch."""
 
     name: str
-    # What one sample is, for the bytes of a batch (plan.ceilings.batch_bytes): "image" (3 x image_size^2 floats),
+    # What one sample is, for the bytes of a batch (core.ceilings.batch_bytes): "image" (3 x image_size^2 floats),
     # "model" (what the model takes: input_size floats for the mlp, else an image) or "tokens" (of varying length).
     sample: str
     # How to make or get the folder it reads, when it needs a data_dir: the hint of the error without one.
@@ -750,7 +762,7 @@ def kept_by(ceiling: str) -> tuple[str, ...]:
 # Keys a cell may carry that only name it (set by the workflow, unused by the harness):
 # where it belongs, whether it is its experiment's baseline (feedbench.plan.matrix marks it),
 # and which attempt at it this is (see workflow/rules/common.smk).
-# `code` is the fingerprint of the user's python_path folders (plan.plugins.content_hash): it reruns their cells.
+# `code` is the fingerprint of the user's python_path folders (core.plugins.content_hash): it reruns their cells.
 LABELS = ("experiment", "cell", "repeat", "baseline", "attempt", "code")
 
 

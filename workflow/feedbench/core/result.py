@@ -56,12 +56,12 @@ def tail(path: str | None, lines: int = 30) -> str:
 
 
 def schema_file() -> dict:
-    """The result schema as its file states it: everything but the leaves plan.metric_table declares and it omits."""
+    """The result schema as its file states it: everything but the leaves core.metric_table declares and it omits."""
     return json.loads(resources.files("feedbench").joinpath("schemas/result.schema.json").read_text())
 
 
 def schema() -> dict:
-    """The result schema: its file, with every metric of plan.metric_table (`python -m feedbench metrics --schema`)."""
+    """The result schema: its file, with every metric of core.metric_table (`python -m feedbench metrics --schema`)."""
     return with_metrics(schema_file())
 
 

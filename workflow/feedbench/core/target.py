@@ -4,7 +4,7 @@
       gpu: H100            # a name of the table core/gpus.yaml (peak FLOP/s per dtype, memory and link bandwidth)
       cores_per_gpu: 16    # the CPU cores Slurm gives each GPU's rank and its loader workers
       cpu_speed: 1.0       # one core of the target against one core here (a loader cell's samples/s there / here),
-                           # or the file `python -m feedbench cpu-speed --out FILE` wrote there (plan.cpu_speed)
+                           # or the file `python -m feedbench cpu-speed --out FILE` wrote there (core.cpu_speed)
       link_gb_per_s: 25    # optional: the host-to-device bandwidth where it differs from the GPU's default link
       compute: measured    # optional: estimated (the default) or measured there (below)
       partition: gpu       # optional, with compute: measured: the Slurm partition of the target's GPUs
@@ -18,8 +18,8 @@ Those cells are jobs of their own rule, MEASURED_RULE (workflow/rules/bench.smk:
 
 Every figure the plan needs is checked at plan time, before any job: an unknown GPU names the known ones, a figure
 missing from the table (or a dtype the GPU has no rate for) names what is missing, a target with fewer cores than
-one rank and one loader worker (plan.resources) is refused, and a cpu_speed file must be a measurement of this
-feedbench's reference cell (plan.cpu_speed). Each is one ConfigError line.
+one rank and one loader worker (core.resources) is refused, and a cpu_speed file must be a measurement of this
+feedbench's reference cell (core.cpu_speed). Each is one ConfigError line.
 
 The roofline turns a step's counted FLOPs and bytes into seconds on the GPU; the copy turns a batch's bytes into
 seconds over the link. Plain Python (the plan layer): feedbench.harness.flops counts, feedbench.core.estimate fits the
@@ -37,10 +37,9 @@ from typing import Any
 
 import yaml
 
-from ..plan.config import ConfigError, key_path
 from .ceilings import ceiling_base, ceiling_cell, ceiling_knobs, trains_alone
 from .cpu_speed import is_speed_file, read_speed_file
-from .knobs import KNOBS, shown
+from .knobs import KNOBS, ConfigError, key_path, shown
 from .model_names import model_family
 from .planned_cell import PlannedCell, effective, same_key
 from .resources import cpus_per_rank
@@ -80,7 +79,7 @@ class Target:
     cores_per_gpu: int
     cpu_speed: float | None  # None: measured, from cpu_speed_file there and the same reference here (rule target)
     link_gb_per_s: float  # the GPU's default link unless the config gives its own
-    cpu_speed_file: str | None = None  # a cpu-speed file measured on the target (plan.cpu_speed), checked
+    cpu_speed_file: str | None = None  # a cpu-speed file measured on the target (core.cpu_speed), checked
 
 
 def _key(name: str) -> str:

@@ -31,7 +31,7 @@ from .masked import run_masked
 
 
 def measure(repeats: int = REPEATS, scratch: str | None = None) -> dict[str, Any]:
-    """The reference cell's samples/s on one core here, `repeats` times: the cpu-speed record (plan.cpu_speed)."""
+    """The reference cell's samples/s on one core here, `repeats` times: the cpu-speed record (core.cpu_speed)."""
     if repeats < 1:
         raise ValueError(f"repeats {repeats}: allowed: at least 1")
     with tempfile.TemporaryDirectory(prefix="cpu-speed-", dir=scratch) as root:

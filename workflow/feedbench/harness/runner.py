@@ -283,7 +283,7 @@ def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) ->
 
 
 def _set_threads(r: CellRun, cell: Cell) -> None:
-    """The trainer's threads as the user's launch gives them, or the knob's (plan.threads), and why."""
+    """The trainer's threads as the user's launch gives them, or the knob's (core.threads), and why."""
     torch.set_num_threads(cell.torch_threads or LAUNCH_THREADS)
     r.result["torch_threads"] = torch.get_num_threads()
     r.result["torch_threads_source"] = threads.source(cell.torch_threads, os.environ)

@@ -1,4 +1,4 @@
-"""Stage what-ifs, run for real: the knobs cache_after, skip_stages and device_stages (plan.knobs.STAGE_WHATIFS).
+"""Stage what-ifs, run for real: the knobs cache_after, skip_stages and device_stages (core.knobs.STAGE_WHATIFS).
 
 They change the stages of the dataset's torchvision Compose (v1 or v2), found and named as the stage timing finds and
 names them (harness.stages.pipeline), for the built-in `images` its read and decode before the Compose, and the

@@ -70,10 +70,10 @@ def attempt(result_path: str, retry_failed: bool) -> str:
 
     A measured result keeps the attempt it ran as, so its params are unchanged and Snakemake leaves it alone; a
     failed one asks for a new attempt, named after the failure, so the params trigger reruns of exactly the failed
-    cells. A damaged result (unreadable, not a mapping, or refused by the result schema: plan.result.read_result)
+    cells. A damaged result (unreadable, not a mapping, or refused by the result schema: core.result.read_result)
     counts as failed, its retry named after its bytes. A dry run sees the same: nothing is moved or deleted.
 
-    Once the run's start has moved the failed result to the cell's attempts/ (plan.attempts), the newest kept
+    Once the run's start has moved the failed result to the cell's attempts/ (core.attempts), the newest kept
     attempt's result stands for it: Snakemake evaluates the params again as the job starts, and the job must carry
     the attempt the run planned.
     """
@@ -173,10 +173,10 @@ def _end(harness: subprocess.Popen) -> None:
 
 def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dict | None = None) -> int:
     """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's). `env`:
-    the harness's environment (plan.threads.restored: the user's thread variables, not Snakemake's), else this one."""
+    the harness's environment (core.threads.restored: the user's thread variables, not Snakemake's), else this one."""
     now = time.time()
     # An earlier attempt still here (a lost cell's record, steps of a failed one) moves to attempts/ before this one
-    # writes; the run's onstart moved what Snakemake deletes before the job starts (plan.attempts).
+    # writes; the run's onstart moved what Snakemake deletes before the job starts (core.attempts).
     keep_earlier(out_dir, log)
     os.makedirs(out_dir, exist_ok=True)
     cell = os.path.join(out_dir, "cell.yaml")

@@ -34,7 +34,7 @@ from typing import Any
 from ..core.ceilings import Bounds, ceiling_cells
 from ..core.columns import STAGE_COLUMN, SUMMARY_COLUMNS
 from ..core.cpu_speed import with_speed_file
-from ..core.knobs import KNOBS, KnobError, shown, user_code_of
+from ..core.knobs import KNOBS, ConfigError, KnobError, key_path, shown, user_code_of
 from ..core.planned_cell import (
     ARG_KNOBS,
     NOT_KNOBS,
@@ -50,7 +50,7 @@ from ..core.planned_cell import (
     same_value,
 )
 from ..core.target import check_cells, measured_cells, read_target
-from .config import ConfigError, config_dir, count_values, key_path, sized, validate_config
+from .config import config_dir, count_values, sized, validate_config
 from .search import check as check_search
 from .search import dry_run_line
 

@@ -474,7 +474,7 @@ def lost_result(
     """The record of a lost cell, valid against the result schema: the harness's own result when it wrote a usable one
     (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why,
     whose started_at is the job's start from Slurm (`started`), or empty when Slurm does not know it (the job never
-    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them).
+    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (core.attempts reads them).
     `why`: how the job ended when the run ended it (given_up), in place of its state."""
     # result.py loads jsonschema: only when cells were lost
     from ..core.result import UnusableResult, failed_result, invalid, now, read_result
