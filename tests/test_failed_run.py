@@ -2,7 +2,7 @@
 loader worker fails every cell of its experiment; the run still makes its report, then names each failed cell in one
 line, and the other experiment's cell is measured. Before, Snakemake printed "steps (100%) done" and exited 0.
 
-In the same run, the preflight (feedbench.plan.preflight): a dataset factory that raises stops its experiment before
+In the same run, the preflight (feedbench.core.preflight): a dataset factory that raises stops its experiment before
 any of its cells is submitted, in one line (what else a preflight finds, and how it names it: test_preflight.py)."""
 
 from __future__ import annotations

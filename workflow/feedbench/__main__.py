@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the preflight rule's job: build an experiment's user code once per combination, write its record",
     )
     preflight.add_argument("--cells", required=True, help="a JSON list: the first cell of each combination")
-    preflight.add_argument("--out", required=True, metavar="FILE", help="the record (feedbench.plan.preflight)")
+    preflight.add_argument("--out", required=True, metavar="FILE", help="the record (feedbench.core.preflight)")
     preflight.add_argument("--log", required=True, help="the check's output, its tracebacks whole")
     preflight.add_argument("--attempt", default="first", help="which attempt this is (the rule's params), recorded")
     preflight.add_argument("--here", action="store_true", help="check in this process (the job runs it so)")
@@ -174,7 +174,7 @@ def _job(args) -> int:
 
 def _preflight(args) -> int:
     if not args.here:
-        from .plan.preflight import run as run_preflight
+        from .core.preflight import run as run_preflight
 
         return run_preflight(args.cells, args.out, args.log, args.attempt)
     from .harness.preflight import run as check

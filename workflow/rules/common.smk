@@ -9,9 +9,9 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from feedbench.plan import preflight as feedbench_preflight
+from feedbench.core import preflight as feedbench_preflight
 from feedbench.core import resources as cell_resources
-from feedbench.plan import search as feedbench_search
+from feedbench.core import search as feedbench_search
 from feedbench.core.attempts import keep_earlier
 from feedbench.core import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
@@ -70,7 +70,7 @@ CELLS = validated_config(config)
 REPEATS = config["defaults"]["repeats"]
 HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
 # Experiments with `search: num_workers`: their training cells are chosen by checkpoint search (rules/search.smk).
-# A searched experiment of loader cells runs every level (feedbench.plan.search.checkpointed): no checkpoint.
+# A searched experiment of loader cells runs every level (feedbench.core.search.checkpointed): no checkpoint.
 SEARCHED = {
     name: feedbench_search.axis_of(spec["search"])
     for name, spec in config["experiments"].items()
@@ -84,7 +84,7 @@ def repeats_of(experiment, cell):
 
 def stopped_records(experiment, cell=None):
     """The stopped records of an experiment's cells (or of one), read in place of their results when the
-    experiment's preflight stopped it (feedbench.plan.preflight.STOPPED)."""
+    experiment's preflight stopped it (feedbench.core.preflight.STOPPED)."""
     cells = [c for (e, c) in CELLS if e == experiment and cell in (None, c)]
     return [
         feedbench_preflight.STOPPED.format(experiment=experiment, cell=c, repeat=r)
@@ -94,7 +94,7 @@ def stopped_records(experiment, cell=None):
 
 
 # Experiments whose cells run the user's code -> the first cell of each distinct combination of it: each such
-# experiment has a preflight (rules/preflight.smk, feedbench.plan.preflight). Those not searched are GATED: the
+# experiment has a preflight (rules/preflight.smk, feedbench.core.preflight). Those not searched are GATED: the
 # summary reads their cells once their preflight passed, else each cell's stopped record.
 PREFLIGHTS = feedbench_preflight.combinations(CELLS.values())
 GATED = [name for name in PREFLIGHTS if name not in SEARCHED]
@@ -331,7 +331,7 @@ def failed_cells(succeeded=True):
     return failed_cells_message(sorted(cells), REPORT if made else None, [line for line in lines if line])
 
 
-# The preflight's input functions and params (rules/preflight.smk, feedbench.plan.preflight).
+# The preflight's input functions and params (rules/preflight.smk, feedbench.core.preflight).
 def preflight_cells(wildcards):
     """The first cell of each combination of the experiment, labelled as its bench job's, as one JSON text."""
     return json.dumps(
@@ -386,7 +386,7 @@ GATED_RESULTS = {f"gated_{i}": gated_results(name) for i, name in enumerate(GATE
 
 def stopped_cells(wildcards):
     """Rule aggregate's params: of each experiment its preflight stopped, its record -> (each cell's stopped record,
-    its labelled knobs), which the summary writes and reads in place of results (feedbench.plan.preflight)."""
+    its labelled knobs), which the summary writes and reads in place of results (feedbench.core.preflight)."""
     return {
         feedbench_preflight.PREFLIGHT.format(experiment=name): [
             (path, CELLS[(name, cell)].labelled(repeat))

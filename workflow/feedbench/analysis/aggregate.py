@@ -112,7 +112,7 @@ def result_row(result: dict, path: str) -> dict:
 def planned_row(experiment: str, cell: str, knobs: dict, device: str | None) -> dict:
     """A training cell not run yet, as a summary row on `device` (as its ceilings ran): what with_predictions needs
     to predict it from ceilings already measured, joined on the planner's map by its experiment and cell
-    (feedbench.plan.search asks this before choosing the cells to run)."""
+    (feedbench.core.search asks this before choosing the cells to run)."""
     ran = {**{name: knob.default for name, knob in KNOBS.items()}, **knobs, "device": device}
     labels = {"experiment": experiment, "cell": cell}
     return {**labels, "status": "planned", "samples_per_s": None, **_knobs({"cell": ran}), "scenario": "train"}

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from ..core import search
 from ..core.ceilings import KNEE_REACHES
 from ..core.cores import most_workers
-from ..plan import search
 from .stages import column_median
 
 # The summary's columns this sentence reads when the results have them: the workers' memory (the monitor's summed PSS,
@@ -32,7 +32,7 @@ def _workers(count) -> str:
 
 
 def recommended(measured: dict, beyond: bool):
-    """The level to recommend among the measured levels {level: cell record}: the knee of their medians (plan.search's
+    """The level to recommend among the measured levels {level: cell record}: the knee of their medians (core.search's
     rule, the fewest within KNEE_REACHES of the best), counting only levels not oversubscribed unless `beyond`."""
     allowed = {level: c for level, c in measured.items() if beyond or not c.get("oversubscribed")} or measured
     return search.knee({level: c["median"] for level, c in allowed.items()})
@@ -154,7 +154,7 @@ def _limit(at, above: dict | None, cell: dict, rows: pd.DataFrame, number: Calla
 
 
 def proof(decision: dict, cells: pd.DataFrame, rows: pd.DataFrame, unit: str, number: Callable = str) -> list[str]:
-    """One sentence per combination of the search's decision (plan.search.plan), from the experiment's cell table
+    """One sentence per combination of the search's decision (core.search.plan), from the experiment's cell table
     (analysis.verdict.cell_table) and its summary rows; `number` formats a figure for people."""
     by_id = {c["cell"]: c for c in cells.to_dict("records")}
     sentences = []
@@ -182,7 +182,7 @@ def proof(decision: dict, cells: pd.DataFrame, rows: pd.DataFrame, unit: str, nu
 
 
 def measured_search(name: str, spec: dict, cells: pd.DataFrame, knobs: list[str], baseline: str | None) -> dict:
-    """The decision of a search whose every level ran (loader cells, plan.search.checkpointed), from the experiment's
+    """The decision of a search whose every level ran (loader cells, core.search.checkpointed), from the experiment's
     cell table: one group per combination of its other varying knobs."""
     axis = search.axis_of(spec["search"])
     others = [k for k in knobs if k != axis]

@@ -25,13 +25,12 @@ import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
-from ..core import attempts
+from ..core import attempts, search
 from ..core.ceilings import read_map
 from ..core.cores import CPU_BOUND_SHARE
+from ..core.preflight import STOPPED_TYPE
 from ..core.references import reference_name
 from ..core.result import UnusableResult, atomic_write, read_result
-from ..plan import search
-from ..plan.preflight import STOPPED_TYPE
 from . import accuracy, glossary, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
@@ -410,7 +409,7 @@ def stages_svg(name: str, spec: dict, rows: pd.DataFrame) -> Markup | None:
 
 
 def _search_context(name: str, spec: dict, context: dict, rows: pd.DataFrame, decided: str | None) -> None:
-    """`search: num_workers`: which levels ran (the checkpoint's choice, feedbench.plan.search; every level for loader
+    """`search: num_workers`: which levels ran (the checkpoint's choice, feedbench.core.search; every level for loader
     cells) and the worker count with its proof, from the cells that ran (analysis.knee)."""
     if not (spec or {}).get("search") and decided is None:
         return
@@ -459,7 +458,7 @@ def failure_counts(summary: pd.DataFrame) -> dict | None:
     if not failed.any():
         return None
     by_experiment = failed.groupby(summary["experiment"], sort=False).agg(["sum", "size"])
-    # An experiment stopped by its preflight (feedbench.plan.preflight): every row its stopped record, none ran.
+    # An experiment stopped by its preflight (feedbench.core.preflight): every row its stopped record, none ran.
     stopped = summary["error_type"].eq(STOPPED_TYPE).groupby(summary["experiment"], sort=False).all()
     overall = _runs_failed(int(failed.sum()), len(summary))
     return {

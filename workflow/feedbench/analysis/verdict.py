@@ -488,7 +488,7 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
 
 
 def loader_cpu(ceilings: pd.DataFrame, paths: list[str]) -> dict:
-    """The CPU load of the results at `paths` (a searched level's loader ceiling, for plan.search) over their
+    """The CPU load of the results at `paths` (a searched level's loader ceiling, for core.search) over their
     finished repeats, as workers_cpu gives it, with whole core counts (a loader cell's trainer is always one core:
     not repeated)."""
     rows = ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")] if len(ceilings) else ceilings

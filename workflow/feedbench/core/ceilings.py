@@ -28,7 +28,7 @@ from .planned_cell import NOT_KNOBS, PlannedCell, cell_id, effective, same_key, 
 from .result import atomic_write
 
 # A level of the searched axis whose prediction is within this fraction of the best prediction of its combination
-# reaches it: the knee the search runs around (feedbench.plan.search.knee).
+# reaches it: the knee the search runs around (feedbench.core.search.knee).
 KNEE_REACHES = 0.95
 # A loader ceiling within this fraction of the compute ceiling reaches it: the loader keeps the model fed (the fix
 # feedbench.analysis.verdict.recommend names).

@@ -84,7 +84,7 @@ class Knob:
     # (label, the value that is on): the verdict's recommendation says whether it pays for itself where the
     # experiment varies it (analysis.verdict.pays_off).
     pays_off: tuple[str, Any] | None = None
-    # An axis `search` may walk (feedbench.plan.search).
+    # An axis `search` may walk (feedbench.core.search).
     searchable: bool = False
 
     def allowed(self) -> str:

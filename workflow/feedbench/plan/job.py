@@ -34,13 +34,7 @@ import sys
 import time
 
 from ..core.attempts import ATTEMPTS, keep_earlier, numbers
-
-# A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
-# and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
-# formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
-CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
-CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
-
+from ..core.result import CELL_DIR, CELL_LOG
 
 # The variable the shell rules' commands run Python from ("$FEEDBENCH_PYTHON" -m feedbench ...): the Snakefile sets it
 # to job_python(), and every job inherits it, on a Slurm node too, where the job runs the Snakefile again. An
@@ -215,7 +209,7 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
         # In its own process, as the harness: it imports torch, which this job never does.
         record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
         status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
-    # A record that this cell was stopped by its experiment's preflight (plan.preflight) says nothing once it ran:
+    # A record that this cell was stopped by its experiment's preflight (core.preflight) says nothing once it ran:
     # it measured nothing, so it goes (an earlier attempt's measured files moved to attempts/ before the run).
     stopped = os.path.join(out_dir, "stopped.json")
     if os.path.exists(result) and os.path.exists(stopped):

@@ -49,10 +49,10 @@ from ..core.planned_cell import (
     same_key,
     same_value,
 )
+from ..core.search import check as check_search
+from ..core.search import dry_run_line
 from ..core.target import check_cells, measured_cells, read_target
 from .config import config_dir, count_values, sized, validate_config
-from .search import check as check_search
-from .search import dry_run_line
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"

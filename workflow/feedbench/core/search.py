@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core.ceilings import KNEE_REACHES
-from ..core.knobs import KNOBS, SEARCHABLE, ConfigError, shown
+from .ceilings import KNEE_REACHES
+from .knobs import KNOBS, SEARCHABLE, ConfigError, shown
 
 
 def axis_of(spec: Any) -> Any:
