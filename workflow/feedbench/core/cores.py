@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 from collections.abc import Mapping
 
 from . import cgroup
+from .metrics import median_of_known
 from .shm import loaders
 
 CGROUP_ROOT = cgroup.ROOT
@@ -96,11 +96,6 @@ def ranks_sharing(knobs, env: Mapping[str, str] = os.environ) -> int:
     return loaders(knobs, local="SLURM_JOB_ID" not in env)[0]
 
 
-def _median(values: list) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def trainer_cores(scenario: str, device: str, torch_threads: int | None) -> int:
     """The cores a rank's trainer asks for: its intra-op threads where its model computes on the CPU (a train cell on
     device cpu), else 1, its main process (a loader cell does not compute; on a GPU the threads mostly wait)."""
@@ -114,14 +109,14 @@ def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: i
     None without loader workers; kind and oversubscribed None when no worker was sampled."""
     if num_workers == 0:
         return None
-    runnable = _median([w.get("runnable_share") for w in workers])
+    runnable = median_of_known([w.get("runnable_share") for w in workers])
     bound = None if runnable is None else runnable >= CPU_BOUND_SHARE
     demand = ranks * (num_workers + trainer)
     return {
         "demand_cores": demand,
         "usable_cores": usable,
         "trainer_cores": trainer,
-        "cpu_share": _median([w.get("cpu_share") for w in workers]),
+        "cpu_share": median_of_known([w.get("cpu_share") for w in workers]),
         "runnable_share": runnable,
         "kind": None if bound is None else KINDS[bound],
         "oversubscribed": None if bound is None or usable is None else bool(bound and demand > usable),
