@@ -11,7 +11,7 @@ is read as this process sees it:
               rounded down to whole cores (at least 1)
     slurm     SLURM_CPUS_PER_TASK (a rank and its workers), else SLURM_CPUS_ON_NODE (the job's CPUs on this node)
 
-Plain Python (the plan layer): the job records it in its result's provenance (harness.provenance).
+Plain Python (the core): the job records it in its result's provenance (harness.provenance).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Growth is the slope of a process's USS against the samples the loader delivered,
 slot's successive processes (its workers restarted at each epoch boundary without persistent_workers) are runs of
 one series: each run keeps its own intercept and they share one slope, so a restart's drop is not read as shrinking.
 
-Plain Python (the plan layer): the harness fits the monitor's series with it, the analysis reads its floor, and the
+Plain Python (the core): the harness fits the monitor's series with it, the analysis reads its floor, and the
 planner can ask the limit (issue #25: what to ask Slurm for).
 """
 
