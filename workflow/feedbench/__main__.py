@@ -67,13 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="as --time-limit, counted to this time once the harness has started (the bench job's end)",
     )
     job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
-    job.add_argument("out", nargs="?", help="default: the cell's folder from its labels (feedbench.plan.job.CELL_DIR)")
+    job.add_argument(
+        "out", nargs="?", help="default: the cell's folder from its labels (feedbench.core.result.CELL_DIR)"
+    )
     job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
     job.add_argument(
         "--runtime", type=float, required=True, metavar="MINUTES", help="the job's runtime (outside Slurm)"
     )
     job.add_argument(
-        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.plan.job.CELL_LOG)"
+        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.core.result.CELL_LOG)"
     )
     job.add_argument(
         "--launch-env",
