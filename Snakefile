@@ -83,8 +83,8 @@ localrules:
 # around the executor plugin's faults, say why a job waits (and cancel one stuck past slurm.pending_timeout), stop on
 # SIGTERM as on Ctrl-C, and after lost jobs still make the report
 # (feedbench.plan.slurm; docs/reliability-slurm.md). Run here: refuse cells
-# whose batches in flight do not fit /dev/shm (feedbench.plan.shm). Then each cell run again keeps its earlier
-# attempt in its attempts/ folder (feedbench.plan.attempts).
+# whose batches in flight do not fit /dev/shm (feedbench.core.shm). Then each cell run again keeps its earlier
+# attempt in its attempts/ folder (feedbench.core.attempts).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
         feedbench_slurm.patch_plugin(

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/prediction_error.py --print    # prints it instead
 
 Compute: every published GPU throughput of the scaling, nmt and prefetch studies (report/references/) against the
-compute estimate (feedbench.plan.estimate: counted FLOPs and bytes, the GPU's roofline, an efficiency per model
+compute estimate (feedbench.core.estimate: counted FLOPs and bytes, the GPU's roofline, an efficiency per model
 family), leave one study out; about 30 s, most of it counting the LSTMs on the meta device. Copy: the batch's bytes
 over the link against this machine's transfer probe (a host memcpy without a GPU), and against the one copy a GPU of
 ours has published (docs/results/gpu-validation.md). tests/test_estimate.py checks the summary in the doc is what
@@ -20,11 +20,9 @@ import sys
 
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import torch
-from feedbench.harness.flops import count_once, published_error
-from feedbench.harness.transfer import probe
-from feedbench.plan.ceilings import batch_bytes
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.estimate import (
+from feedbench.core.ceilings import batch_bytes
+from feedbench.core.cell import parse_cell
+from feedbench.core.estimate import (
     LAUNCH_SECONDS,
     PUBLISHED_BOUND,
     compute_seconds,
@@ -32,7 +30,9 @@ from feedbench.plan.estimate import (
     summarize,
     summary_table,
 )
-from feedbench.plan.target import PAGEABLE_SHARE, PINNED_SHARE, Target, copy_seconds, find_gpu, link_seconds
+from feedbench.core.target import PAGEABLE_SHARE, PINNED_SHARE, Target, copy_seconds, find_gpu, link_seconds
+from feedbench.harness.flops import count_once, published_error
+from feedbench.harness.transfer import probe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
@@ -239,7 +239,7 @@ def weakest(predictions, efficiencies) -> list[str]:
         "* **Small, fixed costs.** The 1-layer MLP spends more than half its step outside its two matmuls (the",
         "  pageable copy, the loss, kernel launches); the 8-layer one runs at 80 to 90 % of the GPU's peak. One",
         "  efficiency per family cannot hold both: the roofline has no per-step constant. A launch floor bounds the",
-        "  estimate from below (feedbench.plan.estimate.compute_seconds: the roofline over the efficiency, or the",
+        "  estimate from below (feedbench.core.estimate.compute_seconds: the roofline over the efficiency, or the",
         f"  step's counted kernel launches at {1e6 * LAUNCH_SECONDS:.0f} µs each, the longer). It keeps a tiny model "
         "from being",
         "  predicted in nanoseconds, but it binds in no published cell: at most "
@@ -256,7 +256,7 @@ def weakest(predictions, efficiencies) -> list[str]:
         f"  some {1000 * H200_RESNET18['measured_ms'] / resnet.kernels:.0f} µs per counted kernel.",
         "* **Pageable copies.** A copy from pageable memory is staged by the driver through a pinned buffer: it is",
         f"  priced at {PAGEABLE_SHARE:.2f} of the link's peak (a pinned one at {PINNED_SHARE:.2f}), from one public",
-        "  measurement each on PCIe 3.0 (feedbench.plan.target). The prefetch study's copies are pageable.",
+        "  measurement each on PCIe 3.0 (feedbench.core.target). The prefetch study's copies are pageable.",
         "* **More GPUs.** The estimate is one GPU's; in the published multi-GPU rows a GPU's step takes up to twice",
         "  the one-GPU step (nmt, all-reduce at 8 GPUs): communication the estimate does not model, in their error.",
         *nmt_model_gap(predictions),
@@ -300,9 +300,9 @@ def copy_section() -> list[str]:
         "run to run on a shared machine. The H200 row tests the table's figure and the pinned share: a copy is priced",
         f"at {PINNED_SHARE:.2f} of the link's peak where it is pinned (a P100's bandwidthTest over PCIe 3.0, Microway)",
         f"and {PAGEABLE_SHARE:.2f} where it is pageable (large pageable copies over PCIe 3.0, NVIDIA's forums; the",
-        "sources: feedbench.plan.target); this H200's pinned copy reached 0.83 of its PCIe 5.0 peak, so the share",
+        "sources: feedbench.core.target); this H200's pinned copy reached 0.83 of its PCIe 5.0 peak, so the share",
         "prices it long by the row's error.",
-        "Whether the copy overlaps compute follows the cell's knobs (feedbench.plan.ceilings.trainer_seconds, the",
+        "Whether the copy overlaps compute follows the cell's knobs (feedbench.core.ceilings.trainer_seconds, the",
         "same rule as the local prediction): a side stream (device_prefetch: stream) overlaps it, else it adds.",
         "",
     ]
@@ -315,7 +315,7 @@ HEADER = [
     "([target.md](../target.md)) is estimated, not measured: this page says how wrong the estimates were where",
     "public numbers exist. The compute estimate counts a step's FLOPs and bytes on the CPU",
     "(feedbench.harness.flops, torch.utils.flop_counter.FlopCounterMode on the meta device), takes the roofline of",
-    "the GPU's peaks (workflow/feedbench/plan/gpus.yaml, each figure with its public source) and divides it by an",
+    "the GPU's peaks (workflow/feedbench/core/gpus.yaml, each figure with its public source) and divides it by an",
     "efficiency per model family, fitted only to the published GPU throughputs of the studies (report/references/,",
     "docs/studies.md), on the model of each study's preset at full size. No target was set on these numbers.",
     "The loader's prediction from one core to two (feedbench.analysis.loader_scaling) has its own page,",

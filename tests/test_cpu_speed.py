@@ -14,11 +14,11 @@ import pytest
 from conftest import ROOT
 from feedbench.__main__ import main
 from feedbench.analysis.target_view import cpu_speed_text
+from feedbench.core.cpu_speed import KIND, read_speed_file, reference
+from feedbench.core.target import read_target
 from feedbench.harness.cpu_speed import target_speed
 from feedbench.plan.config import ConfigError
-from feedbench.plan.cpu_speed import KIND, read_speed_file, reference
 from feedbench.plan.matrix import planned_cells
-from feedbench.plan.target import read_target
 from feedbench.version import __version__
 from test_target import SCHEMA, plan
 

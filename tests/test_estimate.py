@@ -9,16 +9,7 @@ import sys
 
 import pytest
 from conftest import ROOT
-from feedbench.harness.flops import (
-    PARAMETER_PASSES,
-    StepCount,
-    count_once,
-    count_step,
-    estimate_range,
-    memory_error,
-    published_error,
-)
-from feedbench.plan.estimate import (
+from feedbench.core.estimate import (
     LAUNCH_SECONDS,
     MEASURE_OVER,
     PUBLISHED_BOUND,
@@ -30,7 +21,16 @@ from feedbench.plan.estimate import (
     step_on,
     summary_table,
 )
-from feedbench.plan.target import Target, dtype, find_gpu, roofline_seconds
+from feedbench.core.target import Target, dtype, find_gpu, roofline_seconds
+from feedbench.harness.flops import (
+    PARAMETER_PASSES,
+    StepCount,
+    count_once,
+    count_step,
+    estimate_range,
+    memory_error,
+    published_error,
+)
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
 # One worker for the module: published_error counts the nmt study's LSTMs (about 12 s of CPU), once a process

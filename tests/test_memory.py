@@ -21,9 +21,9 @@ from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.report import build as build_report
 from feedbench.analysis.report import render
 from feedbench.analysis.verdict import summarize_experiment
+from feedbench.core import memory
+from feedbench.core.result import schema
 from feedbench.harness.memory import MemorySeries, _growth
-from feedbench.plan import memory
-from feedbench.plan.result import schema
 
 # Python objects of 2 KB: every page of the list's items holds an object header, so a worker that reads each item
 # writes (copies) every page. 30,000 of them: 60 MB, split over the workers; the NumPy twin holds the same bytes in

@@ -104,7 +104,7 @@ def test_the_runs_end_prints_each_experiments_verdict(example):
 
 
 def test_a_change_to_the_users_code_reruns_its_preflights_then_its_cells(example):
-    """The experiments' preflights (feedbench.plan.preflight) run again first: their cells are planned once they pass,
+    """The experiments' preflights (feedbench.core.preflight) run again first: their cells are planned once they pass,
     and then every cell runs again."""
     workflow, workdir, project, _ = example
     assert "Nothing to be done" in snakemake(workflow, workdir, project / "config.yaml", "--dry-run").stdout

@@ -11,7 +11,7 @@ import time
 import jsonschema
 import psutil
 import pytest
-from feedbench.plan.result import schema
+from feedbench.core.result import schema
 
 MLP = [
     "--set",

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
+from feedbench.core.plugins import content_hash, load, resolve_all
 from feedbench.harness.batches import batch_len, default_loss, move_batch, unpinned_note
 from feedbench.harness.runner import run
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import KnobError
-from feedbench.plan.plugins import content_hash, load, resolve_all
 
 USER_CODE = """
 import torch
@@ -219,7 +219,7 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
 
 def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
     """No adapter: a Dataset class and a model class whose signatures take no ctx are called with their arguments
-    alone (plan.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
+    alone (core.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
     knobs = classes_cell(project)
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
@@ -429,7 +429,7 @@ def test_relative_paths_in_a_factorys_arguments_follow_the_config_file(project, 
 
 
 def test_check_args_reads_keyword_only_var_positional_and_required_arguments():
-    from feedbench.plan.plugins import check_args
+    from feedbench.core.plugins import check_args
 
     def keyword_only(ctx, *, root, crop=224):
         return ctx

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from feedbench.core import preflight
+from feedbench.core.planned_cell import PlannedCell
 from feedbench.harness import preflight as check
-from feedbench.plan import preflight
-from feedbench.plan.planned_cell import PlannedCell
 
 USER_MODULE = "preflight_user"
 USER_CODE = """

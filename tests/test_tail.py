@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.verdict import summarize_experiment, time_lost_parts
+from feedbench.core.metrics import epoch_boundaries, wait_tail
+from feedbench.core.result import schema
 from feedbench.harness.runner import run
-from feedbench.plan.metrics import epoch_boundaries, wait_tail
-from feedbench.plan.result import schema
 from torch.utils.data import DataLoader
 
 USER_MODULE = "tail_data"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)

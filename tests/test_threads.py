@@ -11,8 +11,8 @@ import sys
 
 import jsonschema
 import pytest
-from feedbench.plan import threads
-from feedbench.plan.result import schema
+from feedbench.core import threads
+from feedbench.core.result import schema
 
 TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, device="cpu")
 

@@ -16,7 +16,7 @@ import time
 import jsonschema
 import psutil
 import pytest
-from feedbench.plan.result import schema
+from feedbench.core.result import schema
 
 pytestmark = pytest.mark.timing  # wall-time bounds and steps measured before a limit of seconds
 

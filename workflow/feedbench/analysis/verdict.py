@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..plan.ceilings import LOADER_REACHES
-from ..plan.knobs import KNOBS, PAYS_OFF
+from ..core.ceilings import LOADER_REACHES
+from ..core.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, stages
 from .aggregate import is_true, knob_value
 from .stages import column_median
@@ -471,7 +471,7 @@ def time_lost(ok: pd.DataFrame) -> dict:
 
 
 def workers_cpu(ok: pd.DataFrame) -> dict:
-    """The kind of a cell's loader workers over its finished repeats (plan.cores.cpu_load: CPU-bound or waiting, the
+    """The kind of a cell's loader workers over its finished repeats (core.cores.cpu_load: CPU-bound or waiting, the
     most frequent), their median CPU and runnable shares, its cores asked and usable, and whether any repeat was
     oversubscribed; None each where the summary has no such column or value."""
     kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)
@@ -488,7 +488,7 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
 
 
 def loader_cpu(ceilings: pd.DataFrame, paths: list[str]) -> dict:
-    """The CPU load of the results at `paths` (a searched level's loader ceiling, for plan.search) over their
+    """The CPU load of the results at `paths` (a searched level's loader ceiling, for core.search) over their
     finished repeats, as workers_cpu gives it, with whole core counts (a loader cell's trainer is always one core:
     not repeated)."""
     rows = ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")] if len(ceilings) else ceilings

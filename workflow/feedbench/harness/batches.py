@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from ..plan.knobs import KnobError
+from ..core.knobs import KnobError
 
 
 def batch_tensors(batch) -> list:
@@ -111,7 +111,7 @@ def default_loss(output, batch, label_key: str = "label"):
         logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
         return cross_entropy(logits, batch[label_key], f"batch[{label_key!r}]")
     if isinstance(batch, dict):  # a dict batch: the label is a key of it, so a missing one is that knob's fault
-        from ..plan.plugins import did_you_mean
+        from ..core.plugins import did_you_mean
 
         keys = [str(k) for k in batch]
         raise KnobError(
@@ -153,7 +153,7 @@ def call_model(model, batch, forward_keys: list[str] | None = None):
         )
     missing = [key for key in forward_keys if key not in batch]
     if missing:
-        from ..plan.plugins import did_you_mean
+        from ..core.plugins import did_you_mean
 
         keys = [str(k) for k in batch]
         raise KnobError(

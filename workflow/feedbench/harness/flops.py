@@ -3,7 +3,7 @@
 The model is built on PyTorch's meta device (shapes, no data), so ResNet-50 at batch 32 counts in about a second
 and needs no memory. FLOPs: torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions, forward and
 backward). Bytes: every tensor an operator writes (views write nothing), counted twice (written, then read once),
-plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.plan.target's roofline turns both into time.
+plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.core.target's roofline turns both into time.
 
 Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward, and in one
 steady-state step of the cell's SGD (the second; the first also creates the momentum buffers), counted one launch
@@ -14,7 +14,7 @@ foreach optimizer operator over many tensors) or none (a CPU-side op), autocast'
 fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10
 tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted with foreach=True, what
 PyTorch picks for CUDA tensors (on the meta device its default would loop over the parameters).
-plan.estimate.compute_seconds turns the count into a floor on the step's time.
+core.estimate.compute_seconds turns the count into a floor on the step's time.
 
 The user's own model (`model: package.module:attribute`) is counted the same way on a real batch: one batch drawn
 here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the meta device, the model built
@@ -37,9 +37,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..plan.ceilings import batch_bytes, ceiling_knobs
-from ..plan.cell import parse_cell
-from ..plan.estimate import (
+from ..core.ceilings import batch_bytes, ceiling_knobs
+from ..core.cell import parse_cell
+from ..core.estimate import (
     MEASURE_OVER,
     Prediction,
     beside_published,
@@ -51,11 +51,11 @@ from ..plan.estimate import (
     published_cells,
     summarize,
 )
-from ..plan.knobs import KNOBS, user_batch, user_code
-from ..plan.model_names import input_kind, model_family
-from ..plan.plugins import resolve_all
-from ..plan.result import atomic_write, results_by_cell
-from ..plan.target import (
+from ..core.knobs import KNOBS, user_batch, user_code
+from ..core.model_names import input_kind, model_family
+from ..core.plugins import resolve_all
+from ..core.result import atomic_write, results_by_cell
+from ..core.target import (
     Gpu,
     Target,
     compute_side,
@@ -347,7 +347,7 @@ def _own_batch(key: str):
 def _work(knobs: dict) -> tuple[StepCount | None, str | None, int | None, str]:
     """(the counted step or None, why not, the bytes of one batch, where they come from) of a training cell. Where
     the model or the batch is the user's, a batch drawn from its own pipeline gives the bytes (`drawn`) and the
-    user's model its input; else the knobs' batch does (`knobs`: plan.ceilings.batch_bytes, what feedbench's
+    user's model its input; else the knobs' batch does (`knobs`: core.ceilings.batch_bytes, what feedbench's
     datasets make)."""
     own_model, batch, size, source = user_code("model", knobs.get("model")), None, batch_bytes(knobs), "knobs"
     if own_model or user_batch(knobs):
@@ -433,7 +433,7 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
 
 def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) -> dict:
     """A cell's estimate with its compute measured on the target's GPU where `cell` (its compute ceiling, planned by
-    plan.target.measured_cells) ran there: `compute_from` says which, `measured` how it went."""
+    core.target.measured_cells) ran there: `compute_from` says which, `measured` how it went."""
     seconds, where = measured_compute(results, target.gpu, entry["batch_size"])
     entry = {**entry, "measured_cell": cell, "measured": where}
     if seconds is None:
@@ -445,7 +445,7 @@ def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) 
 
 
 def estimate_range(entry: dict, predictions: list[Prediction]) -> dict:
-    """A cell's estimated compute as a range (plan.estimate.compute_range: the method's published error on the
+    """A cell's estimated compute as a range (core.estimate.compute_range: the method's published error on the
     nearest family), its span and whether it is too wide to plan on (MEASURE_OVER: then measure there). The launch
     floor has no published error: a lower bound alone. Empty for a cell with no estimate."""
     if "compute_s" not in entry:
@@ -469,7 +469,7 @@ def target_estimates(
     """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the config's target
     (`spec`: its `target:` block) with the efficiencies fitted to every published study, the published error of
     the method (leave one study out: what docs/results/prediction-error.md shows), every published cell of the
-    studies predicted beside its figure (plan.estimate.beside_published, for the study views), and the target's CPU
+    studies predicted beside its figure (core.estimate.beside_published, for the study views), and the target's CPU
     speed: given, or measured (the reference there from its file, and here, run now: harness.cpu_speed.target_speed)."""
     target = read_target(spec)
     speed = target_speed(target)

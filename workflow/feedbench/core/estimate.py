@@ -1,6 +1,6 @@
 """The compute estimate for a target GPU, and its error against the published studies' GPU throughputs.
 
-A step's time on a GPU is estimated as its roofline (feedbench.plan.target.roofline_seconds: counted FLOPs at the
+A step's time on a GPU is estimated as its roofline (feedbench.core.target.roofline_seconds: counted FLOPs at the
 dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of its model family
 (model_names.FAMILIES): the share of the roofline such models reach; or, where it takes longer, the host's time to
 launch the step's counted kernels (compute_seconds, LAUNCH_SECONDS). The efficiencies are fitted only to public
