@@ -14,6 +14,7 @@ from feedbench.harness.flops import (
     StepCount,
     count_once,
     count_step,
+    estimate_cell,
     estimate_range,
     memory_error,
     published_error,
@@ -298,6 +299,16 @@ def test_a_gpu_without_microbenchmark_figures_takes_the_family_efficiency_for_ev
     assert known == 0 and rest == pytest.approx(sum(_op_rooflines(work, SMALL_RESNET, k80).values()))
     seconds, source = compute_seconds(work, SMALL_RESNET, k80, {"cnn": 0.25, "pooled": 0.5}, per_op=True)
     assert (seconds, source) == (pytest.approx(max(rest / 0.25, launch_seconds(work))), "cnn")
+
+
+def test_a_targets_compute_is_the_per_operation_estimate():
+    """results/target.json's compute: on a P100 the fused LSTM's layers at DeepBench's recurrent figure, the family
+    efficiency only for the rest (issue #38: the family efficiency stays as the fallback)."""
+    p100, family = find_gpu("P100"), {"rnn": 0.5, "pooled": 0.5}
+    entry = estimate_cell(SMALL_LSTM, Target(p100, 4, 1.0, p100.h2d_gb_per_s), family)
+    work = count_once(SMALL_LSTM)
+    assert entry["compute_s"] == compute_seconds(work, SMALL_LSTM, p100, family, per_op=True)[0]
+    assert entry["compute_s"] != pytest.approx(compute_seconds(work, SMALL_LSTM, p100, family)[0], rel=0.1)
 
 
 @pytest.mark.parametrize("missing", ["source", "shapes"])

@@ -470,7 +470,8 @@ def memory_error(spec: dict, cells: dict[str, dict]) -> str | None:
 
 def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
     """One training cell on the target (an entry of results/target.json's cells): its counted step (_work), the
-    estimated compute seconds (and the efficiency that served), the copy's seconds over the target's link for its
+    estimated compute seconds (the per-operation estimate, plan.estimate; and the family efficiency that served
+    the operations no microbenchmark figure covers), the copy's seconds over the target's link for its
     batch's bytes and where they come from; `error` instead of the compute for a model whose work is not counted."""
     work, error, size, source = _work(knobs)
     copy = {
@@ -485,7 +486,7 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
     }
     if work is None:
         return {**copy, "error": error}
-    seconds, source = compute_seconds(work, knobs, target.gpu, efficiencies)
+    seconds, source = compute_seconds(work, knobs, target.gpu, efficiencies, per_op=True)
     return {
         **copy,
         "flops": work.flops,
@@ -539,13 +540,14 @@ def target_estimates(
     cells: dict[str, dict], spec: dict, root: str, measured: dict[str, str] | None = None, paths: list[str] = ()
 ) -> dict:
     """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the config's target
-    (`spec`: its `target:` block) with the efficiencies fitted to every published study, the published error of
-    the method (leave one study out: what docs/results/prediction-error.md shows), every published cell of the
-    studies predicted beside its figure (plan.estimate.beside_published, for the study views), and the target's CPU
-    speed: given, or measured (the reference there from its file, and here, run now: harness.cpu_speed.target_speed)."""
+    (`spec`: its `target:` block) by the per-operation estimate, its fallback efficiencies fitted to every
+    published study, the published error of the method (leave one study out: what docs/results/prediction-error.md
+    shows), every published cell of the studies predicted beside its figure (plan.estimate.beside_published, for
+    the study views), and the target's CPU speed: given, or measured (the reference there from its file, and here,
+    run now: harness.cpu_speed.target_speed)."""
     target = read_target(spec)
     speed = target_speed(target)
-    predictions, efficiencies = published_error(root)
+    predictions, efficiencies = published_error(root, per_op=True)
     error = summarize(predictions)
     one_gpu = summarize([p for p in predictions if p.cell.gpus == 1])
     found = {
@@ -574,7 +576,7 @@ def target_estimates(
         },
         "efficiencies": efficiencies,
         "measure_over": MEASURE_OVER,
-        "published": beside_published(predictions, target, efficiencies, count_once),
+        "published": beside_published(predictions, target, efficiencies, count_once, per_op=True),
         "cells": {},
     }
     measured, results = measured or {}, results_by_cell(list(paths))

@@ -390,19 +390,20 @@ def summary_table(predictions: list[Prediction]) -> list[str]:
 
 
 def beside_published(
-    predictions: list[Prediction], target: Target, efficiencies: dict[str, float], count: Callable
+    predictions: list[Prediction], target: Target, efficiencies: dict[str, float], count: Callable, per_op=False
 ) -> dict[str, dict]:
     """Per study: each published cell, its figure, the held-out prediction on the study's own GPU (what
     `predictions`, leave_one_study_out, gives: never fitted to the figure it is compared with) and its error, and
-    the same protocol predicted on `target` with `efficiencies` (None where the target's GPU is the study's). For the
-    study views of a run with a `target:` (the report puts predicted beside published)."""
+    the same protocol predicted on `target` with `efficiencies` (None where the target's GPU is the study's), by the
+    per-operation estimate where `per_op`, as the predictions were. For the study views of a run with a `target:`
+    (the report puts predicted beside published)."""
     studies: dict[str, dict] = {}
     for p in predictions:
         cell = p.cell
         study = studies.setdefault(cell.study, {"gpu": cell.gpu.name, "title": cell.gpu.title, "rows": []})
         there = None
         if cell.gpu.name != target.gpu.name:
-            there = cell.in_unit(step_on(cell, target, efficiencies, count)[2])
+            there = cell.in_unit(step_on(cell, target, efficiencies, count, per_op)[2])
         study["rows"].append(
             {
                 "cell": cell.label,
