@@ -16,6 +16,10 @@ tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is co
 PyTorch picks for CUDA tensors (on the meta device its default would loop over the parameters).
 plan.estimate.compute_seconds turns the count into a floor on the step's time.
 
+Operations: each kernel's class (op_class: matmul, convolution, recurrent, normalisation, elementwise), its FLOPs
+(what FlopCounterMode, the mode below, added over it) and the bytes it wrote, merged by kind (StepCount.ops): what
+plan.estimate's per-operation estimate prices, each at its class's microbenchmarked efficiency.
+
 The user's own model (`model: package.module:attribute`) is counted the same way on a real batch: one batch drawn
 here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the meta device, the model built
 there by its factory, and the step the loop runs for it (the user's step, else call_model and default_loss) run
