@@ -4,7 +4,7 @@
 For each single-process training cell of results/target.json (rule target: the step counted here on the CPU and
 estimated on the target's GPU, feedbench.harness.flops.target_estimates):
 
-    compute   the estimated seconds of a step on the target's GPU (roofline over the family's efficiency), or with
+    compute   the estimated seconds of a step on the target's GPU (core.estimate's per-operation estimate), or with
               `compute: measured` those its compute ceiling measured there, where it ran on the target's GPU
     copy      the batch's bytes over the target's link: the bytes a step of the cell copied here where it ran
               (measured_bytes), else those of target.json (a batch drawn from the user's pipeline, or the knobs')
@@ -292,7 +292,8 @@ def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, 
             row.append(r["on_target"])
     caption = (
         f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the step's FLOPs and bytes "
-        f"counted here, the GPU's roofline over an efficiency fitted to the other studies alone); median error "
+        f"counted here, each operation's roofline over its class's microbenchmarked efficiency or one fitted to the "
+        f"other studies alone); median error "
         f"{100 * entry['median_error']:.1f} % (a factor of {entry['median_factor']:.2f}), worst a factor of "
         f"{entry['worst_factor']:.1f} {'too fast' if entry['worst_too_fast'] else 'too slow'} ({ERROR_PAGE})"
     )
