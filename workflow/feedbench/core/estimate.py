@@ -38,7 +38,7 @@ from typing import Callable
 import yaml
 
 from .ceilings import batch_bytes, trainer_seconds
-from .config import ConfigError
+from .knobs import ConfigError
 from .model_names import model_family
 from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline_seconds
 
