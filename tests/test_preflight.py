@@ -156,8 +156,8 @@ def test_the_check_builds_each_stage_the_cell_runs(user_module, tmp_path):
             "step",
             f"the step of model '{M}:forecaster' (forward, loss, backward)",
             "KnobError: knob 'step': the default loss, cross-entropy against batch[1], needs class scores of shape "
-            "(batch, classes >= 2, ...) and the model's output is (4, 1) (a regression?); allowed: a step "
-            "(package.module:train_step) returning the loss, e.g. torch.nn.functional.mse_loss(model(x), y)",
+            "(batch, classes >= 2, ...) and the model's output is (4, 1) (a regression?); allowed: knob loss: mse, "
+            "l1, smooth_l1 or a loss of your own (package.module:attribute), or a step returning the loss",
         ),
     ],
 )

@@ -81,6 +81,11 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
             f"knob 'forward_keys': value {keys!r} is not allowed; allowed: null, or a non-empty list of batch keys "
             "with a user model (package.module:attribute)"
         )
+    if values["loss"] != "auto" and (not own_model or values["step"]):
+        raise KnobError(
+            f"knob 'loss': value {values['loss']!r} is the loss of a model of your own without a step "
+            f"({'its step computes the loss' if values['step'] else 'a built-in model has its own'}); allowed: auto"
+        )
     if values["momentum"] and values["optimizer"] != "sgd":
         raise KnobError(
             f"knob 'momentum': value {values['momentum']!r} is SGD's, not allowed with optimizer "

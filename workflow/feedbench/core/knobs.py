@@ -181,6 +181,9 @@ GC_MODES = (
 )  # not on/off: YAML reads those as booleans  # the trainer's collector in the window (harness.collector)
 AMP = ("off", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
+# A user model's loss without a step (harness.batches.model_loss): auto (the rule for a model that says nothing), or
+# torch.nn.functional's loss of that name against the batch's target.
+LOSSES = ("auto", "cross_entropy", "mse", "l1", "smooth_l1")
 DEVICES = ("auto", "cpu", "cuda")
 # torch.multiprocessing.set_sharing_strategy, set in the cell's process before its loader starts (harness.runner).
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
@@ -628,6 +631,17 @@ KNOBS: dict[str, Knob] = {
             "label",
             "a user model without a step: the key of its dict batch that cross-entropy is taken against, where the "
             "model's output is not a loss of its own",
+            ceilings=("compute",),
+        ),
+        Knob(
+            "loss",
+            str,
+            "auto",
+            "a user model without a step: its loss against batch[1] or batch[label_key]; auto: a scalar output or "
+            "the output's own loss, else cross-entropy; cross_entropy, mse, l1, smooth_l1 (torch.nn.functional's), "
+            "or user code called as f(output, target)",
+            LOSSES,
+            user_code=True,
             ceilings=("compute",),
         ),
         Knob(

@@ -332,7 +332,7 @@ def _count_user(cell, batch) -> StepCount:
                     loss = user["step"](model, on_meta, ctx)
                 else:
                     output = batches.call_model(model, on_meta, cell.forward_keys)
-                    loss = batches.default_loss(output, on_meta, cell.label_key)[0]
+                    loss = batches.default_loss(output, on_meta, cell.label_key, cell.loss, user.get("loss"))[0]
                 if loss is not None:  # None: the user's step ran backward (and its optimizer) itself
                     loss.backward()
             # None: the user's step ran its optimizer, counted above

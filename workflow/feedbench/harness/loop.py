@@ -354,7 +354,8 @@ class TrainStep:
                 )
             return loss
         if self.loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
-            loss, rule = default_loss(call_model(model, batch, cell.forward_keys), batch, cell.label_key)
+            output = call_model(model, batch, cell.forward_keys)
+            loss, rule = default_loss(output, batch, cell.label_key, cell.loss, self.user.get("loss"))
             self._note_once(f"loss: {rule} (no step given)")
             return loss
         inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
