@@ -312,6 +312,14 @@ def keep_earlier_attempts():
             keep_earlier(CELL_DIR.format(**labels), CELL_LOG.format(**labels))
 
 
+def end_run(message):
+    """End the run from one of its handlers (onstart, onsuccess) with `message` alone on stderr and exit status 1: a
+    WorkflowError raised there prints the Snakefile's path and line and a traceback line around the message.
+    SystemExit passes through Snakemake's clean-up, so its lock is released as after a WorkflowError."""
+    print(message, file=sys.stderr)
+    sys.exit(1)
+
+
 def print_verdict():
     """The run's end (onsuccess), where this run made the report: its verdicts in the terminal, three lines per
     experiment, so a machine with no browser reads them too."""
