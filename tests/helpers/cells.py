@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-# The smallest training cell that still runs every part of the harness: 4 steps of a 32-wide MLP, one warm-up step.
-TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1)
+# The smallest training cell that still runs every part of the harness: 4 steps of a 16-wide MLP, one warm-up step.
+TINY_MLP = dict(model="mlp", input_size=16, width=16, batch_size=8, steps=4, warmup_steps=1)
 
 # A cell that runs until it is stopped (a limit, a signal, a dead worker): sleep steps on tiny images, one thread,
 # pinned, since the tests that stop it count seconds.
@@ -18,6 +18,20 @@ ENDLESS_SLEEP = dict(model="sleep", image_size=8, batch_size=2, steps=100000, to
 def tiny_mlp(**knobs) -> dict:
     """TINY_MLP with `knobs` over it."""
     return {**TINY_MLP, **knobs}
+
+
+def tiny_mlp_base(**knobs) -> dict:
+    """The tiny MLP as an experiment's base in a workflow config, `knobs` over it: training on 32 samples in memory,
+    its steps left to the config's defaults."""
+    shape = {k: v for k, v in TINY_MLP.items() if k not in ("steps", "warmup_steps")}
+    return {"scenario": "train", "dataset": "memory", **shape, "num_samples": 32, **knobs}
+
+
+def user_cell(module: str, src: str | None = None, dataset: str = "build", **knobs) -> dict:
+    """A cell of a user's module (tests/conftest.py's user_module): its `dataset` builder, `model` and `step`, the
+    module imported from the folder `src` where given, `knobs` over them."""
+    cell = {"dataset": f"{module}:{dataset}", "model": f"{module}:model", "step": f"{module}:step"}
+    return {**cell, **({"python_path": [src]} if src is not None else {}), **knobs}
 
 
 def cell_command(out, knobs: dict | None = None, *options: str, cell=None) -> list[str]:
