@@ -7,9 +7,9 @@ import json
 import re
 
 import pytest
-from browser import paragraph_texts
+from helpers.browser import paragraph_texts
 from helpers.cells import tiny_mlp_base
-from snakemake_run import snakemake, workflow_copy
+from helpers.snakemake_run import snakemake, workflow_copy
 
 pytestmark = pytest.mark.slow  # 21 tiny cells, one at a time on 2 cores: about three minutes
 

@@ -18,10 +18,10 @@ import sys
 import pytest
 import yaml
 from helpers.cells import tiny_mlp_base
-from slurm_cluster import submitted_bench_jobs
-from snakemake_run import copy_workflow, snakemake_env
+from helpers.slurm_cluster import submitted_bench_jobs
+from helpers.snakemake_run import copy_workflow, snakemake_env
 
-pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
+pytest_plugins = ["helpers.slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from feedbench.analysis.verdict import (
     t975,
 )
 from helpers.cells import run_cell_process, tiny_mlp
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")

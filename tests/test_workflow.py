@@ -16,7 +16,7 @@ import re
 import pytest
 import yaml
 from helpers.cells import tiny_mlp_base
-from snakemake_run import copy_workflow, snakemake, workflow_copy
+from helpers.snakemake_run import copy_workflow, snakemake, workflow_copy
 
 pytestmark = [
     pytest.mark.slow,  # real Snakemake runs: about a minute for the module
