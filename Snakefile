@@ -83,8 +83,8 @@ localrules:
 # around the executor plugin's faults, say why a job waits (and cancel one stuck past slurm.pending_timeout), stop on
 # SIGTERM as on Ctrl-C, and after lost jobs still make the report
 # (feedbench.plan.slurm; docs/reliability-slurm.md). Run here: refuse cells
-# whose batches in flight do not fit /dev/shm (feedbench.plan.shm). Then each cell run again keeps its earlier
-# attempt in its attempts/ folder (feedbench.plan.attempts).
+# whose batches in flight do not fit /dev/shm (feedbench.core.shm). Then each cell run again keeps its earlier
+# attempt in its attempts/ folder (feedbench.core.attempts).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
         feedbench_slurm.patch_plugin(
@@ -115,6 +115,7 @@ onstart:
 # WorkflowError raised here is printed by Snakemake, which then exits 1 (README, "Exit code"). Snakemake calls no
 # handler on a dry run, with --no-hooks, or when there is nothing to do.
 onsuccess:
+    print_verdict()
     message = failed_cells()
     if message:
         raise WorkflowError(message)

@@ -20,7 +20,7 @@ import time
 
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 from feedbench.analysis.aggregate import load_results
-from feedbench.plan.metrics import PHASES as PHASE_COLUMNS
+from feedbench.core.metrics import PHASES as PHASE_COLUMNS
 from helpers.calibration import BATCH, CASES, COMMON, REPEATS, WORKERS, compute_ms, expected, measure
 
 

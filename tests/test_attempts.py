@@ -9,7 +9,8 @@ import json
 
 import pytest
 from conftest import write_user_module
-from feedbench.plan import attempts, slurm
+from feedbench.core import attempts
+from feedbench.plan import slurm
 from helpers.snakemake_run import snakemake, workflow_copy
 from test_slurm_plugin import LABELLED
 

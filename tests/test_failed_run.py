@@ -2,7 +2,7 @@
 loader worker fails every cell of its experiment; the run still makes its report, then names each failed cell in one
 line, and the other experiment's cell is measured. Before, Snakemake printed "steps (100%) done" and exited 0.
 
-In the same run, the preflight (feedbench.plan.preflight): a dataset factory that raises stops its experiment before
+In the same run, the preflight (feedbench.core.preflight): a dataset factory that raises stops its experiment before
 any of its cells is submitted, in one line (what else a preflight finds, and how it names it: test_preflight.py)."""
 
 from __future__ import annotations
@@ -178,10 +178,10 @@ def test_a_failed_cell_an_earlier_run_left_still_fails_the_run_and_says_so(faile
 
 def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, monkeypatch):
     """Without Snakemake: no result says nothing, a failed one gives its error's first line, a damaged one its damage
-    (plan.result.read_result decides, as for the summary)."""
+    (core.result.read_result decides, as for the summary)."""
+    from feedbench.core.result import failed_result, now, write_result
     from feedbench.plan.failures import failed_cells_message, failure_line
     from feedbench.plan.job import result_path
-    from feedbench.plan.result import failed_result, now, write_result
 
     monkeypatch.chdir(tmp_path)  # results/ and logs/ are relative to Snakemake's working directory
     labels = {"experiment": "e", "cell": "c", "repeat": 1}

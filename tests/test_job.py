@@ -8,7 +8,8 @@ import sys
 import time
 
 import pytest
-from feedbench.plan import attempts, job, slurm
+from feedbench.core import attempts
+from feedbench.plan import job, slurm
 from feedbench.plan.job import CELL_DIR, CELL_LOG
 from helpers.cells import ENDLESS_SLEEP, run_cell_process
 from test_slurm_plugin import LABELLED

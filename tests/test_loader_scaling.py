@@ -119,8 +119,8 @@ def test_table_and_figure_show_points_fit_residuals_and_prediction():
 
 
 def spin_loader(tmp_path, **knobs) -> dict:
+    from feedbench.core.result import read_result
     from feedbench.harness.runner import run
-    from feedbench.plan.result import read_result
 
     raw = dict(scenario="loader", dataset="synthetic", image_size=64, batch_size=8, num_workers=2, steps=40)
     raw.update(warmup_steps=2, torch_threads=1, device="cpu", monitor_interval_s=0.05, **knobs)

@@ -74,7 +74,7 @@ def test_each_job_ran_on_slurm_with_the_users_code_from_python_path(run):
         assert result["cell"]["dataset"] == "shapes.data:build_dataset"
         assert [f["path"] for f in result["provenance"]["user_code"]] == [str(project / "src")]
         assert result["metrics"]["samples"] > 0
-    # The experiment's preflight (feedbench.plan.preflight) ran first, as a Slurm job of its own, and passed.
+    # The experiment's preflight (feedbench.core.preflight) ran first, as a Slurm job of its own, and passed.
     with open(workdir / "results" / "preflight" / "shapes.json") as f:
         preflight = json.load(f)
     assert preflight["status"] == "ok" and preflight["slurm_job_id"], preflight

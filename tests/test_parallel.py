@@ -10,7 +10,7 @@ import time
 import jsonschema
 import psutil
 import pytest
-from feedbench.plan.result import schema
+from feedbench.core.result import schema
 from helpers.cells import ENDLESS_SLEEP, run_cell_process, start_cell, tiny_mlp
 
 MLP = tiny_mlp(input_size=64, width=64, batch_size=16, warmup_steps=2)

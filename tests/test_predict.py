@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results
 from feedbench.analysis.predict import predict
-from feedbench.plan.ceilings import batch_bytes, ceiling_knobs
+from feedbench.core.ceilings import batch_bytes, ceiling_knobs
 
 
 def test_series_without_workers_and_overlap_with_them():
@@ -258,8 +258,8 @@ def own_pipeline_summary(root, device: str, pin_memory: bool):
     the workflow runs it: loader, compute, and the transfer probe of its own batch (ceilings.user_probe_knobs)."""
     import os
 
+    from feedbench.core.ceilings import user_probe_knobs
     from feedbench.harness.runner import run
-    from feedbench.plan.ceilings import user_probe_knobs
 
     src = os.path.abspath("examples/own-pipeline/src")
     train = {**SHAPES, "scenario": "train", "device": device, "pin_memory": pin_memory, "python_path": [src]}

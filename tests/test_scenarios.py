@@ -13,15 +13,15 @@ import time
 import jsonschema
 import pytest
 import torch
+from feedbench.core.metric_table import undeclared
+from feedbench.core.result import schema
 from feedbench.harness.images import make_images
-from feedbench.plan.metric_table import undeclared
-from feedbench.plan.result import schema
 from helpers.cells import ENDLESS_SLEEP, TINY_MLP, start_cell
 
 
 def validate(result: dict) -> None:
     jsonschema.validate(result, schema())
-    assert not undeclared(result), f"metrics measured but not declared in plan.metric_table: {undeclared(result)}"
+    assert not undeclared(result), f"metrics measured but not declared in core.metric_table: {undeclared(result)}"
 
 
 @pytest.fixture(scope="module")

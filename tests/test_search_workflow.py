@@ -1,5 +1,5 @@
 """`search: num_workers` through a real Snakemake run: a 16-level worker axis measures its ceilings, the checkpoint
-picks the knee, and only the cells around it train (feedbench.plan.search; workflow/rules/search.smk)."""
+picks the knee, and only the cells around it train (feedbench.core.search; workflow/rules/search.smk)."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from conftest import needs_chromium
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.publish import report
+from feedbench.core.ceilings import ceiling_map
 from feedbench.harness.runner import run
-from feedbench.plan.ceilings import ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
 from helpers.browser import ARTIFACTS, assert_fits, inspect

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from feedbench.plan.result import invalid
+from feedbench.core.result import invalid
 from helpers.slurm_cluster import submitted_bench_jobs
 from helpers.snakemake_run import copy_workflow, snakemake_env
 

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
+from feedbench.core.result import invalid
 from feedbench.plan import pending, slurm
-from feedbench.plan.result import invalid
 from helpers.cells import tiny_mlp_base
 from test_disclosure import make_report
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 from feedbench.analysis import stages
 from feedbench.analysis.aggregate import result_row
+from feedbench.core.result import schema
 from feedbench.harness import profile as sample_profile
 from feedbench.harness.runner import run
-from feedbench.plan.result import schema
 from helpers.cells import user_cell
 
 # A user's text pipeline, loaded by import path: __getitem__ tokenizes (a user helper and a str.split inside) and
@@ -198,8 +198,8 @@ def test_library_code_is_the_standard_library_torch_and_feedbench():
 
 
 def test_no_profile_where_it_could_not_stay_out_of_the_window():
+    from feedbench.core.cell import parse_cell
     from feedbench.harness.profile import sample_profile
-    from feedbench.plan.cell import parse_cell
 
     assert sample_profile(parse_cell({"warmup_steps": 0, "stage_timing": True})) is None
     assert sample_profile(parse_cell({"num_workers": 2, "in_order": False, "stage_timing": True})) is None

@@ -14,6 +14,8 @@ from feedbench.analysis.verdict import summarize_experiment
 from helpers.real_results import run_matrix
 from test_report import make_report
 
+pytestmark = pytest.mark.xdist_group("stage_report")  # one worker: fixture `paths` measures its cells once
+
 DELAY_MS = 2.0
 # One experiment of data-bound cells (a 2 ms sample delay, no workers): the same cell with stage timing off and on;
 # and one with no stage timing at all.

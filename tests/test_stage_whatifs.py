@@ -19,11 +19,11 @@ from feedbench.analysis import whatifs
 from feedbench.analysis.aggregate import read_summary, result_row
 from feedbench.analysis.verdict import summarize_experiment
 from feedbench.analysis.whatifs import experiment_table
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
 from feedbench.harness import stages, whatif
 from feedbench.harness.runner import run
-from feedbench.plan.cell import parse_cell
 from feedbench.plan.config import validate_config
-from feedbench.plan.knobs import KnobError
 from feedbench.plan.matrix import ConfigError, build_cells
 from helpers.browser import without_tags
 from helpers.snakemake_run import run_snakemake, workflow_copy

@@ -8,7 +8,7 @@ import json
 import pytest
 from feedbench.analysis import target_view
 from feedbench.analysis.loader_scaling import LoaderPoint, fit_scaling
-from feedbench.plan.ceilings import LOADER_REACHES
+from feedbench.core.ceilings import LOADER_REACHES
 from helpers.browser import assert_fits, find_chromium, inspect
 from helpers.snakemake_run import snakemake, workflow_copy
 

@@ -11,8 +11,8 @@ import sys
 
 import jsonschema
 import pytest
-from feedbench.plan import threads
-from feedbench.plan.result import schema
+from feedbench.core import threads
+from feedbench.core.result import schema
 from helpers.cells import run_cell_process, tiny_mlp
 
 TINY_MLP = tiny_mlp(device="cpu")

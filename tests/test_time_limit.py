@@ -14,7 +14,7 @@ import time
 import jsonschema
 import psutil
 import pytest
-from feedbench.plan.result import schema
+from feedbench.core.result import schema
 from helpers.cells import ENDLESS_SLEEP, run_cell_process
 
 pytestmark = pytest.mark.timing  # wall-time bounds and steps measured before a limit of seconds

@@ -196,7 +196,7 @@ def test_changing_the_harness_code_reruns_the_cells(done, tmp_path):
     workflow, workdir = done
     edited = copy_workflow(tmp_path, source=workflow)
     assert planned(edited, workdir, TINY) == failed_cells(TINY)  # same code elsewhere: only the retries
-    with open(os.path.join(edited, "workflow", "feedbench", "plan", "metrics.py"), "a") as f:
+    with open(os.path.join(edited, "workflow", "feedbench", "core", "metrics.py"), "a") as f:
         f.write("\n# an edit of the harness\n")
     assert planned(edited, workdir, TINY) == everything(TINY)
 

@@ -84,6 +84,7 @@ rule report:
             caption="../../report/captions/report.rst",
             category="Report",
         ),
+        verdict=VERDICT,
     log:
         "logs/report.log",
     conda:

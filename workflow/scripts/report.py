@@ -21,5 +21,6 @@ publish.report(
     dict(snakemake.params.get("config") or snakemake.config),
     str(snakemake.params.config_hash),
     snakemake.output.html,
+    snakemake.output.verdict,  # the verdicts as text, printed at the run's end
     **{name: snakemake.input.get(name, []) for name in INPUTS},  # the rule's other inputs, by name
 )

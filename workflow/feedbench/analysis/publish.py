@@ -7,7 +7,7 @@ onerror: feedbench.plan.slurm.record_lost_cells, then publish).
 
 from __future__ import annotations
 
-from ..plan.ceilings import write_map
+from ..core.ceilings import write_map
 from .aggregate import load_results, read_summary, write_summary
 from .plots import plot_experiment
 from .report import write_report
@@ -15,7 +15,7 @@ from .report import write_report
 
 def summarize(results: list[str], summary: str, links: dict | None = None, ceilings: str | None = None) -> None:
     """Rule aggregate: every result file -> the summary CSV (analysis.aggregate), its ceiling columns joined on the
-    planner's map (links: feedbench.plan.ceilings.ceiling_map), which is written to `ceilings` beside it."""
+    planner's map (links: feedbench.core.ceilings.ceiling_map), which is written to `ceilings` beside it."""
     if ceilings and links is not None:
         write_map(ceilings, links)
     write_summary(load_results(results, links), summary)
@@ -28,11 +28,11 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 
 def report(summary: str, plots: list[str], results: list[str], config: dict, config_hash: str, html: str,
-           **inputs) -> None:  # fmt: skip
+           verdict: str | None = None, **inputs) -> None:  # fmt: skip
     """Rule report: summary, plots, results and the report's other inputs by name (analysis.report.INPUTS: published
     tables, searches' choices, the planner's map of ceilings, which folds the ceiling cells under the experiments
-    they serve, a target's estimates) -> one HTML file (analysis.report)."""
-    write_report(summary, plots, results, config, config_hash, html, **inputs)
+    they serve, a target's estimates) -> one HTML file (analysis.report), and its verdicts as text at `verdict`."""
+    write_report(summary, plots, results, config, config_hash, html, verdict=verdict, **inputs)
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from ..core.result import UnusableResult, read_result
 from .job import CELL_LOG, result_path
-from .result import UnusableResult, read_result
 
 
 def failure_line(experiment: str, cell: str, repeat: int, ran: bool) -> str | None:
@@ -42,7 +42,7 @@ def failed_cells_message(
     cells: Iterable[tuple[str, str, int, bool]], report: str | None, stopped: Iterable[str] = ()
 ) -> str | None:
     """The run's end in words when any of `cells` (experiment, cell, repeat, ran by this run) failed, or an experiment
-    was stopped by its preflight, else None: one line per stopped experiment (`stopped`, feedbench.plan.preflight:
+    was stopped by its preflight, else None: one line per stopped experiment (`stopped`, feedbench.core.preflight:
     stopped_line); then how many cells failed, where the report that lists them is (None: a run that ended on an error
     may have made none), and one line per failed cell."""
     cells, stopped = list(cells), list(stopped)

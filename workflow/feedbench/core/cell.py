@@ -37,7 +37,7 @@ def _field(knob: Knob) -> tuple[str, Any, Any]:
     return knob.name, hint, field(default=knob.default)
 
 
-# The knobs of one cell, checked by parse_cell: one field per knob of plan.knobs.KNOBS, with its type and default,
+# The knobs of one cell, checked by parse_cell: one field per knob of core.knobs.KNOBS, with its type and default,
 # then the labels the workflow adds (knobs.LABELS: set by the workflow, copied into the result, unused by the harness).
 # Derived from the declarations, so a knob is declared once. Import-light: the Snakefile checks every cell with it.
 Cell = make_dataclass(
@@ -46,7 +46,7 @@ Cell = make_dataclass(
     frozen=True,
 )
 Cell.__module__ = __name__  # where pickle finds it (a spawned loader worker unpickles the cell)
-Cell.__doc__ = "The knobs of one cell (feedbench.plan.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
+Cell.__doc__ = "The knobs of one cell (feedbench.core.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
 
 
 def parse_cell(raw: dict[str, Any]) -> Cell:
@@ -80,6 +80,11 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         raise KnobError(
             f"knob 'forward_keys': value {keys!r} is not allowed; allowed: null, or a non-empty list of batch keys "
             "with a user model (package.module:attribute)"
+        )
+    if values["loss"] != "auto" and (not own_model or values["step"]):
+        raise KnobError(
+            f"knob 'loss': value {values['loss']!r} is the loss of a model of your own without a step "
+            f"({'its step computes the loss' if values['step'] else 'a built-in model has its own'}); allowed: auto"
         )
     if values["momentum"] and values["optimizer"] != "sgd":
         raise KnobError(
