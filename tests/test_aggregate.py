@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results, read_summary, typed, write_summary
 from feedbench.core.knobs import KNOBS
-from real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
+from helpers.real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
 from test_damaged_results import damage
 
 

@@ -12,7 +12,7 @@ from feedbench.analysis.aggregate import load_results, rebuilt_map, result_row, 
 from feedbench.core.ceilings import Bounds, batch_bytes, ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
-from snakemake_run import snakemake, workflow_copy
+from helpers.snakemake_run import snakemake, workflow_copy
 
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
 SIZE = batch_bytes(MLP)

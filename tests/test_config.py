@@ -14,7 +14,7 @@ from feedbench.core.ceilings import ceiling_map
 from feedbench.core.knobs import KNOBS
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
-from snakemake_run import run_snakemake
+from helpers.snakemake_run import run_snakemake
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
 # Run the workflow, never a job: they belong to the machine that drives Snakemake.

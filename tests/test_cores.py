@@ -11,9 +11,9 @@ import time
 
 import pytest
 from conftest import ROOT
-from fake_cgroup import cgroup_tree
 from feedbench.core import cores
 from feedbench.core.result import read_result
+from helpers.fake_cgroup import cgroup_tree
 
 
 def test_the_smallest_quota_of_the_cgroup_and_its_parents(tmp_path):

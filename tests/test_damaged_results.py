@@ -19,7 +19,7 @@ import time
 
 import pytest
 from feedbench.harness.images import make_images
-from snakemake_run import snakemake, snakemake_command, snakemake_env, workflow_copy
+from helpers.snakemake_run import snakemake, snakemake_command, snakemake_env, workflow_copy
 from test_workflow import planned
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine

@@ -12,9 +12,9 @@ import json
 import os
 
 import pytest
-from browser import without_tags
 from conftest import write_user_module
-from snakemake_run import snakemake, workflow_copy
+from helpers.browser import without_tags
+from helpers.snakemake_run import snakemake, workflow_copy
 
 USER_CODE = """
 import torch

@@ -202,7 +202,7 @@ def test_one_core_predicts_two_within_15_percent(tmp_path_factory, pipeline):
     the DataLoader's in-order hand-over makes a worker that is ahead wait), and one core time-sliced between two
     workers and the main process costs a sample 0 to 20 % more CPU than two cores do. The message gives both.
     """
-    from loader_scaling import CHECK_CELLS, CHECK_REPEATS, measure
+    from helpers.loader_scaling import CHECK_CELLS, CHECK_REPEATS, measure
 
     runs = measure(str(tmp_path_factory.mktemp(f"loader-{pipeline}")), pipeline, CHECK_REPEATS, CHECK_CELLS)
     fit = fit_scaling([loader_point(result) for workers, cores, result in runs if cores == 1])

@@ -15,7 +15,6 @@ import pandas as pd
 import psutil
 import pytest
 from conftest import ROOT
-from fake_cgroup import cgroup_tree
 from feedbench.analysis import growth
 from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.report import build as build_report
@@ -24,6 +23,7 @@ from feedbench.analysis.verdict import summarize_experiment
 from feedbench.core import memory
 from feedbench.core.result import schema
 from feedbench.harness.memory import MemorySeries, _growth
+from helpers.fake_cgroup import cgroup_tree
 
 # Python objects of 2 KB: every page of the list's items holds an object header, so a worker that reads each item
 # writes (copies) every page. 30,000 of them: 60 MB, split over the workers; the NumPy twin holds the same bytes in

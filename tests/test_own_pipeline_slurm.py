@@ -16,10 +16,10 @@ import sys
 
 import pytest
 import yaml
-from snakemake_run import copy_workflow, snakemake_env
+from helpers.snakemake_run import copy_workflow, snakemake_env
 from test_own_pipeline import EXAMPLE
 
-pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
+pytest_plugins = ["helpers.slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

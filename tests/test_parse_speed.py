@@ -9,7 +9,7 @@ import sys
 
 import yaml
 from feedbench.core.model_names import TORCHVISION_MODELS
-from snakemake_run import snakemake_command
+from helpers.snakemake_run import snakemake_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("torch", "torchvision")

@@ -1,6 +1,6 @@
 """The prediction of a training cell from its ceilings (analysis.predict, docs/harness.md "The prediction model").
 
-The calibration workloads (a sleep model and a per-sample delay, tests/calibration.py) have known ceilings: a
+The calibration workloads (a sleep model and a per-sample delay, tests/helpers/calibration.py) have known ceilings: a
 loader of W workers delivers W x B / (B x d) samples/s, the sleep model computes B / C. Every case and its
 ceilings are measured as the workflow measures them, the median of 3 repeats (a single run on a busy machine can
 lose 15 % to one burst of other load); the prediction must hold within 5 %.
@@ -70,11 +70,11 @@ def test_ceiling_knobs_keep_what_the_ceiling_depends_on():
 
 @pytest.fixture(scope="module")
 def calibration(calibration_runs):
-    """Summary rows of the 9 calibration cells and their ceilings, 3 repeats each (tests/calibration.py)."""
+    """Summary rows of the 9 calibration cells and their ceilings, 3 repeats each (tests/helpers/calibration.py)."""
     return load_results(calibration_runs)
 
 
-@pytest.mark.slow  # 54 runs of 1-4 s, one at a time (tests/calibration.py): about two minutes
+@pytest.mark.slow  # 54 runs of 1-4 s, one at a time (tests/helpers/calibration.py): about two minutes
 @pytest.mark.timing  # predicted vs measured samples/s within 5 %
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]

@@ -20,12 +20,12 @@ import subprocess
 
 import pytest
 import yaml
-from browser import ARTIFACTS, assert_fits, inspect, paragraph_texts
 from conftest import ROOT, needs_chromium
 from feedbench.analysis import views
 from feedbench.core.target import find_gpu
+from helpers.browser import ARTIFACTS, assert_fits, inspect, paragraph_texts
+from helpers.snakemake_run import copy_workflow, run_snakemake
 from markupsafe import escape
-from snakemake_run import copy_workflow, run_snakemake
 
 PRESETS = list(views.NAMES)  # one preset per study view
 DEFAULT_EXPERIMENTS = {"decode", "workers", "prefetch", "compute", "transfer"}  # config/config.yaml

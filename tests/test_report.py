@@ -13,7 +13,7 @@ from feedbench.analysis.glossary import link_first_uses
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.report import UnsafeSVG, inline_svg, summary_results, write_report
 from feedbench.analysis.verdict import summarize_experiment
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.xdist_group("report")  # one worker: the module fixture `html` renders the report once
 

@@ -21,7 +21,7 @@ import yaml
 from conftest import ROOT
 from feedbench.core import shm
 from feedbench.core.ceilings import batch_bytes
-from snakemake_run import snakemake_command, snakemake_env
+from helpers.snakemake_run import snakemake_command, snakemake_env
 from torch.utils.data import TensorDataset, default_collate
 
 MB = 2**20

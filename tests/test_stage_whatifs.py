@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from browser import without_tags
 from conftest import write_user_module
 from feedbench.analysis import whatifs
 from feedbench.analysis.aggregate import read_summary, result_row
@@ -26,7 +25,8 @@ from feedbench.harness import stages, whatif
 from feedbench.harness.runner import run
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells
-from snakemake_run import run_snakemake, workflow_copy
+from helpers.browser import without_tags
+from helpers.snakemake_run import run_snakemake, workflow_copy
 from test_stages import COSTS, USER_MODULE
 from test_stages import USER_CODE as V1_CODE
 

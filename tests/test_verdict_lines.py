@@ -19,7 +19,7 @@ from feedbench.analysis.aggregate import read_summary
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.report import build, fmt, target_in_units
 from feedbench.analysis.verdict import summarize_experiment
-from stored_run import DEFAULT_RUN, default_config
+from helpers.stored_run import DEFAULT_RUN, default_config
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import re
 
 import pytest
 import yaml
-from snakemake_run import copy_workflow, snakemake, workflow_copy
+from helpers.cells import tiny_mlp_base
+from helpers.snakemake_run import copy_workflow, snakemake, workflow_copy
 
 pytestmark = [
     pytest.mark.slow,  # real Snakemake runs: about a minute for the module
@@ -34,15 +35,7 @@ TINY = {
         },
         "mlp": {
             "title": "A tiny mlp, and a cell that fails",
-            "base": {
-                "scenario": "train",
-                "dataset": "memory",
-                "model": "mlp",
-                "input_size": 16,
-                "width": 16,
-                "batch_size": 8,
-                "num_samples": 32,
-            },
+            "base": tiny_mlp_base(),
             "matrix": {"hidden_layers": [1]},
             # Valid config, but no CIFAR in the folder: the harness fails this cell at run time.
             "include": [{"dataset": "cifar10", "data_dir": "empty"}],

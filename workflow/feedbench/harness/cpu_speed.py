@@ -38,7 +38,7 @@ def measure(repeats: int = REPEATS, scratch: str | None = None) -> dict[str, Any
         ref = reference()
         images = os.path.join(root, "images")
         make_images(images, **ref["images"])
-        os.sync()  # the new files written back before any repeat measures (as tests/loader_scaling.py does)
+        os.sync()  # the new files written back before any repeat measures (as tests/helpers/loader_scaling.py does)
         results = []
         for repeat in range(1, repeats + 1):
             knobs = {**ref["knobs"], "data_dir": images, "experiment": "cpu-speed", "cell": "reference"}

@@ -24,7 +24,7 @@ import sys
 
 from feedbench.harness import masked
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES_SRC = os.path.join(ROOT, "examples", "own-pipeline", "src")
 
 # The monitor at its default period: at 0.1 s its sampling (the workers' USS and PSS) took a fifth of a core in the
