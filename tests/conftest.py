@@ -11,7 +11,10 @@ import textwrap
 
 import pytest
 import torch
-from helpers.browser import find_chromium
+
+pytest.register_assert_rewrite("helpers")  # before any import of them: their asserts say what they compared
+
+from helpers.browser import find_chromium  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
