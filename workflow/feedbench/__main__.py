@@ -48,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The commands and their options."""
     parser = argparse.ArgumentParser(prog="feedbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_cell_commands(sub)
+    _add_tool_commands(sub)
+    return parser
+
+
+def _add_cell_commands(sub) -> None:
+    """run, job and preflight: what runs a cell or checks its code."""
     run = sub.add_parser("run", help="run one cell and write DIR/result.json and DIR/steps.csv")
     run.add_argument("cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)")
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
@@ -93,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument("--log", required=True, help="the check's output, its tracebacks whole")
     preflight.add_argument("--attempt", default="first", help="which attempt this is (the rule's params), recorded")
     preflight.add_argument("--here", action="store_true", help="check in this process (the job runs it so)")
+
+
+def _add_tool_commands(sub) -> None:
+    """The helpers: test data, a failed result, the CPU speed, the knob and metric tables."""
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -122,7 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
     shown = metrics.add_mutually_exclusive_group()
     shown.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/result-schema.md")
     shown.add_argument("--schema", action="store_true", help="print the whole result schema, the metrics' leaves added")
-    return parser
 
 
 def _knobs(args) -> int:

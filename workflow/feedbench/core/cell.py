@@ -91,6 +91,15 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
             f"knob 'momentum': value {values['momentum']!r} is SGD's, not allowed with optimizer "
             f"'{values['optimizer']}'; allowed: 0 (an optimizer's own arguments go in optimizer_args)"
         )
+    _check_model(values, own_data)
+    _check_decoder(values)
+    _check_stage_whatifs(values)
+    _check_parallel(values)
+    return Cell(**values)
+
+
+def _check_model(values: dict[str, Any], own_data: bool) -> None:
+    """The scenario, the dataset and the model go together."""
     scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
     hint = BUILTIN_DATASETS[dataset].data_dir_hint if dataset in BUILTIN_DATASETS else None
     if hint and not values["data_dir"] and not values["download"]:
@@ -111,8 +120,11 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         raise KnobError(
             f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none"
         )
-    _check_decoder(values)
-    _check_stage_whatifs(values)
+
+
+def _check_parallel(values: dict[str, Any]) -> None:
+    """The parallel mode fits the GPUs, the nodes and the scenario."""
+    scenario = values["scenario"]
     parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
     if parallel == "none" and (gpus > 1 or nodes > 1):
         raise KnobError(
@@ -126,7 +138,6 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         )
     if parallel != "none" and scenario in ("loader", "transfer"):
         raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
-    return Cell(**values)
 
 
 def _check_decoder(values: dict[str, Any]) -> None:

@@ -193,7 +193,13 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
         )
     if not raw:
         raw.append((base_knobs, sources, [], None))
+    return _planned(name, where, raw, images_dir)
 
+
+def _planned(
+    name: str, where: str, raw: list[tuple[dict, dict, list[str], str | None]], images_dir: str | None
+) -> list[PlannedCell]:
+    """The planned cells of an experiment's raw ones, args folded; ConfigError on two cells that are one."""
     cells: list[PlannedCell] = []
     seen: dict[str, tuple[dict, str]] = {}
     same: dict[str, str] = {}  # the cell's knobs as the harness reads them -> id
