@@ -49,12 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="feedbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_cell_commands(sub)
+    _add_preflight(sub)
     _add_tool_commands(sub)
     return parser
 
 
 def _add_cell_commands(sub) -> None:
-    """run, job and preflight: what runs a cell or checks its code."""
+    """run and job: what runs a cell."""
     run = sub.add_parser("run", help="run one cell and write DIR/result.json and DIR/steps.csv")
     run.add_argument("cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)")
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
@@ -91,6 +92,10 @@ def _add_cell_commands(sub) -> None:
         help="the thread variables Snakemake sets to each job's threads, as the workflow was launched with them "
         "(feedbench.core.threads): the harness gets these back; without the option the environment is left alone",
     )
+
+
+def _add_preflight(sub) -> None:
+    """preflight: the check of an experiment's user code before its cells."""
     preflight = sub.add_parser(
         "preflight",
         help="the preflight rule's job: build an experiment's user code once per combination, write its record",
