@@ -76,4 +76,4 @@ SNAKEMAKE := PATH="$(BIN):$$PATH" $(BIN)/snakemake -s $(CURDIR)/Snakefile --core
 screenshots: setup
 	$(SNAKEMAKE) --directory $(SHOTS)/default --configfile $(CURDIR)/config/config.yaml
 	$(SNAKEMAKE) --directory $(SHOTS)/breakdown --configfile $(CURDIR)/config/presets/breakdown.yaml --config size=small
-	$(PY) tests/screenshots.py $(SHOTS)/default/results/report/index.html $(SHOTS)/breakdown/results/report/index.html
+	PYTHONPATH=tests $(PY) -m helpers.screenshots $(SHOTS)/default/results/report/index.html $(SHOTS)/breakdown/results/report/index.html

@@ -83,8 +83,8 @@ localrules:
 # around the executor plugin's faults, say why a job waits (and cancel one stuck past slurm.pending_timeout), stop on
 # SIGTERM as on Ctrl-C, and after lost jobs still make the report
 # (feedbench.plan.slurm; docs/reliability-slurm.md). Run here: refuse cells
-# whose batches in flight do not fit /dev/shm (feedbench.plan.shm). Then each cell run again keeps its earlier
-# attempt in its attempts/ folder (feedbench.plan.attempts).
+# whose batches in flight do not fit /dev/shm (feedbench.core.shm). Then each cell run again keeps its earlier
+# attempt in its attempts/ folder (feedbench.core.attempts).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
         feedbench_slurm.patch_plugin(
@@ -94,11 +94,11 @@ onstart:
         feedbench_slurm.stop_on_sigterm()
         error = feedbench_slurm.check_cells_fit(workflow, ((e, c, cell.knobs) for (e, c), cell in CELLS.items()))
         if error:
-            raise WorkflowError(error)
+            end_run(error)
     elif feedbench_shm.runs_here(workflow):
         error = feedbench_shm.plan_error((e, c, cell.knobs) for (e, c), cell in CELLS.items())
         if error:
-            raise WorkflowError(error)
+            end_run(error)
     if config.get("target"):
         # A cell that plainly cannot fit the target's GPU memory, counted on the meta device (torch: imported here,
         # in this process alone, never in a job's parse; feedbench.harness.flops.memory_error).
@@ -106,18 +106,18 @@ onstart:
 
         error = memory_error(config["target"], training_cells(list(CELLS.values())))
         if error:
-            raise WorkflowError(error)
+            end_run(error)
     keep_earlier_attempts()
 
 
 # A bench job succeeds even when its cell fails, so that the matrix goes on and the report lists the cell. The run's
-# end then names every failed cell of its targets in one line each and exits 1, as after lost Slurm jobs: a
-# WorkflowError raised here is printed by Snakemake, which then exits 1 (README, "Exit code"). Snakemake calls no
-# handler on a dry run, with --no-hooks, or when there is nothing to do.
+# end then names every failed cell of its targets in one line each and exits 1, as after lost Slurm jobs (end_run;
+# README, "Exit code"). Snakemake calls no handler on a dry run, with --no-hooks, or when there is nothing to do.
 onsuccess:
+    print_verdict()
     message = failed_cells()
     if message:
-        raise WorkflowError(message)
+        end_run(message)
 
 
 onerror:

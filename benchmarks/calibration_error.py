@@ -5,8 +5,8 @@
     PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py --device cuda   # on a GPU machine
     ... calibration_error.py --repeats 1 --cases balanced --workers 0    # the smallest run (the test suite's)
 
-Runs the 54 calibration runs (tests/calibration.py: the 9 training cells and their ceilings, 3 repeats each, with
-its steps) and prints, for every training cell, the error of its median samples/s against the analytic value,
+Runs the 54 calibration runs (tests/helpers/calibration.py: the 9 training cells and their ceilings, 3 repeats each,
+with its steps) and prints, for every training cell, the error of its median samples/s against the analytic value,
 each repeat's error, and its stall against the analytic stall. The test allows 5 % and 3 points; the worst error
 is printed last. The second command holds one core busy meanwhile, as the timing tests must bear. The third runs the
 same cells on a GPU: the sleep model then spins the GPU (torch.cuda._sleep) and CUDA events time the phases.
@@ -19,9 +19,9 @@ import tempfile
 import time
 
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
-from calibration import BATCH, CASES, COMMON, REPEATS, WORKERS, compute_ms, expected, measure
 from feedbench.analysis.aggregate import load_results
-from feedbench.plan.metrics import PHASES as PHASE_COLUMNS
+from feedbench.core.metrics import PHASES as PHASE_COLUMNS
+from helpers.calibration import BATCH, CASES, COMMON, REPEATS, WORKERS, compute_ms, expected, measure
 
 
 def main() -> None:

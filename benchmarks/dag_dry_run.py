@@ -64,7 +64,7 @@ rule job:
         "echo {params.cell:q} > {output}"
 """
 
-# The floor of rule bench's shape for this matrix (one-process cells: plan.resources): the same jobs with a log,
+# The floor of rule bench's shape for this matrix (one-process cells: core.resources): the same jobs with a log,
 # a benchmark file, threads and mem_mb as functions of the job (they vary with num_workers) and the other resources
 # as constants. This splits feedbench's cost into the rule's shape, which Snakemake handles for every job, and
 # feedbench's own code (the parse, the matrix, the functions of the job).

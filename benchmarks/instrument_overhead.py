@@ -17,6 +17,7 @@ import time
 
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import torch
+from feedbench.core.cell import parse_cell
 from feedbench.harness.data import build_dataset, build_loader
 from feedbench.harness.distributed import World, rank_device
 from feedbench.harness.fit import resolve
@@ -24,7 +25,6 @@ from feedbench.harness.loop import Measurement, epoch_batches, measure
 from feedbench.harness.models import build_model, loss_function
 from feedbench.harness.monitor import Monitor
 from feedbench.harness.prefetch import to_device
-from feedbench.plan.cell import parse_cell
 
 CONFIGS = {
     "resnet18 synthetic 64px b16": dict(

@@ -5,7 +5,7 @@
 With --check, the test's cells only (tests/test_loader_scaling.py: 2 workers on one core and on two, 3 repeats), one
 row per pipeline with the busy share of the cells' cores and a sample's cost on one core over two.
 
-For the JPEG folder (`dataset: images`) and examples/own-pipeline (tests/loader_scaling.py has the cells): the
+For the JPEG folder (`dataset: images`) and examples/own-pipeline (tests/helpers/loader_scaling.py has the cells): the
 loader alone at 0, 1 and 2 workers with the affinity mask at one core, and at 2 workers with two cores, repeat by
 repeat. The scaling model (feedbench.analysis.loader_scaling) is fitted to the one-core cells only (its curve: the
 cells with the most workers there, 2) and predicts two workers on two cores; the error is the two-core cells' median
@@ -23,7 +23,7 @@ import time
 
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 from feedbench.analysis.loader_scaling import fit_scaling, fit_text, loader_ceiling, loader_point
-from loader_scaling import CHECK_CELLS, CHECK_REPEATS, ONE_CORE, PIPELINES, TWO_CORES, measure
+from helpers.loader_scaling import CHECK_CELLS, CHECK_REPEATS, ONE_CORE, PIPELINES, TWO_CORES, measure
 
 NAMES = {"images": "JPEG folder (`dataset: images`)", "shapes": "examples/own-pipeline (shapes)"}
 

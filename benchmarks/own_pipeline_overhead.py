@@ -24,7 +24,7 @@ from typing import Callable
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import feedbench
 import torch
-from feedbench.plan.plugins import Context
+from feedbench.core.plugins import Context
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "own-pipeline", "src"))

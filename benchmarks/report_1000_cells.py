@@ -26,7 +26,7 @@ from feedbench.analysis.aggregate import load_results, read_summary, write_summa
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.report import write_report
 from feedbench.harness.runner import run
-from real_results import run_failing_cell
+from helpers.real_results import run_failing_cell
 
 WORKERS, BATCHES = [0, 1, 2, 4, 8], [16, 32, 64, 128, 256]
 KINDS = [{"kind": "line"}, {"kind": "bar"}, {"kind": "phases"}, {"kind": "heatmap"}]

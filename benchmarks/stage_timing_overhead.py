@@ -26,8 +26,8 @@ import time
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import feedbench
 import torch
+from feedbench.core.plugins import Context
 from feedbench.harness.images import make_images
-from feedbench.plan.plugins import Context
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "own-pipeline", "src"))
 from shapes import data  # noqa: E402  (the example project, outside the package)

@@ -24,7 +24,7 @@ import tempfile
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
 import feedbench
 import torch
-from feedbench.plan.plugins import Context
+from feedbench.core.plugins import Context
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import own_pipeline_overhead as plain  # noqa: E402  (its bare loop and the example's objects)

@@ -11,7 +11,10 @@ import textwrap
 
 import pytest
 import torch
-from browser import find_chromium
+
+pytest.register_assert_rewrite("helpers")  # before any import of them: their asserts say what they compared
+
+from helpers.browser import find_chromium  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,7 +23,8 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-# The browser tests (tests/browser.py drives Debian's Chromium): skipped, saying how to get it, where it is missing.
+# The browser tests (tests/helpers/browser.py drives Debian's Chromium): skipped, saying how to get it, where it is
+# missing.
 needs_chromium = pytest.mark.skipif(
     find_chromium() is None, reason="needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)"
 )
@@ -45,7 +49,7 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
-    # One worker runs every Slurm test, so only it starts the session's cluster (tests/slurm_cluster.py).
+    # One worker runs every Slurm test, so only it starts the session's cluster (tests/helpers/slurm_cluster.py).
     for item in items:
         if item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
@@ -121,8 +125,8 @@ def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def calibration_runs(tmp_path_factory):
-    """Result paths of the calibration workloads (tests/calibration.py), measured once for test_calibration and
+    """Result paths of the calibration workloads (tests/helpers/calibration.py), measured once for test_calibration and
     test_predict."""
-    from calibration import measure
+    from helpers.calibration import measure
 
     return measure(str(tmp_path_factory.mktemp("calibration")))

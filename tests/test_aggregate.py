@@ -9,8 +9,8 @@ import shutil
 import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results, read_summary, typed, write_summary
-from feedbench.plan.knobs import KNOBS
-from real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
+from feedbench.core.knobs import KNOBS
+from helpers.real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
 from test_damaged_results import damage
 
 

@@ -10,12 +10,12 @@ import feedbench
 import yaml
 from feedbench.analysis import report, verdict
 from feedbench.analysis.aggregate import load_results, read_summary, result_row, write_summary
+from feedbench.core.metrics import CLOCKED_PHASES, PHASES
+from feedbench.core.records import record_of
 from feedbench.harness import loop as harness
 from feedbench.harness import provenance
 from feedbench.harness.runner import run
 from feedbench.plan import matrix
-from feedbench.plan.metrics import CLOCKED_PHASES, PHASES
-from feedbench.plan.records import record_of
 
 PACKAGE = os.path.dirname(os.path.abspath(feedbench.__file__))
 CONFIG = {
@@ -96,7 +96,7 @@ def test_phases_are_defined_once():
         for name in names
         if name.endswith(".py") and "PHASES" in assigned_names(os.path.join(folder, name))
     ]
-    assert homes == [os.path.join("plan", "metrics.py")]
+    assert homes == [os.path.join("core", "metrics.py")]
     # The harness's per-scenario mapping is derived from the one tuple, in its order.
     for phases in harness.PHASES_OF.values():
         assert list(phases) == [p for p in CLOCKED_PHASES if p in phases] and set(phases) <= set(PHASES)

@@ -9,8 +9,9 @@ import json
 
 import pytest
 from conftest import write_user_module
-from feedbench.plan import attempts, slurm
-from snakemake_run import snakemake, workflow_copy
+from feedbench.core import attempts
+from feedbench.plan import slurm
+from helpers.snakemake_run import snakemake, workflow_copy
 from test_slurm_plugin import LABELLED
 
 # A user's dataset that fails its cell at sample 20 (the fifth batch of 4: a warm-up step and four measured) while the

@@ -8,10 +8,10 @@ import jsonschema
 import pytest
 import torch
 from conftest import cli
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
+from feedbench.core.result import schema
 from feedbench.harness.fit import NAIVE_ON_GPU, resolve
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import KnobError
-from feedbench.plan.result import schema
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,11 @@ import os
 
 import pandas as pd
 import pytest
-from browser import ARTIFACTS, assert_fits, inspect
 from conftest import needs_chromium
 from feedbench.analysis import glossary
-from real_results import real_matrix  # noqa: F401 (fixture)
-from stored_run import DEFAULT_RUN, default_config, render_default_run
+from helpers.browser import ARTIFACTS, assert_fits, inspect
+from helpers.real_results import real_matrix  # noqa: F401 (fixture)
+from helpers.stored_run import DEFAULT_RUN, default_config, render_default_run
 from test_report import config, make_report  # noqa: F401 (fixture)
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""Calibration against known ground truth: a sleep model and a per-sample delay (tests/calibration.py).
+"""Calibration against known ground truth: a sleep model and a per-sample delay (tests/helpers/calibration.py).
 
 Each training cell's samples/s and stall, the median of its repeats, against the analytic values. Margins on a
 busy 2-core machine: compute and loading are sleeps, which a busy core delays only by a wake-up latency, and the
@@ -12,7 +12,7 @@ slow: each sleep waits for a core), which these figures cannot tell from a bug.
 from __future__ import annotations
 
 import pytest
-from calibration import BATCH, CASES, REPEATS, WORKERS, compute_ms, expected
+from helpers.calibration import BATCH, CASES, REPEATS, WORKERS, compute_ms, expected
 
 pytestmark = pytest.mark.timing  # samples/s within 5 %: run alone (make test's timing phase)
 

@@ -1,4 +1,4 @@
-"""The planner's map of ceilings (plan.ceilings.ceiling_map): the summary joins on it, and a summary rebuilt from
+"""The planner's map of ceilings (core.ceilings.ceiling_map): the summary joins on it, and a summary rebuilt from
 results that have none plans their cells again by the same rule (aggregate.rebuilt_map)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results, rebuilt_map, result_row, with_predictions
-from feedbench.plan.ceilings import Bounds, batch_bytes, ceiling_map
+from feedbench.core.ceilings import Bounds, batch_bytes, ceiling_map
+from feedbench.core.records import record_of
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
-from feedbench.plan.records import record_of
-from snakemake_run import snakemake, workflow_copy
+from helpers.snakemake_run import snakemake, workflow_copy
 
 MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
 SIZE = batch_bytes(MLP)

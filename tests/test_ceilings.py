@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from feedbench.plan.ceilings import ceiling_sources
+from feedbench.core.ceilings import ceiling_sources
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells
 

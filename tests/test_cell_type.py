@@ -1,4 +1,4 @@
-"""feedbench.plan.cell.Cell, the typed harness cell, derived from the knob declarations (feedbench.plan.knobs.KNOBS)."""
+"""feedbench.core.cell.Cell, the typed harness cell, derived from the knob declarations (feedbench.core.knobs.KNOBS)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 import pickle
 
 import pytest
-from feedbench.plan.cell import Cell, parse_cell
+from feedbench.core.cell import Cell, parse_cell
 
 
 def test_cell_is_frozen_and_parse_cell_fills_every_field():
@@ -22,7 +22,7 @@ def test_cell_is_frozen_and_parse_cell_fills_every_field():
 
 def test_cell_survives_pickle():
     """A loader worker started with spawn or forkserver unpickles the dataset, and with it the cell it was built from:
-    the derived class must be found where pickle looks for it, feedbench.plan.cell.Cell."""
+    the derived class must be found where pickle looks for it, feedbench.core.cell.Cell."""
     cell = parse_cell(
         {
             "num_workers": 2,
@@ -32,5 +32,5 @@ def test_cell_survives_pickle():
             "experiment": "e",
         }
     )
-    assert Cell.__module__ == "feedbench.plan.cell"
+    assert Cell.__module__ == "feedbench.core.cell"
     assert pickle.loads(pickle.dumps(cell)) == cell

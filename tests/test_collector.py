@@ -8,9 +8,9 @@ import gc
 import feedbench
 import pytest
 import torch
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import KnobError
-from feedbench.plan.metric_table import row_of
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
+from feedbench.core.metric_table import row_of
 from torch import nn
 from torch.utils.data import Dataset
 

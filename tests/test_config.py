@@ -10,11 +10,11 @@ import pytest
 import tomllib
 import yaml
 from conftest import ROOT
-from feedbench.plan.ceilings import ceiling_map
+from feedbench.core.ceilings import ceiling_map
+from feedbench.core.knobs import KNOBS
 from feedbench.plan.config import validate_config
-from feedbench.plan.knobs import KNOBS
 from feedbench.plan.matrix import build_cells
-from snakemake_run import run_snakemake
+from helpers.snakemake_run import run_snakemake
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
 # Run the workflow, never a job: they belong to the machine that drives Snakemake.
@@ -110,7 +110,7 @@ def test_config_reference_lists_every_key_of_the_schema_with_its_default():
 
 
 def test_config_accepts_exactly_the_knobs_of_the_harness():
-    """Knob names and values are checked against plan.knobs.KNOBS (not listed in the schema): they cannot drift."""
+    """Knob names and values are checked against core.knobs.KNOBS (not listed in the schema): they cannot drift."""
     every = {name: knob.default for name, knob in KNOBS.items()}
     config = {
         "defaults": dict(every),

@@ -11,9 +11,9 @@ import time
 
 import pytest
 from conftest import ROOT
-from fake_cgroup import cgroup_tree
-from feedbench.plan import cores
-from feedbench.plan.result import read_result
+from feedbench.core import cores
+from feedbench.core.result import read_result
+from helpers.fake_cgroup import cgroup_tree
 
 
 def test_the_smallest_quota_of_the_cgroup_and_its_parents(tmp_path):
@@ -235,7 +235,7 @@ def test_the_search_stops_at_the_cores_it_has(tmp_path):
     (0 workers: the main process alone), runs the one above to show it, and says why; beyond_cores lifts the stop."""
     from feedbench.analysis.aggregate import load_results
     from feedbench.analysis.verdict import loader_cpu
-    from feedbench.plan import search
+    from feedbench.core import search
 
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "spin.py").write_text(SPIN)

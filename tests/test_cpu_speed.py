@@ -14,13 +14,15 @@ import pytest
 from conftest import ROOT
 from feedbench.__main__ import main
 from feedbench.analysis.target_view import cpu_speed_text
+from feedbench.core.cpu_speed import KIND, read_speed_file, reference
+from feedbench.core.target import read_target
 from feedbench.harness.cpu_speed import target_speed
 from feedbench.plan.config import ConfigError
-from feedbench.plan.cpu_speed import KIND, read_speed_file, reference
 from feedbench.plan.matrix import planned_cells
-from feedbench.plan.target import read_target
 from feedbench.version import __version__
 from test_target import SCHEMA, plan
+
+pytestmark = pytest.mark.xdist_group("cpu_speed")  # one worker: fixture `here` measures its cell once
 
 H100 = {"gpu": "H100", "cores_per_gpu": 8}
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 from feedbench.harness.images import make_images
-from snakemake_run import snakemake, snakemake_command, snakemake_env, workflow_copy
+from helpers.snakemake_run import snakemake, snakemake_command, snakemake_env, workflow_copy
 from test_workflow import planned
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine
@@ -164,7 +164,7 @@ def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
 
 WRITE_UNDER_A_SIZE_LIMIT = textwrap.dedent("""
     import resource, signal, sys
-    from feedbench.plan.result import write_result
+    from feedbench.core.result import write_result
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of killing
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
     try:

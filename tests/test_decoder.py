@@ -9,13 +9,13 @@ import jsonschema
 import numpy as np
 import pytest
 import torch
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import JPEG_DATASETS
+from feedbench.core.result import schema
 from feedbench.harness import data
 from feedbench.harness.images import make_images
 from feedbench.harness.shards import make_shards
 from feedbench.harness.stages import StagedBatch, strip
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import JPEG_DATASETS
-from feedbench.plan.result import schema
 
 
 @pytest.fixture(scope="module")

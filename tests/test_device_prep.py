@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+from helpers.cells import user_cell
 
 USER_MODULE = "prep_costs"
 SLEEP_MS = 40.0  # the moved stage's cost per batch; a sample costs next to nothing, so no step waits on the loader
@@ -64,18 +65,8 @@ def model(ctx):
 def step(model, batch, ctx):
     return model(batch[0]).mean()
 """
-KNOBS = dict(
-    dataset="prep_costs:build",
-    model="prep_costs:model",
-    step="prep_costs:step",
-    batch_size=4,
-    num_workers=0,
-    steps=6,
-    warmup_steps=1,
-    torch_threads=1,
-    stage_timing=False,
-    device_stages="Slow",
-)
+KNOBS = user_cell(USER_MODULE, batch_size=4, num_workers=0, steps=6, warmup_steps=1, torch_threads=1)
+KNOBS.update(stage_timing=False, device_stages="Slow")
 
 
 def _cell(run_cell, user_module, **knobs):

@@ -12,7 +12,7 @@ import pytest
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
 from feedbench.analysis.disclosure import Disclosure
 from feedbench.analysis.report import write_report
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 # Stands for /home/<user>: the folder holding the virtual env, whose files a real traceback names.
 HOME = os.path.dirname(sys.prefix)

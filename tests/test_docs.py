@@ -6,8 +6,8 @@ import os
 import re
 
 from conftest import ROOT
-from feedbench.plan import metric_table
-from feedbench.plan.knobs import markdown_table
+from feedbench.core import metric_table
+from feedbench.core.knobs import markdown_table
 
 
 def test_knob_table_in_docs_matches_knobs():
@@ -26,7 +26,7 @@ def test_each_layers_readme_names_every_module_of_the_layer():
     """workflow/feedbench/<layer>/README.md: one line per module, so a reader finds any module from the README's
     "Where things live"; a new module without its line fails here."""
     package = os.path.join(ROOT, "workflow", "feedbench")
-    for layer in ("plan", "harness", "analysis", os.path.join("analysis", "views")):
+    for layer in ("core", "plan", "harness", "analysis", os.path.join("analysis", "views")):
         folder = os.path.join(package, layer)
         readme_folder = folder if layer != os.path.join("analysis", "views") else os.path.dirname(folder)
         with open(os.path.join(readme_folder, "README.md"), encoding="utf-8") as f:

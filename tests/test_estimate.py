@@ -9,28 +9,34 @@ import sys
 
 import pytest
 from conftest import ROOT
+from feedbench.core.estimate import (
+    KERNELS,
+    LAUNCH_SECONDS,
+    MEASURE_OVER,
+    PUBLISHED_BOUND,
+    beside_published,
+    class_efficiencies,
+    compute_range,
+    compute_seconds,
+    kernel_table,
+    launch_seconds,
+    published_cells,
+    split_seconds,
+    step_on,
+    summary_table,
+)
+from feedbench.core.knobs import ConfigError
+from feedbench.core.target import Target, dtype, find_gpu, roofline_seconds
 from feedbench.harness.flops import (
     PARAMETER_PASSES,
     StepCount,
     count_once,
     count_step,
+    estimate_cell,
     estimate_range,
     memory_error,
     published_error,
 )
-from feedbench.plan.estimate import (
-    LAUNCH_SECONDS,
-    MEASURE_OVER,
-    PUBLISHED_BOUND,
-    beside_published,
-    compute_range,
-    compute_seconds,
-    launch_seconds,
-    published_cells,
-    step_on,
-    summary_table,
-)
-from feedbench.plan.target import Target, dtype, find_gpu, roofline_seconds
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
 # One worker for the module: published_error counts the nmt study's LSTMs (about 12 s of CPU), once a process
@@ -228,3 +234,93 @@ def test_each_estimate_carries_the_range_of_its_methods_published_error_on_the_n
     assert ranged["measure_there"] and ranged["range_span"] == pytest.approx(rnn.span)
     floor = estimate_range({**entry, "launch_s": 0.1}, predictions)
     assert floor["compute_range_s"] == [0.1, None] and floor["measure_there"]
+
+
+# Large enough that their roofline, not their launches, is their step on a P100; a short sequence keeps the count quick.
+SMALL_RESNET = {"model": "resnet18", "image_size": 64, "num_classes": 10, "batch_size": 64}
+SMALL_LSTM = {"model": "lstm", "dataset": "tokens", "vocab_size": 1000, "embedding_dim": 512, "hidden_size": 512,
+              "lstm_layers": 1, "seq_len": 5, "batch_size": 64, "lstm_impl": "fused"}  # fmt: skip
+SMALL_LOOP = {**SMALL_LSTM, "lstm_impl": "cell"}
+
+
+def _op_rooflines(work, knobs, gpu) -> dict[str, float]:
+    """Each class's summed per-operation roofline seconds, by hand from the counted operations."""
+    found: dict[str, float] = {}
+    for op_class, flops, moved, count in work.ops:
+        seconds = count * roofline_seconds(flops, moved, gpu, dtype(knobs, gpu))
+        found[op_class] = found.get(op_class, 0.0) + seconds
+    return found
+
+
+def test_the_counted_operations_add_up_to_the_steps_flops_and_bytes():
+    """The per-operation estimate prices the same work as the family one, split by operation: a ResNet's
+    convolutions, matmul and batch norms; a fused LSTM's layers as recurrent, an LSTMCell loop's as matmuls."""
+    for knobs in (SMALL_RESNET, SMALL_LSTM, SMALL_LOOP):
+        work = count_once(knobs)
+        assert sum(f * n for _, f, _, n in work.ops) == work.flops
+        assert sum(b * n for _, _, b, n in work.ops) == pytest.approx(work.bytes)
+    classes = lambda knobs: {c for c, *_ in count_once(knobs).ops}  # noqa: E731
+    assert classes(SMALL_RESNET) == {"convolution", "matmul", "normalisation", "elementwise"}
+    assert "recurrent" in classes(SMALL_LSTM)
+    assert classes(SMALL_LOOP) == {"matmul", "elementwise"}
+
+
+def test_per_class_efficiencies_move_a_convolution_model_and_an_lstm_differently():
+    """On a P100 (DeepBench's figures: core/kernels.yaml) a ResNet's convolutions take the convolution figure and a
+    fused LSTM's layers the recurrent one, each op's roofline over its class's; the classes without a figure keep the
+    family's efficiency. So at one family efficiency the two models move by different factors from the family
+    estimate, and a fused LSTM and its LSTMCell loop, equal in FLOPs, are priced apart."""
+    p100, family = find_gpu("P100"), {"cnn": 0.5, "rnn": 0.5, "pooled": 0.5}
+    figures = class_efficiencies(p100, "fp32")
+    assert set(figures) == {"matmul", "convolution", "recurrent"}
+    moved = {}
+    for knobs in (SMALL_RESNET, SMALL_LSTM):
+        work = count_once(knobs)
+        rooflines = _op_rooflines(work, knobs, p100)
+        known, rest = split_seconds(work, knobs, p100, per_op=True)
+        assert known == pytest.approx(sum(s / figures[c] for c, s in rooflines.items() if c in figures))
+        assert rest == pytest.approx(sum(s for c, s in rooflines.items() if c not in figures))
+        per_op = compute_seconds(work, knobs, p100, family, per_op=True)[0]
+        assert per_op == pytest.approx(known + rest / 0.5)
+        assert per_op > launch_seconds(work)  # the roofline, not the launch floor
+        moved[knobs["model"]] = per_op / compute_seconds(work, knobs, p100, family)[0]
+    assert moved["lstm"] / moved["resnet18"] > 1.2  # 1.8x and 1.2x: the recurrent figure is the lower one
+    fused, loop = count_once(SMALL_LSTM), count_once(SMALL_LOOP)
+    assert fused.flops == loop.flops
+    priced = [compute_seconds(w, k, p100, family, per_op=True)[0] for w, k in ((fused, SMALL_LSTM), (loop, SMALL_LOOP))]
+    assert priced[0] > 1.2 * priced[1]  # the loop's matmuls at the GEMM figure, the fused layer at the LSTM one
+
+
+def test_a_gpu_without_microbenchmark_figures_takes_the_family_efficiency_for_every_operation():
+    """No public per-class figure for a K80: every operation's roofline, summed, over the family's efficiency."""
+    k80, work = find_gpu("K80"), count_once(SMALL_RESNET)
+    assert class_efficiencies(k80, "fp32") == {}
+    known, rest = split_seconds(work, SMALL_RESNET, k80, per_op=True)
+    assert known == 0 and rest == pytest.approx(sum(_op_rooflines(work, SMALL_RESNET, k80).values()))
+    seconds, source = compute_seconds(work, SMALL_RESNET, k80, {"cnn": 0.25, "pooled": 0.5}, per_op=True)
+    assert (seconds, source) == (pytest.approx(max(rest / 0.25, launch_seconds(work))), "cnn")
+
+
+def test_a_targets_compute_is_the_per_operation_estimate():
+    """results/target.json's compute: on a P100 the fused LSTM's layers at DeepBench's recurrent figure, the family
+    efficiency only for the rest (issue #38: the family efficiency stays as the fallback)."""
+    p100, family = find_gpu("P100"), {"rnn": 0.5, "pooled": 0.5}
+    entry = estimate_cell(SMALL_LSTM, Target(p100, 4, 1.0, p100.h2d_gb_per_s), family)
+    work = count_once(SMALL_LSTM)
+    assert entry["compute_s"] == compute_seconds(work, SMALL_LSTM, p100, family, per_op=True)[0]
+    assert entry["compute_s"] != pytest.approx(compute_seconds(work, SMALL_LSTM, p100, family)[0], rel=0.1)
+
+
+@pytest.mark.parametrize("missing", ["source", "shapes"])
+def test_a_microbenchmark_figure_without_its_source_is_refused_in_one_line(tmp_path, missing):
+    with open(KERNELS, encoding="utf-8") as f:
+        text = f.read()
+    path = tmp_path / "kernels.yaml"
+    figure = {"efficiency": 0.5, "source": "DeepBench (https://github.com/baidu-research/DeepBench)", "shapes": "all"}
+    del figure[missing]
+    path.write_text(text + "K80:\n  fp32:\n    matmul: " + repr(figure).replace("'", '"') + "\n")
+    with pytest.raises(ConfigError) as error:
+        kernel_table(str(path))
+    assert "\n" not in str(error.value)
+    assert f"K80.fp32.matmul: efficiency without its {missing}" in str(error.value)
+    assert kernel_table()[("P100", "fp32")]["recurrent"] > 0  # the project's own table passes

@@ -2,7 +2,7 @@
 loader worker fails every cell of its experiment; the run still makes its report, then names each failed cell in one
 line, and the other experiment's cell is measured. Before, Snakemake printed "steps (100%) done" and exited 0.
 
-In the same run, the preflight (feedbench.plan.preflight): a dataset factory that raises stops its experiment before
+In the same run, the preflight (feedbench.core.preflight): a dataset factory that raises stops its experiment before
 any of its cells is submitted, in one line (what else a preflight finds, and how it names it: test_preflight.py)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 import os
 
 import pytest
-from browser import without_tags
 from conftest import write_user_module
-from snakemake_run import snakemake, workflow_copy
+from helpers.browser import without_tags
+from helpers.snakemake_run import snakemake, workflow_copy
 
 USER_CODE = """
 import torch
@@ -178,11 +178,11 @@ def test_a_failed_cell_an_earlier_run_left_still_fails_the_run_and_says_so(faile
 
 def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, monkeypatch):
     """Without Snakemake: no result says nothing, a failed one gives its error's first line, a damaged one its damage
-    (plan.result.read_result decides, as for the summary); from the run's records, the same without reading them."""
+    (core.result.read_result decides, as for the summary); from the run's records, the same without reading them."""
+    from feedbench.core.records import read_record, write_records
+    from feedbench.core.result import READ_LOG, failed_result, now, write_result
     from feedbench.plan.failures import failed_cells_message, failure_line
     from feedbench.plan.job import result_path
-    from feedbench.plan.records import read_record, write_records
-    from feedbench.plan.result import READ_LOG, failed_result, now, write_result
 
     monkeypatch.chdir(tmp_path)  # results/ and logs/ are relative to Snakemake's working directory
     labels = {"experiment": "e", "cell": "c", "repeat": 1}
@@ -210,7 +210,7 @@ def test_a_cells_line_comes_from_its_result_as_the_report_reads_it(tmp_path, mon
         stopped[0],
         "feedbench: 2 of 3 cell runs failed:",
     ]
-    # From the run's records (plan.records, as rule aggregate writes them): the same lines, no result.json opened.
+    # From the run's records (core.records, as rule aggregate writes them): the same lines, no result.json opened.
     records = "results/records.json"
     write_records([read_record(result_path("e", cell, 1)) for cell in ("c", "d")], records)
     message = failed_cells_message(cells, "results/report/index.html")

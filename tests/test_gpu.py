@@ -221,8 +221,8 @@ needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GP
 @needs_two
 def test_bf16_under_dp_on_two_gpus():
     """Every DataParallel replica computes in bfloat16, not in its thread's default float16 (#27, bug 4)."""
+    from feedbench.core.cell import parse_cell
     from feedbench.harness.loop import WithLoss, wrap_parallel
-    from feedbench.plan.cell import parse_cell
 
     seen = []
     probe = torch.nn.Linear(64, 64).cuda(0)
@@ -255,7 +255,7 @@ def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
 @pytest.mark.parametrize("num_workers", [2, 0])
 def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
     """pin_memory on a GPU (#24, #35 N3): the page-locked copies of the batches the cell holds pinned, as CUDA's host
-    allocator saw them in a fresh process, against the result's shm.pinned_bytes (plan.shm.pinned_pool). Batches of
+    allocator saw them in a fresh process, against the result's shm.pinned_bytes (core.shm.pinned_pool). Batches of
     sizes that are not powers of two (1,000,000 bytes of features, 2,000 of labels), which the allocator rounds up to
     1 MiB and 2 KiB blocks; with num_workers 0 the main thread pins. The step may hold one batch more. Not yet run on
     a GPU."""
@@ -292,14 +292,14 @@ def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
 
 
 def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run_cell):
-    """`target: {compute: measured}`: the cell plan.target.measured_cells plans (the compute ceiling on a GPU), run
+    """`target: {compute: measured}`: the cell core.target.measured_cells plans (the compute ceiling on a GPU), run
     here, is taken over the estimate for a target that names this GPU: CUDA's name for it matches the table's."""
-    from feedbench.plan.target import find_gpu, gpu_table, measured_compute, same_gpu
+    from feedbench.core.target import find_gpu, gpu_table, measured_compute, same_gpu
 
     name = torch.cuda.get_device_name(0)
     known = [row for row in gpu_table() if same_gpu(name, find_gpu(row))]
     if not known:
-        pytest.skip(f"{name} is not a GPU of plan/gpus.yaml")
+        pytest.skip(f"{name} is not a GPU of core/gpus.yaml")
     knobs = dict(model="resnet18", dataset="synthetic", image_size=64, batch_size=64, steps=20, warmup_steps=5)
     code, result = run_cell(scenario="compute", device="cuda", **knobs)
     assert code == 0, result["error"]

@@ -14,6 +14,8 @@ import weakref
 import feedbench
 import pytest
 import torch
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
 from feedbench.harness import launch, runner
 from feedbench.harness.batches import copied_bytes, unpinned_note
 from feedbench.harness.distributed import World, node_gpus, rank_device
@@ -22,8 +24,6 @@ from feedbench.harness.loop import Autocast, Measurement, WithLoss, measure, wra
 from feedbench.harness.models import SleepModel
 from feedbench.harness.monitor import Monitor
 from feedbench.harness.prefetch import streamed
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import KnobError
 from torch.cuda._utils import _get_device_index
 
 

@@ -1,16 +1,18 @@
 """The package's house rules (issue #22), read from its source with ast, lazy imports inside functions included.
 
-Three layers, each a subpackage: plan (config -> checked cells, jobs, Slurm: plain Python, because the Snakefile's
-parse runs it), harness (one cell measured in PyTorch) and analysis (results -> summary -> report). A layer imports
-itself and the layers below it: plan nothing above it, harness and analysis the plan but never each other. The
-entry points at the top (__main__, api) may reach any layer. No import cycle, and no function longer than a reader
-can hold. `make lint` runs this file.
+Four layers, each a subpackage. The core (knobs, cells, results, metrics, ceilings, the estimate, a machine's cores,
+memory and /dev/shm, the user's plugins) is what every process shares: all import it, it imports no other layer. The
+plan (config -> checked cells, jobs, Slurm) is what the Snakefile runs: only the workflow (Snakefile, workflow/rules,
+workflow/scripts) and the CLI (__main__) import it. The harness (one cell measured in PyTorch) and the analysis
+(results -> summary -> report) import the core, never the plan nor each other. Core and plan are plain Python,
+because the Snakefile's parse runs them. The entry points at the top (__main__, api) may reach any layer but api the
+plan. No import cycle, and no function longer than a reader can hold. `make lint` runs this file.
 
 It reads the package of the checkout it stands in (found from this file's path, never through `import feedbench`,
 which a venv installed from another checkout would answer with that checkout's copy), and counts as imports
-`importlib.import_module("x")` and `__import__("x")` beside the import statements. The plan and the harness name the
-third-party packages they may import (an allow-list: a new dependency is a decision made here); the analysis, the
-packages it must not.
+`importlib.import_module("x")` and `__import__("x")` beside the import statements. The core, the plan and the
+harness name the third-party packages they may import (an allow-list: a new dependency is a decision made here);
+the analysis, the packages it must not.
 """
 
 from __future__ import annotations
@@ -22,20 +24,29 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "workflow" / "feedbench"
-LAYERS = ("plan", "harness", "analysis")
-MAY_IMPORT = {"plan": {"plan"}, "harness": {"plan", "harness"}, "analysis": {"plan", "analysis"}}
-# Third-party packages the plan and the harness may import, all they may: the plan runs in Snakemake's parse of every
-# job, so nothing heavy; the harness measures one cell, so nothing of the analysis (pandas, matplotlib).
-PLAN_ALLOWED = {
-    "jsonschema",
-    "snakemake",
+LAYERS = ("core", "plan", "harness", "analysis")
+MAY_IMPORT = {
+    "core": {"core"},
+    "plan": {"core", "plan"},
+    "harness": {"core", "harness"},
+    "analysis": {"core", "analysis"},
+}
+# The modules at the top that may import the plan: the CLI (the workflow's Snakefile, rules and scripts sit outside
+# the package; tests/ and benchmarks/ may reach anything they test or time).
+PLAN_ENTRY = {"feedbench.__main__"}
+# Third-party packages the core, the plan and the harness may import, all they may: the core and the plan run in
+# Snakemake's parse of every job, so nothing heavy; the harness measures one cell, so nothing of the analysis
+# (pandas, matplotlib).
+# snakemake: planned_cell checks a cell id with the workflow's own rule (snakemake.io), lazily.
+CORE_ALLOWED = {"jsonschema", "snakemake", "yaml"}
+PLAN_ALLOWED = CORE_ALLOWED | {
     "snakemake_executor_plugin_slurm",
     "snakemake_interface_executor_plugins",  # the executors' base class, which plan.slurm patches as the plugin
-    "yaml",
 }
 ALLOWED = {
+    "core": CORE_ALLOWED,
     "plan": PLAN_ALLOWED,
-    "harness": PLAN_ALLOWED | {"PIL", "numpy", "psutil", "pyarrow", "pynvml", "torch", "torchvision", "webdataset"},
+    "harness": CORE_ALLOWED | {"PIL", "numpy", "psutil", "pyarrow", "pynvml", "torch", "torchvision", "webdataset"},
 }
 # Third-party packages the analysis must not import: it reads results, it runs no cell.
 NOT_IN = {"analysis": {"torch", "torchvision"}}
@@ -103,7 +114,7 @@ def layer(name: str) -> str | None:
 def test_every_module_sits_in_a_layer_or_is_an_entry_point():
     entry = {"feedbench", "feedbench.__main__", "feedbench.api"}
     loose = sorted(n for n in MODULES if layer(n) is None and n not in entry | SHARED)
-    assert not loose, f"modules outside the layers: {loose}; allowed: plan/, harness/ or analysis/"
+    assert not loose, f"modules outside the layers: {loose}; allowed: core/, plan/, harness/ or analysis/"
 
 
 @pytest.mark.parametrize("name", [n for n in MODULES if layer(n)])
@@ -121,6 +132,17 @@ def test_a_module_imports_only_its_layer_and_those_below(name):
         )
     heavy = sorted(outside & NOT_IN.get(own, set()))
     assert not heavy, f"{name} ({own} layer) imports {heavy}"
+
+
+def test_only_the_cli_and_the_plan_import_the_plan():
+    """Outside its own layer the plan has one importer in the package, the CLI: the harness and the analysis take
+    what they share with it from the core, and api (a cell from a notebook) plans nothing."""
+    found = sorted(
+        f"{name} imports {sorted(t for t in imports(name)[0] if layer(t) == 'plan')}"
+        for name in MODULES
+        if layer(name) != "plan" and name not in PLAN_ENTRY and any(layer(t) == "plan" for t in imports(name)[0])
+    )
+    assert not found, f"{found}; allowed: the plan's own modules and {sorted(PLAN_ENTRY)}"
 
 
 def test_the_package_has_no_import_cycle():

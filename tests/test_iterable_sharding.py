@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from conftest import write_user_module
+from helpers.cells import run_cell_process
 
 pytestmark = pytest.mark.slow  # four real `feedbench run` processes, two of them with two ranks
 
@@ -75,12 +74,7 @@ def test_every_sample_exactly_once_per_epoch(tmp_path, workers, ranks):
     }
     if ranks > 1:
         knobs.update(parallel="independent", gpus_per_node=ranks)
-    command = [sys.executable, "-m", "feedbench", "run", "--out", str(tmp_path / "out")]
-    for name, value in knobs.items():
-        command += ["--set", f"{name}={json.dumps(value)}"]
-    proc = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, "SEEN_DIR": str(seen)}
-    )
+    proc = run_cell_process(tmp_path / "out", knobs, env={**os.environ, "SEEN_DIR": str(seen)})
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert proc.returncode == 0, (result["error"], proc.stderr[-2000:])
     ids = [int(line) for path in sorted(seen.iterdir()) for line in path.read_text().split()]

@@ -8,8 +8,10 @@ import sys
 import time
 
 import pytest
-from feedbench.plan import attempts, job, slurm
+from feedbench.core import attempts
+from feedbench.plan import job, slurm
 from feedbench.plan.job import CELL_DIR, CELL_LOG
+from helpers.cells import ENDLESS_SLEEP, run_cell_process
 from test_slurm_plugin import LABELLED
 
 WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
@@ -171,24 +173,9 @@ def test_stop_at_is_counted_once_the_harness_has_started(tmp_path):
     """--stop-at 3 s ahead of a cell of minutes: it stops itself with the steps it measured."""
     out = tmp_path / "rep1"
     start = time.time()
-    proc = feedbench(
-        "run",
-        "--out",
-        str(out),
-        "--stop-at",
-        f"{time.time() + 3:.0f}",
-        "-s",
-        "model=sleep",
-        "-s",
-        "compute_ms=100",
-        "-s",
-        "steps=100000",
-        "-s",
-        "dataset=memory",
-        "-s",
-        "torch_threads=1",
-        cwd=tmp_path,
-    )
+    cell = dict(ENDLESS_SLEEP, compute_ms=100, dataset="memory")
+    env = dict(os.environ, PYTHONPATH=WORKFLOW)
+    proc = run_cell_process(out, cell, "--stop-at", f"{time.time() + 3:.0f}", cwd=tmp_path, env=env)
     result = json.loads((out / "result.json").read_text())
     assert proc.returncode == 1 and result["error"]["type"] == "Terminated", proc.stderr
     assert result["error"]["message"].startswith("time limit of "), result["error"]

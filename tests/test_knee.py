@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 from feedbench.analysis import knee
-from feedbench.plan import search
+from feedbench.core import search
 
 LEVELS = [1, 2, 4, 8]
 

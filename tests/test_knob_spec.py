@@ -1,4 +1,4 @@
-"""The knob and dataset declarations (feedbench.plan.knobs) against the code that must follow them.
+"""The knob and dataset declarations (feedbench.core.knobs) against the code that must follow them.
 
 Adding a knob is one declaration plus the code that reads it, and adding a dataset one declaration plus its
 builder (docs/layout.md, "Where a new thing goes"): these tests fail when the second half is missing.
@@ -12,13 +12,13 @@ import os
 
 import pytest
 from conftest import ROOT
+from feedbench.core import knobs
+from feedbench.core.ceilings import LABEL_BYTES, batch_bytes
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import BUILTIN_DATASETS, KNOBS
 from feedbench.harness import data
 from feedbench.harness.images import make_images
 from feedbench.harness.shards import make_shards
-from feedbench.plan import knobs
-from feedbench.plan.ceilings import LABEL_BYTES, batch_bytes
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import BUILTIN_DATASETS, KNOBS
 from feedbench.plan.matrix import harness_files
 
 PACKAGE = os.path.join(ROOT, "workflow", "feedbench")
@@ -47,7 +47,7 @@ def harness_reads() -> frozenset[str]:
 @pytest.mark.parametrize("name", list(KNOBS))
 def test_every_declared_knob_is_read_by_the_harness(name):
     assert name in harness_reads(), (
-        f"knob {name!r} is declared in plan/knobs.py but no harness module reads it (cell.{name}): a cell would"
+        f"knob {name!r} is declared in core/knobs.py but no harness module reads it (cell.{name}): a cell would"
         " accept it, run without it, and the result would say it was set"
     )
 
@@ -123,7 +123,7 @@ def test_knob_keyed_lists_are_derived_from_the_declarations():
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             for target in targets:
                 if isinstance(target, ast.Name) and target.id in (*DERIVED, "WHATIF_KINDS") and "knobs.py" not in path:
-                    found.append(f"{path}:{node.lineno}: {target.id} assigned outside plan/knobs.py")
+                    found.append(f"{path}:{node.lineno}: {target.id} assigned outside core/knobs.py")
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
                 names = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
                 if len(names & set(knobs.WHATIF_ONLY)) >= 2:  # views group by pin_memory and device_prefetch

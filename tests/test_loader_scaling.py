@@ -20,7 +20,7 @@ from feedbench.analysis.loader_scaling import (
     scaling_rows,
 )
 from feedbench.analysis.plots import svg_text
-from feedbench.plan.records import record_of
+from feedbench.core.records import record_of
 
 
 def points(law, cores=(1, 2, 4, 8), noise=(1.0,)) -> list[LoaderPoint]:
@@ -120,8 +120,8 @@ def test_table_and_figure_show_points_fit_residuals_and_prediction():
 
 
 def spin_loader(tmp_path, **knobs) -> dict:
+    from feedbench.core.result import read_result
     from feedbench.harness.runner import run
-    from feedbench.plan.result import read_result
 
     raw = dict(scenario="loader", dataset="synthetic", image_size=64, batch_size=8, num_workers=2, steps=40)
     raw.update(warmup_steps=2, torch_threads=1, device="cpu", monitor_interval_s=0.05, **knobs)
@@ -205,7 +205,7 @@ def test_one_core_predicts_two_within_15_percent(tmp_path_factory, pipeline):
     the DataLoader's in-order hand-over makes a worker that is ahead wait), and one core time-sliced between two
     workers and the main process costs a sample 0 to 20 % more CPU than two cores do. The message gives both.
     """
-    from loader_scaling import CHECK_CELLS, CHECK_REPEATS, measure
+    from helpers.loader_scaling import CHECK_CELLS, CHECK_REPEATS, measure
 
     runs = measure(str(tmp_path_factory.mktemp(f"loader-{pipeline}")), pipeline, CHECK_REPEATS, CHECK_CELLS)
     fit = fit_scaling([loader_point(result) for workers, cores, result in runs if cores == 1])

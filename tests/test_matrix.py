@@ -8,9 +8,10 @@ import os
 import pytest
 import yaml
 from conftest import ROOT
-from feedbench.plan import matrix, planned_cell
+from feedbench.core import planned_cell
+from feedbench.core.knobs import KnobError
+from feedbench.plan import matrix
 from feedbench.plan.config import count_values, one_line, read_config_file, validate_config
-from feedbench.plan.knobs import KnobError
 from feedbench.plan.matrix import ConfigError, PlannedCell, build_cells, cell_id, expand_experiment
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
@@ -190,8 +191,8 @@ def test_harness_files_are_what_the_cli_runs():
         os.path.join("harness", "__init__.py"),
         os.path.join("harness", "runner.py"),
         os.path.join("harness", "loop.py"),
-        os.path.join("plan", "cell.py"),
-        os.path.join("plan", "knobs.py"),
+        os.path.join("core", "cell.py"),
+        os.path.join("core", "knobs.py"),
         os.path.join("harness", "images.py"),
         os.path.join("schemas", "result.schema.json"),
     } <= names
@@ -370,11 +371,11 @@ def test_plots_may_name_knobs_summary_columns_and_monitor_means():
 
 
 def test_summary_columns_are_what_aggregate_writes():
-    """plan.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
+    """core.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
     from feedbench.analysis.aggregate import PREDICTION_COLUMNS, result_row
-    from feedbench.plan.columns import SUMMARY_COLUMNS
-    from feedbench.plan.knobs import KNOBS
-    from feedbench.plan.records import record_of
+    from feedbench.core.columns import SUMMARY_COLUMNS
+    from feedbench.core.knobs import KNOBS
+    from feedbench.core.records import record_of
 
     row = result_row(
         record_of({"metrics": {"transfer": {"by_size": []}}}, "result.json")

@@ -15,16 +15,16 @@ import pandas as pd
 import psutil
 import pytest
 from conftest import ROOT
-from fake_cgroup import cgroup_tree
 from feedbench.analysis import growth
 from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.report import build as build_report
 from feedbench.analysis.report import render
 from feedbench.analysis.verdict import summarize_experiment
+from feedbench.core import memory
+from feedbench.core.records import record_of
+from feedbench.core.result import schema
 from feedbench.harness.memory import MemorySeries, _growth
-from feedbench.plan import memory
-from feedbench.plan.records import record_of
-from feedbench.plan.result import schema
+from helpers.fake_cgroup import cgroup_tree
 
 # Python objects of 2 KB: every page of the list's items holds an object header, so a worker that reads each item
 # writes (copies) every page. 30,000 of them: 60 MB, split over the workers; the NumPy twin holds the same bytes in
@@ -174,7 +174,7 @@ def test_restarted_workers_take_the_ids_the_old_ones_left():
         for delivered in (0, 100):
             series.record(delivered + 1000 * generation, me, [psutil.Process(w.pid) for w in workers])
         for worker in workers:
-            worker.terminate()
+            worker.kill()  # SIGKILL: the SIGTERM handler run_cell's runner left here only asks to stop
             worker.join()
     summary = series.summary("fork")
     assert [w["worker"] for w in summary["workers"]] == [0, 1]

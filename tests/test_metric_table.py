@@ -1,4 +1,4 @@
-"""The metric table (feedbench.plan.metric_table) against the code that measures and the schema that states results.
+"""The metric table (feedbench.core.metric_table) against the code that measures and the schema that states results.
 
 A metric is declared once: these fail while a declared metric is written by no module of the package, while the
 result schema's file states a metric otherwise than the table, or while the summary of a result written before
@@ -16,16 +16,16 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from feedbench.plan import metric_table
-from feedbench.plan.columns import METRIC_COLUMNS
-from feedbench.plan.metric_table import METRICS, PHASE, row_of, schema_node
-from feedbench.plan.metrics import PHASES
-from feedbench.plan.result import schema, schema_file
+from feedbench.core import metric_table
+from feedbench.core.columns import METRIC_COLUMNS
+from feedbench.core.metric_table import METRICS, PHASE, row_of, schema_node
+from feedbench.core.metrics import PHASES
+from feedbench.core.result import schema, schema_file
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent / "workflow" / "feedbench"
 # Modules that name metrics without writing them.
-NOT_WRITERS = {"plan/metric_table.py", "plan/columns.py"}
+NOT_WRITERS = {"core/metric_table.py", "core/columns.py"}
 
 
 def _keys(path: Path) -> list[re.Pattern]:
@@ -56,7 +56,7 @@ WRITTEN = [
 @pytest.mark.parametrize("name", METRICS)
 def test_every_declared_metric_is_written_by_the_package(name):
     """Its key at the end of its path is a string of some module outside the table: the harness, or the plan's
-    measures it calls (plan.metrics.summarize). A metric declared and never measured fails here."""
+    measures it calls (core.metrics.summarize). A metric declared and never measured fails here."""
     key = METRICS[name].parts[-1]
     assert any(written.fullmatch(key) for written in WRITTEN), (
         f"metric {name!r}: no module of the package writes {key!r} ({METRICS[name].path})"

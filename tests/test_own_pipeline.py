@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import sys
 import pytest
 import yaml
 from conftest import ROOT
-from snakemake_run import copy_workflow, run_snakemake, snakemake_env
+from helpers.snakemake_run import copy_workflow, run_snakemake, snakemake_env
 
 pytestmark = [
     pytest.mark.slow,  # one real Snakemake run of 8 small cells and a transfer probe
@@ -40,11 +41,11 @@ def example(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("run")
     run = snakemake(workflow, workdir, project / "config.yaml")
     assert run.returncode == 0, run.stderr[-4000:]
-    return workflow, workdir, project
+    return workflow, workdir, project, run
 
 
 def test_every_cell_measured_and_named_by_its_axes(example):
-    _, workdir, _ = example
+    _, workdir, _, _ = example
     with open(workdir / "results" / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert all(r["status"] == "ok" for r in rows), rows
@@ -59,7 +60,7 @@ def test_every_cell_measured_and_named_by_its_axes(example):
 def test_every_job_ran_though_path_lacks_the_venv(example):
     """The README's command, `.venv/bin/snakemake --configfile ...`, with the venv off PATH (run_snakemake: as a user
     who never activated it has): every job ran the workflow's Python, not the first `python` on PATH (#33)."""
-    _, workdir, _ = example
+    _, workdir, _, _ = example
     path = snakemake_env()["PATH"].split(os.pathsep)
     assert os.path.dirname(os.path.abspath(sys.executable)) not in [os.path.abspath(p) for p in path]
     results = list((workdir / "results" / "cells").glob("*/*/rep*/result.json"))
@@ -69,7 +70,7 @@ def test_every_job_ran_though_path_lacks_the_venv(example):
 
 
 def test_the_transfer_cell_times_a_real_batch_of_the_users_collate(example):
-    _, workdir, _ = example
+    _, workdir, _, _ = example
     with open(workdir / "results" / "cells" / "shapes-copy" / "base" / "rep1" / "result.json") as f:
         result = json.load(f)
     assert result["status"] == "ok", result["error"]
@@ -84,16 +85,28 @@ def test_the_transfer_cell_times_a_real_batch_of_the_users_collate(example):
 
 
 def test_the_report_verdict_names_the_bound(example):
-    _, workdir, _ = example
+    _, workdir, _, _ = example
     html = (workdir / "results" / "report" / "index.html").read_text()
     verdict = html.split('id="verdict"', 1)[1].split("</section>", 1)[0]
     assert re.search(r"\b(data|transfer|compute)\b", verdict), verdict[:2000]
 
 
+def test_the_runs_end_prints_each_experiments_verdict(example):
+    """The report's three lines per experiment, as text beside it and in the terminal at the run's end: a user on a
+    machine with no browser reads them there."""
+    _, workdir, _, run = example
+    text = (workdir / "results" / "report" / "verdict.txt").read_text()
+    assert f"feedbench: the verdict (results/report/index.html):\n{text}" in run.stdout
+    shapes = text.split("\n")[:4]
+    assert shapes[0] == "shapes" and [line.split(":")[0] for line in shapes[1:]] == ["  Finding", "  Where", "  Fix"]
+    page = html.unescape((workdir / "results" / "report" / "index.html").read_text())
+    assert shapes[1].removeprefix("  Finding: ") in page  # the report's own line, word for word
+
+
 def test_a_change_to_the_users_code_reruns_its_preflights_then_its_cells(example):
-    """The experiments' preflights (feedbench.plan.preflight) run again first: their cells are planned once they pass,
+    """The experiments' preflights (feedbench.core.preflight) run again first: their cells are planned once they pass,
     and then every cell runs again."""
-    workflow, workdir, project = example
+    workflow, workdir, project, _ = example
     assert "Nothing to be done" in snakemake(workflow, workdir, project / "config.yaml", "--dry-run").stdout
     with open(project / "src" / "shapes" / "train.py", "a") as f:
         f.write("\n# edited\n")
@@ -108,7 +121,7 @@ def test_a_change_to_the_users_code_reruns_its_preflights_then_its_cells(example
 
 
 def test_a_target_that_does_not_import_stops_before_any_job(example, tmp_path):
-    workflow, _, project = example
+    workflow, _, project, _ = example
     config = yaml.safe_load((project / "config.yaml").read_text())
     config["experiments"]["shapes"]["base"]["dataset"] = "myproj.data:build_dataset"
     (project / "bad.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

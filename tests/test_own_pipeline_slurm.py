@@ -16,10 +16,10 @@ import sys
 
 import pytest
 import yaml
-from snakemake_run import copy_workflow, snakemake_env
+from helpers.snakemake_run import copy_workflow, snakemake_env
 from test_own_pipeline import EXAMPLE
 
-pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
+pytest_plugins = ["helpers.slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -74,7 +74,7 @@ def test_each_job_ran_on_slurm_with_the_users_code_from_python_path(run):
         assert result["cell"]["dataset"] == "shapes.data:build_dataset"
         assert [f["path"] for f in result["provenance"]["user_code"]] == [str(project / "src")]
         assert result["metrics"]["samples"] > 0
-    # The experiment's preflight (feedbench.plan.preflight) ran first, as a Slurm job of its own, and passed.
+    # The experiment's preflight (feedbench.core.preflight) ran first, as a Slurm job of its own, and passed.
     with open(workdir / "results" / "preflight" / "shapes.json") as f:
         preflight = json.load(f)
     assert preflight["status"] == "ok" and preflight["slurm_job_id"], preflight

@@ -121,7 +121,7 @@ def test_the_wheel_holds_the_views_the_schemas_and_the_templates(installed):
         "feedbench/schemas/result.schema.json",
         "feedbench/templates/report.html.j2",
         "feedbench/templates/report.css",
-        "feedbench/plan/model_names.py",
+        "feedbench/core/model_names.py",
     ):
         assert name in names
     assert not any(n.startswith(("rules/", "scripts/", "report/")) for n in names)

@@ -5,42 +5,26 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import jsonschema
 import psutil
 import pytest
-from feedbench.plan.result import schema
+from feedbench.core.result import schema
+from helpers.cells import ENDLESS_SLEEP, run_cell_process, start_cell, tiny_mlp
 
-MLP = [
-    "--set",
-    "model=mlp",
-    "--set",
-    "input_size=64",
-    "--set",
-    "width=64",
-    "--set",
-    "batch_size=16",
-    "--set",
-    "warmup_steps=2",
-]
+MLP = tiny_mlp(input_size=64, width=64, batch_size=16, warmup_steps=2)
 
 
-def run(out, *knobs: str, steps: int = 10) -> tuple[int, dict, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "feedbench", "run", "--out", str(out), *MLP, "--set", f"steps={steps}", *knobs],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def run(out, *options: str, steps: int = 10, **knobs) -> tuple[int, dict, str]:
+    proc = run_cell_process(out, {**MLP, "steps": steps, **knobs}, *options)
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, schema())
     return proc.returncode, result, proc.stderr
 
 
 def test_ddp_two_ranks_gathers_every_rank(tmp_path):
-    code, result, _ = run(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    code, result, _ = run(tmp_path, parallel="ddp", gpus_per_node=2)
     assert code == 0, result["error"]
     metrics = result["metrics"]
     assert metrics["world_size"] == 2 and [r["rank"] for r in metrics["ranks"]] == [0, 1]
@@ -53,18 +37,7 @@ def test_ddp_two_ranks_gathers_every_rank(tmp_path):
 def test_profile_with_two_ddp_ranks_completes_and_rank_0_writes_the_trace(tmp_path):
     """Every rank runs the profiled steps (each all-reduces): with rank 0 alone, the other waited in its gather and the
     cell hung until killed (#27, bug 3). The time limit turns a hang into a failed cell."""
-    code, result, _ = run(
-        tmp_path,
-        "--set",
-        "parallel=ddp",
-        "--set",
-        "gpus_per_node=2",
-        "--set",
-        "profile=true",
-        "--time-limit",
-        "60",
-        steps=6,
-    )
+    code, result, _ = run(tmp_path, "--time-limit", "60", parallel="ddp", gpus_per_node=2, profile=True, steps=6)
     assert code == 0, result["error"]
     assert result["files"]["trace"] == "trace.json"
     trace = json.loads((tmp_path / "trace.json").read_text())
@@ -74,7 +47,7 @@ def test_profile_with_two_ddp_ranks_completes_and_rank_0_writes_the_trace(tmp_pa
 
 def test_independent_replicas_on_two_emulated_nodes(tmp_path):
     """torchrun with two nodes on localhost: a static rendezvous, GROUP_RANK 0 and 1."""
-    code, result, _ = run(tmp_path, "--set", "parallel=independent", "--set", "gpus_per_node=2", "--set", "nodes=2")
+    code, result, _ = run(tmp_path, parallel="independent", gpus_per_node=2, nodes=2)
     assert code == 0, result["error"]
     ranks = result["metrics"]["ranks"]
     assert [(r["rank"], r["node"]) for r in ranks] == [(0, 0), (1, 0), (2, 1), (3, 1)]
@@ -82,56 +55,29 @@ def test_independent_replicas_on_two_emulated_nodes(tmp_path):
 
 
 def test_ddp_across_two_emulated_nodes(tmp_path):
-    code, result, _ = run(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=1", "--set", "nodes=2", steps=5)
+    code, result, _ = run(tmp_path, parallel="ddp", gpus_per_node=1, nodes=2, steps=5)
     assert code == 0, result["error"]
     assert {r["node"] for r in result["metrics"]["ranks"]} == {0, 1}
 
 
 def test_ddp_of_one_rank_runs_without_a_launcher(run_cell):
-    code, result = run_cell(
-        model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="ddp", comm_probe_steps=3
-    )
+    code, result = run_cell(**tiny_mlp(parallel="ddp", comm_probe_steps=3))
     assert code == 0, result["error"]
     assert result["metrics"]["comm"]["steps"] == 3
     assert "world_size" not in result["metrics"]
 
 
 def test_dp_on_cpu_runs_one_replica_on_the_whole_batch(run_cell):
-    code, result = run_cell(
-        model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, parallel="dp", gpus_per_node=2
-    )
+    code, result = run_cell(**tiny_mlp(parallel="dp", gpus_per_node=2))
     assert code == 0
     assert result["metrics"]["samples"] == 4 * 16
     assert "parallel=dp on CPU runs one replica on batch_size x 2: DataParallel needs GPUs" in result["adjustments"]
 
 
-def _start(out, *knobs):
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "feedbench",
-            "run",
-            "--out",
-            str(out),
-            "--set",
-            "model=sleep",
-            "--set",
-            "compute_ms=20",
-            "--set",
-            "image_size=8",
-            "--set",
-            "batch_size=2",
-            "--set",
-            "steps=100000",
-            "--set",
-            "torch_threads=1",  # one thread, pinned: the timing tests signal 4 s after the ranks start
-            *knobs,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _start(out, **knobs):
+    """The endless sleep cell (one thread, pinned: the timing tests signal 4 s after the ranks start)."""
+    cell = dict(ENDLESS_SLEEP, compute_ms=20, **knobs)
+    return start_cell(out, cell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -160,7 +106,7 @@ def _ranks(launcher: psutil.Process, count: int) -> list[psutil.Process]:
 
 @pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_a_rank_that_dies_fails_the_cell_naming_it(tmp_path):
-    launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    launcher = _start(tmp_path, parallel="ddp", gpus_per_node=2)
     ranks = _ranks(psutil.Process(launcher.pid), 2)
     ranks[1].kill()
     assert launcher.wait(timeout=120) == 1
@@ -177,7 +123,7 @@ def test_a_rank_that_dies_fails_the_cell_naming_it(tmp_path):
 
 @pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_a_node_that_fails_fails_the_cell(tmp_path):
-    launcher = _start(tmp_path, "--set", "parallel=independent", "--set", "gpus_per_node=1", "--set", "nodes=2")
+    launcher = _start(tmp_path, parallel="independent", gpus_per_node=1, nodes=2)
     parent = psutil.Process(launcher.pid)
     _ranks(parent, 2)
     node1 = [p for p in parent.children() if "--node-rank=1" in p.cmdline()][0]
@@ -198,7 +144,7 @@ def test_a_node_that_fails_fails_the_cell(tmp_path):
 
 @pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_no_rank_outlives_its_launcher(tmp_path):
-    launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    launcher = _start(tmp_path, parallel="ddp", gpus_per_node=2)
     _ranks(psutil.Process(launcher.pid), 2)
     launcher.send_signal(signal.SIGTERM)
     launcher.wait(timeout=120)
@@ -207,7 +153,7 @@ def test_no_rank_outlives_its_launcher(tmp_path):
 
 @pytest.mark.timing  # _ranks: signalled 4 s after the ranks started
 def test_time_limit_sigterm_fails_the_cell(tmp_path):
-    launcher = _start(tmp_path, "--set", "parallel=ddp", "--set", "gpus_per_node=2")
+    launcher = _start(tmp_path, parallel="ddp", gpus_per_node=2)
     _ranks(psutil.Process(launcher.pid), 2)
     launcher.send_signal(signal.SIGTERM)  # what Slurm sends at the time limit
     assert launcher.wait(timeout=120) == 1

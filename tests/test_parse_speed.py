@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import yaml
-from feedbench.plan.model_names import TORCHVISION_MODELS
-from snakemake_run import snakemake_command
+from feedbench.core.model_names import TORCHVISION_MODELS
+from helpers.snakemake_run import snakemake_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("torch", "torchvision")
@@ -80,12 +80,12 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
 
 
 def test_the_cached_model_list_is_the_installed_torchvisions():
-    """plan.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
+    """core.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
     import torchvision
 
     installed = tuple(torchvision.models.list_models(module=torchvision.models))
     assert TORCHVISION_MODELS == installed, (
         f"torchvision {torchvision.__version__} has other classification models: update "
-        f"workflow/feedbench/plan/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
+        f"workflow/feedbench/core/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
         f"gone: {sorted(set(TORCHVISION_MODELS) - set(installed))})"
     )

@@ -10,7 +10,7 @@ from feedbench.analysis import views
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
 from feedbench.analysis.plots import figure, plain, plot_experiment, svg_text
 from feedbench.analysis.report import write_report
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 MATH = r"Rate $\nope$"  # matplotlib's math parser refuses \nope: drawn as math, the figure cannot be saved
 

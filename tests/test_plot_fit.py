@@ -14,7 +14,7 @@ from feedbench.analysis import views
 from feedbench.analysis.labels import VALUE_CHARS
 from feedbench.analysis.plots import KINDS, SERIES_LIMIT, facet_knob, figure, stage_figure
 from feedbench.analysis.report import experiment_context
-from feedbench.plan.metrics import PHASES
+from feedbench.core.metrics import PHASES
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 AXES = {

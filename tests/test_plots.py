@@ -9,7 +9,7 @@ import pytest
 from feedbench.analysis.aggregate import load_results
 from feedbench.analysis.plots import KINDS, axis_label, plot_experiment, transfer_long
 from feedbench.analysis.report import inline_svg
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 SVG = "{http://www.w3.org/2000/svg}"
 

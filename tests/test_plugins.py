@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
+from feedbench.core.plugins import content_hash, load, resolve_all
 from feedbench.harness.batches import batch_len, default_loss, move_batch, unpinned_note
 from feedbench.harness.runner import run
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import KnobError
-from feedbench.plan.plugins import content_hash, load, resolve_all
 
 USER_CODE = """
 import torch
@@ -151,6 +151,32 @@ def build_from(ctx, root, n=16):
 
 def not_a_dataset(ctx):
     return [1, 2, 3]
+
+
+class Readings(Dataset):  # a regression: 8 readings and the next one, as a tuple
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        x = torch.arange(8, dtype=torch.float32) + i
+        return x, x.sum() / 8
+
+
+def forecaster():
+    return nn.Linear(8, 1)  # one output per sample: (batch, 1) against a (batch,) target
+
+
+LOSSES_SEEN = []
+
+
+def absolute_error(output, target):
+    LOSSES_SEEN.append((tuple(output.shape), tuple(target.shape)))
+    return (output.squeeze(-1) - target).abs().mean()
+
+
+def per_sample(output, target):
+    return (output.squeeze(-1) - target).abs()  # not reduced: refused
 """
 
 
@@ -219,7 +245,7 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
 
 def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
     """No adapter: a Dataset class and a model class whose signatures take no ctx are called with their arguments
-    alone (plan.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
+    alone (core.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
     knobs = classes_cell(project)
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
@@ -429,7 +455,7 @@ def test_relative_paths_in_a_factorys_arguments_follow_the_config_file(project, 
 
 
 def test_check_args_reads_keyword_only_var_positional_and_required_arguments():
-    from feedbench.plan.plugins import check_args
+    from feedbench.core.plugins import check_args
 
     def keyword_only(ctx, *, root, crop=224):
         return ctx
@@ -581,3 +607,55 @@ def test_compute_ceiling_replays_real_batches_of_the_users_pipeline(project, tmp
     assert (
         result["status"] == "ok" and result["metrics"]["samples"] == 5 * 8 and result["cell"]["resident_batches"] == 3
     )
+
+
+def regression_cell(project, **knobs):
+    return cell(project, dataset="userproj.data:Readings", model="userproj.data:forecaster", optimizer="adamw", **knobs)
+
+
+@pytest.mark.parametrize(
+    "loss, rule",
+    [
+        ("mse", "loss: mse against batch[1], viewed as (8, 1) (no step given)"),
+        ("userproj.data:absolute_error", "loss: userproj.data:absolute_error against batch[1] (no step given)"),
+    ],
+)
+def test_a_regression_keeps_its_loss_without_a_step(project, tmp_path, loss, rule):
+    """Knob `loss`: a regression model without a step trains on mse (torch.nn.functional's) or on a loss of the
+    user's own, with AdamW, where the default cross-entropy is refused (one output per sample)."""
+    assert run(regression_cell(project, loss=loss), str(tmp_path / "out")) == 0
+    result = result_of(tmp_path / "out")
+    assert result["status"] == "ok", result.get("error")
+    assert rule in result["adjustments"]
+    if loss.startswith("userproj"):  # the user's function got the model's output and the target as they are
+        assert sys.modules["userproj.data"].LOSSES_SEEN[-1] == ((8, 1), (8,))
+
+
+def test_a_regression_loss_is_taken_in_the_outputs_shape_not_broadcast():
+    """(batch, 1) against (batch,): torch would broadcast mse to a batch x batch loss; the target is viewed in the
+    output's shape, so the loss is the per-sample one."""
+    output, target = torch.tensor([[1.0], [2.0], [4.0]]), torch.tensor([1, 1, 1])
+    loss, rule = default_loss(output, (None, target), loss="mse")
+    assert loss.item() == pytest.approx((0 + 1 + 9) / 3) and rule == "mse against batch[1], viewed as (3, 1)"
+    loss, _ = default_loss(output, {"label": target.float()}, loss="l1")
+    assert loss.item() == pytest.approx((0 + 1 + 3) / 3)
+
+
+def test_a_bad_loss_is_one_line(project):
+    with pytest.raises(KnobError) as error:
+        parse_cell({"loss": "huber"})
+    assert str(error.value) == (
+        "knob 'loss': value 'huber' is not allowed; allowed: auto, cross_entropy, mse, l1, smooth_l1 or "
+        "package.module:attribute"
+    )
+    with pytest.raises(KnobError, match="knob 'loss': value 'mse' is the loss of a model of your own without a step"):
+        parse_cell({"loss": "mse", "model": "mlp"})
+    with pytest.raises(KnobError, match="its step computes the loss"):
+        parse_cell(regression_cell(project, loss="mse", step="userproj.data:train_step"))
+    sizes = r"mse needs the model's output and batch\[1\] of one size, and they are \(4, 2\) and \(4,\)"
+    with pytest.raises(KnobError, match=sizes):
+        default_loss(torch.zeros(4, 2), (None, torch.zeros(4)), loss="mse")
+    sys.path.insert(0, project)  # the project fixture restores sys.path
+    per_sample = load("userproj.data:per_sample", "loss")
+    with pytest.raises(KnobError, match=r"knob 'loss': 'userproj.data:per_sample' returned torch.Tensor \(4,\)"):
+        default_loss(torch.zeros(4, 1), (None, torch.zeros(4)), "label", "userproj.data:per_sample", per_sample)

@@ -1,6 +1,6 @@
 """The prediction of a training cell from its ceilings (analysis.predict, docs/harness.md "The prediction model").
 
-The calibration workloads (a sleep model and a per-sample delay, tests/calibration.py) have known ceilings: a
+The calibration workloads (a sleep model and a per-sample delay, tests/helpers/calibration.py) have known ceilings: a
 loader of W workers delivers W x B / (B x d) samples/s, the sleep model computes B / C. Every case and its
 ceilings are measured as the workflow measures them, the median of 3 repeats (a single run on a busy machine can
 lose 15 % to one burst of other load); the prediction must hold within 5 %.
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results
 from feedbench.analysis.predict import predict
-from feedbench.plan.ceilings import batch_bytes, ceiling_knobs
+from feedbench.core.ceilings import batch_bytes, ceiling_knobs
 
 
 def test_series_without_workers_and_overlap_with_them():
@@ -70,11 +70,11 @@ def test_ceiling_knobs_keep_what_the_ceiling_depends_on():
 
 @pytest.fixture(scope="module")
 def calibration(calibration_runs):
-    """Summary rows of the 9 calibration cells and their ceilings, 3 repeats each (tests/calibration.py)."""
+    """Summary rows of the 9 calibration cells and their ceilings, 3 repeats each (tests/helpers/calibration.py)."""
     return load_results(calibration_runs)
 
 
-@pytest.mark.slow  # 54 runs of 1-4 s, one at a time (tests/calibration.py): about two minutes
+@pytest.mark.slow  # 54 runs of 1-4 s, one at a time (tests/helpers/calibration.py): about two minutes
 @pytest.mark.timing  # predicted vs measured samples/s within 5 %
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]
@@ -258,8 +258,8 @@ def own_pipeline_summary(root, device: str, pin_memory: bool):
     the workflow runs it: loader, compute, and the transfer probe of its own batch (ceilings.user_probe_knobs)."""
     import os
 
+    from feedbench.core.ceilings import user_probe_knobs
     from feedbench.harness.runner import run
-    from feedbench.plan.ceilings import user_probe_knobs
 
     src = os.path.abspath("examples/own-pipeline/src")
     train = {**SHAPES, "scenario": "train", "device": device, "pin_memory": pin_memory, "python_path": [src]}
@@ -311,7 +311,7 @@ def test_the_copy_term_reads_the_probe_of_the_cells_own_batch_with_its_pinning()
     # pipeline at 1,000 samples/s of loader (2 workers) and 400 of compute, and two probes of real batches, one of them
     # another crop. The cell pins: its copy term is the pinned batch of its own probe, 8 ms per batch of 16 samples.
     from feedbench.analysis.aggregate import result_row, with_predictions
-    from feedbench.plan.records import record_of
+    from feedbench.core.records import record_of
 
     def result(cell, scenario, metrics, **knobs):
         knobs = {**SHAPES, "device": "cuda", "pin_memory": True, "scenario": scenario, **knobs}

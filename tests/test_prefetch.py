@@ -6,6 +6,7 @@ import pytest
 import torch
 from feedbench.harness.data import SyntheticDataset
 from feedbench.harness.prefetch import StreamPrefetcher, to_device
+from helpers.cells import tiny_mlp
 from torch.utils.data import DataLoader
 
 
@@ -53,18 +54,10 @@ def test_same_batches_as_no_prefetch_on_gpu(depth, pin):
 
 
 def test_stream_prefetch_cell_runs_and_reports_copy_phase(run_cell):
-    code, result = run_cell(
-        model="mlp",
-        input_size=64,
-        width=64,
-        batch_size=16,
-        dataset="memory",
-        num_samples=256,
-        device_prefetch="stream",
-        prefetch_depth=2,
-        steps=10,
-        warmup_steps=2,
+    knobs = tiny_mlp(
+        input_size=64, width=64, batch_size=16, dataset="memory", num_samples=256, steps=10, warmup_steps=2
     )
+    code, result = run_cell(**knobs, device_prefetch="stream", prefetch_depth=2)
     assert code == 0, result["error"]
     assert result["metrics"]["steps"] == 10
     assert set(result["metrics"]["phases"]) == {"wait", "h2d", "fwd", "bwd", "opt"}

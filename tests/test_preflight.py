@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from feedbench.core import preflight
+from feedbench.core.planned_cell import PlannedCell
 from feedbench.harness import preflight as check
-from feedbench.plan import preflight
-from feedbench.plan.planned_cell import PlannedCell
 
 USER_MODULE = "preflight_user"
 USER_CODE = """
@@ -42,6 +42,19 @@ class Bag(nn.Module):
 
     def forward(self, input_ids):
         return self.bag(input_ids)
+
+
+class Readings(Dataset):  # a regression's samples: a tuple of readings and the next one, floats
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i)), torch.tensor([i / 8])
+
+
+def forecaster():
+    return nn.Linear(3, 1)
 
 
 def too_wide():
@@ -137,6 +150,14 @@ def test_the_check_builds_each_stage_the_cell_runs(user_module, tmp_path):
             "KnobError: knob 'label_key': the model's output has no loss and the batch has no key 'labels' (did you "
             "mean 'label'?) to take cross-entropy against; allowed: input_ids, label, or a step "
             "(package.module:train_step) returning the loss",
+        ),
+        (  # a regression without a step: cross-entropy over one output per sample is 0, whatever it learns
+            {"dataset": f"{M}:Readings", "model": f"{M}:forecaster", "forward_keys": None},
+            "step",
+            f"the step of model '{M}:forecaster' (forward, loss, backward)",
+            "KnobError: knob 'step': the default loss, cross-entropy against batch[1], needs class scores of shape "
+            "(batch, classes >= 2, ...) and the model's output is (4, 1) (a regression?); allowed: knob loss: mse, "
+            "l1, smooth_l1 or a loss of your own (package.module:attribute), or a step returning the loss",
         ),
     ],
 )

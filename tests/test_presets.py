@@ -20,12 +20,12 @@ import subprocess
 
 import pytest
 import yaml
-from browser import ARTIFACTS, assert_fits, inspect, paragraph_texts
 from conftest import ROOT, needs_chromium
 from feedbench.analysis import views
-from feedbench.plan.target import find_gpu
+from feedbench.core.target import find_gpu
+from helpers.browser import ARTIFACTS, assert_fits, inspect, paragraph_texts
+from helpers.snakemake_run import copy_workflow, run_snakemake
 from markupsafe import escape
-from snakemake_run import copy_workflow, run_snakemake
 
 PRESETS = list(views.NAMES)  # one preset per study view
 DEFAULT_EXPERIMENTS = {"decode", "workers", "prefetch", "compute", "transfer"}  # config/config.yaml
@@ -181,7 +181,7 @@ def merged_small() -> dict:
 # The run's target: the scaling study's GPU, so its view puts the predictions beside the published figures of the
 # same GPU; the other studies' views add the target's column (issue #25's done-when).
 SMALL_TARGET = {"gpu": "K80", "cores_per_gpu": 4, "cpu_speed": 1.0}
-# The views whose study published GPU figures, and the GPU of each (feedbench.plan.estimate.STUDY_GPUS).
+# The views whose study published GPU figures, and the GPU of each (feedbench.core.estimate.STUDY_GPUS).
 PREDICTED_BESIDE_PUBLISHED = {"scaling": "K80", "prefetch": "RTX2080Ti", "nmt": "P100"}
 
 

@@ -10,8 +10,8 @@ import sys
 
 from conftest import ROOT
 from feedbench.plan.job import job_python
+from helpers.snakemake_run import copy_workflow, snakemake_env
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
-from snakemake_run import copy_workflow, snakemake_env
 
 
 def link(env: dict) -> subprocess.CompletedProcess:

@@ -14,8 +14,8 @@ from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.publish import summarize
 from feedbench.analysis.report import UnsafeSVG, inline_svg, write_report
 from feedbench.analysis.verdict import summarize_experiment
-from feedbench.plan.records import load_records
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from feedbench.core.records import load_records
+from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.xdist_group("report")  # one worker: the module fixture `html` renders the report once
 
@@ -169,7 +169,7 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
 
 
 def test_rule_report_reads_the_records_rule_aggregate_wrote(real_matrix, tmp_path):  # noqa: F811
-    """Rule report has no results as inputs: it reads rule aggregate's records (plan.records), one per summary row in
+    """Rule report has no results as inputs: it reads rule aggregate's records (core.records), one per summary row in
     its order, damaged ones included, and renders from them what it renders from the result files; an empty summary
     has none."""
     damaged = tmp_path / "damaged" / "result.json"

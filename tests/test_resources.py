@@ -1,4 +1,4 @@
-"""feedbench.plan.resources: a cell's resources from its knobs, for the rules and the launcher alike."""
+"""feedbench.core.resources: a cell's resources from its knobs, for the rules and the launcher alike."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import yaml
-from feedbench.plan import resources
-from feedbench.plan.cell import parse_cell
+from feedbench.core import resources
+from feedbench.core.cell import parse_cell
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DDP_2X2 = {"parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "num_workers": 2, "device": "auto"}
@@ -17,7 +17,7 @@ DDP_2X2 = {"parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "num_workers": 2, 
 
 def test_the_module_imports_no_torch():
     # The Snakefile imports it on every parse, where torch may be missing or slow to load.
-    code = "import sys, feedbench.plan.resources; print('torch' in sys.modules)"
+    code = "import sys, feedbench.core.resources; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -13,16 +13,15 @@ import time
 import jsonschema
 import pytest
 import torch
+from feedbench.core.metric_table import undeclared
+from feedbench.core.result import schema
 from feedbench.harness.images import make_images
-from feedbench.plan.metric_table import undeclared
-from feedbench.plan.result import schema
-
-TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1)
+from helpers.cells import ENDLESS_SLEEP, TINY_MLP, start_cell
 
 
 def validate(result: dict) -> None:
     jsonschema.validate(result, schema())
-    assert not undeclared(result), f"metrics measured but not declared in plan.metric_table: {undeclared(result)}"
+    assert not undeclared(result), f"metrics measured but not declared in core.metric_table: {undeclared(result)}"
 
 
 @pytest.fixture(scope="module")
@@ -273,35 +272,8 @@ def test_sigterm_writes_failed_result(tmp_path):
     (user / "marking.py").write_text(MARKING_STEP)
     marks = user / "steps-done"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "feedbench",
-            "run",
-            "--out",
-            str(out),
-            "--set",
-            "model=sleep",
-            "--set",
-            "step=marking:step",
-            "--set",
-            f"python_path=[{user}]",
-            "--set",
-            "image_size=8",
-            "--set",
-            "batch_size=2",
-            "--set",
-            "warmup_steps=0",
-            "--set",
-            "steps=100000",
-            "--set",
-            "torch_threads=1",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    cell = dict(ENDLESS_SLEEP, step="marking:step", python_path=[str(user)], warmup_steps=0)
+    proc = start_cell(out, cell, stderr=subprocess.PIPE, text=True, env=env)
     # SIGTERM once two measured steps are done (warm-up 0), however long importing torch and starting took.
     deadline = time.monotonic() + 300
     while not (marks.exists() and len(marks.read_text()) >= 2):
@@ -349,32 +321,7 @@ def test_killed_worker_writes_failed_result(tmp_path):
     import psutil
 
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "feedbench",
-            "run",
-            "--out",
-            str(out),
-            "--set",
-            "model=sleep",
-            "--set",
-            "compute_ms=20",
-            "--set",
-            "image_size=8",
-            "--set",
-            "batch_size=2",
-            "--set",
-            "steps=100000",
-            "--set",
-            "num_workers=1",
-            "--set",
-            "torch_threads=1",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cell(out, dict(ENDLESS_SLEEP, compute_ms=20, num_workers=1), stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(proc.pid)
 
     def loader_workers() -> list:
@@ -423,9 +370,7 @@ def test_record_failure_for_a_harness_killed_without_a_result(tmp_path):
     cell.write_text("model: sleep\ncompute_ms: 20\nimage_size: 8\nbatch_size: 2\nsteps: 100000\n")
     log = tmp_path / "harness.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "feedbench", "run", str(cell), "--out", str(out)], stdout=f, stderr=subprocess.STDOUT
-        )
+        proc = start_cell(out, cell=cell, stdout=f, stderr=subprocess.STDOUT)
         time.sleep(5)
         proc.kill()  # SIGKILL: the harness gets no chance to write anything
         code = proc.wait(timeout=30)

@@ -1,11 +1,11 @@
-"""`search: num_workers`: the choice of the training cells around the predicted knee (feedbench.plan.search), and the
+"""`search: num_workers`: the choice of the training cells around the predicted knee (feedbench.core.search), and the
 config checks; tests/test_search_workflow.py runs it through Snakemake."""
 
 from __future__ import annotations
 
 import pytest
-from feedbench.plan import search
-from feedbench.plan.ceilings import ceiling_sources
+from feedbench.core import search
+from feedbench.core.ceilings import ceiling_sources
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells, search_groups
 

@@ -1,5 +1,5 @@
 """`search: num_workers` through a real Snakemake run: a 16-level worker axis measures its ceilings, the checkpoint
-picks the knee, and only the cells around it train (feedbench.plan.search; workflow/rules/search.smk)."""
+picks the knee, and only the cells around it train (feedbench.core.search; workflow/rules/search.smk)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 import re
 
 import pytest
-from browser import paragraph_texts
-from snakemake_run import snakemake, workflow_copy
+from helpers.browser import paragraph_texts
+from helpers.cells import tiny_mlp_base
+from helpers.snakemake_run import snakemake, workflow_copy
 
 pytestmark = pytest.mark.slow  # 21 tiny cells, one at a time on 2 cores: about three minutes
 
@@ -26,16 +27,7 @@ CONFIG = {
         "knee": {
             "title": "How many workers does a slow loader need?",
             "search": "num_workers",
-            "base": {
-                "scenario": "train",
-                "dataset": "memory",
-                "model": "mlp",
-                "input_size": 16,
-                "width": 16,
-                "batch_size": 8,
-                "num_samples": 64,
-                "sample_delay_ms": 2,
-            },
+            "base": tiny_mlp_base(num_samples=64, sample_delay_ms=2),
             "matrix": {"num_workers": SIXTEEN},
         }
     },

@@ -7,15 +7,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser import ARTIFACTS, assert_fits, inspect
 from conftest import needs_chromium
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.publish import report
+from feedbench.core.ceilings import ceiling_map
 from feedbench.harness.runner import run
-from feedbench.plan.ceilings import ceiling_map
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
+from helpers.browser import ARTIFACTS, assert_fits, inspect
 
 pytestmark = pytest.mark.xdist_group("served")  # one worker: the module fixture runs the cells once
 

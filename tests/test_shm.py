@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from feedbench.plan import shm
-from feedbench.plan.ceilings import batch_bytes
-from snakemake_run import snakemake_command, snakemake_env
+from feedbench.core import shm
+from feedbench.core.ceilings import batch_bytes
+from helpers.snakemake_run import snakemake_command, snakemake_env
 from torch.utils.data import TensorDataset, default_collate
 
 MB = 2**20
@@ -77,7 +77,7 @@ def test_the_pinned_pool_is_what_the_allocator_holds():
 )
 def test_the_pinned_batches_are_those_the_loop_holds_at_once(more):
     """N3 (#35) through the measured loop: with num_workers 0 the batches alive at once in the training process (each
-    one pinned there on a GPU) are the count plan.shm.pinned_batches gives: the one being made while the step holds
+    one pinned there on a GPU) are the count core.shm.pinned_batches gives: the one being made while the step holds
     the last, the stream prefetcher's batches ahead (on a CPU it still holds them), a compute cell's resident batches.
     Counted at each new batch."""
     alive, peak = [], []
@@ -225,7 +225,7 @@ def test_a_loader_that_runs_out_of_shared_memory_anyway_fails_with_that_reason(t
     """The check passed (here: told there is room), the loader dies in a worker: the result names the cause."""
     raw = {**BIG, **RUN, "num_workers": 1}
     script = (
-        "import json, sys\nfrom feedbench.plan import shm\nshm.free_bytes = lambda path=None: 1 << 40\n"
+        "import json, sys\nfrom feedbench.core import shm\nshm.free_bytes = lambda path=None: 1 << 40\n"
         "from feedbench.harness.runner import run\nsys.exit(run(json.loads(sys.argv[1]), sys.argv[2]))\n"
     )
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "workflow"))

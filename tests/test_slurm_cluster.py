@@ -18,7 +18,7 @@ GPUS_PER_NODE = 2
 
 # The session fixture `slurm_cluster`, registered once for every module that asks:
 # one cluster per test session.
-pytest_plugins = ["slurm_cluster"]
+pytest_plugins = ["helpers.slurm_cluster"]
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from feedbench.plan.result import invalid
-from slurm_cluster import submitted_bench_jobs
-from snakemake_run import copy_workflow, snakemake_env
+from feedbench.core.result import invalid
+from helpers.slurm_cluster import submitted_bench_jobs
+from helpers.snakemake_run import copy_workflow, snakemake_env
 
-pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
+pytest_plugins = ["helpers.slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

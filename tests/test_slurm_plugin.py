@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 
 import pytest
+from feedbench.core.result import invalid
 from feedbench.plan import pending, slurm
-from feedbench.plan.result import invalid
+from helpers.cells import tiny_mlp_base
 from test_disclosure import make_report
 
 plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
@@ -139,22 +140,9 @@ def test_the_cells_measured_on_the_targets_gpu_are_found_under_their_own_rule(tm
     assert slurm.submitted_jobs(str(log)) == {"target-compute_c_1": "31", "target-compute_d_2": "32_1"}
 
 
-LABELLED = {
-    "scenario": "train",
-    "dataset": "memory",
-    "model": "mlp",
-    "input_size": 16,
-    "width": 16,
-    "batch_size": 8,
-    "num_samples": 32,
-    "steps": 3,
-    "warmup_steps": 1,
-    "device": "cpu",
-    "experiment": "nodefail",
-    "cell": "seed-1",
-    "repeat": 1,
-    "baseline": True,
-}
+LABELLED = tiny_mlp_base(
+    steps=3, warmup_steps=1, device="cpu", experiment="nodefail", cell="seed-1", repeat=1, baseline=True
+)
 
 
 def test_a_cell_lost_before_its_harness_wrote_anything_is_a_valid_record_the_report_names(tmp_path):

@@ -17,10 +17,11 @@ import sys
 
 import pytest
 import yaml
-from slurm_cluster import submitted_bench_jobs
-from snakemake_run import copy_workflow, snakemake_env
+from helpers.cells import tiny_mlp_base
+from helpers.slurm_cluster import submitted_bench_jobs
+from helpers.snakemake_run import copy_workflow, snakemake_env
 
-pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
+pytest_plugins = ["helpers.slurm_cluster"]  # the session fixture slurm_cluster: one cluster per session
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -29,35 +30,16 @@ TINY = {
     "experiments": {
         "mlp": {
             "title": "A tiny mlp on the Slurm cluster",
-            "base": {
-                "scenario": "train",
-                "dataset": "memory",
-                "model": "mlp",
-                "input_size": 16,
-                "width": 16,
-                "batch_size": 8,
-                "num_samples": 32,
-            },
+            "base": tiny_mlp_base(),
             "matrix": {"hidden_layers": [1, 2]},
             "plot": {"x": "hidden_layers", "kind": "bar"},
         },
         "ddp": {
             # device auto: the job asks Slurm for the 4 (fake) GPUs, 2 per node, and the ranks run on gloo.
             "title": "ddp with 2 GPUs x 2 nodes",
-            "base": {
-                "scenario": "train",
-                "dataset": "memory",
-                "model": "mlp",
-                "input_size": 16,
-                "width": 16,
-                "batch_size": 8,
-                "num_samples": 64,
-                "parallel": "ddp",
-                "gpus_per_node": 2,
-                "nodes": 2,
-                "comm_probe_steps": 2,
-                "device": "auto",
-            },
+            "base": tiny_mlp_base(
+                num_samples=64, parallel="ddp", gpus_per_node=2, nodes=2, comm_probe_steps=2, device="auto"
+            ),
             "plot": {"x": "nodes", "kind": "bar"},
         },
     },

@@ -5,9 +5,9 @@ change to its code."""
 from __future__ import annotations
 
 import pytest
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import KnobError
-from feedbench.plan.plugins import resolve_all
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
+from feedbench.core.plugins import resolve_all
 
 USER_MODULE = "plain_text"
 # A plain tokenizer class: a method of fixed cost (a sleep: the cells of a comparison run one after the other, and a

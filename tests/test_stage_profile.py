@@ -18,10 +18,11 @@ import pytest
 import torch
 from feedbench.analysis import stages
 from feedbench.analysis.aggregate import result_row
+from feedbench.core.records import record_of
+from feedbench.core.result import schema
 from feedbench.harness import profile as sample_profile
 from feedbench.harness.runner import run
-from feedbench.plan.records import record_of
-from feedbench.plan.result import schema
+from helpers.cells import user_cell
 
 # A user's text pipeline, loaded by import path: __getitem__ tokenizes (a user helper and a str.split inside) and
 # normalizes; each function a busy loop of a fixed number of iterations (the test picks them, calibrated in this
@@ -108,21 +109,10 @@ def test_the_two_costliest_functions_are_named_within_10_percent_and_only_the_wa
     finally:
         sys.path.remove(user_module)
     loops = {name: loops_for(module, ms) for name, ms in COSTS_MS.items()}
-    knobs = {
-        "dataset": "text_costs:Texts",
-        "dataset_args": {"tokenize_loops": loops["tokenize"], "normalize_loops": loops["normalize"]},
-        "model": "text_costs:model",
-        "step": "text_costs:step",
-        "python_path": [user_module],
-        "device": "cpu",
-        "batch_size": 8,
-        "num_workers": workers,
-        "warmup_steps": 4,
-        "steps": 12,  # 6 batches an epoch: the run crosses two epoch boundaries, where new workers start
-        "torch_threads": 1,
-        "monitor_interval_s": 5,
-        "stage_timing": True,
-    }
+    args = {"tokenize_loops": loops["tokenize"], "normalize_loops": loops["normalize"]}
+    knobs = user_cell(USER_MODULE, user_module, "Texts", dataset_args=args, device="cpu", stage_timing=True)
+    # 12 steps, 6 batches an epoch: the run crosses two epoch boundaries, where new workers start
+    knobs.update(batch_size=8, num_workers=workers, warmup_steps=4, steps=12, torch_threads=1, monitor_interval_s=5)
     run(knobs, str(tmp_path / "out"))  # as the bench job runs it: the user's module imported by its path
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok", result["error"]
@@ -209,8 +199,8 @@ def test_library_code_is_the_standard_library_torch_and_feedbench():
 
 
 def test_no_profile_where_it_could_not_stay_out_of_the_window():
+    from feedbench.core.cell import parse_cell
     from feedbench.harness.profile import sample_profile
-    from feedbench.plan.cell import parse_cell
 
     assert sample_profile(parse_cell({"warmup_steps": 0, "stage_timing": True})) is None
     assert sample_profile(parse_cell({"num_workers": 2, "in_order": False, "stage_timing": True})) is None

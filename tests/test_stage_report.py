@@ -11,8 +11,10 @@ from feedbench.analysis import stages
 from feedbench.analysis.aggregate import load_results
 from feedbench.analysis.plots import stage_figure
 from feedbench.analysis.verdict import summarize_experiment
-from real_results import run_matrix
+from helpers.real_results import run_matrix
 from test_report import make_report
+
+pytestmark = pytest.mark.xdist_group("stage_report")  # one worker: fixture `paths` measures its cells once
 
 DELAY_MS = 2.0
 # One experiment of data-bound cells (a 2 ms sample delay, no workers): the same cell with stage timing off and on;

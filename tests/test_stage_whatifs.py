@@ -14,20 +14,20 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from browser import without_tags
 from conftest import write_user_module
 from feedbench.analysis import whatifs
 from feedbench.analysis.aggregate import read_summary, result_row
 from feedbench.analysis.verdict import summarize_experiment
 from feedbench.analysis.whatifs import experiment_table
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
+from feedbench.core.records import record_of
 from feedbench.harness import stages, whatif
 from feedbench.harness.runner import run
-from feedbench.plan.cell import parse_cell
 from feedbench.plan.config import validate_config
-from feedbench.plan.knobs import KnobError
 from feedbench.plan.matrix import ConfigError, build_cells
-from feedbench.plan.records import record_of
-from snakemake_run import run_snakemake, workflow_copy
+from helpers.browser import without_tags
+from helpers.snakemake_run import run_snakemake, workflow_copy
 from test_stages import COSTS, USER_MODULE
 from test_stages import USER_CODE as V1_CODE
 

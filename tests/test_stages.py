@@ -12,6 +12,7 @@ import pytest
 import torch
 from feedbench.harness import stages
 from feedbench.harness.runner import run
+from helpers.cells import user_cell
 from torch import nn
 
 # A user pipeline of known costs, loaded by import path: two Compose transforms, a feedbench.stage span and work of
@@ -115,20 +116,8 @@ def step(model, batch, ctx):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_each_stage_and_the_unattributed_rest_come_back_within_5_percent(user_module, workers, tmp_path):
-    knobs = {
-        "dataset": "known_costs:build",
-        "model": "known_costs:model",
-        "step": "known_costs:step",
-        "python_path": [user_module],
-        "device": "cpu",
-        "batch_size": 4,
-        "num_workers": workers,
-        "steps": 16,
-        "warmup_steps": 1,
-        "torch_threads": 1,
-        "monitor_interval_s": 5,
-        "stage_timing": True,
-    }
+    knobs = user_cell(USER_MODULE, user_module, device="cpu", batch_size=4, num_workers=workers, steps=16)
+    knobs.update(warmup_steps=1, torch_threads=1, monitor_interval_s=5, stage_timing=True)
     run(knobs, str(tmp_path / "out"))  # as the bench job runs it: the user's module imported by its path
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok", result["error"]
@@ -274,7 +263,7 @@ def test_the_users_batch_is_the_same_with_stage_timing_on_and_off(workers):
 
 def test_the_summary_has_a_column_per_stage_and_statistic():
     from feedbench.analysis.aggregate import result_row
-    from feedbench.plan.records import record_of
+    from feedbench.core.records import record_of
 
     stats = {"mean_ms": 2.5, "median_ms": 2.0, "p90_ms": 3.0, "p99_ms": 4.0, "share": 0.5, "calls": 8}
     timed = {"samples": 8, "batches": 2, "worker_ms_per_sample": 5.0, "stages": {"decode": stats}}

@@ -33,9 +33,9 @@ def test_stored_results_aggregate_to_the_stored_summary(tmp_path):
 def test_stored_results_read_as_typed_records_and_back(tmp_path):
     """Results written before some metrics existed read as records keyed by the knob and metric tables, those metrics
     empty (as their summary columns are), and come back equal from results/records.json."""
-    from feedbench.plan.knobs import KNOBS
-    from feedbench.plan.metric_table import METRICS
-    from feedbench.plan.records import NAMED, load_records, read_record, write_records
+    from feedbench.core.knobs import KNOBS
+    from feedbench.core.metric_table import METRICS
+    from feedbench.core.records import NAMED, load_records, read_record, write_records
 
     records = [read_record(p) for p in sorted(glob.glob(os.path.join(STORED, "cells", "*", "result.json")))]
     assert [r.knobs["num_workers"] for r in records] == [1, 2, 4] and all(set(r.knobs) == set(KNOBS) for r in records)

@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from feedbench.harness.loop import WithLoss
 from feedbench.harness.models import MLP, TokenLSTM, loss_function
+from helpers.cells import tiny_mlp_base
 from torch import nn
 
 
@@ -75,19 +76,7 @@ def test_gloo_replicas_with_the_loss_inside_match_one_process_on_the_whole_batch
 
 
 def test_a_dp_cell_trains_through_the_wrapper_and_weight_decay_is_a_knob(run_cell):
-    common = dict(
-        scenario="train",
-        dataset="memory",
-        model="mlp",
-        input_size=16,
-        width=16,
-        batch_size=8,
-        num_samples=32,
-        steps=2,
-        warmup_steps=1,
-        device="cpu",
-        torch_threads=1,
-    )
+    common = tiny_mlp_base(steps=2, warmup_steps=1, device="cpu", torch_threads=1)
     code, result = run_cell(parallel="dp", gpus_per_node=2, weight_decay=1e-5, **common)
     assert code == 0 and result["status"] == "ok", result.get("error")
     assert result["cell"]["weight_decay"] == 1e-5

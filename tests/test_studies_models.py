@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from feedbench.core.cell import parse_cell
+from feedbench.core.knobs import KnobError
 from feedbench.harness.models import build_model
-from feedbench.plan.cell import parse_cell
-from feedbench.plan.knobs import KnobError
 from torch import nn
 
 

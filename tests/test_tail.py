@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import result_row
 from feedbench.analysis.verdict import summarize_experiment, time_lost_parts
+from feedbench.core.metrics import epoch_boundaries, wait_tail
+from feedbench.core.records import record_of
+from feedbench.core.result import schema
 from feedbench.harness.runner import run
-from feedbench.plan.metrics import epoch_boundaries, wait_tail
-from feedbench.plan.records import record_of
-from feedbench.plan.result import schema
 from torch.utils.data import DataLoader
 
 USER_MODULE = "tail_data"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
@@ -93,6 +93,13 @@ def test_without_persistent_workers_each_epoch_boundary_stalls(user_module, tmp_
     note = summarize_experiment(rows, {"persistent_workers": [False, True]})["time_lost"]
     assert "baseline restarted: " in note and "3 epoch boundaries stalled" in note and "persistent_workers" in note
     assert "best cell persistent: the first batch took" in note and "persistent: 3 epoch" not in note
+    # the other way round the restarted cell is neither best nor baseline, only slower: its stalls are still named,
+    # so a worker count that lost to its boundaries alone is not left unexplained
+    assert restarted["samples_per_s"] < kept["samples_per_s"]
+    rows = pd.DataFrame([{**kept, "baseline": True}, {**restarted, "baseline": False}])
+    note = summarize_experiment(rows, {"persistent_workers": [True, False]})["time_lost"]
+    assert "Slower than the baseline, with epoch boundaries over 5 % of their run: restarted (3 boundaries at" in note
+    assert note.endswith("their workers started again at each; persistent_workers keeps them.")
 
 
 @pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""feedbench.plan.target: the `target:` block checked at plan time, the GPU table, the roofline and the copy (#25)."""
+"""feedbench.core.target: the `target:` block checked at plan time, the GPU table, the roofline and the copy (#25)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import os
 import pytest
 import yaml
 from conftest import ROOT
-from feedbench.plan.ceilings import trainer_seconds
-from feedbench.plan.config import count_values, one_line, validate_config
-from feedbench.plan.matrix import ConfigError, build_cells
-from feedbench.plan.model_names import TORCHVISION_MODELS, model_family
-from feedbench.plan.target import (
+from feedbench.core.ceilings import trainer_seconds
+from feedbench.core.model_names import TORCHVISION_MODELS, model_family
+from feedbench.core.target import (
     DTYPES,
     MEASURED_EXPERIMENT,
     PAGEABLE_SHARE,
@@ -29,6 +27,8 @@ from feedbench.plan.target import (
     roofline_seconds,
     same_gpu,
 )
+from feedbench.plan.config import count_values, one_line, validate_config
+from feedbench.plan.matrix import ConfigError, build_cells
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
 TRAIN = {"scenario": "train", "model": "resnet18", "dataset": "synthetic", "image_size": 32, "num_classes": 10}

@@ -15,10 +15,10 @@ import sys
 import pytest
 import yaml
 from conftest import ROOT
-from slurm_cluster import GPU_PARTITION, submitted_bench_jobs
-from snakemake_run import run_snakemake, snakemake_env, workflow_copy
+from helpers.slurm_cluster import GPU_PARTITION, submitted_bench_jobs
+from helpers.snakemake_run import run_snakemake, snakemake_env, workflow_copy
 
-pytest_plugins = ["slurm_cluster"]  # the session fixture slurm_cluster, for the test marked slurm
+pytest_plugins = ["helpers.slurm_cluster"]  # the session fixture slurm_cluster, for the test marked slurm
 
 MLP = {"model": "mlp", "dataset": "memory", "input_size": 16, "width": 16, "batch_size": 8, "num_samples": 32}
 TARGET = {"gpu": "H100", "cores_per_gpu": 2, "cpu_speed": 1.0, "compute": "measured", "partition": GPU_PARTITION}

@@ -11,12 +11,12 @@ import textwrap
 import pytest
 from conftest import ROOT
 from feedbench.analysis.target_view import cell_row, with_measured_copy
+from feedbench.core.ceilings import batch_bytes, training_cells
+from feedbench.core.records import read_record
+from feedbench.core.target import PAGEABLE_SHARE, read_target
 from feedbench.harness.flops import estimate_cell
 from feedbench.harness.runner import run
-from feedbench.plan.ceilings import batch_bytes, training_cells
 from feedbench.plan.matrix import build_cells
-from feedbench.plan.records import read_record
-from feedbench.plan.target import PAGEABLE_SHARE, read_target
 
 TARGET = {"gpu": "H100", "cores_per_gpu": 4, "cpu_speed": 1.0}
 SHAPES = os.path.join(ROOT, "examples", "own-pipeline", "src")

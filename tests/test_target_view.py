@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from browser import assert_fits, find_chromium, inspect
 from feedbench.analysis import target_view
 from feedbench.analysis.loader_scaling import LoaderPoint, fit_scaling
-from feedbench.plan.ceilings import LOADER_REACHES
-from feedbench.plan.records import record_of
-from snakemake_run import snakemake, workflow_copy
+from feedbench.core.ceilings import LOADER_REACHES
+from feedbench.core.records import record_of
+from helpers.browser import assert_fits, find_chromium, inspect
+from helpers.snakemake_run import snakemake, workflow_copy
 
 # The range's and the "measure there" line's drawn widths, in the section "On <target>", and the line's text.
 SEEN_JS = """JSON.stringify((() => {

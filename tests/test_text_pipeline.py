@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 from conftest import ROOT
-from snakemake_run import copy_workflow, run_snakemake, snakemake_env
+from helpers.snakemake_run import copy_workflow, run_snakemake, snakemake_env
 
 pytestmark = [
     pytest.mark.slow,  # one real Snakemake run of 2 small cells

@@ -11,10 +11,11 @@ import sys
 
 import jsonschema
 import pytest
-from feedbench.plan import threads
-from feedbench.plan.result import schema
+from feedbench.core import threads
+from feedbench.core.result import schema
+from helpers.cells import run_cell_process, tiny_mlp
 
-TINY_MLP = dict(model="mlp", input_size=32, width=32, batch_size=8, steps=4, warmup_steps=1, device="cpu")
+TINY_MLP = tiny_mlp(device="cpu")
 
 
 def plain_env(**names: str) -> dict:
@@ -32,14 +33,7 @@ def pytorch_default(env: dict) -> int:
 
 def run_alone(out, env: dict, **knobs) -> dict:
     """`python -m feedbench run` of TINY_MLP with `knobs` in `env`: its result, checked against the schema."""
-    args = [f"--set={k}={v}" for k, v in {**TINY_MLP, **knobs}.items()]
-    done = subprocess.run(
-        [sys.executable, "-m", "feedbench", "run", "--out", str(out), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cell_process(out, {**TINY_MLP, **knobs}, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, schema())

@@ -9,31 +9,20 @@ subprocesses with short limits.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import jsonschema
 import psutil
 import pytest
-from feedbench.plan.result import schema
+from feedbench.core.result import schema
+from helpers.cells import ENDLESS_SLEEP, run_cell_process
 
 pytestmark = pytest.mark.timing  # wall-time bounds and steps measured before a limit of seconds
 
-SLEEP_CELL = [
-    *("--set", "model=sleep", "--set", "image_size=8", "--set", "batch_size=2", "--set", "steps=100000"),
-    *("--set", "torch_threads=1"),  # one thread, pinned: these tests time it
-]
 
-
-def _run(out, limit: float, *knobs: str) -> tuple[int, dict, float]:
+def _run(out, limit: float, **knobs) -> tuple[int, dict, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "feedbench", "run", "--out", str(out), "--time-limit", str(limit), *SLEEP_CELL, *knobs],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_cell_process(out, {**ENDLESS_SLEEP, **knobs}, "--time-limit", str(limit), timeout=180)
     elapsed = time.perf_counter() - t0
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, schema())
@@ -43,7 +32,7 @@ def _run(out, limit: float, *knobs: str) -> tuple[int, dict, float]:
 def test_a_cell_stops_at_its_time_limit_with_its_steps(tmp_path):
     # The limit counts from the harness's start: building the loader and the model, then the warm-up, come out of
     # it. 12 s leaves room for more than 5 steps of 50 ms even when a busy 2-core machine makes that start-up slow.
-    code, result, elapsed = _run(tmp_path, 12, "--set", "compute_ms=50")
+    code, result, elapsed = _run(tmp_path, 12, compute_ms=50)
     assert code == 1 and result["status"] == "failed"
     assert result["error"]["type"] == "Terminated"
     assert result["error"]["message"].startswith("time limit of 12 s reached")
@@ -54,9 +43,7 @@ def test_a_cell_stops_at_its_time_limit_with_its_steps(tmp_path):
 def test_a_cell_stuck_inside_one_step_is_ended_after_a_grace_period(tmp_path):
     """A loader that does not return in time (one sample takes a minute, the most allowed) never reaches the per-step
     check."""
-    code, result, elapsed = _run(
-        tmp_path, 4, "--set", "compute_ms=1", "--set", "sample_delay_ms=60000", "--set", "warmup_steps=0"
-    )
+    code, result, elapsed = _run(tmp_path, 4, compute_ms=1, sample_delay_ms=60000, warmup_steps=0)
     assert code == 1 and result["status"] == "failed"
     assert (
         result["error"]["message"]
@@ -67,20 +54,13 @@ def test_a_cell_stuck_inside_one_step_is_ended_after_a_grace_period(tmp_path):
 
 
 def test_bad_time_limit_is_one_line(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "feedbench", "run", "--out", str(tmp_path), "--time-limit", "0", *SLEEP_CELL],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_cell_process(tmp_path, ENDLESS_SLEEP, "--time-limit", "0", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "feedbench: error: --time-limit: value 0 is not allowed; allowed: seconds > 0"
 
 
 def test_a_multi_rank_cell_stops_every_rank_at_its_time_limit(tmp_path):
-    code, result, elapsed = _run(
-        tmp_path, 25, "--set", "compute_ms=20", "--set", "parallel=ddp", "--set", "gpus_per_node=2"
-    )
+    code, result, elapsed = _run(tmp_path, 25, compute_ms=20, parallel="ddp", gpus_per_node=2)
     assert code == 1 and result["status"] == "failed" and result["error"]["type"] == "Terminated"
     assert result["error"]["message"].startswith("time limit of 25 s reached")
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]

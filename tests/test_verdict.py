@@ -17,7 +17,8 @@ from feedbench.analysis.verdict import (
     summarize_experiment,
     t975,
 )
-from real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.cells import run_cell_process, tiny_mlp
+from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -141,52 +142,14 @@ def test_the_baseline_label_survives_the_csv(summary, tmp_path):
 
 def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
     """Real ddp cells on gloo "GPUs": 1 and 2 ranks; efficiency = speedup / (GPUs / 1)."""
-    import subprocess
-    import sys
-
     from feedbench.analysis.aggregate import load_results
     from feedbench.analysis.verdict import summarize_experiment
 
     paths = []
     for gpus in (1, 2):
         out = tmp_path / f"gpus-{gpus}" / "rep1"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "feedbench",
-                "run",
-                "--out",
-                str(out),
-                "--set",
-                "model=mlp",
-                "--set",
-                "input_size=32",
-                "--set",
-                "width=32",
-                "--set",
-                "batch_size=8",
-                "--set",
-                "steps=5",
-                "--set",
-                "warmup_steps=1",
-                "--set",
-                "parallel=ddp",
-                "--set",
-                f"gpus_per_node={gpus}",
-                "--set",
-                "experiment=scaling",
-                "--set",
-                f"cell=gpus_per_node-{gpus}",
-                "--set",
-                "repeat=1",
-                "--set",
-                f"baseline={gpus == 1}",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
+        knobs = dict(parallel="ddp", gpus_per_node=gpus, experiment="scaling", cell=f"gpus_per_node-{gpus}", repeat=1)
+        run_cell_process(out, tiny_mlp(steps=5, baseline=gpus == 1, **knobs), check=True)
         paths.append(str(out / "result.json"))
     verdict = summarize_experiment(load_results(paths), {"gpus_per_node": [1, 2]})
     cells = verdict["cells"].set_index("cell")

@@ -19,7 +19,7 @@ from feedbench.analysis.aggregate import read_summary
 from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.report import build, fmt, target_in_units
 from feedbench.analysis.verdict import summarize_experiment
-from stored_run import DEFAULT_RUN, default_config
+from helpers.stored_run import DEFAULT_RUN, default_config
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,22 @@ def test_the_ceilings_pick_that_is_not_the_fastest_cell_says_why(default):
     why = decode["headline"]["why"]
     assert why.startswith("Not the ceilings' pick, 1 worker per GPU: it measured ")
     assert f"cell {pick} is oversubscribed" in why and "cores" in why
+
+
+def test_a_pick_that_is_the_baseline_says_the_ceilings_saw_no_change_beat_it():
+    """Where the ceilings' pick is the baseline itself, "Not the ceilings' pick, cell <baseline>" read as if another
+    cell had been picked (a new user's sensor pipeline, where a measured cache beat it)."""
+    cells = pd.DataFrame([{"cell": "base", "median": 414.0, "error_pct": -17.0}, {"cell": "cached", "median": 519.0}])
+    found = {
+        "best": {"cell": "cached"},
+        "baseline": {"cell": "base"},
+        "cells": cells,
+        "recommendation": {"cell": "base", "how": "cell base", "predicted": 499.0},
+    }
+    assert headline.why_not(found, "samples/s", fmt) == (
+        "The ceilings predicted no change beats the baseline: it measured 414 samples/s, 17 % below its prediction "
+        "(499)."
+    )
 
 
 def rows(cells: dict[str, dict], repeats: int = 3) -> pd.DataFrame:

@@ -12,8 +12,8 @@ from feedbench.analysis.aggregate import read_summary, result_row
 from feedbench.analysis.report import build as build_report
 from feedbench.analysis.report import render
 from feedbench.analysis.views import builder, read_reference
-from feedbench.plan.knobs import defaults
-from feedbench.plan.records import record_of
+from feedbench.core.knobs import defaults
+from feedbench.core.records import record_of
 from markupsafe import escape
 from matplotlib.figure import Figure
 

@@ -15,8 +15,9 @@ import re
 
 import pytest
 import yaml
-from feedbench.plan.result import READ_LOG
-from snakemake_run import copy_workflow, snakemake, workflow_copy
+from feedbench.core.result import READ_LOG
+from helpers.cells import tiny_mlp_base
+from helpers.snakemake_run import copy_workflow, snakemake, workflow_copy
 
 pytestmark = [
     pytest.mark.slow,  # real Snakemake runs: about a minute for the module
@@ -35,15 +36,7 @@ TINY = {
         },
         "mlp": {
             "title": "A tiny mlp, and a cell that fails",
-            "base": {
-                "scenario": "train",
-                "dataset": "memory",
-                "model": "mlp",
-                "input_size": 16,
-                "width": 16,
-                "batch_size": 8,
-                "num_samples": 32,
-            },
+            "base": tiny_mlp_base(),
             "matrix": {"hidden_layers": [1]},
             # Valid config, but no CIFAR in the folder: the harness fails this cell at run time.
             "include": [{"dataset": "cifar10", "data_dir": "empty"}],
@@ -136,7 +129,7 @@ def test_runs_end_to_end_and_writes_every_output(done):
 
 def test_a_run_reads_each_result_once(done):
     """Rule aggregate reads and validates each result.json once, into the records the report and the run's end read
-    (feedbench.plan.records): the report's failures and provenance, and the failed cells the run names, open none."""
+    (feedbench.core.records): the report's failures and provenance, and the failed cells the run names, open none."""
     workflow, workdir = done
     reads = [os.path.realpath(path) for path in (workdir.parent / "reads.txt").read_text().splitlines()]
     cells = os.path.realpath(workdir / "results" / "cells")
@@ -219,7 +212,7 @@ def test_changing_the_harness_code_reruns_the_cells(done, tmp_path):
     workflow, workdir = done
     edited = copy_workflow(tmp_path, source=workflow)
     assert planned(edited, workdir, TINY) == failed_cells(TINY)  # same code elsewhere: only the retries
-    with open(os.path.join(edited, "workflow", "feedbench", "plan", "metrics.py"), "a") as f:
+    with open(os.path.join(edited, "workflow", "feedbench", "core", "metrics.py"), "a") as f:
         f.write("\n# an edit of the harness\n")
     assert planned(edited, workdir, TINY) == everything(TINY)
 

@@ -12,9 +12,9 @@ import time
 
 import yaml
 
-from .plan import metric_table
-from .plan.knobs import KNOBS, markdown_table
-from .plan.result import schema
+from .core import metric_table
+from .core.knobs import KNOBS, markdown_table
+from .core.result import schema
 
 
 class _Loader(yaml.SafeLoader):
@@ -48,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The commands and their options."""
     parser = argparse.ArgumentParser(prog="feedbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_cell_commands(sub)
+    _add_preflight(sub)
+    _add_tool_commands(sub)
+    return parser
+
+
+def _add_cell_commands(sub) -> None:
+    """run and job: what runs a cell."""
     run = sub.add_parser("run", help="run one cell and write DIR/result.json and DIR/steps.csv")
     run.add_argument("cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)")
     run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
@@ -67,30 +75,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="as --time-limit, counted to this time once the harness has started (the bench job's end)",
     )
     job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
-    job.add_argument("out", nargs="?", help="default: the cell's folder from its labels (feedbench.plan.job.CELL_DIR)")
+    job.add_argument(
+        "out", nargs="?", help="default: the cell's folder from its labels (feedbench.core.result.CELL_DIR)"
+    )
     job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
     job.add_argument(
         "--runtime", type=float, required=True, metavar="MINUTES", help="the job's runtime (outside Slurm)"
     )
     job.add_argument(
-        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.plan.job.CELL_LOG)"
+        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.core.result.CELL_LOG)"
     )
     job.add_argument(
         "--launch-env",
         nargs="*",
         metavar="NAME=VALUE",
         help="the thread variables Snakemake sets to each job's threads, as the workflow was launched with them "
-        "(feedbench.plan.threads): the harness gets these back; without the option the environment is left alone",
+        "(feedbench.core.threads): the harness gets these back; without the option the environment is left alone",
     )
+
+
+def _add_preflight(sub) -> None:
+    """preflight: the check of an experiment's user code before its cells."""
     preflight = sub.add_parser(
         "preflight",
         help="the preflight rule's job: build an experiment's user code once per combination, write its record",
     )
     preflight.add_argument("--cells", required=True, help="a JSON list: the first cell of each combination")
-    preflight.add_argument("--out", required=True, metavar="FILE", help="the record (feedbench.plan.preflight)")
+    preflight.add_argument("--out", required=True, metavar="FILE", help="the record (feedbench.core.preflight)")
     preflight.add_argument("--log", required=True, help="the check's output, its tracebacks whole")
     preflight.add_argument("--attempt", default="first", help="which attempt this is (the rule's params), recorded")
     preflight.add_argument("--here", action="store_true", help="check in this process (the job runs it so)")
+
+
+def _add_tool_commands(sub) -> None:
+    """The helpers: test data, a failed result, the CPU speed, the knob and metric tables."""
     images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
@@ -120,7 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
     shown = metrics.add_mutually_exclusive_group()
     shown.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/result-schema.md")
     shown.add_argument("--schema", action="store_true", help="print the whole result schema, the metrics' leaves added")
-    return parser
 
 
 def _knobs(args) -> int:
@@ -154,8 +171,8 @@ def _record_failure(args) -> int:
 
 
 def _job(args) -> int:
+    from .core.threads import restored
     from .plan.job import cell_paths, run_job
-    from .plan.threads import restored
 
     if args.out is None or args.log is None:
         try:
@@ -174,7 +191,7 @@ def _job(args) -> int:
 
 def _preflight(args) -> int:
     if not args.here:
-        from .plan.preflight import run as run_preflight
+        from .core.preflight import run as run_preflight
 
         return run_preflight(args.cells, args.out, args.log, args.attempt)
     from .harness.preflight import run as check
@@ -207,8 +224,8 @@ def _make_shards(args) -> int:
 
 
 def _cpu_speed(args) -> int:
+    from .core.cpu_speed import REPEATS
     from .harness.cpu_speed import summary, write_measurement
-    from .plan.cpu_speed import REPEATS
 
     repeats = REPEATS if args.repeats is None else args.repeats
     if repeats < 1:
@@ -262,13 +279,13 @@ def run_or_launch(
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
 
+    from .core.cell import parse_cell
+    from .core.knobs import KnobError
+    from .core.resources import ranks
     from .harness.distributed import world_from_env
     from .harness.fit import resolve
     from .harness.launch import launch
     from .harness.runner import run
-    from .plan.cell import parse_cell
-    from .plan.knobs import KnobError
-    from .plan.resources import ranks
 
     if stop_at is not None:  # counted after the imports, which take seconds on a busy node; at least 1 s
         time_limit = max(round(stop_at - time.time()), 1)

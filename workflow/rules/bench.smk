@@ -49,8 +49,8 @@ rule bench:
 
 
 # With `target: {compute: measured}`: the cells measured on the target's GPU (experiment target-compute,
-# feedbench.plan.target.measured_cells) are rule bench by another name, so that `target: {partition: ...}` sends them,
-# and only them, to the target's partition under profiles/slurm (feedbench.plan.target.measured_resources); without
+# feedbench.core.target.measured_cells) are rule bench by another name, so that `target: {partition: ...}` sends them,
+# and only them, to the target's partition under profiles/slurm (feedbench.core.target.measured_resources); without
 # one they ask for what rule bench asks for. Resources given on the command line or in a profile are per rule name:
 # `--set-resources bench:...` does not reach these jobs, `bench_target:...` does.
 use rule bench as bench_target with:

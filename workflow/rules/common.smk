@@ -9,15 +9,15 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from feedbench.plan import preflight as feedbench_preflight
-from feedbench.plan import resources as cell_resources
-from feedbench.plan import search as feedbench_search
-from feedbench.plan.attempts import keep_earlier
-from feedbench.plan import shm as feedbench_shm
+from feedbench.core import preflight as feedbench_preflight
+from feedbench.core import resources as cell_resources
+from feedbench.core import search as feedbench_search
+from feedbench.core.attempts import keep_earlier
+from feedbench.core import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
-from feedbench.plan.ceilings import ceiling_map, training_cells
+from feedbench.core.ceilings import ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
-from feedbench.plan.cpu_speed import is_speed_file
+from feedbench.core.cpu_speed import is_speed_file
 from feedbench.plan.failures import failed_cells_message
 from feedbench.plan.job import CELL_DIR, CELL_LOG, PYTHON_VARIABLE, attempt, job_python, result_path
 from feedbench.plan.matrix import (
@@ -28,10 +28,10 @@ from feedbench.plan.matrix import (
     search_dry_run_line,
     search_levels,
 )
-from feedbench.plan.plugins import content_hash
-from feedbench.plan.references import reference_tables
-from feedbench.plan.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
-from feedbench.plan.threads import launch_args
+from feedbench.core.plugins import content_hash
+from feedbench.core.references import reference_tables
+from feedbench.core.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
+from feedbench.core.threads import launch_args
 
 IMAGES_DIR = "results/data/images"
 # The shell rules' Python, "$FEEDBENCH_PYTHON": this workflow's own, or the rule's conda env's
@@ -39,7 +39,7 @@ IMAGES_DIR = "results/data/images"
 os.environ.update({PYTHON_VARIABLE: job_python(workflow.deployment_settings.deployment_method)})
 # The thread variables (OMP_NUM_THREADS, ...) as the user launched the workflow, before Snakemake sets every job's to
 # its threads: the bench job hands them back to the harness, so that a cell's trainer gets the threads the user's own
-# launch would (feedbench.plan.threads). Quoted for the shell, braces doubled for Snakemake's format.
+# launch would (feedbench.core.threads). Quoted for the shell, braces doubled for Snakemake's format.
 LAUNCH_ENV = "".join(f" {shlex.quote(arg)}".replace("{", "{{").replace("}", "}}") for arg in launch_args(os.environ))
 
 
@@ -70,7 +70,7 @@ CELLS = validated_config(config)
 REPEATS = config["defaults"]["repeats"]
 HARNESS = harness_fingerprint(os.path.join(PACKAGE_ROOT, "feedbench"))
 # Experiments with `search: num_workers`: their training cells are chosen by checkpoint search (rules/search.smk).
-# A searched experiment of loader cells runs every level (feedbench.plan.search.checkpointed): no checkpoint.
+# A searched experiment of loader cells runs every level (feedbench.core.search.checkpointed): no checkpoint.
 SEARCHED = {
     name: feedbench_search.axis_of(spec["search"])
     for name, spec in config["experiments"].items()
@@ -84,7 +84,7 @@ def repeats_of(experiment, cell):
 
 def stopped_records(experiment, cell=None):
     """The stopped records of an experiment's cells (or of one), read in place of their results when the
-    experiment's preflight stopped it (feedbench.plan.preflight.STOPPED)."""
+    experiment's preflight stopped it (feedbench.core.preflight.STOPPED)."""
     cells = [c for (e, c) in CELLS if e == experiment and cell in (None, c)]
     return [
         feedbench_preflight.STOPPED.format(experiment=experiment, cell=c, repeat=r)
@@ -94,7 +94,7 @@ def stopped_records(experiment, cell=None):
 
 
 # Experiments whose cells run the user's code -> the first cell of each distinct combination of it: each such
-# experiment has a preflight (rules/preflight.smk, feedbench.plan.preflight). Those not searched are GATED: the
+# experiment has a preflight (rules/preflight.smk, feedbench.core.preflight). Those not searched are GATED: the
 # summary reads their cells once their preflight passed, else each cell's stopped record.
 PREFLIGHTS = feedbench_preflight.combinations(CELLS.values())
 GATED = [name for name in PREFLIGHTS if name not in SEARCHED]
@@ -137,23 +137,24 @@ def chosen_cells():
 RESULTS = result_files if SEARCHED else PLANNED_RESULTS
 # The published files (rules aggregate, plot, report); after lost Slurm jobs, report_lost_cells makes them too.
 SUMMARY = "results/summary.csv"
-# Every result read once as a typed record, in the summary's order (feedbench.plan.records), by the aggregate job;
+# Every result read once as a typed record, in the summary's order (feedbench.core.records), by the aggregate job;
 # the report and the run's end (failed_cells) read these, not the result files.
 RECORDS = "results/records.json"
 CEILING_MAP = (
-    "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.plan.ceilings)
+    "results/ceilings.json"  # which cells bound each training cell: the summary's join (feedbench.core.ceilings)
 )
 REPORT = "results/report/index.html"
+VERDICT = "results/report/verdict.txt"  # the report's verdicts as text: the run's end prints them (print_verdict)
 # The estimates for the config's target (rule target), read by the report's section "On <target>"; none without one.
 TARGET_ESTIMATES = "results/target.json"
 TARGET_FILES = [TARGET_ESTIMATES] if config.get("target") else []
 # With `target: {compute: measured}`: each training cell (`<experiment>/<cell>`) -> its compute ceiling measured on
-# the target's GPU (feedbench.plan.target.measured_cells), whose results rule target reads.
+# the target's GPU (feedbench.core.target.measured_cells), whose results rule target reads.
 MEASURED = {key: (c.experiment, c.id) for key, c in measured_cells(config, list(CELLS.values())).items()}
 MEASURED_RESULTS = sorted({path for cell in MEASURED.values() for path in repeats_of(*cell)})
 # A target's cpu_speed measured there: its file (made absolute by planned_cells) is rule target's input, and rule
 # target runs the same reference cell here, alone: threads beyond --cores are capped at it, so no local job shares
-# the CPU with the measurement (feedbench.plan.cpu_speed).
+# the CPU with the measurement (feedbench.core.cpu_speed).
 TARGET_SPEED_FILES = (
     [config["target"]["cpu_speed"]] if config.get("target") and is_speed_file(config["target"]["cpu_speed"]) else []
 )
@@ -238,7 +239,7 @@ def preflight_input():
     return preflight_of
 
 
-# Resources from the cell (docs/workflow.md: "Resources of a cell"): feedbench.plan.resources, which the launcher uses too. Knobs
+# Resources from the cell (docs/workflow.md: "Resources of a cell"): feedbench.core.resources, which the launcher uses too. Knobs
 # a cell does not set take the harness's defaults.
 def per_cell(of_knobs):
     """An input, the threads or a resource of the bench rule: a constant when every cell has the same, else a function of
@@ -305,13 +306,29 @@ def report_lost_cells(log):
 def keep_earlier_attempts():
     """Before the cell jobs run (the Snakefile's onstart): the earlier attempt of each cell this run runs moves to its
     attempts/ folder, its result.json and log included, which Snakemake deletes before the job starts
-    (feedbench.plan.attempts; docs/reliability-slurm.md, "Every attempt kept"). Not with --touch, which runs nothing."""
+    (feedbench.core.attempts; docs/reliability-slurm.md, "Every attempt kept"). Not with --touch, which runs nothing."""
     if workflow.touch:
         return
     for job in workflow.dag.needrun_jobs():
         if job.rule.name in feedbench_slurm.BENCH_RULES:
             labels = {name: job.wildcards[name] for name in ("experiment", "cell", "repeat")}
             keep_earlier(CELL_DIR.format(**labels), CELL_LOG.format(**labels))
+
+
+def end_run(message):
+    """End the run from one of its handlers (onstart, onsuccess) with `message` alone on stderr and exit status 1: a
+    WorkflowError raised there prints the Snakefile's path and line and a traceback line around the message.
+    SystemExit passes through Snakemake's clean-up, so its lock is released as after a WorkflowError."""
+    print(message, file=sys.stderr)
+    sys.exit(1)
+
+
+def print_verdict():
+    """The run's end (onsuccess), where this run made the report: its verdicts in the terminal, three lines per
+    experiment, so a machine with no browser reads them too."""
+    if any(job.rule.name == "report" for job in workflow.dag.jobs) and os.path.exists(VERDICT):
+        with open(VERDICT) as f:
+            print(f"feedbench: the verdict ({REPORT}):\n{f.read()}", end="")
 
 
 def failed_cells(succeeded=True):
@@ -337,7 +354,7 @@ def failed_cells(succeeded=True):
     return failed_cells_message(sorted(cells), REPORT if made else None, [line for line in lines if line], records)
 
 
-# The preflight's input functions and params (rules/preflight.smk, feedbench.plan.preflight).
+# The preflight's input functions and params (rules/preflight.smk, feedbench.core.preflight).
 def preflight_cells(wildcards):
     """The first cell of each combination of the experiment, labelled as its bench job's, as one JSON text."""
     return json.dumps(
@@ -392,7 +409,7 @@ GATED_RESULTS = {f"gated_{i}": gated_results(name) for i, name in enumerate(GATE
 
 def stopped_cells(wildcards):
     """Rule aggregate's params: of each experiment its preflight stopped, its record -> (each cell's stopped record,
-    its labelled knobs), which the summary writes and reads in place of results (feedbench.plan.preflight)."""
+    its labelled knobs), which the summary writes and reads in place of results (feedbench.core.preflight)."""
     return {
         feedbench_preflight.PREFLIGHT.format(experiment=name): [
             (path, CELLS[(name, cell)].labelled(repeat))

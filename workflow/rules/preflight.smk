@@ -1,4 +1,4 @@
-# The preflight (feedbench.plan.preflight): an experiment whose cells run the user's code builds each distinct
+# The preflight (feedbench.core.preflight): an experiment whose cells run the user's code builds each distinct
 # combination of it once, in one light job, before any of its cells. Its record says ok or the error; the summary's
 # inputs of the experiment (gated_results) wait for it as a checkpoint, so Snakemake plans the experiment's cells
 # only once it passed; otherwise the summary reads the record, and writes each cell a stopped record from it: no

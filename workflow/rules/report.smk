@@ -71,7 +71,7 @@ rule plot:
         "../scripts/plot.py"
 
 
-# The results the report reads are rule aggregate's records of them (results/records.json, feedbench.plan.records), not
+# The results the report reads are rule aggregate's records of them (results/records.json, feedbench.core.records), not
 # the result files: a second rule with every result as input would double Snakemake's planning of them
 # (docs/performance.md, "Workflow DAG"), and each would be read again. The records are made again whenever a result
 # changes, so the report is too.
@@ -87,6 +87,7 @@ rule report:
             caption="../../report/captions/report.rst",
             category="Report",
         ),
+        verdict=VERDICT,
     log:
         "logs/report.log",
     conda:

@@ -1,4 +1,4 @@
-# `search: num_workers` (feedbench.plan.search): the ceilings of a searched experiment are measured first; this
+# `search: num_workers` (feedbench.core.search): the ceilings of a searched experiment are measured first; this
 # checkpoint then predicts every level of the worker axis from them and writes which training cells run. The
 # summary's inputs (common.smk: result_files) ask for its output, so Snakemake re-evaluates the DAG after it.
 

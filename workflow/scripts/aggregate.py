@@ -5,7 +5,7 @@ rules read (feedbench.analysis.publish.summarize)."""
 import sys
 
 from feedbench.analysis import publish
-from feedbench.plan import preflight
+from feedbench.core import preflight
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log

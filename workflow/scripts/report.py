@@ -1,7 +1,7 @@
 """Snakemake `script:` of rule report: summary, plots, the results' records and the inputs the report reads by name
 (feedbench.analysis.report.INPUTS) -> results/report/index.html.
 
-The results are rule aggregate's records of them (results/records.json, feedbench.plan.records): no result.json is
+The results are rule aggregate's records of them (results/records.json, feedbench.core.records): no result.json is
 opened here.
 
 See feedbench.analysis.publish.report.
@@ -11,7 +11,7 @@ import sys
 
 from feedbench.analysis import publish
 from feedbench.analysis.report import INPUTS
-from feedbench.plan.records import load_records
+from feedbench.core.records import load_records
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
@@ -23,5 +23,6 @@ publish.report(
     dict(snakemake.params.get("config") or snakemake.config),
     str(snakemake.params.config_hash),
     snakemake.output.html,
+    snakemake.output.verdict,  # the verdicts as text, printed at the run's end
     **{name: snakemake.input.get(name, []) for name in INPUTS},  # the rule's other inputs, by name
 )

@@ -1,5 +1,5 @@
 """Snakemake `script:` of checkpoint search: the ceilings' results -> a prediction of every level of the searched
-axis -> results/search/<experiment>.json, the training cells to run (feedbench.plan.search)."""
+axis -> results/search/<experiment>.json, the training cells to run (feedbench.core.search)."""
 
 import json
 import sys
@@ -7,8 +7,8 @@ import sys
 import pandas as pd
 from feedbench.analysis.aggregate import load_results, planned_row, python_value, with_predictions
 from feedbench.analysis.verdict import loader_cpu
-from feedbench.plan.result import atomic_write
-from feedbench.plan.search import plan
+from feedbench.core.result import atomic_write
+from feedbench.core.search import plan
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log

@@ -1,4 +1,4 @@
 """The analysis layer: results -> summary -> verdicts, plots and the report (pandas, matplotlib, Jinja).
 
-It may import the planning layer, never the harness layer (tests/test_house.py).
+It imports the core, never the plan nor the harness layer (tests/test_house.py).
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..plan.ceilings import batch_bytes
+from ..core.ceilings import batch_bytes
 from . import verdict
 from .aggregate import knob_value
 from .plots import plain, plain_text, svg_text

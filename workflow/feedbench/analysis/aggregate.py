@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from ..plan.ceilings import (
+from ..core.ceilings import (
     CEILING_EXPERIMENTS,
     CEILINGS,
     batch_bytes,
@@ -23,7 +23,7 @@ from ..plan.ceilings import (
     nearest_size,
     user_probe_knobs,
 )
-from ..plan.columns import (
+from ..core.columns import (
     CPU_COLUMNS,
     LABELS,
     ORDER,
@@ -32,17 +32,17 @@ from ..plan.columns import (
     SHM_COLUMNS,
     STATUS,
 )
-from ..plan.knobs import KNOBS, STAGE_WHATIFS, WHATIF_ONLY, KnobError, user_batch
-from ..plan.knobs import LABELS as CELL_LABELS
-from ..plan.planned_cell import PlannedCell, effective
-from ..plan.records import Record, as_records
-from ..plan.result import atomic_write
+from ..core.knobs import KNOBS, STAGE_WHATIFS, WHATIF_ONLY, KnobError, user_batch
+from ..core.knobs import LABELS as CELL_LABELS
+from ..core.planned_cell import PlannedCell, effective
+from ..core.records import Record, as_records
+from ..core.result import atomic_write
 from .predict import predict
 from .whatifs import predict_cell, whatifs_of
 
 
 def _knobs(knobs: dict) -> dict:
-    """Every knob of `knobs` (a record's: plan.records.Record.knobs); lists as JSON text."""
+    """Every knob of `knobs` (a record's: core.records.Record.knobs); lists as JSON text."""
     row = {}
     for name in KNOBS:
         value = knobs.get(name)
@@ -56,13 +56,13 @@ def _requested_text(knobs: dict) -> str:
 
 
 def _cpu(load: dict) -> dict:
-    """The result's `cpu` (plan.cores.cpu_load) as its summary columns, in CPU_COLUMNS' order."""
+    """The result's `cpu` (core.cores.cpu_load) as its summary columns, in CPU_COLUMNS' order."""
     keys = ["usable_cores", "demand_cores", "trainer_cores", "cpu_share", "runnable_share", "kind", "oversubscribed"]
     return {column: load.get(key) for column, key in zip(CPU_COLUMNS, keys, strict=True)}
 
 
 def result_row(record: Record) -> dict:
-    """One summary row from one result's record (plan.records)."""
+    """One summary row from one result's record (core.records)."""
     error, provenance = record.error, record.provenance
     return {
         **record.labels,
@@ -87,7 +87,7 @@ def result_row(record: Record) -> dict:
 def planned_row(experiment: str, cell: str, knobs: dict, device: str | None) -> dict:
     """A training cell not run yet, as a summary row on `device` (as its ceilings ran): what with_predictions needs
     to predict it from ceilings already measured, joined on the planner's map by its experiment and cell
-    (feedbench.plan.search asks this before choosing the cells to run)."""
+    (feedbench.core.search asks this before choosing the cells to run)."""
     ran = {**{name: knob.default for name, knob in KNOBS.items()}, **knobs, "device": device}
     labels = {"experiment": experiment, "cell": cell}
     return {**labels, "status": "planned", "samples_per_s": None, **_knobs(ran), "scenario": "train"}
@@ -95,7 +95,7 @@ def planned_row(experiment: str, cell: str, knobs: dict, device: str | None) -> 
 
 def load_results(results: list, links: dict | None = None) -> pd.DataFrame:
     """Every result into the tidy summary, sorted by experiment, cell, repeat: `results` are the run's records, or
-    result files, each read and validated once here (plan.records.as_records, as the workflow's retries validate): an
+    result files, each read and validated once here (core.records.as_records, as the workflow's retries validate): an
     unusable one becomes a failed row labelled by its path and saying why, so one bad cell never hides the rest."""
     rows = [result_row(record) for record in as_records(results)]
     # Columns only some cells have (transfer sizes, monitor series) are empty elsewhere.
@@ -127,7 +127,7 @@ def _median(values) -> float | None:
 
 
 def _copy_rate(probe: pd.DataFrame, size: int | None, pinned: bool) -> float | None:
-    """The transfer probe's median GB/s at its probed size that stands for `size` (plan.ceilings.nearest_size)."""
+    """The transfer probe's median GB/s at its probed size that stands for `size` (core.ceilings.nearest_size)."""
     prefix = f"transfer_gb_per_s_{'pinned' if pinned else 'pageable'}_"
     sizes = [int(c[len(prefix) :]) for c in probe if c.startswith(prefix) and probe[c].notna().any()]
     nearest = nearest_size(sizes, size)
@@ -157,7 +157,7 @@ def _or_default(value, name: str):
 
 def _planned(ok: pd.DataFrame, links: dict):
     """row -> (loader samples/s, compute samples/s, the transfer probe's rows) of the cells the planner's map
-    (feedbench.plan.ceilings.ceiling_map) names for the row's cell."""
+    (feedbench.core.ceilings.ceiling_map) names for the row's cell."""
     names = [f"{experiment}/{cell}" for experiment, cell in zip(ok["experiment"], ok["cell"], strict=True)]
     by_cell = dict(tuple(ok.groupby(pd.Series(names, index=ok.index, dtype=object)))) if len(ok) else {}
 
@@ -200,7 +200,7 @@ def _as_planned(row) -> dict | None:
 
 
 def rebuilt_map(frame: pd.DataFrame) -> dict:
-    """The planner's map (feedbench.plan.ceilings.ceiling_map) of a summary rebuilt from results alone: each cell
+    """The planner's map (feedbench.core.ceilings.ceiling_map) of a summary rebuilt from results alone: each cell
     planned over again from the knobs it asked for (_as_planned), so that its ceilings are the cells the planner's own
     rule (ceilings.Bounds) finds. Where another experiment's cell measures the same ceiling as a derived one, the
     derived one is kept (given last: Bounds keeps the last of equal cells), as in the run."""
@@ -247,7 +247,7 @@ def _predict_row(row, knobs: dict, rates: tuple, copy: tuple, baseline_of) -> tu
 def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataFrame:
     """Add PREDICTION_COLUMNS: each single-process training cell predicted from its ceilings (analysis.predict), and
     the measured samples/s against it: 100 x (measured / predicted - 1). The ceilings are the cells the planner's map
-    names (links: feedbench.plan.ceilings.ceiling_map, results/ceilings.json); without a map, the map planned again
+    names (links: feedbench.core.ceilings.ceiling_map, results/ceilings.json); without a map, the map planned again
     from the cells the rows asked for (rebuilt_map)."""
     frame = frame.copy()
     for column in PREDICTION_COLUMNS:

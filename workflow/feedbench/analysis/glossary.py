@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from ..plan.ceilings import KNEE_REACHES
+from ..core.ceilings import KNEE_REACHES
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Whether a cell's loader workers grow in memory as they read, and why: the verdict's memory sentence.
 
 A cell's figures are the medians over its finished repeats of the summary's memory columns (the harness fits each
-worker's USS against the samples delivered: harness.memory, plan.memory). Its workers grow when the fitted growth
-passes plan.memory.growing (at least GROWTH_FLOOR_MB over a worker's life, with a fit that explains it): a batch in
+worker's USS against the samples delivered: harness.memory, core.memory). Its workers grow when the fitted growth
+passes core.memory.growing (at least GROWTH_FLOOR_MB over a worker's life, with a fit that explains it): a batch in
 flight comes and goes and does not. Growth in forked workers is copy-on-access: a forked worker shares the main
 process's pages until it writes one, and reading a Python object writes its reference count, so every page of a
 dataset held as Python lists and dicts that the worker reads becomes its own copy, in every worker (pytorch/pytorch
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..plan.memory import growing
+from ..core.memory import growing
 
 COLUMNS = {
     "growth_mb_per_1k": "workers_uss_growth_mb_per_1k",

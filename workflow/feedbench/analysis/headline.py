@@ -162,6 +162,9 @@ def why_not(found: dict, unit: str, number: Callable) -> str | None:
         if error is not None:
             measured += f", {abs(error):.0f} % {'above' if error >= 0 else 'below'} its prediction ({predicted})"
         reason = f"; {cores.sentence(cell)}" if _flag(cell.get("oversubscribed")) else ""
+        base = found.get("baseline")
+        if base is not None and pick == base["cell"]:  # the ceilings saw no change beat the baseline: say that
+            return f"The ceilings predicted no change beats the baseline{measured}{reason}."
         return f"Not the ceilings' pick, {how}{measured}{reason}."
     if _flag(best.get("oversubscribed")):
         crowded = cores.sentence(best)

@@ -14,14 +14,14 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from ..plan import search
-from ..plan.ceilings import KNEE_REACHES
-from ..plan.cores import most_workers
+from ..core import search
+from ..core.ceilings import KNEE_REACHES
+from ..core.cores import most_workers
 from .stages import column_median
 
 # The summary's columns this sentence reads when the results have them: the workers' memory (the monitor's summed PSS,
 # its mean over the run) and the memory the cell may use (absent until the results record one: then no limit is
-# named). Shared memory: plan.shm.facts as the cell's loader started.
+# named). Shared memory: core.shm.facts as the cell's loader started.
 WORKER_MEMORY = "workers_pss_mb_mean"
 MEMORY_LIMIT = "memory_limit_mb"
 SHM_IN_FLIGHT, SHM_FREE = "shm_in_flight_bytes", "shm_free_bytes"
@@ -32,7 +32,7 @@ def _workers(count) -> str:
 
 
 def recommended(measured: dict, beyond: bool):
-    """The level to recommend among the measured levels {level: cell record}: the knee of their medians (plan.search's
+    """The level to recommend among the measured levels {level: cell record}: the knee of their medians (core.search's
     rule, the fewest within KNEE_REACHES of the best), counting only levels not oversubscribed unless `beyond`."""
     allowed = {level: c for level, c in measured.items() if beyond or not c.get("oversubscribed")} or measured
     return search.knee({level: c["median"] for level, c in allowed.items()})
@@ -98,7 +98,7 @@ def _cores(value) -> int:
 
 
 def _trainer(cell: dict) -> int:
-    """The cores each rank's trainer asks for (plan.cores.trainer_cores); 1 in results before it."""
+    """The cores each rank's trainer asks for (core.cores.trainer_cores); 1 in results before it."""
     value = cell.get("trainer_cores")
     return 1 if value is None or pd.isna(value) else _cores(value)
 
@@ -109,7 +109,7 @@ def _threads(trainer: int) -> str:
 
 
 def _cpu(cell: dict, number: Callable) -> str:
-    """Which kind the recommended cell's workers are, against its cores (plan.cores.cpu_load)."""
+    """Which kind the recommended cell's workers are, against its cores (core.cores.cpu_load)."""
     cores = (
         f", {_cores(cell['demand_cores'])} cores asked of {_cores(cell['usable_cores'])} usable"
         if cell.get("demand_cores") and cell.get("usable_cores")
@@ -154,7 +154,7 @@ def _limit(at, above: dict | None, cell: dict, rows: pd.DataFrame, number: Calla
 
 
 def proof(decision: dict, cells: pd.DataFrame, rows: pd.DataFrame, unit: str, number: Callable = str) -> list[str]:
-    """One sentence per combination of the search's decision (plan.search.plan), from the experiment's cell table
+    """One sentence per combination of the search's decision (core.search.plan), from the experiment's cell table
     (analysis.verdict.cell_table) and its summary rows; `number` formats a figure for people."""
     by_id = {c["cell"]: c for c in cells.to_dict("records")}
     sentences = []
@@ -182,7 +182,7 @@ def proof(decision: dict, cells: pd.DataFrame, rows: pd.DataFrame, unit: str, nu
 
 
 def measured_search(name: str, spec: dict, cells: pd.DataFrame, knobs: list[str], baseline: str | None) -> dict:
-    """The decision of a search whose every level ran (loader cells, plan.search.checkpointed), from the experiment's
+    """The decision of a search whose every level ran (loader cells, core.search.checkpointed), from the experiment's
     cell table: one group per combination of its other varying knobs."""
     axis = search.axis_of(spec["search"])
     others = [k for k in knobs if k != axis]

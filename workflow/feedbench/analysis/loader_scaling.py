@@ -3,7 +3,7 @@ fitted beyond them, scaled to a target's cores and CPU speed (issue #25, "the lo
 
 From each loader cell (scenario loader) measured here, a point (`loader_point`):
 
-    W, N            its loader workers and the cores its process could use (provenance.cores.usable: plan.cores)
+    W, N            its loader workers and the cores its process could use (provenance.cores.usable: core.cores)
     X               the samples/s it delivered
     c_w, c_m        CPU ms per sample of its loader workers (monitor.workers: their CPU share in the window times
                     their number) and of its main process (the monitor's trainer_cpu_pct over the window), over X
@@ -40,12 +40,12 @@ one-process rate measured here (W = 0), times the speed factor, whatever the cor
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..plan.records import Record
+from ..core.metrics import median_of_known
+from ..core.records import Record
 from .predict import positive
 
 # Each model's parameter grid: s (serial fraction) in [0, 1], k (crosstalk) in [0, 0.2]. A grid rather than an
@@ -85,7 +85,7 @@ def _worker_cpu_ms(record: Record) -> float | None:
 
 
 def loader_point(record: Record) -> LoaderPoint | None:
-    """The point of one loader cell's record (plan.records); None for a cell that is not a completed loader cell."""
+    """The point of one loader cell's record (core.records); None for a cell that is not a completed loader cell."""
     cell = record.cell or {}
     rate = positive(record.metrics.get("samples_per_s"))
     cores = (record.provenance.get("cores") or {}).get("usable")
@@ -167,11 +167,6 @@ class ScalingFit:
         return float(_speedup(self.model, self.sigma, self.kappa, cores))
 
 
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def curve_points(points: list[LoaderPoint]) -> list[LoaderPoint]:
     """The points the curve is fitted to: at each core count, the cells with a worker for every core and the most
     workers there. A sample costs the workers more CPU the more of them there are, whatever the cores: the shapes
@@ -208,9 +203,9 @@ def fit_scaling(points: list[LoaderPoint]) -> ScalingFit:
         x1=x1,
         sigma=sigma,
         kappa=kappa,
-        worker_cpu_ms=_median(p.worker_cpu_ms for p in with_workers),
-        main_cpu_ms=_median(p.main_cpu_ms for p in with_workers),
-        serial_rate=_median(p.samples_per_s for p in points if p.workers == 0),
+        worker_cpu_ms=median_of_known(p.worker_cpu_ms for p in with_workers),
+        main_cpu_ms=median_of_known(p.main_cpu_ms for p in with_workers),
+        serial_rate=median_of_known(p.samples_per_s for p in points if p.workers == 0),
         points=list(points),
         residual=residual,
     )

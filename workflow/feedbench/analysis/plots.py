@@ -54,9 +54,9 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..plan.knobs import KNOBS
-from ..plan.metrics import PHASES
-from ..plan.result import atomic_write
+from ..core.knobs import KNOBS
+from ..core.metrics import PHASES
+from ..core.result import atomic_write
 from .aggregate import as_requested
 from .labels import cell_label, cell_labels
 from .stages import UNATTRIBUTED, names, profile
@@ -267,7 +267,7 @@ def _draw_phases(ax, data: pd.DataFrame, keys: list[str], x: str) -> None:
     present = [p for p in PHASES if f"{p}_ms" in data and data[f"{p}_ms"].notna().any()]
     bottoms = [0.0] * len(cells)
     # One timeline per bar: a GPU cell under events timing stacks its GPU's idle time, not the host's wait, which
-    # overlaps its compute (feedbench.plan.metrics.stall_phase).
+    # overlaps its compute (feedbench.core.metrics.stall_phase).
     on_gpu = ["gpu_idle_ms" in group and group["gpu_idle_ms"].notna().any() for _, group in cells]
     for phase in present:
         heights = [

@@ -16,16 +16,16 @@ prefetches the next batch (device_prefetch stream: the copy overlaps compute), e
 next kernel waits for the copy). With loader workers the loader runs beside the trainer, so
 t = max(t_load, t_gpu); without workers the main process loads, then trains: t = t_load + t_gpu.
 The prediction is 1 / t samples/s and the bound is the largest term. The trainer's side is
-feedbench.plan.ceilings.trainer_seconds, which the estimate for a target GPU (feedbench.plan.estimate) shares.
+feedbench.core.ceilings.trainer_seconds, which the estimate for a target GPU (feedbench.core.estimate) shares.
 
-Which cells measure the ceilings of which training cell, and the bytes of a batch, are feedbench.plan.ceilings'.
+Which cells measure the ceilings of which training cell, and the bytes of a batch, are feedbench.core.ceilings'.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..plan.ceilings import trainer_seconds
+from ..core.ceilings import trainer_seconds
 
 
 def positive(value) -> float | None:

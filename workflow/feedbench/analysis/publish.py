@@ -7,8 +7,8 @@ onerror: feedbench.plan.slurm.record_lost_cells, then publish).
 
 from __future__ import annotations
 
-from ..plan.ceilings import write_map
-from ..plan.records import as_records, write_records
+from ..core.ceilings import write_map
+from ..core.records import as_records, write_records
 from .aggregate import load_results, read_summary, write_summary
 from .plots import plot_experiment
 from .report import write_report
@@ -16,8 +16,8 @@ from .report import write_report
 
 def summarize(results: list, summary: str, links: dict | None = None, ceilings: str | None = None,
               records: str | None = None) -> None:  # fmt: skip
-    """Rule aggregate: every result file, read and validated once (plan.records) -> the summary CSV
-    (analysis.aggregate), its ceiling columns joined on the planner's map (links: feedbench.plan.ceilings.ceiling_map),
+    """Rule aggregate: every result file, read and validated once (core.records) -> the summary CSV
+    (analysis.aggregate), its ceiling columns joined on the planner's map (links: feedbench.core.ceilings.ceiling_map),
     which is written to `ceilings` beside it; the records, in the summary's order, to `records`: what the report and
     the run's end read instead of the result files."""
     if ceilings and links is not None:
@@ -37,12 +37,12 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 
 def report(summary: str, plots: list[str], results: list, config: dict, config_hash: str, html: str,
-           **inputs) -> None:  # fmt: skip
-    """Rule report: summary, plots, the results' records (plan.records; or result files, read here) and the report's
+           verdict: str | None = None, **inputs) -> None:  # fmt: skip
+    """Rule report: summary, plots, the results' records (core.records; or result files, read here) and the report's
     other inputs by name (analysis.report.INPUTS: published tables, searches' choices, the planner's map of ceilings,
     which folds the ceiling cells under the experiments they serve, a target's estimates) -> one HTML file
-    (analysis.report)."""
-    write_report(summary, plots, results, config, config_hash, html, **inputs)
+    (analysis.report), and its verdicts as text at `verdict`."""
+    write_report(summary, plots, results, config, config_hash, html, verdict=verdict, **inputs)
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,

@@ -25,13 +25,13 @@ import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
-from ..plan import attempts, search
-from ..plan.ceilings import read_map
-from ..plan.cores import CPU_BOUND_SHARE
-from ..plan.preflight import STOPPED_TYPE
-from ..plan.records import Record, as_records
-from ..plan.references import reference_name
-from ..plan.result import atomic_write
+from ..core import attempts, search
+from ..core.ceilings import read_map
+from ..core.cores import CPU_BOUND_SHARE
+from ..core.preflight import STOPPED_TYPE
+from ..core.records import Record, as_records
+from ..core.references import reference_name
+from ..core.result import atomic_write
 from . import accuracy, glossary, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
@@ -287,7 +287,7 @@ def _verdict_context(found: dict) -> dict:
 
 def attempt_rows(rows: pd.DataFrame) -> list[dict]:
     """Each cell and repeat whose result is not its first attempt, with its attempts in words ("attempt 2; attempt 1
-    lost to NODE_FAIL after 51 steps"), from the attempts/ folder beside its result (plan.attempts)."""
+    lost to NODE_FAIL after 51 steps"), from the attempts/ folder beside its result (core.attempts)."""
     found = []
     for row in rows.to_dict("records"):
         path = row.get("result")
@@ -357,7 +357,7 @@ def _times(rate: float | None, factor: float | None) -> float | None:
 
 def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
     """The section "On <target>" with each cell's rates in its experiment's unit (verdict.unit), as every other
-    section shows them: the estimate (plan.estimate) counts samples/s, times the cell's tokens per sample here where
+    section shows them: the estimate (core.estimate) counts samples/s, times the cell's tokens per sample here where
     its pipeline counts tokens (unknown, so left out, where the cell measured none)."""
     for row in target["rows"]:
         experiment, _, cell = row["cell"].partition("/")
@@ -404,7 +404,7 @@ def stages_svg(name: str, spec: dict, rows: pd.DataFrame) -> Markup | None:
 
 
 def _search_context(name: str, spec: dict, context: dict, rows: pd.DataFrame, decided: str | None) -> None:
-    """`search: num_workers`: which levels ran (the checkpoint's choice, feedbench.plan.search; every level for loader
+    """`search: num_workers`: which levels ran (the checkpoint's choice, feedbench.core.search; every level for loader
     cells) and the worker count with its proof, from the cells that ran (analysis.knee)."""
     if not (spec or {}).get("search") and decided is None:
         return
@@ -455,7 +455,7 @@ def failure_counts(summary: pd.DataFrame) -> dict | None:
     if not failed.any():
         return None
     by_experiment = failed.groupby(summary["experiment"], sort=False).agg(["sum", "size"])
-    # An experiment stopped by its preflight (feedbench.plan.preflight): every row its stopped record, none ran.
+    # An experiment stopped by its preflight (feedbench.core.preflight): every row its stopped record, none ran.
     stopped = summary["error_type"].eq(STOPPED_TYPE).groupby(summary["experiment"], sort=False).all()
     overall = _runs_failed(int(failed.sum()), len(summary))
     return {
@@ -504,7 +504,7 @@ INPUTS = {"references": _by_name, "searches": _by_name, "ceilings": _ceilings, "
 @dataclass(frozen=True)
 class Page:
     """What every section reads: the summary, the plots by experiment, the records of the results it was made from
-    (plan.records), the config, the inputs as read (INPUTS) and what the report withholds
+    (core.records), the config, the inputs as read (INPUTS) and what the report withholds
     (feedbench.analysis.disclosure)."""
 
     summary: pd.DataFrame
@@ -593,7 +593,7 @@ SECTIONS = (
 
 def build(summary: pd.DataFrame, svgs: list[str], results: list, config: dict, config_hash: str, **inputs) -> dict:
     """The template's context: each section of SECTIONS under its name, from the summary, the plots, the results'
-    records (plan.records; result files are read here, once each) and the inputs of INPUTS by name (references,
+    records (core.records; result files are read here, once each) and the inputs of INPUTS by name (references,
     searches, ceilings: the planner's map, target: its estimates).
 
     With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
@@ -653,6 +653,7 @@ def write_report(
     config_hash: str,
     html: str,
     templates: str = TEMPLATES,
+    verdict: str | None = None,
     **inputs,
 ) -> None:
     """The report rule's work: summary + plots + the results' records (or result files, read once here) (+ the inputs
@@ -662,3 +663,21 @@ def write_report(
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
     context = build(summary, svgs, results, config, config_hash, **inputs)
     atomic_write(html, render(context, templates))
+    if verdict:  # the rule's plain-text verdicts, which the run's end prints (the Snakefile's onsuccess)
+        atomic_write(verdict, verdict_text(context["experiments"]))
+
+
+def verdict_text(experiments: list[dict]) -> str:
+    """Each experiment's three verdict lines (analysis.headline), as the report's top shows them, and the time its
+    best cell, baseline or slower cells lost to the first batch or epoch boundaries: read in a terminal, on a machine
+    with no browser."""
+    blocks = []
+    for e in experiments:
+        if e["headline"]:
+            found = e["headline"]
+            lines = [f"  {word.title()}: {found[word]}" for word in ("finding", "where", "fix")]
+            lost = e["verdict"]["time_lost"]  # the first batch and epoch stalls, shown under the bound in the page
+            blocks.append("\n".join([e["name"], *lines, *([f"  Time lost: {lost}"] if lost else [])]))
+        elif e["note"]:
+            blocks.append(f"{e['name']}\n  {e['note']}")
+    return "\n".join(blocks) + "\n" if blocks else ""

@@ -1,12 +1,12 @@
 """The ceilings an experiment's training cells were predicted from, shown under that experiment in the report.
 
-`ceilings: true` adds cells of its own (feedbench.plan.ceilings: the experiments `ceilings-loader`, `ceilings-compute`,
+`ceilings: true` adds cells of its own (feedbench.core.ceilings: the experiments `ceilings-loader`, `ceilings-compute`,
 `ceilings-transfer`). They are not experiments anyone asked a question of: as sections of their own they read as
 verdict rows with "no baseline". The report folds them under the experiment they serve instead, with the cells of
 other experiments that serve it too (a `compute` cell that is another's compute ceiling): which ceiling, which cell,
 the training cells it bounds, and what it measured.
 
-Which cells bound which training cell is the planner's map (results/ceilings.json, feedbench.plan.ceilings.ceiling_map).
+Which cells bound which training cell is the planner's map (results/ceilings.json, feedbench.core.ceilings.ceiling_map).
 A report made without it folds each derived experiment under every experiment whose config asks for ceilings (or a
 search, which needs them), without the cells each one bounds.
 """
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..plan.ceilings import CEILING_EXPERIMENTS
+from ..core.ceilings import CEILING_EXPERIMENTS
 from . import verdict
 
 KINDS = ("loader", "compute", "transfer")  # the order a served experiment lists its ceilings in
 
 
 def wanting(config: dict) -> list[str]:
-    """The experiments whose config asks for ceilings, as feedbench.plan.ceilings.ceiling_cells reads it."""
+    """The experiments whose config asks for ceilings, as feedbench.core.ceilings.ceiling_cells reads it."""
     experiments = (config or {}).get("experiments") or {}
     return [name for name, spec in experiments.items() if (spec or {}).get("ceilings") or (spec or {}).get("search")]
 

@@ -4,7 +4,7 @@
 For each single-process training cell of results/target.json (rule target: the step counted here on the CPU and
 estimated on the target's GPU, feedbench.harness.flops.target_estimates):
 
-    compute   the estimated seconds of a step on the target's GPU (roofline over the family's efficiency), or with
+    compute   the estimated seconds of a step on the target's GPU (core.estimate's per-operation estimate), or with
               `compute: measured` those its compute ceiling measured there, where it ran on the target's GPU
     copy      the batch's bytes over the target's link: the bytes a step of the cell copied here where it ran
               (measured_bytes), else those of target.json (a batch drawn from the user's pipeline, or the knobs')
@@ -14,7 +14,7 @@ estimated on the target's GPU, feedbench.harness.flops.target_estimates):
 
 combined by the prediction model of the ceilings (feedbench.analysis.predict.predict): the same rule as here. Then the
 fewest workers per GPU that reach LOADER_REACHES (95 %) of the trainer's side on the target, the Slurm line for them
-(cpus_per_task: a rank and its workers, plan.resources.cpus_per_rank; mem_mb from the cell's measured memory), and
+(cpus_per_task: a rank and its workers, core.resources.cpus_per_rank; mem_mb from the cell's measured memory), and
 how much of the step waits on data with the site's default CPUs per GPU (`target.default_cpus_per_gpu`).
 
 Every figure is a prediction; the compute estimate's published error (leave one study out) comes from target.json,
@@ -27,12 +27,12 @@ import json
 import math
 import statistics
 
-from ..plan.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
-from ..plan.cpu_speed import SHARED_BELOW_PCT
-from ..plan.knobs import KNOBS, kept_by
-from ..plan.records import Record, by_cell
-from ..plan.resources import cpus_per_rank
-from ..plan.target import link_seconds
+from ..core.ceilings import LOADER_REACHES, PROBE_LABELS, ceiling_knobs, trainer_seconds
+from ..core.cpu_speed import SHARED_BELOW_PCT
+from ..core.knobs import KNOBS, kept_by
+from ..core.records import Record, by_cell
+from ..core.resources import cpus_per_rank
+from ..core.target import link_seconds
 from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
 from .predict import predict
 from .views import Table
@@ -66,7 +66,7 @@ def trainer_rate(cell: dict) -> float:
 
 
 def cell_link(cell: dict, target: dict) -> float:
-    """The GB/s a cell's copy reaches on the target (its pinned or pageable share of the link: plan.target), or the
+    """The GB/s a cell's copy reaches on the target (its pinned or pageable share of the link: core.target), or the
     link itself in a target.json written before the shares."""
     return cell.get("copy_gb_per_s") or target["link_gb_per_s"]
 
@@ -168,7 +168,7 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, records: list[Re
     row = {"cell": key, "family": cell.get("family"), "efficiency": cell.get("efficiency")}
     row["efficiency_from"] = cell.get("efficiency_from")
     row["compute_from"] = cell.get("compute_from", "estimated")
-    # The estimate is the kernels' launch floor, not the roofline over the efficiency (plan.estimate.compute_seconds).
+    # The estimate is the kernels' launch floor, not the roofline over the efficiency (core.estimate.compute_seconds).
     row["launch_floor"] = row["compute_from"] == "estimated" and cell.get("launch_s", 0) >= cell.get("compute_s", 1)
     row["kernels"], row["launch_s"] = cell.get("kernels"), cell.get("launch_s")
     row["measured"] = cell.get("measured")  # with `compute: measured`: how its cell on the target's GPU went
@@ -246,7 +246,7 @@ def read_estimates(target_json: str) -> dict:
 
 def build(estimates: dict, records: list[Record]) -> dict:
     """The section's context from results/target.json (read_estimates) and the records of the run's results
-    (plan.records: loader cells and the training cells' memory)."""
+    (core.records: loader cells and the training cells' memory)."""
     target = estimates["target"]
     found = by_cell(records)
     loaders = loader_points([record for own in found.values() for record in own])
@@ -274,7 +274,7 @@ UNITS = {"samples/s": "samples/s", "s": "time of the run [s]"}
 
 def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, list[str]]:
     """The study view's table of every published cell with its prediction (results/target.json's `published`,
-    plan.estimate.beside_published), and the notes that say how to read it; (None, []) without a target or when
+    core.estimate.beside_published), and the notes that say how to read it; (None, []) without a target or when
     the study published no GPU figure."""
     if not estimates:
         return None, []
@@ -292,7 +292,8 @@ def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, 
             row.append(r["on_target"])
     caption = (
         f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the step's FLOPs and bytes "
-        f"counted here, the GPU's roofline over an efficiency fitted to the other studies alone); median error "
+        f"counted here, each operation's roofline over its class's microbenchmarked efficiency or one fitted to the "
+        f"other studies alone); median error "
         f"{100 * entry['median_error']:.1f} % (a factor of {entry['median_factor']:.2f}), worst a factor of "
         f"{entry['worst_factor']:.1f} {'too fast' if entry['worst_too_fast'] else 'too slow'} ({ERROR_PAGE})"
     )

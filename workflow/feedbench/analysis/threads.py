@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..plan.knobs import KNOBS
+from ..core.knobs import KNOBS
 
 COLUMNS = ("torch_threads_used", "torch_threads_launch")
 

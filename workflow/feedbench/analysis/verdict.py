@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..plan.ceilings import LOADER_REACHES
-from ..plan.knobs import KNOBS, PAYS_OFF
+from ..core.ceilings import LOADER_REACHES
+from ..core.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, stages
 from .aggregate import is_true, knob_value
 from .stages import column_median
@@ -446,7 +446,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         verdict["wording"] = gain_wording(verdict["best"], verdict["baseline"], verdict["clear"])
     fixes = verdict["cells"][~verdict["cells"]["cell"].isin(changed)]
     verdict["recommendation"] = recommend(fixes, verdict["baseline"], verdict["best"])
-    verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"])
+    verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"], verdict["cells"])
     verdict["memory"] = growth.note(cells)  # every cell whose workers grow, whichever is best
     verdict["cores"] = cores.note(cells, verdict["best"])  # why more workers than the best's do not help, if the cores
     return verdict
@@ -471,7 +471,7 @@ def time_lost(ok: pd.DataFrame) -> dict:
 
 
 def workers_cpu(ok: pd.DataFrame) -> dict:
-    """The kind of a cell's loader workers over its finished repeats (plan.cores.cpu_load: CPU-bound or waiting, the
+    """The kind of a cell's loader workers over its finished repeats (core.cores.cpu_load: CPU-bound or waiting, the
     most frequent), their median CPU and runnable shares, its cores asked and usable, and whether any repeat was
     oversubscribed; None each where the summary has no such column or value."""
     kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)
@@ -488,7 +488,7 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
 
 
 def loader_cpu(ceilings: pd.DataFrame, paths: list[str]) -> dict:
-    """The CPU load of the results at `paths` (a searched level's loader ceiling, for plan.search) over their
+    """The CPU load of the results at `paths` (a searched level's loader ceiling, for core.search) over their
     finished repeats, as workers_cpu gives it, with whole core counts (a loader cell's trainer is always one core:
     not repeated)."""
     rows = ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")] if len(ceilings) else ceilings
@@ -520,9 +520,10 @@ def time_lost_parts(cell: dict | None) -> list[str]:
     return parts
 
 
-def time_lost_note(best: dict | None, base: dict | None) -> str | None:
+def time_lost_note(best: dict | None, base: dict | None, cells: pd.DataFrame | None = None) -> str | None:
     """The verdict's note on time lost to the first batch or to epoch boundaries: the best cell's, then the
-    baseline's when it is another cell; None when neither costs more than LOST_SHARE of its run."""
+    baseline's when it is another cell, then the slower cells' epoch stalls (slower_at_boundaries); None when none
+    costs more than LOST_SHARE of its run."""
     notes = []
     for name, cell in (("best cell", best), ("baseline", base)):
         if cell is None or (name == "baseline" and best is not None and cell["cell"] == best["cell"]):
@@ -530,7 +531,46 @@ def time_lost_note(best: dict | None, base: dict | None) -> str | None:
         parts = time_lost_parts(cell)
         if parts:
             notes.append(f"{name} {cell['cell']}: " + "; ".join(parts))
+    slower = slower_at_boundaries(cells, best, base)
+    if slower:
+        notes.append(slower)
     return ". ".join(notes) + "." if notes else None
+
+
+def slower_at_boundaries(cells: pd.DataFrame | None, best: dict | None, base: dict | None, most: int = 3) -> str | None:
+    """The cells slower than the baseline whose epoch stalls cost more than LOST_SHARE of their run (largest first,
+    at most `most`): a short window that crosses a boundary restarts the workers, so more workers can measure slower
+    than none for that alone, and `No measured cell is faster` would hide why."""
+    if cells is None or base is None or _number(base.get("median")) is None:
+        return None
+    named = {c["cell"] for c in (best, base) if c is not None}
+    lost = []
+    for cell in cells.to_dict("records"):
+        window, stalls = _number(cell.get("window_s")), _number(cell.get("epoch_stall_s")) or 0.0
+        median = _number(cell.get("median"))
+        if cell["cell"] in named or not window or median is None or median >= float(base["median"]):
+            continue
+        share = stalls / (window + (_number(cell.get("first_batch_s")) or 0.0))
+        if share > LOST_SHARE:
+            lost.append((share, cell))
+    if not lost:
+        return None
+    lost.sort(key=lambda found: -found[0])
+    each = ", ".join(
+        f"{c['cell']} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms (median), "
+        f"{100 * share:.0f} % of the run)"
+        for share, c in lost[:most]
+    )
+    more = f" and {len(lost) - most} more" if len(lost) > most else ""
+    return (
+        f"Slower than the baseline, with epoch boundaries over {100 * LOST_SHARE:.0f} % of their run: {each}{more}: "
+        "their workers started again at each; persistent_workers keeps them"
+    )
+
+
+def _boundaries(cell: dict) -> str:
+    count = int(_number(cell.get("epoch_boundaries")) or 0)
+    return f"{count} boundary" if count == 1 else f"{count} boundaries"
 
 
 def headspace(cell: dict | None) -> float | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..plan.knobs import KNOBS, STAGE_WHATIFS
+from ..core.knobs import KNOBS, STAGE_WHATIFS
 from . import stages
 from .predict import crossing_bytes, predict_whatif, taken_out
 from .stages import column_median
@@ -131,8 +131,8 @@ def experiment_table(rows: pd.DataFrame, metric: str = "samples_per_s") -> list[
     first, the first SHOWN of each cell marked `shown` (the report folds the rest). Figures are in the experiment's
     `metric`: where it is tokens_per_s, the samples/s the model predicts times the cell's tokens per sample. The copy
     term needs the batch's bytes: known for the built-in datasets; a user's batch crosses uncounted here."""
-    from ..plan.ceilings import batch_bytes
-    from ..plan.knobs import KNOBS, user_batch
+    from ..core.ceilings import batch_bytes
+    from ..core.knobs import KNOBS, user_batch
 
     ok = rows[(rows["status"] == "ok") & (rows["scenario"] == "train")] if "scenario" in rows else rows.iloc[0:0]
     found = []

@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from ..plan.knobs import KnobError
+from ..core.knobs import KnobError
 
 
 def batch_tensors(batch) -> list:
@@ -98,36 +98,95 @@ def _opaque(batch) -> bool:
     return not isinstance(batch, walked) and not dataclasses.is_dataclass(batch)
 
 
-def default_loss(output, batch, label_key: str = "label"):
-    """(loss, rule): the model's output when it is a scalar, or its `loss` (a mapping's key or an attribute, as a
-    Hugging Face model returns it when its labels are among its inputs), else cross-entropy against batch[1] or
-    batch[label_key]."""
-    if isinstance(output, torch.Tensor) and output.dim() == 0:
-        return output, "the model's output (a scalar)"
-    own = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
-    if isinstance(own, torch.Tensor) and own.dim() == 0:
-        return own, "the model's own loss (its output's loss)"
+def default_loss(output, batch, label_key: str = "label", loss: str = "auto", user_loss=None):
+    """(loss, rule): the loss of a user model without a step (knob `loss`). auto: the model's output when it is a
+    scalar, or its `loss` (a mapping's key or an attribute, as a Hugging Face model returns it when its labels are
+    among its inputs), else cross-entropy; cross_entropy, mse, l1, smooth_l1: torch.nn.functional's; or the user's
+    `user_loss(output, target)`. The target is batch[label_key] of a dict batch, else batch[1]."""
+    if loss == "auto":
+        if isinstance(output, torch.Tensor) and output.dim() == 0:
+            return output, "the model's output (a scalar)"
+        own = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if isinstance(own, torch.Tensor) and own.dim() == 0:
+            return own, "the model's own loss (its output's loss)"
+    target, label = _target(batch, label_key, "cross-entropy" if loss in ("auto", "cross_entropy") else loss)
+    if user_loss is not None:
+        value = user_loss(output, target)
+        if not isinstance(value, torch.Tensor) or value.dim() != 0:
+            raise KnobError(
+                f"knob 'loss': '{loss}' returned {type(value).__module__}.{type(value).__qualname__} "
+                f"{tuple(getattr(value, 'shape', ()))}; allowed: a scalar loss tensor"
+            )
+        return value, f"{loss} against {label}"
+    logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
+    if loss in REGRESSION_LOSSES:
+        return _regression(loss, logits, target, label)
+    return cross_entropy(logits, target, label)
+
+
+# The regression losses of knob `loss`, torch.nn.functional's of those names.
+REGRESSION_LOSSES = {
+    "mse": torch.nn.functional.mse_loss,
+    "l1": torch.nn.functional.l1_loss,
+    "smooth_l1": torch.nn.functional.smooth_l1_loss,
+}
+
+
+def _target(batch, label_key: str, what: str):
+    """(target, its name in the loss's rule): batch[label_key] of a dict batch, else batch[1]; KnobError in one
+    line where the batch has neither."""
     if isinstance(batch, dict) and label_key in batch:
-        logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
-        return (
-            torch.nn.functional.cross_entropy(logits.float(), batch[label_key]),
-            f"cross-entropy against batch[{label_key!r}]",
-        )
+        return batch[label_key], f"batch[{label_key!r}]"
     if isinstance(batch, dict):  # a dict batch: the label is a key of it, so a missing one is that knob's fault
-        from ..plan.plugins import did_you_mean
+        from ..core.plugins import did_you_mean
 
         keys = [str(k) for k in batch]
         raise KnobError(
             f"knob 'label_key': the model's output has no loss and the batch has no key {label_key!r}"
-            f"{did_you_mean(label_key, keys)} to take cross-entropy against; allowed: "
+            f"{did_you_mean(label_key, keys)} to take {what} against; allowed: "
             f"{', '.join(keys) or 'none'}, or a step (package.module:train_step) returning the loss"
         )
     if isinstance(batch, (list, tuple)) and len(batch) > 1:
-        return torch.nn.functional.cross_entropy(output.float(), batch[1]), "cross-entropy against batch[1]"
+        return batch[1], "batch[1]"
     raise KnobError(
         f"knob 'step': no loss: the model's output is not a scalar and has no loss, and the batch has no batch[1] or "
         f"batch[{label_key!r}]; allowed: a step (package.module:train_step) returning the loss, or label_key"
     )
+
+
+def _regression(name: str, output, target, label: str):
+    """(loss, rule) of a regression loss: the output against the target as floats, the target viewed in the
+    output's shape where only that differs ((batch, 1) against (batch,), which would broadcast to a batch x batch
+    loss); KnobError in one line where their sizes differ."""
+    if not isinstance(output, torch.Tensor) or not isinstance(target, torch.Tensor):
+        raise KnobError(
+            f"knob 'loss': {name} needs a tensor output and target, and they are {type(output).__name__} and "
+            f"{type(target).__name__}; allowed: a loss of your own (package.module:attribute), or a step"
+        )
+    reshaped = ""
+    if output.shape != target.shape:
+        if output.numel() != target.numel():
+            raise KnobError(
+                f"knob 'loss': {name} needs the model's output and {label} of one size, and they are "
+                f"{tuple(output.shape)} and {tuple(target.shape)}; allowed: a loss of your own "
+                "(package.module:attribute), or a step (package.module:train_step) returning the loss"
+            )
+        target, reshaped = target.reshape(output.shape), f", viewed as {tuple(output.shape)}"
+    loss = REGRESSION_LOSSES[name](output.float(), target.to(torch.float32))
+    return loss, f"{name} against {label}{reshaped}"
+
+
+def cross_entropy(logits, target, label: str):
+    """(loss, rule): the default loss, refused where it cannot train: over one value per sample (a regression's
+    output, shape (batch,) or (batch, 1)) cross-entropy is 0 or taken across the batch, whatever the model does."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 2 or logits.shape[1] < 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise KnobError(
+            f"knob 'step': the default loss, cross-entropy against {label}, needs class scores of shape (batch, "
+            f"classes >= 2, ...) and the model's output is {shape} (a regression?); allowed: knob loss: mse, l1, "
+            "smooth_l1 or a loss of your own (package.module:attribute), or a step returning the loss"
+        )
+    return torch.nn.functional.cross_entropy(logits.float(), target), f"cross-entropy against {label}"
 
 
 def call_model(model, batch, forward_keys: list[str] | None = None):
@@ -143,7 +202,7 @@ def call_model(model, batch, forward_keys: list[str] | None = None):
         )
     missing = [key for key in forward_keys if key not in batch]
     if missing:
-        from ..plan.plugins import did_you_mean
+        from ..core.plugins import did_you_mean
 
         keys = [str(k) for k in batch]
         raise KnobError(

@@ -1,4 +1,4 @@
-"""The CPU-speed reference measured on this machine (feedbench.plan.cpu_speed says what and why), and a target's
+"""The CPU-speed reference measured on this machine (feedbench.core.cpu_speed says what and why), and a target's
 speed factor from it: given in the config, or measured there and here.
 
 `measure()` makes the reference's JPEG folder in a scratch folder, then runs the reference cell `repeats` times under
@@ -14,7 +14,7 @@ import tempfile
 from datetime import datetime, timezone
 from typing import Any
 
-from ..plan.cpu_speed import (
+from ..core.cpu_speed import (
     KIND,
     REFERENCE_CORES,
     REPEATS,
@@ -23,22 +23,22 @@ from ..plan.cpu_speed import (
     reference,
     speed_ratio,
 )
-from ..plan.result import atomic_write
-from ..plan.target import Target
+from ..core.result import atomic_write
+from ..core.target import Target
 from ..version import __version__
 from .images import make_images
 from .masked import run_masked
 
 
 def measure(repeats: int = REPEATS, scratch: str | None = None) -> dict[str, Any]:
-    """The reference cell's samples/s on one core here, `repeats` times: the cpu-speed record (plan.cpu_speed)."""
+    """The reference cell's samples/s on one core here, `repeats` times: the cpu-speed record (core.cpu_speed)."""
     if repeats < 1:
         raise ValueError(f"repeats {repeats}: allowed: at least 1")
     with tempfile.TemporaryDirectory(prefix="cpu-speed-", dir=scratch) as root:
         ref = reference()
         images = os.path.join(root, "images")
         make_images(images, **ref["images"])
-        os.sync()  # the new files written back before any repeat measures (as tests/loader_scaling.py does)
+        os.sync()  # the new files written back before any repeat measures (as tests/helpers/loader_scaling.py does)
         results = []
         for repeat in range(1, repeats + 1):
             knobs = {**ref["knobs"], "data_dir": images, "experiment": "cpu-speed", "cell": "reference"}

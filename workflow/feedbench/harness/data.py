@@ -12,10 +12,10 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset, default_collate
 
-from ..plan.cell import Cell
-from ..plan.knobs import JPEG_DATASETS, KnobError
-from ..plan.model_names import input_kind
-from ..plan.plugins import call_factory, expect
+from ..core.cell import Cell
+from ..core.knobs import JPEG_DATASETS, KnobError
+from ..core.model_names import input_kind
+from ..core.plugins import call_factory, expect
 from .collector import worker_init
 from .stages import StagedBatch, TimedCollate, make_stages, named, stage
 from .timing import device_work
@@ -273,7 +273,7 @@ DATASETS: dict[str, Callable] = {
 
 
 def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
-    """The cell's dataset; `user` maps knobs to the user's imported callables (feedbench.plan.plugins.resolve_all)."""
+    """The cell's dataset; `user` maps knobs to the user's imported callables (feedbench.core.plugins.resolve_all)."""
     if user and "dataset" in user:
         dataset = expect(
             call_factory(user["dataset"], ctx, cell.dataset_args),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..plan.knobs import KnobError
+from ..core.knobs import KnobError
 
 
 @dataclass(frozen=True)

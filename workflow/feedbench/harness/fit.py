@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..plan import shm
-from ..plan.ceilings import batch_bytes
-from ..plan.cell import Cell, cell_dict
-from ..plan.knobs import KNOBS, KnobError, user_batch
+from ..core import shm
+from ..core.ceilings import batch_bytes
+from ..core.cell import Cell, cell_dict
+from ..core.knobs import KNOBS, KnobError, user_batch
 from .distributed import node_gpus, visible_gpus
 from .launch import in_slurm_job
 

@@ -3,7 +3,7 @@
 The model is built on PyTorch's meta device (shapes, no data), so ResNet-50 at batch 32 counts in about a second
 and needs no memory. FLOPs: torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions, forward and
 backward). Bytes: every tensor an operator writes (views write nothing), counted twice (written, then read once),
-plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.plan.target's roofline turns both into time.
+plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.core.target's roofline turns both into time.
 
 Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward, and in one
 steady-state step of the cell's SGD (the second; the first also creates the momentum buffers), counted one launch
@@ -14,7 +14,11 @@ foreach optimizer operator over many tensors) or none (a CPU-side op), autocast'
 fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10
 tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted with foreach=True, what
 PyTorch picks for CUDA tensors (on the meta device its default would loop over the parameters).
-plan.estimate.compute_seconds turns the count into a floor on the step's time.
+core.estimate.compute_seconds turns the count into a floor on the step's time.
+
+Operations: each kernel's class (op_class: matmul, convolution, recurrent, normalisation, elementwise), its FLOPs
+(what FlopCounterMode, the mode below, added over it) and the bytes it wrote, merged by kind (StepCount.ops): what
+core.estimate's per-operation estimate prices, each at its class's microbenchmarked efficiency.
 
 The user's own model (`model: package.module:attribute`) is counted the same way on a real batch: one batch drawn
 here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the meta device, the model built
@@ -36,10 +40,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.module_tracker import ModuleTracker
 
-from ..plan.ceilings import batch_bytes, ceiling_knobs
-from ..plan.cell import parse_cell
-from ..plan.estimate import (
+from ..core.ceilings import batch_bytes, ceiling_knobs
+from ..core.cell import parse_cell
+from ..core.estimate import (
     MEASURE_OVER,
     Prediction,
     beside_published,
@@ -51,11 +56,11 @@ from ..plan.estimate import (
     published_cells,
     summarize,
 )
-from ..plan.knobs import KNOBS, user_batch, user_code
-from ..plan.model_names import input_kind, model_family
-from ..plan.plugins import resolve_all
-from ..plan.result import atomic_write, results_by_cell
-from ..plan.target import (
+from ..core.knobs import KNOBS, user_batch, user_code
+from ..core.model_names import input_kind, model_family
+from ..core.plugins import resolve_all
+from ..core.result import atomic_write, results_by_cell
+from ..core.target import (
     Gpu,
     Target,
     compute_side,
@@ -94,6 +99,44 @@ class StepCount:
     family: str | None
     kernels: int = 0  # operators launched: forward, loss, backward and the SGD step (module docstring)
     memory_bytes: float = 0.0  # held on the GPU at the step's peak, a lower bound: resident_bytes
+    # Each distinct operation of forward, loss and backward as (class, FLOPs, bytes moved, how many), and the
+    # parameters' traffic as one elementwise entry: what core.estimate's per-operation estimate sums (op_class).
+    ops: tuple = ()
+
+
+# The operation classes of the per-operation estimate (core.estimate.OP_CLASSES), by the aten operator's name;
+# any other kernel is elementwise. Every operation inside a fused RNN layer (nn.LSTM, nn.GRU, nn.RNN: cuDNN's one
+# kernel per layer on a GPU, what DeepBench's RNN benchmark times) is recurrent; an LSTMCell loop is its matmuls and
+# pointwise operations, each its own kernel.
+MATMUL_OPS = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "matmul",
+     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"}
+)  # fmt: skip
+CONVOLUTION_OPS = frozenset({"convolution", "_convolution", "convolution_backward", "cudnn_convolution"})
+NORMALISATION_OPS = frozenset(
+    {"native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+     "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "cudnn_batch_norm",
+     "cudnn_batch_norm_backward", "batch_norm_backward",
+     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward"}
+)  # fmt: skip
+
+
+def op_class(name: str, in_recurrent: bool) -> str:
+    """The class of an aten operator (its overload packet's name) for the per-operation estimate."""
+    if in_recurrent:
+        return "recurrent"
+    if name in MATMUL_OPS:
+        return "matmul"
+    if name in CONVOLUTION_OPS:
+        return "convolution"
+    return "normalisation" if name in NORMALISATION_OPS else "elementwise"
+
+
+def _recurrent_names(model) -> frozenset[str]:
+    """The names torch.utils.module_tracker.ModuleTracker gives the model's fused RNN layers (its class name, then
+    the attribute path)."""
+    top = type(model).__name__
+    return frozenset(f"{top}.{name}" for name, m in model.named_modules() if isinstance(m, torch.nn.RNNBase))
 
 
 # Autocast on CUDA (torch.amp's documented op lists, "CUDA Ops that can autocast to float16" and "to float32"),
@@ -122,26 +165,51 @@ class _Dispatched(TorchDispatchMode):
     of leaf weights), AUTOCAST_FP32's in 4, and any other floating operator in the widest dtype of its activations'
     inputs (a parameter's dtype does not widen it: a batch norm's fp32 weights leave its fp16 input fp16)."""
 
-    def __init__(self, amp: str = "off", parameters=()):
+    def __init__(self, amp: str = "off", parameters=(), flops: FlopCounterMode | None = None, recurrent=frozenset()):
         super().__init__()
         self.bytes = 0
         self.kernels = 0
+        self.flops = flops  # the counter below this mode, whose growth over an operator is that operator's FLOPs
+        self.recurrent = recurrent  # the fused RNN layers' names (_recurrent_names)
+        self.tracker = ModuleTracker()
+        self.ops: dict[tuple[str, float, float], int] = {}  # (class, FLOPs, bytes written) -> how many
         self.amp = amp != "off"
         self.low: set[int] = set()  # storages written in 2-byte floats
         self.parameters = {p.untyped_storage()._cdata for p in parameters}
         self.cast: set[int] = set()  # parameters autocast has cast this step
 
+    def __enter__(self):
+        self.tracker.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        return self.tracker.__exit__(*exc)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        before = self.flops.get_total_flops() if self.flops is not None else 0
         out = func(*args, **(kwargs or {}))
         if func.is_view or func.namespace != "aten":  # the profiler's record_function markers are no kernels
             return out
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        name = func.overloadpacket.__name__
         if self.amp:
-            self.bytes += self._autocast(func.overloadpacket.__name__, tree_leaves((args, kwargs)), outputs)
+            written = self._autocast(name, tree_leaves((args, kwargs)), outputs)
         else:
-            self.bytes += sum(t.numel() * t.element_size() for t in outputs)
-        self.kernels += str(func) not in ALLOCATIONS
+            written = sum(t.numel() * t.element_size() for t in outputs)
+        self.bytes += written
+        if str(func) not in ALLOCATIONS:
+            self.kernels += 1
+            flops = self.flops.get_total_flops() - before if self.flops is not None else 0
+            key = (op_class(name, bool(self.recurrent & self.tracker.parents)), float(flops), float(written))
+            self.ops[key] = self.ops.get(key, 0) + 1
         return out
+
+    def operations(self, parameters: int) -> tuple:
+        """StepCount.ops: each distinct operation with its bytes moved (ACTIVATION_PASSES), and the parameters'
+        traffic (PARAMETER_PASSES) as one elementwise entry."""
+        ops = [(c, f, ACTIVATION_PASSES * b, n) for (c, f, b), n in sorted(self.ops.items())]
+        return (*ops, ("elementwise", 0.0, float(PARAMETER_PASSES * 4 * parameters), 1))
 
     def _autocast(self, name: str, inputs: list, outputs: list) -> int:
         """The bytes an operator writes under autocast (class docstring); its outputs' storages marked low or not."""
@@ -255,15 +323,16 @@ def _count_user(cell, batch) -> StepCount:
         except Exception as error:  # the user's constructor: whatever it raises means the same here
             raise ValueError(_not_counted(cell.model, "it cannot be built on the meta device", error)) from None
         on_meta = batches.move_batch(batch, meta, False)
-        step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()])
+        flops = FlopCounterMode(display=False)
+        step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()], flops, _recurrent_names(model))
         try:
             ctx.optimizer = build_optimizer(cell, model.parameters(), user)
-            with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
+            with flops, step, _Saved(model) as saved:
                 if "step" in user:
                     loss = user["step"](model, on_meta, ctx)
                 else:
                     output = batches.call_model(model, on_meta, cell.forward_keys)
-                    loss = batches.default_loss(output, on_meta, cell.label_key)[0]
+                    loss = batches.default_loss(output, on_meta, cell.label_key, cell.loss, user.get("loss"))[0]
                 if loss is not None:  # None: the user's step ran backward (and its optimizer) itself
                     loss.backward()
             # None: the user's step ran its optimizer, counted above
@@ -273,7 +342,10 @@ def _count_user(cell, batch) -> StepCount:
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
     memory = resident_bytes(model, optimizer, saved, step.low)
-    return StepCount(float(flops.get_total_flops()), float(moved), parameters, None, step.kernels + kernels, memory)
+    return StepCount(
+        float(flops.get_total_flops()), float(moved), parameters, None, step.kernels + kernels, memory,
+        step.operations(parameters),
+    )  # fmt: skip
 
 
 def _not_counted(model: str, what: str, error: BaseException) -> str:
@@ -294,15 +366,19 @@ def _count(cell) -> StepCount:
     with torch.device("meta"):
         model = build_model(cell)
     inputs, targets = _batch(cell)
-    step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()])
-    with FlopCounterMode(display=False) as flops, step, _Saved(model) as saved:
+    flops = FlopCounterMode(display=False)
+    step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()], flops, _recurrent_names(model))
+    with flops, step, _Saved(model) as saved:
         loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
     kernels, optimizer = _optimizer_step(model, cell)
     memory = resident_bytes(model, optimizer, saved, step.low)
     family = model_family(cell.model)
-    return StepCount(float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory)
+    return StepCount(
+        float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory,
+        step.operations(parameters),
+    )  # fmt: skip
 
 
 def _optimizer_step(model, cell) -> tuple[int, torch.optim.Optimizer]:
@@ -329,12 +405,12 @@ def count_once(knobs: dict) -> StepCount:
     return _counted(json.dumps(knobs, sort_keys=True))
 
 
-def published_error(root: str) -> tuple[list[Prediction], dict[str, float]]:
+def published_error(root: str, per_op: bool = False) -> tuple[list[Prediction], dict[str, float]]:
     """The compute estimate against every published GPU throughput, leave one study out, and the efficiencies fitted
     to all studies (what a target's prediction uses): docs/results/prediction-error.md. `root`: the checkout, whose
-    config/presets/ and report/references/ are read."""
+    config/presets/ and report/references/ are read. `per_op`: the per-operation estimate (core.estimate)."""
     cells = published_cells(os.path.join(root, "config", "presets"), os.path.join(root, "report", "references"))
-    return leave_one_study_out(cells, count_once), fit_efficiencies(cells, count_once)
+    return leave_one_study_out(cells, count_once, per_op), fit_efficiencies(cells, count_once, per_op)
 
 
 @lru_cache(maxsize=16)
@@ -347,7 +423,7 @@ def _own_batch(key: str):
 def _work(knobs: dict) -> tuple[StepCount | None, str | None, int | None, str]:
     """(the counted step or None, why not, the bytes of one batch, where they come from) of a training cell. Where
     the model or the batch is the user's, a batch drawn from its own pipeline gives the bytes (`drawn`) and the
-    user's model its input; else the knobs' batch does (`knobs`: plan.ceilings.batch_bytes, what feedbench's
+    user's model its input; else the knobs' batch does (`knobs`: core.ceilings.batch_bytes, what feedbench's
     datasets make)."""
     own_model, batch, size, source = user_code("model", knobs.get("model")), None, batch_bytes(knobs), "knobs"
     if own_model or user_batch(knobs):
@@ -398,7 +474,8 @@ def memory_error(spec: dict, cells: dict[str, dict]) -> str | None:
 
 def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
     """One training cell on the target (an entry of results/target.json's cells): its counted step (_work), the
-    estimated compute seconds (and the efficiency that served), the copy's seconds over the target's link for its
+    estimated compute seconds (the per-operation estimate, core.estimate; and the family efficiency that served
+    the operations no microbenchmark figure covers), the copy's seconds over the target's link for its
     batch's bytes and where they come from; `error` instead of the compute for a model whose work is not counted."""
     work, error, size, source = _work(knobs)
     copy = {
@@ -413,7 +490,7 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
     }
     if work is None:
         return {**copy, "error": error}
-    seconds, source = compute_seconds(work, knobs, target.gpu, efficiencies)
+    seconds, source = compute_seconds(work, knobs, target.gpu, efficiencies, per_op=True)
     return {
         **copy,
         "flops": work.flops,
@@ -433,7 +510,7 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
 
 def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) -> dict:
     """A cell's estimate with its compute measured on the target's GPU where `cell` (its compute ceiling, planned by
-    plan.target.measured_cells) ran there: `compute_from` says which, `measured` how it went."""
+    core.target.measured_cells) ran there: `compute_from` says which, `measured` how it went."""
     seconds, where = measured_compute(results, target.gpu, entry["batch_size"])
     entry = {**entry, "measured_cell": cell, "measured": where}
     if seconds is None:
@@ -445,7 +522,7 @@ def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) 
 
 
 def estimate_range(entry: dict, predictions: list[Prediction]) -> dict:
-    """A cell's estimated compute as a range (plan.estimate.compute_range: the method's published error on the
+    """A cell's estimated compute as a range (core.estimate.compute_range: the method's published error on the
     nearest family), its span and whether it is too wide to plan on (MEASURE_OVER: then measure there). The launch
     floor has no published error: a lower bound alone. Empty for a cell with no estimate."""
     if "compute_s" not in entry:
@@ -467,13 +544,14 @@ def target_estimates(
     cells: dict[str, dict], spec: dict, root: str, measured: dict[str, str] | None = None, paths: list[str] = ()
 ) -> dict:
     """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the config's target
-    (`spec`: its `target:` block) with the efficiencies fitted to every published study, the published error of
-    the method (leave one study out: what docs/results/prediction-error.md shows), every published cell of the
-    studies predicted beside its figure (plan.estimate.beside_published, for the study views), and the target's CPU
-    speed: given, or measured (the reference there from its file, and here, run now: harness.cpu_speed.target_speed)."""
+    (`spec`: its `target:` block) by the per-operation estimate, its fallback efficiencies fitted to every
+    published study, the published error of the method (leave one study out: what docs/results/prediction-error.md
+    shows), every published cell of the studies predicted beside its figure (core.estimate.beside_published, for
+    the study views), and the target's CPU speed: given, or measured (the reference there from its file, and here,
+    run now: harness.cpu_speed.target_speed)."""
     target = read_target(spec)
     speed = target_speed(target)
-    predictions, efficiencies = published_error(root)
+    predictions, efficiencies = published_error(root, per_op=True)
     error = summarize(predictions)
     one_gpu = summarize([p for p in predictions if p.cell.gpus == 1])
     found = {
@@ -502,7 +580,7 @@ def target_estimates(
         },
         "efficiencies": efficiencies,
         "measure_over": MEASURE_OVER,
-        "published": beside_published(predictions, target, efficiencies, count_once),
+        "published": beside_published(predictions, target, efficiencies, count_once, per_op=True),
         "cells": {},
     }
     measured, results = measured or {}, results_by_cell(list(paths))

@@ -24,10 +24,10 @@ import psutil
 import torch
 import yaml
 
-from ..plan import resources, threads
-from ..plan.cell import Cell, cell_dict
-from ..plan.knobs import KnobError
-from ..plan.result import failed_result, now, tail, write_refusal, write_result
+from ..core import resources, threads
+from ..core.cell import Cell, cell_dict
+from ..core.knobs import KnobError
+from ..core.result import failed_result, now, tail, write_refusal, write_result
 from .distributed import free_port, node_gpus, visible_gpus
 from .provenance import machine_facts
 from .stop import SIGTERM_REASON, TimeLimit

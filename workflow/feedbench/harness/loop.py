@@ -21,10 +21,11 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..plan.cell import Cell
-from ..plan.knobs import KnobError
-from ..plan.metrics import CLOCKED_PHASES
-from ..plan.plugins import Context, resolve_all
+from ..core.cell import Cell
+from ..core.knobs import KnobError
+from ..core.metrics import CLOCKED_PHASES
+from ..core.plugins import Context, resolve_all
+from ..core.target import AMP_DTYPES
 from .batches import batch_len, call_model, copied_bytes, default_loss, unpinned_note
 from .cache import prepare as prepare_page_cache
 from .collector import Collector
@@ -42,7 +43,8 @@ from .whatif import apply as apply_whatifs
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
 PHASES_OF = {"train": CLOCKED_PHASES, "compute": CLOCKED_PHASES[1:], "loader": ()}
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # amp: off has none
+# The autocast dtype of each precision the knob amp names (core.target.AMP_DTYPES, the knob's one map): fp32 none.
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -232,7 +234,7 @@ class Autocast(nn.Module):
 
 def dp_replica(model: nn.Module, cell: Cell, device_type: str) -> nn.Module:
     """What DataParallel copies to each GPU: the model, inside the cell's autocast when amp is on."""
-    dtype = AMP_DTYPES.get(cell.amp)
+    dtype = AUTOCAST_DTYPES.get(AMP_DTYPES[cell.amp])
     return Autocast(model, device_type, dtype) if dtype is not None else model
 
 
@@ -260,7 +262,7 @@ def measure(
     """
     world = World() if world is None else world
     torch.manual_seed(cell.seed)
-    user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.plan.plugins)
+    user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.core.plugins)
     ctx = context(cell, device, world)
     move = user.get("to_device", to_device)  # every copy of a batch goes through it: loop, prefetcher, probes
     loader = _loader(cell, device, m, user, ctx, (world, move, out_dir))
@@ -319,7 +321,7 @@ class TrainStep:
         self.optimizer = build_optimizer(cell, self.model.parameters(), user)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         ctx.optimizer = self.optimizer
-        self.autocast_dtype = AMP_DTYPES.get(cell.amp)
+        self.autocast_dtype = AUTOCAST_DTYPES.get(AMP_DTYPES[cell.amp])
 
     def __call__(self, batch, clock: PhaseClock) -> None:
         dtype = self.autocast_dtype
@@ -352,7 +354,8 @@ class TrainStep:
                 )
             return loss
         if self.loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
-            loss, rule = default_loss(call_model(model, batch, cell.forward_keys), batch, cell.label_key)
+            output = call_model(model, batch, cell.forward_keys)
+            loss, rule = default_loss(output, batch, cell.label_key, cell.loss, self.user.get("loss"))
             self._note_once(f"loss: {rule} (no step given)")
             return loss
         inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]

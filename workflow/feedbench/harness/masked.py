@@ -2,8 +2,8 @@
 that other work kept least busy just before (quietest; os.sched_setaffinity before the harness starts; its loader
 workers inherit the mask).
 
-The loader-scaling cells (tests/loader_scaling.py, benchmarks/loader_scaling_error.py) and the CPU-speed reference
-(feedbench.harness.cpu_speed) run so: a cell on one core measures one core, whatever else the machine has.
+The loader-scaling cells (tests/helpers/loader_scaling.py, benchmarks/loader_scaling_error.py) and the CPU-speed
+reference (feedbench.harness.cpu_speed) run so: a cell on one core measures one core, whatever else the machine has.
 """
 
 from __future__ import annotations

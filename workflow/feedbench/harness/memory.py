@@ -3,7 +3,7 @@
 Each worker's own series is kept by worker id: the processes are ordered by their start, and a new one takes the
 lowest id no live worker holds. A loader without persistent_workers starts its workers again at each epoch
 boundary: the new processes take the ids the old ones left, and each process is one run of its id's series (with its
-pid), so the growth fit (plan.memory.fit) gives each run its own intercept and a restart's drop is not read as
+pid), so the growth fit (core.memory.fit) gives each run its own intercept and a restart's drop is not read as
 shrinking. A worker's start-up is kept in its series but not fitted (_settled): a fresh process copies the pages it
 starts with (a few MB forked, hundreds spawned) before its first batch, a step that is not growth.
 
@@ -18,7 +18,7 @@ import time
 
 import psutil
 
-from ..plan import memory
+from ..core import memory
 
 MB = 2**20
 # The most points a stored series keeps (evenly thinned, its last point kept); the fit uses every point.
@@ -130,7 +130,7 @@ class MemorySeries:
 
     def summary(self, start_method: str | None) -> dict:
         """The series (thinned), each one's growth, the workers' summed, the cell's memory limit and the samples
-        until the growth reaches it (plan.memory)."""
+        until the growth reaches it (core.memory)."""
         main = {**{key: _thin(v) if isinstance(v, list) else v for key, v in self.main.items()}}
         main.update(_growth([self.main]))
         by_id: dict[int, list[dict]] = {}

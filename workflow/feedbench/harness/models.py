@@ -12,9 +12,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..plan.cell import Cell
+from ..core.cell import Cell
 
-# Which names a cell may ask for is checked without torch: feedbench.plan.model_names.
+# Which names a cell may ask for is checked without torch: feedbench.core.model_names.
 
 
 class MLP(nn.Sequential):
@@ -129,7 +129,7 @@ def build_optimizer(cell: Cell, parameters, user: dict | None = None, **extra) -
     build it here, so the step they time and count is the same."""
     import_dynamo_apart()
     if user and "optimizer" in user:
-        from ..plan.plugins import expect
+        from ..core.plugins import expect
 
         optimizer = user["optimizer"](parameters, **cell.optimizer_args)
         return expect(optimizer, (torch.optim.Optimizer,), "a torch.optim.Optimizer", cell.optimizer, "optimizer")
@@ -139,9 +139,9 @@ def build_optimizer(cell: Cell, parameters, user: dict | None = None, **extra) -
 
 
 def build_model(cell: Cell, user: dict | None = None, ctx=None) -> nn.Module:
-    """The cell's model; `user` maps knobs to the user's imported callables (feedbench.plan.plugins.resolve_all)."""
+    """The cell's model; `user` maps knobs to the user's imported callables (feedbench.core.plugins.resolve_all)."""
     if user and "model" in user:
-        from ..plan.plugins import call_factory, expect
+        from ..core.plugins import call_factory, expect
 
         model = call_factory(user["model"], ctx, cell.model_args)
         return expect(model, (nn.Module,), "a torch.nn.Module", cell.model, "model")

@@ -1,4 +1,4 @@
-"""The preflight's check (feedbench.plan.preflight): each combination of the user's code in an experiment, built once
+"""The preflight's check (feedbench.core.preflight): each combination of the user's code in an experiment, built once
 by the paths a cell takes, before any of its cells runs.
 
 For each combination, its first cell, as one process on one device with no loader workers: the dataset
@@ -18,9 +18,9 @@ import traceback
 
 import torch
 
-from ..plan import preflight as plan
-from ..plan.cell import parse_cell
-from ..plan.plugins import plugins_of, resolve_all
+from ..core import preflight as shared
+from ..core.cell import parse_cell
+from ..core.plugins import plugins_of, resolve_all
 from .data import build_dataset, build_loader
 from .distributed import World, rank_device
 from .fit import resolve
@@ -123,7 +123,7 @@ def check(raw: dict) -> tuple[list[str], str]:
 
 
 def run(cells: list[dict], out: str, log: str, attempt: str = "first") -> int:
-    """Every combination in turn, to the first that fails; the record written to `out` (plan.preflight.record), the
+    """Every combination in turn, to the first that fails; the record written to `out` (core.preflight.record), the
     failure's whole traceback printed (this process's output is the job's log). Always 0: the record says."""
     checked, error, device = [], None, None
     experiment = cells[0].get("experiment") if cells else None
@@ -148,5 +148,5 @@ def run(cells: list[dict], out: str, log: str, attempt: str = "first") -> int:
         seconds = round(time.perf_counter() - start, 3)
         checked.append({"cell": raw.get("cell"), "stages": stages, "seconds": seconds})
         print(f"feedbench: preflight of {experiment}, cell {raw.get('cell')}: {', '.join(stages)} ({seconds} s)")
-    plan.write(out, plan.record(experiment, log, checked, error, device, attempt=attempt))
+    shared.write(out, shared.record(experiment, log, checked, error, device, attempt=attempt))
     return 0

@@ -16,7 +16,7 @@ from typing import Callable
 import psutil
 import torch
 
-from ..plan.cores import usable_cores
+from ..core.cores import usable_cores
 from ..version import __version__
 
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..plan import shm, threads
-from ..plan.cell import Cell, cell_dict, parse_cell
-from ..plan.cores import cpu_load, ranks_sharing, trainer_cores
-from ..plan.knobs import KnobError, user_batch
-from ..plan.metrics import epoch_boundaries, summarize, wait_tail
-from ..plan.plugins import folder_facts, plugins_of, resolve_all
-from ..plan.result import failed_result, now, step_rows, tail, write_refusal, write_result, write_rows
+from ..core import shm, threads
+from ..core.cell import Cell, cell_dict, parse_cell
+from ..core.cores import cpu_load, ranks_sharing, trainer_cores
+from ..core.knobs import KnobError, user_batch
+from ..core.metrics import epoch_boundaries, summarize, wait_tail
+from ..core.plugins import folder_facts, plugins_of, resolve_all
+from ..core.result import failed_result, now, step_rows, tail, write_refusal, write_result, write_rows
 from .data import decoder_facts, short_batch_note
 from .distributed import World, finish, gather, init, rank_device
 from .fit import resolve
@@ -283,7 +283,7 @@ def _describe(r: CellRun, cell: Cell, notes: list[str], device: torch.device) ->
 
 
 def _set_threads(r: CellRun, cell: Cell) -> None:
-    """The trainer's threads as the user's launch gives them, or the knob's (plan.threads), and why."""
+    """The trainer's threads as the user's launch gives them, or the knob's (core.threads), and why."""
     torch.set_num_threads(cell.torch_threads or LAUNCH_THREADS)
     r.result["torch_threads"] = torch.get_num_threads()
     r.result["torch_threads_source"] = threads.source(cell.torch_threads, os.environ)

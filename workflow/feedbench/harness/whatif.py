@@ -1,4 +1,4 @@
-"""Stage what-ifs, run for real: the knobs cache_after, skip_stages and device_stages (plan.knobs.STAGE_WHATIFS).
+"""Stage what-ifs, run for real: the knobs cache_after, skip_stages and device_stages (core.knobs.STAGE_WHATIFS).
 
 They change the stages of the dataset's torchvision Compose (v1 or v2), found and named as the stage timing finds and
 names them (harness.stages.pipeline), for the built-in `images` its read and decode before the Compose, and the
@@ -38,8 +38,8 @@ import numpy
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from ..plan.cell import Cell
-from ..plan.knobs import IMAGE_STAGES, KNOBS, STAGE_WHATIFS, KnobError
+from ..core.cell import Cell
+from ..core.knobs import IMAGE_STAGES, KNOBS, STAGE_WHATIFS, KnobError
 from . import stages
 from .stages import StagedBatch, first_line, named, pipeline
 from .timing import device_work

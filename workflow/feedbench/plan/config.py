@@ -17,17 +17,11 @@ import copy
 import hashlib
 import json
 import os
-from typing import Any
 
 import yaml
 from jsonschema import Draft202012Validator, validators
 
-from .knobs import shown
-
-
-class ConfigError(ValueError):
-    """A bad config: the message is one line naming the key path, the value and what is allowed."""
-
+from ..core.knobs import ConfigError, key_path, shown
 
 # Values (mappings, lists and scalars; an alias counts each time it is used) a config may hold.
 MAX_VALUES = 100_000
@@ -137,14 +131,6 @@ def validate_config(config: dict, schema_path: str) -> None:
     error = next(iter(_with_defaults(Draft202012Validator)(schema).iter_errors(config)), None)
     if error is not None:
         raise ConfigError(schema_error(error))
-
-
-def key_path(*parts: Any) -> str:
-    """A config key path as errors name it: `experiments.e.matrix[0]`."""
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
 
 
 def schema_error(error) -> str:

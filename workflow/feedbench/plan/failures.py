@@ -2,7 +2,7 @@
 Snakefile's onsuccess and onerror).
 
 A bench job always succeeds, so that the matrix goes on and the report lists a failed cell (plan.job). Snakemake then
-sees a run of successful jobs; the run's end reads the cells' records (plan.records, where the run's aggregate made
+sees a run of successful jobs; the run's end reads the cells' records (core.records, where the run's aggregate made
 them; else their results) to say which failed, and the Snakefile makes the run exit 1 on them, as it does after lost
 Slurm jobs. No torch and no Snakemake here: the Snakefile gives the cells.
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from ..core.records import Record, load_records, read_record
 from .job import CELL_LOG, result_path
-from .records import Record, load_records, read_record
 
 
 def failure_line(experiment: str, cell: str, repeat: int, ran: bool, record: Record | None = None) -> str | None:
     """`experiment / cell (repN): Type: the error's first line (log: ...)` for a cell whose result failed or is
     damaged, else None (measured, or no result: a cell the run's targets did not reach). `ran`: whether this run ran
     the cell's job; a failed result of an earlier run still counts, since the report still lists it. `record`: the
-    result's record where the run has it (plan.records), else the result is read."""
+    result's record where the run has it (core.records), else the result is read."""
     path = result_path(experiment, cell, repeat)
     if record is None:
         if not os.path.exists(path):
@@ -46,7 +46,7 @@ def failed_cells_message(
     records: str | None = None,
 ) -> str | None:
     """The run's end in words when any of `cells` (experiment, cell, repeat, ran by this run) failed, or an experiment
-    was stopped by its preflight, else None: one line per stopped experiment (`stopped`, feedbench.plan.preflight:
+    was stopped by its preflight, else None: one line per stopped experiment (`stopped`, feedbench.core.preflight:
     stopped_line); then how many cells failed, where the report that lists them is (None: a run that ended on an error
     may have made none), and one line per failed cell."""
     cells, stopped = list(cells), list(stopped)

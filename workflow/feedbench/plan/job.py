@@ -33,14 +33,8 @@ import subprocess
 import sys
 import time
 
-from .attempts import ATTEMPTS, keep_earlier, numbers
-
-# A bench job's folder and log: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk),
-# and the job finds its own from the cell's labels. So the rule's shell command has two fields, not four: Snakemake
-# formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
-CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
-CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
-
+from ..core.attempts import ATTEMPTS, keep_earlier, numbers
+from ..core.result import CELL_DIR, CELL_LOG
 
 # The variable the shell rules' commands run Python from ("$FEEDBENCH_PYTHON" -m feedbench ...): the Snakefile sets it
 # to job_python(), and every job inherits it, on a Slurm node too, where the job runs the Snakefile again. An
@@ -70,14 +64,14 @@ def attempt(result_path: str, retry_failed: bool) -> str:
 
     A measured result keeps the attempt it ran as, so its params are unchanged and Snakemake leaves it alone; a
     failed one asks for a new attempt, named after the failure, so the params trigger reruns of exactly the failed
-    cells. A damaged result (unreadable, not a mapping, or refused by the result schema: plan.result.read_result)
+    cells. A damaged result (unreadable, not a mapping, or refused by the result schema: core.result.read_result)
     counts as failed, its retry named after its bytes. A dry run sees the same: nothing is moved or deleted.
 
-    Once the run's start has moved the failed result to the cell's attempts/ (plan.attempts), the newest kept
+    Once the run's start has moved the failed result to the cell's attempts/ (core.attempts), the newest kept
     attempt's result stands for it: Snakemake evaluates the params again as the job starts, and the job must carry
     the attempt the run planned.
     """
-    from .result import UnusableResult, knobs_of, read_result  # jsonschema: loaded when a result exists
+    from ..core.result import UnusableResult, knobs_of, read_result  # jsonschema: loaded when a result exists
 
     if not os.path.exists(result_path):
         folder = os.path.dirname(result_path)
@@ -173,10 +167,10 @@ def _end(harness: subprocess.Popen) -> None:
 
 def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dict | None = None) -> int:
     """The job's steps; 0 whenever a result.json is there at the end (the cell's own, or record-failure's). `env`:
-    the harness's environment (plan.threads.restored: the user's thread variables, not Snakemake's), else this one."""
+    the harness's environment (core.threads.restored: the user's thread variables, not Snakemake's), else this one."""
     now = time.time()
     # An earlier attempt still here (a lost cell's record, steps of a failed one) moves to attempts/ before this one
-    # writes; the run's onstart moved what Snakemake deletes before the job starts (plan.attempts).
+    # writes; the run's onstart moved what Snakemake deletes before the job starts (core.attempts).
     keep_earlier(out_dir, log)
     os.makedirs(out_dir, exist_ok=True)
     cell = os.path.join(out_dir, "cell.yaml")
@@ -215,7 +209,7 @@ def run_job(out_dir: str, cell_json: str, runtime_min: float, log: str, env: dic
         # In its own process, as the harness: it imports torch, which this job never does.
         record = [sys.executable, "-m", "feedbench", "record-failure", out_dir, "--exit-code", str(code)]
         status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
-    # A record that this cell was stopped by its experiment's preflight (plan.preflight) says nothing once it ran:
+    # A record that this cell was stopped by its experiment's preflight (core.preflight) says nothing once it ran:
     # it measured nothing, so it goes (an earlier attempt's measured files moved to attempts/ before the run).
     stopped = os.path.join(out_dir, "stopped.json")
     if os.path.exists(result) and os.path.exists(stopped):

@@ -11,9 +11,9 @@ beyond the axes (sorted). Adding a level to an axis therefore never changes
 the id of an existing cell. The experiment's baseline is its first cell: the
 first level of every axis (or the first include when there is no matrix).
 
-Every value is checked against the knob table (feedbench.plan.knobs) before the
+Every value is checked against the knob table (feedbench.core.knobs) before the
 product is formed, and every expanded cell by the harness itself
-(feedbench.plan.cell.parse_cell), so the workflow and the harness cannot disagree;
+(feedbench.core.cell.parse_cell), so the workflow and the harness cannot disagree;
 errors come back as one line naming the config key path the value came from.
 The size of the matrix (`max_cells`) and the columns plots name are checked
 before any cell is expanded or any job runs.
@@ -31,12 +31,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .ceilings import Bounds, ceiling_cells
-from .columns import STAGE_COLUMN, SUMMARY_COLUMNS
-from .config import ConfigError, config_dir, count_values, key_path, sized, validate_config
-from .cpu_speed import with_speed_file
-from .knobs import KNOBS, KnobError, shown, user_code_of
-from .planned_cell import (
+from ..core.ceilings import Bounds, ceiling_cells
+from ..core.columns import STAGE_COLUMN, SUMMARY_COLUMNS
+from ..core.cpu_speed import with_speed_file
+from ..core.knobs import KNOBS, ConfigError, KnobError, key_path, shown, user_code_of
+from ..core.planned_cell import (
     ARG_KNOBS,
     NOT_KNOBS,
     PERIODIC_REPEATS,
@@ -50,9 +49,10 @@ from .planned_cell import (
     same_key,
     same_value,
 )
-from .search import check as check_search
-from .search import dry_run_line
-from .target import check_cells, measured_cells, read_target
+from ..core.search import check as check_search
+from ..core.search import dry_run_line
+from ..core.target import check_cells, measured_cells, read_target
+from .config import config_dir, count_values, sized, validate_config
 
 # A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
@@ -193,7 +193,13 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
         )
     if not raw:
         raw.append((base_knobs, sources, [], None))
+    return _planned(name, where, raw, images_dir)
 
+
+def _planned(
+    name: str, where: str, raw: list[tuple[dict, dict, list[str], str | None]], images_dir: str | None
+) -> list[PlannedCell]:
+    """The planned cells of an experiment's raw ones, args folded; ConfigError on two cells that are one."""
     cells: list[PlannedCell] = []
     seen: dict[str, tuple[dict, str]] = {}
     same: dict[str, str] = {}  # the cell's knobs as the harness reads them -> id
@@ -224,8 +230,8 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
     """Knob-level checks by the harness, plus: a data_dir the user gave must exist.
 
     Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it again."""
-    from .cell import parse_cell  # imports torch: only when cells are checked
-    from .plugins import resolve_all
+    from ..core.cell import parse_cell  # imports torch: only when cells are checked
+    from ..core.plugins import resolve_all
 
     try:
         parsed = parse_cell(cell.labelled(1))

@@ -38,8 +38,9 @@ import sys
 import time
 from collections.abc import Iterable
 
-from . import pending, resources
-from .target import MEASURED_EXPERIMENT, MEASURED_RULE
+from ..core import resources
+from ..core.target import MEASURED_EXPERIMENT, MEASURED_RULE
+from . import pending
 
 
 def on_slurm(workflow) -> bool:
@@ -473,10 +474,10 @@ def lost_result(
     """The record of a lost cell, valid against the result schema: the harness's own result when it wrote a usable one
     (kept by keep-incomplete, with the steps it measured), marked failed; else an empty failed result saying why,
     whose started_at is the job's start from Slurm (`started`), or empty when Slurm does not know it (the job never
-    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (plan.attempts reads them).
+    started, or no accounting). `job`: (id, state); the record keeps them as `slurm` (core.attempts reads them).
     `why`: how the job ended when the run ended it (given_up), in place of its state."""
     # result.py loads jsonschema: only when cells were lost
-    from .result import UnusableResult, failed_result, invalid, now, read_result
+    from ..core.result import UnusableResult, failed_result, invalid, now, read_result
 
     if job:
         how = f"Slurm job {job[0]} {why}" if why else f"Slurm job {job[0]} ended {job[1]}"

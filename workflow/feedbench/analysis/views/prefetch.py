@@ -122,6 +122,7 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         "measured, pageable source": f"ours, pageable source ({here})",
         "measured, pinned source": f"ours, pinned source ({here})",
     }
+    theirs = None
     if reference is not None:
         theirs = _published(reference)
         where = ", ".join(reference["hardware"].astype(str).unique())
@@ -148,6 +149,12 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     )
     if side[list(series)].notna().any().any():
         view.figure = _figure(side, series)
+    _verdict_and_notes(view, ours, theirs, rows)
+    return view
+
+
+def _verdict_and_notes(view: View, ours: pd.DataFrame, theirs: pd.DataFrame | None, rows: pd.DataFrame) -> None:
+    """The verdict from the measured speedups (beside the published ones), and what the cells cannot show."""
     measured_speedups = ours.dropna(subset=["speedup"])
     if len(measured_speedups):
         ranges = [
@@ -155,9 +162,7 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
             for source, (lo, hi) in measured_speedups.groupby("source")["speedup"].agg(["min", "max"]).iterrows()
         ]
         published = (
-            f" (published: {theirs['speedup'].min():.2f}–{theirs['speedup'].max():.2f}×)"
-            if reference is not None
-            else ""
+            f" (published: {theirs['speedup'].min():.2f}–{theirs['speedup'].max():.2f}×)" if theirs is not None else ""
         )
         view.verdict = f"The stream prefetcher speeds the measured epochs up {' and '.join(ranges)}{published}."
     if not (ours["source"] == "pinned").any() and len(ours):
@@ -169,4 +174,3 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
             "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs "
             "there, so these speedups say nothing about overlapping copies with compute."
         )
-    return view

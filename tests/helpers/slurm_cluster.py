@@ -3,7 +3,7 @@
 It installs Debian's Slurm, munge and MariaDB (tests/slurm/install.sh), brings
 up munged, MariaDB, slurmdbd, slurmctld and two slurmd nodes with two fake GPUs
 each (tests/slurm/cluster.sh up), and always tears them down at the end of the
-session. A test module gets it with `pytest_plugins = ["slurm_cluster"]`
+session. A test module gets it with `pytest_plugins = ["helpers.slurm_cluster"]`
 (a plugin, so that every module shares one cluster per session).
 
 Under pytest-xdist every worker is a session of its own: conftest.py puts every
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent / "slurm"
+HERE = Path(__file__).resolve().parent.parent / "slurm"
 INSTALL = HERE / "install.sh"
 CLUSTER = HERE / "cluster.sh"
 PARTITION = "debug"  # as in cluster.sh

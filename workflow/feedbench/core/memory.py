@@ -6,13 +6,13 @@ The limit is the smallest of three, each read as this process sees it:
     cgroup  memory.max of its cgroup v2 and of every parent (the smallest; "max" is none), or cgroup v1's
             memory.limit_in_bytes at the hierarchy's root (Docker --memory, Kubernetes limits, Slurm's cgroup)
     slurm   SLURM_MEM_PER_NODE (--mem), else SLURM_MEM_PER_CPU (--mem-per-cpu) x the job's CPUs on this node
-            (SLURM_CPUS_ON_NODE, else plan.cores.slurm_cpus); Slurm's MB are MiB
+            (SLURM_CPUS_ON_NODE, else core.cores.slurm_cpus); Slurm's MB are MiB
 
 Growth is the slope of a process's USS against the samples the loader delivered, fitted by least squares. A worker
 slot's successive processes (its workers restarted at each epoch boundary without persistent_workers) are runs of
 one series: each run keeps its own intercept and they share one slope, so a restart's drop is not read as shrinking.
 
-Plain Python (the plan layer): the harness fits the monitor's series with it, the analysis reads its floor, and the
+Plain Python (the core): the harness fits the monitor's series with it, the analysis reads its floor, and the
 planner can ask the limit (issue #25: what to ask Slurm for).
 """
 

@@ -3,7 +3,7 @@
 A knob's declaration says its type, default, bounds and help,
 whether it takes user code, whether it needs loader workers, and which
 ceilings keep it. Everything else is derived from it: the command line, the
-validation of a cell, the documentation, the `Cell` type (feedbench.plan.cell),
+validation of a cell, the documentation, the `Cell` type (feedbench.core.cell),
 and the knobs each ceiling keeps
 (feedbench.analysis.predict). So adding a knob is one declaration here plus the code
 that reads it. Torch- and pandas-free: the Snakefile plans with it.
@@ -29,12 +29,24 @@ def shown(value: Any) -> str:
     return _SHOWN.repr(value)
 
 
-# `package.module:attribute`: a knob that takes user code (Knob.user_code) names it so (plan.plugins imports it).
+# `package.module:attribute`: a knob that takes user code (Knob.user_code) names it so (core.plugins imports it).
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 class KnobError(ValueError):
     """A bad knob value: the message is one line naming knob, value and choices."""
+
+
+class ConfigError(ValueError):
+    """A bad config: the message is one line naming the key path, the value and what is allowed."""
+
+
+def key_path(*parts: Any) -> str:
+    """A config key path as errors name it: `experiments.e.matrix[0]`."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
 
 
 def _number(bound: float) -> str:
@@ -72,7 +84,7 @@ class Knob:
     # (label, the value that is on): the verdict's recommendation says whether it pays for itself where the
     # experiment varies it (analysis.verdict.pays_off).
     pays_off: tuple[str, Any] | None = None
-    # An axis `search` may walk (feedbench.plan.search).
+    # An axis `search` may walk (feedbench.core.search).
     searchable: bool = False
 
     def allowed(self) -> str:
@@ -132,7 +144,7 @@ class BuiltinDataset:
     """A built-in dataset (feedbench.harness.data.DATASETS builds it): what the workflow knows of it without torch."""
 
     name: str
-    # What one sample is, for the bytes of a batch (plan.ceilings.batch_bytes): "image" (3 x image_size^2 floats),
+    # What one sample is, for the bytes of a batch (core.ceilings.batch_bytes): "image" (3 x image_size^2 floats),
     # "model" (what the model takes: input_size floats for the mlp, else an image) or "tokens" (of varying length).
     sample: str
     # How to make or get the folder it reads, when it needs a data_dir: the hint of the error without one.
@@ -169,6 +181,9 @@ GC_MODES = (
 )  # not on/off: YAML reads those as booleans  # the trainer's collector in the window (harness.collector)
 AMP = ("off", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
+# A user model's loss without a step (harness.batches.model_loss): auto (the rule for a model that says nothing), or
+# torch.nn.functional's loss of that name against the batch's target.
+LOSSES = ("auto", "cross_entropy", "mse", "l1", "smooth_l1")
 DEVICES = ("auto", "cpu", "cuda")
 # torch.multiprocessing.set_sharing_strategy, set in the cell's process before its loader starts (harness.runner).
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
@@ -191,7 +206,7 @@ DEFAULT_TRANSFER_SIZES = [64 * 1024 * 4**i for i in range(7)]
 
 
 def _model_name(name: str) -> None:
-    """A model a cell can train by name: feedbench.plan.model_names knows them without torch."""
+    """A model a cell can train by name: feedbench.core.model_names knows them without torch."""
     error = model_error(name)
     if error:
         raise KnobError(error)
@@ -619,6 +634,17 @@ KNOBS: dict[str, Knob] = {
             ceilings=("compute",),
         ),
         Knob(
+            "loss",
+            str,
+            "auto",
+            "a user model without a step: its loss against batch[1] or batch[label_key]; auto: a scalar output or "
+            "the output's own loss, else cross-entropy; cross_entropy, mse, l1, smooth_l1 (torch.nn.functional's), "
+            "or user code called as f(output, target)",
+            LOSSES,
+            user_code=True,
+            ceilings=("compute",),
+        ),
+        Knob(
             "optimizer",
             str,
             "sgd",
@@ -750,7 +776,7 @@ def kept_by(ceiling: str) -> tuple[str, ...]:
 # Keys a cell may carry that only name it (set by the workflow, unused by the harness):
 # where it belongs, whether it is its experiment's baseline (feedbench.plan.matrix marks it),
 # and which attempt at it this is (see workflow/rules/common.smk).
-# `code` is the fingerprint of the user's python_path folders (plan.plugins.content_hash): it reruns their cells.
+# `code` is the fingerprint of the user's python_path folders (core.plugins.content_hash): it reruns their cells.
 LABELS = ("experiment", "cell", "repeat", "baseline", "attempt", "code")
 
 
@@ -762,7 +788,7 @@ _MUTABLE_DEFAULTS = tuple(name for name, default in _DEFAULTS.items() if isinsta
 def defaults() -> dict[str, Any]:
     """Every knob at its default, in a new dict whose lists and mappings are copies.
 
-    Built from a table made once: the workflow parses every cell of the matrix with it (feedbench.plan.cell.parse_cell),
+    Built from a table made once: the workflow parses every cell of the matrix with it (feedbench.core.cell.parse_cell),
     and a dict of a hundred knobs rebuilt per cell cost a tenth of a second at 10,000 cells.
     """
     values = dict(_DEFAULTS)

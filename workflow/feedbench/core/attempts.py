@@ -37,7 +37,7 @@ def _load(path: str) -> dict | None:
 
 def _record(folder: str) -> tuple[str | None, dict | None]:
     """The attempt's record, lost.json before result.json, as (its name, the record or None when the result schema
-    refuses it: plan.result.read_result); (None, None) without one. A damaged record still moves, as it is."""
+    refuses it: core.result.read_result); (None, None) without one. A damaged record still moves, as it is."""
     from .result import UnusableResult, read_result  # jsonschema: only when an attempt moves
 
     for name in ("lost.json", "result.json"):

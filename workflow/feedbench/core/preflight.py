@@ -19,11 +19,10 @@ import signal
 import subprocess
 import sys
 
-from .job import CELL_DIR
 from .knobs import user_batch, user_code_of
 from .planned_cell import ARG_KNOBS
 from .resources import knob
-from .result import atomic_write, failed_result, now, tail
+from .result import CELL_DIR, atomic_write, failed_result, now, tail
 
 PREFLIGHT = "results/preflight/{experiment}.json"
 PREFLIGHT_LOG = "logs/preflight/{experiment}.log"
@@ -62,7 +61,7 @@ def combinations(cells) -> dict[str, list]:
 
 def resources(cells) -> dict:
     """The preflight job's resources: one process on one device, with the memory of a cell's rank and no workers
-    (feedbench.plan.resources), and one GPU where a cell of the experiment may use one."""
+    (feedbench.core.resources), and one GPU where a cell of the experiment may use one."""
     from . import resources as cell_resources
 
     one = [dict(c.knobs, num_workers=0, gpus_per_node=1, nodes=1, parallel="none") for c in cells]

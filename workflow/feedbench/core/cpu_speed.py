@@ -25,8 +25,7 @@ import json
 import os
 from typing import Any
 
-from .config import ConfigError
-from .knobs import shown
+from .knobs import ConfigError, shown
 
 KIND = "feedbench cpu-speed"
 REFERENCE_KNOBS = {

@@ -22,8 +22,7 @@ import json
 from typing import Any
 
 from .ceilings import KNEE_REACHES
-from .config import ConfigError
-from .knobs import KNOBS, SEARCHABLE, shown
+from .knobs import KNOBS, SEARCHABLE, ConfigError, shown
 
 
 def axis_of(spec: Any) -> Any:
@@ -128,7 +127,7 @@ def around(levels: list, centre: Any) -> list:
 
 def capped(found: Any, cpu: dict[Any, dict], beyond: bool = False) -> tuple[Any, str | None]:
     """(the knee the cores allow, why the search stopped there or None): a predicted knee whose loader ceiling was
-    oversubscribed (CPU-bound workers beyond the usable cores, plan.cores.cpu_load) falls back to the most workers
+    oversubscribed (CPU-bound workers beyond the usable cores, core.cores.cpu_load) falls back to the most workers
     below it that were not, unless `beyond` (the search's beyond_cores)."""
     at = cpu.get(found) or {}
     if beyond or found is None or not at.get("oversubscribed"):
@@ -160,7 +159,7 @@ def plan(experiment: str, axis: str, groups: list[dict], baseline: str, beyond: 
     """The checkpoint's decision, written as results/search/<experiment>.json.
 
     groups: one per combination of the other axes, each {"knobs": {other axis: level}, "cells": {level: cell id},
-    "predicted": {level: samples/s or None}, "cpu": {level: its loader ceiling's cpu (plan.cores.cpu_load)}}, "cpu"
+    "predicted": {level: samples/s or None}, "cpu": {level: its loader ceiling's cpu (core.cores.cpu_load)}}, "cpu"
     optional. The baseline and every chosen cell id are in "run".
     """
     decided = []

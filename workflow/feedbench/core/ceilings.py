@@ -22,14 +22,13 @@ import math
 import os
 from typing import Any
 
-from .config import ConfigError, key_path
-from .knobs import BUILTIN_DATASETS, KNOBS, dropped_by, kept_by, user_batch
+from .knobs import BUILTIN_DATASETS, KNOBS, ConfigError, dropped_by, kept_by, key_path, user_batch
 from .model_names import input_kind
 from .planned_cell import NOT_KNOBS, PlannedCell, cell_id, effective, same_key, same_value
 from .result import atomic_write
 
 # A level of the searched axis whose prediction is within this fraction of the best prediction of its combination
-# reaches it: the knee the search runs around (feedbench.plan.search.knee).
+# reaches it: the knee the search runs around (feedbench.core.search.knee).
 KNEE_REACHES = 0.95
 # A loader ceiling within this fraction of the compute ceiling reaches it: the loader keeps the model fed (the fix
 # feedbench.analysis.verdict.recommend names).
@@ -40,7 +39,7 @@ CEILING_EXPERIMENTS = {"loader": "ceilings-loader", "compute": "ceilings-compute
 # The ceilings derived from a training cell's knobs; the transfer probe is sized from its batch instead.
 CEILINGS = ("loader", "compute")
 
-# Which ceilings keep each knob is declared with it (feedbench.plan.knobs.Knob.ceilings); these are derived from that.
+# Which ceilings keep each knob is declared with it (feedbench.core.knobs.Knob.ceilings); these are derived from that.
 # Knobs that only change how the loader delivers batches (and the copy knobs): a compute ceiling resets them.
 LOADER_ONLY = dropped_by("compute")
 # Knobs that only change the model's work per batch (and the copy knobs the loader alone never uses): a loader ceiling
@@ -90,7 +89,7 @@ def batch_bytes(knobs: dict[str, Any]) -> int | None:
 
 def batch_tensor_bytes(knobs: dict[str, Any]) -> list[int] | None:
     """Bytes of each tensor of one batch, [samples, labels]: each is an allocation of its own (pinning rounds each
-    one up: plan.shm.pinned_pool); None for tokens (variable)."""
+    one up: core.shm.pinned_pool); None for tokens (variable)."""
 
     def get(name: str) -> Any:
         return knobs.get(name, KNOBS[name].default)

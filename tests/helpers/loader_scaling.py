@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 import sys
 
+from feedbench.core.records import Record, record_of
 from feedbench.harness import masked
-from feedbench.plan.records import Record, record_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES_SRC = os.path.join(ROOT, "examples", "own-pipeline", "src")
 
 # The monitor at its default period: at 0.1 s its sampling (the workers' USS and PSS) took a fifth of a core in the
@@ -82,7 +82,7 @@ def run_masked(knobs: dict, out: str, cores: int) -> dict:
 
 
 def measure(root: str, pipeline: str, repeats: int = 3, cells=ONE_CORE + TWO_CORES) -> list[tuple[int, int, Record]]:
-    """(workers, cores, the result's record: plan.records) of each of `cells` ((workers, cores) pairs) of `pipeline`,
+    """(workers, cores, the result's record: core.records) of each of `cells` ((workers, cores) pairs) of `pipeline`,
     `repeats` times, one-core and two-core cells in turn."""
     knobs = prepare(root)[pipeline]
     runs = []

@@ -1,15 +1,15 @@
 """The target: the node a cluster job will run on, named in the config's `target:` block, and its GPU's figures.
 
     target:
-      gpu: H100            # a name of the table plan/gpus.yaml (peak FLOP/s per dtype, memory and link bandwidth)
+      gpu: H100            # a name of the table core/gpus.yaml (peak FLOP/s per dtype, memory and link bandwidth)
       cores_per_gpu: 16    # the CPU cores Slurm gives each GPU's rank and its loader workers
       cpu_speed: 1.0       # one core of the target against one core here (a loader cell's samples/s there / here),
-                           # or the file `python -m feedbench cpu-speed --out FILE` wrote there (plan.cpu_speed)
+                           # or the file `python -m feedbench cpu-speed --out FILE` wrote there (core.cpu_speed)
       link_gb_per_s: 25    # optional: the host-to-device bandwidth where it differs from the GPU's default link
       compute: measured    # optional: estimated (the default) or measured there (below)
       partition: gpu       # optional, with compute: measured: the Slurm partition of the target's GPUs
 
-The compute side is estimated (feedbench.plan.estimate) unless `compute: measured`: then each single-process
+The compute side is estimated (feedbench.core.estimate) unless `compute: measured`: then each single-process
 training cell's compute ceiling is planned once more, on a GPU (device cuda), in the experiment `target-compute`
 (measured_cells), for a run on the target's partition (docs/target.md); the section "On <target>"
 takes a measurement made on the target's GPU (measured_compute) over the estimate, and says which each cell used.
@@ -18,11 +18,11 @@ Those cells are jobs of their own rule, MEASURED_RULE (workflow/rules/bench.smk:
 
 Every figure the plan needs is checked at plan time, before any job: an unknown GPU names the known ones, a figure
 missing from the table (or a dtype the GPU has no rate for) names what is missing, a target with fewer cores than
-one rank and one loader worker (plan.resources) is refused, and a cpu_speed file must be a measurement of this
-feedbench's reference cell (plan.cpu_speed). Each is one ConfigError line.
+one rank and one loader worker (core.resources) is refused, and a cpu_speed file must be a measurement of this
+feedbench's reference cell (core.cpu_speed). Each is one ConfigError line.
 
 The roofline turns a step's counted FLOPs and bytes into seconds on the GPU; the copy turns a batch's bytes into
-seconds over the link. Plain Python (the plan layer): feedbench.harness.flops counts, feedbench.plan.estimate fits the
+seconds over the link. Plain Python (the plan layer): feedbench.harness.flops counts, feedbench.core.estimate fits the
 efficiency that scales the roofline to what a model family reaches.
 """
 
@@ -38,9 +38,8 @@ from typing import Any
 import yaml
 
 from .ceilings import ceiling_base, ceiling_cell, ceiling_knobs, trains_alone
-from .config import ConfigError, key_path
 from .cpu_speed import is_speed_file, read_speed_file
-from .knobs import KNOBS, shown
+from .knobs import KNOBS, ConfigError, key_path, shown
 from .model_names import model_family
 from .planned_cell import PlannedCell, effective, same_key
 from .resources import cpus_per_rank
@@ -80,7 +79,7 @@ class Target:
     cores_per_gpu: int
     cpu_speed: float | None  # None: measured, from cpu_speed_file there and the same reference here (rule target)
     link_gb_per_s: float  # the GPU's default link unless the config gives its own
-    cpu_speed_file: str | None = None  # a cpu-speed file measured on the target (plan.cpu_speed), checked
+    cpu_speed_file: str | None = None  # a cpu-speed file measured on the target (core.cpu_speed), checked
 
 
 def _key(name: str) -> str:

@@ -11,17 +11,17 @@ is read as this process sees it:
               rounded down to whole cores (at least 1)
     slurm     SLURM_CPUS_PER_TASK (a rank and its workers), else SLURM_CPUS_ON_NODE (the job's CPUs on this node)
 
-Plain Python (the plan layer): the job records it in its result's provenance (harness.provenance).
+Plain Python (the core): the job records it in its result's provenance (harness.provenance).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import statistics
 from collections.abc import Mapping
 
 from . import cgroup
+from .metrics import median_of_known
 from .shm import loaders
 
 CGROUP_ROOT = cgroup.ROOT
@@ -90,15 +90,10 @@ KINDS = {True: "CPU-bound", False: "waiting"}
 
 def ranks_sharing(knobs, env: Mapping[str, str] = os.environ) -> int:
     """The cell's ranks that share this process's usable cores: one where Slurm gives each task its own CPUs
-    (SLURM_CPUS_PER_TASK), else every rank on this host (as plan.shm counts its loaders)."""
+    (SLURM_CPUS_PER_TASK), else every rank on this host (as core.shm counts its loaders)."""
     if env.get("SLURM_CPUS_PER_TASK", "").isdigit():
         return 1
     return loaders(knobs, local="SLURM_JOB_ID" not in env)[0]
-
-
-def _median(values: list) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
 
 
 def trainer_cores(scenario: str, device: str, torch_threads: int | None) -> int:
@@ -114,14 +109,14 @@ def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: i
     None without loader workers; kind and oversubscribed None when no worker was sampled."""
     if num_workers == 0:
         return None
-    runnable = _median([w.get("runnable_share") for w in workers])
+    runnable = median_of_known([w.get("runnable_share") for w in workers])
     bound = None if runnable is None else runnable >= CPU_BOUND_SHARE
     demand = ranks * (num_workers + trainer)
     return {
         "demand_cores": demand,
         "usable_cores": usable,
         "trainer_cores": trainer,
-        "cpu_share": _median([w.get("cpu_share") for w in workers]),
+        "cpu_share": median_of_known([w.get("cpu_share") for w in workers]),
         "runnable_share": runnable,
         "kind": None if bound is None else KINDS[bound],
         "oversubscribed": None if bound is None or usable is None else bool(bound and demand > usable),

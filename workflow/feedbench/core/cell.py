@@ -37,7 +37,7 @@ def _field(knob: Knob) -> tuple[str, Any, Any]:
     return knob.name, hint, field(default=knob.default)
 
 
-# The knobs of one cell, checked by parse_cell: one field per knob of plan.knobs.KNOBS, with its type and default,
+# The knobs of one cell, checked by parse_cell: one field per knob of core.knobs.KNOBS, with its type and default,
 # then the labels the workflow adds (knobs.LABELS: set by the workflow, copied into the result, unused by the harness).
 # Derived from the declarations, so a knob is declared once. Import-light: the Snakefile checks every cell with it.
 Cell = make_dataclass(
@@ -46,7 +46,7 @@ Cell = make_dataclass(
     frozen=True,
 )
 Cell.__module__ = __name__  # where pickle finds it (a spawned loader worker unpickles the cell)
-Cell.__doc__ = "The knobs of one cell (feedbench.plan.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
+Cell.__doc__ = "The knobs of one cell (feedbench.core.knobs.KNOBS), then its labels (knobs.LABELS); see parse_cell."
 
 
 def parse_cell(raw: dict[str, Any]) -> Cell:
@@ -81,11 +81,25 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
             f"knob 'forward_keys': value {keys!r} is not allowed; allowed: null, or a non-empty list of batch keys "
             "with a user model (package.module:attribute)"
         )
+    if values["loss"] != "auto" and (not own_model or values["step"]):
+        raise KnobError(
+            f"knob 'loss': value {values['loss']!r} is the loss of a model of your own without a step "
+            f"({'its step computes the loss' if values['step'] else 'a built-in model has its own'}); allowed: auto"
+        )
     if values["momentum"] and values["optimizer"] != "sgd":
         raise KnobError(
             f"knob 'momentum': value {values['momentum']!r} is SGD's, not allowed with optimizer "
             f"'{values['optimizer']}'; allowed: 0 (an optimizer's own arguments go in optimizer_args)"
         )
+    _check_model(values, own_data)
+    _check_decoder(values)
+    _check_stage_whatifs(values)
+    _check_parallel(values)
+    return Cell(**values)
+
+
+def _check_model(values: dict[str, Any], own_data: bool) -> None:
+    """The scenario, the dataset and the model go together."""
     scenario, dataset, model = values["scenario"], values["dataset"], values["model"]
     hint = BUILTIN_DATASETS[dataset].data_dir_hint if dataset in BUILTIN_DATASETS else None
     if hint and not values["data_dir"] and not values["download"]:
@@ -106,8 +120,11 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         raise KnobError(
             f"knob 'model': value '{model}' is not allowed with dataset 'tokens'; allowed: lstm, sleep, none"
         )
-    _check_decoder(values)
-    _check_stage_whatifs(values)
+
+
+def _check_parallel(values: dict[str, Any]) -> None:
+    """The parallel mode fits the GPUs, the nodes and the scenario."""
+    scenario = values["scenario"]
     parallel, gpus, nodes = values["parallel"], values["gpus_per_node"], values["nodes"]
     if parallel == "none" and (gpus > 1 or nodes > 1):
         raise KnobError(
@@ -121,7 +138,6 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         )
     if parallel != "none" and scenario in ("loader", "transfer"):
         raise KnobError(f"knob 'parallel': value '{parallel}' is not allowed with scenario '{scenario}'; allowed: none")
-    return Cell(**values)
 
 
 def _check_decoder(values: dict[str, Any]) -> None:

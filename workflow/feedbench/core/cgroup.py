@@ -1,7 +1,7 @@
-"""This process's cgroup files, as the limits on its cores and memory are read from them (plan.cores, plan.memory).
+"""This process's cgroup files, as the limits on its cores and memory are read from them (core.cores, core.memory).
 
 A limit set on any cgroup above this process's binds it too, so each file is read in its own cgroup and in every
-parent up to the root (cgroup v2), plus cgroup v1's file at its controller's root. Plain Python (the plan layer).
+parent up to the root (cgroup v2), plus cgroup v1's file at its controller's root. Plain Python (the core).
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ PHASES = ("wait", "device_prep", "h2d", "fwd", "bwd", "opt", "gpu_idle")
 CLOCKED_PHASES = PHASES[2:6]
 
 
+def median_of_known(values) -> float | None:
+    """The median of the values that are known (not None), None when none is: a figure a cell may lack."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     position = q * (len(ordered) - 1)

@@ -1,6 +1,6 @@
-"""`make screenshots`: pictures of reports for docs/ and the README, taken by headless Chromium (tests/browser.py).
+"""`make screenshots`: pictures of reports for docs/ and the README, taken by headless Chromium (helpers/browser.py).
 
-    python tests/screenshots.py DEFAULT_REPORT [BREAKDOWN_REPORT]
+    PYTHONPATH=tests python -m helpers.screenshots DEFAULT_REPORT [BREAKDOWN_REPORT]
 
 writes docs/report.png (the top of the default report, the README's picture), docs/decode-report.png (the default
 report's training cell starved by JPEG decoding: its stage profile, the verdict's stage and fix, its ceilings),
@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
-from browser import find_chromium, inspect
+from helpers.browser import find_chromium, inspect
 
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
 
 
 # (which report, the picture in docs/, how inspect takes it)

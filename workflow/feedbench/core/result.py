@@ -20,6 +20,13 @@ SCHEMA_VERSION = 1
 # counts the reads of a real run, across its processes (tests/test_workflow.py).
 READ_LOG = "FEEDBENCH_READ_LOG"
 
+# A bench job's folder and log (plan.job), where the preflight's record and the report find a cell's too: rule
+# bench's output, log and benchmark are made from these (workflow/rules/bench.smk), and the job finds its own from the
+# cell's labels. So the rule's shell command has two fields, not four: Snakemake formats it three times per job in a
+# dry run (docs/performance.md, "Workflow DAG").
+CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
+CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
+
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -59,12 +66,12 @@ def tail(path: str | None, lines: int = 30) -> str:
 
 
 def schema_file() -> dict:
-    """The result schema as its file states it: everything but the leaves plan.metric_table declares and it omits."""
+    """The result schema as its file states it: everything but the leaves core.metric_table declares and it omits."""
     return json.loads(resources.files("feedbench").joinpath("schemas/result.schema.json").read_text())
 
 
 def schema() -> dict:
-    """The result schema: its file, with every metric of plan.metric_table (`python -m feedbench metrics --schema`)."""
+    """The result schema: its file, with every metric of core.metric_table (`python -m feedbench metrics --schema`)."""
     return with_metrics(schema_file())
 
 

@@ -1,7 +1,7 @@
 """The user's own code, plugged in by import path: `package.module:attribute`.
 
 Importing user code runs it. Targets come only from the config the user wrote
-(the knobs that take it: feedbench.plan.knobs.user_code), never from results. The
+(the knobs that take it: feedbench.core.knobs.user_code), never from results. The
 folders of the config's `python_path` go on sys.path first; their content is
 fingerprinted, so a change to the user's code reruns the cells that use it.
 Torch-free at import: the Snakefile resolves every target before any job.
@@ -24,7 +24,7 @@ from .planned_cell import ARG_KNOBS
 
 
 def plugins_of(cell) -> dict[str, str]:
-    """knob -> import path, for the knobs of the cell (a feedbench.plan.cell.Cell) that name user code."""
+    """knob -> import path, for the knobs of the cell (a feedbench.core.cell.Cell) that name user code."""
     return user_code_of(vars(cell))
 
 

@@ -14,7 +14,7 @@ from . import metric_table
 LABELS = ["experiment", "cell", "repeat", "baseline"]
 ORDER = ["experiment", "cell", "repeat"]
 STATUS = ["status", "error_type", "error_message", "adjustments"]
-# The metrics of a result, in the summary's order: declared in plan.metric_table, one phase's columns together.
+# The metrics of a result, in the summary's order: declared in core.metric_table, one phase's columns together.
 METRIC_COLUMNS = metric_table.columns()
 # Then, per stage a cell timed (knob stage_timing; harness.stages), columns stage_<name>_<stat>: the stage's ms per
 # sample (median; mean, p90, p99), its share of the worker's time and its calls. Which stages there are varies.
@@ -25,9 +25,9 @@ STAGE_COLUMN = re.compile(
 TRANSFER_COLUMNS = metric_table.sparse_columns()
 PROVENANCE_COLUMNS = ["host", "gpu"]
 # The trainer's intra-op threads as it ran (the result's `torch_threads`) and why (`torch_threads_source`,
-# plan.threads): the knob column `torch_threads` is empty where the cell left them to the launch.
+# core.threads): the knob column `torch_threads` is empty where the cell left them to the launch.
 THREADS_COLUMNS = ["torch_threads_used", "torch_threads_source", "torch_threads_launch"]
-# The cell's CPU demand against its usable cores (the result's `cpu`, plan.cores.cpu_load): empty without workers.
+# The cell's CPU demand against its usable cores (the result's `cpu`, core.cores.cpu_load): empty without workers.
 CPU_COLUMNS = [
     "usable_cores",
     "demand_cores",
@@ -37,7 +37,7 @@ CPU_COLUMNS = [
     "workers_kind",
     "oversubscribed",
 ]
-# Shared memory as the cell's loader started (the result's `shm`, plan.shm.facts).
+# Shared memory as the cell's loader started (the result's `shm`, core.shm.facts).
 SHM_COLUMNS = ["shm_in_flight_bytes", "shm_free_bytes"]
 # The knobs as the workflow asked for them, and the result's path.
 REQUEST_COLUMNS = ["requested", "result"]

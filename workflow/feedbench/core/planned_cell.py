@@ -26,7 +26,7 @@ PERIODIC_REPEATS = 20
 @dataclass(frozen=True)
 class PlannedCell:
     """One point of an experiment: the knobs it sets, where each came from in the config,
-    and the harness's parsed cell (feedbench.plan.cell.Cell) once checked, so nothing parses it again."""
+    and the harness's parsed cell (feedbench.core.cell.Cell) once checked, so nothing parses it again."""
 
     experiment: str
     id: str

@@ -7,7 +7,7 @@ import os
 import yaml
 from feedbench.analysis import publish
 
-DEFAULT_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stored", "default-run")
+DEFAULT_RUN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stored", "default-run")
 CONFIG_HASH = "2f19b81d778544b873ab7f732d51074030d0ddc014684c719918e7b72de05aa4"  # the run's, as its report showed it
 
 

@@ -1,8 +1,8 @@
-"""A run's results read once: each result.json validated (plan.result.read_result) into a typed `Record`.
+"""A run's results read once: each result.json validated (core.result.read_result) into a typed `Record`.
 
 Rule aggregate reads every result this way and writes the records, in the summary's order, to
 results/records.json (`write_records`) beside the summary; the report (its provenance, failures, the
-section "On <target>" and its loader curves) and the run's end (plan.failures) read that one file
+section "On <target>" and its loader curves) and the run's end (feedbench.plan.failures) read that one file
 (`load_records`), so no later rule opens a result.json again. A record keeps a result's values as it
 holds them: a result written before a metric existed has no value there, as the summary has none.
 """
@@ -28,7 +28,7 @@ NAMED = tuple(name for name, metric in METRICS.items() if metric.expand is None)
 @dataclass(frozen=True)
 class Record:
     """One result.json as the analysis reads it. `cell`: the knobs and labels as the cell ran (None where it never
-    validated); `metrics`: each metric of plan.metric_table by name, as the result holds it; `columns`: the summary's
+    validated); `metrics`: each metric of core.metric_table by name, as the result holds it; `columns`: the summary's
     metric columns (metric_table.row_of); `damaged`: the result was unusable (UnusableResult), kept as a failed record
     labelled by its path that says why."""
 
@@ -52,7 +52,7 @@ class Record:
 
     @property
     def knobs(self) -> dict:
-        """Every knob of plan.knobs as the cell ran (as requested where it never validated); None where absent."""
+        """Every knob of core.knobs as the cell ran (as requested where it never validated); None where absent."""
         found = self.cell or self.requested or {}
         return {name: found.get(name) for name in KNOBS}
 
@@ -144,5 +144,5 @@ def load_records(path: str) -> list[Record]:
         found = json.load(f)
     names = {f.name for f in fields(Record)}
     if not isinstance(found, list) or not all(isinstance(r, dict) and set(r) <= names for r in found):
-        raise ValueError(f"{path}: not a list of result records (written by rule aggregate: plan.records)")
+        raise ValueError(f"{path}: not a list of result records (written by rule aggregate: core.records)")
     return [Record(**record) for record in found]

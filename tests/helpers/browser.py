@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 # Screenshots the browser tests keep, for a person to look at.
-ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts")
+ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "test-artifacts")
 
 FLAGS = [
     "--headless",

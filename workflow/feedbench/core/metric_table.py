@@ -1,10 +1,10 @@
-"""The metric table: every figure of a result that the summary carries, declared once, as plan.knobs declares knobs.
+"""The metric table: every figure of a result that the summary carries, declared once, as core.knobs declares knobs.
 
-From it come the summary's metric columns (plan.columns), the flattening of a result into a summary row
+From it come the summary's metric columns (core.columns), the flattening of a result into a summary row
 (`row_of`, for analysis.aggregate), the leaves of the result schema's `metrics` that its file leaves out
-(`with_metrics`, which plan.result.schema applies) and the table in docs/result-schema.md
+(`with_metrics`, which core.result.schema applies) and the table in docs/result-schema.md
 (`python -m feedbench metrics --markdown`). A new metric is its `Metric` here and the harness line that measures
-it. Plain Python: the Snakefile's parse imports plan.columns, so never torch or pandas.
+it. Plain Python: the Snakefile's parse imports core.columns, so never torch or pandas.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ job parses it again: importing torchvision there would cost each of them about
 3 s. TORCHVISION_MODELS is torchvision.models.list_models(module=torchvision.models)
 of torchvision 0.29.2; tests/test_parse_speed.py compares it with the installed
 torchvision, so the list cannot go stale silently. A leaf: it imports nothing of
-feedbench, so the knob table (feedbench.plan.knobs) can ask it without a cycle.
+feedbench, so the knob table (feedbench.core.knobs) can ask it without a cycle.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def input_kind(model: str) -> str:
 
 
 # Model families whose compute efficiency (achieved over peak FLOP/s) a compute estimate fits apart
-# (feedbench.plan.estimate): convolutions, recurrent layers, dense layers, attention.
+# (feedbench.core.estimate): convolutions, recurrent layers, dense layers, attention.
 FAMILIES = ("cnn", "rnn", "mlp", "transformer")
 # torchvision's classification models built of attention blocks; every other one of TORCHVISION_MODELS is a CNN.
 TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")

@@ -1,6 +1,6 @@
 """The compute estimate for a target GPU, and its error against the published studies' GPU throughputs.
 
-A step's time on a GPU is estimated as its roofline (feedbench.plan.target.roofline_seconds: counted FLOPs at the
+A step's time on a GPU is estimated as its roofline (feedbench.core.target.roofline_seconds: counted FLOPs at the
 dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of its model family
 (model_names.FAMILIES): the share of the roofline such models reach; or, where it takes longer, the host's time to
 launch the step's counted kernels (compute_seconds, LAUNCH_SECONDS). The efficiencies are fitted only to public
@@ -17,6 +17,11 @@ fits takes the pooled efficiency, the geometric mean of all studies'. Its error 
 (leave_one_study_out): each study predicted by efficiencies fitted to the others. docs/results/prediction-error.md
 holds it, written by benchmarks/prediction_error.py; tests/test_estimate.py checks the two agree.
 
+The per-operation estimate (`per_op`) sums each counted operation's roofline over the efficiency of its class
+(OP_CLASSES) on the GPU, from public microbenchmarks (core/kernels.yaml: each figure with its source and shapes); the
+operations of a class the table has no figure for keep the family efficiency, which is then fitted only to the time
+the figured classes leave unexplained. The launch floor stays as above.
+
 Plain Python: the FLOPs and bytes come from a `count(knobs)` the caller passes (feedbench.harness.flops.count_step).
 """
 
@@ -27,11 +32,13 @@ import math
 import os
 import statistics
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import yaml
 
 from .ceilings import batch_bytes, trainer_seconds
+from .knobs import ConfigError
 from .model_names import model_family
 from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline_seconds
 
@@ -41,6 +48,71 @@ from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline
 # One figure for every GPU: it is the host's and the driver's time, and no public page gives it per GPU. The low end,
 # since it serves as a floor (compute_seconds); eager PyTorch adds its own dispatch on top of it.
 LAUNCH_SECONDS = 5e-6
+# The per-operation classes (feedbench.harness.flops.op_class), and their public microbenchmark figures per GPU.
+OP_CLASSES = ("matmul", "convolution", "recurrent", "elementwise", "normalisation")
+KERNELS = os.path.join(os.path.dirname(__file__), "kernels.yaml")
+
+
+@lru_cache(maxsize=4)
+def _kernel_rows(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
+def gpu_figures(gpu: str, kind: str, name: str, path: str = KERNELS) -> dict:
+    """One figure of the table as written: its efficiency, source and shapes."""
+    return _kernel_rows(path)[gpu][kind][name]
+
+
+@lru_cache(maxsize=4)
+def kernel_table(path: str = KERNELS) -> dict[tuple[str, str], dict[str, float]]:
+    """(GPU, dtype) -> {class: efficiency} of the table, checked: ConfigError in one line for a figure without its
+    source or shapes, a class or dtype the estimate does not know, or an efficiency outside (0, 1]."""
+    rows = _kernel_rows(path)
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for gpu, kinds in rows.items():
+        for kind, classes in (kinds or {}).items():
+            if kind not in ("fp32", "tf32", "fp16", "bf16"):
+                raise ConfigError(f"{path}: {gpu}.{kind}: unknown dtype; allowed: fp32, tf32, fp16, bf16")
+            for name, figure in (classes or {}).items():
+                where = f"{path}: {gpu}.{kind}.{name}"
+                if name not in OP_CLASSES:
+                    raise ConfigError(f"{where}: unknown operation class; allowed: {', '.join(OP_CLASSES)}")
+                figure = figure if isinstance(figure, dict) else {"efficiency": figure}
+                for needed in ("source", "shapes"):
+                    if not figure.get(needed):
+                        raise ConfigError(
+                            f"{where}: efficiency without its {needed}; allowed: a figure with its public source "
+                            "and the kernel shapes it is derived from"
+                        )
+                value = figure.get("efficiency")
+                if not isinstance(value, (int, float)) or not 0 < value <= 1:
+                    raise ConfigError(f"{where}: efficiency {value!r}; allowed: a share of the peak in (0, 1]")
+                table.setdefault((str(gpu), kind), {})[name] = float(value)
+    return table
+
+
+def class_efficiencies(gpu: Gpu, kind: str) -> dict[str, float]:
+    """The microbenchmarked efficiency of each operation class on `gpu` in dtype `kind` (none: the family's)."""
+    return kernel_table().get((gpu.name, kind), {})
+
+
+def split_seconds(work, knobs: dict, gpu: Gpu, per_op: bool) -> tuple[float, float]:
+    """(seconds of the operations whose class has a microbenchmark figure on `gpu`, roofline seconds of the rest at
+    full efficiency). Without `per_op`: (0, the step's whole roofline), the family estimate."""
+    kind = dtype(knobs, gpu)
+    if not per_op:
+        return 0.0, roofline_seconds(work.flops, work.bytes, gpu, kind)
+    figures, known, rest = class_efficiencies(gpu, kind), 0.0, 0.0
+    for op_class, flops, moved, count in work.ops:
+        seconds = count * roofline_seconds(flops, moved, gpu, kind)
+        if op_class in figures:
+            known += seconds / figures[op_class]
+        else:
+            rest += seconds
+    return known, rest
+
+
 # The bound every published cell had, by study, and the published evidence for it.
 PUBLISHED_BOUND = {
     "scaling": ("compute", "the images are generated on the GPU before the loop: no data to wait for"),
@@ -153,17 +225,19 @@ def _geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def fit_efficiencies(cells: list[PublishedCell], count: Callable) -> dict[str, float]:
-    """Efficiency per family, and "pooled" over all studies, from the one-GPU cells (module docstring)."""
+def fit_efficiencies(cells: list[PublishedCell], count: Callable, per_op: bool = False) -> dict[str, float]:
+    """Efficiency per family, and "pooled" over all studies, from the one-GPU cells (module docstring); `per_op`: of
+    the operations whose class has no microbenchmark figure, over the time the others leave (split_seconds)."""
     by_study: dict[tuple[str, str], list[float]] = {}
     for cell in cells:
         if cell.gpus != 1:
             continue
         copy = copy_seconds(cell.copy_bytes, _target(cell), pinned(cell.knobs))
         observed = cell.published_step_s if cell.overlapped else cell.published_step_s - copy
-        if observed <= 0:
+        known, rest = split_seconds(count(cell.knobs), cell.knobs, cell.gpu, per_op)
+        if observed - known <= 0 or rest <= 0:
             continue
-        by_study.setdefault((count(cell.knobs).family, cell.study), []).append(roofline(cell, count) / observed)
+        by_study.setdefault((count(cell.knobs).family, cell.study), []).append(rest / (observed - known))
     studies = {key: _geomean(values) for key, values in by_study.items()}
     fitted = {}
     for family in sorted({family for family, _ in studies}):
@@ -201,7 +275,9 @@ class Prediction:
         return self.step_s < self.cell.published_step_s
 
 
-def compute_seconds(work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float]) -> tuple[float, str]:
+def compute_seconds(
+    work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float], per_op: bool = False
+) -> tuple[float, str]:
     """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, kernels, family: what
     feedbench.harness.flops.count_step gives), and which efficiency served: its family's, else "pooled".
 
@@ -212,10 +288,12 @@ def compute_seconds(work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float])
     steps (the floor is at most 4 % of their estimate: docs/results/prediction-error.md, "Small, fixed costs"), and
     there a sum moves the median error from 22.3 to 22.4 % (the LSTM's from 17.7 to 19.3 %).
     The floor serves the steps the roofline puts below it: a tiny model, whose step is its launches.
+    `per_op`: the operations of a class with a microbenchmark figure at that figure, the rest at the family's
+    efficiency (split_seconds).
     """
     source = work.family if work.family in efficiencies else "pooled"
-    roofline = roofline_seconds(work.flops, work.bytes, gpu, dtype(knobs, gpu)) / efficiencies[source]
-    return max(roofline, launch_seconds(work)), source
+    known, rest = split_seconds(work, knobs, gpu, per_op)
+    return max(known + rest / efficiencies[source], launch_seconds(work)), source
 
 
 def launch_seconds(work) -> float:
@@ -224,29 +302,30 @@ def launch_seconds(work) -> float:
 
 
 def step_on(
-    cell: PublishedCell, target: Target, efficiencies: dict[str, float], count: Callable
+    cell: PublishedCell, target: Target, efficiencies: dict[str, float], count: Callable, per_op: bool = False
 ) -> tuple[float, float, float, str]:
     """(compute, copy, step seconds, efficiency used) of the cell's step on `target`'s GPU and link: compute and
     copy, overlapped as its knobs say."""
-    compute, source = compute_seconds(count(cell.knobs), cell.knobs, target.gpu, efficiencies)
+    compute, source = compute_seconds(count(cell.knobs), cell.knobs, target.gpu, efficiencies, per_op)
     copy = copy_seconds(cell.copy_bytes, target, pinned(cell.knobs))
     return compute, copy, trainer_seconds(compute, copy, cell.overlapped), source
 
 
-def predict(cell: PublishedCell, efficiencies: dict[str, float], count: Callable) -> Prediction:
+def predict(cell: PublishedCell, efficiencies: dict[str, float], count: Callable, per_op: bool = False) -> Prediction:
     """The cell's step on its own study's GPU with the given efficiencies, against the published figure."""
-    compute, copy, step, source = step_on(cell, _target(cell), efficiencies, count)
+    compute, copy, step, source = step_on(cell, _target(cell), efficiencies, count, per_op)
     error = abs(cell.published_step_s / step - 1)
     bound = "compute" if compute >= copy else "data"
     return Prediction(cell, efficiencies[source], source, compute, copy, step, bound, error)
 
 
-def leave_one_study_out(cells: list[PublishedCell], count: Callable) -> list[Prediction]:
-    """Every published cell predicted with efficiencies fitted to the other studies alone."""
+def leave_one_study_out(cells: list[PublishedCell], count: Callable, per_op: bool = False) -> list[Prediction]:
+    """Every published cell predicted with efficiencies fitted to the other studies alone (the microbenchmark
+    figures of `per_op` are fitted to none of them)."""
     predictions = []
     for study in dict.fromkeys(c.study for c in cells):
-        fitted = fit_efficiencies([c for c in cells if c.study != study], count)
-        predictions += [predict(c, fitted, count) for c in cells if c.study == study]
+        fitted = fit_efficiencies([c for c in cells if c.study != study], count, per_op)
+        predictions += [predict(c, fitted, count, per_op) for c in cells if c.study == study]
     return predictions
 
 
@@ -311,19 +390,20 @@ def summary_table(predictions: list[Prediction]) -> list[str]:
 
 
 def beside_published(
-    predictions: list[Prediction], target: Target, efficiencies: dict[str, float], count: Callable
+    predictions: list[Prediction], target: Target, efficiencies: dict[str, float], count: Callable, per_op=False
 ) -> dict[str, dict]:
     """Per study: each published cell, its figure, the held-out prediction on the study's own GPU (what
     `predictions`, leave_one_study_out, gives: never fitted to the figure it is compared with) and its error, and
-    the same protocol predicted on `target` with `efficiencies` (None where the target's GPU is the study's). For the
-    study views of a run with a `target:` (the report puts predicted beside published)."""
+    the same protocol predicted on `target` with `efficiencies` (None where the target's GPU is the study's), by the
+    per-operation estimate where `per_op`, as the predictions were. For the study views of a run with a `target:`
+    (the report puts predicted beside published)."""
     studies: dict[str, dict] = {}
     for p in predictions:
         cell = p.cell
         study = studies.setdefault(cell.study, {"gpu": cell.gpu.name, "title": cell.gpu.title, "rows": []})
         there = None
         if cell.gpu.name != target.gpu.name:
-            there = cell.in_unit(step_on(cell, target, efficiencies, count)[2])
+            there = cell.in_unit(step_on(cell, target, efficiencies, count, per_op)[2])
         study["rows"].append(
             {
                 "cell": cell.label,
