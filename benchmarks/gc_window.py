@@ -1,4 +1,4 @@
-"""Python's collector in the window, `gc: normal`, `freeze` and `disable` side by side (#35, item 7): its default.
+"""Python's collector in the window, `gc: normal`, `freeze` and `disable` side by side: its default.
 
 Two pipelines, the loader in the trainer's process (num_workers 0, where the collector's pauses fall on the step), on
 the CPU, the three arms alternating in one process, each first in turn by round:

@@ -1,4 +1,4 @@
-"""The GPU check's cells (#35): each in a fresh process, arms in alternating order, one dated markdown table.
+"""The GPU check's cells: each in a fresh process, arms in alternating order, one dated markdown table.
 
     PYTHONPATH=workflow .venv/bin/python benchmarks/gpu_check.py --out DIR [--rounds 2] [--only GROUP ...]
 

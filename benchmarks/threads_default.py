@@ -1,4 +1,4 @@
-"""The trainer's threads, old default against new, beside the plain loop the user would run (issue #39).
+"""The trainer's threads, old default against new, beside the plain loop the user would run.
 
 On examples/own-pipeline's objects (own_pipeline_overhead.py's: shards read as an IterableDataset, a dict collate, a
 small CNN, its step), on the CPU, at 0 and 2 loader workers, three arms in alternating order each round, one process:

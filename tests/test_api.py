@@ -1,4 +1,4 @@
-"""feedbench.measure: objects in, the result dict out, nothing written unless asked (#11)."""
+"""feedbench.measure: objects in, the result dict out, nothing written unless asked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every script in benchmarks/ runs at its smallest size (#35, N4): a benchmark nobody runs rots unnoticed, as
+"""Every script in benchmarks/ runs at its smallest size: a benchmark nobody runs rots unnoticed, as
 instrument_overhead.py did (it crashed before measuring anything). Only that each runs to the end and prints its
 figures is checked here: the figures themselves are for docs/performance.md, measured side by side on a quiet
 machine, never asserted in a test."""

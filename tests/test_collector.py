@@ -1,4 +1,4 @@
-"""Python's garbage collector in the measured window (#35, item 7): its pauses recorded in the result and the summary,
+"""Python's garbage collector in the measured window: its pauses recorded in the result and the summary,
 the knob `gc` (normal | freeze | disable), and the collector left as it was found after every cell, a failed one too."""
 
 from __future__ import annotations

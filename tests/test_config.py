@@ -46,9 +46,9 @@ def test_default_config_is_the_matrix_of_the_issue():
     assert all(c.knobs["model"] == "mlp" and c.knobs["dataset"] == "memory" for c in prefetch)
     assert {c.knobs["scenario"] for c in by["compute"]} == {"compute"}
     assert {c.knobs["scenario"] for c in by["transfer"]} == {"transfer"}
-    # A training cell starved by JPEG decoding at few workers (issue #23, part 6), its stages timed, its ceilings
+    # A training cell starved by JPEG decoding at few workers, its stages timed, its ceilings
     # measured: the loader alone is the `workers` cell without pinning, so only its compute ceiling is added.
-    # Beside them, the fix its stage profile predicts, measured (#23, part 6): decode once at 0 workers. It shares its
+    # Beside them, the fix its stage profile predicts, measured: decode once at 0 workers. It shares its
     # baseline's ceilings, so it adds no cell of its own there.
     decode = by["decode"]
     assert [(c.knobs["num_workers"], c.knobs.get("cache_after")) for c in decode] == [

@@ -1,5 +1,5 @@
 """The cores a cell may use: affinity mask, cgroup CPU quota and Slurm's CPUs, the fewest recorded in the result's
-provenance (issue #24, part 3)."""
+provenance."""
 
 from __future__ import annotations
 
@@ -209,7 +209,7 @@ def test_the_trainers_threads_count_where_its_model_computes_on_the_cpu():
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="two cores: the affinity mask"
 )
 def test_a_cpu_training_cell_whose_workers_and_threads_outnumber_its_cores_is_oversubscribed(tmp_path):
-    """One CPU-bound worker beside a trainer on 2 cores: fits beside 1 intra-op thread, not beside 2 (issue #39)."""
+    """One CPU-bound worker beside a trainer on 2 cores: fits beside 1 intra-op thread, not beside 2."""
     from feedbench.harness.masked import run_masked
 
     (tmp_path / "project").mkdir()

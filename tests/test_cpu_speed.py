@@ -1,4 +1,4 @@
-"""The target's CPU speed measured by the same reference loader cell on both machines (#25): `python -m feedbench
+"""The target's CPU speed measured by the same reference loader cell on both machines: `python -m feedbench
 cpu-speed --out FILE` writes the file (run for real, once), a target that names it is checked at plan time, and the
 factor is there / here."""
 

@@ -90,7 +90,7 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     report_only = dict(CONFIG, retry_failed=False)
     assert planned(workflow, workdir, report_only) == set()
     shown = snakemake(workflow, workdir, report_only)
-    # The report is made again and lists them, so the run exits 1 naming each, kept from before (#33).
+    # The report is made again and lists them, so the run exits 1 naming each, kept from before.
     assert shown.returncode == 1, shown.stderr[-4000:]
     earlier = r"^(\S+) / (\S+) \(rep(\d+)\): UnusableResult: .*\(an earlier run's result, "
     named = re.findall(earlier, shown.stderr, re.M)

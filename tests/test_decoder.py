@@ -1,4 +1,4 @@
-"""The JPEG decoder as an axis (knob decoder, issue #23 part 5): the CPU decoders give the model the same batch
+"""The JPEG decoder as an axis (knob decoder): the CPU decoders give the model the same batch
 layout from the same files, their pixels near-equal, and each runs a cell through the harness."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The compute estimate for a target GPU (#25): FLOPs counted on the CPU, its leave-one-study-out error published."""
+"""The compute estimate for a target GPU: FLOPs counted on the CPU, its leave-one-study-out error published."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_every_published_gpu_throughput_is_a_cell_with_its_bound():
 
 def test_the_leave_one_study_out_error_is_deterministic_and_is_the_published_one():
     """The doc's summary is what published_error gives, here and in benchmarks/prediction_error.py's own process (the
-    benchmark's run in the suite, #35 N4): regenerate the doc with it."""
+    benchmark's run in the suite): regenerate the doc with it."""
     first, efficiencies = published_error(ROOT)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "workflow"))
     script = os.path.join(ROOT, "benchmarks", "prediction_error.py")

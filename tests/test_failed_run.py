@@ -1,4 +1,4 @@
-"""A run in which a cell failed says so and exits 1 (#33), through real Snakemake: a dataset that cannot be read in a
+"""A run in which a cell failed says so and exits 1, through real Snakemake: a dataset that cannot be read in a
 loader worker fails every cell of its experiment; the run still makes its report, then names each failed cell in one
 line, and the other experiment's cell is measured. Before, Snakemake printed "steps (100%) done" and exited 0.
 

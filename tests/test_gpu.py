@@ -147,7 +147,7 @@ def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
     )
     none, stream = best_of_alternating(run_cell, knobs, device_prefetch=("none", "stream"))
     assert stream["metrics"]["phases"]["h2d"]["median_ms"] > 0
-    # The study's gain is 1-3 %, within the noise of two runs: prefetch must not lose beyond that (#27, risks).
+    # The study's gain is 1-3 %, within the noise of two runs: prefetch must not lose beyond that.
     assert stream["metrics"]["samples_per_s"] >= 0.97 * none["metrics"]["samples_per_s"]
 
 
@@ -180,7 +180,7 @@ def test_resnet_fp16_channels_last_on_gpu(run_cell):
 
 def test_a_stopped_cell_keeps_its_gpu_phases(tmp_path):
     """Stopped by its time limit with the host ahead of the GPU: the events were read unsynchronised, elapsed_time
-    raised "device not ready", and every GPU phase was dropped (#27, bug 6)."""
+    raised "device not ready", and every GPU phase was dropped."""
     from feedbench.harness.runner import run
 
     code = run(dict(SLEEP, compute_ms=5, steps=1_000_000, timing="events"), str(tmp_path), time_limit=8)
@@ -193,7 +193,7 @@ def test_a_stopped_cell_keeps_its_gpu_phases(tmp_path):
 @pytest.mark.timing
 def test_sync_timing_keeps_the_stream_prefetch_overlap(run_cell):
     """timing: sync waits for the compute stream only: a device-wide sync also waited for the side stream's next
-    copy, a wait in the step and in no phase, which removed the overlap it measured (#27, bug 8)."""
+    copy, a wait in the step and in no phase, which removed the overlap it measured."""
     code, result = run_cell(
         **dict(SLEEP, image_size=256, batch_size=128, num_samples=512),  # 100 MB batches: copies of milliseconds
         compute_ms=20,
@@ -210,7 +210,7 @@ def test_sync_timing_keeps_the_stream_prefetch_overlap(run_cell):
 
 
 def test_single_rank_ddp_on_a_gpu(run_cell):
-    """A bare torch.device("cuda") made set_device and init_process_group refuse the cell (#27, bug 1)."""
+    """A bare torch.device("cuda") made set_device and init_process_group refuse the cell."""
     code, result = run_cell(**SLEEP, compute_ms=5, parallel="ddp")
     assert code == 0, result["error"]
 
@@ -220,7 +220,7 @@ needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GP
 
 @needs_two
 def test_bf16_under_dp_on_two_gpus():
-    """Every DataParallel replica computes in bfloat16, not in its thread's default float16 (#27, bug 4)."""
+    """Every DataParallel replica computes in bfloat16, not in its thread's default float16."""
     from feedbench.core.cell import parse_cell
     from feedbench.harness.loop import WithLoss, wrap_parallel
 
@@ -236,7 +236,7 @@ def test_bf16_under_dp_on_two_gpus():
 
 @needs_two
 def test_sleep_model_under_dp_takes_its_compute_time(run_cell):
-    """The calibration ran at every step of every replica: ~10 ms and a host sync more per step (#27, bug 5)."""
+    """The calibration ran at every step of every replica: ~10 ms and a host sync more per step."""
     code, result = run_cell(**SLEEP, compute_ms=20, parallel="dp", gpus_per_node=2, timing="events")
     assert code == 0, result["error"]
     assert result["metrics"]["step_ms"]["median"] == pytest.approx(20, rel=0.15)
@@ -245,7 +245,7 @@ def test_sleep_model_under_dp_takes_its_compute_time(run_cell):
 @needs_two
 def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
     """Each emulated node's torchrun numbers LOCAL_RANK from 0: without a slice of GPUs of its own, node 1's rank
-    took node 0's GPU and NCCL refused it (#27, bug 2)."""
+    took node 0's GPU and NCCL refused it."""
     from feedbench.__main__ import run_or_launch
 
     knobs = dict(SLEEP, compute_ms=5, steps=5, parallel="ddp", gpus_per_node=1, nodes=2)
@@ -254,7 +254,7 @@ def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
 
 @pytest.mark.parametrize("num_workers", [2, 0])
 def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
-    """pin_memory on a GPU (#24, #35 N3): the page-locked copies of the batches the cell holds pinned, as CUDA's host
+    """pin_memory on a GPU: the page-locked copies of the batches the cell holds pinned, as CUDA's host
     allocator saw them in a fresh process, against the result's shm.pinned_bytes (core.shm.pinned_pool). Batches of
     sizes that are not powers of two (1,000,000 bytes of features, 2,000 of labels), which the allocator rounds up to
     1 MiB and 2 KiB blocks; with num_workers 0 the main thread pins. The step may hold one batch more. Not yet run on

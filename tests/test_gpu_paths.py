@@ -1,5 +1,5 @@
 """The GPU paths' decisions, checked on the CPU where they can be: which device, which GPU, which dtype, which
-tensors (#27). What only a device can show is in test_gpu.py."""
+tensors. What only a device can show is in test_gpu.py."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_the_prefetcher_records_only_device_tensors():
 
 
 def test_an_nvml_error_stops_gpu_sampling_only():
-    """One NVML error ended the monitor's thread, and the host's CPU and memory samples with it (#27, risks). Here
+    """One NVML error ended the monitor's thread, and the host's CPU and memory samples with it. Here
     NVML is the real library, asked before nvmlInit: it raises as a failing GPU would."""
     import pynvml
 

@@ -1,4 +1,4 @@
-"""The package's house rules (issue #22), read from its source with ast, lazy imports inside functions included.
+"""The package's house rules, read from its source with ast, lazy imports inside functions included.
 
 Four layers, each a subpackage. The core (knobs, cells, results, metrics, ceilings, the estimate, a machine's cores,
 memory and /dev/shm, the user's plugins) is what every process shares: all import it, it imports no other layer. The

@@ -1,5 +1,5 @@
 """An IterableDataset that shards itself by ctx and worker info: every sample exactly once per epoch,
-at W loader workers x R ranks (gloo processes, feedbench's own launcher) (#11)."""
+at W loader workers x R ranks (gloo processes, feedbench's own launcher)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The worker count with its proof (analysis.knee, issue #24 part 4): which limit the sentence names, and when the
+"""The worker count with its proof (analysis.knee): which limit the sentence names, and when the
 neighbours confirm the knee. Real runs show it in tests/test_search_workflow.py (16 levels) and the workers preset's
 small run (tests/test_presets.py); here the rule's branches, from cell tables as analysis.verdict.cell_table gives."""
 

@@ -191,7 +191,7 @@ BOUND = 0.15
 )
 @pytest.mark.parametrize("pipeline", ["images", "shapes"])
 def test_one_core_predicts_two_within_15_percent(tmp_path_factory, pipeline):
-    """Issue #25's done-when, with the bound its runs justify (#32): the loader alone (torch_threads 1) with two
+    """Issue #25's done-when, with the bound its runs justify: the loader alone (torch_threads 1) with two
     workers and the affinity mask at one core is the curve's point; the model (linear: one core count says nothing
     more) predicts two workers on two cores, and the cells measured with two cores (the median of 3, interleaved with
     the one-core runs) lie within BOUND. One worker on one core is not measured: the curve would not take it (a

@@ -1,5 +1,5 @@
 """What each cell's workers hold: each worker's USS and PSS beside the main process's, the growth per 1,000 samples,
-the samples until the cell's memory limit, and the verdict's copy-on-access sentence (issue #24, part 1)."""
+the samples until the cell's memory limit, and the verdict's copy-on-access sentence."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def test_every_cell_measured_and_named_by_its_axes(example):
 
 def test_every_job_ran_though_path_lacks_the_venv(example):
     """The README's command, `.venv/bin/snakemake --configfile ...`, with the venv off PATH (run_snakemake: as a user
-    who never activated it has): every job ran the workflow's Python, not the first `python` on PATH (#33)."""
+    who never activated it has): every job ran the workflow's Python, not the first `python` on PATH."""
     _, workdir, _, _ = example
     path = snakemake_env()["PATH"].split(os.pathsep)
     assert os.path.dirname(os.path.abspath(sys.executable)) not in [os.path.abspath(p) for p in path]

@@ -1,4 +1,4 @@
-"""The user's batch structure and to_device wherever feedbench copies a batch (#11).
+"""The user's batch structure and to_device wherever feedbench copies a batch.
 
 The transfer probe copies a real batch of theirs; the user's to_device is the mover of the measured loop, the
 stream prefetcher, the comm and profile probes and the first-batch profile. On CPU a move copies nothing, but every

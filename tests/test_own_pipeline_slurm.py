@@ -1,4 +1,4 @@
-"""examples/own-pipeline through `snakemake --profile profiles/slurm` on the localhost Slurm cluster (#11).
+"""examples/own-pipeline through `snakemake --profile profiles/slurm` on the localhost Slurm cluster.
 
 Two cells of the example (shard counts 1 and 4, no workers, 1 repeat) so that it costs little. The user's
 project sits outside the workflow and off PYTHONPATH: the jobs import it only through the config's python_path,

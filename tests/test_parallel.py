@@ -36,7 +36,7 @@ def test_ddp_two_ranks_gathers_every_rank(tmp_path):
 
 def test_profile_with_two_ddp_ranks_completes_and_rank_0_writes_the_trace(tmp_path):
     """Every rank runs the profiled steps (each all-reduces): with rank 0 alone, the other waited in its gather and the
-    cell hung until killed (#27, bug 3). The time limit turns a hang into a failed cell."""
+    cell hung until killed. The time limit turns a hang into a failed cell."""
     code, result, _ = run(tmp_path, "--time-limit", "60", parallel="ddp", gpus_per_node=2, profile=True, steps=6)
     assert code == 0, result["error"]
     assert result["files"]["trace"] == "trace.json"

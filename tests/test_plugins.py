@@ -1,4 +1,4 @@
-"""The user's own code by import path (issue #11): factories, collate, step, the default loss rule, bad targets."""
+"""The user's own code by import path: factories, collate, step, the default loss rule, bad targets."""
 
 from __future__ import annotations
 
@@ -245,7 +245,7 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
 
 def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
     """No adapter: a Dataset class and a model class whose signatures take no ctx are called with their arguments
-    alone (core.plugins.takes_ctx), and their arguments are checked against those signatures (#33)."""
+    alone (core.plugins.takes_ctx), and their arguments are checked against those signatures."""
     knobs = classes_cell(project)
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
@@ -265,7 +265,7 @@ def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
 )
 def test_the_optimizer_is_a_knob(project, tmp_path, optimizer, args, name):
     """A user keeps AdamW (or any optimizer, by import path) without writing a step: the step's optimizer is the
-    knob's, with its arguments (#33)."""
+    knob's, with its arguments."""
     knobs = classes_cell(
         project,
         step="userproj.data:recording_step",
@@ -283,7 +283,7 @@ def test_the_optimizer_is_a_knob(project, tmp_path, optimizer, args, name):
 
 def test_a_model_with_named_inputs_runs_without_a_step(project, tmp_path):
     """forward_keys: the dict batch's keys go to forward by name, and label_key names the target: a text model with
-    input_ids and attention_mask, with AdamW, and no hand-written step (#33); a misspelled key is one line."""
+    input_ids and attention_mask, with AdamW, and no hand-written step; a misspelled key is one line."""
     knobs = cell(
         project,
         dataset="userproj.data:TokenBatches",
@@ -415,7 +415,7 @@ def test_a_misspelled_attribute_gets_the_closest_name(project):
 
 def test_factory_arguments_are_checked_against_its_signature_before_any_job(project):
     """`dataset_args` and `model_args` keys against the factory's signature (f(ctx, **args)): a typo is one line with
-    the closest name, from the config's own key path, where it was a TypeError in every cell (#33)."""
+    the closest name, from the config's own key path, where it was a TypeError in every cell."""
     from feedbench.plan.matrix import ConfigError, build_cells
 
     def config(**args):
@@ -435,7 +435,7 @@ def test_factory_arguments_are_checked_against_its_signature_before_any_job(proj
 
 def test_relative_paths_in_a_factorys_arguments_follow_the_config_file(project, tmp_path):
     """`./` and `../` in dataset_args are relative to the config file's folder, as python_path is, not to Snakemake's
-    --directory; one that does not exist is one line before any job (#33)."""
+    --directory; one that does not exist is one line before any job."""
     from feedbench.plan.matrix import ConfigError, build_cells
 
     folder = tmp_path / "conf"
@@ -521,7 +521,7 @@ class Hidden:
 
 
 def test_an_opaque_batch_without_pin_memory_is_named_unpinned():
-    """The DataLoader hands back an object it cannot walk as it is (seen on an H200: the note was missing, #27)."""
+    """The DataLoader hands back an object it cannot walk as it is (seen on an H200: the note was missing)."""
     assert "its tensors hidden from feedbench and from the DataLoader, batch type Hidden" in unpinned_note(Hidden())
     assert unpinned_note(Hidden(pinnable=True)) is None
 

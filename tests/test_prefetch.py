@@ -84,7 +84,7 @@ def test_stream_prefetch_keeps_every_batch_intact_under_reuse(depth):
 
 @pytest.mark.gpu
 def test_stream_prefetch_with_host_tensors_in_the_batch():
-    """A to_device that leaves the lengths on the host, as pack_padded_sequence wants them (#27, bug 7)."""
+    """A to_device that leaves the lengths on the host, as pack_padded_sequence wants them."""
 
     def move(batch, device, non_blocking):
         return batch[0].to(device, non_blocking=non_blocking), batch[1]

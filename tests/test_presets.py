@@ -106,7 +106,7 @@ def test_config_alone_starts_from_the_default_config(workflow):
         default = yaml.safe_load(f)
     jobs = planned(snakemake(workflow, workflow, "--dry-run", "--config", "size=small"))
     experiments = {j.split("/")[0] for j in jobs}
-    derived = {e for e in experiments if e.startswith("ceilings-")}  # `ceilings: true` adds them (issue #12)
+    derived = {e for e in experiments if e.startswith("ceilings-")}  # `ceilings: true` adds them
     assert experiments - derived == DEFAULT_EXPERIMENTS == set(default["experiments"])
     assert derived <= {"ceilings-loader", "ceilings-compute", "ceilings-transfer"}
     assert len(jobs) == len(expected_cells(default)) * default["defaults"]["repeats"]

@@ -1,5 +1,5 @@
 """`snakemake --profile slurm` as Snakemake users type it: `make setup` links the checkout's profiles/slurm into
-Snakemake's profile folder (profiles/link.sh), never over a profile of the user's own (#33)."""
+Snakemake's profile folder (profiles/link.sh), never over a profile of the user's own."""
 
 from __future__ import annotations
 

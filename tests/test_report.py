@@ -214,7 +214,7 @@ def test_cells_carry_a_label_in_words_and_their_id_wraps(html):
 
 
 def test_a_mapping_knob_shows_as_its_json_and_is_not_called_adjusted():
-    """A user's dataset_args (issue #11) reach the summary as JSON text and the requested knobs as a mapping."""
+    """A user's dataset_args reach the summary as JSON text and the requested knobs as a mapping."""
     import pandas as pd
     from feedbench.analysis.report import axis_values, fmt
 

@@ -1,4 +1,4 @@
-"""Ceilings fold under the experiment they serve (issue #23, part 6): the report shows no section and no verdict row
+"""Ceilings fold under the experiment they serve: the report shows no section and no verdict row
 for `ceilings-loader` and the like, but a table of ceilings in the experiment that asked for them, from real cells run
 by the harness as the planner lays them out, joined on the planner's map."""
 

@@ -1,4 +1,4 @@
-"""make-shards and the built-in webdataset and parquet datasets (#11)."""
+"""make-shards and the built-in webdataset and parquet datasets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared memory: the bytes a cell's loader keeps in /dev/shm, checked before it starts (issue #24, part 2).
+"""Shared memory: the bytes a cell's loader keeps in /dev/shm, checked before it starts.
 
 The arithmetic and the refusals are plain unit tests. The done-when is real: in a private mount namespace with a
 1 MB tmpfs on /dev/shm (root only), a local run refuses a cell whose batches in flight do not fit, with one line and

@@ -8,11 +8,11 @@ The cluster keeps Slurm's default accounting flags, as sites ship it: sacct retu
   run ends with exit 1, the report is still made and lists both cells with
   their Slurm state, each lost cell has a lost.json the result schema accepts,
   the cancelled cell keeps the steps it measured, and the next run runs exactly
-  those two cells again, keeping each lost attempt in the cell's attempts/1/ (issue #36);
-* no process of the cancelled job is left once Slurm's KillWait has passed (issue #36);
-* a SIGTERM to a run whose job is pending cancels it, records the cell lost and writes the report (issue #36);
+  those two cells again, keeping each lost attempt in the cell's attempts/1/;
+* no process of the cancelled job is left once Slurm's KillWait has passed;
+* a SIGTERM to a run whose job is pending cancels it, records the cell lost and writes the report;
 * a job pending on a down node says why within a minute, and with slurm.pending_timeout it is cancelled, its cell
-  recorded lost "pending: node down ...", and the run ends with its report and exit 1 (issue #36).
+  recorded lost "pending: node down ...", and the run ends with its report and exit 1.
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def test_every_lost_record_is_a_valid_result_naming_its_cell(lost):
             "cell": cell,
             "repeat": 1,
         }
-        # The harness's start, else the job's from sacct (issue #36): never the moment the record was written.
+        # The harness's start, else the job's from sacct: never the moment the record was written.
         assert record["started_at"] and record["started_at"] < record["finished_at"], record["error"]["message"]
 
 

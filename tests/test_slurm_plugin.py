@@ -6,8 +6,8 @@
 * Every lost record is a result the schema accepts, whatever the harness wrote before its job ended, and the report
   names its experiment, cell and repeat.
 * A pending job's reason in plain words, said at a bounded rate; one stuck past slurm.pending_timeout is given up
-  and its record says "pending: node down ...", not CANCELLED (issue #36).
-* No orphans (issue #36): a SIGTERM never deadlocks Snakemake, and a job's batch script execs its Snakemake; the
+  and its record says "pending: node down ...", not CANCELLED.
+* No orphans: a SIGTERM never deadlocks Snakemake, and a job's batch script execs its Snakemake; the
   status checks' sleep ends with the run and when a job has written its outputs.
 
 See docs/reliability-slurm.md; the cluster runs are tests/test_slurm_faults.py.
@@ -206,7 +206,7 @@ def test_sigterm_stops_the_run_as_ctrl_c_does_and_a_second_one_is_ignored():
         signal.signal(signal.SIGTERM, before)
 
 
-# Pending jobs (issue #36): the reasons as squeue gave them on the test cluster (Slurm 22.05).
+# Pending jobs: the reasons as squeue gave them on the test cluster (Slurm 22.05).
 DOWN = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
 
 
@@ -300,7 +300,7 @@ def test_a_sigterm_while_snakemake_finishes_a_job_ends_it_instead_of_deadlocking
 
 def test_a_jobs_batch_script_execs_its_snakemake():
     """The batch script's shell is replaced by the job-side Snakemake, so that no SIGTERM leaves that Snakemake with
-    parent 1, beyond Slurm's SIGKILL on clusters that track processes by their parents (issue #36)."""
+    parent 1, beyond Slurm's SIGKILL on clusters that track processes by their parents."""
 
     class Executor:
         def get_python_executable(self):

@@ -157,7 +157,7 @@ def timed_out(slurm_cluster, tmp_path_factory):
 
 def test_a_cell_longer_than_its_job_is_recorded_failed_and_the_job_completes(slurm_cluster, timed_out):
     workdir, proc = timed_out
-    # The job completes, the cell failed: the run names it and exits 1 (#33).
+    # The job completes, the cell failed: the run names it and exits 1.
     assert proc.returncode == 1, proc.stderr[-6000:]
     [failed] = [line for line in proc.stderr.splitlines() if line.startswith("limit / ")]
     assert failed.startswith("limit / compute_ms-1000_steps-10000 (rep1): Terminated: time limit of "), failed

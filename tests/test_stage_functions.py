@@ -1,4 +1,4 @@
-"""Functions of the user's code made stages by import path (knob stage_functions, #33): a pipeline with no Compose, no
+"""Functions of the user's code made stages by import path (knob stage_functions): a pipeline with no Compose, no
 span and no decorator gets its costly function timed as a stage and cached or skipped by the stage what-ifs, with no
 change to its code."""
 

@@ -1,4 +1,4 @@
-"""Stage timing finds the costly functions by itself (issue #33, part 4): a pure-Python pipeline with no Compose and
+"""Stage timing finds the costly functions by itself: a pure-Python pipeline with no Compose and
 no span, whose functions do fixed work per call, is profiled in its warm-up, and its two costliest functions come back
 named, each within 10 % of its cost measured alone in the same run; the profile stays out of the measured window."""
 

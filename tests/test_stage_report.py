@@ -1,4 +1,4 @@
-"""The report names the stage (issue #23, part 2): a data-bound cell's verdict names its costliest loader stage with
+"""The report names the stage: a data-bound cell's verdict names its costliest loader stage with
 its share and ms per sample, and an experiment whose cells timed their stages gets a stacked bar of them."""
 
 from __future__ import annotations

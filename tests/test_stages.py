@@ -1,4 +1,4 @@
-"""Stage timing inside the loader (issue #23, part 1): known costs come back, and the user's batch is untouched."""
+"""Stage timing inside the loader: known costs come back, and the user's batch is untouched."""
 
 from __future__ import annotations
 
@@ -310,7 +310,7 @@ def build(root):  # the most common image dataset, as a user writes it: ImageFol
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_image_folders_read_and_decode_is_a_stage_of_its_own(tmp_path, workers):
     """torchvision's ImageFolder (a DatasetFolder) reads and decodes each file in its `loader`: that is a stage of
-    its own, named by its function, before the Compose's, where it was unattributed (#33)."""
+    its own, named by its function, before the Compose's, where it was unattributed."""
     from conftest import write_user_module
     from feedbench.harness.images import make_images
 

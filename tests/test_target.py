@@ -1,4 +1,4 @@
-"""feedbench.core.target: the `target:` block checked at plan time, the GPU table, the roofline and the copy (#25)."""
+"""feedbench.core.target: the `target:` block checked at plan time, the GPU table, the roofline and the copy."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ def test_one_command_runs_the_targets_cells_on_its_partition_and_the_rest_on_the
         "--set-resources", "bench_target:gpu_model=tesla",
     ]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    # No GPU here: the measured compute cell fails (below), so the run names it and exits 1 (#33).
+    # No GPU here: the measured compute cell fails (below), so the run names it and exits 1.
     assert proc.returncode == 1, proc.stderr[-6000:]
     [failed] = [line for line in proc.stderr.splitlines() if line.startswith("target-compute / ")]
     assert "knob 'device': value 'cuda' is not available" in failed, failed

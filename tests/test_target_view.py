@@ -139,7 +139,7 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
         "a lower bound, no published error" in section and "Too wide to plan on (over 1.5x): measure there" in section
     )
     assert "compute: measured, partition: &lt;its GPU partition&gt;" in section
-    # As a reader sees it (#38): the range and "measure there" on a laptop and a phone, the page fitting both.
+    # As a reader sees it: the range and "measure there" on a laptop and a phone, the page fitting both.
     if find_chromium() is None:
         pytest.skip("the Chromium half needs Chromium: run `make system-deps` as root (or `apt-get install chromium`)")
     for width in (1280, 390):

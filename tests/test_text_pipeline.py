@@ -1,4 +1,4 @@
-"""examples/text-pipeline through real Snakemake (#33): a plain train.py's classes named by import path, with no
+"""examples/text-pipeline through real Snakemake: a plain train.py's classes named by import path, with no
 adapter, no step and no mark, measured to a report that says whether it waits on its loader and where."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The trainer's threads follow the launch (issue #39): PyTorch's default in one process, OMP_NUM_THREADS where the
+"""The trainer's threads follow the launch: PyTorch's default in one process, OMP_NUM_THREADS where the
 environment sets it, 1 per rank of a multi-rank cell as torchrun gives it, the knob over all three; and under
 Snakemake the threads of the workflow's launch, not the job's."""
 

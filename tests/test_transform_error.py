@@ -1,5 +1,5 @@
 """A user transform that raises inside a loader worker fails its cell with the transform's name and the exception's
-first line, in the result and in the report (issue #23), not with PyTorch's "Caught ValueError in DataLoader worker
+first line, in the result and in the report, not with PyTorch's "Caught ValueError in DataLoader worker
 process 0." and a traceback as text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each experiment's verdict in three plain lines (issue #34): the finding, where, the fix, measured or predicted.
+"""Each experiment's verdict in three plain lines: the finding, where, the fix, measured or predicted.
 
 On the default run's results (tests/stored/default-run): its `decode` experiment is data-bound at 0 workers, names
 its costliest stage, measured the cache the stage profile predicts (cache_after: decode) and ran the worker count the

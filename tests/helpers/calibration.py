@@ -7,7 +7,7 @@ loading and compute run in series; with workers they overlap:
   W > 0: step = max(C, B*d/W),      stall = max(0, B*d/W - C) / step
 On a GPU the sleep model spins the GPU without holding the host, so with W = 0 the host loads the next batch while
 the GPU computes: W = 0 steps as W = 1 does, but for the window's first step, which starts synchronised with nothing
-in flight and pays B*d + C (benchmarks/calibration_error.py --device cuda; on an H200, #27).
+in flight and pays B*d + C (benchmarks/calibration_error.py --device cuda; on an H200).
 tests/test_calibration.py checks each training cell against these values, tests/test_predict.py the prediction
 from the cell's ceilings. Both read one set of runs (`measure`): every training cell with its loader and compute
 ceilings, 3 repeats each, as the workflow runs them (a compute ceiling has no workers, so W = 0 and W = 1, with

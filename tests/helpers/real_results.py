@@ -19,7 +19,7 @@ from feedbench.harness.runner import run
 
 # torch_threads 1 (pinned because verdicts are asserted on these timings; the harness follows the launch): with
 # PyTorch's default of one thread per core, a 2-core machine busy elsewhere turned a ~2 ms MLP step into ~200 ms,
-# and the train cells' stall fell under the data-bound threshold (issue #10).
+# and the train cells' stall fell under the data-bound threshold.
 FAST = {"steps": 6, "warmup_steps": 2, "monitor_interval_s": 0.05, "torch_threads": 1, "device": "cpu"}
 
 # A small matrix touching every kind of cell: loader, train, transfer, and one that fails.

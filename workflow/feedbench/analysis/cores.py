@@ -1,4 +1,4 @@
-"""Why more loader workers do not help: the verdict's cores sentence (core.cores.cpu_load; #39).
+"""Why more loader workers do not help: the verdict's cores sentence (core.cores.cpu_load).
 
 A cell is oversubscribed when its CPU-bound loader workers and its trainer (its intra-op threads where the model
 computes on the CPU, else its main process) ask for more cores than it may use. Workers added beyond that take the

@@ -1,4 +1,4 @@
-"""An experiment's verdict in three plain lines, read in ten seconds (issue #34): the finding, where, and the fix.
+"""An experiment's verdict in three plain lines, read in ten seconds: the finding, where, and the fix.
 
     finding  is training starved, and by how much: "Training waits for data 40 % of each step; with free data it
              could run 1.6x faster." (a ceiling experiment: the most its part delivers);

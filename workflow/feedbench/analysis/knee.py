@@ -1,4 +1,4 @@
-"""The worker count with its proof (issue #24, part 4): for each combination a `search: num_workers` decided, one
+"""The worker count with its proof: for each combination a `search: num_workers` decided, one
 sentence from the cells it ran.
 
 It names the recommended count (the fewest measured workers within KNEE_REACHES of the best measured, among the

@@ -1,4 +1,4 @@
-"""The trainer's threads against the launch's: the report's note where the knob `torch_threads` changed them (#33).
+"""The trainer's threads against the launch's: the report's note where the knob `torch_threads` changed them.
 
 A cell's figures are for the threads its trainer ran with. Where the knob gave it other threads than the launch
 gives an unmodified script (`python train.py` there: PyTorch's default or the launch's OMP_NUM_THREADS, 1 per rank

@@ -1,4 +1,4 @@
-"""A CPU's speed, measured: one fixed reference loader cell run on one core, here and on the target (issue #25).
+"""A CPU's speed, measured: one fixed reference loader cell run on one core, here and on the target.
 
 `python -m feedbench cpu-speed --out FILE` (feedbench.harness.cpu_speed) runs REFERENCE a few times and writes FILE:
 

@@ -1,6 +1,6 @@
 """The trainer's intra-op threads: those the user's own launch would give it, unless the knob `torch_threads` says.
 
-A measuring tool must measure the job the user runs (#39): on a CPU the trainer's threads decide whether loader
+A measuring tool must measure the job the user runs: on a CPU the trainer's threads decide whether loader
 workers help (2 workers sped up a trainer of 1 thread on 2 cores by 30 % and slowed one of 2 threads by 21 %).
 
     single process  `python train.py` (most single-GPU jobs, every Lightning `devices=1` job) gets PyTorch's default,

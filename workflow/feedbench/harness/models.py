@@ -114,7 +114,7 @@ def import_dynamo_apart() -> None:
 
     That import leaves a frame in a reference cycle (torch.fx.wrap keeps its own frame), and a frame holds its
     callers' frames with their locals: imported from a cell's stack, it kept the first cell's model, optimizer and
-    measurement (on a GPU, its parameters and CUDA events) for the cyclic collector (#35, N5). A thread's stack holds
+    measurement (on a GPU, its parameters and CUDA events) for the cyclic collector. A thread's stack holds
     none of the cell's frames."""
     if "torch._dynamo" not in sys.modules:
         thread = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), name="feedbench-import")

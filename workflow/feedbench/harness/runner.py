@@ -304,7 +304,7 @@ def _run_scenario(r: CellRun, cell: Cell, device: torch.device, user: dict | Non
         started = (cell.multiprocessing_context or multiprocessing.get_start_method()) if cell.num_workers else None
         # The monitor reads the measurement, not the run: a closure over `r` made a cycle (r -> monitor -> r) that
         # kept the run's CUDA events for the cyclic collector, which could then run in a later cell's forked loader
-        # worker and abort it (CUDA cannot be used after fork: seen on an H200, #27).
+        # worker and abort it (CUDA cannot be used after fork: seen on an H200).
         r.monitor = Monitor(cell.monitor_interval_s, device, lambda m=r.m: m.delivered, started)
         measure(cell, device, r.m, r.out_dir if r.world.rank == 0 else None, r.monitor, r.world, user)
 

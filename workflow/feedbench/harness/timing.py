@@ -14,7 +14,7 @@ On CPU all three read the host clock: every phase is synchronous there.
 device_prep: device work the trainer does while it fetches the next batch (device_stages' copy and transforms,
 torchvision-cuda's decode and transforms) runs in the gap between two steps. Each such piece of work is wrapped in
 `device_work()`, which marks it by the clock's own method (events, sync, or the host clock), so it is a phase of its
-own: neither the host's wait for the loader nor, under events, the GPU's idle time between steps (issue #35, N1).
+own: neither the host's wait for the loader nor, under events, the GPU's idle time between steps.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A Slurm job that waits in the queue: its reason in plain words, when to say it, when to give up (issue #36).
+"""A Slurm job that waits in the queue: its reason in plain words, when to say it, when to give up.
 
 squeue's reason (%r) is Slurm's reason code ("Priority", "PartitionTimeLimit") or the scheduler's own text for it
 ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions", "ReqNodeNotAvail,
