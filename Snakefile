@@ -24,15 +24,18 @@ PACKAGE_ROOT = os.path.join(workflow.basedir, "workflow")
 if PACKAGE_ROOT not in sys.path:
     sys.path.insert(0, PACKAGE_ROOT)
 if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p))
+    os.environ.update(
+        PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
 
 from feedbench.plan.config import ConfigError, one_line, read_config_file
 from feedbench.plan import slurm as feedbench_slurm
 
-# Before Snakemake builds its scheduler, here and in every Slurm job's Snakemake: its SIGTERM handler without the
-# deadlock that once left a cancelled job's Snakemake running for 27 min; for a cluster's executor, the status checks'
-# sleep that ends with the run and wakes when a job has written its outputs, in place before its first sleep begins
-# (feedbench.plan.slurm; docs/reliability-slurm.md).
+# Before Snakemake builds its scheduler, here and in every Slurm job's Snakemake: its SIGTERM
+# handler without the deadlock that once left a cancelled job's Snakemake running for 27 min; for a
+# cluster's executor, the status checks' sleep that ends with the run and wakes when a job has
+# written its outputs, in place before its first sleep begins (feedbench.plan.slurm;
+# docs/reliability-slurm.md).
 feedbench_slurm.sigterm_without_deadlock()
 feedbench_slurm.check_soon_and_end_at_once()
 
@@ -79,12 +82,12 @@ localrules:
     target,
 
 
-# On Slurm (profiles/slurm): refuse cells wider than a node before any job, work
-# around the executor plugin's faults, say why a job waits (and cancel one stuck past slurm.pending_timeout), stop on
-# SIGTERM as on Ctrl-C, and after lost jobs still make the report
-# (feedbench.plan.slurm; docs/reliability-slurm.md). Run here: refuse cells
-# whose batches in flight do not fit /dev/shm (feedbench.core.shm). Then each cell run again keeps its earlier
-# attempt in its attempts/ folder (feedbench.core.attempts).
+# On Slurm (profiles/slurm): refuse cells wider than a node before any job, work around the executor
+# plugin's faults, say why a job waits (and cancel one stuck past slurm.pending_timeout), stop on
+# SIGTERM as on Ctrl-C, and after lost jobs still make the report (feedbench.plan.slurm;
+# docs/reliability-slurm.md). Run here: refuse cells whose batches in flight do not fit /dev/shm
+# (feedbench.core.shm). Then each cell run again keeps its earlier attempt in its attempts/ folder
+# (feedbench.core.attempts).
 onstart:
     if feedbench_slurm.on_slurm(workflow):
         feedbench_slurm.patch_plugin(
@@ -92,7 +95,9 @@ onstart:
             pending_timeout=config["slurm"].get("pending_timeout"),
         )
         feedbench_slurm.stop_on_sigterm()
-        error = feedbench_slurm.check_cells_fit(workflow, ((e, c, cell.knobs) for (e, c), cell in CELLS.items()))
+        error = feedbench_slurm.check_cells_fit(
+            workflow, ((e, c, cell.knobs) for (e, c), cell in CELLS.items())
+        )
         if error:
             end_run(error)
     elif feedbench_shm.runs_here(workflow):
@@ -100,8 +105,9 @@ onstart:
         if error:
             end_run(error)
     if config.get("target"):
-        # A cell that plainly cannot fit the target's GPU memory, counted on the meta device (torch: imported here,
-        # in this process alone, never in a job's parse; feedbench.harness.flops.memory_error).
+        # A cell that plainly cannot fit the target's GPU memory, counted on the meta device (torch:
+        # imported here, in this process alone, never in a job's parse;
+        # feedbench.harness.flops.memory_error).
         from feedbench.harness.flops import memory_error
 
         error = memory_error(config["target"], training_cells(list(CELLS.values())))
@@ -110,9 +116,10 @@ onstart:
     keep_earlier_attempts()
 
 
-# A bench job succeeds even when its cell fails, so that the matrix goes on and the report lists the cell. The run's
-# end then names every failed cell of its targets in one line each and exits 1, as after lost Slurm jobs (end_run;
-# README, "Exit code"). Snakemake calls no handler on a dry run, with --no-hooks, or when there is nothing to do.
+# A bench job succeeds even when its cell fails, so that the matrix goes on and the report lists the
+# cell. The run's end then names every failed cell of its targets in one line each and exits 1, as
+# after lost Slurm jobs (end_run; README, "Exit code"). Snakemake calls no handler on a dry run,
+# with --no-hooks, or when there is nothing to do.
 onsuccess:
     print_verdict()
     message = failed_cells()
@@ -128,9 +135,9 @@ onerror:
         print(message, file=sys.stderr)
 
 
-# Last, once the config, the matrix (CELLS: every cell, checked) and the rules are built: they live until the end of
-# the run, so they leave the garbage collector's generations for good (gc.freeze). Else every collection while
-# Snakemake plans the jobs walks them again: half a second of CPU at 10,000 cells (docs/performance.md, "Workflow
-# DAG"). Objects made later, Snakemake's jobs included, are collected as before. (A collection here first would find
-# no garbage: the parse leaves none.)
+# Last, once the config, the matrix (CELLS: every cell, checked) and the rules are built: they live
+# until the end of the run, so they leave the garbage collector's generations for good (gc.freeze).
+# Else every collection while Snakemake plans the jobs walks them again: half a second of CPU at
+# 10,000 cells (docs/performance.md, "Workflow DAG"). Objects made later, Snakemake's jobs included,
+# are collected as before. (A collection here first would find no garbage: the parse leaves none.)
 gc.freeze()

@@ -1,4 +1,5 @@
-"""Benchmark: a dry run of feedbench's workflow against Snakemake's own floor, the same number of trivial jobs.
+"""Benchmark: a dry run of feedbench's workflow against Snakemake's own floor, the same number of
+trivial jobs.
 
     PYTHONPATH=workflow .venv/bin/python benchmarks/dag_dry_run.py               # 10,000 cells, one round
     PYTHONPATH=workflow .venv/bin/python benchmarks/dag_dry_run.py 1000 --rounds 3
@@ -19,7 +20,7 @@ figure that explains it: the trivial jobs shaped like rule bench (a log, a
 benchmark file, its resources, threads and mem_mb as functions of the job). --compare plans the same
 matrix with another checkout's Snakefile too (`git archive REV | tar -x -C
 DIR`), in the same rounds: before and after figures from one run.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -64,10 +65,11 @@ rule job:
         "echo {params.cell:q} > {output}"
 """
 
-# The floor of rule bench's shape for this matrix (one-process cells: core.resources): the same jobs with a log,
-# a benchmark file, threads and mem_mb as functions of the job (they vary with num_workers) and the other resources
-# as constants. This splits feedbench's cost into the rule's shape, which Snakemake handles for every job, and
-# feedbench's own code (the parse, the matrix, the functions of the job).
+# The floor of rule bench's shape for this matrix (one-process cells: core.resources): the same jobs
+# with a log, a benchmark file, threads and mem_mb as functions of the job (they vary with
+# num_workers) and the other resources as constants. This splits feedbench's cost into the rule's
+# shape, which Snakemake handles for every job, and feedbench's own code (the parse, the matrix, the
+# functions of the job).
 SHAPED_SNAKEFILE = TRIVIAL_SNAKEFILE.replace(
     """        dir="results/cells/{name}",
 """,
@@ -120,7 +122,8 @@ def config(cells: int) -> dict:
 
 
 def trivial_params(cells: int) -> dict[str, dict[str, str]]:
-    """Per job, params as long as the bench job's: the knobs as JSON (as common.smk's cell_knobs), 16 hex digits."""
+    """Per job, params as long as the bench job's: the knobs as JSON (as common.smk's cell_knobs),
+    16 hex digits."""
     params = {}
     for cell in build_cells(config(cells), check=False):
         knobs = json.dumps(dict(cell.labelled(1), attempt="first"), sort_keys=True)
@@ -132,13 +135,15 @@ CPU_S: list[float] = []
 
 
 def children_cpu_s() -> float:
-    """User + system CPU seconds of this process's finished children: steadier than wall time on a busy machine."""
+    """User + system CPU seconds of this process's finished children: steadier than wall time on a
+    busy machine."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def dry_run(snakefile: str, workdir: str, configfile: str) -> tuple[int, float]:
-    """Jobs planned and whole-process wall seconds of one `snakemake --dry-run`; its CPU seconds go to CPU_S."""
+    """Jobs planned and whole-process wall seconds of one `snakemake --dry-run`; its CPU seconds go
+    to CPU_S."""
     command = [
         sys.executable,
         "-m",
@@ -165,13 +170,20 @@ def dry_run(snakefile: str, workdir: str, configfile: str) -> tuple[int, float]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", type=int, nargs="?", default=10000)
-    parser.add_argument("--rounds", type=int, default=1, help="alternate runs of each; the figures are medians")
-    parser.add_argument("--compare", metavar="SNAKEFILE", help="another checkout's Snakefile, planned the same way")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="alternate runs of each; the figures are medians"
+    )
+    parser.add_argument(
+        "--compare", metavar="SNAKEFILE", help="another checkout's Snakefile, planned the same way"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        feedbench_config, trivial_config = os.path.join(tmp, "feedbench.yaml"), os.path.join(tmp, "trivial.yaml")
+        feedbench_config, trivial_config = (
+            os.path.join(tmp, "feedbench.yaml"),
+            os.path.join(tmp, "trivial.yaml"),
+        )
         with open(feedbench_config, "w") as f:
             yaml.safe_dump(config(args.cells), f)
         with open(os.path.join(tmp, "params.json"), "w") as f:
@@ -182,18 +194,31 @@ def main(argv: list[str]) -> int:
         for name, text in snakefiles.items():
             with open(os.path.join(tmp, f"{name}.smk"), "w") as f:
                 f.write(text)
-        walls: dict[str, list[float]] = {"feedbench": [], "trivial": [], "shaped": [], "compared": []}
+        walls: dict[str, list[float]] = {
+            "feedbench": [],
+            "trivial": [],
+            "shaped": [],
+            "compared": [],
+        }
         cpus: dict[str, list[float]] = {name: [] for name in walls}
         for i in range(args.rounds):
             if args.compare:
-                walls["compared"].append(dry_run(args.compare, os.path.join(tmp, f"compared{i}"), feedbench_config)[1])
+                walls["compared"].append(
+                    dry_run(args.compare, os.path.join(tmp, f"compared{i}"), feedbench_config)[1]
+                )
                 cpus["compared"].append(CPU_S[-1])
-            jobs, wall = dry_run(os.path.join(ROOT, "Snakefile"), os.path.join(tmp, f"feedbench{i}"), feedbench_config)
+            jobs, wall = dry_run(
+                os.path.join(ROOT, "Snakefile"),
+                os.path.join(tmp, f"feedbench{i}"),
+                feedbench_config,
+            )
             walls["feedbench"].append(wall)
             cpus["feedbench"].append(CPU_S[-1])
             for name in snakefiles:
                 trivial_jobs, wall = dry_run(
-                    os.path.join(tmp, f"{name}.smk"), os.path.join(tmp, f"{name}{i}"), trivial_config
+                    os.path.join(tmp, f"{name}.smk"),
+                    os.path.join(tmp, f"{name}{i}"),
+                    trivial_config,
                 )
                 walls[name].append(wall)
                 cpus[name].append(CPU_S[-1])
@@ -201,24 +226,33 @@ def main(argv: list[str]) -> int:
     cpu = {name: statistics.median(c) for name, c in cpus.items() if c}
     ratio = median["feedbench"] / median["trivial"]
     each = {name: ", ".join(f"{w:.1f}" for w in ws) for name, ws in walls.items()}
-    print(f"feedbench: {args.cells} cells, {jobs} jobs planned: {median['feedbench']:.1f} s ({each['feedbench']})")
+    print(
+        f"feedbench: {args.cells} cells, {jobs} jobs planned: {median['feedbench']:.1f} s ("
+        f"{each['feedbench']})"
+    )
     print(
         f"snakemake: {trivial_jobs} trivial jobs, params of the same size: "
         f"{median['trivial']:.1f} s ({each['trivial']})"
     )
-    print(f"ratio: {ratio:.2f} (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'MISSED'})")
     print(
-        f"snakemake, the same jobs shaped like rule bench (log, benchmark, resources; threads, mem_mb functions): "
-        f"{median['shaped']:.1f} s ({each['shaped']}); feedbench / shaped: {median['feedbench'] / median['shaped']:.2f}"
+        f"ratio: {ratio:.2f} (target <= {TARGET_RATIO}: "
+        f"{'met' if ratio <= TARGET_RATIO else 'MISSED'})"
     )
     print(
-        f"CPU seconds (user + system; medians): feedbench {cpu['feedbench']:.1f}, trivial {cpu['trivial']:.1f}, "
-        f"shaped {cpu['shaped']:.1f}; ratio {cpu['feedbench'] / cpu['trivial']:.2f}, feedbench / shaped "
+        "snakemake, the same jobs shaped like rule bench (log, benchmark, resources; threads, "
+        f"mem_mb functions): {median['shaped']:.1f} s ({each['shaped']}); feedbench / shaped: "
+        f"{median['feedbench'] / median['shaped']:.2f}"
+    )
+    print(
+        f"CPU seconds (user + system; medians): feedbench {cpu['feedbench']:.1f}, trivial "
+        f"{cpu['trivial']:.1f}, shaped {cpu['shaped']:.1f}; ratio "
+        f"{cpu['feedbench'] / cpu['trivial']:.2f}, feedbench / shaped "
         f"{cpu['feedbench'] / cpu['shaped']:.2f}"
     )
     if args.compare:
         print(
-            f"compared, CPU: {cpu['compared']:.1f} s; ratio to the trivial jobs: {cpu['compared'] / cpu['trivial']:.2f}"
+            f"compared, CPU: {cpu['compared']:.1f} s; ratio to the trivial jobs: "
+            f"{cpu['compared'] / cpu['trivial']:.2f}"
         )
         print(
             f"compared, {args.compare}: {median['compared']:.1f} s ({each['compared']}); "

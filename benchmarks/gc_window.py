@@ -1,13 +1,13 @@
 """Python's collector in the window, `gc: normal`, `freeze` and `disable` side by side: its default.
 
-Two pipelines, the loader in the trainer's process (num_workers 0, where the collector's pauses fall on the step), on
-the CPU, the three arms alternating in one process, each first in turn by round:
+Two pipelines, the loader in the trainer's process (num_workers 0, where the collector's pauses fall
+on the step), on the CPU, the three arms alternating in one process, each first in turn by round:
 
-    text           examples/text-pipeline's objects: a pure-Python BPE tokenizer (its objects die young), a padding
-                   collate, a named-input classifier
-    annotations    a detection-style dataset: each sample a tensor and 40 box dicts, kept in the batch (a list of
-                   dicts, as detection collates keep them), beside an index of 1.2 M live objects (a large heap, whose
-                   full collections are long)
+    text           examples/text-pipeline's objects: a pure-Python BPE tokenizer (its objects die
+                   young), a padding collate, a named-input classifier
+    annotations    a detection-style dataset: each sample a tensor and 40 box dicts, kept in the
+                   batch (a list of dicts, as detection collates keep them), beside an index of 1.2
+                   M live objects (a large heap, whose full collections are long)
 
 Arms:
 
@@ -15,8 +15,8 @@ Arms:
     freeze   frozen before the warm-up (gc.freeze: the start-up heap is never scanned again), on
     disable  frozen before the warm-up, off from the window's start until it closes (timeit's rule)
 
-Prints each arm's median samples/s (and each round's), its ratio to `normal`, and the collections and pause milliseconds
-it recorded in the window.
+Prints each arm's median samples/s (and each round's), its ratio to `normal`, and the collections
+and pause milliseconds it recorded in the window.
 
     PYTHONPATH=workflow .venv/bin/python benchmarks/gc_window.py [--rounds 7] [--steps 40]
 """
@@ -43,7 +43,8 @@ from torch.utils.data import Dataset  # noqa: E402
 
 
 class Annotations(Dataset):
-    """A tensor and 40 box dicts a sample, over an index of `heap` live objects (file names, sizes, tags)."""
+    """A tensor and 40 box dicts a sample, over an index of `heap` live objects (file names, sizes,
+    tags)."""
 
     def __init__(self, n: int = 4096, heap: int = 1_200_000):
         self.index = [{"file": f"{i:07d}.jpg", "tags": [i % 7]} for i in range(heap // 3)]
@@ -69,7 +70,14 @@ def box_step(model, batch, ctx):
 
 def pipelines(steps: int) -> dict:
     """name -> (dataset, model, knobs) of the two pipelines."""
-    common = dict(batch_size=32, steps=steps, warmup_steps=3, device="cpu", torch_threads=1, monitor_interval_s=5)
+    common = dict(
+        batch_size=32,
+        steps=steps,
+        warmup_steps=3,
+        device="cpu",
+        torch_threads=1,
+        monitor_interval_s=5,
+    )
     text = dict(
         collate=pad_collate,
         forward_keys=["input_ids", "attention_mask"],
@@ -107,21 +115,24 @@ def compare(dataset, model, knobs: dict, rounds: int) -> str:
         window_ms = statistics.median(1000 * m["window_s"] for m in runs)
         ratio = f"{rate[mode] / rate['normal']:.3f}"
         lines.append(
-            f"| {mode} | {rate[mode]:.1f} ({rounds_text}) | {ratio} | {collections:g} | {pauses:.2f} "
-            f"| {window_ms:.0f} |"
+            f"| {mode} | {rate[mode]:.1f} ({rounds_text}) | {ratio} | {collections:g} | "
+            f"{pauses:.2f} | {window_ms:.0f} |"
         )
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {args.rounds} rounds of {args.steps} steps; load {os.getloadavg()[0]:.2f}")
     print(
-        "| pipeline | arm | samples/s, median (rounds) | / normal | collections in the window | pauses, ms "
-        "| window, ms |"
+        f"torch {torch.__version__}, {args.rounds} rounds of {args.steps} steps; load "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "| pipeline | arm | samples/s, median (rounds) | / normal | collections in the window | "
+        "pauses, ms | window, ms |"
     )
     print("|---|---|---|---|---|---|---|")
     for name, (dataset, model, knobs) in pipelines(args.steps).items():

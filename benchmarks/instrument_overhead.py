@@ -28,7 +28,13 @@ from feedbench.harness.prefetch import to_device
 
 CONFIGS = {
     "resnet18 synthetic 64px b16": dict(
-        model="resnet18", dataset="synthetic", image_size=64, num_classes=100, batch_size=16, steps=20, warmup_steps=3
+        model="resnet18",
+        dataset="synthetic",
+        image_size=64,
+        num_classes=100,
+        batch_size=16,
+        steps=20,
+        warmup_steps=3,
     ),
     "mlp memory 1024x4 b256": dict(
         model="mlp",
@@ -51,7 +57,8 @@ def bare_loop(cell, device: torch.device) -> float:
     model = build_model(cell).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cell.lr, momentum=cell.momentum)
     loss_fn = loss_function(cell.model)
-    batches = epoch_batches(loader, Measurement())  # the pulls it counts are the loop's bookkeeping, unread here
+    # the pulls it counts are the loop's bookkeeping, unread here
+    batches = epoch_batches(loader, Measurement())
 
     def step():
         batch = to_device(next(batches), device, cell.non_blocking)
@@ -79,16 +86,22 @@ def instrumented_loop(cell, device: torch.device) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--steps", type=int, help="measured steps of each loop (default: each config's own)")
+    parser.add_argument(
+        "--steps", type=int, help="measured steps of each loop (default: each config's own)"
+    )
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} alternating rounds")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} "
+        "alternating rounds"
+    )
     for name, knobs in CONFIGS.items():
         knobs = dict(knobs, device=args.device, **({"steps": args.steps} if args.steps else {}))
         cell, _ = resolve(parse_cell(knobs), torch.cuda.is_available())
-        device = rank_device(cell.device, World())  # a CUDA device with its index, as the harness runs it
+        # a CUDA device with its index, as the harness runs it
+        device = rank_device(cell.device, World())
         bare_loop(cell, device)  # one unmeasured round of each: caches, allocator, thread pools
         instrumented_loop(cell, device)
         ratios, bare, inst = [], [], []
@@ -99,9 +112,9 @@ def main() -> None:
             inst.append(i)
             ratios.append(i / b)
         print(
-            f"{name} on {device.type}: bare {statistics.median(bare):.1f} samples/s, instrumented "
-            f"{statistics.median(inst):.1f} samples/s, ratio median {statistics.median(ratios):.3f} (rounds: "
-            f"{', '.join(f'{r:.3f}' for r in ratios)})"
+            f"{name} on {device.type}: bare {statistics.median(bare):.1f} samples/s, "
+            f"instrumented {statistics.median(inst):.1f} samples/s, ratio median "
+            f"{statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})"
         )
 
 

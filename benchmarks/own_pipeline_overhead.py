@@ -27,19 +27,34 @@ import torch
 from feedbench.core.plugins import Context
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "own-pipeline", "src"))
+sys.path.insert(
+    0,
+    os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "examples", "own-pipeline", "src"
+    ),
+)
 from shapes import data, models, train  # noqa: E402  (the example project, outside the package)
 
-KNOBS = dict(batch_size=16, num_workers=0, steps=30, warmup_steps=3, torch_threads=1, monitor_interval_s=0.5)
+KNOBS = dict(
+    batch_size=16, num_workers=0, steps=30, warmup_steps=3, torch_threads=1, monitor_interval_s=0.5
+)
 
 
-def bare_loop(dataset, model, device: torch.device, mark: Callable[[], None] = lambda: None) -> float:
-    """samples/s of the loop a user would write over the same objects; `mark()` runs at the window's start and end."""
+def bare_loop(
+    dataset, model, device: torch.device, mark: Callable[[], None] = lambda: None
+) -> float:
+    """samples/s of the loop a user would write over the same objects; `mark()` runs at the window's
+    start and end."""
     loader = DataLoader(
-        dataset, batch_size=KNOBS["batch_size"], num_workers=KNOBS["num_workers"], collate_fn=data.collate
+        dataset,
+        batch_size=KNOBS["batch_size"],
+        num_workers=KNOBS["num_workers"],
+        collate_fn=data.collate,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    ctx = Context(0, 1, 0, device, KNOBS["batch_size"], KNOBS["num_workers"], 0, optimizer=optimizer)
+    ctx = Context(
+        0, 1, 0, device, KNOBS["batch_size"], KNOBS["num_workers"], 0, optimizer=optimizer
+    )
 
     def batches():
         while True:
@@ -73,7 +88,7 @@ def _load() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=KNOBS["steps"])
     parser.add_argument("--device", default="auto")
@@ -81,7 +96,9 @@ def main() -> None:
     KNOBS["steps"] = args.steps
     torch.set_num_threads(KNOBS["torch_threads"])
     device = torch.device(
-        "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+        "cuda"
+        if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+        else "cpu"
     )
     with tempfile.TemporaryDirectory() as root:
         ctx = Context(0, 1, 0, device, KNOBS["batch_size"], 0, 0)
@@ -90,16 +107,23 @@ def main() -> None:
 
         def instrumented() -> float:
             result = feedbench.measure(
-                dataset=dataset, model=model, collate=data.collate, step=train.train_step, device=device.type, **KNOBS
+                dataset=dataset,
+                model=model,
+                collate=data.collate,
+                step=train.train_step,
+                device=device.type,
+                **KNOBS,
             )
             assert result["status"] == "ok", result["error"]
             return result["metrics"]["samples_per_s"]
 
         print(
-            f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, {args.rounds} rounds of "
-            f"{KNOBS['steps']} steps, the first loop alternating; load average before: {_load()}"
+            f"torch {torch.__version__}, {torch.get_num_threads()} thread, {device.type}, "
+            f"{args.rounds} rounds of {KNOBS['steps']} steps, the first loop alternating; load "
+            f"average before: {_load()}"
         )
-        bare_loop(dataset, model, device)  # one unmeasured round of each: caches, allocator, page cache
+        # one unmeasured round of each: caches, allocator, page cache
+        bare_loop(dataset, model, device)
         instrumented()
         bare, inst = [], []
         for round_ in range(args.rounds):
@@ -111,8 +135,9 @@ def main() -> None:
                 inst.append(instrumented())
         ratios = [i / b for i, b in zip(inst, bare, strict=True)]
         print(
-            f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench {statistics.median(inst):.1f} "
-            f"samples/s, ratio median {statistics.median(ratios):.3f} (rounds, bare first in the 1st, 3rd, ...: "
+            f"shapes example: bare {statistics.median(bare):.1f} samples/s, feedbench "
+            f"{statistics.median(inst):.1f} samples/s, ratio median "
+            f"{statistics.median(ratios):.3f} (rounds, bare first in the 1st, 3rd, ...: "
             f"{', '.join(f'{r:.3f}' for r in ratios)}); load average after: {_load()}"
         )
 

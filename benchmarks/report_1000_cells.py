@@ -38,7 +38,11 @@ def real_cells(root: str) -> dict[str, dict]:
     specs = {
         "loader": {**fast, "scenario": "loader", "model": "none", "image_size": 32},
         "train": {**fast, "scenario": "train", "model": "mlp", "input_size": 256, "width": 256},
-        "transfer": {"scenario": "transfer", "steps": 3, "transfer_sizes": [65536, 262144, 1048576]},
+        "transfer": {
+            "scenario": "transfer",
+            "steps": 3,
+            "transfer_sizes": [65536, 262144, 1048576],
+        },
     }
     results = {}
     for name, knobs in specs.items():
@@ -50,25 +54,48 @@ def real_cells(root: str) -> dict[str, dict]:
     return results
 
 
-def synthesise(root: str, seeds: dict[str, dict], cells: int, repeats: int) -> tuple[list[str], dict]:
-    """Copies of the real results with varied labels and knobs, laid out as results/cells/<e>/<c>/rep<k>/result.json.
+def synthesise(
+    root: str, seeds: dict[str, dict], cells: int, repeats: int
+) -> tuple[list[str], dict]:
+    """Copies of the real results with varied labels and knobs, laid out as
+    results/cells/<e>/<c>/rep<k>/result.json.
 
     Each experiment is a 5 x 5 matrix (num_workers x batch_size) x `repeats`.
     """
     per_experiment = len(WORKERS) * len(BATCHES) * repeats
-    kinds = ["train", "loader", "train", "loader", "train", "loader", "train", "loader", "transfer", "train"]
+    kinds = [
+        "train",
+        "loader",
+        "train",
+        "loader",
+        "train",
+        "loader",
+        "train",
+        "loader",
+        "transfer",
+        "train",
+    ]
     paths, experiments = [], {}
     for index in range(cells):
         e, within = divmod(index, per_experiment)
         point, repeat = divmod(within, repeats)
-        workers, batch = WORKERS[point // len(BATCHES) % len(WORKERS)], BATCHES[point % len(BATCHES)]
+        workers, batch = (
+            WORKERS[point // len(BATCHES) % len(WORKERS)],
+            BATCHES[point % len(BATCHES)],
+        )
         experiment = f"exp{e:02d}"
         seed = kinds[e % len(kinds)]
         if seed == "train" and point == 0 and repeat == repeats - 1:
             seed = "failed"  # one failed repeat per training experiment
         result = json.loads(json.dumps(seeds[seed]))
         cell = f"num_workers-{workers}_batch_size-{batch}"
-        labels = {"experiment": experiment, "cell": cell, "repeat": repeat, "num_workers": workers, "batch_size": batch}
+        labels = {
+            "experiment": experiment,
+            "cell": cell,
+            "repeat": repeat,
+            "num_workers": workers,
+            "batch_size": batch,
+        }
         result["requested"].update(labels)
         if result["cell"]:
             result["cell"].update(labels)
@@ -92,10 +119,15 @@ def synthesise(root: str, seeds: dict[str, dict], cells: int, repeats: int) -> t
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", type=int, default=1000, help="result.json files to synthesise (cell x repeat)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--repeats", type=int, default=4, help="repeats per cell: 4 gives 10 experiments of 25 cells, 1 gives 40"
+        "--cells", type=int, default=1000, help="result.json files to synthesise (cell x repeat)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=4,
+        help="repeats per cell: 4 gives 10 experiments of 25 cells, 1 gives 40",
     )
     parser.add_argument("--out", help="keep everything here (default: a temporary folder, removed)")
     args = parser.parse_args()
@@ -122,12 +154,14 @@ def main() -> int:
 
         total = sum(timings.values())
         print(
-            f"{len(paths)} results, {len(config['experiments'])} experiments, report {os.path.getsize(html) / 1e6:.1f} "
-            "MB"
+            f"{len(paths)} results, {len(config['experiments'])} experiments, report "
+            f"{os.path.getsize(html) / 1e6:.1f} MB"
         )
         for stage, seconds in timings.items():
             print(f"  {stage:10} {seconds:6.2f} s")
-        print(f"  {'total':10} {total:6.2f} s  (target < 30 s: {'met' if total < 30 else 'MISSED'})")
+        print(
+            f"  {'total':10} {total:6.2f} s  (target < 30 s: {'met' if total < 30 else 'MISSED'})"
+        )
         return 0 if total < 30 else 1
     finally:
         if not args.out:

@@ -1,14 +1,16 @@
-"""Where the test suite's CPU goes: a pytest plugin that records each test's CPU seconds, and their sum by module.
+"""Where the test suite's CPU goes: a pytest plugin that records each test's CPU seconds, and their
+sum by module.
 
-CPU (user + system) rather than wall time, because on a shared 2-core machine wall time says more about the
-neighbours than about the test. A test's figure is its pytest process's own CPU plus that of the subprocesses it
-waited for (Snakemake, the harness, torchrun's ranks, Chromium): getrusage of the process and its reaped
-children, before and after. Slurm jobs run under slurmd, not the test, so they are not counted.
+CPU (user + system) rather than wall time, because on a shared 2-core machine wall time says more
+about the neighbours than about the test. A test's figure is its pytest process's own CPU plus that
+of the subprocesses it waited for (Snakemake, the harness, torchrun's ranks, Chromium): getrusage of
+the process and its reaped children, before and after. Slurm jobs run under slurmd, not the test, so
+they are not counted.
 
     rm -rf /tmp/suite-cpu; PYTHONPATH=benchmarks SUITE_CPU_OUT=/tmp/suite-cpu \\
         .venv/bin/python -m pytest -p suite_cpu -m "not timing and not slurm" -n 3 --dist loadgroup -q
     .venv/bin/python benchmarks/suite_cpu.py /tmp/suite-cpu      # CPU seconds by module, most first
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -26,23 +28,35 @@ OUT = os.environ.get("SUITE_CPU_OUT", "/tmp/suite-cpu")
 
 
 def _cpu_s() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """One JSON line per test (setup, call and teardown together) in OUT/<pid>.jsonl: every xdist worker its file."""
+    """One JSON line per test (setup, call and teardown together) in OUT/<pid>.jsonl: every xdist
+    worker its file."""
     cpu, wall = _cpu_s(), time.perf_counter()
     yield
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, f"{os.getpid()}.jsonl"), "a") as f:
-        record = {"test": item.nodeid, "cpu_s": _cpu_s() - cpu, "wall_s": time.perf_counter() - wall}
+        record = {
+            "test": item.nodeid,
+            "cpu_s": _cpu_s() - cpu,
+            "wall_s": time.perf_counter() - wall,
+        }
         f.write(json.dumps(record) + "\n")
 
 
 def main(folder: str) -> None:
-    rows = [json.loads(line) for path in glob.glob(os.path.join(folder, "*.jsonl")) for line in open(path)]
+    rows = [
+        json.loads(line)
+        for path in glob.glob(os.path.join(folder, "*.jsonl"))
+        for line in open(path)
+    ]
     by_module = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for row in rows:
         module = by_module[row["test"].split("::")[0]]

@@ -1,14 +1,19 @@
 """The trainer's threads, old default against new, beside the plain loop the user would run.
 
-On examples/own-pipeline's objects (own_pipeline_overhead.py's: shards read as an IterableDataset, a dict collate, a
-small CNN, its step), on the CPU, at 0 and 2 loader workers, three arms in alternating order each round, one process:
+On examples/own-pipeline's objects (own_pipeline_overhead.py's: shards read as an IterableDataset, a
+dict collate, a small CNN, its step), on the CPU, at 0 and 2 loader workers, three arms in
+alternating order each round, one process:
 
-    plain     the loop a user writes (own_pipeline_overhead.bare_loop) at PyTorch's default threads: `python train.py`
-    old       feedbench.measure with torch_threads 1 (the default until #39: what torchrun gives a rank)
-    new       feedbench.measure with torch_threads unset (the default now: what the launch gives, here PyTorch's)
+    plain     the loop a user writes (own_pipeline_overhead.bare_loop) at PyTorch's default threads:
+              `python train.py`
+    old       feedbench.measure with torch_threads 1 (the default until #39: what torchrun gives a
+              rank)
+    new       feedbench.measure with torch_threads unset (the default now: what the launch gives,
+              here PyTorch's)
 
-Prints each arm's median samples/s and its ratio to the plain loop: the default that measures the user's job is the
-one whose ratio is near 1, and whose answer to "do 2 workers help?" is the plain loop's.
+Prints each arm's median samples/s and its ratio to the plain loop: the default that measures the
+user's job is the one whose ratio is near 1, and whose answer to "do 2 workers help?" is the plain
+loop's.
 
     PYTHONPATH=workflow .venv/bin/python benchmarks/threads_default.py [--rounds 5] [--steps 30]
 """
@@ -45,24 +50,41 @@ def arms(dataset, model, workers: int, steps: int) -> dict:
 
     def feedbench_with(**threads) -> float:
         result = feedbench.measure(
-            dataset=dataset, model=model, collate=data.collate, step=train.train_step, device="cpu", **knobs, **threads
+            dataset=dataset,
+            model=model,
+            collate=data.collate,
+            step=train.train_step,
+            device="cpu",
+            **knobs,
+            **threads,
         )
         assert result["status"] == "ok", result["error"]
         return result["metrics"]["samples_per_s"]
 
-    return {"plain": plain_loop, "old": lambda: feedbench_with(torch_threads=1), "new": feedbench_with}
+    return {
+        "plain": plain_loop,
+        "old": lambda: feedbench_with(torch_threads=1),
+        "new": feedbench_with,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
     print(
-        f"torch {torch.__version__}, PyTorch's default threads here {DEFAULT_THREADS}, {os.cpu_count()} CPUs; ", end=""
+        f"torch {torch.__version__}, PyTorch's default threads here {DEFAULT_THREADS}, "
+        f"{os.cpu_count()} CPUs; ",
+        end="",
     )
-    print(f"{args.rounds} rounds of {args.steps} steps; load average before {os.getloadavg()[0]:.2f}")
-    print("| workers | plain loop, samples/s | old default (1 thread) | ratio | new default (the launch's) | ratio |")
+    print(
+        f"{args.rounds} rounds of {args.steps} steps; load average before {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "| workers | plain loop, samples/s | old default (1 thread) | ratio | new default "
+        "(the launch's) | ratio |"
+    )
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as root:
         ctx = Context(0, 1, 0, torch.device("cpu"), plain.KNOBS["batch_size"], 0, 0)
@@ -79,8 +101,9 @@ def main() -> None:
                     got[name].append(run[name]())
             median = {name: statistics.median(values) for name, values in got.items()}
             print(
-                f"| {workers} | {median['plain']:.1f} | {median['old']:.1f} | {median['old'] / median['plain']:.2f} "
-                f"| {median['new']:.1f} | {median['new'] / median['plain']:.2f} |"
+                f"| {workers} | {median['plain']:.1f} | {median['old']:.1f} | "
+                f"{median['old'] / median['plain']:.2f} | {median['new']:.1f} | "
+                f"{median['new'] / median['plain']:.2f} |"
             )
     print(f"load average after {os.getloadavg()[0]:.2f}")
 

@@ -65,7 +65,10 @@ def test_metrics_are_the_results_own_numbers(summary, real_matrix):  # noqa: F81
         metrics = result["metrics"]
         if "transfer" in metrics:
             for point in metrics["transfer"]["by_size"]:
-                column = f"transfer_gb_per_s_{'pinned' if point['pinned'] else 'pageable'}_{point['size_bytes']}"
+                column = (
+                    f"transfer_gb_per_s_{'pinned' if point['pinned'] else 'pageable'}_"
+                    f"{point['size_bytes']}"
+                )
                 assert row[column] == pytest.approx(point["median_gb_per_s"])
             continue
         assert row["samples_per_s"] == pytest.approx(metrics["samples_per_s"])
@@ -93,7 +96,8 @@ def test_failed_cell_is_kept_with_its_error(summary):
 
 
 def test_adjusted_knobs_are_as_ran_and_requested_is_kept(summary):
-    """On a CPU the harness runs pin_memory=true unpinned: the knob column says what ran, `requested` what was asked."""
+    """On a CPU the harness runs pin_memory=true unpinned: the knob column says what ran,
+    `requested` what was asked."""
     row = summary[summary["cell"] == "num_workers-0_pin_memory-true"].iloc[0]
     if row["device"] == "cuda":
         pytest.skip("pinning is honoured on a GPU: nothing is adjusted")
@@ -104,7 +108,9 @@ def test_adjusted_knobs_are_as_ran_and_requested_is_kept(summary):
 
 def test_labels_fall_back_to_the_workflow_path(run_cell, tmp_path):
     """A result without labels (run by hand) is named by where the workflow keeps it."""
-    code, result = run_cell(model="none", scenario="loader", image_size=16, batch_size=8, steps=3, warmup_steps=0)
+    code, result = run_cell(
+        model="none", scenario="loader", image_size=16, batch_size=8, steps=3, warmup_steps=0
+    )
     assert code == 0 and result["cell"]["experiment"] is None
     target = tmp_path / "results" / "cells" / "by-hand" / "batch_size-8" / "rep3" / "result.json"
     target.parent.mkdir(parents=True)
@@ -133,7 +139,11 @@ def test_unreadable_result_is_a_failed_row_not_a_crash(real_matrix, tmp_path):  
     broken.write_text('{"schema_version": 1, "status": ')
     frame = load_results([real_matrix.paths[0], str(broken)])
     row = frame[frame["cell"] == "c"].iloc[0]
-    assert row["status"] == "failed" and row["error_type"] == "UnusableResult" and str(broken) in row["error_message"]
+    assert (
+        row["status"] == "failed"
+        and row["error_type"] == "UnusableResult"
+        and str(broken) in row["error_message"]
+    )
     assert "not valid JSON" in row["error_message"]
     assert (frame["status"] == "ok").sum() == 1
 
@@ -159,8 +169,15 @@ def test_a_result_the_schema_refuses_is_a_failed_row_saying_why(real_matrix, tmp
     damaged.write_text(damage(json.dumps(measured), how))  # the spoiling of test_damaged_results
     frame = load_results([good, str(damaged)])
     row = frame[frame["cell"] == "c"].iloc[0]
-    assert (row["experiment"], row["repeat"], row["status"], row["error_type"]) == ("e", 1, "failed", "UnusableResult")
-    assert why in row["error_message"] and str(damaged) in row["error_message"], row["error_message"]
+    assert (row["experiment"], row["repeat"], row["status"], row["error_type"]) == (
+        "e",
+        1,
+        "failed",
+        "UnusableResult",
+    )
+    assert why in row["error_message"] and str(damaged) in row["error_message"], row[
+        "error_message"
+    ]
     assert pd.isna(row["samples_per_s"])  # nothing of a refused result is shown as measured
     assert sorted(frame["status"]) == ["failed", "ok"]
 
@@ -175,17 +192,21 @@ def test_write_summary_is_atomic_and_round_trips(summary, tmp_path):
 
 def test_no_results_gives_an_empty_table_with_the_columns():
     frame = load_results([])
-    assert frame.empty and {"experiment", "cell", "repeat", "status", "num_workers"} <= set(frame.columns)
+    assert frame.empty and {"experiment", "cell", "repeat", "status", "num_workers"} <= set(
+        frame.columns
+    )
 
 
 def test_a_failed_result_without_provenance_keeps_its_own_error(real_matrix, tmp_path):  # noqa: F811
-    # A cell stuck inside one step past its time limit is ended before provenance may be known: its result says why
-    # it failed, and that message, not a schema complaint, is what the summary shows.
+    # A cell stuck inside one step past its time limit is ended before provenance may be known: its
+    # result says why it failed, and that message, not a schema complaint, is what the summary
+    # shows.
     with open(real_matrix.paths[0]) as f:
         result = json.load(f)
     del result["provenance"]
     result.update(
-        status="failed", error={"type": "Terminated", "message": "time limit of 30 s reached", "traceback": ""}
+        status="failed",
+        error={"type": "Terminated", "message": "time limit of 30 s reached", "traceback": ""},
     )
     stuck = tmp_path / "cells" / "e" / "c" / "rep1" / "result.json"
     stuck.parent.mkdir(parents=True)
@@ -195,12 +216,15 @@ def test_a_failed_result_without_provenance_keeps_its_own_error(real_matrix, tmp
     assert row["error_message"] == "time limit of 30 s reached"
 
 
-STORED_SUMMARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stored", "workers-small", "summary.csv")
+STORED_SUMMARY = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "stored", "workers-small", "summary.csv"
+)
 
 
 def test_a_stored_summary_reads_with_knob_columns_typed_from_the_knob_spec():
-    """A summary written before issue #22 (tests/stored) reads typed: each knob's column as its Knob declares (bools
-    as booleans, integers as nullable integers), `requested` as the mapping of knobs asked for."""
+    """A summary written before issue #22 (tests/stored) reads typed: each knob's column as its Knob
+    declares (bools as booleans, integers as nullable integers), `requested` as the mapping of knobs
+    asked for."""
     summary = read_summary(STORED_SUMMARY)
     expected = {bool: "boolean", int: "Int64", float: "float64"}
     for name, knob in KNOBS.items():
@@ -209,11 +233,21 @@ def test_a_stored_summary_reads_with_knob_columns_typed_from_the_knob_spec():
     assert summary["num_workers"].tolist() == [1, 2, 4]
     assert summary["epochs"].isna().all()  # a nullable knob left empty
     assert summary["pin_memory"].tolist() == [False, False, False] and summary["in_order"].all()
-    assert summary["requested"][0]["num_workers"] == 1 and summary["requested"][0]["pin_memory"] is False
+    assert (
+        summary["requested"][0]["num_workers"] == 1
+        and summary["requested"][0]["pin_memory"] is False
+    )
 
 
 def test_a_knob_value_its_type_does_not_allow_stays_as_read():
-    """A cell that failed validation keeps the value it asked for: its column is not typed, never coerced to empty."""
-    frame = typed(pd.DataFrame({"num_workers": ["many", "2"], "pin_memory": ["yes", None], "batch_size": [8.0, None]}))
-    assert frame["num_workers"].tolist() == ["many", "2"] and frame["pin_memory"].tolist()[0] == "yes"
+    """A cell that failed validation keeps the value it asked for: its column is not typed, never
+    coerced to empty."""
+    frame = typed(
+        pd.DataFrame(
+            {"num_workers": ["many", "2"], "pin_memory": ["yes", None], "batch_size": [8.0, None]}
+        )
+    )
+    assert (
+        frame["num_workers"].tolist() == ["many", "2"] and frame["pin_memory"].tolist()[0] == "yes"
+    )
     assert str(frame["batch_size"].dtype) == "Int64" and frame["batch_size"][0] == 8

@@ -1,4 +1,5 @@
-"""One home per rule: the baseline travels from the matrix to the summary, one PHASES, names that say what they hold."""
+"""One home per rule: the baseline travels from the matrix to the summary, one PHASES, names that
+say what they hold."""
 
 from __future__ import annotations
 
@@ -19,11 +20,24 @@ from feedbench.plan import matrix
 
 PACKAGE = os.path.dirname(os.path.abspath(feedbench.__file__))
 CONFIG = {
-    "defaults": {"steps": 4, "warmup_steps": 1, "monitor_interval_s": 0.05, "torch_threads": 1, "device": "cpu"},
+    "defaults": {
+        "steps": 4,
+        "warmup_steps": 1,
+        "monitor_interval_s": 0.05,
+        "torch_threads": 1,
+        "device": "cpu",
+    },
     "experiments": {
         "workers": {
-            "base": {"scenario": "loader", "model": "none", "image_size": 16, "batch_size": 16, "num_samples": 64},
-            # The baseline is the first level of every axis, whichever order the levels are written in.
+            "base": {
+                "scenario": "loader",
+                "model": "none",
+                "image_size": 16,
+                "batch_size": 16,
+                "num_samples": 64,
+            },
+            # The baseline is the first level of every axis, whichever order the levels are written
+            # in.
             "matrix": {"num_workers": [1, 0]},
         }
     },
@@ -31,12 +45,14 @@ CONFIG = {
 
 
 def test_the_baseline_travels_from_the_matrix_to_the_summary(tmp_path):
-    """matrix marks it -> cell.yaml (as the bench rule writes it) -> result.json -> summary column -> verdict."""
+    """matrix marks it -> cell.yaml (as the bench rule writes it) -> result.json -> summary column
+    -> verdict."""
     cells = matrix.build_cells(CONFIG)
     paths = []
     for cell in cells:
         out = tmp_path / "cells" / cell.experiment / cell.id / "rep1"
-        cell_yaml = yaml.safe_load(json.dumps(cell.labelled(1)))  # the rule's printf of params.cell, read back
+        # the rule's printf of params.cell, read back
+        cell_yaml = yaml.safe_load(json.dumps(cell.labelled(1)))
         assert cell_yaml["baseline"] is cell.baseline
         run(cell_yaml, str(out))
         paths.append(str(out / "result.json"))
@@ -54,7 +70,8 @@ def test_the_baseline_travels_from_the_matrix_to_the_summary(tmp_path):
 
 
 def test_an_old_result_without_the_label_still_aggregates(tmp_path):
-    """A result.json from before the label: the row is there, its baseline empty (unknown), and the verdict says why."""
+    """A result.json from before the label: the row is there, its baseline empty (unknown), and the
+    verdict says why."""
     out = tmp_path / "cells" / "old" / "base" / "rep1"
     run(
         {
@@ -79,7 +96,11 @@ def test_an_old_result_without_the_label_still_aggregates(tmp_path):
     row = result_row(record_of(result, str(out / "result.json")))
     assert row["baseline"] is None and row["samples_per_s"] > 0
     found = verdict.summarize_experiment(load_results([str(out / "result.json")]))
-    assert found["best"]["cell"] == "base" and found["speedup"] is None and "written before" in found["note"]
+    assert (
+        found["best"]["cell"] == "base"
+        and found["speedup"] is None
+        and "written before" in found["note"]
+    )
 
 
 def assigned_names(path: str) -> set[str]:
@@ -99,7 +120,9 @@ def test_phases_are_defined_once():
     assert homes == [os.path.join("core", "metrics.py")]
     # The harness's per-scenario mapping is derived from the one tuple, in its order.
     for phases in harness.PHASES_OF.values():
-        assert list(phases) == [p for p in CLOCKED_PHASES if p in phases] and set(phases) <= set(PHASES)
+        assert list(phases) == [p for p in CLOCKED_PHASES if p in phases] and set(phases) <= set(
+            PHASES
+        )
     row = result_row(record_of({"status": "ok", "metrics": {"phases": {}}}, "result.json"))
     assert all(f"{p}_ms" in row and f"{p}_share" in row for p in PHASES)
 

@@ -1,6 +1,7 @@
-"""Every attempt at a cell kept (issue #36; docs/reliability-slurm.md, "Every attempt kept"): a rerun moves the earlier
-attempt (its result or lost record, steps, log) to the cell's attempts/<n>/ before it writes; the summary reads the
-current attempt only, the report names the earlier ones. On Slurm: tests/test_slurm_faults.py (a scancel'ed cell)."""
+"""Every attempt at a cell kept (issue #36; docs/reliability-slurm.md, "Every attempt kept"): a
+rerun moves the earlier attempt (its result or lost record, steps, log) to the cell's attempts/<n>/
+before it writes; the summary reads the current attempt only, the report names the earlier ones. On
+Slurm: tests/test_slurm_faults.py (a scancel'ed cell)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from feedbench.plan import slurm
 from helpers.snakemake_run import snakemake, workflow_copy
 from test_slurm_plugin import LABELLED
 
-# A user's dataset that fails its cell at sample 20 (the fifth batch of 4: a warm-up step and four measured) while the
-# file fail-once is in the working directory, the harness's.
+# A user's dataset that fails its cell at sample 20 (the fifth batch of 4: a warm-up step and four
+# measured) while the file fail-once is in the working directory, the harness's.
 USER_CODE = """
 import os
 
@@ -66,27 +67,39 @@ def test_a_failed_cell_run_again_keeps_its_first_attempt_and_the_report_counts_i
     write_user_module(workdir, "flaky", USER_CODE)
     (workdir / "fail-once").write_text("")
     first = snakemake(workflow, workdir, CONFIG)
-    assert first.returncode == 1, first.stderr[-4000:]  # the failed cell fails the run (README, "Exit code")
+    # the failed cell fails the run (README, "Exit code")
+    assert first.returncode == 1, first.stderr[-4000:]
     failed_steps = steps_rows(workdir / CELL / "steps.csv")
     assert failed_steps > 0, "the failed attempt measured steps before sample 20"
 
     (workdir / "fail-once").unlink()
-    again = snakemake(workflow, workdir, CONFIG)  # retry_failed (the default) runs the failed cell again
+    # retry_failed (the default) runs the failed cell again
+    again = snakemake(workflow, workdir, CONFIG)
     assert again.returncode == 0, again.stderr[-4000:]
     kept = workdir / CELL / "attempts" / "1"
     assert json.loads((kept / "result.json").read_text())["status"] == "failed"
-    assert steps_rows(kept / "steps.csv") == failed_steps, "the first attempt's steps, as it measured them"
-    assert "the volume went away at sample 20" in (kept / attempts.LOG).read_text(), "its bench log, not the rerun's"
+    assert steps_rows(kept / "steps.csv") == failed_steps, (
+        "the first attempt's steps, as it measured them"
+    )
+    assert "the volume went away at sample 20" in (kept / attempts.LOG).read_text(), (
+        "its bench log, not the rerun's"
+    )
     facts = json.loads((kept / attempts.RECORD).read_text())
     assert (facts["attempt"], facts["status"], facts["steps"]) == (1, "failed", failed_steps), facts
     rerun = json.loads((workdir / CELL / "result.json").read_text())
-    assert rerun["status"] == "ok" and rerun["cell"]["attempt"].startswith("retry-after-"), "the attempt it planned"
+    assert rerun["status"] == "ok" and rerun["cell"]["attempt"].startswith("retry-after-"), (
+        "the attempt it planned"
+    )
     assert "sample 20" not in (workdir / "logs/bench/flaky/base/rep1.log").read_text()
 
     rows = list(csv.DictReader(open(workdir / "results" / "summary.csv")))
-    assert [(row["cell"], row["status"]) for row in rows] == [("base", "ok")], "the summary reads the current attempt"
+    assert [(row["cell"], row["status"]) for row in rows] == [("base", "ok")], (
+        "the summary reads the current attempt"
+    )
     report = (workdir / "results" / "report" / "index.html").read_text()
-    assert f"attempt 2; attempt 1 failed (OSError) after {failed_steps} steps" in report, report[-3000:]
+    assert f"attempt 2; attempt 1 failed (OSError) after {failed_steps} steps" in report, report[
+        -3000:
+    ]
 
 
 def test_a_folder_without_an_attempt_moves_nothing_and_attempts_are_numbered_on(tmp_path):
@@ -98,14 +111,17 @@ def test_a_folder_without_an_attempt_moves_nothing_and_attempts_are_numbered_on(
     for n, state in ((1, "NODE_FAIL"), (2, "CANCELLED")):
         lost = slurm.lost_result(str(folder / "result.json"), LABELLED, (str(10 + n), state), None)
         (folder / "lost.json").write_text(json.dumps(lost))
-        (folder / "steps.csv").write_text("step,total_ms\n" + "".join(f"{i},1.0\n" for i in range(50 + n)))
+        (folder / "steps.csv").write_text(
+            "step,total_ms\n" + "".join(f"{i},1.0\n" for i in range(50 + n))
+        )
         assert attempts.keep_earlier(str(folder)) == str(folder / "attempts" / str(n))
         assert sorted(p.name for p in folder.iterdir()) == ["attempts"]
-    (folder / "result.json").write_text('{"schema_version": 1, "status": "ok", "metr')  # cut mid-write
+    # cut mid-write
+    (folder / "result.json").write_text('{"schema_version": 1, "status": "ok", "metr')
     assert attempts.keep_earlier(str(folder)) == str(folder / "attempts" / "3")
     assert attempts.earlier_text(str(folder)) == (
-        "attempt 4; attempt 1 lost to NODE_FAIL after 51 steps; attempt 2 lost to CANCELLED after 52 steps; "
-        "attempt 3 left a damaged result after 0 steps"
+        "attempt 4; attempt 1 lost to NODE_FAIL after 51 steps; attempt 2 lost to CANCELLED "
+        "after 52 steps; attempt 3 left a damaged result after 0 steps"
     )
     record = json.loads((folder / "attempts" / "1" / attempts.RECORD).read_text())
     assert (record["slurm_job_id"], record["slurm_state"]) == ("11", "NODE_FAIL")

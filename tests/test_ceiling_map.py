@@ -1,5 +1,6 @@
-"""The planner's map of ceilings (core.ceilings.ceiling_map): the summary joins on it, and a summary rebuilt from
-results that have none plans their cells again by the same rule (aggregate.rebuilt_map)."""
+"""The planner's map of ceilings (core.ceilings.ceiling_map): the summary joins on it, and a summary
+rebuilt from results that have none plans their cells again by the same rule
+(aggregate.rebuilt_map)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,24 @@ from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import build_cells
 from helpers.snakemake_run import snakemake, workflow_copy
 
-MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
+MLP = {
+    "scenario": "train",
+    "model": "mlp",
+    "dataset": "memory",
+    "input_size": 64,
+    "width": 64,
+    "batch_size": 16,
+}
 SIZE = batch_bytes(MLP)
 
 
 def row(experiment: str, cell: str, scenario: str, metrics: dict, **knobs) -> dict:
     knobs = {**MLP, "device": "cuda", "scenario": scenario, **knobs}
-    result = {"status": "ok", "cell": {**knobs, "experiment": experiment, "cell": cell}, "metrics": metrics}
+    result = {
+        "status": "ok",
+        "cell": {**knobs, "experiment": experiment, "cell": cell},
+        "metrics": metrics,
+    }
     return result_row(record_of(result, f"results/cells/{experiment}/{cell}/rep1/result.json"))
 
 
@@ -30,7 +42,8 @@ def probe(gb_per_s: float) -> dict:
     return {"samples_per_s": None, "transfer": {"by_size": [point]}}
 
 
-# A training cell, and two measurements of each of its ceilings: the derived ones and another experiment's.
+# A training cell, and two measurements of each of its ceilings: the derived ones and another
+# experiment's.
 ROWS = [
     row("w", "base", "train", {"samples_per_s": 50.0}),
     row("ceilings-loader", "l", "loader", {"samples_per_s": 300.0}),
@@ -39,30 +52,49 @@ ROWS = [
     row("ceilings-transfer", "t", "transfer", probe(10.0)),
     row("other", "t", "transfer", probe(1.0)),
 ]
-LINKS = {"w/base": {"loader": "ceilings-loader/l", "compute": "ceilings-compute/c", "transfer": "ceilings-transfer/t"}}
+LINKS = {
+    "w/base": {
+        "loader": "ceilings-loader/l",
+        "compute": "ceilings-compute/c",
+        "transfer": "ceilings-transfer/t",
+    }
+}
 
 
 def test_the_summary_reads_the_ceilings_the_map_names():
     train = with_predictions(pd.DataFrame(ROWS), LINKS).iloc[0]
-    assert train["ceiling_loader_samples_per_s"] == 300.0 and train["ceiling_compute_samples_per_s"] == 600.0
+    assert (
+        train["ceiling_loader_samples_per_s"] == 300.0
+        and train["ceiling_compute_samples_per_s"] == 600.0
+    )
     assert train["ceiling_copy_gb_per_s"] == 10.0 and train["ceiling_copy_from"] == "sweep"
     assert train["predicted_samples_per_s"] > 0
 
 
 def test_a_training_cell_the_map_does_not_name_has_no_ceilings():
     train = with_predictions(pd.DataFrame(ROWS), {}).iloc[0]
-    assert pd.isna(train["ceiling_loader_samples_per_s"]) and pd.isna(train["predicted_samples_per_s"])
+    assert pd.isna(train["ceiling_loader_samples_per_s"]) and pd.isna(
+        train["predicted_samples_per_s"]
+    )
 
 
 def test_without_a_map_the_planners_rule_finds_the_ceilings():
-    # A summary rebuilt from results alone: its cells planned again from the knobs they asked for, and the planner's
-    # own rule (ceilings.Bounds) names one cell per ceiling, the derived one where another has the same knobs.
+    # A summary rebuilt from results alone: its cells planned again from the knobs they asked for,
+    # and the planner's own rule (ceilings.Bounds) names one cell per ceiling, the derived one where
+    # another has the same knobs.
     rebuilt = rebuilt_map(pd.DataFrame(ROWS))
     assert rebuilt == {
-        "w/base": {"loader": "ceilings-loader/l", "compute": "ceilings-compute/c", "transfer": "ceilings-transfer/t"}
+        "w/base": {
+            "loader": "ceilings-loader/l",
+            "compute": "ceilings-compute/c",
+            "transfer": "ceilings-transfer/t",
+        }
     }
     train = with_predictions(pd.DataFrame(ROWS)).iloc[0]
-    assert train["ceiling_loader_samples_per_s"] == 300.0 and train["ceiling_compute_samples_per_s"] == 600.0
+    assert (
+        train["ceiling_loader_samples_per_s"] == 300.0
+        and train["ceiling_compute_samples_per_s"] == 600.0
+    )
     assert train["ceiling_copy_gb_per_s"] == 10.0
     pd.testing.assert_series_equal(train, with_predictions(pd.DataFrame(ROWS), rebuilt).iloc[0])
 
@@ -93,11 +125,24 @@ def test_a_plan_without_ceiling_cells_maps_nothing():
 @pytest.mark.slow  # three tiny cells through Snakemake: about half a minute
 def test_a_run_with_ceilings_joins_the_summary_on_the_planners_map(tmp_path):
     config = {
-        "defaults": {"repeats": 1, "steps": 3, "warmup_steps": 1, "device": "cpu", "torch_threads": 1},
+        "defaults": {
+            "repeats": 1,
+            "steps": 3,
+            "warmup_steps": 1,
+            "device": "cpu",
+            "torch_threads": 1,
+        },
         "experiments": {
-            "w": {"ceilings": True, "base": {**MLP, "num_samples": 32}, "matrix": {"num_workers": [0]}},
-            # The same loader, sampled otherwise (a knob no ceiling keeps): the planner measures its own ceiling.
-            "other": {"base": {**MLP, "num_samples": 32, "scenario": "loader", "monitor_interval_s": 0.25}},
+            "w": {
+                "ceilings": True,
+                "base": {**MLP, "num_samples": 32},
+                "matrix": {"num_workers": [0]},
+            },
+            # The same loader, sampled otherwise (a knob no ceiling keeps): the planner measures its
+            # own ceiling.
+            "other": {
+                "base": {**MLP, "num_samples": 32, "scenario": "loader", "monitor_interval_s": 0.25}
+            },
         },
     }
     workflow, work = workflow_copy(tmp_path)
@@ -114,8 +159,13 @@ def test_a_run_with_ceilings_joins_the_summary_on_the_planners_map(tmp_path):
         measured = summary.loc[name == links[trained][ceiling], "samples_per_s"].median()
         assert train[f"ceiling_{ceiling}_samples_per_s"] == pytest.approx(measured)
     assert train["predicted_samples_per_s"] > 0
-    # Rebuilt from the results alone, the summary plans the cells again: the same map, the same ceiling figures.
-    rebuilt = load_results(sorted(glob.glob(str(work / "results" / "cells" / "*" / "*" / "rep1" / "result.json"))))
+    # Rebuilt from the results alone, the summary plans the cells again: the same map, the same
+    # ceiling figures.
+    rebuilt = load_results(
+        sorted(glob.glob(str(work / "results" / "cells" / "*" / "*" / "rep1" / "result.json")))
+    )
     assert rebuilt_map(rebuilt) == links
     again = rebuilt[rebuilt["scenario"] == "train"].iloc[0]
-    assert again["ceiling_loader_samples_per_s"] == pytest.approx(train["ceiling_loader_samples_per_s"])
+    assert again["ceiling_loader_samples_per_s"] == pytest.approx(
+        train["ceiling_loader_samples_per_s"]
+    )

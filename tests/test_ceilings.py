@@ -1,4 +1,5 @@
-"""`ceilings: true`: every training cell gets the ceilings its prediction needs, each measured once."""
+"""`ceilings: true`: every training cell gets the ceilings its prediction needs, each measured
+once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells
 
 SCHEMA = "config/schema.yaml"
-MLP = {"scenario": "train", "model": "mlp", "dataset": "memory", "input_size": 64, "width": 64, "batch_size": 16}
+MLP = {
+    "scenario": "train",
+    "model": "mlp",
+    "dataset": "memory",
+    "input_size": 64,
+    "width": 64,
+    "batch_size": 16,
+}
 
 
 def cells_of(experiments: dict, defaults: dict | None = None) -> dict[str, list]:
@@ -33,14 +41,26 @@ def test_each_training_cell_gets_its_loader_compute_and_transfer_ceilings():
             }
         }
     )
-    loaders = {(c.knobs.get("num_workers", 0), c.knobs["batch_size"]) for c in found["ceilings-loader"]}
-    computes = {(c.knobs.get("hidden_layers", 1), c.knobs["batch_size"]) for c in found["ceilings-compute"]}
-    # 4 + 1 training cells share 3 loader ceilings (hidden_layers is no loader knob) and 3 compute ceilings.
+    loaders = {
+        (c.knobs.get("num_workers", 0), c.knobs["batch_size"]) for c in found["ceilings-loader"]
+    }
+    computes = {
+        (c.knobs.get("hidden_layers", 1), c.knobs["batch_size"]) for c in found["ceilings-compute"]
+    }
+    # 4 + 1 training cells share 3 loader ceilings (hidden_layers is no loader knob) and 3 compute
+    # ceilings.
     assert loaders == {(0, 16), (2, 16), (0, 32)}
     assert computes == {(1, 16), (4, 16), (1, 32)}
-    assert all(c.knobs["scenario"] == "loader" and "hidden_layers" not in c.knobs for c in found["ceilings-loader"])
-    assert all(c.knobs["scenario"] == "compute" and "num_workers" not in c.knobs for c in found["ceilings-compute"])
-    # One transfer probe covers every batch size: 16 and 32 samples of 64 float32 features and an int64 label.
+    assert all(
+        c.knobs["scenario"] == "loader" and "hidden_layers" not in c.knobs
+        for c in found["ceilings-loader"]
+    )
+    assert all(
+        c.knobs["scenario"] == "compute" and "num_workers" not in c.knobs
+        for c in found["ceilings-compute"]
+    )
+    # One transfer probe covers every batch size: 16 and 32 samples of 64 float32 features and an
+    # int64 label.
     (probe,) = found["ceilings-transfer"]
     assert probe.knobs["transfer_sizes"] == [16 * (64 * 4 + 8), 32 * (64 * 4 + 8)]
     assert all(c.parsed is not None for cells in found.values() for c in cells)
@@ -60,10 +80,16 @@ def test_a_ceiling_an_experiment_measures_is_not_measured_again():
 
 
 def test_the_loader_alone_on_images_is_one_cell_for_every_model_but_not_for_samples_shaped_by_it():
-    # A built-in image dataset makes the same samples whatever the model: the loader ceiling resets the model, so two
-    # models share one loader ceiling, and a loader experiment with the same knobs already measures it. Samples the
-    # model shapes (memory: input_size floats for the mlp) keep it.
-    images = {"scenario": "train", "dataset": "images", "data_dir": ".", "image_size": 32, "batch_size": 8}
+    # A built-in image dataset makes the same samples whatever the model: the loader ceiling resets
+    # the model, so two models share one loader ceiling, and a loader experiment with the same knobs
+    # already measures it. Samples the model shapes (memory: input_size floats for the mlp) keep it.
+    images = {
+        "scenario": "train",
+        "dataset": "images",
+        "data_dir": ".",
+        "image_size": 32,
+        "batch_size": 8,
+    }
     found = cells_of(
         {
             "t": {"ceilings": True, "base": images, "matrix": {"model": ["sleep", "resnet18"]}},
@@ -73,7 +99,8 @@ def test_the_loader_alone_on_images_is_one_cell_for_every_model_but_not_for_samp
     )
     assert "ceilings-loader" not in found and len(found["ceilings-compute"]) == 2
     assert {
-        ceiling_sources(c, [c for cells in found.values() for c in cells])["loader"].experiment for c in found["t"]
+        ceiling_sources(c, [c for cells in found.values() for c in cells])["loader"].experiment
+        for c in found["t"]
     } == {"l"}
     memory = cells_of({"m": {"ceilings": True, "base": MLP, "matrix": {"model": ["mlp", "sleep"]}}})
     assert {c.knobs["model"] for c in memory["ceilings-loader"]} == {"mlp", "sleep"}
@@ -95,14 +122,18 @@ def test_the_ceilings_names_are_reserved():
 
 
 def test_an_experiments_own_transfer_probe_at_the_batch_size_is_shared_not_measured_twice():
-    # As in the default config: 256 samples of 1,024 float32 features and an int64 label are 1,050,624 bytes, within
-    # 10 % of the probe's 1 MiB; another batch size would need its own probe.
+    # As in the default config: 256 samples of 1,024 float32 features and an int64 label are
+    # 1,050,624 bytes, within 10 % of the probe's 1 MiB; another batch size would need its own
+    # probe.
     probe = {"scenario": "transfer", "transfer_sizes": [65536, 1048576, 16777216]}
     mlp = {**MLP, "input_size": 1024, "batch_size": 256}
-    shared = cells_of({"w": {"ceilings": True, "base": mlp}, "t": {"base": probe}}, defaults={"device": "auto"})
+    shared = cells_of(
+        {"w": {"ceilings": True, "base": mlp}, "t": {"base": probe}}, defaults={"device": "auto"}
+    )
     assert "ceilings-transfer" not in shared and len(shared["t"]) == 1
     apart = cells_of(
-        {"w": {"ceilings": True, "base": {**mlp, "batch_size": 64}}, "t": {"base": probe}}, defaults={"device": "auto"}
+        {"w": {"ceilings": True, "base": {**mlp, "batch_size": 64}}, "t": {"base": probe}},
+        defaults={"device": "auto"},
     )
     (own,) = apart["ceilings-transfer"]
     assert own.knobs["transfer_sizes"] == [64 * (1024 * 4 + 8)]
@@ -119,14 +150,19 @@ OWN = {
 
 
 def test_a_cell_of_the_users_own_pipeline_gets_a_transfer_probe_of_its_own_batch():
-    # ceilings.batch_bytes cannot size a user's batch: the transfer ceiling times a real one (transfer.batch_probe),
-    # with the cell's dataset, its arguments, collate, batch size and pinning; cells that differ only in knobs no
-    # copy depends on (workers, the model) share it. Built unchecked: the import paths resolve in test_own_pipeline.
+    # ceilings.batch_bytes cannot size a user's batch: the transfer ceiling times a real one
+    # (transfer.batch_probe), with the cell's dataset, its arguments, collate, batch size and
+    # pinning; cells that differ only in knobs no copy depends on (workers, the model) share it.
+    # Built unchecked: the import paths resolve in test_own_pipeline.
     config = {
         "python_path": ["examples/own-pipeline/src"],
         "defaults": {"device": "auto", "batch_size": 16, "steps": 5},
         "experiments": {
-            "own": {"ceilings": True, "base": OWN, "matrix": {"num_workers": [0, 2], "pin_memory": [False, True]}}
+            "own": {
+                "ceilings": True,
+                "base": OWN,
+                "matrix": {"num_workers": [0, 2], "pin_memory": [False, True]},
+            }
         },
     }
     validate_config(config, SCHEMA)
@@ -148,7 +184,10 @@ def test_a_cell_of_the_users_own_pipeline_gets_a_transfer_probe_of_its_own_batch
 
 
 def test_on_a_cpu_the_users_pipeline_gets_no_transfer_probe():
-    config = {"defaults": {"device": "cpu"}, "experiments": {"own": {"ceilings": True, "base": OWN}}}
+    config = {
+        "defaults": {"device": "cpu"},
+        "experiments": {"own": {"ceilings": True, "base": OWN}},
+    }
     validate_config(config, SCHEMA)
     cells = build_cells(config, check=False)
     assert not [c for c in cells if c.experiment == "ceilings-transfer"]
@@ -157,21 +196,32 @@ def test_on_a_cpu_the_users_pipeline_gets_no_transfer_probe():
 
 
 def test_ceiling_ids_name_no_path_and_stay_when_the_checkout_moves(tmp_path):
-    # python_path is made absolute, so a ceiling named by it would carry the checkout's path (with + for /): moved or
-    # mounted elsewhere, every ceiling would get a new id and run again. Ceilings are named by the knobs that set them
-    # apart, as experiment cells are; the knobs keep the path, which the job needs.
+    # python_path is made absolute, so a ceiling named by it would carry the checkout's path (with +
+    # for /): moved or mounted elsewhere, every ceiling would get a new id and run again. Ceilings
+    # are named by the knobs that set them apart, as experiment cells are; the knobs keep the path,
+    # which the job needs.
     def ids(root) -> set[str]:
         config = {
             "python_path": [str(root / "own-pipeline" / "src")],
             "defaults": {"device": "auto", "batch_size": 16},
-            "experiments": {"own": {"ceilings": True, "base": OWN, "matrix": {"num_workers": [0, 2]}}},
+            "experiments": {
+                "own": {"ceilings": True, "base": OWN, "matrix": {"num_workers": [0, 2]}}
+            },
         }
         validate_config(config, SCHEMA)
-        cells = [c for c in build_cells(config, check=False) if c.experiment.startswith("ceilings-")]
-        assert {c.experiment for c in cells} == {"ceilings-loader", "ceilings-compute", "ceilings-transfer"}
+        cells = [
+            c for c in build_cells(config, check=False) if c.experiment.startswith("ceilings-")
+        ]
+        assert {c.experiment for c in cells} == {
+            "ceilings-loader",
+            "ceilings-compute",
+            "ceilings-transfer",
+        }
         assert all(c.knobs["python_path"] == config["python_path"] for c in cells)
         for cell in cells:
-            assert str(root).strip("/").split("/")[0] not in cell.id and "python_path" not in cell.id, cell.id
+            assert (
+                str(root).strip("/").split("/")[0] not in cell.id and "python_path" not in cell.id
+            ), cell.id
         return {(c.experiment, c.id) for c in cells}
 
     assert ids(tmp_path / "here") == ids(tmp_path / "moved" / "elsewhere")

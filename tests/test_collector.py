@@ -1,5 +1,6 @@
-"""Python's garbage collector in the measured window: its pauses recorded in the result and the summary,
-the knob `gc` (normal | freeze | disable), and the collector left as it was found after every cell, a failed one too."""
+"""Python's garbage collector in the measured window: its pauses recorded in the result and the
+summary, the knob `gc` (normal | freeze | disable), and the collector left as it was found after
+every cell, a failed one too."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from feedbench.core.metric_table import row_of
 from torch import nn
 from torch.utils.data import Dataset
 
-KNOBS = dict(batch_size=8, steps=40, warmup_steps=2, device="cpu", torch_threads=1, monitor_interval_s=5)
+KNOBS = dict(
+    batch_size=8, steps=40, warmup_steps=2, device="cpu", torch_threads=1, monitor_interval_s=5
+)
 
 
 class Rows(Dataset):
-    """Eight features a sample; its label says whether the process that made it had its collector on."""
+    """Eight features a sample; its label says whether the process that made it had its collector
+    on."""
 
     def __len__(self):
         return 64
@@ -28,7 +32,8 @@ class Rows(Dataset):
 
 
 def garbage_step(model, batch, ctx):
-    """A step that leaves cyclic garbage, as object-heavy Python code does: the young generation fills every step."""
+    """A step that leaves cyclic garbage, as object-heavy Python code does: the young generation
+    fills every step."""
     for _ in range(2000):
         a, b = [], []
         a.append(b)
@@ -39,7 +44,9 @@ def garbage_step(model, batch, ctx):
 
 
 def cell(**knobs):
-    return feedbench.measure(dataset=Rows(), model=nn.Linear(8, 1), step=garbage_step, **{**KNOBS, **knobs})
+    return feedbench.measure(
+        dataset=Rows(), model=nn.Linear(8, 1), step=garbage_step, **{**KNOBS, **knobs}
+    )
 
 
 def test_the_collections_in_the_window_are_recorded_in_the_result_and_the_summary():
@@ -47,16 +54,21 @@ def test_the_collections_in_the_window_are_recorded_in_the_result_and_the_summar
     assert result["status"] == "ok", result["error"]
     recorded = result["metrics"]["gc"]
     assert recorded["mode"] == "normal"
-    assert recorded["collections"] >= 40, recorded  # 4000 new cyclic lists a step, 700 a young collection
+    # 4000 new cyclic lists a step, 700 a young collection
+    assert recorded["collections"] >= 40, recorded
     assert recorded["by_generation"][0] >= 40 and recorded["pause_ms"] > 0
     assert sum(recorded["by_generation"]) == recorded["collections"]
     row = row_of(result)
-    assert row["gc_collections"] == recorded["collections"] and row["gc_pause_ms"] == recorded["pause_ms"]
+    assert (
+        row["gc_collections"] == recorded["collections"]
+        and row["gc_pause_ms"] == recorded["pause_ms"]
+    )
 
 
 def test_disable_keeps_the_collector_out_of_the_window_and_gives_it_back():
     enabled, callbacks = gc.isenabled(), list(gc.callbacks)
-    result = cell(gc="disable", num_workers=1)  # a worker's collector stays on (its samples say so: the step checks)
+    # a worker's collector stays on (its samples say so: the step checks)
+    result = cell(gc="disable", num_workers=1)
     assert result["status"] == "ok", result["error"]
     assert result["metrics"]["gc"]["collections"] == 0, result["metrics"]["gc"]
     assert gc.isenabled() == enabled and gc.get_freeze_count() == 0 and gc.callbacks == callbacks
@@ -80,7 +92,9 @@ def test_a_cell_failing_mid_window_leaves_the_collector_as_it_found_it():
         return model(batch[0]).mean()
 
     enabled, callbacks = gc.isenabled(), list(gc.callbacks)
-    result = feedbench.measure(dataset=Rows(), model=nn.Linear(8, 1), step=failing_step, gc="disable", **KNOBS)
+    result = feedbench.measure(
+        dataset=Rows(), model=nn.Linear(8, 1), step=failing_step, gc="disable", **KNOBS
+    )
     assert result["status"] == "failed" and "the user's step failed" in result["error"]["message"]
     assert gc.isenabled() == enabled and gc.get_freeze_count() == 0 and gc.callbacks == callbacks
 

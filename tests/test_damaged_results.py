@@ -1,4 +1,5 @@
-"""Nothing lost: damaged results, an interrupted run, a full disk and non-ASCII knobs, on real Snakemake runs.
+"""Nothing lost: damaged results, an interrupted run, a full disk and non-ASCII knobs, on real
+Snakemake runs.
 
 Each test runs a copy of the workflow (as tests/test_workflow.py does), damages
 or interrupts it the way a user's machine would, and checks that a plain rerun
@@ -82,11 +83,16 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     assert len(keys) == 9
     # the first len(DAMAGE) cells are damaged (zip stops there), the rest are kept
     damaged, kept = dict(zip(keys, DAMAGE, strict=False)), keys[len(DAMAGE) :]
-    before = {key: (workdir / "results" / "cells" / key / "result.json").read_bytes() for key in keys}
+    before = {
+        key: (workdir / "results" / "cells" / key / "result.json").read_bytes() for key in keys
+    }
     for key, how in damaged.items():
-        (workdir / "results" / "cells" / key / "result.json").write_text(damage(before[key].decode(), how))
+        (workdir / "results" / "cells" / key / "result.json").write_text(
+            damage(before[key].decode(), how)
+        )
 
-    # Without retries the damage is reported, not hidden and not a crash: 7 failed rows saying why, 2 measured.
+    # Without retries the damage is reported, not hidden and not a crash: 7 failed rows saying why,
+    # 2 measured.
     report_only = dict(CONFIG, retry_failed=False)
     assert planned(workflow, workdir, report_only) == set()
     shown = snakemake(workflow, workdir, report_only)
@@ -104,18 +110,26 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
     html = (workdir / "results" / "report" / "index.html").read_text()
     assert "UnusableResult" in html or "unusable result" in html
 
-    # A plain run reruns exactly the damaged cells (a dry run says so first), leaves the others' bytes alone.
+    # A plain run reruns exactly the damaged cells (a dry run says so first), leaves the others'
+    # bytes alone.
     assert planned(workflow, workdir, CONFIG) == set(damaged)
     rerun = snakemake(workflow, workdir, CONFIG)
     assert rerun.returncode == 0, rerun.stderr[-4000:]
-    assert set(re.findall(r"output: results/cells/(\S+)/result\.json", rerun.stdout + rerun.stderr)) == set(damaged)
+    assert set(
+        re.findall(r"output: results/cells/(\S+)/result\.json", rerun.stdout + rerun.stderr)
+    ) == set(damaged)
     for key in kept:
         assert (workdir / "results" / "cells" / key / "result.json").read_bytes() == before[key]
     for key in damaged:
         result = json.loads((workdir / "results" / "cells" / key / "result.json").read_text())
-        assert result["status"] == "ok" and result["cell"]["attempt"].startswith("retry-after-damaged-")
-        kept_attempt = workdir / "results" / "cells" / key / "attempts" / "1"  # issue #36: the damaged bytes kept
-        assert (kept_attempt / "result.json").read_text() == damage(before[key].decode(), damaged[key])
+        assert result["status"] == "ok" and result["cell"]["attempt"].startswith(
+            "retry-after-damaged-"
+        )
+        # issue #36: the damaged bytes kept
+        kept_attempt = workdir / "results" / "cells" / key / "attempts" / "1"
+        assert (kept_attempt / "result.json").read_text() == damage(
+            before[key].decode(), damaged[key]
+        )
         assert json.loads((kept_attempt / "attempt.json").read_text())["status"] == "damaged"
     rows = _summary(workdir)
     assert len(rows) == 9 and {r["status"] for r in rows} == {"ok"}
@@ -125,7 +139,8 @@ def test_damaged_results_are_reported_failed_then_rerun_alone(tmp_path):
 
 
 def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
-    """Ctrl-C while a cell runs leaves its output marked incomplete; `make run` again must finish it without flags."""
+    """Ctrl-C while a cell runs leaves its output marked incomplete; `make run` again must finish it
+    without flags."""
     workflow, workdir = workflow_copy(tmp_path)
     slow = dict(FAST, sample_delay_ms=50)  # 4 samples x 50 ms a step: 40 steps take 8 s or more
     config = {
@@ -146,8 +161,13 @@ def test_a_plain_rerun_after_ctrl_c_completes(tmp_path):
     )
     started = workdir / "logs" / "bench" / "slow" / "num_workers-0" / "rep1.log"
     deadline = time.monotonic() + 300
-    while not (started.exists() and started.stat().st_size) and run.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)  # the harness writes its first line once the cell is resolved: the job is running
+    while (
+        not (started.exists() and started.stat().st_size)
+        and run.poll() is None
+        and time.monotonic() < deadline
+    ):
+        # the harness writes its first line once the cell is resolved: the job is running
+        time.sleep(0.2)
     assert run.poll() is None, "the run ended before its cell started: " + run.stdout.read()[-3000:]
     os.killpg(run.pid, signal.SIGINT)
     output = run.communicate(timeout=120)[0]
@@ -171,16 +191,20 @@ WRITE_UNDER_A_SIZE_LIMIT = textwrap.dedent("""
         write_result(sys.argv[1], {"status": "ok", "padding": "x" * 100_000})
     except OSError as error:
         print(error.errno)
-""")
+""")  # noqa: E501
 
 
 def test_a_write_that_fills_the_disk_leaves_no_temp_file_and_the_old_result(tmp_path):
-    """A real failed write (EFBIG under RLIMIT_FSIZE, like ENOSPC on a full disk): old result kept, no .tmp left."""
+    """A real failed write (EFBIG under RLIMIT_FSIZE, like ENOSPC on a full disk): old result kept,
+    no .tmp left."""
     import errno
 
     (tmp_path / "result.json").write_text('{"status": "failed"}\n')
     package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workflow")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p),
+    )
     proc = subprocess.run(
         [sys.executable, "-c", WRITE_UNDER_A_SIZE_LIMIT, str(tmp_path)],
         capture_output=True,
@@ -188,13 +212,16 @@ def test_a_write_that_fills_the_disk_leaves_no_temp_file_and_the_old_result(tmp_
         env=env,
         timeout=120,
     )
-    assert proc.returncode == 0 and proc.stdout.strip() == str(errno.EFBIG), proc.stdout + proc.stderr
+    assert proc.returncode == 0 and proc.stdout.strip() == str(errno.EFBIG), (
+        proc.stdout + proc.stderr
+    )
     assert os.listdir(tmp_path) == ["result.json"]
     assert (tmp_path / "result.json").read_text() == '{"status": "failed"}\n'
 
 
 def test_a_non_ascii_data_dir_reaches_the_cell_intact(tmp_path):
-    """`data_dir: img😀` (the folder exists): cell.yaml must carry the emoji, not two lone surrogates."""
+    """`data_dir: img😀` (the folder exists): cell.yaml must carry the emoji, not two lone
+    surrogates."""
     workflow, workdir = workflow_copy(tmp_path)
     make_images(str(workdir / "img😀"), count=8, size=24, classes=2)
     config = {
@@ -217,5 +244,7 @@ def test_a_non_ascii_data_dir_reaches_the_cell_intact(tmp_path):
     folder = workdir / "results" / "cells" / "emoji" / "num_workers-0" / "rep1"
     result = json.loads((folder / "result.json").read_text())
     assert result["status"] == "ok", result["error"]
-    assert result["cell"]["data_dir"] == "img😀" and "img😀" in (folder / "cell.yaml").read_text(encoding="utf-8")
+    assert result["cell"]["data_dir"] == "img😀" and "img😀" in (folder / "cell.yaml").read_text(
+        encoding="utf-8"
+    )
     assert planned(workflow, workdir, config) == set()

@@ -20,7 +20,8 @@ from feedbench.harness.stages import StagedBatch, strip
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, str]:
-    """Six JPEGs of the project's generator, and the same as one shard of each format: each JPEG dataset's data_dir."""
+    """Six JPEGs of the project's generator, and the same as one shard of each format: each JPEG
+    dataset's data_dir."""
     root = tmp_path_factory.mktemp("jpegs")
     images = str(root / "images")
     make_images(images, 6, 64, 2)
@@ -29,7 +30,8 @@ def folders(tmp_path_factory) -> dict[str, str]:
 
 
 def test_the_decoders_decode_a_file_to_near_equal_pixels(folders):
-    """Pillow and torchvision each bundle their own libjpeg-turbo: the same file may decode a level apart."""
+    """Pillow and torchvision each bundle their own libjpeg-turbo: the same file may decode a level
+    apart."""
     path = min(Path(folders["images"]).rglob("*.JPEG"))
     with open(path, "rb") as f:
         raw = f.read()
@@ -37,35 +39,51 @@ def test_the_decoders_decode_a_file_to_near_equal_pixels(folders):
     ours = data.decode(raw, "torchvision")
     assert ours.shape == pil.shape == (3, 64, 64) and ours.dtype == pil.dtype == torch.uint8
     assert (ours.int() - pil.int()).abs().max() <= 2
-    assert data.decode(raw, "torchvision-cuda").equal(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+    assert data.decode(raw, "torchvision-cuda").equal(
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    )
 
 
 @pytest.mark.parametrize("dataset", JPEG_DATASETS)
 def test_both_cpu_decoders_give_the_model_the_same_batch(folders, dataset):
-    """Same shape and dtype, float32 normalised, and the same crops (the same random draws): pixels within a level."""
+    """Same shape and dtype, float32 normalised, and the same crops (the same random draws): pixels
+    within a level."""
     batches = {}
     for decoder in ("pil", "torchvision"):
-        knobs = dict(dataset=dataset, data_dir=folders[dataset], shards=1, decoder=decoder, model="resnet18")
+        knobs = dict(
+            dataset=dataset, data_dir=folders[dataset], shards=1, decoder=decoder, model="resnet18"
+        )
         cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3, "shuffle": False})
         torch.manual_seed(0)
         batches[decoder] = next(iter(data.build_loader(cell, data.build_dataset(cell))))
     pil, ours = batches["pil"], batches["torchvision"]
-    assert ours[0].shape == pil[0].shape == (3, 3, 32, 32) and ours[0].dtype == pil[0].dtype == torch.float32
+    assert (
+        ours[0].shape == pil[0].shape == (3, 3, 32, 32)
+        and ours[0].dtype == pil[0].dtype == torch.float32
+    )
     assert ours[1].equal(pil[1])
-    # One level of 255, normalised by the smallest std (0.224), is 0.0175; resizing spreads a level's difference.
+    # One level of 255, normalised by the smallest std (0.224), is 0.0175; resizing spreads a
+    # level's difference.
     assert (ours[0] - pil[0]).abs().max() < 0.05
     assert (ours[0] - pil[0]).abs().mean() < 0.01
 
 
 @pytest.mark.parametrize("timed", [False, True])
 def test_the_batched_device_decode_gives_what_the_workers_decode(folders, monkeypatch, timed):
-    """torchvision-cuda's design, run on the CPU: the loader yields bytes, DeviceDecoded decodes the batch in one call
-    and transforms each image, drawing the same crops in the same order: the batch the CPU decoder's workers give.
-    With stage timing on, the batch comes with its timings and the loop's strip gives the same batch."""
+    """torchvision-cuda's design, run on the CPU: the loader yields bytes, DeviceDecoded decodes the
+    batch in one call and transforms each image, drawing the same crops in the same order: the batch
+    the CPU decoder's workers give. With stage timing on, the batch comes with its timings and the
+    loop's strip gives the same batch."""
     monkeypatch.setattr(data, "decode_device", lambda: torch.device("cpu"))
     batches = {}
     for decoder in ("torchvision", "torchvision-cuda"):
-        knobs = dict(dataset="images", data_dir=folders["images"], decoder=decoder, model="resnet18", device="auto")
+        knobs = dict(
+            dataset="images",
+            data_dir=folders["images"],
+            decoder=decoder,
+            model="resnet18",
+            device="auto",
+        )
         cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3, "shuffle": False})
         loader = data.build_loader(cell, data.build_dataset(cell), timed=timed)
         torch.manual_seed(0)
@@ -100,45 +118,66 @@ def test_a_cell_runs_with_each_cpu_decoder_and_records_it(run_cell, folders, dec
 
 
 def test_no_decoder_is_recorded_where_no_jpeg_is_decoded(run_cell):
-    code, result = run_cell(model="mlp", input_size=8, width=8, batch_size=4, steps=2, warmup_steps=0)
+    code, result = run_cell(
+        model="mlp", input_size=8, width=8, batch_size=4, steps=2, warmup_steps=0
+    )
     assert code == 0 and "decoder" not in result and result["cell"]["decoder"] == "pil"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal given where no GPU is present")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal given where no GPU is present"
+)
 def test_a_node_without_gpu_refuses_the_cuda_decoder_in_one_line(run_cell, folders):
-    code, result = run_cell(dataset="images", data_dir=folders["images"], decoder="torchvision-cuda", device="auto")
+    code, result = run_cell(
+        dataset="images", data_dir=folders["images"], decoder="torchvision-cuda", device="auto"
+    )
     assert code == 2 and result["status"] == "failed"
-    assert result["error"]["message"].startswith("knob 'decoder': value 'torchvision-cuda' needs a GPU")
+    assert result["error"]["message"].startswith(
+        "knob 'decoder': value 'torchvision-cuda' needs a GPU"
+    )
 
 
 @pytest.mark.gpu
 def test_the_cuda_decode_waits_for_work_queued_on_the_callers_stream(folders):
-    """pytorch/vision#9606: the batched decode writes from a stream of its own; with work queued on the caller's
-    stream (the host ahead of the GPU, the prefetcher's side stream) its images came out corrupted in 199 of 200 runs
-    on an H100. DeviceDecoded orders its decode stream both ways: 20 decodes, each behind about 50 ms of queued GPU
-    work, each image within nvJPEG's rounding of the CPU decoder's."""
+    """pytorch/vision#9606: the batched decode writes from a stream of its own; with work queued on
+    the caller's stream (the host ahead of the GPU, the prefetcher's side stream) its images came
+    out corrupted in 199 of 200 runs on an H100. DeviceDecoded orders its decode stream both ways:
+    20 decodes, each behind about 50 ms of queued GPU work, each image within nvJPEG's rounding of
+    the CPU decoder's."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     paths = sorted(Path(folders["images"]).rglob("*.JPEG"))
     raws = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8) for p in paths]
     cpu = [data.decode(p.read_bytes(), "torchvision").float() for p in paths]
-    cell = parse_cell({"dataset": "images", "data_dir": folders["images"], "decoder": "torchvision-cuda"})
-    decoded = data.DeviceDecoded(loader=[], cell=cell, device=torch.device("cuda", torch.cuda.current_device()))
+    cell = parse_cell(
+        {"dataset": "images", "data_dir": folders["images"], "decoder": "torchvision-cuda"}
+    )
+    decoded = data.DeviceDecoded(
+        loader=[], cell=cell, device=torch.device("cuda", torch.cuda.current_device())
+    )
     for _ in range(20):
         torch.cuda._sleep(50_000_000)  # about 50 ms of spinning queued on the caller's stream
         images = decoded._decode(decode_jpeg, raws, ImageReadMode.RGB)
         for image, reference in zip(images, cpu, strict=True):
-            assert (image.float().cpu() - reference).abs().mean() < 3, "a decoded image differs from the CPU's"
+            assert (image.float().cpu() - reference).abs().mean() < 3, (
+                "a decoded image differs from the CPU's"
+            )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scenario", ["train", "loader"])
 def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario):
-    """Batched decode_jpeg on the device: the same layout and dtype as the CPU decoders, on the GPU, pixels close
-    (nvJPEG is a third decoder), in a cell."""
+    """Batched decode_jpeg on the device: the same layout and dtype as the CPU decoders, on the GPU,
+    pixels close (nvJPEG is a third decoder), in a cell."""
     batches = {}
     for decoder in ("torchvision", "torchvision-cuda"):
-        knobs = dict(dataset="images", data_dir=folders["images"], decoder=decoder, model="resnet18", shuffle=False)
+        knobs = dict(
+            dataset="images",
+            data_dir=folders["images"],
+            decoder=decoder,
+            model="resnet18",
+            shuffle=False,
+        )
         cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3})
         loader = data.build_loader(cell, data.build_dataset(cell))
         torch.manual_seed(0)
@@ -146,8 +185,9 @@ def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario
     images, labels = batches["torchvision-cuda"]
     assert images.shape == (3, 3, 32, 32) and images.dtype == torch.float32 and images.is_cuda
     assert labels.equal(batches["torchvision"][1])
-    # nvJPEG rounds its IDCT and upsamples chroma its own way: on an H200, 0.033 apart on average after normalising
-    # (about 2 of 255 levels). Each decode must lie far closer to the same image's CPU decode than to another image.
+    # nvJPEG rounds its IDCT and upsamples chroma its own way: on an H200, 0.033 apart on average
+    # after normalising (about 2 of 255 levels). Each decode must lie far closer to the same image's
+    # CPU decode than to another image.
     cpu = batches["torchvision"][0]
     own = (images.cpu() - cpu).abs().mean()
     assert own < 0.06 and own < 0.25 * (cpu[0] - cpu[1]).abs().mean(), own
@@ -166,4 +206,6 @@ def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario
         **knobs,
     )
     assert code == 0, result["error"]
-    assert result["decoder"]["name"] == "torchvision-cuda" and "nvJPEG" in result["decoder"]["library"]
+    assert (
+        result["decoder"]["name"] == "torchvision-cuda" and "nvJPEG" in result["decoder"]["library"]
+    )

@@ -1,6 +1,7 @@
-"""N1 (#35): the trainer's device work while it fetches a batch (device_stages, torchvision-cuda's decode) is a phase
-of its own, device_prep, under every timing method: never the loader's wait, never the GPU's idle time, so never
-stall_pct. Here on the CPU the moved stage sleeps a known time per batch, in the trainer, through the harness's loop."""
+"""N1 (#35): the trainer's device work while it fetches a batch (device_stages, torchvision-cuda's
+decode) is a phase of its own, device_prep, under every timing method: never the loader's wait,
+never the GPU's idle time, so never stall_pct. Here on the CPU the moved stage sleeps a known time
+per batch, in the trainer, through the harness's loop."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from helpers.cells import user_cell
 
 USER_MODULE = "prep_costs"
-SLEEP_MS = 40.0  # the moved stage's cost per batch; a sample costs next to nothing, so no step waits on the loader
+# the moved stage's cost per batch; a sample costs next to nothing, so no step waits on the loader
+SLEEP_MS = 40.0
 USER_CODE = f"""
 import time
 
@@ -64,8 +66,10 @@ def model(ctx):
 
 def step(model, batch, ctx):
     return model(batch[0]).mean()
-"""
-KNOBS = user_cell(USER_MODULE, batch_size=4, num_workers=0, steps=6, warmup_steps=1, torch_threads=1)
+"""  # noqa: E501
+KNOBS = user_cell(
+    USER_MODULE, batch_size=4, num_workers=0, steps=6, warmup_steps=1, torch_threads=1
+)
 KNOBS.update(stage_timing=False, device_stages="Slow")
 
 
@@ -76,28 +80,41 @@ def _cell(run_cell, user_module, **knobs):
 
 
 @pytest.mark.timing  # asserts where a known sleep lands
-@pytest.mark.parametrize("timing, prefetch", [("naive", "none"), ("sync", "none"), ("sync", "stream")])
-def test_device_stage_time_is_device_prep_not_the_loaders_wait(run_cell, user_module, timing, prefetch, tmp_path):
-    """The stream prefetcher pulls its batches ahead, inside the step's fetch too: their device work is still the
-    step's device_prep."""
+@pytest.mark.parametrize(
+    "timing, prefetch", [("naive", "none"), ("sync", "none"), ("sync", "stream")]
+)
+def test_device_stage_time_is_device_prep_not_the_loaders_wait(
+    run_cell, user_module, timing, prefetch, tmp_path
+):
+    """The stream prefetcher pulls its batches ahead, inside the step's fetch too: their device work
+    is still the step's device_prep."""
     result = _cell(run_cell, user_module, timing=timing, device_prefetch=prefetch)
     metrics = result["metrics"]
-    assert metrics["phases"]["wait"]["median_ms"] < SLEEP_MS / 4, metrics["phases"]  # the loader is next to free
+    # the loader is next to free
+    assert metrics["phases"]["wait"]["median_ms"] < SLEEP_MS / 4, metrics["phases"]
     assert metrics["stall_pct"] < 15, metrics
     prep = metrics["phases"]["device_prep"]
-    assert SLEEP_MS <= prep["median_ms"] < 3 * SLEEP_MS  # a sleep overshoots on a busy machine, never undershoots
+    # a sleep overshoots on a busy machine, never undershoots
+    assert SLEEP_MS <= prep["median_ms"] < 3 * SLEEP_MS
     assert prep["share"] > 0.6, metrics
     with open(tmp_path / "cell0" / "steps.csv") as f:  # every measured step carries its own
         rows = list(csv.DictReader(f))
-    assert len(rows) == KNOBS["steps"] and all(float(row["device_prep_ms"]) >= SLEEP_MS for row in rows)
+    assert len(rows) == KNOBS["steps"] and all(
+        float(row["device_prep_ms"]) >= SLEEP_MS for row in rows
+    )
 
 
 @pytest.mark.timing
 def test_a_users_dataset_marks_its_own_device_work(run_cell, user_module):
-    """feedbench.device_work() in a user's dataset (workers 0: it runs in the trainer, as a dataset that touches CUDA
-    must): 4 samples a batch, a quarter of SLEEP_MS each, are the step's device_prep, not its wait."""
-    metrics = _cell(run_cell, user_module, dataset="prep_costs:build_touching", device_stages=None)["metrics"]
-    assert metrics["phases"]["wait"]["median_ms"] < SLEEP_MS / 4 and metrics["stall_pct"] < 15, metrics["phases"]
+    """feedbench.device_work() in a user's dataset (workers 0: it runs in the trainer, as a dataset
+    that touches CUDA must): 4 samples a batch, a quarter of SLEEP_MS each, are the step's
+    device_prep, not its wait."""
+    metrics = _cell(run_cell, user_module, dataset="prep_costs:build_touching", device_stages=None)[
+        "metrics"
+    ]
+    assert metrics["phases"]["wait"]["median_ms"] < SLEEP_MS / 4 and metrics["stall_pct"] < 15, (
+        metrics["phases"]
+    )
     assert SLEEP_MS <= metrics["phases"]["device_prep"]["median_ms"] < 3 * SLEEP_MS
 
 
@@ -109,8 +126,9 @@ def test_a_cell_without_device_work_has_no_device_prep(run_cell, user_module):
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_device_prep_under_events_on_the_gpu_is_not_gpu_idle(run_cell, user_module):
-    """Under events the moved stage's time (here a host sleep between two CUDA events on the compute stream, which
-    the GPU spends idle, waiting for the trainer) is device_prep, taken out of the gap that gpu_idle measures."""
+    """Under events the moved stage's time (here a host sleep between two CUDA events on the compute
+    stream, which the GPU spends idle, waiting for the trainer) is device_prep, taken out of the gap
+    that gpu_idle measures."""
     result = _cell(run_cell, user_module, timing="events", device="cuda")
     assert result["timing"]["effective"] == "events"
     metrics = result["metrics"]

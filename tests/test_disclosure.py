@@ -1,4 +1,5 @@
-"""What the published report says about where it was made: paths shortened, hosts and paths withheld when anonymized."""
+"""What the published report says about where it was made: paths shortened, hosts and paths withheld
+when anonymized."""
 
 from __future__ import annotations
 
@@ -29,7 +30,11 @@ HOME = os.path.dirname(sys.prefix)
         ("open /home/me/data/images/a.jpg", "open ~/data/images/a.jpg"),  # $HOME
         ("/home/alice/venv/lib/torch/nn.py:12", "~/venv/lib/torch/nn.py:12"),  # someone's home
         ("/Users/bob/x", "~/x"),
-        ("/usr/lib/python3/site-packages/torch/nn.py", "/usr/lib/python3/site-packages/torch/nn.py"),  # no user in it
+        # no user in it
+        (
+            "/usr/lib/python3/site-packages/torch/nn.py",
+            "/usr/lib/python3/site-packages/torch/nn.py",
+        ),
         ("https://example.com/a/b and 1/5/50 and samples/s and load / transfer",) * 2,  # not paths
     ],
 )
@@ -40,9 +45,17 @@ def test_paths_are_relative_or_from_home(text, shown):
 def test_anonymize_cuts_other_paths_and_withholds_hosts():
     d = Disclosure.of({"report": {"anonymize": True}}, hosts=["gpu7.cluster.example.org", None])
     d = Disclosure(anonymize=True, cwd="/work/run", home="/home/me", hosts=d.hosts)
-    assert d.text('File "/usr/lib/python3/site-packages/torch/nn.py", line 1') == 'File "…/nn.py", line 1'
+    assert (
+        d.text('File "/usr/lib/python3/site-packages/torch/nn.py", line 1') == "File "
+        '"…/nn.py", '
+        "line 1"
+    )
     assert d.text("/work/run/results/x.json and ~/y") == "results/x.json and ~/y"
-    assert d.text("NCCL error on gpu7.cluster.example.org:4242 (gpu7)") == "NCCL error on [host]:4242 ([host])"
+    assert (
+        d.text("NCCL error on gpu7.cluster.example.org:4242 (gpu7)") == "NCCL error on "
+        "[host]:4242 "
+        "([host])"
+    )
     assert d.text("gpu7_count stays") == "gpu7_count stays"
     assert not Disclosure.of({}).anonymize and not Disclosure.of({"report": {}}).anonymize
 
@@ -66,32 +79,48 @@ def config():
         "matrix": {"model": ["resnet18"]},
     }
     # A data_dir under the pretend home: the config as run is printed in the report.
-    return {"defaults": {"steps": 6, "data_dir": os.path.join(HOME, "images")}, "experiments": experiments}
+    return {
+        "defaults": {"steps": 6, "data_dir": os.path.join(HOME, "images")},
+        "experiments": experiments,
+    }
 
 
 def test_tracebacks_show_no_user_folder(real_matrix, config, tmp_path, monkeypatch):  # noqa: F811
-    """A real failed cell's traceback names files of the virtual env: rendered with HOME at the env's folder
-    (standing in for /home/<user>), they read ~/..., and the folder's absolute path is nowhere in the page."""
+    """A real failed cell's traceback names files of the virtual env: rendered with HOME at the
+    env's folder (standing in for /home/<user>), they read ~/..., and the folder's absolute path is
+    nowhere in the page."""
     monkeypatch.setenv("HOME", HOME)
     monkeypatch.chdir(tmp_path)
     with open(real_matrix.failing) as f:
         traceback = json.load(f)["error"]["traceback"]
-    assert f'File "{HOME}/' in traceback  # the result keeps the full path: the report shortens it when rendering
+    # the result keeps the full path: the report shortens it when rendering
+    assert f'File "{HOME}/' in traceback
     html = make_report(str(tmp_path), real_matrix.paths, config)
     assert "File &#34;~/" in html and "data_dir: ~/images" in html
     assert HOME + "/" not in html
     assert socket.gethostname() in html  # not anonymized: the host stays
 
 
-def test_anonymize_withholds_the_host_and_every_absolute_path(real_matrix, config, tmp_path, monkeypatch):  # noqa: F811
+def test_anonymize_withholds_the_host_and_every_absolute_path(
+    real_matrix,  # noqa: F811
+    config,
+    tmp_path,
+    monkeypatch,
+):
     monkeypatch.chdir(tmp_path)
     html = make_report(str(tmp_path), real_matrix.paths, {**config, "report": {"anonymize": True}})
     assert socket.gethostname() not in html
     assert "Anonymized" in html
-    assert re.search(r"File &#34;…/\w+\.py&#34;, line \d+", html)  # the traceback's frames keep their file names
+    # the traceback's frames keep their file names
+    assert re.search(r"File &#34;…/\w+\.py&#34;, line \d+", html)
     text = html.split("<main", 1)[1]
-    assert not [line for line in text.splitlines() if "/work/" in line or "/home/" in line or "/tmp/" in line]
-    assert read_summary(os.path.join(tmp_path, "summary.csv"))["host"].notna().all()  # the summary keeps it
+    assert not [
+        line
+        for line in text.splitlines()
+        if "/work/" in line or "/home/" in line or "/tmp/" in line
+    ]
+    # the summary keeps it
+    assert read_summary(os.path.join(tmp_path, "summary.csv"))["host"].notna().all()
 
 
 def test_the_config_key_defaults_to_false_and_refuses_other_values():

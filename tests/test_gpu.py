@@ -26,10 +26,12 @@ SLEEP = dict(
 
 
 def best_of_alternating(run_cell, knobs: dict, rounds: int = 2, **choices) -> list[dict]:
-    """The fastest of `rounds` runs of each choice of one knob, taken in turn after one run that is thrown away.
+    """The fastest of `rounds` runs of each choice of one knob, taken in turn after one run that is
+    thrown away.
 
-    On an H200 a pair of single runs compared the first cell of a process, its GPU still at idle clocks, with the
-    second: the first ran 13 % slow whichever mode it measured. Alternating spreads clock and heat drift over both.
+    On an H200 a pair of single runs compared the first cell of a process, its GPU still at idle
+    clocks, with the second: the first ran 13 % slow whichever mode it measured. Alternating spreads
+    clock and heat drift over both.
     """
     ((knob, values),) = choices.items()
     run_cell(**knobs, **{knob: values[0]})
@@ -54,9 +56,10 @@ def test_gpu_sleep_model_is_timed_by_events(run_cell):
 @pytest.mark.timing
 @pytest.mark.parametrize("timing", ["events", "sync"])
 def test_the_stall_is_the_gpus_idle_time_not_the_hosts_wait(run_cell, timing):
-    """One worker delivers a batch every 40 ms, the GPU computes 36 ms of it: the GPU idles 4 ms of each 40 ms step.
-    With events the host runs ahead and waits out the GPU's compute for the next batch too: on an H200 the stall
-    read from that wait was 88 % where the GPU idled 10 % (#27, the calibration run on a GPU)."""
+    """One worker delivers a batch every 40 ms, the GPU computes 36 ms of it: the GPU idles 4 ms of
+    each 40 ms step. With events the host runs ahead and waits out the GPU's compute for the next
+    batch too: on an H200 the stall read from that wait was 88 % where the GPU idled 10 % (#27, the
+    calibration run on a GPU)."""
     code, result = run_cell(
         model="sleep",
         dataset="synthetic",
@@ -82,8 +85,9 @@ def test_the_stall_is_the_gpus_idle_time_not_the_hosts_wait(run_cell, timing):
 
 @pytest.mark.timing
 @pytest.mark.xfail(
-    reason="measured on an H200 (2026-11-25): events 7 % slower than sync on this launch-bound ResNet-18, the fastest "
-    "of two alternating runs each (6688 against 7215 samples/s); cause not found yet (docs/results/gpu-validation.md)",
+    reason="measured on an H200 (2026-11-25): events 7 % slower than sync on this "
+    "launch-bound ResNet-18, the fastest of two alternating runs each (6688 against "
+    "7215 samples/s); cause not found yet (docs/results/gpu-validation.md)",
     strict=False,
 )
 def test_events_and_sync_agree_on_phase_times(run_cell):
@@ -116,7 +120,9 @@ def test_naive_timing_misplaces_asynchronous_work(run_cell):
 
 
 def test_pinned_copies_beat_pageable(run_cell):
-    code, result = run_cell(scenario="transfer", transfer_sizes=[64 * 2**20], steps=10, warmup_steps=2, device="cuda")
+    code, result = run_cell(
+        scenario="transfer", transfer_sizes=[64 * 2**20], steps=10, warmup_steps=2, device="cuda"
+    )
     assert code == 0
     transfer = result["metrics"]["transfer"]
     assert transfer["peak_gb_per_s_pinned"] > transfer["peak_gb_per_s_pageable"]
@@ -124,9 +130,9 @@ def test_pinned_copies_beat_pageable(run_cell):
 
 @pytest.mark.timing
 @pytest.mark.xfail(
-    reason="measured on an H200 (2026-11-25): stream prefetch 4-6 % slower than none on this MLP in two runs (the "
-    "fastest of two alternating runs: 40557 against 43100 samples/s); cause not found yet "
-    "(docs/results/gpu-validation.md)",
+    reason="measured on an H200 (2026-11-25): stream prefetch 4-6 % slower than none on this "
+    "MLP in two runs (the fastest of two alternating runs: 40557 against 43100 "
+    "samples/s); cause not found yet (docs/results/gpu-validation.md)",
     strict=False,
 )
 def test_stream_prefetch_overlaps_copy_with_compute(run_cell):
@@ -179,11 +185,13 @@ def test_resnet_fp16_channels_last_on_gpu(run_cell):
 
 
 def test_a_stopped_cell_keeps_its_gpu_phases(tmp_path):
-    """Stopped by its time limit with the host ahead of the GPU: the events were read unsynchronised, elapsed_time
-    raised "device not ready", and every GPU phase was dropped."""
+    """Stopped by its time limit with the host ahead of the GPU: the events were read
+    unsynchronised, elapsed_time raised "device not ready", and every GPU phase was dropped."""
     from feedbench.harness.runner import run
 
-    code = run(dict(SLEEP, compute_ms=5, steps=1_000_000, timing="events"), str(tmp_path), time_limit=8)
+    code = run(
+        dict(SLEEP, compute_ms=5, steps=1_000_000, timing="events"), str(tmp_path), time_limit=8
+    )
     result = json.loads((tmp_path / "result.json").read_text())
     assert code == 1 and result["error"]["type"] == "Terminated"
     assert result["metrics"]["phases"]["fwd"]["median_ms"] == pytest.approx(5, rel=0.1)
@@ -192,10 +200,12 @@ def test_a_stopped_cell_keeps_its_gpu_phases(tmp_path):
 
 @pytest.mark.timing
 def test_sync_timing_keeps_the_stream_prefetch_overlap(run_cell):
-    """timing: sync waits for the compute stream only: a device-wide sync also waited for the side stream's next
-    copy, a wait in the step and in no phase, which removed the overlap it measured."""
+    """timing: sync waits for the compute stream only: a device-wide sync also waited for the side
+    stream's next copy, a wait in the step and in no phase, which removed the overlap it
+    measured."""
     code, result = run_cell(
-        **dict(SLEEP, image_size=256, batch_size=128, num_samples=512),  # 100 MB batches: copies of milliseconds
+        # 100 MB batches: copies of milliseconds
+        **dict(SLEEP, image_size=256, batch_size=128, num_samples=512),
         compute_ms=20,
         timing="sync",
         device_prefetch="stream",
@@ -205,7 +215,9 @@ def test_sync_timing_keeps_the_stream_prefetch_overlap(run_cell):
     assert code == 0, result["error"]
     phases = {name: p["median_ms"] for name, p in result["metrics"]["phases"].items()}
     assert phases["h2d"] > 1  # an H200 copied these 100 MB in 1.9 ms
-    outside = result["metrics"]["step_ms"]["median"] - (phases["wait"] + phases["fwd"] + phases["bwd"] + phases["opt"])
+    outside = result["metrics"]["step_ms"]["median"] - (
+        phases["wait"] + phases["fwd"] + phases["bwd"] + phases["opt"]
+    )
     assert outside < 0.5 * phases["h2d"]
 
 
@@ -226,9 +238,13 @@ def test_bf16_under_dp_on_two_gpus():
 
     seen = []
     probe = torch.nn.Linear(64, 64).cuda(0)
-    probe.register_forward_hook(lambda module, args, out: seen.append((out.device.index, out.dtype)))
+    probe.register_forward_hook(
+        lambda module, args, out: seen.append((out.device.index, out.dtype))
+    )
     cell = parse_cell({"amp": "bf16", "parallel": "dp", "gpus_per_node": 2, "device": "cuda"})
-    model = wrap_parallel(WithLoss(probe, lambda out, batch: out.float().mean()), cell, torch.device("cuda", 0))
+    model = wrap_parallel(
+        WithLoss(probe, lambda out, batch: out.float().mean()), cell, torch.device("cuda", 0)
+    )
     with torch.autocast("cuda", dtype=torch.bfloat16):  # as the harness's train_step enters it
         model(torch.ones(8, 64, device="cuda:0"))
     assert sorted(seen) == [(0, torch.bfloat16), (1, torch.bfloat16)]
@@ -244,8 +260,8 @@ def test_sleep_model_under_dp_takes_its_compute_time(run_cell):
 
 @needs_two
 def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
-    """Each emulated node's torchrun numbers LOCAL_RANK from 0: without a slice of GPUs of its own, node 1's rank
-    took node 0's GPU and NCCL refused it."""
+    """Each emulated node's torchrun numbers LOCAL_RANK from 0: without a slice of GPUs of its own,
+    node 1's rank took node 0's GPU and NCCL refused it."""
     from feedbench.__main__ import run_or_launch
 
     knobs = dict(SLEEP, compute_ms=5, steps=5, parallel="ddp", gpus_per_node=1, nodes=2)
@@ -254,19 +270,21 @@ def test_ddp_on_two_emulated_nodes_uses_distinct_gpus(tmp_path):
 
 @pytest.mark.parametrize("num_workers", [2, 0])
 def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
-    """pin_memory on a GPU: the page-locked copies of the batches the cell holds pinned, as CUDA's host
-    allocator saw them in a fresh process, against the result's shm.pinned_bytes (core.shm.pinned_pool). Batches of
-    sizes that are not powers of two (1,000,000 bytes of features, 2,000 of labels), which the allocator rounds up to
-    1 MiB and 2 KiB blocks; with num_workers 0 the main thread pins. The step may hold one batch more. Not yet run on
-    a GPU."""
+    """pin_memory on a GPU: the page-locked copies of the batches the cell holds pinned, as CUDA's
+    host allocator saw them in a fresh process, against the result's shm.pinned_bytes
+    (core.shm.pinned_pool). Batches of sizes that are not powers of two (1,000,000 bytes of
+    features, 2,000 of labels), which the allocator rounds up to 1 MiB and 2 KiB blocks; with
+    num_workers 0 the main thread pins. The step may hold one batch more. Not yet run on a GPU."""
     import subprocess
     import sys
 
     if not hasattr(torch.cuda, "host_memory_stats"):
-        pytest.skip(f"torch {torch.__version__} has no torch.cuda.host_memory_stats to read the pinned pool")
+        pytest.skip(
+            f"torch {torch.__version__} has no torch.cuda.host_memory_stats to read the pinned pool"
+        )
     knobs = dict(
         scenario="loader", dataset="memory", input_size=1000, batch_size=250, num_samples=8000,
-        num_workers=num_workers, pin_memory=True, steps=20, warmup_steps=2, device="cuda", torch_threads=1,
+        num_workers=num_workers, pin_memory=True, steps=20, warmup_steps=2, device="cuda", torch_threads=1,  # noqa: E501
     )  # fmt: skip
     if num_workers:
         knobs["prefetch_factor"] = 2
@@ -277,7 +295,10 @@ def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
         "print(json.dumps(torch.cuda.host_memory_stats()))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(knobs), str(tmp_path)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script, json.dumps(knobs), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     stats = json.loads(done.stdout.strip().splitlines()[-1])
@@ -288,19 +309,28 @@ def test_the_pinned_pool_holds_what_the_result_counts(tmp_path, num_workers):
     block = 2**20 + 2**11  # one batch as the allocator holds it
     assert pinned == (5 if num_workers else 2) * block
     assert block <= max(peaks) <= pinned + block
-    assert max(peaks) % 2**11 == 0, max(peaks)  # whole rounded blocks, not multiples of 1,002,000 bytes
+    # whole rounded blocks, not multiples of 1,002,000 bytes
+    assert max(peaks) % 2**11 == 0, max(peaks)
 
 
 def test_a_compute_cell_on_this_gpu_is_measured_there_for_a_target_naming_it(run_cell):
-    """`target: {compute: measured}`: the cell core.target.measured_cells plans (the compute ceiling on a GPU), run
-    here, is taken over the estimate for a target that names this GPU: CUDA's name for it matches the table's."""
+    """`target: {compute: measured}`: the cell core.target.measured_cells plans (the compute ceiling
+    on a GPU), run here, is taken over the estimate for a target that names this GPU: CUDA's name
+    for it matches the table's."""
     from feedbench.core.target import find_gpu, gpu_table, measured_compute, same_gpu
 
     name = torch.cuda.get_device_name(0)
     known = [row for row in gpu_table() if same_gpu(name, find_gpu(row))]
     if not known:
         pytest.skip(f"{name} is not a GPU of core/gpus.yaml")
-    knobs = dict(model="resnet18", dataset="synthetic", image_size=64, batch_size=64, steps=20, warmup_steps=5)
+    knobs = dict(
+        model="resnet18",
+        dataset="synthetic",
+        image_size=64,
+        batch_size=64,
+        steps=20,
+        warmup_steps=5,
+    )
     code, result = run_cell(scenario="compute", device="cuda", **knobs)
     assert code == 0, result["error"]
     seconds, where = measured_compute([result], find_gpu(known[0]), batch_size=64)

@@ -1,4 +1,5 @@
-"""make-images writes real, decodable JPEG files in the ImageNet layout, the same bytes every time."""
+"""make-images writes real, decodable JPEG files in the ImageNet layout, the same bytes every
+time."""
 
 from __future__ import annotations
 
@@ -32,16 +33,22 @@ def test_layout_decoding_and_determinism(tmp_path):
 
 
 def test_cli_make_images_and_bad_arguments(tmp_path):
-    proc = cli("make-images", str(tmp_path / "imgs"), "--count", "4", "--size", "16", "--classes", "2")
+    proc = cli(
+        "make-images", str(tmp_path / "imgs"), "--count", "4", "--size", "16", "--classes", "2"
+    )
     assert proc.returncode == 0 and "wrote 4 JPEG files" in proc.stdout
     bad = cli("make-images", str(tmp_path / "x"), "--count", "0")
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "feedbench: error: make-images: count >= 1, size >= 8 and classes >= 1 are required"
+    assert (
+        bad.stderr.strip() == "feedbench: error: make-images: count >= 1, size >= 8 and "
+        "classes >= 1 are required"
+    )
 
 
 @pytest.mark.parametrize("decoder", ["pil", "torchvision"])
 def test_a_truncated_jpeg_fails_the_cell_naming_the_file(run_cell, tmp_path, decoder):
-    """Neither decoder says which file it could not read: the cell's error names the file (PIL's words follow it)."""
+    """Neither decoder says which file it could not read: the cell's error names the file (PIL's
+    words follow it)."""
     make_images(str(tmp_path / "imgs"), count=4, size=32, classes=1)
     victim = min((tmp_path / "imgs").rglob("*.JPEG"))
     with open(victim, "r+b") as f:
@@ -62,4 +69,7 @@ def test_a_truncated_jpeg_fails_the_cell_naming_the_file(run_cell, tmp_path, dec
     message = result["error"]["message"]
     assert message.startswith(f"{victim}: "), message
     if decoder == "pil":
-        assert result["error"]["type"] == "OSError" and "truncated" in message[len(str(victim)) :].lower(), message
+        assert (
+            result["error"]["type"] == "OSError"
+            and "truncated" in message[len(str(victim)) :].lower()
+        ), message

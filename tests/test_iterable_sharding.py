@@ -1,5 +1,5 @@
-"""An IterableDataset that shards itself by ctx and worker info: every sample exactly once per epoch,
-at W loader workers x R ranks (gloo processes, feedbench's own launcher)."""
+"""An IterableDataset that shards itself by ctx and worker info: every sample exactly once per
+epoch, at W loader workers x R ranks (gloo processes, feedbench's own launcher)."""
 
 from __future__ import annotations
 
@@ -54,10 +54,12 @@ def step(model, batch, ctx):
 @pytest.mark.parametrize("ranks", [1, 2])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_sample_exactly_once_per_epoch(tmp_path, workers, ranks):
-    src = write_user_module(tmp_path, "numbers_ds", USER_CODE)  # run in processes of their own: none to forget
+    # run in processes of their own: none to forget
+    src = write_user_module(tmp_path, "numbers_ds", USER_CODE)
     seen = tmp_path / "seen"
     seen.mkdir()
-    steps = SAMPLES // (ranks * BATCH)  # one epoch per rank: every reader's share is a whole number of batches
+    # one epoch per rank: every reader's share is a whole number of batches
+    steps = SAMPLES // (ranks * BATCH)
     knobs = {
         "dataset": "numbers_ds:build",
         "dataset_args": {"n": SAMPLES},

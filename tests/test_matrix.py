@@ -1,4 +1,5 @@
-"""feedbench.plan.matrix: config experiments -> cells, ids, baseline, errors with key paths (no Snakemake run)."""
+"""feedbench.plan.matrix: config experiments -> cells, ids, baseline, errors with key paths (no
+Snakemake run)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def ids(cells):
 
 
 def config_error(config: dict, images_dir: str | None = None) -> str:
-    """What the Snakefile does (workflow/rules/common.smk): bound, validate, then build and check the cells."""
+    """What the Snakefile does (workflow/rules/common.smk): bound, validate, then build and check
+    the cells."""
     try:
         count_values(config)
         validate_config(config, SCHEMA)
@@ -34,7 +36,10 @@ def config_error(config: dict, images_dir: str | None = None) -> str:
 
 
 def test_product_in_axis_order_with_readable_ids():
-    exp = {"base": {"scenario": "loader"}, "matrix": {"num_workers": [0, 2], "pin_memory": [False, True]}}
+    exp = {
+        "base": {"scenario": "loader"},
+        "matrix": {"num_workers": [0, 2], "pin_memory": [False, True]},
+    }
     cells = expand_experiment("workers", exp, {"steps": 5, "repeats": 3})
     assert ids(cells) == [
         "num_workers-0_pin_memory-false",
@@ -42,7 +47,12 @@ def test_product_in_axis_order_with_readable_ids():
         "num_workers-2_pin_memory-false",
         "num_workers-2_pin_memory-true",
     ]
-    assert cells[3].knobs == {"steps": 5, "scenario": "loader", "num_workers": 2, "pin_memory": True}
+    assert cells[3].knobs == {
+        "steps": 5,
+        "scenario": "loader",
+        "num_workers": 2,
+        "pin_memory": True,
+    }
     assert "repeats" not in cells[0].knobs
     assert [c.baseline for c in cells] == [True, False, False, False]
     assert matrix.baseline(cells, "workers").id == "num_workers-0_pin_memory-false"
@@ -50,14 +60,18 @@ def test_product_in_axis_order_with_readable_ids():
 
 def test_adding_a_level_keeps_existing_ids():
     before = expand_experiment("e", {"matrix": {"num_workers": [0, 1], "hidden_layers": [1]}}, {})
-    after = expand_experiment("e", {"matrix": {"num_workers": [0, 1, 2], "hidden_layers": [1, 4]}}, {})
+    after = expand_experiment(
+        "e", {"matrix": {"num_workers": [0, 1, 2], "hidden_layers": [1, 4]}}, {}
+    )
     assert set(ids(before)) < set(ids(after))
     assert {c.id: c.knobs for c in before}.items() <= {c.id: c.knobs for c in after}.items()
 
 
 def test_base_knobs_override_defaults_and_levels_override_base():
     cells = expand_experiment(
-        "e", {"base": {"steps": 7, "batch_size": 8}, "matrix": {"batch_size": [16]}}, {"steps": 3, "seed": 1}
+        "e",
+        {"base": {"steps": 7, "batch_size": 8}, "matrix": {"batch_size": [16]}},
+        {"steps": 3, "seed": 1},
     )
     assert cells[0].knobs == {"steps": 7, "seed": 1, "batch_size": 16}
     assert cells[0].sources == {
@@ -109,15 +123,24 @@ def test_generated_images_fill_in_a_missing_data_dir_only():
 
 def test_duplicate_cells_are_refused():
     exp = {"matrix": {"num_workers": [0, 1]}, "include": [{"num_workers": 1}]}
-    with pytest.raises(ConfigError, match=r"^experiments\.e\.include\[0\]: duplicates cell 'num_workers-1'"):
+    with pytest.raises(
+        ConfigError, match=r"^experiments\.e\.include\[0\]: duplicates cell " r"'num_workers-1'"
+    ):
         expand_experiment("e", exp, {})
 
 
 def test_exclusions_that_match_nothing_or_remove_the_baseline_are_refused():
-    with pytest.raises(ConfigError, match=r"^experiments\.e\.exclude\[0\]: value \{'num_workers': 3\} matches no cell"):
-        expand_experiment("e", {"matrix": {"num_workers": [0, 1]}, "exclude": [{"num_workers": 3}]}, {})
+    with pytest.raises(
+        ConfigError,
+        match=r"^experiments\.e\.exclude\[0\]: value " r"\{'num_workers': 3\} matches no cell",
+    ):
+        expand_experiment(
+            "e", {"matrix": {"num_workers": [0, 1]}, "exclude": [{"num_workers": 3}]}, {}
+        )
     with pytest.raises(ConfigError, match=r"^experiments\.e\.exclude: removes the baseline"):
-        expand_experiment("e", {"matrix": {"num_workers": [0, 1]}, "exclude": [{"num_workers": 0}]}, {})
+        expand_experiment(
+            "e", {"matrix": {"num_workers": [0, 1]}, "exclude": [{"num_workers": 0}]}, {}
+        )
 
 
 def test_harness_errors_are_rewritten_with_the_key_path():
@@ -125,7 +148,10 @@ def test_harness_errors_are_rewritten_with_the_key_path():
     error = matrix.knob_error(
         KnobError("knob 'num_workers': value -1 is out of range; allowed: an integer >= 0"), sources
     )
-    assert str(error) == "experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0"
+    assert (
+        str(error) == "experiments.w.matrix.num_workers: value -1 is out of range; "
+        "allowed: an integer >= 0"
+    )
 
 
 @pytest.mark.parametrize(
@@ -133,11 +159,13 @@ def test_harness_errors_are_rewritten_with_the_key_path():
     [
         (
             {"experiments": {"w": {"matrix": {"num_workers": [0, -1]}}}},
-            "bad config: experiments.w.matrix.num_workers: value -1 is out of range; allowed: an integer >= 0",
+            "bad config: experiments.w.matrix.num_workers: value -1 is out of range; allowed: an "
+            "integer >= 0",
         ),
         (
             {"experiments": {"w": {"include": [{"pin_memory": "yes"}]}}},
-            "bad config: experiments.w.include[0].pin_memory: value 'yes' has the wrong type; allowed: true or false",
+            "bad config: experiments.w.include[0].pin_memory: value 'yes' has the wrong type; "
+            "allowed: true or false",
         ),
         (
             {"defaults": {"steps": 0}, "experiments": {"w": {}}},
@@ -145,11 +173,13 @@ def test_harness_errors_are_rewritten_with_the_key_path():
         ),
         (
             {"defaults": {"nm_workers": 2}, "experiments": {"w": {}}},
-            "bad config: defaults.nm_workers: unknown knob (did you mean num_workers?); allowed: amp, batch_size,",
+            "bad config: defaults.nm_workers: unknown knob (did you mean num_workers?); allowed: "
+            "amp, batch_size,",
         ),
         (
             {"experiments": {"w": {"plot": [{"x": "num_workers", "kind": "pie"}]}}},
-            "bad config: experiments.w.plot[0].kind: value 'pie' is not allowed; allowed: line, bar, phases, heatmap",
+            "bad config: experiments.w.plot[0].kind: value 'pie' is not allowed; allowed: line, "
+            "bar, phases, heatmap",
         ),
         (
             {"experiments": {"w": {"plot": {"x": "num_workers", "colour": "red"}}}},
@@ -159,11 +189,14 @@ def test_harness_errors_are_rewritten_with_the_key_path():
             {"images": {"count": 0}, "experiments": {"w": {}}},
             "bad config: images.count: value 0 is out of range; allowed: >= 1",
         ),
-        ({"experiments": {}}, "bad config: experiments: value {} has too few entries; allowed: at least 1"),
+        (
+            {"experiments": {}},
+            "bad config: experiments: value {} has too few entries; allowed: at least 1",
+        ),
         (
             {"experiments": {"w": {"base": {"dataset": "tokens", "model": "mlp"}}}},
-            "bad config: experiments.w.base.model: value 'mlp' is not allowed with dataset 'tokens'; allowed: lstm, "
-            "sleep, none",
+            "bad config: experiments.w.base.model: value 'mlp' is not allowed with dataset "
+            "'tokens'; allowed: lstm, sleep, none",
         ),
     ],
 )
@@ -176,11 +209,15 @@ def test_bad_configs_give_one_line_with_the_key_path(config, message):
 def test_defaults_are_filled_in_by_the_schema():
     config = {"experiments": {"w": {"base": {"scenario": "loader"}}, "v": {}}}
     validate_config(config, SCHEMA)
-    assert config["defaults"] == {"repeats": 3}  # torch_threads: the harness's own default, the launch's threads
+    # torch_threads: the harness's own default, the launch's threads
+    assert config["defaults"] == {"repeats": 3}
     assert config["max_cells"] == matrix.MAX_CELLS
-    assert config["experiments"]["v"]["base"] is not config["experiments"]["w"]["base"]  # copies, not one shared {}
+    # copies, not one shared {}
+    assert config["experiments"]["v"]["base"] is not config["experiments"]["w"]["base"]
     assert config["images"] == {"count": 512, "size": 64, "classes": 10, "seed": 0}
-    assert config["experiments"]["w"]["matrix"] == {} and config["experiments"]["w"]["include"] == []
+    assert (
+        config["experiments"]["w"]["matrix"] == {} and config["experiments"]["w"]["include"] == []
+    )
 
 
 def test_harness_files_are_what_the_cli_runs():
@@ -221,40 +258,50 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
     [
         (
             {"experiments": {"w": {"matrix": {"momentum": [math.nan]}}}},
-            "bad config: experiments.w.matrix.momentum: value nan is not a finite number; allowed: a number >= 0 and "
-            "<= 1",
+            "bad config: experiments.w.matrix.momentum: value nan is not a finite number; "
+            "allowed: a number >= 0 and <= 1",
         ),
         (
             {"experiments": {"w": {"base": {"momentum": math.nan}}}},
-            "bad config: experiments.w.base.momentum: value nan is not a finite number; allowed: a number >= 0 and "
-            "<= 1",
+            "bad config: experiments.w.base.momentum: value nan is not a finite number; allowed: "
+            "a number >= 0 and <= 1",
         ),
         (
-            {"experiments": {"w": {"base": {"model": "sleep"}, "matrix": {"compute_ms": [math.inf]}}}},
-            "bad config: experiments.w.matrix.compute_ms: value inf is not a finite number; allowed: a number >= 0 and "
-            "<= 3600000",
+            {
+                "experiments": {
+                    "w": {"base": {"model": "sleep"}, "matrix": {"compute_ms": [math.inf]}}
+                }
+            },
+            "bad config: experiments.w.matrix.compute_ms: value inf is not a finite number; "
+            "allowed: a number >= 0 and <= 3600000",
         ),
         (
             {"defaults": {"lr": -math.inf}, "experiments": {"w": {}}},
             "bad config: defaults.lr: value -inf is not a finite number; allowed: a number >= 0",
         ),
         (
-            {"experiments": {"w": {"exclude": [{"momentum": math.nan}], "matrix": {"momentum": [0.0, 0.9]}}}},
+            {
+                "experiments": {
+                    "w": {"exclude": [{"momentum": math.nan}], "matrix": {"momentum": [0.0, 0.9]}}
+                }
+            },
             "bad config: experiments.w.exclude[0].momentum: value nan is not a finite number",
         ),
         (
             {"experiments": {"x" * 300: {}}},
-            "bad config: experiments: name 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 "
-            "characters; allowed: at most 64",
+            "bad config: experiments: name "
+            "'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 300 characters; "
+            "allowed: at most 64",
         ),
         (
             {"experiments": {"a" * 30: {}}},
-            f"bad config: experiments: name '{'a' * 30}' ends in a part repeated 20 times or more, which Snakemake "
-            "refuses",
+            f"bad config: experiments: name '{'a' * 30}' ends in a part repeated 20 times or "
+            "more, which Snakemake refuses",
         ),
         (
             {"experiments": {"x\n": {}}},
-            "bad config: experiments: name 'x\\n' is not fit for a path; allowed: letters, digits, _ and - (not first)",
+            "bad config: experiments: name 'x\\n' is not fit for a path; allowed: letters, "
+            "digits, _ and - (not first)",
         ),
         (
             {"experiments": {"w": {"view": "nmt", "reference": "nmt\n"}}},
@@ -263,57 +310,69 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
         ),
         (
             {"experiments": {"w": {"matrix": {"steps": [1, 10**21]}}}},
-            "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of range; allowed: an integer "
-            ">= 1 and <= 1000000",
+            "bad config: experiments.w.matrix.steps: value 1000000000000000000000 is out of "
+            "range; allowed: an integer >= 1 and <= 1000000",
         ),
         (
             {"experiments": {"w": {"base": {"num_workers": 100_000}}}},
-            "bad config: experiments.w.base.num_workers: value 100000 is out of range; allowed: an integer >= 0 and <= "
-            "256",
+            "bad config: experiments.w.base.num_workers: value 100000 is out of range; allowed: "
+            "an integer >= 0 and <= 256",
         ),
         (
             {"defaults": {"repeats": 10**22}, "experiments": {"w": {}}},
-            "bad config: defaults.repeats: value 10000000000000000000000 is out of range; allowed: <= 100",
+            "bad config: defaults.repeats: value 10000000000000000000000 is out of range; "
+            "allowed: <= 100",
         ),
         (
             {"experiments": {"w": {"matrix": {"momentum": [0.0, 1, 1.0]}}}},
-            "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); allowed: levels that "
-            "differ",
+            "bad config: experiments.w.matrix.momentum: value 1.0 is given twice (as 1 and 1.0); "
+            "allowed: levels that differ",
         ),
         (
             {"experiments": {"w": {"matrix": {"pin_memory": [True, True]}}}},
-            "bad config: experiments.w.matrix.pin_memory: value True is given twice; allowed: levels that differ",
+            "bad config: experiments.w.matrix.pin_memory: value True is given twice; allowed: "
+            "levels that differ",
         ),
         (
             {
                 "experiments": {
-                    "w": {"matrix": {"momentum": [0.5, 0.9]}, "include": [{"momentum": 0.9, "num_workers": 0}]}
+                    "w": {
+                        "matrix": {"momentum": [0.5, 0.9]},
+                        "include": [{"momentum": 0.9, "num_workers": 0}],
+                    }
                 }
             },
-            "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' (experiments.w.matrix); allowed: "
-            "cells that differ",
+            "bad config: experiments.w.include[0]: duplicates cell 'momentum-0.9' "
+            "(experiments.w.matrix); allowed: cells that differ",
         ),
         (
             {
                 "experiments": {
-                    "w": {"matrix": {"num_workers": [0, 1]}, "plot": {"x": "num_workers", "y": "samples_per_sec"}}
+                    "w": {
+                        "matrix": {"num_workers": [0, 1]},
+                        "plot": {"x": "num_workers", "y": "samples_per_sec"},
+                    }
                 }
             },
             (
-                "bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob nor a summary column"
-                " (did you mean samples_per_s?); allowed: a knob, a monitor series' <name>_mean, or experiment, cell, "
-                "repeat, baseline, status,"
+                "bad config: experiments.w.plot.y: column 'samples_per_sec' is neither a knob "
+                "nor a summary column (did you mean samples_per_s?); allowed: a knob, a monitor "
+                "series' <name>_mean, or experiment, cell, repeat, baseline, status,"
             ),
         ),
         (
-            {"experiments": {"w": {"plot": [{"x": "num_workers"}, {"x": "num_workers", "hue": "colour"}]}}},
-            "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a summary column; allowed: a "
-            "knob,",
+            {
+                "experiments": {
+                    "w": {"plot": [{"x": "num_workers"}, {"x": "num_workers", "hue": "colour"}]}
+                }
+            },
+            "bad config: experiments.w.plot[1].hue: column 'colour' is neither a knob nor a "
+            "summary column; allowed: a knob,",
         ),
         (
             {"experiments": {"w": {"plot": {"x": "num_wrkers", "kind": "phases"}}}},
-            "bad config: experiments.w.plot.x: column 'num_wrkers' is neither a knob nor a summary column (did you "
-            "mean num_workers?)",
+            "bad config: experiments.w.plot.x: column 'num_wrkers' is neither a knob nor a "
+            "summary column (did you mean num_workers?)",
         ),
         (
             {
@@ -329,18 +388,24 @@ def test_harness_fingerprint_follows_the_content(tmp_path):
                     }
                 }
             },
-            "bad config: experiments: 100000001 cells (w: 100000001); allowed: at most 10000 cells in all (max_cells)",
+            "bad config: experiments: 100000001 cells (w: 100000001); allowed: at most 10000 "
+            "cells in all (max_cells)",
         ),
         (
             {
                 "max_cells": 5,
-                "experiments": {"a": {"matrix": {"seed": [0, 1, 2]}}, "b": {"matrix": {"seed": [0, 1, 2]}}},
+                "experiments": {
+                    "a": {"matrix": {"seed": [0, 1, 2]}},
+                    "b": {"matrix": {"seed": [0, 1, 2]}},
+                },
             },
-            "bad config: experiments: 6 cells (a: 3, b: 3); allowed: at most 5 cells in all (max_cells)",
+            "bad config: experiments: 6 cells (a: 3, b: 3); allowed: at most 5 cells in all "
+            "(max_cells)",
         ),
         (
             {"experiments": {"w": {"title": [0] * 90_000}}},
-            "bad config: experiments.w.title: value [0, 0, 0, 0, 0, 0, ...] has the wrong type; allowed: a string",
+            "bad config: experiments.w.title: value [0, 0, 0, 0, 0, 0, ...] has the wrong type; "
+            "allowed: a string",
         ),
     ],
 )
@@ -364,14 +429,18 @@ def test_plots_may_name_knobs_summary_columns_and_monitor_means():
     config = {
         "experiments": {
             "w": {"matrix": {"num_workers": [0, 1]}, "plot": specs},
-            "probe": {"base": {"scenario": "transfer"}, "plot": {"x": "size_bytes", "y": "gb_per_s", "hue": "pinned"}},
+            "probe": {
+                "base": {"scenario": "transfer"},
+                "plot": {"x": "size_bytes", "y": "gb_per_s", "hue": "pinned"},
+            },
         }
     }
     assert config_error(config) == ""
 
 
 def test_summary_columns_are_what_aggregate_writes():
-    """core.columns lists them without pandas (the parse checks plots against them): the list must not go stale."""
+    """core.columns lists them without pandas (the parse checks plots against them): the list must
+    not go stale."""
     from feedbench.analysis.aggregate import PREDICTION_COLUMNS, result_row
     from feedbench.core.columns import SUMMARY_COLUMNS
     from feedbench.core.knobs import KNOBS
@@ -382,9 +451,13 @@ def test_summary_columns_are_what_aggregate_writes():
     )  # then with_predictions' columns
     written = [c for c in row if c not in KNOBS] + PREDICTION_COLUMNS
     assert SUMMARY_COLUMNS == written
-    assert {"samples_per_s", "stall_pct", "wait_ms", "transfer_peak_gb_per_s_pinned", "predicted_samples_per_s"} <= set(
-        written
-    )
+    assert {
+        "samples_per_s",
+        "stall_pct",
+        "wait_ms",
+        "transfer_peak_gb_per_s_pinned",
+        "predicted_samples_per_s",
+    } <= set(written)
 
 
 def test_ids_never_trip_snakemakes_periodic_wildcard_check():
@@ -395,7 +468,8 @@ def test_ids_never_trip_snakemakes_periodic_wildcard_check():
         ident = cell_id({"data_dir": value}, ["data_dir"])
         assert detector.is_periodic(ident) is None, ident
         assert len(ident) <= planned_cell.MAX_ID_LENGTH
-    assert cell_id({"data_dir": "abab"}, ["data_dir"]) == "data_dir-abab"  # ordinary ids are untouched
+    # ordinary ids are untouched
+    assert cell_id({"data_dir": "abab"}, ["data_dir"]) == "data_dir-abab"
     assert planned_cell.periodic("steps-1" + "0" * 21) and not planned_cell.periodic("steps-1000")
 
 
@@ -422,7 +496,8 @@ def test_an_alias_bomb_is_refused_without_being_expanded(tmp_path):
         read_config_file(str(path))
     assert (
         str(error.value)
-        == f"{path}: more than 100000 values (a YAML alias counts each time it is used); allowed: at most 100000"
+        == f"{path}: more than 100000 values (a YAML alias counts each time it is used); "
+        "allowed: at most 100000"
     )
 
 
@@ -432,11 +507,14 @@ def test_yaml_errors_name_file_line_and_column(tmp_path):
     with pytest.raises(ConfigError) as error:
         read_config_file(str(path))
     assert str(error.value) == (
-        f"{path}, line 4, column 10: while parsing a flow mapping: expected ',' or '}}', but got ':'; allowed: YAML "
-        "(or JSON)"
+        f"{path}, line 4, column 10: while parsing a flow mapping: expected ',' or '}}', but got "
+        "':'; allowed: YAML (or JSON)"
     )
     path.write_text("[1, 2]")
-    with pytest.raises(ConfigError, match=r"value \[1, 2\] is not a mapping; allowed: a mapping of config keys$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"value \[1, 2\] is not a mapping; allowed: a " r"mapping of config keys$",
+    ):
         read_config_file(str(path))
 
 
@@ -444,14 +522,20 @@ def test_yte_templates_are_refused_unrun(tmp_path):
     marker = tmp_path / "PWNED"
     path = tmp_path / "config.yaml"
     path.write_text(
-        f"__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch {marker}') or 'yte'\n"
+        "__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch "
+        f"{marker}') or 'yte'\n"
     )
     with pytest.raises(ConfigError) as error:
         read_config_file(str(path))
     assert (
         str(error.value)
-        == f"{path}: __use_yte__: YTE templates run Python code in the config; allowed: plain YAML without __use_yte__"
+        == f"{path}: __use_yte__: YTE templates run Python code in the config; allowed: "
+        "plain YAML without __use_yte__"
     )
     assert not marker.exists()
-    path.write_text(yaml.safe_dump({"experiments": {"w": {"title": "?not code without __use_yte__"}}}))
-    assert read_config_file(str(path))["experiments"]["w"]["title"] == "?not code without __use_yte__"
+    path.write_text(
+        yaml.safe_dump({"experiments": {"w": {"title": "?not code without __use_yte__"}}})
+    )
+    assert (
+        read_config_file(str(path))["experiments"]["w"]["title"] == "?not code without __use_yte__"
+    )

@@ -1,5 +1,5 @@
-"""examples/own-pipeline through real Snakemake: the user's shards, collate, CNN and step, to a report with a verdict
-(#11)."""
+"""examples/own-pipeline through real Snakemake: the user's shards, collate, CNN and step, to a
+report with a verdict (#11)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,13 @@ def snakemake(workflow, workdir, configfile, *args):
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
-    """The example's config (shrunk to 6 steps, device cpu) beside a copy of its project, run to the report."""
+    """The example's config (shrunk to 6 steps, device cpu) beside a copy of its project, run to the
+    report."""
     workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
     project = tmp_path_factory.mktemp("project")
-    shutil.copytree(os.path.join(EXAMPLE, "src"), project / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(EXAMPLE, "src"), project / "src", ignore=shutil.ignore_patterns("__pycache__")
+    )
     with open(os.path.join(EXAMPLE, "config.yaml")) as f:
         config = yaml.safe_load(f)
     config["defaults"].update(steps=6, warmup_steps=1, device="cpu")
@@ -58,11 +61,14 @@ def test_every_cell_measured_and_named_by_its_axes(example):
 
 
 def test_every_job_ran_though_path_lacks_the_venv(example):
-    """The README's command, `.venv/bin/snakemake --configfile ...`, with the venv off PATH (run_snakemake: as a user
-    who never activated it has): every job ran the workflow's Python, not the first `python` on PATH."""
+    """The README's command, `.venv/bin/snakemake --configfile ...`, with the venv off PATH
+    (run_snakemake: as a user who never activated it has): every job ran the workflow's Python, not
+    the first `python` on PATH."""
     _, workdir, _, _ = example
     path = snakemake_env()["PATH"].split(os.pathsep)
-    assert os.path.dirname(os.path.abspath(sys.executable)) not in [os.path.abspath(p) for p in path]
+    assert os.path.dirname(os.path.abspath(sys.executable)) not in [
+        os.path.abspath(p) for p in path
+    ]
     results = list((workdir / "results" / "cells").glob("*/*/rep*/result.json"))
     assert len(results) >= 9, results  # 8 cells and the transfer probe
     statuses = {str(r.relative_to(workdir)): json.loads(r.read_text())["status"] for r in results}
@@ -75,8 +81,12 @@ def test_the_transfer_cell_times_a_real_batch_of_the_users_collate(example):
         result = json.load(f)
     assert result["status"] == "ok", result["error"]
     user = result["metrics"]["transfer"]["user_batch"]
-    assert user["structure"] == "dict of 2 tensors" and user["to_device"] == "feedbench.harness.batches:move_batch"
-    assert user["by_pinning"][0]["bytes"] == 16 * 3 * 56 * 56 * 4 + 16 * 8  # float images, int64 labels
+    assert (
+        user["structure"] == "dict of 2 tensors"
+        and user["to_device"] == "feedbench.harness.batches:move_batch"
+    )
+    # float images, int64 labels
+    assert user["by_pinning"][0]["bytes"] == 16 * 3 * 56 * 56 * 4 + 16 * 8
     assert any(
         a.startswith("transfer: also timed a real batch (dict of 2 tensors, ")
         and "from dataset shapes.data:build_dataset and collate shapes.data:collate" in a
@@ -92,33 +102,50 @@ def test_the_report_verdict_names_the_bound(example):
 
 
 def test_the_runs_end_prints_each_experiments_verdict(example):
-    """The report's three lines per experiment, as text beside it and in the terminal at the run's end: a user on a
-    machine with no browser reads them there."""
+    """The report's three lines per experiment, as text beside it and in the terminal at the run's
+    end: a user on a machine with no browser reads them there."""
     _, workdir, _, run = example
     text = (workdir / "results" / "report" / "verdict.txt").read_text()
     assert f"feedbench: the verdict (results/report/index.html):\n{text}" in run.stdout
     shapes = text.split("\n")[:4]
-    assert shapes[0] == "shapes" and [line.split(":")[0] for line in shapes[1:]] == ["  Finding", "  Where", "  Fix"]
-    # The page's text without its tags: the glossary links a term's first use ("waits for data") inside the line.
-    page = html.unescape(re.sub(r"<[^>]+>", "", (workdir / "results" / "report" / "index.html").read_text()))
+    assert shapes[0] == "shapes" and [line.split(":")[0] for line in shapes[1:]] == [
+        "  Finding",
+        "  Where",
+        "  Fix",
+    ]
+    # The page's text without its tags: the glossary links a term's first use ("waits for data")
+    # inside the line.
+    page = html.unescape(
+        re.sub(r"<[^>]+>", "", (workdir / "results" / "report" / "index.html").read_text())
+    )
     assert shapes[1].removeprefix("  Finding: ") in page  # the report's own line, word for word
 
 
 def test_a_change_to_the_users_code_reruns_its_preflights_then_its_cells(example):
-    """The experiments' preflights (feedbench.core.preflight) run again first: their cells are planned once they pass,
-    and then every cell runs again."""
+    """The experiments' preflights (feedbench.core.preflight) run again first: their cells are
+    planned once they pass, and then every cell runs again."""
     workflow, workdir, project, _ = example
-    assert "Nothing to be done" in snakemake(workflow, workdir, project / "config.yaml", "--dry-run").stdout
+    assert (
+        "Nothing to be done"
+        in snakemake(workflow, workdir, project / "config.yaml", "--dry-run").stdout
+    )
     with open(project / "src" / "shapes" / "train.py", "a") as f:
         f.write("\n# edited\n")
     dry = snakemake(workflow, workdir, project / "config.yaml", "--dry-run")
-    assert set(re.findall(r"output: results/preflight/(\S+)\.json", dry.stdout)) == {"shapes", "shapes-copy"}
+    assert set(re.findall(r"output: results/preflight/(\S+)\.json", dry.stdout)) == {
+        "shapes",
+        "shapes-copy",
+    }
     assert "results/cells/" not in dry.stdout, dry.stdout[-3000:]
     preflights = ["results/preflight/shapes.json", "results/preflight/shapes-copy.json"]
-    ran = run_snakemake(workflow, workdir, *preflights, "--configfile", str(project / "config.yaml"))
+    ran = run_snakemake(
+        workflow, workdir, *preflights, "--configfile", str(project / "config.yaml")
+    )
     assert ran.returncode == 0, ran.stderr[-4000:]
     dry = snakemake(workflow, workdir, project / "config.yaml", "--dry-run")
-    assert len(set(re.findall(r"output: results/cells/(\S+)/result\.json", dry.stdout))) == 9, dry.stdout[-3000:]
+    assert len(set(re.findall(r"output: results/cells/(\S+)/result\.json", dry.stdout))) == 9, (
+        dry.stdout[-3000:]
+    )
 
 
 def test_a_target_that_does_not_import_stops_before_any_job(example, tmp_path):

@@ -1,8 +1,10 @@
-"""`pip install .` gives a working feedbench: views, schemas and report templates are inside the package.
+"""`pip install .` gives a working feedbench: views, schemas and report templates are inside the
+package.
 
-The wheel is built from a copy of the files a build reads (pyproject.toml, README.md, workflow/feedbench),
-installed with --no-deps into a fresh venv that sees the test venv's packages (torch, pandas, ...) but not the
-source tree, and renders a report from a stored run (tests/stored/workers-small) in a folder outside the checkout.
+The wheel is built from a copy of the files a build reads (pyproject.toml, README.md,
+workflow/feedbench), installed with --no-deps into a fresh venv that sees the test venv's packages
+(torch, pandas, ...) but not the source tree, and renders a report from a stored run
+(tests/stored/workers-small) in a folder outside the checkout.
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ def wheel_files(tmp_path) -> tuple[str, list[str]]:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(ROOT, name), source / name)
-    shutil.copytree(PACKAGE, source / "workflow" / "feedbench", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        PACKAGE,
+        source / "workflow" / "feedbench",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
     build = subprocess.run(
         [
             sys.executable,
@@ -81,12 +87,15 @@ def wheel_files(tmp_path) -> tuple[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """A venv with the wheel installed and the test venv's site-packages on its path (their .pth files unread,
-    so the editable install's path to the source tree stays out): its python, the wheel's names, the venv."""
+    """A venv with the wheel installed and the test venv's site-packages on its path (their .pth
+    files unread, so the editable install's path to the source tree stays out): its python, the
+    wheel's names, the venv."""
     tmp = tmp_path_factory.mktemp("packaging")
     wheel, names = wheel_files(tmp)
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = str(venv / "bin" / "python")
     purelib = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -95,11 +104,23 @@ def installed(tmp_path_factory):
         check=True,
     ).stdout.strip()
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            wheel,
+        ],
         **outside(tmp),
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    # Only now the test venv's packages: pip would otherwise find its editable feedbench and install nothing.
+    # Only now the test venv's packages: pip would otherwise find its editable feedbench and install
+    # nothing.
     ours = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
     with open(os.path.join(purelib, "test_venv.pth"), "w") as f:
         f.write("\n".join(dict.fromkeys(p for p in ours if os.path.isdir(p))) + "\n")
@@ -131,7 +152,15 @@ def test_the_wheel_holds_the_views_the_schemas_and_the_templates(installed):
 def test_the_installed_package_renders_a_report_from_a_stored_run(installed, tmp_path):
     python, _, venv = installed
     run = subprocess.run(
-        [python, "-I", "-c", RENDER, STORED, os.path.join(ROOT, "report", "references"), str(tmp_path)],
+        [
+            python,
+            "-I",
+            "-c",
+            RENDER,
+            STORED,
+            os.path.join(ROOT, "report", "references"),
+            str(tmp_path),
+        ],
         **outside(tmp_path),
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -139,10 +168,13 @@ def test_the_installed_package_renders_a_report_from_a_stored_run(installed, tmp
     assert imported.startswith(os.path.realpath(venv)) or imported.startswith(venv), imported
     assert not imported.startswith(ROOT)
     html = (tmp_path / "index.html").read_text()
-    assert "How many loader workers does CIFAR-100 need?" in html  # the experiment, through the templates
+    # the experiment, through the templates
+    assert "How many loader workers does CIFAR-100 need?" in html
     assert "<style>" in html and "<svg" in html  # report.css and the figure, inline
-    assert 'class="view"' in html  # the workers view (feedbench.analysis.views.workers), with its tables
-    assert html.count('class="view-table"') >= 2  # ours and the published one (report/references/workers.csv)
+    # the workers view (feedbench.analysis.views.workers), with its tables
+    assert 'class="view"' in html
+    # ours and the published one (report/references/workers.csv)
+    assert html.count('class="view-table"') >= 2
 
 
 @pytest.mark.slow
@@ -154,7 +186,8 @@ def test_the_installed_command_runs(installed, tmp_path):
 
 
 def test_templates_are_the_reports_not_the_harness():
-    """Editing a report template reruns no cell: the harness fingerprint leaves the templates out."""
+    """Editing a report template reruns no cell: the harness fingerprint leaves the templates
+    out."""
     names = {os.path.relpath(p, PACKAGE) for p in harness_files(PACKAGE)}
     assert os.path.join("schemas", "result.schema.json") in names
     assert not any(n.startswith("templates") for n in names)

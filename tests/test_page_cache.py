@@ -1,4 +1,5 @@
-"""page_cache warm / cold: the files really are in (or out of) the page cache when the window starts.
+"""page_cache warm / cold: the files really are in (or out of) the page cache when the window
+starts.
 
 The page cache is read back with util-linux's fincore, the kernel's own count
 of a file's resident pages, so the tests check the state, not our record of it.
@@ -22,7 +23,10 @@ pytestmark = pytest.mark.skipif(
 
 def resident_pages(paths) -> int:
     out = subprocess.run(
-        ["fincore", "--bytes", "--noheadings", "--output", "PAGES", *paths], capture_output=True, text=True, check=True
+        ["fincore", "--bytes", "--noheadings", "--output", "PAGES", *paths],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return sum(int(line) for line in out.split())
 
@@ -42,12 +46,14 @@ def test_warm_reads_every_file_into_the_cache(images):
     record = prepare(folder, "warm")
     assert record["effective"] == "warm" and record["files"] == 24
     assert record["bytes"] == sum(os.path.getsize(p) for p in paths)
-    assert resident_pages(paths) >= sum(-(-os.path.getsize(p) // os.sysconf("SC_PAGE_SIZE")) for p in paths)
+    assert resident_pages(paths) >= sum(
+        -(-os.path.getsize(p) // os.sysconf("SC_PAGE_SIZE")) for p in paths
+    )
 
 
 def test_cold_by_fadvise_when_drop_caches_is_out_of_reach(images, tmp_path):
-    """Not root (here: a drop_caches path that cannot be opened): each file is evicted with posix_fadvise, and the note
-    says so."""
+    """Not root (here: a drop_caches path that cannot be opened): each file is evicted with
+    posix_fadvise, and the note says so."""
     _, paths = images
     warm(paths)
     assert resident_pages(paths) > 0
@@ -75,7 +81,8 @@ def total_pages(paths) -> int:
 
 
 def test_mincore_counts_the_pages_fincore_counts(images):
-    """Our mincore(2) reading agrees with util-linux fincore, file by file, cold, half-warm and warm."""
+    """Our mincore(2) reading agrees with util-linux fincore, file by file, cold, half-warm and
+    warm."""
     _, paths = images
     cold(paths, drop_caches="/nonexistent/drop_caches")
     warm(paths[: len(paths) // 2])
@@ -107,7 +114,11 @@ def test_a_cell_records_its_page_cache_and_ignores_it_where_no_file_is_read(run_
         device="cpu",
     )
     code, result = run_cell(page_cache="warm", **common)
-    assert code == 0 and result["page_cache"]["effective"] == "warm" and result["page_cache"]["files"] == 16
+    assert (
+        code == 0
+        and result["page_cache"]["effective"] == "warm"
+        and result["page_cache"]["files"] == 16
+    )
     assert result["page_cache"]["resident_fraction"] == 1.0
     code, result = run_cell(page_cache="cold", **common)
     assert (
@@ -116,7 +127,16 @@ def test_a_cell_records_its_page_cache_and_ignores_it_where_no_file_is_read(run_
         and result["page_cache"]["method"] in ("drop_caches", "fadvise")
     )
     code, result = run_cell(
-        page_cache="cold", scenario="loader", dataset="synthetic", steps=2, warmup_steps=0, device="cpu"
+        page_cache="cold",
+        scenario="loader",
+        dataset="synthetic",
+        steps=2,
+        warmup_steps=0,
+        device="cpu",
     )
-    assert code == 0 and result["page_cache"]["effective"] == "asis" and result["cell"]["page_cache"] == "asis"
+    assert (
+        code == 0
+        and result["page_cache"]["effective"] == "asis"
+        and result["cell"]["page_cache"] == "asis"
+    )
     assert "page_cache=cold ignored: dataset 'synthetic' reads no files" in result["adjustments"]

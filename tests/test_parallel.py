@@ -1,4 +1,5 @@
-"""Multi-process cells on this machine: the "GPUs" are processes on gloo, nodes are emulated on localhost."""
+"""Multi-process cells on this machine: the "GPUs" are processes on gloo, nodes are emulated on
+localhost."""
 
 from __future__ import annotations
 
@@ -29,15 +30,19 @@ def test_ddp_two_ranks_gathers_every_rank(tmp_path):
     metrics = result["metrics"]
     assert metrics["world_size"] == 2 and [r["rank"] for r in metrics["ranks"]] == [0, 1]
     assert metrics["samples"] == 2 * 10 * 16
-    assert metrics["samples_per_s"] == pytest.approx(metrics["samples"] / max(r["window_s"] for r in metrics["ranks"]))
+    assert metrics["samples_per_s"] == pytest.approx(
+        metrics["samples"] / max(r["window_s"] for r in metrics["ranks"])
+    )
     assert 0 <= metrics["comm_share"] <= 1
     assert all(r["comm"]["step_ms_sync"] > 0 for r in metrics["ranks"])
 
 
 def test_profile_with_two_ddp_ranks_completes_and_rank_0_writes_the_trace(tmp_path):
-    """Every rank runs the profiled steps (each all-reduces): with rank 0 alone, the other waited in its gather and the
-    cell hung until killed. The time limit turns a hang into a failed cell."""
-    code, result, _ = run(tmp_path, "--time-limit", "60", parallel="ddp", gpus_per_node=2, profile=True, steps=6)
+    """Every rank runs the profiled steps (each all-reduces): with rank 0 alone, the other waited in
+    its gather and the cell hung until killed. The time limit turns a hang into a failed cell."""
+    code, result, _ = run(
+        tmp_path, "--time-limit", "60", parallel="ddp", gpus_per_node=2, profile=True, steps=6
+    )
     assert code == 0, result["error"]
     assert result["files"]["trace"] == "trace.json"
     trace = json.loads((tmp_path / "trace.json").read_text())
@@ -71,17 +76,22 @@ def test_dp_on_cpu_runs_one_replica_on_the_whole_batch(run_cell):
     code, result = run_cell(**tiny_mlp(parallel="dp", gpus_per_node=2))
     assert code == 0
     assert result["metrics"]["samples"] == 4 * 16
-    assert "parallel=dp on CPU runs one replica on batch_size x 2: DataParallel needs GPUs" in result["adjustments"]
+    assert (
+        "parallel=dp on CPU runs one replica on batch_size x 2: DataParallel needs GPUs"
+        in result["adjustments"]
+    )
 
 
 def _start(out, **knobs):
-    """The endless sleep cell (one thread, pinned: the timing tests signal 4 s after the ranks start)."""
+    """The endless sleep cell (one thread, pinned: the timing tests signal 4 s after the ranks
+    start)."""
     cell = dict(ENDLESS_SLEEP, compute_ms=20, **knobs)
     return start_cell(out, cell, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
-    """Its command line, or [] for a process that exited since it was listed (torchrun starts short-lived helpers)."""
+    """Its command line, or [] for a process that exited since it was listed (torchrun starts
+    short-lived helpers)."""
     try:
         return process.cmdline()
     except psutil.NoSuchProcess:
@@ -89,7 +99,8 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 
 def _ranks(launcher: psutil.Process, count: int) -> list[psutil.Process]:
-    """The rank processes (feedbench run --as-rank) under the launcher, once they are all up and measuring."""
+    """The rank processes (feedbench run --as-rank) under the launcher, once they are all up and
+    measuring."""
     deadline = time.time() + 120
     while time.time() < deadline:
         ranks = [
@@ -113,11 +124,14 @@ def test_a_rank_that_dies_fails_the_cell_naming_it(tmp_path):
     result = json.loads((tmp_path / "result.json").read_text())
     jsonschema.validate(result, schema())
     assert result["status"] == "failed"
-    # Rank 1 died by SIGKILL and wrote nothing. Rank 0 either saw the broken group and said so, or hung
-    # in a collective until torchrun killed it; then torchrun's root cause names rank 1.
+    # Rank 1 died by SIGKILL and wrote nothing. Rank 0 either saw the broken group and said so, or
+    # hung in a collective until torchrun killed it; then torchrun's root cause names rank 1.
     message = result["error"]["message"]
     assert message.startswith("rank(s) 1 exited without a report (killed?); rank 0 failed: ") or (
-        message.startswith("rank(s) 0, 1 exited without a report (killed?); rank 1 exited with code -9 (SIGKILL) first")
+        message.startswith(
+            "rank(s) 0, 1 exited without a report (killed?); rank 1 exited "
+            "with code -9 (SIGKILL) first"
+        )
     ), message
 
 
@@ -127,13 +141,15 @@ def test_a_node_that_fails_fails_the_cell(tmp_path):
     parent = psutil.Process(launcher.pid)
     _ranks(parent, 2)
     node1 = [p for p in parent.children() if "--node-rank=1" in p.cmdline()][0]
-    for proc in [node1, *node1.children(recursive=True)]:  # the node's agent and its rank vanish at once
+    # the node's agent and its rank vanish at once
+    for proc in [node1, *node1.children(recursive=True)]:
         proc.kill()
     assert launcher.wait(timeout=120) == 1
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "failed"
     assert (
-        "node 1 exited with code -9" in result["error"]["message"] or "rank 1 exited" in result["error"]["message"]
+        "node 1 exited with code -9" in result["error"]["message"]
+        or "rank 1 exited" in result["error"]["message"]
     ), result["error"]
     assert not [
         p
@@ -148,7 +164,11 @@ def test_no_rank_outlives_its_launcher(tmp_path):
     _ranks(psutil.Process(launcher.pid), 2)
     launcher.send_signal(signal.SIGTERM)
     launcher.wait(timeout=120)
-    assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(tmp_path) in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 @pytest.mark.timing  # _ranks: signalled 4 s after the ranks started

@@ -1,5 +1,5 @@
-"""Parsing the Snakefile imports no torch, and feedbench's part of it no pandas: every parse (the run's and each
-job's) would pay seconds for them."""
+"""Parsing the Snakefile imports no torch, and feedbench's part of it no pandas: every parse (the
+run's and each job's) would pay seconds for them."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ from helpers.snakemake_run import snakemake_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("torch", "torchvision")
-# Heavy for a parse, though Snakemake may import them itself (its Slurm plugin imports pandas): feedbench must not.
+# Heavy for a parse, though Snakemake may import them itself (its Slurm plugin imports pandas):
+# feedbench must not.
 ANALYSIS = ("pandas", "matplotlib")
 
 
 def modules_imported(stderr: str) -> set[str]:
     """Modules a `python -X importtime` run imported (its stderr)."""
-    lines = [line for line in stderr.splitlines() if line.startswith("import time:") and "|" in line]
+    lines = [
+        line for line in stderr.splitlines() if line.startswith("import time:") and "|" in line
+    ]
     return {line.rsplit("|", 1)[1].strip() for line in lines[1:]}
 
 
@@ -29,8 +32,9 @@ def imported(stderr: str) -> set[str]:
 
 
 def test_snakefile_parses_without_torch(tmp_path):
-    """A dry run checks every cell (a torchvision model among them) and its plot, and plans every job, importing no
-    torch; the feedbench modules it imported bring in no pandas or matplotlib on their own."""
+    """A dry run checks every cell (a torchvision model among them) and its plot, and plans every
+    job, importing no torch; the feedbench modules it imported bring in no pandas or matplotlib on
+    their own."""
     config = {
         "defaults": {"repeats": 1, "steps": 2, "device": "cpu"},
         "experiments": {
@@ -43,9 +47,12 @@ def test_snakefile_parses_without_torch(tmp_path):
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        # python -X importtime -m snakemake ...: the trace of every module the parse imports, on stderr.
+        # python -X importtime -m snakemake ...: the trace of every module the parse imports, on
+        # stderr.
         [sys.executable, "-X", "importtime"]
-        + snakemake_command(ROOT, tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--dry-run", cores=1)[1:],
+        + snakemake_command(
+            ROOT, tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--dry-run", cores=1
+        )[1:],
         capture_output=True,
         text=True,
         timeout=300,
@@ -55,11 +62,17 @@ def test_snakefile_parses_without_torch(tmp_path):
     modules = imported(run.stderr)
     assert "snakemake" in modules and "feedbench" in modules  # the parse itself is in the trace
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
-    # Snakemake may have imported pandas before feedbench asked for it: import feedbench's modules of the parse alone.
+    # Snakemake may have imported pandas before feedbench asked for it: import feedbench's modules
+    # of the parse alone.
     ours = sorted(m for m in modules_imported(run.stderr) if m.split(".")[0] == "feedbench")
     assert "feedbench.plan.matrix" in ours
-    code = f"import sys, {', '.join(ours)}; print(sorted(m for m in {ANALYSIS + HEAVY} if m in sys.modules))"
-    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    code = (
+        f"import sys, {', '.join(ours)}; print(sorted(m for m in {ANALYSIS + HEAVY} if m "
+        "in sys.modules))"
+    )
+    alone = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert alone.stdout.strip() == "[]", (ours, alone.stdout)
 
 
@@ -67,7 +80,9 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
     config = {"experiments": {"tiny": {"base": {"model": "resnet19"}}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        snakemake_command(ROOT, tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--dry-run", cores=1),
+        snakemake_command(
+            ROOT, tmp_path, "--configfile", str(tmp_path / "config.yaml"), "--dry-run", cores=1
+        ),
         capture_output=True,
         text=True,
         timeout=300,
@@ -80,12 +95,14 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
 
 
 def test_the_cached_model_list_is_the_installed_torchvisions():
-    """core.model_names keeps torchvision's list so that the parse needs no torchvision: it must not go stale."""
+    """core.model_names keeps torchvision's list so that the parse needs no torchvision: it must not
+    go stale."""
     import torchvision
 
     installed = tuple(torchvision.models.list_models(module=torchvision.models))
     assert TORCHVISION_MODELS == installed, (
         f"torchvision {torchvision.__version__} has other classification models: update "
-        f"workflow/feedbench/core/model_names.py (added: {sorted(set(installed) - set(TORCHVISION_MODELS))}, "
-        f"gone: {sorted(set(TORCHVISION_MODELS) - set(installed))})"
+        "workflow/feedbench/core/model_names.py (added: "
+        f"{sorted(set(installed) - set(TORCHVISION_MODELS))}, gone: "
+        f"{sorted(set(TORCHVISION_MODELS) - set(installed))})"
     )

@@ -1,4 +1,5 @@
-"""User text reaches matplotlib as text: a `$` in a title, a knob value or a host name never starts the math parser."""
+"""User text reaches matplotlib as text: a `$` in a title, a knob value or a host name never starts
+the math parser."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from feedbench.analysis.plots import figure, plain, plot_experiment, svg_text
 from feedbench.analysis.report import write_report
 from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
-MATH = r"Rate $\nope$"  # matplotlib's math parser refuses \nope: drawn as math, the figure cannot be saved
+# matplotlib's math parser refuses \nope: drawn as math, the figure cannot be saved
+MATH = r"Rate $\nope$"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,8 @@ def test_the_parser_would_refuse_the_title():
 
 @pytest.mark.parametrize("kind", ["line", "bar", "phases", "heatmap"])
 def test_every_kind_of_plot_draws_user_text_literally(summary, tmp_path, kind):
-    # Crafted: a column whose values carry math as the hue, so it reaches tick labels, legends and heatmap rows.
+    # Crafted: a column whose values carry math as the hue, so it reaches tick labels, legends and
+    # heatmap rows.
     rows = summary[summary["experiment"] == "train"]
     rows = rows.assign(label=rows["sample_delay_ms"].map({0.0: "$x^2$", 0.5: MATH}))
     spec = {"x": "hidden_layers", "y": "samples_per_s", "hue": "label", "kind": kind, "title": MATH}
@@ -55,14 +58,18 @@ def test_a_missing_column_named_with_math_is_said_in_plain_text(summary):
 
 
 def test_a_view_names_a_host_with_math_literally(summary):
-    # Crafted: a host name carrying math reaches the workers view's title and labels (hardware(rows)).
+    # Crafted: a host name carrying math reaches the workers view's title and labels
+    # (hardware(rows)).
     rows = summary[summary["experiment"] == "loader"].assign(host="rack$\\nope$")
-    view = views.builder("workers")(rows, None, {"view": "workers", "matrix": EXPERIMENTS["loader"]["matrix"]})
+    view = views.builder("workers")(
+        rows, None, {"view": "workers", "matrix": EXPERIMENTS["loader"]["matrix"]}
+    )
     assert "rack$\\nope$" in svg_text(view.figure, "v")
 
 
 def test_the_report_is_made_with_math_in_every_title(real_matrix, tmp_path):  # noqa: F811
-    """The plot rule and the report rule end to end, with the issue's title as experiment title and plot title."""
+    """The plot rule and the report rule end to end, with the issue's title as experiment title and
+    plot title."""
     experiments = json.loads(json.dumps(EXPERIMENTS))
     for spec in experiments.values():
         spec["title"] = MATH
@@ -75,6 +82,8 @@ def test_the_report_is_made_with_math_in_every_title(real_matrix, tmp_path):  # 
         svgs.append(os.path.join(tmp_path, "plots", f"{name}.svg"))
         plot_experiment(read_summary(summary_csv), name, spec["plot"], svgs[-1], spec["title"])
     html = os.path.join(tmp_path, "index.html")
-    write_report(summary_csv, svgs, real_matrix.paths, {"experiments": experiments}, "c0ffee42", html)
+    write_report(
+        summary_csv, svgs, real_matrix.paths, {"experiments": experiments}, "c0ffee42", html
+    )
     with open(html) as f:
         assert f.read().count("Rate $\\nope$") >= 2 * len(experiments)

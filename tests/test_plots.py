@@ -1,4 +1,5 @@
-"""Every plot kind gives a valid SVG with a drawing, units on its axes and error bars from the repeats."""
+"""Every plot kind gives a valid SVG with a drawing, units on its axes and error bars from the
+repeats."""
 
 from __future__ import annotations
 
@@ -47,15 +48,23 @@ def test_each_kind_draws_a_valid_svg(summary, tmp_path, kind):
         assert images and all(int(float(i.get("width"))) > 0 for i in images)
     else:
         shapes = [g for g in groups(axes[0], drawn) if g.find(f"{SVG}path") is not None]
-        # line: 4 cells -> 2 lines of 2 points (plus their error bars); bar: 4 bars; phases: 4 bars x 4 phases.
+        # line: 4 cells -> 2 lines of 2 points (plus their error bars); bar: 4 bars; phases: 4 bars
+        # x 4 phases.
         assert len(shapes) >= {"line": 2, "bar": 4, "phases": 16}[kind]
     labels = texts(root)
-    unit = {"line": "[samples/s]", "bar": "[samples/s]", "phases": "[ms]", "heatmap": "[samples/s]"}[kind]
+    unit = {
+        "line": "[samples/s]",
+        "bar": "[samples/s]",
+        "phases": "[ms]",
+        "heatmap": "[samples/s]",
+    }[kind]
     assert unit in labels
 
 
 def test_error_bars_come_from_the_repeats(summary, tmp_path):
-    root, _ = draw(summary, tmp_path, "loader", {"x": "num_workers", "y": "samples_per_s", "kind": "line"})
+    root, _ = draw(
+        summary, tmp_path, "loader", {"x": "num_workers", "y": "samples_per_s", "kind": "line"}
+    )
     bars = groups(root, "LineCollection_")
     assert bars, "no error bars"
     # Each error bar is one segment per point: 2 x-levels here.
@@ -79,12 +88,16 @@ def test_transfer_is_bandwidth_against_size(summary, tmp_path):
     long = transfer_long(summary[summary["experiment"] == "transfer"])
     assert set(long["size_bytes"]) == {65536, 1048576} and long["gb_per_s"].gt(0).all()
     # Whatever a transfer spec says, the probe's own axes are used.
-    root, _ = draw(summary, tmp_path, "transfer", {"x": "num_workers", "y": "samples_per_s", "kind": "bar"})
+    root, _ = draw(
+        summary, tmp_path, "transfer", {"x": "num_workers", "y": "samples_per_s", "kind": "bar"}
+    )
     assert "[GB/s]" in texts(root)
 
 
 def test_title_cannot_inject_markup(summary, tmp_path):
-    root, text = draw(summary, tmp_path, "train", EXPERIMENTS["train"]["plot"], title="<script>alert(1)</script>")
+    root, text = draw(
+        summary, tmp_path, "train", EXPERIMENTS["train"]["plot"], title="<script>alert(1)</script>"
+    )
     assert "<script>alert(1)</script>" in texts(root)  # the title is there, as text
     assert "<script" not in text and "&lt;script&gt;" in text
     assert not list(root.iter(f"{SVG}script"))
@@ -130,8 +143,9 @@ def test_axis_labels_carry_units(column, unit):
 
 
 def test_a_gpu_bar_stacks_the_gpus_idle_time_not_the_hosts_overlapping_wait():
-    """Under events timing the host's wait overlaps the GPU's compute: stacked with it the bar read 229 ms of a 129 ms
-    step (the H200 calibration's balanced cell, one worker). A CPU cell keeps its wait."""
+    """Under events timing the host's wait overlaps the GPU's compute: stacked with it the bar read
+    229 ms of a 129 ms step (the H200 calibration's balanced cell, one worker). A CPU cell keeps its
+    wait."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from feedbench.analysis.plots import _draw_phases
@@ -157,8 +171,8 @@ def test_a_gpu_bar_stacks_the_gpus_idle_time_not_the_hosts_overlapping_wait():
 
 
 def test_a_hue_knob_unset_in_some_cells_keeps_their_bars():
-    """The default's decode experiment: cells without cache_after (null, NaN in the summary) beside one with it. The
-    bars of the unset ones were dropped with their NaN group."""
+    """The default's decode experiment: cells without cache_after (null, NaN in the summary) beside
+    one with it. The bars of the unset ones were dropped with their NaN group."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from feedbench.analysis.plots import draw

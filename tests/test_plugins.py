@@ -1,4 +1,5 @@
-"""The user's own code by import path: factories, collate, step, the default loss rule, bad targets."""
+"""The user's own code by import path: factories, collate, step, the default loss rule, bad
+targets."""
 
 from __future__ import annotations
 
@@ -177,7 +178,7 @@ def absolute_error(output, target):
 
 def per_sample(output, target):
     return (output.squeeze(-1) - target).abs()  # not reduced: refused
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture
@@ -239,19 +240,29 @@ def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
     assert result["provenance"]["user_code"][0]["path"] == project
     assert result["provenance"]["user_code"][0]["content"] == content_hash([project])
     ctx = sys.modules["userproj.data"].SEEN[0]
-    assert (ctx.rank, ctx.world_size, ctx.local_rank, ctx.batch_size, ctx.num_workers, ctx.seed) == (0, 1, 0, 8, 0, 0)
+    assert (
+        ctx.rank,
+        ctx.world_size,
+        ctx.local_rank,
+        ctx.batch_size,
+        ctx.num_workers,
+        ctx.seed,
+    ) == (0, 1, 0, 8, 0, 0)
     assert ctx.knobs["dataset_args"] == {"n": 40, "side": 8} and str(ctx.device) == "cpu"
 
 
 def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
-    """No adapter: a Dataset class and a model class whose signatures take no ctx are called with their arguments
-    alone (core.plugins.takes_ctx), and their arguments are checked against those signatures."""
+    """No adapter: a Dataset class and a model class whose signatures take no ctx are called with
+    their arguments alone (core.plugins.takes_ctx), and their arguments are checked against those
+    signatures."""
     knobs = classes_cell(project)
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
     assert result["status"] == "ok" and result["metrics"]["samples"] == 4 * 8, result.get("error")
     misspelled = parse_cell({**knobs, "model_args": {"clases": 4}})
-    with pytest.raises(KnobError, match="key 'clases' is not an argument of 'userproj.data:Classifier'"):
+    with pytest.raises(
+        KnobError, match="key 'clases' is not an argument of 'userproj.data:Classifier'"
+    ):
         resolve_all(misspelled)
 
 
@@ -264,8 +275,8 @@ def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
     ],
 )
 def test_the_optimizer_is_a_knob(project, tmp_path, optimizer, args, name):
-    """A user keeps AdamW (or any optimizer, by import path) without writing a step: the step's optimizer is the
-    knob's, with its arguments."""
+    """A user keeps AdamW (or any optimizer, by import path) without writing a step: the step's
+    optimizer is the knob's, with its arguments."""
     knobs = classes_cell(
         project,
         step="userproj.data:recording_step",
@@ -276,14 +287,18 @@ def test_the_optimizer_is_a_knob(project, tmp_path, optimizer, args, name):
     assert run(knobs, str(tmp_path / "out")) == 0
     assert result_of(tmp_path / "out")["status"] == "ok"
     seen, defaults = sys.modules["userproj.data"].OPTIMIZERS_SEEN[-1]
-    assert seen == name and all(defaults[k] == (tuple(v) if isinstance(v, list) else v) for k, v in args.items())
+    assert seen == name and all(
+        defaults[k] == (tuple(v) if isinstance(v, list) else v) for k, v in args.items()
+    )
     if optimizer in ("adam", "adamw"):
-        assert defaults["lr"] == 0.01 and defaults["weight_decay"] == 0.01  # the cell's lr and weight_decay
+        # the cell's lr and weight_decay
+        assert defaults["lr"] == 0.01 and defaults["weight_decay"] == 0.01
 
 
 def test_a_model_with_named_inputs_runs_without_a_step(project, tmp_path):
-    """forward_keys: the dict batch's keys go to forward by name, and label_key names the target: a text model with
-    input_ids and attention_mask, with AdamW, and no hand-written step; a misspelled key is one line."""
+    """forward_keys: the dict batch's keys go to forward by name, and label_key names the target: a
+    text model with input_ids and attention_mask, with AdamW, and no hand-written step; a misspelled
+    key is one line."""
     knobs = cell(
         project,
         dataset="userproj.data:TokenBatches",
@@ -302,8 +317,8 @@ def test_a_model_with_named_inputs_runs_without_a_step(project, tmp_path):
     failed = result_of(tmp_path / "typo")
     assert failed["status"] == "failed"
     assert failed["error"]["message"] == (
-        "knob 'forward_keys': the batch has no key 'input_idz' (did you mean 'input_ids'?); allowed: input_ids, "
-        "attention_mask, labels"
+        "knob 'forward_keys': the batch has no key 'input_idz' (did you mean 'input_ids'?); "
+        "allowed: input_ids, attention_mask, labels"
     )
 
 
@@ -311,11 +326,17 @@ def test_a_bad_optimizer_is_one_line():
     with pytest.raises(KnobError) as error:
         parse_cell({"optimizer": "adamm"})
     assert str(error.value) == (
-        "knob 'optimizer': value 'adamm' is not allowed; allowed: sgd, adam, adamw or package.module:attribute"
+        "knob 'optimizer': value 'adamm' is not allowed; allowed: sgd, adam, adamw or "
+        "package.module:attribute"
     )
-    with pytest.raises(KnobError, match="knob 'momentum': value 0.9 is SGD's, not allowed with optimizer 'adam'"):
+    with pytest.raises(
+        KnobError, match="knob 'momentum': value 0.9 is SGD's, not allowed with optimizer 'adam'"
+    ):
         parse_cell({"optimizer": "adam", "momentum": 0.9})
-    with pytest.raises(KnobError, match=r"cannot import 'torch.optim:AdamX' \(AttributeError: .*did you mean 'Adam"):
+    with pytest.raises(
+        KnobError,
+        match=r"cannot import 'torch.optim:AdamX' " r"\(AttributeError: .*did you mean 'Adam",
+    ):
         load("torch.optim:AdamX", "optimizer")
 
 
@@ -327,7 +348,10 @@ def test_default_loss_rule_is_recorded(project, tmp_path):
         model="userproj.data:build_dict_model",
     )
     assert run(knobs, str(tmp_path / "out")) == 0
-    assert "loss: cross-entropy against batch['label'] (no step given)" in result_of(tmp_path / "out")["adjustments"]
+    assert (
+        "loss: cross-entropy against batch['label'] (no step given)"
+        in result_of(tmp_path / "out")["adjustments"]
+    )
 
 
 def test_a_step_that_does_its_own_backward(project, tmp_path):
@@ -340,7 +364,9 @@ def test_a_step_that_does_its_own_backward(project, tmp_path):
     )
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
-    assert result["metrics"]["steps"] == 4 and any(n.startswith("step returned None") for n in result["adjustments"])
+    assert result["metrics"]["steps"] == 4 and any(
+        n.startswith("step returned None") for n in result["adjustments"]
+    )
 
 
 def test_a_step_that_returns_no_tensor_is_one_line(project, tmp_path):
@@ -368,7 +394,10 @@ def test_iterable_dataset_with_workers(project, tmp_path):
     )
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
-    assert result["status"] == "ok" and "loss: cross-entropy against batch[1] (no step given)" in result["adjustments"]
+    assert (
+        result["status"] == "ok"
+        and "loss: cross-entropy against batch[1] (no step given)" in result["adjustments"]
+    )
 
 
 def test_factory_that_raises_is_a_failed_cell_with_its_traceback(project, tmp_path):
@@ -393,7 +422,10 @@ def test_wrong_return_type_is_one_line(project, tmp_path):
     "target, reason",
     [
         ("nomodule.data:build", "ModuleNotFoundError: No module named 'nomodule'"),
-        ("userproj.data:missing", "AttributeError: module 'userproj.data' has no attribute 'missing'"),
+        (
+            "userproj.data:missing",
+            "AttributeError: module 'userproj.data' has no attribute 'missing'",
+        ),
     ],
 )
 def test_a_target_that_does_not_import_is_one_line(project, target, reason):
@@ -408,39 +440,51 @@ def test_a_misspelled_attribute_gets_the_closest_name(project):
     with pytest.raises(KnobError) as error:
         load("userproj.data:build_datset", "dataset")
     assert str(error.value) == (
-        "knob 'dataset': cannot import 'userproj.data:build_datset' "
-        "(AttributeError: module 'userproj.data' has no attribute 'build_datset' (did you mean 'build_dataset'?))"
+        "knob 'dataset': cannot import 'userproj.data:build_datset' (AttributeError: module "
+        "'userproj.data' has no attribute 'build_datset' (did you mean 'build_dataset'?))"
     )
 
 
 def test_factory_arguments_are_checked_against_its_signature_before_any_job(project):
-    """`dataset_args` and `model_args` keys against the factory's signature (f(ctx, **args)): a typo is one line with
-    the closest name, from the config's own key path, where it was a TypeError in every cell."""
+    """`dataset_args` and `model_args` keys against the factory's signature (f(ctx, **args)): a typo
+    is one line with the closest name, from the config's own key path, where it was a TypeError in
+    every cell."""
     from feedbench.plan.matrix import ConfigError, build_cells
 
     def config(**args):
-        base = {"dataset": "userproj.data:build_dataset", "model": "userproj.data:build_model", **args}
+        base = {
+            "dataset": "userproj.data:build_dataset",
+            "model": "userproj.data:build_model",
+            **args,
+        }
         return {"python_path": [project], "experiments": {"mine": {"base": base}}}
 
     assert len(build_cells(config(dataset_args={"n": 16, "side": 4}))) == 1
     with pytest.raises(ConfigError) as error:
         build_cells(config(dataset_args={"n": 16, "sied": 4}))
     assert str(error.value) == (
-        "experiments.mine.base.dataset_args: key 'sied' is not an argument of 'userproj.data:build_dataset' "
-        "(did you mean 'side'?); allowed: n, side"
+        "experiments.mine.base.dataset_args: key 'sied' is not an argument of "
+        "'userproj.data:build_dataset' (did you mean 'side'?); allowed: n, side"
     )
-    with pytest.raises(ConfigError, match=r"model_args: key 'width' is not an argument of 'userproj.data:build_model'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model_args: key 'width' is not an argument of " r"'userproj.data:build_model'",
+    ):
         build_cells(config(model_args={"width": 3}))
 
 
 def test_relative_paths_in_a_factorys_arguments_follow_the_config_file(project, tmp_path):
-    """`./` and `../` in dataset_args are relative to the config file's folder, as python_path is, not to Snakemake's
-    --directory; one that does not exist is one line before any job."""
+    """`./` and `../` in dataset_args are relative to the config file's folder, as python_path is,
+    not to Snakemake's --directory; one that does not exist is one line before any job."""
     from feedbench.plan.matrix import ConfigError, build_cells
 
     folder = tmp_path / "conf"
     (folder / "data").mkdir(parents=True)
-    base = {"dataset": "userproj.data:build_from", "model": "userproj.data:build_model", "dataset_args": {"root": ""}}
+    base = {
+        "dataset": "userproj.data:build_from",
+        "model": "userproj.data:build_model",
+        "dataset_args": {"root": ""},
+    }
     config = {"python_path": [project], "experiments": {"mine": {"base": base}}}
     base["dataset_args"]["root"] = "./data"
     cells = build_cells(config, args_folder=str(folder))
@@ -449,8 +493,8 @@ def test_relative_paths_in_a_factorys_arguments_follow_the_config_file(project, 
     with pytest.raises(ConfigError) as error:
         build_cells(config, args_folder=str(folder))
     assert str(error.value) == (
-        f"experiments.mine.base.dataset_args.root: path '../missing' does not exist (relative to the config file's "
-        f"folder, {folder}: {tmp_path / 'missing'}); allowed: an existing path"
+        "experiments.mine.base.dataset_args.root: path '../missing' does not exist (relative to "
+        f"the config file's folder, {folder}: {tmp_path / 'missing'}); allowed: an existing path"
     )
 
 
@@ -471,13 +515,18 @@ def test_check_args_reads_keyword_only_var_positional_and_required_arguments():
     check_args(anything, {"whatever": 1}, "p.m:anything", "dataset_args")
     with pytest.raises(KnobError) as error:
         check_args(keyword_only, {"crop": 160}, "p.m:keyword_only", "dataset_args")
-    assert str(error.value) == "knob 'dataset_args': 'p.m:keyword_only' needs 'root'; allowed: add it to dataset_args"
+    assert (
+        str(error.value) == "knob 'dataset_args': 'p.m:keyword_only' needs 'root'; "
+        "allowed: add it to dataset_args"
+    )
     with pytest.raises(KnobError, match="key 'ctx' is not an argument"):
         check_args(keyword_only, {"ctx": 1, "root": "x"}, "p.m:keyword_only", "dataset_args")
 
 
 def test_import_path_knobs_are_checked_as_knobs():
-    assert parse_cell({"dataset": "a.b:c", "model": "a.b:d", "dataset_args": {"x": 1}}).dataset_args == {"x": 1}
+    assert parse_cell(
+        {"dataset": "a.b:c", "model": "a.b:d", "dataset_args": {"x": 1}}
+    ).dataset_args == {"x": 1}
     with pytest.raises(
         KnobError,
         match=r"knob 'dataset': value 'a\.b' is not allowed; allowed: synthetic, .* "
@@ -502,7 +551,9 @@ class Batch:
 def test_nested_batches_are_moved_and_counted():
     batch = {"a": [torch.zeros(3, 2), Pair(torch.zeros(3), 1)], "b": Batch(torch.zeros(3, 5), "m")}
     moved = move_batch(batch, torch.device("cpu"), False)
-    assert isinstance(moved["a"][1], Pair) and isinstance(moved["b"], Batch) and moved["b"].meta == "m"
+    assert (
+        isinstance(moved["a"][1], Pair) and isinstance(moved["b"], Batch) and moved["b"].meta == "m"
+    )
     assert batch_len(batch) == 3 and batch_len(Batch(torch.zeros(6, 1), "m")) == 6
 
 
@@ -512,7 +563,8 @@ def test_unpinned_first_batch_is_named():
 
 
 class Hidden:
-    """A batch type that keeps its tensors to itself, as a user's may; `pinnable` gives it a pin_memory()."""
+    """A batch type that keeps its tensors to itself, as a user's may; `pinnable` gives it a
+    pin_memory()."""
 
     def __init__(self, pinnable: bool = False):
         self.images = torch.zeros(2, 3)
@@ -521,8 +573,12 @@ class Hidden:
 
 
 def test_an_opaque_batch_without_pin_memory_is_named_unpinned():
-    """The DataLoader hands back an object it cannot walk as it is (seen on an H200: the note was missing)."""
-    assert "its tensors hidden from feedbench and from the DataLoader, batch type Hidden" in unpinned_note(Hidden())
+    """The DataLoader hands back an object it cannot walk as it is (seen on an H200: the note was
+    missing)."""
+    assert (
+        "its tensors hidden from feedbench and from the DataLoader, batch type Hidden"
+        in unpinned_note(Hidden())
+    )
     assert unpinned_note(Hidden(pinnable=True)) is None
 
 
@@ -530,11 +586,13 @@ def test_default_loss_rules():
     assert default_loss(torch.tensor(2.0), None)[1] == "the model's output (a scalar)"
     with pytest.raises(KnobError, match="knob 'step': no loss"):
         default_loss(torch.zeros(2, 3), (torch.zeros(2),))
-    with pytest.raises(KnobError) as missing:  # a dict batch: the label_key it lacks, with the keys it has
+    # a dict batch: the label_key it lacks, with the keys it has
+    with pytest.raises(KnobError) as missing:
         default_loss(torch.zeros(2, 3), {"image": torch.zeros(2), "lable": torch.zeros(2)})
     assert str(missing.value) == (
-        "knob 'label_key': the model's output has no loss and the batch has no key 'label' (did you mean 'lable'?) to "
-        "take cross-entropy against; allowed: image, lable, or a step (package.module:train_step) returning the loss"
+        "knob 'label_key': the model's output has no loss and the batch has no key 'label' (did "
+        "you mean 'lable'?) to take cross-entropy against; allowed: image, lable, or a step "
+        "(package.module:train_step) returning the loss"
     )
 
 
@@ -564,7 +622,10 @@ def test_argument_axes_name_their_cells_and_fold_into_the_args(project):
         "dataset_args.side-16_num_workers-0",
         "dataset_args.side-none_num_workers-0_model_args.classes-3",
     ]
-    assert cells[2].knobs["dataset_args"] == {"n": 40, "side": 16} and cells[2].parsed.dataset_args["side"] == 16
+    assert (
+        cells[2].knobs["dataset_args"] == {"n": 40, "side": 16}
+        and cells[2].parsed.dataset_args["side"] == 16
+    )
     assert cells[3].parsed.model_args == {"classes": 3} and cells[0].parsed.python_path == [project]
 
 
@@ -574,7 +635,12 @@ def test_a_target_that_does_not_import_stops_the_config_with_its_key_path(projec
     config = {
         "python_path": [project],
         "experiments": {
-            "mine": {"base": {"dataset": "myproj.data:build_dataset", "model": "userproj.data:build_model"}}
+            "mine": {
+                "base": {
+                    "dataset": "myproj.data:build_dataset",
+                    "model": "userproj.data:build_model",
+                }
+            }
         },
     }
     with pytest.raises(ConfigError) as error:
@@ -588,7 +654,9 @@ def test_a_target_that_does_not_import_stops_the_config_with_its_key_path(projec
 def test_builtin_cells_do_not_carry_the_python_path(project):
     from feedbench.plan.matrix import build_cells
 
-    cells = build_cells({"python_path": [project], "experiments": {"plain": {"base": {"steps": 3}}}})
+    cells = build_cells(
+        {"python_path": [project], "experiments": {"plain": {"base": {"steps": 3}}}}
+    )
     assert "python_path" not in cells[0].knobs
 
 
@@ -605,38 +673,54 @@ def test_compute_ceiling_replays_real_batches_of_the_users_pipeline(project, tmp
     assert run(knobs, str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
     assert (
-        result["status"] == "ok" and result["metrics"]["samples"] == 5 * 8 and result["cell"]["resident_batches"] == 3
+        result["status"] == "ok"
+        and result["metrics"]["samples"] == 5 * 8
+        and result["cell"]["resident_batches"] == 3
     )
 
 
 def regression_cell(project, **knobs):
-    return cell(project, dataset="userproj.data:Readings", model="userproj.data:forecaster", optimizer="adamw", **knobs)
+    return cell(
+        project,
+        dataset="userproj.data:Readings",
+        model="userproj.data:forecaster",
+        optimizer="adamw",
+        **knobs,
+    )
 
 
 @pytest.mark.parametrize(
     "loss, rule",
     [
         ("mse", "loss: mse against batch[1], viewed as (8, 1) (no step given)"),
-        ("userproj.data:absolute_error", "loss: userproj.data:absolute_error against batch[1] (no step given)"),
+        (
+            "userproj.data:absolute_error",
+            "loss: userproj.data:absolute_error against batch[1] (no step given)",
+        ),
     ],
 )
 def test_a_regression_keeps_its_loss_without_a_step(project, tmp_path, loss, rule):
-    """Knob `loss`: a regression model without a step trains on mse (torch.nn.functional's) or on a loss of the
-    user's own, with AdamW, where the default cross-entropy is refused (one output per sample)."""
+    """Knob `loss`: a regression model without a step trains on mse (torch.nn.functional's) or on a
+    loss of the user's own, with AdamW, where the default cross-entropy is refused (one output per
+    sample)."""
     assert run(regression_cell(project, loss=loss), str(tmp_path / "out")) == 0
     result = result_of(tmp_path / "out")
     assert result["status"] == "ok", result.get("error")
     assert rule in result["adjustments"]
-    if loss.startswith("userproj"):  # the user's function got the model's output and the target as they are
+    # the user's function got the model's output and the target as they are
+    if loss.startswith("userproj"):
         assert sys.modules["userproj.data"].LOSSES_SEEN[-1] == ((8, 1), (8,))
 
 
 def test_a_regression_loss_is_taken_in_the_outputs_shape_not_broadcast():
-    """(batch, 1) against (batch,): torch would broadcast mse to a batch x batch loss; the target is viewed in the
-    output's shape, so the loss is the per-sample one."""
+    """(batch, 1) against (batch,): torch would broadcast mse to a batch x batch loss; the target is
+    viewed in the output's shape, so the loss is the per-sample one."""
     output, target = torch.tensor([[1.0], [2.0], [4.0]]), torch.tensor([1, 1, 1])
     loss, rule = default_loss(output, (None, target), loss="mse")
-    assert loss.item() == pytest.approx((0 + 1 + 9) / 3) and rule == "mse against batch[1], viewed as (3, 1)"
+    assert (
+        loss.item() == pytest.approx((0 + 1 + 9) / 3)
+        and rule == "mse against batch[1], viewed as (3, 1)"
+    )
     loss, _ = default_loss(output, {"label": target.float()}, loss="l1")
     assert loss.item() == pytest.approx((0 + 1 + 3) / 3)
 
@@ -645,17 +729,31 @@ def test_a_bad_loss_is_one_line(project):
     with pytest.raises(KnobError) as error:
         parse_cell({"loss": "huber"})
     assert str(error.value) == (
-        "knob 'loss': value 'huber' is not allowed; allowed: auto, cross_entropy, mse, l1, smooth_l1 or "
-        "package.module:attribute"
+        "knob 'loss': value 'huber' is not allowed; allowed: auto, cross_entropy, mse, l1, "
+        "smooth_l1 or package.module:attribute"
     )
-    with pytest.raises(KnobError, match="knob 'loss': value 'mse' is the loss of a model of your own without a step"):
+    with pytest.raises(
+        KnobError,
+        match="knob 'loss': value 'mse' is the loss of a model of your own without a step",
+    ):
         parse_cell({"loss": "mse", "model": "mlp"})
     with pytest.raises(KnobError, match="its step computes the loss"):
         parse_cell(regression_cell(project, loss="mse", step="userproj.data:train_step"))
-    sizes = r"mse needs the model's output and batch\[1\] of one size, and they are \(4, 2\) and \(4,\)"
+    sizes = (
+        r"mse needs the model's output and batch\[1\] of one size, and they are \(4, 2\) "
+        r"and \(4,\)"
+    )
     with pytest.raises(KnobError, match=sizes):
         default_loss(torch.zeros(4, 2), (None, torch.zeros(4)), loss="mse")
     sys.path.insert(0, project)  # the project fixture restores sys.path
     per_sample = load("userproj.data:per_sample", "loss")
-    with pytest.raises(KnobError, match=r"knob 'loss': 'userproj.data:per_sample' returned torch.Tensor \(4,\)"):
-        default_loss(torch.zeros(4, 1), (None, torch.zeros(4)), "label", "userproj.data:per_sample", per_sample)
+    with pytest.raises(
+        KnobError, match=r"knob 'loss': 'userproj.data:per_sample' returned " r"torch.Tensor \(4,\)"
+    ):
+        default_loss(
+            torch.zeros(4, 1),
+            (None, torch.zeros(4)),
+            "label",
+            "userproj.data:per_sample",
+            per_sample,
+        )

@@ -32,7 +32,12 @@ def _assert_same(expected: list, got: list) -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_same_batches_as_no_prefetch_on_cpu(depth, workers):
     expected = list(_loader(workers))
-    got = [device_batch for _, device_batch, events in StreamPrefetcher(_loader(workers), torch.device("cpu"), depth)]
+    got = [
+        device_batch
+        for _, device_batch, events in StreamPrefetcher(
+            _loader(workers), torch.device("cpu"), depth
+        )
+    ]
     _assert_same(expected, got)
 
 
@@ -46,7 +51,8 @@ def test_same_batches_as_no_prefetch_on_gpu(depth, pin):
     got = []
     for _, device_batch, events in StreamPrefetcher(_loader(0, pin), device, depth):
         assert device_batch[0].is_cuda and events is not None
-        # Work on the compute stream after the copy, as training does, before the next batch is issued.
+        # Work on the compute stream after the copy, as training does, before the next batch is
+        # issued.
         got.append((device_batch[0] * 1, device_batch[1] + 0))
     torch.cuda.synchronize()
     _assert_same(expected, got)
@@ -55,7 +61,13 @@ def test_same_batches_as_no_prefetch_on_gpu(depth, pin):
 
 def test_stream_prefetch_cell_runs_and_reports_copy_phase(run_cell):
     knobs = tiny_mlp(
-        input_size=64, width=64, batch_size=16, dataset="memory", num_samples=256, steps=10, warmup_steps=2
+        input_size=64,
+        width=64,
+        batch_size=16,
+        dataset="memory",
+        num_samples=256,
+        steps=10,
+        warmup_steps=2,
     )
     code, result = run_cell(**knobs, device_prefetch="stream", prefetch_depth=2)
     assert code == 0, result["error"]
@@ -66,20 +78,25 @@ def test_stream_prefetch_cell_runs_and_reports_copy_phase(run_cell):
 @pytest.mark.gpu
 @pytest.mark.parametrize("depth", [1, 2])
 def test_stream_prefetch_keeps_every_batch_intact_under_reuse(depth):
-    """Large batches, each filled with its own number, read twice by the compute stream: at once (a missing
-    wait_event reads the first copy still in flight) and again after a long spin (a missing record_stream lets the
-    allocator hand the freed block to the next copy on the side stream while the spin still holds it). To check on a
-    GPU: with either call removed from StreamPrefetcher.__next__ this test should fail (#27; not yet run)."""
-    numel = 64 * 2**20  # 256 MB of int32 per batch: copies of milliseconds, reused blocks of the same size
+    """Large batches, each filled with its own number, read twice by the compute stream: at once (a
+    missing wait_event reads the first copy still in flight) and again after a long spin (a missing
+    record_stream lets the allocator hand the freed block to the next copy on the side stream while
+    the spin still holds it). To check on a GPU: with either call removed from
+    StreamPrefetcher.__next__ this test should fail (#27; not yet run)."""
+    # 256 MB of int32 per batch: copies of milliseconds, reused blocks of the same size
+    numel = 64 * 2**20
     batches = [(torch.full((numel,), i + 1, dtype=torch.int32).pin_memory(),) for i in range(6)]
     sums = []
     for _, (device_batch,), _ in StreamPrefetcher(batches, torch.device("cuda", 0), depth):
         first = device_batch.sum()
-        torch.cuda._sleep(50_000_000)  # tens of ms on the compute stream, while the next copy is issued
+        # tens of ms on the compute stream, while the next copy is issued
+        torch.cuda._sleep(50_000_000)
         sums.append((first, device_batch.sum()))
         del device_batch  # freed by the host at once, in use by the compute stream for a while yet
     torch.cuda.synchronize()
-    assert [(int(a), int(b)) for a, b in sums] == [((i + 1) * numel, (i + 1) * numel) for i in range(6)]
+    assert [(int(a), int(b)) for a, b in sums] == [
+        ((i + 1) * numel, (i + 1) * numel) for i in range(6)
+    ]
 
 
 @pytest.mark.gpu

@@ -1,5 +1,6 @@
-"""The preflight, without Snakemake: which cells need one and how they group, what the check builds and which
-factory it blames, and a check that dies still leaves a record. Through real Snakemake: tests/test_failed_run.py."""
+"""The preflight, without Snakemake: which cells need one and how they group, what the check builds
+and which factory it blames, and a check that dies still leaves a record. Through real Snakemake:
+tests/test_failed_run.py."""
 
 from __future__ import annotations
 
@@ -72,8 +73,9 @@ def planned(experiment: str, cell: str, **knobs) -> PlannedCell:
 
 
 def test_each_combination_of_user_code_in_an_experiment_is_checked_once():
-    """Cells that differ only in loader knobs are one combination; an argument of a factory makes another. A loader
-    or transfer cell needs one only for the code that makes its batch; a cell of the project's own code, none."""
+    """Cells that differ only in loader knobs are one combination; an argument of a factory makes
+    another. A loader or transfer cell needs one only for the code that makes its batch; a cell of
+    the project's own code, none."""
     cells = [
         planned("e", "w0-s1", num_workers=0, dataset=f"{M}:Tokens", dataset_args={"shards": 1}),
         planned("e", "w2-s1", num_workers=2, dataset=f"{M}:Tokens", dataset_args={"shards": 1}),
@@ -87,14 +89,24 @@ def test_each_combination_of_user_code_in_an_experiment_is_checked_once():
         "e": ["w0-s1", "w0-s4"],
         "loader": ["base"],
     }
-    # One process with no workers, on one GPU where its cells may use one (device auto, the default).
+    # One process with no workers, on one GPU where its cells may use one (device auto, the
+    # default).
     assert preflight.resources(found["e"]) == {"mem_mb": 2048, "gpu": 1}
-    assert preflight.resources([planned("g", "base", parallel="ddp", gpus_per_node=4, num_workers=8)])["gpu"] == 1
-    assert preflight.resources([planned("c", "base", device="cpu", num_workers=8)]) == {"mem_mb": 2048, "gpu": 0}
+    assert (
+        preflight.resources([planned("g", "base", parallel="ddp", gpus_per_node=4, num_workers=8)])[
+            "gpu"
+        ]
+        == 1
+    )
+    assert preflight.resources([planned("c", "base", device="cpu", num_workers=8)]) == {
+        "mem_mb": 2048,
+        "gpu": 0,
+    }
 
 
 def base(src, **knobs) -> dict:
-    """A labelled train cell of the user's dict batches and model, on the CPU, as a bench job gets it."""
+    """A labelled train cell of the user's dict batches and model, on the CPU, as a bench job gets
+    it."""
     return {
         "experiment": "e",
         "cell": "base",
@@ -117,7 +129,9 @@ def run_check(tmp_path, cells: list[dict]) -> dict:
 
 
 def test_the_check_builds_each_stage_the_cell_runs(user_module, tmp_path):
-    record = run_check(tmp_path, [base(user_module), base(user_module, cell="copy", scenario="transfer")])
+    record = run_check(
+        tmp_path, [base(user_module), base(user_module, cell="copy", scenario="transfer")]
+    )
     assert record["status"] == "ok" and record["error"] is None and record["device"] == "cpu"
     assert [(c["cell"], c["stages"]) for c in record["checked"]] == [
         ("base", ["dataset", "sample", "batch", "to_device", "model", "step"]),
@@ -128,8 +142,18 @@ def test_the_check_builds_each_stage_the_cell_runs(user_module, tmp_path):
 @pytest.mark.parametrize(
     "knobs, stage, factory, error",
     [
-        ({"collate": f"{M}:bad_collate"}, "collate", f"collate '{M}:bad_collate'", "ValueError: cannot pad 0-d labels"),
-        ({"model": f"{M}:too_wide"}, "model", f"model '{M}:too_wide'", "MemoryError: model too wide"),
+        (
+            {"collate": f"{M}:bad_collate"},
+            "collate",
+            f"collate '{M}:bad_collate'",
+            "ValueError: cannot pad 0-d labels",
+        ),
+        (
+            {"model": f"{M}:too_wide"},
+            "model",
+            f"model '{M}:too_wide'",
+            "MemoryError: model too wide",
+        ),
         (
             {"optimizer": f"{M}:bad_optimizer"},
             "optimizer",
@@ -140,38 +164,49 @@ def test_the_check_builds_each_stage_the_cell_runs(user_module, tmp_path):
             {"forward_keys": ["input_idz"]},
             "step",
             f"the step of model '{M}:Bag' (forward, loss, backward)",
-            "KnobError: knob 'forward_keys': the batch has no key 'input_idz' (did you mean 'input_ids'?); allowed: "
-            "input_ids, label",
+            "KnobError: knob 'forward_keys': the batch has no key 'input_idz' (did you mean "
+            "'input_ids'?); allowed: input_ids, label",
         ),
         (
             {"label_key": "labels"},
             "step",
             f"the step of model '{M}:Bag' (forward, loss, backward)",
-            "KnobError: knob 'label_key': the model's output has no loss and the batch has no key 'labels' (did you "
-            "mean 'label'?) to take cross-entropy against; allowed: input_ids, label, or a step "
-            "(package.module:train_step) returning the loss",
+            "KnobError: knob 'label_key': the model's output has no loss and the batch has no "
+            "key 'labels' (did you mean 'label'?) to take cross-entropy against; allowed: "
+            "input_ids, label, or a step (package.module:train_step) returning the loss",
         ),
-        (  # a regression without a step: cross-entropy over one output per sample is 0, whatever it learns
+        # a regression without a step: cross-entropy over one output per sample is 0, whatever it
+        # learns
+        (
             {"dataset": f"{M}:Readings", "model": f"{M}:forecaster", "forward_keys": None},
             "step",
             f"the step of model '{M}:forecaster' (forward, loss, backward)",
-            "KnobError: knob 'step': the default loss, cross-entropy against batch[1], needs class scores of shape "
-            "(batch, classes >= 2, ...) and the model's output is (4, 1) (a regression?); allowed: knob loss: mse, "
-            "l1, smooth_l1 or a loss of your own (package.module:attribute), or a step returning the loss",
+            "KnobError: knob 'step': the default loss, cross-entropy against batch[1], needs "
+            "class scores of shape (batch, classes >= 2, ...) and the model's output is (4, 1) "
+            "(a regression?); allowed: knob loss: mse, l1, smooth_l1 or a loss of your own "
+            "(package.module:attribute), or a step returning the loss",
         ),
     ],
 )
-def test_a_failure_names_its_factory_and_the_exceptions_first_line(user_module, tmp_path, knobs, stage, factory, error):
+def test_a_failure_names_its_factory_and_the_exceptions_first_line(
+    user_module, tmp_path, knobs, stage, factory, error
+):
     record = run_check(tmp_path, [base(user_module, **knobs), base(user_module, cell="second")])
-    assert record["status"] == "failed" and record["checked"] == []  # the first failure stops the experiment
+    # the first failure stops the experiment
+    assert record["status"] == "failed" and record["checked"] == []
     found = record["error"]
-    assert (found["stage"], found["factory"], f"{found['type']}: {found['message']}") == (stage, factory, error)
+    assert (found["stage"], found["factory"], f"{found['type']}: {found['message']}") == (
+        stage,
+        factory,
+        error,
+    )
     assert preflight.reason(record) == f"{factory} raised {error} (traceback: logs/preflight/e.log)"
 
 
 def test_a_check_that_dies_still_leaves_a_failed_record(user_module, tmp_path):
-    """The job runs the check in a process of its own: killed (the OOM killer, a crash in a C extension), it still
-    stops the experiment with a record, and the log keeps what the check printed."""
+    """The job runs the check in a process of its own: killed (the OOM killer, a crash in a C
+    extension), it still stops the experiment with a record, and the log keeps what the check
+    printed."""
     out, log = tmp_path / "results" / "dies.json", tmp_path / "logs" / "dies.log"
     cells = json.dumps([base(user_module, dataset=f"{M}:dies", scenario="loader")])
     assert preflight.run(cells, str(out), str(log)) == 0
@@ -179,8 +214,8 @@ def test_a_check_that_dies_still_leaves_a_failed_record(user_module, tmp_path):
     assert record["status"] == "failed" and record["experiment"] == "e"
     assert record["error"]["type"] == "Killed"
     assert preflight.stopped_line("e", str(out)) == (
-        "feedbench: experiment e stopped by its preflight, none of its cells ran: the preflight exited with code -9 "
-        f"(SIGKILL) without writing its record (log: {log})"
+        "feedbench: experiment e stopped by its preflight, none of its cells ran: the preflight "
+        f"exited with code -9 (SIGKILL) without writing its record (log: {log})"
     )
 
 

@@ -1,4 +1,5 @@
-"""The study presets (config/presets/*.yaml): each validates at full size on its own, and runs small on this CPU.
+"""The study presets (config/presets/*.yaml): each validates at full size on its own, and runs small
+on this CPU.
 
 The fast tests dry-run every preset at its study's size in a copy of the
 workflow: the config validates (every cell checked by the harness's table of
@@ -38,8 +39,11 @@ def load_preset(name: str) -> dict:
         return yaml.safe_load(f)
 
 
-def snakemake(workflow: str, workdir, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """`snakemake` of the workflow copy in workdir (its profiles/default applies, as in a checkout)."""
+def snakemake(
+    workflow: str, workdir, *args: str, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    """`snakemake` of the workflow copy in workdir (its profiles/default applies, as in a
+    checkout)."""
     return run_snakemake(workflow, workdir, *args, timeout=timeout)
 
 
@@ -54,14 +58,18 @@ def planned(run: subprocess.CompletedProcess) -> list[str]:
 
 
 def expected_cells(config: dict) -> set[str]:
-    """experiment/cell of a config, by the workflow's own matrix builder (no harness checks: no torch, no folders)."""
+    """experiment/cell of a config, by the workflow's own matrix builder (no harness checks: no
+    torch, no folders)."""
     from feedbench.plan.matrix import build_cells
 
-    return {f"{c.experiment}/{c.id}" for c in build_cells(config, "results/data/images", check=False)}
+    return {
+        f"{c.experiment}/{c.id}" for c in build_cells(config, "results/data/images", check=False)
+    }
 
 
 def small(config: dict) -> dict:
-    """The config as `size: small` makes it (feedbench.plan.config.sized, as the Snakefile calls it)."""
+    """The config as `size: small` makes it (feedbench.plan.config.sized, as the Snakefile calls
+    it)."""
     from feedbench.plan.config import sized
 
     return sized(dict(json.loads(json.dumps(config)), size="small"))
@@ -78,7 +86,9 @@ def test_preset_is_one_experiment_named_like_its_file_with_its_view_and_a_small_
     assert list(config["experiments"]) == [name]
     assert config["experiments"][name]["view"] == name
     assert config.get("size", "full") == "full"
-    assert config["small"]["experiments"].keys() <= {name}, "the small fragment shrinks the preset's own experiment"
+    assert config["small"]["experiments"].keys() <= {name}, (
+        "the small fragment shrinks the preset's own experiment"
+    )
     reference = os.path.join(ROOT, "report", "references", f"{name}.csv")
     assert os.path.exists(reference) or name == "datastall", f"no published table {reference}"
     # Small mode keeps the axes (so cell ids keep their shape) and stays on the CPU.
@@ -89,19 +99,22 @@ def test_preset_is_one_experiment_named_like_its_file_with_its_view_and_a_small_
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_validates_at_full_size_without_the_default_config(workflow, tmp_path, name):
-    """A dry run of the study's protocol: every cell passes the checks, and only the preset's experiment is planned."""
+    """A dry run of the study's protocol: every cell passes the checks, and only the preset's
+    experiment is planned."""
     config = load_preset(name)
     jobs = planned(snakemake(workflow, tmp_path, *preset_args(workflow, name), "--dry-run"))
     repeats = config["defaults"]["repeats"]
     assert {j.split("/")[0] for j in jobs} == {name}, (
         "the default experiments of config/config.yaml leaked into the preset"
     )
-    assert sorted(jobs) == sorted(f"{c}/rep{k}" for c in expected_cells(config) for k in range(1, repeats + 1))
+    assert sorted(jobs) == sorted(
+        f"{c}/rep{k}" for c in expected_cells(config) for k in range(1, repeats + 1)
+    )
 
 
 def test_config_alone_starts_from_the_default_config(workflow):
-    """`--config key=value` without a configfile merges over config/config.yaml (a checkout: the workdir is the
-    workflow)."""
+    """`--config key=value` without a configfile merges over config/config.yaml (a checkout: the
+    workdir is the workflow)."""
     with open(os.path.join(workflow, "config", "config.yaml")) as f:
         default = yaml.safe_load(f)
     jobs = planned(snakemake(workflow, workflow, "--dry-run", "--config", "size=small"))
@@ -113,7 +126,8 @@ def test_config_alone_starts_from_the_default_config(workflow):
 
 
 def test_a_target_on_the_command_line_plans_like_one_in_a_file(workflow, tmp_path):
-    """docs/target.md's `--config "target={...}"`: Snakemake leaves its numbers text (plan.config.typed_overrides)."""
+    """docs/target.md's `--config "target={...}"`: Snakemake leaves its numbers text
+    (plan.config.typed_overrides)."""
     target = "target={gpu: K80, cores_per_gpu: 4, cpu_speed: 1.0}"
     args = (*preset_args(workflow, "scaling"), "--dry-run", "--config", "size=small", target)
     run = snakemake(workflow, tmp_path, *args)
@@ -125,20 +139,33 @@ def test_size_small_merges_the_fragment_before_validation(workflow, tmp_path):
     """Mappings merge, lists replace; the small config is validated like any other."""
     config = load_preset("scaling")
     jobs = planned(
-        snakemake(workflow, tmp_path, *preset_args(workflow, "scaling"), "--dry-run", "--config", "size=small")
+        snakemake(
+            workflow,
+            tmp_path,
+            *preset_args(workflow, "scaling"),
+            "--dry-run",
+            "--config",
+            "size=small",
+        )
     )
     assert sorted(jobs) == sorted(f"{c}/rep1" for c in expected_cells(small(config)))
     assert "scaling/parallel-ddp_nodes-2_gpus_per_node-1_timing-events/rep1" in jobs
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**config, "small": {"defaults": {"repeats": 0}}}))
-    run = snakemake(workflow, tmp_path, "--configfile", str(bad), "--dry-run", "--config", "size=small")
-    assert run.returncode != 0 and "bad config: defaults.repeats: value 0 is out of range" in run.stderr + run.stdout
+    run = snakemake(
+        workflow, tmp_path, "--configfile", str(bad), "--dry-run", "--config", "size=small"
+    )
+    assert (
+        run.returncode != 0
+        and "bad config: defaults.repeats: value 0 is out of range" in run.stderr + run.stdout
+    )
     typo = tmp_path / "typo.yaml"
     typo.write_text(yaml.safe_dump({**config, "small": {"experiment": {}}}))
     run = snakemake(workflow, tmp_path, "--configfile", str(typo), "--dry-run")
     assert (
         run.returncode != 0
-        and "bad config: small: value 'experiment' is not allowed; allowed: defaults, images" in run.stderr + run.stdout
+        and "bad config: small: value 'experiment' is not allowed; allowed: defaults, images"
+        in run.stderr + run.stdout
     )
 
 
@@ -155,10 +182,11 @@ def published_hardware(name: str) -> str | None:
 def merged_small() -> dict:
     """Every preset's small config as one config, so that one Snakemake run measures them all.
 
-    Each experiment takes its preset's small `defaults` into its `base` (a base knob wins over a default, so
-    every cell gets the knobs of its preset's own small run: test_merged_small_config_has_each_presets_own_cells
-    checks it). The generated JPEG folder is one for all: the most images and the largest size the presets ask
-    for, and the fewest classes (their models have that many outputs).
+    Each experiment takes its preset's small `defaults` into its `base` (a base knob wins over a
+    default, so every cell gets the knobs of its preset's own small run:
+    test_merged_small_config_has_each_presets_own_cells checks it). The generated JPEG folder is one
+    for all: the most images and the largest size the presets ask for, and the fewest classes (their
+    models have that many outputs).
     """
     experiments, images, repeats = {}, [], set()
     for name in PRESETS:
@@ -178,15 +206,17 @@ def merged_small() -> dict:
     return {"defaults": {"repeats": repeats.pop()}, "images": shared, "experiments": experiments}
 
 
-# The run's target: the scaling study's GPU, so its view puts the predictions beside the published figures of the
-# same GPU; the other studies' views add the target's column (issue #25's done-when).
+# The run's target: the scaling study's GPU, so its view puts the predictions beside the published
+# figures of the same GPU; the other studies' views add the target's column (issue #25's done-when).
 SMALL_TARGET = {"gpu": "K80", "cores_per_gpu": 4, "cpu_speed": 1.0}
-# The views whose study published GPU figures, and the GPU of each (feedbench.core.estimate.STUDY_GPUS).
+# The views whose study published GPU figures, and the GPU of each
+# (feedbench.core.estimate.STUDY_GPUS).
 PREDICTED_BESIDE_PUBLISHED = {"scaling": "K80", "prefetch": "RTX2080Ti", "nmt": "P100"}
 
 
 def test_merged_small_config_has_each_presets_own_cells():
-    """The one small run below measures exactly the cells, with exactly the knobs, of the six runs it replaces."""
+    """The one small run below measures exactly the cells, with exactly the knobs, of the six runs
+    it replaces."""
     from feedbench.plan.matrix import build_cells
 
     def knobs(cells):
@@ -195,24 +225,30 @@ def test_merged_small_config_has_each_presets_own_cells():
     merged = knobs(build_cells(merged_small(), "results/data/images", check=False))
     separate = {}
     for name in PRESETS:
-        separate.update(knobs(build_cells(small(load_preset(name)), "results/data/images", check=False)))
+        separate.update(
+            knobs(build_cells(small(load_preset(name)), "results/data/images", check=False))
+        )
     assert merged == separate
 
 
 @pytest.fixture(scope="module")
 def small_run(workflow, tmp_path_factory):
-    """One Snakemake run of every preset's small config (merged_small): the cells, the summary and one report.
+    """One Snakemake run of every preset's small config (merged_small): the cells, the summary and
+    one report.
 
-    One run instead of six saves five Snakemake starts and five aggregate/plot/report rounds; two bench slots let
-    two one-thread cells run at once (nothing here asserts a timing; threads still cap what runs together): so the
-    run says torch_threads: 1, where the presets leave the trainer the threads of the user's launch.
+    One run instead of six saves five Snakemake starts and five aggregate/plot/report rounds; two
+    bench slots let two one-thread cells run at once (nothing here asserts a timing; threads still
+    cap what runs together): so the run says torch_threads: 1, where the presets leave the trainer
+    the threads of the user's launch.
     """
     workdir = tmp_path_factory.mktemp("presets-small")
     path = workdir / "presets-small.yaml"
     config = merged_small()
     config["defaults"]["torch_threads"] = 1
     path.write_text(yaml.safe_dump({**config, "target": SMALL_TARGET}, sort_keys=False))
-    run = snakemake(workflow, workdir, "--configfile", str(path), "--resources", "bench_slots=2", timeout=1500)
+    run = snakemake(
+        workflow, workdir, "--configfile", str(path), "--resources", "bench_slots=2", timeout=1500
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     with open(workdir / "results" / "summary.csv") as f:
         rows = list(csv.DictReader(f))
@@ -228,7 +264,8 @@ def view_section(page: str, name: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("presets_small_run")  # one worker: small_run is one Snakemake run for all six
+# one worker: small_run is one Snakemake run for all six
+@pytest.mark.xdist_group("presets_small_run")
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
     workdir, all_rows, page = small_run
@@ -247,28 +284,40 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
     rows = [r for r in all_rows if r["experiment"] == name]
     assert len(rows) == len(cells) * repeats
     assert f'id="view-{name}"' in page
-    assert str(escape(config["experiments"][name]["title"])) in page  # as Jinja escapes it: ' is &#39;
+    # as Jinja escapes it: ' is &#39;
+    assert str(escape(config["experiments"][name]["title"])) in page
     hardware = published_hardware(name)
     if hardware:
-        assert hardware in view_section(page, name), f"the published table of {name} is not in its view"
-    if name in PREDICTED_BESIDE_PUBLISHED:  # the run's target (SMALL_TARGET) predicts the study's published cells
+        assert hardware in view_section(page, name), (
+            f"the published table of {name} is not in its view"
+        )
+    # the run's target (SMALL_TARGET) predicts the study's published cells
+    if name in PREDICTED_BESIDE_PUBLISHED:
         section, gpu = view_section(page, name), PREDICTED_BESIDE_PUBLISHED[name]
         assert f"Predicted beside published on {escape(find_gpu(gpu).title)}" in section
         assert f"predicted on {gpu}," in section and "absolute error" in section
         there = f"predicted on {SMALL_TARGET['gpu']} (the target)"
         assert (there in section) == (gpu != SMALL_TARGET["gpu"]), there
-    if name == "datastall":  # a cold cache that could not be made is said so, never passed off as one
+    # a cold cache that could not be made is said so, never passed off as one
+    if name == "datastall":
         cold = [r for r in rows if r["page_cache"] == "cold"]
         assert cold
         if any(r["page_cache_effective"] != "cold" for r in cold):
             assert "the cold cache could not be made" in page
     if name == "nmt":
         assert all(float(r["tokens_per_s"]) > 0 for r in rows)
-    if name == "workers":  # the worker count with its proof (analysis.knee), read from its loader cells
+    # the worker count with its proof (analysis.knee), read from its loader cells
+    if name == "workers":
         assert "searched: 3 levels of num_workers, ran 3: 1, 2, 4 workers" in page
         (proof,) = set(paragraph_texts(page, "search worker-count"))
-        assert re.match(r"recommended: [124] workers?\. Measured there: [\d,.]+ samples/s \(one repeat", proof), proof
-        assert "MB of shared memory in flight of " in proof and "Further workers are stopped by " in proof
+        assert re.match(
+            r"recommended: [124] workers?\. Measured there: [\d,.]+ samples/s " r"\(one repeat",
+            proof,
+        ), proof
+        assert (
+            "MB of shared memory in flight of " in proof
+            and "Further workers are stopped by " in proof
+        )
 
 
 @pytest.mark.slow
@@ -276,11 +325,13 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
 @needs_chromium
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_small_presets_report_fits_a_laptop_and_a_phone(small_run, width):
-    """Every study view of the small run (the breakdown preset's 5 axes and 8 cells among them) in Chromium: no
-    failed load, no console error, and the page fits (tests/test_browser.py)."""
+    """Every study view of the small run (the breakdown preset's 5 axes and 8 cells among them) in
+    Chromium: no failed load, no console error, and the page fits (tests/test_browser.py)."""
     workdir, _, _ = small_run
     page = inspect(
-        str(workdir / "results" / "report" / "index.html"), os.path.join(ARTIFACTS, f"presets-{width}.png"), width=width
+        str(workdir / "results" / "report" / "index.html"),
+        os.path.join(ARTIFACTS, f"presets-{width}.png"),
+        width=width,
     )
     assert page.console_errors == [] and page.failed_loads == []
     assert_fits(page, f"small presets report at {width} px", width)

@@ -1,5 +1,6 @@
-"""`snakemake --profile slurm` as Snakemake users type it: `make setup` links the checkout's profiles/slurm into
-Snakemake's profile folder (profiles/link.sh), never over a profile of the user's own."""
+"""`snakemake --profile slurm` as Snakemake users type it: `make setup` links the checkout's
+profiles/slurm into Snakemake's profile folder (profiles/link.sh), never over a profile of the
+user's own."""
 
 from __future__ import annotations
 
@@ -26,23 +27,30 @@ def link(env: dict) -> subprocess.CompletedProcess:
 
 
 def test_the_slurm_profile_is_found_by_name_after_the_set_up(tmp_path):
-    """A fresh checkout (a copy of this one) after its set-up's link: `snakemake --profile slurm -n`, typed in it,
-    plans the default matrix through the checkout's profiles/slurm."""
+    """A fresh checkout (a copy of this one) after its set-up's link: `snakemake --profile slurm
+    -n`, typed in it, plans the default matrix through the checkout's profiles/slurm."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     copy_workflow(checkout)
     env = snakemake_env(dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config")))
     first = subprocess.run(
-        ["bash", str(checkout / "profiles" / "link.sh"), sys.executable], env=env, capture_output=True, text=True
+        ["bash", str(checkout / "profiles" / "link.sh"), sys.executable],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert first.returncode == 0, first.stderr
     dest = tmp_path / "config" / "snakemake" / "slurm"
     assert os.path.realpath(dest) == str(checkout / "profiles" / "slurm"), first.stdout
     assert first.stdout.count("\n") == 1 and "linked" in first.stdout
     again = subprocess.run(
-        ["bash", str(checkout / "profiles" / "link.sh"), sys.executable], env=env, capture_output=True, text=True
+        ["bash", str(checkout / "profiles" / "link.sh"), sys.executable],
+        env=env,
+        capture_output=True,
+        text=True,
     )
-    assert again.returncode == 0 and again.stdout == "", again.stdout  # linked already: nothing to say
+    # linked already: nothing to say
+    assert again.returncode == 0 and again.stdout == "", again.stdout
     run = subprocess.run(
         [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n"],
         cwd=checkout,

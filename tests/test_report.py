@@ -1,4 +1,5 @@
-"""The HTML report from real results: verdict first, escaped, self-contained, failures and provenance shown."""
+"""The HTML report from real results: verdict first, escaped, self-contained, failures and
+provenance shown."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from feedbench.analysis.verdict import summarize_experiment
 from feedbench.core.records import load_records
 from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.xdist_group("report")  # one worker: the module fixture `html` renders the report once
+# one worker: the module fixture `html` renders the report once
+pytestmark = pytest.mark.xdist_group("report")
 
 EVIL = "<script>alert(1)</script>"
 
@@ -31,7 +33,9 @@ class Links(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
-        self.links += [value for name, value in attrs if name in ("src", "href", "xlink:href") and value]
+        self.links += [
+            value for name, value in attrs if name in ("src", "href", "xlink:href") and value
+        ]
 
 
 def make_report(root, paths, config, name="index.html") -> str:
@@ -80,7 +84,9 @@ def test_nothing_is_loaded_from_outside_the_file(html):
     page = Links()
     page.feed(html)
     assert page.links, "the page has in-document links (nav, figures)"
-    outside = [link for link in page.links if not (link.startswith("#") or link.startswith("data:image/"))]
+    outside = [
+        link for link in page.links if not (link.startswith("#") or link.startswith("data:image/"))
+    ]
     assert outside == []
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
     assert "<link" not in html and "@import" not in html
@@ -92,7 +98,9 @@ def test_verdict_comes_first_with_best_speedup_and_bound(html, real_matrix, conf
     verdict, first_experiment = html.index('id="verdict"'), html.index('id="exp-')
     assert verdict < first_experiment < html.index('id="failed"') < html.index('id="provenance"')
     summary = load_results(real_matrix.paths)
-    found = summarize_experiment(summary[summary["experiment"] == "train"], config["experiments"]["train"]["matrix"])
+    found = summarize_experiment(
+        summary[summary["experiment"] == "train"], config["experiments"]["train"]["matrix"]
+    )
     section = html[verdict:first_experiment]
     assert f"{found['speedup']:.2f}×" in section
     assert found["best"]["cell"] in section.replace("<wbr>", "")  # the id may wrap after _ and -
@@ -107,7 +115,8 @@ def test_each_experiment_has_its_figure_and_table(html, config):
         assert "<svg" in section
         if name != "broken":
             assert "95 % interval" in section and "<table" in section
-    # Each experiment's plot, and the train experiment's stage profile (its cells run with stage_timing).
+    # Each experiment's plot, and the train experiment's stage profile (its cells run with
+    # stage_timing).
     assert html.count("<figure>") == len(config["experiments"]) + 1
 
 
@@ -135,7 +144,10 @@ def test_provenance_shows_the_allow_list(html, real_matrix):  # noqa: F811
 
 def test_unsafe_svg_is_refused():
     # Crafted SVGs: what our matplotlib output never contains and inline_svg must refuse.
-    base = '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">{}</svg>'
+    base = (
+        '<svg xmlns="http://www.w3.org/2000/svg" '
+        'xmlns:xlink="http://www.w3.org/1999/xlink">{}</svg>'
+    )
     for body in [
         "<script>alert(1)</script>",
         '<rect onload="alert(1)"/>',
@@ -150,7 +162,9 @@ def test_unsafe_svg_is_refused():
     assert str(
         inline_svg(
             '<?xml version="1.0"?>\n'
-            + base.format('<use xlink:href="#a" clip-path="url(#p1)"/><style>*{stroke-linecap: butt}</style>')
+            + base.format(
+                '<use xlink:href="#a" clip-path="url(#p1)"/><style>*{stroke-linecap: butt}</style>'
+            )
         )
     ).startswith("<svg")
 
@@ -165,13 +179,16 @@ def test_report_without_config_still_lists_every_experiment(real_matrix, tmp_pat
         assert f'id="exp-{name}"' in text
     # The baseline comes with the results (their `baseline` label), not from the config.
     assert "no baseline" not in text
-    assert re.search(r"baseline (hidden_layers=1, sample_delay_ms=0|sample_delay_ms=0, hidden_layers=1):", text)
+    assert re.search(
+        r"baseline (hidden_layers=1, sample_delay_ms=0|sample_delay_ms=0, " r"hidden_layers=1):",
+        text,
+    )
 
 
 def test_rule_report_reads_the_records_rule_aggregate_wrote(real_matrix, tmp_path):  # noqa: F811
-    """Rule report has no results as inputs: it reads rule aggregate's records (core.records), one per summary row in
-    its order, damaged ones included, and renders from them what it renders from the result files; an empty summary
-    has none."""
+    """Rule report has no results as inputs: it reads rule aggregate's records (core.records), one
+    per summary row in its order, damaged ones included, and renders from them what it renders from
+    the result files; an empty summary has none."""
     damaged = tmp_path / "damaged" / "result.json"
     damaged.parent.mkdir()
     damaged.write_text("{")
@@ -181,7 +198,9 @@ def test_rule_report_reads_the_records_rule_aggregate_wrote(real_matrix, tmp_pat
     found = load_records(str(records))
     assert [r.path for r in found] == list(read_summary(str(summary))["result"])
     assert sorted(r.path for r in found) == sorted(paths)
-    assert [r.path for r in found if r.damaged] == [str(damaged)] and found[-1].error["type"] == "UnusableResult"
+    assert [r.path for r in found if r.damaged] == [str(damaged)] and found[-1].error[
+        "type"
+    ] == "UnusableResult"
     pages = {"records": found, "files": paths}
     for name, given in pages.items():
         write_report(str(summary), [], given, {}, "none", str(tmp_path / f"{name}.html"))
@@ -194,12 +213,15 @@ def test_rule_report_reads_the_records_rule_aggregate_wrote(real_matrix, tmp_pat
 
 
 def test_every_axis_is_a_column_and_an_adjusted_value_is_marked(html):
-    # pin_memory is an axis of `loader`; on a CPU the harness runs it as false, which must show, with why.
+    # pin_memory is an axis of `loader`; on a CPU the harness runs it as false, which must show,
+    # with why.
     section = html[html.index('id="exp-loader"') : html.index('id="exp-train"')]
     header = section[section.index("<thead>") : section.index("</thead>")]
     assert "<th>num_<wbr>workers</th>" in header
     assert "pin_<wbr>memory" in header
-    marked = re.findall(r'<td class="adjusted" title="([^"]*)">true → false<sup>\*</sup></td>', section)
+    marked = re.findall(
+        r'<td class="adjusted" title="([^"]*)">true → false<sup>\*</sup></td>', section
+    )
     assert marked and all(m.startswith("pin_memory=true ignored") for m in marked)
     assert "asked → ran" in section
 
@@ -209,7 +231,9 @@ def test_cells_carry_a_label_in_words_and_their_id_wraps(html):
     assert "Key</b>" not in section  # two knobs vary: the labels are in words, and need no key
     assert '<b class="label">hidden_layers=4 sample_delay_ms=0.5</b>' in section
     wrapped = "hidden_<wbr>layers-<wbr>4_<wbr>sample_<wbr>delay_<wbr>ms-<wbr>0.5"
-    assert f'<code class="id" title="hidden_layers-4_sample_delay_ms-0.5">{wrapped}</code>' in section
+    assert (
+        f'<code class="id" title="hidden_layers-4_sample_delay_ms-0.5">{wrapped}</code>' in section
+    )
     assert '<div class="scroll" id="cells-train">\n  <table class="cells">' in section
 
 
@@ -235,28 +259,43 @@ def test_a_mapping_knob_shows_as_its_json_and_is_not_called_adjusted():
 
 
 def test_a_failed_cell_without_its_knobs_leaves_the_others_integers(tmp_path):
-    """A cell that failed before its knobs were known leaves num_workers empty in the summary: read typed
-    (aggregate.read_summary), the other cells still show 1, 2, 4 workers, not 1.00, 2.00, 4.00 as a float column did."""
+    """A cell that failed before its knobs were known leaves num_workers empty in the summary: read
+    typed (aggregate.read_summary), the other cells still show 1, 2, 4 workers, not 1.00, 2.00, 4.00
+    as a float column did."""
     import pandas as pd
     import yaml
 
     stored = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stored", "workers-small")
     rows = pd.read_csv(os.path.join(stored, "summary.csv"), dtype=str, keep_default_na=False)
-    lost = {c: "" for c in rows.columns} | {"experiment": "workers", "cell": "num_workers-8", "repeat": "1"}
-    lost |= {"status": "failed", "error_type": "Terminated", "error_message": "lost", "requested": "{}"}
+    lost = {c: "" for c in rows.columns} | {
+        "experiment": "workers",
+        "cell": "num_workers-8",
+        "repeat": "1",
+    }
+    lost |= {
+        "status": "failed",
+        "error_type": "Terminated",
+        "error_message": "lost",
+        "requested": "{}",
+    }
     pd.concat([rows, pd.DataFrame([lost])]).to_csv(tmp_path / "summary.csv", index=False)
     config = yaml.safe_load(open(os.path.join(stored, "config.yaml")))
-    write_report(str(tmp_path / "summary.csv"), [], [], config, "c0ffee42", str(tmp_path / "index.html"))
+    write_report(
+        str(tmp_path / "summary.csv"), [], [], config, "c0ffee42", str(tmp_path / "index.html")
+    )
     cells = (tmp_path / "index.html").read_text()
-    cells = cells[cells.index('class="cells"') : cells.index("</table>", cells.index('class="cells"'))]
+    cells = cells[
+        cells.index('class="cells"') : cells.index("</table>", cells.index('class="cells"'))
+    ]
     shown = re.findall(r"<td>([^<]*)</td>", cells)  # the knob columns
     assert {"1", "2", "4"} <= set(shown) and not {"1.00", "2.00", "4.00"} & set(shown)
 
 
 def test_report_sections_and_inputs_register_as_views_do():
-    """Each input of the report (report.INPUTS) is read by a section that names it, each section's inputs are known,
-    and a section's template is one report.html.j2 includes: a new input is its reader, its section and its files in
-    rule report's input (common.smk REPORT_INPUTS), not a keyword threaded through every function on the way."""
+    """Each input of the report (report.INPUTS) is read by a section that names it, each section's
+    inputs are known, and a section's template is one report.html.j2 includes: a new input is its
+    reader, its section and its files in rule report's input (common.smk REPORT_INPUTS), not a
+    keyword threaded through every function on the way."""
     from feedbench.analysis import report
 
     read = {name for section in report.SECTIONS for name in section.inputs}
@@ -264,8 +303,12 @@ def test_report_sections_and_inputs_register_as_views_do():
     with open(os.path.join(report.TEMPLATES, "report.html.j2")) as f:
         page = f.read()
     for section in report.SECTIONS:
-        assert section.template is None or f'{{% include "{section.template}" %}}' in page, section.name
-    with open(os.path.join(os.path.dirname(__file__), "..", "workflow", "rules", "common.smk")) as f:
+        assert section.template is None or f'{{% include "{section.template}" %}}' in page, (
+            section.name
+        )
+    with open(
+        os.path.join(os.path.dirname(__file__), "..", "workflow", "rules", "common.smk")
+    ) as f:
         rules = f.read()
     given = rules.split("REPORT_INPUTS = {")[1].split("}")[0]
     assert set(re.findall(r'^    "(\w+)": ', given, re.M)) == set(report.INPUTS)
@@ -275,20 +318,26 @@ def test_an_unknown_report_input_is_one_line(tmp_path):
     from feedbench.analysis.report import build
 
     summary = load_results([])
-    with pytest.raises(TypeError, match=r"report input 'links' is not known; allowed: references, searches, ceil"):
+    with pytest.raises(
+        TypeError,
+        match=r"report input 'links' is not known; allowed: " r"references, searches, ceil",
+    ):
         build(summary, [], [], {}, "c0ffee42", links={})
 
 
 def test_a_terms_first_use_in_each_section_links_to_its_definition_and_nothing_else_changes():
     page = (
-        "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one cell, another cell &amp; its "
+        "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one cell, "
+        "another cell &amp; its "
         "CPU-bound worker; data-bound.</p></section><section id='b'><p>Cells.</p>"
-        '<details id="glossary"><dd>a baseline cell</dd></details><p>baseline<br>cell</p></section><p>cell</p>'
+        '<details id="glossary"><dd>a baseline '
+        "cell</dd></details><p>baseline<br>cell</p></section><p>cell</p>"
     )
     assert link_first_uses(page) == (
         "<h2>cell</h2><section id='a'><h3>A cell</h3><p>The <code>cell</code> of one "
         '<a class="term" href="#term-cell">cell</a>, another cell &amp; its CPU-bound worker; '
         '<a class="term" href="#term-bound">data-bound</a>.</p></section><section id=\'b\'><p>'
-        '<a class="term" href="#term-cell">Cells</a>.</p><details id="glossary"><dd>a baseline cell</dd></details><p>'
+        '<a class="term" href="#term-cell">Cells</a>.</p><details id="glossary"><dd>a baseline '
+        "cell</dd></details><p>"
         '<a class="term" href="#term-baseline">baseline</a><br>cell</p></section><p>cell</p>'
     )

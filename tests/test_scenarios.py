@@ -1,4 +1,5 @@
-"""Every scenario, dataset and model family runs and writes a result that validates against the schema."""
+"""Every scenario, dataset and model family runs and writes a result that validates against the
+schema."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from helpers.cells import ENDLESS_SLEEP, TINY_MLP, start_cell
 
 def validate(result: dict) -> None:
     jsonschema.validate(result, schema())
-    assert not undeclared(result), f"metrics measured but not declared in core.metric_table: {undeclared(result)}"
+    assert not undeclared(result), (
+        f"metrics measured but not declared in core.metric_table: {undeclared(result)}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +39,26 @@ def image_dir(tmp_path_factory):
     [
         pytest.param(dict(TINY_MLP, dataset="synthetic"), id="train-mlp-synthetic"),
         pytest.param(
-            dict(TINY_MLP, dataset="memory", num_workers=1, prefetch_factor=3, persistent_workers=True),
+            dict(
+                TINY_MLP,
+                dataset="memory",
+                num_workers=1,
+                prefetch_factor=3,
+                persistent_workers=True,
+            ),
             id="train-mlp-memory-worker",
         ),
         pytest.param(dict(TINY_MLP, scenario="compute"), id="compute-mlp"),
         pytest.param(
-            dict(scenario="loader", model="none", image_size=16, batch_size=8, steps=4, num_workers=2, in_order=False),
+            dict(
+                scenario="loader",
+                model="none",
+                image_size=16,
+                batch_size=8,
+                steps=4,
+                num_workers=2,
+                in_order=False,
+            ),
             id="loader",
         ),
         pytest.param(
@@ -59,7 +76,10 @@ def image_dir(tmp_path_factory):
         ),
         pytest.param(dict(TINY_MLP, amp="fp16"), id="mlp-fp16-gradscaler"),
         pytest.param(dict(TINY_MLP, timing="sync", epochs=1, num_samples=24), id="epochs-sync"),
-        pytest.param(dict(TINY_MLP, timing="naive", multiprocessing_context="spawn", num_workers=1), id="naive-spawn"),
+        pytest.param(
+            dict(TINY_MLP, timing="naive", multiprocessing_context="spawn", num_workers=1),
+            id="naive-spawn",
+        ),
         pytest.param(
             dict(
                 model="lstm",
@@ -141,11 +161,15 @@ def test_tokens_count_true_lengths(run_cell, tmp_path):
     from feedbench.harness.data import TokenDataset
 
     lengths = TokenDataset(2048, 10, 0.5, 30, 0).lengths
-    assert [int(r["tokens"]) for r in rows] == [int(lengths[4 * i : 4 * i + 4].sum()) for i in range(5)]
+    assert [int(r["tokens"]) for r in rows] == [
+        int(lengths[4 * i : 4 * i + 4].sum()) for i in range(5)
+    ]
 
 
 def test_transfer_probe(run_cell):
-    code, result = run_cell(scenario="transfer", transfer_sizes=[65536, 1048576], steps=3, warmup_steps=1)
+    code, result = run_cell(
+        scenario="transfer", transfer_sizes=[65536, 1048576], steps=3, warmup_steps=1
+    )
     assert code == 0, result["error"]
     validate(result)
     sizes = result["metrics"]["transfer"]["by_size"]
@@ -166,32 +190,46 @@ def test_warmup_excluded_and_steps_csv_matches(run_cell, tmp_path):
     rows = list(csv.DictReader(open(next(tmp_path.glob("*/steps.csv")))))
     assert len(rows) == 7 == result["metrics"]["steps"]
     assert {"wait_ms", "h2d_ms", "fwd_ms", "bwd_ms", "opt_ms", "step_ms", "samples"} <= set(rows[0])
-    assert sum(float(r["step_ms"]) for r in rows) == pytest.approx(result["metrics"]["window_s"] * 1000, rel=1e-6)
+    assert sum(float(r["step_ms"]) for r in rows) == pytest.approx(
+        result["metrics"]["window_s"] * 1000, rel=1e-6
+    )
 
 
 def test_provenance_is_an_allow_list(run_cell, monkeypatch):
     monkeypatch.setenv("FEEDBENCH_TEST_SECRET", "hunter2")
     code, result = run_cell(**TINY_MLP)
     assert "hunter2" not in json.dumps(result)
-    assert {"host", "cpu", "torch", "torchvision", "python", "git_commit"} <= set(result["provenance"])
+    assert {"host", "cpu", "torch", "torchvision", "python", "git_commit"} <= set(
+        result["provenance"]
+    )
 
 
 def test_provenance_names_torchvision_without_importing_it():
-    """Importing torchvision (and with it torch._dynamo) cost every cell about 1.1 s of CPU for one version string."""
+    """Importing torchvision (and with it torch._dynamo) cost every cell about 1.1 s of CPU for one
+    version string."""
     check = (
-        "import importlib.metadata, sys, torch; from feedbench.harness.provenance import machine_facts; "
-        "facts = machine_facts(torch.device('cpu')); "
-        "assert facts['torchvision'] == importlib.metadata.version('torchvision'), facts; "
-        "assert 'torchvision' not in sys.modules, 'machine_facts imported torchvision'"
+        "import importlib.metadata, sys, torch; from feedbench.harness.provenance import "
+        "machine_facts; facts = machine_facts(torch.device('cpu')); assert facts['torchvision'] "
+        "== importlib.metadata.version('torchvision'), facts; assert 'torchvision' not in "
+        "sys.modules, 'machine_facts imported torchvision'"
     )
-    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_a_cell_without_torchvision_transforms_does_not_import_torchvision(tmp_path):
-    """Looking for the Composes to time (harness.stages) imported torchvision in every cell: about 1.5 s of CPU
-    a loader cell over synthetic data. A real cell, stage timing on, in a process of its own."""
-    knobs = {"scenario": "loader", "dataset": "synthetic", "image_size": 8, "batch_size": 4, "steps": 3}
+    """Looking for the Composes to time (harness.stages) imported torchvision in every cell: about
+    1.5 s of CPU a loader cell over synthetic data. A real cell, stage timing on, in a process of
+    its own."""
+    knobs = {
+        "scenario": "loader",
+        "dataset": "synthetic",
+        "image_size": 8,
+        "batch_size": 4,
+        "steps": 3,
+    }
     knobs.update(warmup_steps=1, num_samples=32, torch_threads=1, device="cpu", stage_timing=True)
     check = (
         "import json, sys; from feedbench.harness.runner import run; "
@@ -205,7 +243,8 @@ def test_a_cell_without_torchvision_transforms_does_not_import_torchvision(tmp_p
 
 @pytest.mark.timing  # monitor samples counted over a window of 0.2 s
 def test_monitor_samples_and_notes_missing_gpu(run_cell):
-    # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only lengthens the window.
+    # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only
+    # lengthens the window.
     code, result = run_cell(
         model="sleep",
         compute_ms=20,
@@ -247,11 +286,12 @@ def test_crash_inside_loop_writes_failed_result_keeping_measured_steps(run_cell,
     assert result["status"] == "failed"
     assert result["error"]["type"] in ("UnidentifiedImageError", "RuntimeError")
     assert "cannot identify image file" in result["error"]["message"] + result["error"]["traceback"]
-    assert result["metrics"]["steps"] == 6  # steps 1..6 finished; the 7th batch holds the corrupt file
+    # steps 1..6 finished; the 7th batch holds the corrupt file
+    assert result["metrics"]["steps"] == 6
 
 
-# A training step of the user's (knob `step`) that marks each call in a file beside it: the test sees the harness
-# measuring, whatever the load, instead of guessing how long starting takes.
+# A training step of the user's (knob `step`) that marks each call in a file beside it: the test
+# sees the harness measuring, whatever the load, instead of guessing how long starting takes.
 MARKING_STEP = """
 import pathlib, time
 
@@ -274,7 +314,8 @@ def test_sigterm_writes_failed_result(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cell = dict(ENDLESS_SLEEP, step="marking:step", python_path=[str(user)], warmup_steps=0)
     proc = start_cell(out, cell, stderr=subprocess.PIPE, text=True, env=env)
-    # SIGTERM once two measured steps are done (warm-up 0), however long importing torch and starting took.
+    # SIGTERM once two measured steps are done (warm-up 0), however long importing torch and
+    # starting took.
     deadline = time.monotonic() + 300
     while not (marks.exists() and len(marks.read_text()) >= 2):
         assert proc.poll() is None, proc.stderr.read()
@@ -288,14 +329,16 @@ def test_sigterm_writes_failed_result(tmp_path):
 
 
 def _hand_over_from(queue, ready):
-    queue.put(torch.ones(1000))  # shared memory: the receiver asks this process's resource sharer for its fd
+    # shared memory: the receiver asks this process's resource sharer for its fd
+    queue.put(torch.ones(1000))
     ready.wait()
 
 
 def test_a_worker_dead_mid_hand_over_is_named_in_one_line():
-    """A batch whose worker died before the main process took its shared memory fails in the hand-over with a bare
-    connection error (EOFError, or refused or reset); the cell's error says a loader worker died there. Real
-    processes: a tensor put on a torch.multiprocessing queue, its sender killed, then received."""
+    """A batch whose worker died before the main process took its shared memory fails in the
+    hand-over with a bare connection error (EOFError, or refused or reset); the cell's error says a
+    loader worker died there. Real processes: a tensor put on a torch.multiprocessing queue, its
+    sender killed, then received."""
     import torch.multiprocessing as mp
     from feedbench.harness.runner import error_record
 
@@ -313,7 +356,8 @@ def test_a_worker_dead_mid_hand_over_is_named_in_one_line():
     error = error_record(raised.value)
     assert error["message"].startswith("a loader worker died while handing over a batch (")
     assert error["type"] in ("EOFError", "ConnectionRefusedError", "ConnectionResetError")
-    assert error_record(EOFError())["message"] == "EOFError"  # an EOFError elsewhere is left as it came
+    # an EOFError elsewhere is left as it came
+    assert error_record(EOFError())["message"] == "EOFError"
 
 
 @pytest.mark.timing  # a worker killed 2 s after it started: steps measured by then
@@ -321,12 +365,15 @@ def test_killed_worker_writes_failed_result(tmp_path):
     import psutil
 
     out = tmp_path / "out"
-    proc = start_cell(out, dict(ENDLESS_SLEEP, compute_ms=20, num_workers=1), stderr=subprocess.PIPE, text=True)
+    proc = start_cell(
+        out, dict(ENDLESS_SLEEP, compute_ms=20, num_workers=1), stderr=subprocess.PIPE, text=True
+    )
     parent = psutil.Process(proc.pid)
 
     def loader_workers() -> list:
-        """The cell's forked DataLoader workers (its command line): not a short-lived child such as provenance's
-        `git`, which a loaded machine can show first, so the kill found no worker and the cell ran on."""
+        """The cell's forked DataLoader workers (its command line): not a short-lived child such as
+        provenance's `git`, which a loaded machine can show first, so the kill found no worker and
+        the cell ran on."""
         found = []
         for child in parent.children():
             try:
@@ -347,18 +394,24 @@ def test_killed_worker_writes_failed_result(tmp_path):
     assert proc.wait(timeout=60) == 1
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "failed"
-    # PyTorch reports the death as "worker ... exited unexpectedly"; a batch half-received from the dead worker
-    # ends in a bare EOFError or reset connection, which the harness names (runner.HAND_OVER).
+    # PyTorch reports the death as "worker ... exited unexpectedly"; a batch half-received from the
+    # dead worker ends in a bare EOFError or reset connection, which the harness names
+    # (runner.HAND_OVER).
     message = result["error"]["message"]
-    assert any(text in message for text in ("exited unexpectedly", "killed by signal", "died while handing over")), (
-        result["error"]
+    assert any(
+        text in message
+        for text in ("exited unexpectedly", "killed by signal", "died while handing over")
+    ), result["error"]
+    assert (
+        "dataloader" in result["error"]["traceback"].lower()
+        or "reductions" in result["error"]["traceback"]
     )
-    assert "dataloader" in result["error"]["traceback"].lower() or "reductions" in result["error"]["traceback"]
     assert result["metrics"]["steps"] > 0
 
 
 def test_out_of_memory_writes_failed_result(run_cell):
-    code, result = run_cell(model="mlp", input_size=2**20, width=2**20, batch_size=2, steps=2)  # a 4 TiB weight
+    # a 4 TiB weight
+    code, result = run_cell(model="mlp", input_size=2**20, width=2**20, batch_size=2, steps=2)
     assert code == 1
     assert result["status"] == "failed"
     assert "allocate" in result["error"]["message"]
@@ -397,7 +450,10 @@ def test_record_failure_for_a_harness_killed_without_a_result(tmp_path):
     result = json.loads((out / "result.json").read_text())
     validate(result)
     assert result["status"] == "failed" and result["error"]["type"] == "Killed"
-    assert result["error"]["message"] == "the harness exited with code 137 (signal SIGKILL) without writing a result"
+    assert (
+        result["error"]["message"] == "the harness exited with code 137 (signal SIGKILL) "
+        "without writing a result"
+    )
     assert result["requested"]["model"] == "sleep"
 
 
@@ -407,7 +463,8 @@ def test_torch_threads_knob_is_applied_and_recorded(run_cell):
 
 
 def test_a_dataset_smaller_than_a_batch_says_so_in_adjustments(run_cell):
-    """5 samples and batch_size 8: every batch holds 5, and the result says why instead of running them silently."""
+    """5 samples and batch_size 8: every batch holds 5, and the result says why instead of running
+    them silently."""
     code, result = run_cell(
         scenario="loader",
         dataset="memory",
@@ -421,7 +478,10 @@ def test_a_dataset_smaller_than_a_batch_says_so_in_adjustments(run_cell):
     )
     assert code == 0, result["error"]
     assert result["metrics"]["samples"] == 3 * 5
-    assert "batch_size=8 ran as batches of 5: the dataset has fewer samples than one batch" in result["adjustments"]
+    assert (
+        "batch_size=8 ran as batches of 5: the dataset has fewer samples than one batch"
+        in result["adjustments"]
+    )
     code, result = run_cell(
         scenario="loader",
         dataset="memory",

@@ -13,7 +13,8 @@ from feedbench.harness.images import make_images
 from feedbench.harness.runner import run
 from feedbench.harness.shards import make_shards
 
-pytestmark = pytest.mark.xdist_group("shards")  # one worker: the module fixture makes the images and shards once
+# one worker: the module fixture makes the images and shards once
+pytestmark = pytest.mark.xdist_group("shards")
 
 COUNT = 24
 
@@ -29,7 +30,9 @@ def shards(tmp_path_factory):
 
 def digests(folder) -> dict[str, str]:
     return {
-        os.path.relpath(os.path.join(d, n), folder): hashlib.sha256(open(os.path.join(d, n), "rb").read()).hexdigest()
+        os.path.relpath(os.path.join(d, n), folder): hashlib.sha256(
+            open(os.path.join(d, n), "rb").read()
+        ).hexdigest()
         for d, _, names in os.walk(folder)
         for n in names
     }

@@ -37,7 +37,8 @@ JOBS = {
     "two_nodes": (
         ["--nodes=2", "--ntasks-per-node=2", f"--gpus-per-node={GPUS_PER_NODE}", "--time=2"],
         # The rendezvous host: the first node of the allocation, as a DDP launcher finds it.
-        f'echo "first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\nsrun bash -c \'{TASK_LINE}\'',
+        'echo "first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\nsrun '
+        f"bash -c '{TASK_LINE}'",
     ),
     "timeout": (
         ["--nodes=1", "--ntasks=1", "--time=1"],  # minutes
@@ -59,7 +60,9 @@ def jobs(slurm_cluster, tmp_path_factory):
         script = folder / f"{name}.sh"
         script.write_text("#!/bin/bash\n" + textwrap.dedent(body) + "\n")
         out = folder / f"{name}.out"
-        job_id = slurm_cluster.sbatch(script, *options, f"--job-name={name}", f"--output={out}", f"--chdir={folder}")
+        job_id = slurm_cluster.sbatch(
+            script, *options, f"--job-name={name}", f"--output={out}", f"--chdir={folder}"
+        )
         submitted[name] = (job_id, out)
     return submitted
 
@@ -97,7 +100,12 @@ def test_two_node_job_gets_gpus_and_rendezvous_environment(slurm_cluster, jobs):
     tasks = task_lines(out)
     assert [t["procid"] for t in tasks] == ["0", "1", "2", "3"]
     # Block distribution: ranks 0-1 on the first node, 2-3 on the second.
-    assert [(t["nodeid"], t["localid"]) for t in tasks] == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+    assert [(t["nodeid"], t["localid"]) for t in tasks] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+        ("1", "1"),
+    ]
     assert [t["node"] for t in tasks] == ["n1", "n1", "n2", "n2"]
     for t in tasks:
         assert t["ntasks"] == "4" and t["nodelist"] == "n[1-2]", t
@@ -107,7 +115,10 @@ def test_two_node_job_gets_gpus_and_rendezvous_environment(slurm_cluster, jobs):
     assert "first_node=n1" in out.read_text()
 
     steps = {r["JobID"]: r for r in slurm_cluster.sacct(job_id, steps=True)}
-    assert steps[f"{job_id}.0"]["State"] == "COMPLETED" and steps[f"{job_id}.0"]["NodeList"] == "n[1-2]", steps
+    assert (
+        steps[f"{job_id}.0"]["State"] == "COMPLETED"
+        and steps[f"{job_id}.0"]["NodeList"] == "n[1-2]"
+    ), steps
 
 
 def test_job_past_its_time_limit_is_timeout(slurm_cluster, jobs):

@@ -1,12 +1,12 @@
 """feedbench.plan.slurm without a cluster: the plugin workarounds and the record of a lost cell.
 
-* Cells are matched to their jobs by what the run's log always holds (the plugin's submission line, Snakemake's
-  error block for array tasks), never by the job comment, which sacct returns only with
+* Cells are matched to their jobs by what the run's log always holds (the plugin's submission line,
+  Snakemake's error block for array tasks), never by the job comment, which sacct returns only with
   AccountingStoreFlags=job_comment.
-* Every lost record is a result the schema accepts, whatever the harness wrote before its job ended, and the report
-  names its experiment, cell and repeat.
-* A pending job's reason in plain words, said at a bounded rate; one stuck past slurm.pending_timeout is given up
-  and its record says "pending: node down ...", not CANCELLED.
+* Every lost record is a result the schema accepts, whatever the harness wrote before its job ended,
+  and the report names its experiment, cell and repeat.
+* A pending job's reason in plain words, said at a bounded rate; one stuck past
+  slurm.pending_timeout is given up and its record says "pending: node down ...", not CANCELLED.
 * No orphans: a SIGTERM never deadlocks Snakemake, and a job's batch script execs its Snakemake; the
   status checks' sleep ends with the run and when a job has written its outputs.
 
@@ -36,26 +36,35 @@ plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
 
 
 def test_a_cancelled_job_reads_as_cancelled_through_the_plugins_own_status_query():
-    # The plugin's query runs this command as it would run sacct; its output is sacct's for a scancel'ed job.
+    # The plugin's query runs this command as it would run sacct; its output is sacct's for a
+    # scancel'ed job.
     command = "printf " + shlex.quote("5|CANCELLED by 0\n6|COMPLETED\n")
-    own = getattr(plugin.query_job_status, "feedbench", plugin.query_job_status)  # unpatched, if patched before
+    # unpatched, if patched before
+    own = getattr(plugin.query_job_status, "feedbench", plugin.query_job_status)
     states, _ = asyncio.run(own(command, logging.getLogger("test")))
-    assert states["5"] == "CANCELLED by 0"  # what the plugin compares with "CANCELLED": no match, waits forever
+    # what the plugin compares with "CANCELLED": no match, waits forever
+    assert states["5"] == "CANCELLED by 0"
     slurm.patch_plugin()
     slurm.patch_plugin()  # twice is once
     states, _ = asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))
     assert states == {"5": "CANCELLED", "6": "COMPLETED"}
-    assert plugin.get_account(logging.getLogger("test")) is None  # no "sacct: invalid option -- '1'"
+    # no "sacct: invalid option -- '1'"
+    assert plugin.get_account(logging.getLogger("test")) is None
 
 
 def test_a_preempted_job_ends_the_plugins_wait_unless_slurm_may_requeue_it():
-    # The plugin waits on PREEMPTED for Slurm to requeue the job: forever, for a job submitted with --no-requeue.
+    # The plugin waits on PREEMPTED for Slurm to requeue the job: forever, for a job submitted with
+    # --no-requeue.
     command = "printf " + shlex.quote("7|PREEMPTED\n")
     try:
         slurm.patch_plugin(never_requeued=False)
-        assert asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))[0] == {"7": "PREEMPTED"}
+        assert asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))[0] == {
+            "7": "PREEMPTED"
+        }
         slurm.patch_plugin()
-        assert asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))[0] == {"7": "CANCELLED"}
+        assert asyncio.run(plugin.query_job_status(command, logging.getLogger("test")))[0] == {
+            "7": "CANCELLED"
+        }
     finally:
         slurm.patch_plugin()
 
@@ -71,15 +80,15 @@ def test_the_run_id_comes_from_snakemakes_logs(tmp_path):
 def test_the_first_cell_wider_than_a_node_is_named():
     cells = [("a", "narrow", {"num_workers": 1}), ("b", "wide", {"num_workers": 4})]
     assert slurm.cells_fit_error(cells, "debug", 4) == (
-        "bad config: experiments.b: cell wide asks for 5 CPUs per node (1 rank(s) x (num_workers 4 + 1)); "
-        "allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)"
+        "bad config: experiments.b: cell wide asks for 5 CPUs per node (1 rank(s) x (num_workers "
+        "4 + 1)); allowed: at most 4, the CPUs of a node in Slurm partition 'debug' (sinfo)"
     )
     assert slurm.cells_fit_error(cells[:1], "debug", 4) is None
 
 
-# A run's log as Snakemake 9 and snakemake-executor-plugin-slurm 2.8 write it (taken from a run on the test cluster,
-# shortened): two submissions, one failed job with its Slurm log, whose inner Snakemake run has an error block of its
-# own (no external_jobid), and an array task's error block.
+# A run's log as Snakemake 9 and snakemake-executor-plugin-slurm 2.8 write it (taken from a run on
+# the test cluster, shortened): two submissions, one failed job with its Slurm log, whose inner
+# Snakemake run has an error block of its own (no external_jobid), and an array task's error block.
 LOG = """\
 SLURM run ID: 4a2c6a43-0dd9-4c8c-9e0e-a4b6c6b2d4f1
 rule bench:
@@ -110,7 +119,7 @@ Error in rule bench:
     jobid: 8
     output: results/cells/arr_ay/seed-2/rep3/result.json
     external_jobid: 20_2
-"""
+"""  # noqa: E501
 
 
 def test_jobs_are_found_by_the_ids_the_log_names(tmp_path):
@@ -127,7 +136,8 @@ def test_jobs_are_found_by_the_ids_the_log_names(tmp_path):
 
 
 def test_the_cells_measured_on_the_targets_gpu_are_found_under_their_own_rule(tmp_path):
-    """Rule bench_target runs the experiment target-compute (workflow/rules/bench.smk): its jobs are cells too."""
+    """Rule bench_target runs the experiment target-compute (workflow/rules/bench.smk): its jobs are
+    cells too."""
     assert slurm.bench_rule("target-compute") == "bench_target" and slurm.bench_rule("w") == "bench"
     log = tmp_path / "run.snakemake.log"
     log.write_text(
@@ -137,11 +147,20 @@ def test_the_cells_measured_on_the_targets_gpu_are_found_under_their_own_rule(tm
         "    output: results/cells/target-compute/d/rep2/result.json\n"
         "    external_jobid: 32_1\n"
     )
-    assert slurm.submitted_jobs(str(log)) == {"target-compute_c_1": "31", "target-compute_d_2": "32_1"}
+    assert slurm.submitted_jobs(str(log)) == {
+        "target-compute_c_1": "31",
+        "target-compute_d_2": "32_1",
+    }
 
 
 LABELLED = tiny_mlp_base(
-    steps=3, warmup_steps=1, device="cpu", experiment="nodefail", cell="seed-1", repeat=1, baseline=True
+    steps=3,
+    warmup_steps=1,
+    device="cpu",
+    experiment="nodefail",
+    cell="seed-1",
+    repeat=1,
+    baseline=True,
 )
 
 
@@ -152,15 +171,25 @@ def test_a_cell_lost_before_its_harness_wrote_anything_is_a_valid_record_the_rep
     path = tmp_path / "lost.json"
     path.write_text(json.dumps(record))
     html = make_report(str(tmp_path), [str(path)], {"experiments": {"nodefail": {}}})
-    assert "nodefail / seed-1 / repeat 1: SlurmJobLost" in html and "NODE_FAIL" in html, html[-3000:]
+    assert "nodefail / seed-1 / repeat 1: SlurmJobLost" in html and "NODE_FAIL" in html, html[
+        -3000:
+    ]
 
 
 def test_a_lost_record_starts_when_its_job_started_else_says_the_start_is_not_known(tmp_path):
     path = str(tmp_path / "result.json")
     started = slurm.slurm_time("2026-11-28T19:40:02")
-    assert started.endswith("+00:00") and slurm.slurm_time("Unknown") is None and slurm.slurm_time("N/A") is None
-    # Slurm 22.05 gives a job cancelled while pending a Start (its cancellation) but no node: no start.
-    assert slurm.job_start("2026-11-28T19:48:51", "None assigned") is None and slurm.job_start("N/A", "") is None
+    assert (
+        started.endswith("+00:00")
+        and slurm.slurm_time("Unknown") is None
+        and slurm.slurm_time("N/A") is None
+    )
+    # Slurm 22.05 gives a job cancelled while pending a Start (its cancellation) but no node: no
+    # start.
+    assert (
+        slurm.job_start("2026-11-28T19:48:51", "None assigned") is None
+        and slurm.job_start("N/A", "") is None
+    )
     assert slurm.job_start("2026-11-28T19:40:02", "n1") == started
     record = slurm.lost_result(path, LABELLED, ("11", "NODE_FAIL"), started)
     assert invalid(record) is None and record["started_at"] == started != record["finished_at"]
@@ -171,7 +200,9 @@ def test_a_lost_record_starts_when_its_job_started_else_says_the_start_is_not_kn
 
 
 def test_a_harness_result_is_kept_with_its_steps_and_marked_failed(run_cell, tmp_path):
-    code, measured = run_cell(**{k: v for k, v in LABELLED.items() if k not in ("cell", "repeat", "baseline")})
+    code, measured = run_cell(
+        **{k: v for k, v in LABELLED.items() if k not in ("cell", "repeat", "baseline")}
+    )
     assert code == 0 and measured["status"] == "ok", measured["error"]
     path = tmp_path / "result.json"
     path.write_text(json.dumps(measured))
@@ -193,8 +224,8 @@ def test_a_damaged_harness_result_still_gives_a_valid_record(tmp_path):
 
 
 def test_sigterm_stops_the_run_as_ctrl_c_does_and_a_second_one_is_ignored():
-    """The run's process (onstart): SIGTERM raises KeyboardInterrupt, on which Snakemake cancels the run's jobs; the
-    cluster test is test_slurm_faults.test_a_sigterm_cancels_a_pending_job_..."""
+    """The run's process (onstart): SIGTERM raises KeyboardInterrupt, on which Snakemake cancels the
+    run's jobs; the cluster test is test_slurm_faults.test_a_sigterm_cancels_a_pending_job_..."""
     before = signal.getsignal(signal.SIGTERM)
     try:
         slurm.stop_on_sigterm()
@@ -211,8 +242,13 @@ DOWN = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher 
 
 
 def test_pending_reasons_are_said_in_plain_words_and_only_a_persons_ones_do_not_clear():
-    assert pending.describe(DOWN) == ("node down or drained (or held for a higher-priority partition)", False)
-    assert pending.describe("ReqNodeNotAvail, UnavailableNodes:n[1-2]")[0].startswith("node down or drained")
+    assert pending.describe(DOWN) == (
+        "node down or drained (or held for a higher-priority partition)",
+        False,
+    )
+    assert pending.describe("ReqNodeNotAvail, UnavailableNodes:n[1-2]")[0].startswith(
+        "node down or drained"
+    )
     assert pending.describe("ReqNodeNotAvail, Reserved for maintenance") == (
         "reservation: the nodes are reserved for maintenance",
         True,
@@ -221,11 +257,15 @@ def test_pending_reasons_are_said_in_plain_words_and_only_a_persons_ones_do_not_
         "the partition can never give it: more nodes than the partition allows",
         False,
     )
-    assert not pending.describe("PartitionTimeLimit")[1] and not pending.describe("QOSMaxWallDurationPerJobLimit")[1]
+    assert (
+        not pending.describe("PartitionTimeLimit")[1]
+        and not pending.describe("QOSMaxWallDurationPerJobLimit")[1]
+    )
     for reason in ("Priority", "Resources", "Reservation", "AssocGrpCpuLimit"):
         assert pending.describe(reason)[1], reason
     assert pending.said("PartitionConfig; odd") == (
-        "pending: the partition can never give what it asks (its configuration) (Slurm: PartitionConfig, odd)"
+        "pending: the partition can never give what it asks (its configuration) (Slurm: "
+        "PartitionConfig, odd)"
     )
 
 
@@ -240,8 +280,8 @@ def test_a_pending_reason_is_said_when_first_seen_when_it_changes_and_every_5_mi
     assert set(watch.seen) == {"8"}, "a job no longer pending is forgotten"
     lines = pending.notices(["8", "9"], {"8": DOWN, "9": DOWN}, {"8": "e/c/rep1"}, None)
     assert lines == [
-        f"feedbench: {pending.said(DOWN)}: e/c/rep1 (Slurm job 8), a job (Slurm job 9); it will not start until an "
-        "administrator acts; slurm.pending_timeout would cancel it"
+        f"feedbench: {pending.said(DOWN)}: e/c/rep1 (Slurm job 8), a job (Slurm job 9); it will "
+        "not start until an administrator acts; slurm.pending_timeout would cancel it"
     ]
 
 
@@ -250,32 +290,44 @@ def test_a_job_stuck_past_the_pending_timeout_is_given_up_and_one_that_may_start
     watch.update({"7": "Priority", "8": DOWN, "9": "ReqNodeNotAvail, UnavailableNodes:n1"}, 0)
     assert watch.update({"7": "Priority", "8": DOWN, "9": DOWN}, 59)[1] == {}
     tell, give_up = watch.update({"7": "Priority", "8": DOWN, "9": DOWN}, 61)
-    assert set(give_up) == {"8", "9"}, "a change between reasons a person must clear keeps the count going"
+    assert set(give_up) == {"8", "9"}, (
+        "a change between reasons a person must clear keeps the count going"
+    )
     assert give_up["8"] == f"{pending.said(DOWN)} for 61 s, past slurm.pending_timeout (1 min)"
     assert give_up["8"].startswith("pending: node down")
     watch.update({"10": DOWN}, 100)
-    watch.update({"10": "Resources"}, 150)  # the node came back: the count starts again when it is down again
-    assert watch.update({"10": DOWN}, 170)[1] == {} and set(watch.update({"10": DOWN}, 230)[1]) == {"10"}
+    # the node came back: the count starts again when it is down again
+    watch.update({"10": "Resources"}, 150)
+    assert watch.update({"10": DOWN}, 170)[1] == {} and set(watch.update({"10": DOWN}, 230)[1]) == {
+        "10"
+    }
 
 
 def test_a_job_given_up_while_pending_is_lost_with_its_reason_not_as_cancelled(tmp_path):
     why = f"{pending.said(DOWN)} for 62 s, past slurm.pending_timeout (1 min)"
     line = f"feedbench: pend/base/rep1 (Slurm job 12) cancelled, {why}"
     log = tmp_path / "snakemake.log"
-    # The run's log: the line, then Snakemake's error block repeating it with the plugin's words after it.
-    log.write_text(f"{line}\nError in rule bench:\n    message: {line}. For further error details see the log\n")
+    # The run's log: the line, then Snakemake's error block repeating it with the plugin's words
+    # after it.
+    log.write_text(
+        f"{line}\nError in rule bench:\n    message: {line}. For further error "
+        "details see the log\n"
+    )
     assert slurm.given_up(str(log)) == {"12": why}
-    record = slurm.lost_result(str(tmp_path / "result.json"), LABELLED, ("12", "PENDING"), None, why)
+    record = slurm.lost_result(
+        str(tmp_path / "result.json"), LABELLED, ("12", "PENDING"), None, why
+    )
     assert invalid(record) is None and record["slurm"] == {"job_id": "12", "state": "PENDING"}
     message = record["error"]["message"]
-    assert message.startswith(f"Slurm job 12 pending: node down or drained (or held for a higher-priority partition) "
-                              f"(Slurm: {DOWN}) for 62 s") and "CANCELLED" not in message, message  # fmt: skip
+    assert message.startswith(f"Slurm job 12 pending: node down or drained (or held for a higher-priority partition) "  # noqa: E501
+                              f"(Slurm: {DOWN}) for 62 s") and "CANCELLED" not in message, message  # fmt: skip  # noqa: E501
 
 
 def test_a_sigterm_while_snakemake_finishes_a_job_ends_it_instead_of_deadlocking_it(tmp_path):
-    """Snakemake 9's SIGTERM handler takes the scheduler's lock, which its main thread holds while it waits for a
-    job's missing outputs: unpatched, the run below never ends and ignores every later SIGTERM (the orphan of issue
-    #36, docs/upstream/sigterm-deadlock.md). Patched, it ends once that wait is over."""
+    """Snakemake 9's SIGTERM handler takes the scheduler's lock, which its main thread holds while
+    it waits for a job's missing outputs: unpatched, the run below never ends and ignores every
+    later SIGTERM (the orphan of issue #36, docs/upstream/sigterm-deadlock.md). Patched, it ends
+    once that wait is over."""
     (tmp_path / "Snakefile").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(Path(slurm.__file__).parents[2])!r})\n"
@@ -283,9 +335,20 @@ def test_a_sigterm_while_snakemake_finishes_a_job_ends_it_instead_of_deadlocking
         "sigterm_without_deadlock()\n"
         "rule a:\n    output: 'out'\n    shell: 'true'\n"
     )
-    command = [sys.executable, "-m", "snakemake", "-c1", "--latency-wait", "3", "-s", str(tmp_path / "Snakefile")]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-c1",
+        "--latency-wait",
+        "3",
+        "-s",
+        str(tmp_path / "Snakefile"),
+    ]
     log = tmp_path / "snakemake.log"
-    proc = subprocess.Popen([*command, "--directory", str(tmp_path)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*command, "--directory", str(tmp_path)], stdout=open(log, "w"), stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 60
         while "Waiting at most 3 seconds for missing files" not in log.read_text():
@@ -299,8 +362,9 @@ def test_a_sigterm_while_snakemake_finishes_a_job_ends_it_instead_of_deadlocking
 
 
 def test_a_jobs_batch_script_execs_its_snakemake():
-    """The batch script's shell is replaced by the job-side Snakemake, so that no SIGTERM leaves that Snakemake with
-    parent 1, beyond Slurm's SIGKILL on clusters that track processes by their parents."""
+    """The batch script's shell is replaced by the job-side Snakemake, so that no SIGTERM leaves
+    that Snakemake with parent 1, beyond Slurm's SIGKILL on clusters that track processes by their
+    parents."""
 
     class Executor:
         def get_python_executable(self):
@@ -319,17 +383,21 @@ def test_a_jobs_batch_script_execs_its_snakemake():
     )
 
 
-def test_the_status_checks_sleep_ends_with_the_run_and_when_a_job_has_written_its_outputs(tmp_path, monkeypatch):
-    """Issue #36 item 5: the run's end waited out the plugin's status interval (18 s after its last rule), and a job
-    was seen ending up to one interval late. The interface's own sleep, patched, on a stand-in for the executor's
-    state: 3 s asked, it returns when `wait` turns false, or once a job in flight has all its outputs (3 times)."""
+def test_the_status_checks_sleep_ends_with_the_run_and_when_a_job_has_written_its_outputs(
+    tmp_path, monkeypatch
+):
+    """Issue #36 item 5: the run's end waited out the plugin's status interval (18 s after its last
+    rule), and a job was seen ending up to one interval late. The interface's own sleep, patched, on
+    a stand-in for the executor's state: 3 s asked, it returns when `wait` turns false, or once a
+    job in flight has all its outputs (3 times)."""
     from types import SimpleNamespace
 
     from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 
     slurm.check_soon_and_end_at_once()
     slurm.check_soon_and_end_at_once()  # twice is once
-    monkeypatch.setattr(slurm, "OUTPUTS_POLL_S", 0.5)  # 2 s on a cluster: shorter here to keep the test short
+    # 2 s on a cluster: shorter here to keep the test short
+    monkeypatch.setattr(slurm, "OUTPUTS_POLL_S", 0.5)
     output = tmp_path / "result.json"
     job = SimpleNamespace(external_jobid="7", job=SimpleNamespace(output=[str(output)]))
     executor = SimpleNamespace(wait=True, next_seconds_between_status_checks=3, active_jobs=[job])

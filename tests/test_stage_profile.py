@@ -1,6 +1,7 @@
-"""Stage timing finds the costly functions by itself: a pure-Python pipeline with no Compose and
-no span, whose functions do fixed work per call, is profiled in its warm-up, and its two costliest functions come back
-named, each within 10 % of its cost measured alone in the same run; the profile stays out of the measured window."""
+"""Stage timing finds the costly functions by itself: a pure-Python pipeline with no Compose and no
+span, whose functions do fixed work per call, is profiled in its warm-up, and its two costliest
+functions come back named, each within 10 % of its cost measured alone in the same run; the profile
+stays out of the measured window."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ from feedbench.harness import profile as sample_profile
 from feedbench.harness.runner import run
 from helpers.cells import user_cell
 
-# A user's text pipeline, loaded by import path: __getitem__ tokenizes (a user helper and a str.split inside) and
-# normalizes; each function a busy loop of a fixed number of iterations (the test picks them, calibrated in this
-# run). Each sample also says whether a profiler was on while it was made (sys.getprofile), so the test sees which
-# batches were profiled, and what each function cost it alone: the CPU time of its call, in the process that made the
-# sample, next to the profiled ones (a shared VM's CPU time per loop drifted by 15 % between processes and minutes).
+# A user's text pipeline, loaded by import path: __getitem__ tokenizes (a user helper and a
+# str.split inside) and normalizes; each function a busy loop of a fixed number of iterations (the
+# test picks them, calibrated in this run). Each sample also says whether a profiler was on while it
+# was made (sys.getprofile), so the test sees which batches were profiled, and what each function
+# cost it alone: the CPU time of its call, in the process that made the sample, next to the profiled
+# ones (a shared VM's CPU time per loop drifted by 15 % between processes and minutes).
 USER_MODULE = "text_costs"
 USER_CODE = """
 import sys
@@ -85,7 +87,7 @@ def model(ctx):
 def step(model, batch, ctx):
     SEEN.append(batch[:, 2:].tolist())
     return model(batch).mean()
-"""
+"""  # noqa: E501
 COSTS_MS = {"tokenize": 3.0, "normalize": 1.5}
 
 
@@ -110,43 +112,70 @@ def test_the_two_costliest_functions_are_named_within_10_percent_and_only_the_wa
         sys.path.remove(user_module)
     loops = {name: loops_for(module, ms) for name, ms in COSTS_MS.items()}
     args = {"tokenize_loops": loops["tokenize"], "normalize_loops": loops["normalize"]}
-    knobs = user_cell(USER_MODULE, user_module, "Texts", dataset_args=args, device="cpu", stage_timing=True)
+    knobs = user_cell(
+        USER_MODULE, user_module, "Texts", dataset_args=args, device="cpu", stage_timing=True
+    )
     # 12 steps, 6 batches an epoch: the run crosses two epoch boundaries, where new workers start
-    knobs.update(batch_size=8, num_workers=workers, warmup_steps=4, steps=12, torch_threads=1, monitor_interval_s=5)
-    run(knobs, str(tmp_path / "out"))  # as the bench job runs it: the user's module imported by its path
+    knobs.update(
+        batch_size=8,
+        num_workers=workers,
+        warmup_steps=4,
+        steps=12,
+        torch_threads=1,
+        monitor_interval_s=5,
+    )
+    # as the bench job runs it: the user's module imported by its path
+    run(knobs, str(tmp_path / "out"))
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok", result["error"]
     jsonschema.validate(result, schema())
 
-    # Worker 0 makes batches 0, 2, 4, ... of 2 workers: it profiles its two of the four warm-up batches; the main
-    # process all four. No batch of the measured window, nor of a later epoch's new workers, was made under it.
+    # Worker 0 makes batches 0, 2, 4, ... of 2 workers: it profiles its two of the four warm-up
+    # batches; the main process all four. No batch of the measured window, nor of a later epoch's
+    # new workers, was made under it.
     seen = sys.modules[USER_MODULE].SEEN
     profiled = [True, False, True, False] if workers else [True] * 4
     assert [any(s[0] for s in batch) for batch in seen] == profiled + [False] * 12
-    # What each function cost alone: its CPU time in the samples made between the profiled ones, in the same process.
-    between = [s for batch, on in zip(seen, profiled, strict=False) if on for s in batch if not s[0]]
-    alone = {"tokenize": statistics.fmean(s[1] for s in between), "normalize": statistics.fmean(s[2] for s in between)}
+    # What each function cost alone: its CPU time in the samples made between the profiled ones, in
+    # the same process.
+    between = [
+        s for batch, on in zip(seen, profiled, strict=False) if on for s in batch if not s[0]
+    ]
+    alone = {
+        "tokenize": statistics.fmean(s[1] for s in between),
+        "normalize": statistics.fmean(s[2] for s in between),
+    }
     profile = result["metrics"]["stages"]["profile"]
-    assert profile["samples"] == 4 * sum(profiled)  # every other sample: those between timed without the profiler
+    # every other sample: those between timed without the profiler
+    assert profile["samples"] == 4 * sum(profiled)
     assert profile["process"] == ("worker 0" if workers else "main")
 
     named = profile["functions"]
     assert [f["name"] for f in named[:2]] == ["text_costs:tokenize", "text_costs:normalize"], named
-    assert named[2]["name"] == "text_costs:Texts.__getitem__"  # the rest of __getitem__ (str formatting, a tensor)
-    assert not any("spin" in f["name"] or "_lookup" in f["name"] or "split" in f["name"] for f in named)
+    # the rest of __getitem__ (str formatting, a tensor)
+    assert named[2]["name"] == "text_costs:Texts.__getitem__"
+    assert not any(
+        "spin" in f["name"] or "_lookup" in f["name"] or "split" in f["name"] for f in named
+    )
     for f in named[:2]:
         assert f["ms"] == pytest.approx(alone[f["name"].split(":")[1]], rel=0.1), (f, alone)
     total = profile["cpu_ms_per_sample"]
     assert sum(f["share"] for f in named) <= 1.0 + 1e-9
     assert named[0]["share"] == pytest.approx(named[0]["ms"] / total)
 
-    # The summary row carries them, and the verdict's sentence names the tokenizer, with nothing marked.
+    # The summary row carries them, and the verdict's sentence names the tokenizer, with nothing
+    # marked.
     rows = stages_rows(result, str(tmp_path / "out" / "result.json"))
     said = stages.culprit(rows)
-    assert said.startswith(f"{100 * named[0]['share']:.0f} % of a sample's loader CPU time is in text_costs:tokenize ")
+    assert said.startswith(
+        f"{100 * named[0]['share']:.0f} % of a sample's loader CPU time is in text_costs:tokenize "
+    )
     assert ", " in said and "% in text_costs:normalize" in said
     assert said.endswith(", outside the named stages (stage_functions makes it one)")
-    assert [f["name"] for f in stages.function_rows(rows)][:2] == ["text_costs:tokenize", "text_costs:normalize"]
+    assert [f["name"] for f in stages.function_rows(rows)][:2] == [
+        "text_costs:tokenize",
+        "text_costs:normalize",
+    ]
 
 
 def stages_rows(result: dict, path: str):
@@ -171,12 +200,14 @@ class Words:
     def __getitem__(self, index):
         text = "the quick brown fox " * 200
         ids = tokenize(text)
-        ordered = sorted(text.split(), key=by_length)  # user code called through a builtin: named on its own
+        # user code called through a builtin: named on its own
+        ordered = sorted(text.split(), key=by_length)
         return torch.tensor([len(ids), len(ordered), index]), json_module.dumps(ids[:4])
 
 
 def test_each_named_function_is_the_outermost_of_the_users_code_below_getitem():
-    data = torch.utils.data.Subset(Words(), [0, 1, 2])  # torch's wrapper above the user's __getitem__
+    # torch's wrapper above the user's __getitem__
+    data = torch.utils.data.Subset(Words(), [0, 1, 2])
     profiler = cProfile.Profile(time.thread_time)
     profiler.enable()
     for i in range(3):
@@ -184,9 +215,12 @@ def test_each_named_function_is_the_outermost_of_the_users_code_below_getitem():
     profiler.disable()
     times, total = sample_profile.attribute(profiler.getstats())
     here = __name__
-    assert set(times) == {f"{here}:tokenize", f"{here}:by_length", f"{here}:Words.__getitem__"}, times
+    assert set(times) == {f"{here}:tokenize", f"{here}:by_length", f"{here}:Words.__getitem__"}, (
+        times
+    )
     assert sum(times.values()) <= total * (1 + 1e-9)
-    assert times[f"{here}:tokenize"] > times[f"{here}:by_length"]  # 800 words twice over against one len each
+    # 800 words twice over against one len each
+    assert times[f"{here}:tokenize"] > times[f"{here}:by_length"]
 
 
 def test_library_code_is_the_standard_library_torch_and_feedbench():
@@ -194,7 +228,8 @@ def test_library_code_is_the_standard_library_torch_and_feedbench():
 
     assert all(sample_profile.is_library(m.__file__) for m in (json_module, torch, sample_profile))
     assert sample_profile.is_library("<frozen importlib._bootstrap>")
-    assert not sample_profile.is_library(numpy.__file__)  # an installed package is the user's: it is named
+    # an installed package is the user's: it is named
+    assert not sample_profile.is_library(numpy.__file__)
     assert not sample_profile.is_library(__file__)
 
 
@@ -203,13 +238,18 @@ def test_no_profile_where_it_could_not_stay_out_of_the_window():
     from feedbench.harness.profile import sample_profile
 
     assert sample_profile(parse_cell({"warmup_steps": 0, "stage_timing": True})) is None
-    assert sample_profile(parse_cell({"num_workers": 2, "in_order": False, "stage_timing": True})) is None
+    assert (
+        sample_profile(parse_cell({"num_workers": 2, "in_order": False, "stage_timing": True}))
+        is None
+    )
     three = sample_profile(parse_cell({"num_workers": 2, "warmup_steps": 5, "stage_timing": True}))
     assert (three.batches, three.worker) == (3, 0)  # batches 0, 2, 4 of the 5 warm-up ones
 
 
 def test_the_benchmark_runs_at_its_smallest_size(capsys, monkeypatch):
-    benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+    benchmarks = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"
+    )
     monkeypatch.syspath_prepend(benchmarks)  # its `import _checkout`, as when it runs from there
     path = os.path.join(benchmarks, "stage_profile.py")
     spec = importlib.util.spec_from_file_location("stage_profile_benchmark", path)

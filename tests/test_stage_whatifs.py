@@ -1,7 +1,8 @@
-"""Stage what-ifs run and predicted (issue #23, parts 3 and 4): cache_after, skip_stages and device_stages run through
-real Snakemake on the known-cost pipeline of test_stages (its transforms as torchvision v2 ones), each predicted from
-the baseline cell's stage profile within 10 % of its measurement, the report showing both, the error and the trades;
-and each bad input as its one line."""
+"""Stage what-ifs run and predicted (issue #23, parts 3 and 4): cache_after, skip_stages and
+device_stages run through real Snakemake on the known-cost pipeline of test_stages (its transforms
+as torchvision v2 ones), each predicted from the baseline cell's stage profile within 10 % of its
+measurement, the report showing both, the error and the trades; and each bad input as its one
+line."""
 
 from __future__ import annotations
 
@@ -31,11 +32,13 @@ from helpers.snakemake_run import run_snakemake, workflow_copy
 from test_stages import COSTS, USER_MODULE
 from test_stages import USER_CODE as V1_CODE
 
-# The known costs of test_stages (Crop 2 ms, Jitter 4 ms in the Compose; tokenize 1.5 ms and 3 ms unattributed outside
-# it), with the Compose's two transforms also as torchvision v2 ones, which device_stages can move. Each cost is a sleep
-# here, not a busy-wait: the cells of a prediction run one after the other, and a busy-wait overshoots by what the
-# machine's other load takes from it then (on a 2-core machine at load 7, 20 % between two cells), a sleep less. Each
-# is SCALE times longer than in test_stages: what a loaded machine adds to each wait (its wake-up) is then a small part.
+# The known costs of test_stages (Crop 2 ms, Jitter 4 ms in the Compose; tokenize 1.5 ms and 3 ms
+# unattributed outside it), with the Compose's two transforms also as torchvision v2 ones, which
+# device_stages can move. Each cost is a sleep here, not a busy-wait: the cells of a prediction run
+# one after the other, and a busy-wait overshoots by what the machine's other load takes from it
+# then (on a 2-core machine at load 7, 20 % between two cells), a sleep less. Each is SCALE times
+# longer than in test_stages: what a loaded machine adds to each wait (its wake-up) is then a small
+# part.
 SCALE = 4
 V2_CODE = f"""
 
@@ -117,7 +120,7 @@ class Texts(Dataset):  # text through a Compose, then work of its own on what th
 
 def build_texts(ctx, n=16):
     return Texts(n)
-"""
+"""  # noqa: E501
 
 BASE = {
     "dataset": "known_costs:build_v2",
@@ -127,13 +130,24 @@ BASE = {
     "num_workers": 0,
     "stage_timing": True,
 }
-DEFAULTS = {"repeats": 1, "steps": 20, "warmup_steps": 2, "device": "cpu", "torch_threads": 1, "monitor_interval_s": 5}
+DEFAULTS = {
+    "repeats": 1,
+    "steps": 20,
+    "warmup_steps": 2,
+    "device": "cpu",
+    "torch_threads": 1,
+    "monitor_interval_s": 5,
+}
 EXPERIMENT = {
     "title": "What if a stage of the known-cost pipeline went?",
     "ceilings": True,
     "base": BASE,
     "matrix": {"cache_after": [None, "JitterV2"]},
-    "include": [{"skip_stages": ["CropV2"]}, {"device_stages": "JitterV2"}, {"cache_after": "Spell"}],
+    "include": [
+        {"skip_stages": ["CropV2"]},
+        {"device_stages": "JitterV2"},
+        {"cache_after": "Spell"},
+    ],
 }
 
 
@@ -149,12 +163,16 @@ def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     write_user_module(project, USER_MODULE, USER_CODE)
     config = {"python_path": ["src"], "defaults": DEFAULTS, "experiments": {"whatif": EXPERIMENT}}
     (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    done = run_snakemake(workflow, workdir, "--cores", "1", "--configfile", str(project / "config.yaml"))
+    done = run_snakemake(
+        workflow, workdir, "--cores", "1", "--configfile", str(project / "config.yaml")
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     with open(workdir / "results" / "summary.csv") as f:
         rows = {r["cell"]: r for r in csv.DictReader(f) if r["experiment"] == "whatif"}
     assert len(rows) == 5 and all(r["status"] == "ok" for r in rows.values()), rows
-    whatifs = {cell: r for cell, r in rows.items() if r["predicted_from"].startswith("stage what-if")}
+    whatifs = {
+        cell: r for cell, r in rows.items() if r["predicted_from"].startswith("stage what-if")
+    }
     assert len(whatifs) == 4, {cell: r["predicted_from"] for cell, r in rows.items()}
     for cell, row in whatifs.items():
         assert abs(float(row["prediction_error_pct"])) <= 10, (
@@ -163,29 +181,47 @@ def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
             row["predicted_samples_per_s"],
         )
     trades = {cell: row["whatif_trades"] for cell, row in whatifs.items()}
-    assert any(t.startswith("cache of ") and t.endswith("in memory, per process") for t in trades.values()), trades
+    assert any(
+        t.startswith("cache of ") and t.endswith("in memory, per process") for t in trades.values()
+    ), trades
     assert any(t == "changes the data: CropV2 skipped" for t in trades.values()), trades
     assert any(t == "JitterV2 run on the batch after the copy" for t in trades.values()), trades
     device = next(r for r in whatifs.values() if r["device_stages"] == "JitterV2")
-    assert float(device["whatif_device_ms"]) >= SCALE * COSTS["Jitter"] * 0.99  # once per batch, on the batch
+    # once per batch, on the batch
+    assert float(device["whatif_device_ms"]) >= SCALE * COSTS["Jitter"] * 0.99
     summary = read_summary(str(workdir / "results" / "summary.csv"))
     ours = summary[summary["experiment"] == "whatif"].copy()
-    assert summarize_experiment(ours, EXPERIMENT["matrix"])["best"]["cell"] == "cache_after-JitterV2"
+    assert (
+        summarize_experiment(ours, EXPERIMENT["matrix"])["best"]["cell"] == "cache_after-JitterV2"
+    )
     skipped = ours["skip_stages"] != "[]"
-    ours.loc[skipped, "samples_per_s"] *= 10  # a skip that measured other data is never the best configuration
-    assert summarize_experiment(ours, EXPERIMENT["matrix"])["best"]["cell"] == "cache_after-JitterV2"
-    html = without_tags((workdir / "results" / "report" / "index.html").read_text())  # as read: no glossary links
+    # a skip that measured other data is never the best configuration
+    ours.loc[skipped, "samples_per_s"] *= 10
+    assert (
+        summarize_experiment(ours, EXPERIMENT["matrix"])["best"]["cell"] == "cache_after-JitterV2"
+    )
+    # as read: no glossary links
+    html = without_tags((workdir / "results" / "report" / "index.html").read_text())
     assert "Stage what-ifs (cells run with" in html and "4 cells, median error" in html
     assert all(f"what-if: {t}" in html for t in trades.values())
-    assert "on the device" in html and "cached after it" in html  # the baseline's top stages, predicted
-    assert rows["cache_after-Spell"]["whatif_trades"] == "cache of 1.0 KB in memory, per process"  # 64 x 4 floats
+    # the baseline's top stages, predicted
+    assert "on the device" in html and "cached after it" in html
+    # 64 x 4 floats
+    assert rows["cache_after-Spell"]["whatif_trades"] == "cache of 1.0 KB in memory, per process"
     table = {(r["stage"], r["what"]) for r in experiment_table(ours)}
-    assert {("Spell", "cached after it"), ("JitterV2", "on the device"), ("CropV2", "on the device")} <= table
-    assert ("Spell", "on the device") not in table, table  # a Python function of the sample never moves
-    # Every cell's warm-up was profiled too (harness/profile.py): the user's functions, named in the summary and the
-    # report's table; the measured figures above held beside it.
+    assert {
+        ("Spell", "cached after it"),
+        ("JitterV2", "on the device"),
+        ("CropV2", "on the device"),
+    } <= table
+    # a Python function of the sample never moves
+    assert ("Spell", "on the device") not in table, table
+    # Every cell's warm-up was profiled too (harness/profile.py): the user's functions, named in the
+    # summary and the report's table; the measured figures above held beside it.
     named = [json.loads(r["stage_profile"]) for r in rows.values()]
-    assert all(any(name.startswith("known_costs:") for name, _, _ in found) for found in named), named
+    assert all(any(name.startswith("known_costs:") for name, _, _ in found) for found in named), (
+        named
+    )
     assert "The costliest functions of each cell's loader" in html and "known_costs:" in html
 
 
@@ -225,7 +261,8 @@ def test_the_first_pass_caches_and_later_samples_start_after_it(user_module, tmp
     assert (tmp_path / whatif.CACHE_FILE).exists()
     assert [type(t).__name__ for t in dataset.transform.transforms] == ["Cached", "JitterV2"]
     x, _spent = cached[3]
-    assert torch.equal(x, torch.full((4,), 4.5))  # the cached crop of sample 3, jittered after it, then spelled
+    # the cached crop of sample 3, jittered after it, then spelled
+    assert torch.equal(x, torch.full((4,), 4.5))
 
 
 def test_a_decorated_function_is_cached_per_sample_and_not_run_again(user_module):
@@ -236,9 +273,11 @@ def test_a_decorated_function_is_cached_per_sample_and_not_run_again(user_module
     before = calls["Spell"]
     for index in range(8):
         x, _spent = cached[index]
-        assert torch.equal(x, torch.full((4,), index + 1.5))  # cropped, jittered, spelled: as the function gave it
+        # cropped, jittered, spelled: as the function gave it
+        assert torch.equal(x, torch.full((4,), index + 1.5))
     assert calls["Spell"] == before  # the function did not run: its output came from the cache
-    assert torch.equal(_module(user_module).spell(torch.zeros(4)), torch.full((4,), 0.5))  # outside a sample: run
+    # outside a sample: run
+    assert torch.equal(_module(user_module).spell(torch.zeros(4)), torch.full((4,), 0.5))
     assert calls["Spell"] == before + 1
 
 
@@ -252,8 +291,9 @@ def test_a_skipped_function_returns_its_one_argument(user_module):
 
 
 def test_a_cache_in_the_middle_of_a_compose_gives_the_dataset_what_it_expects_after_it(user_module):
-    """cache_after a middle member, with the dataset's own code after its Compose: the first pass runs the rest of
-    the Compose too (it crashed in the user's __getitem__ when the Compose gave the cached stage's output)."""
+    """cache_after a middle member, with the dataset's own code after its Compose: the first pass
+    runs the rest of the Compose too (it crashed in the user's __getitem__ when the Compose gave the
+    cached stage's output)."""
     dataset = _module(user_module).build_texts(None, n=8)
     cached, plan = whatif.apply(_cell(user_module, cache_after="Tokenize"), dataset, None)
     assert plan.facts["cached"] == ["Lower", "Tokenize"]
@@ -271,27 +311,47 @@ def test_a_first_pass_that_fails_says_so(user_module):
 
     with pytest.raises(ValueError) as error:
         whatif.apply(_cell(user_module, cache_after="Tokenize"), Fails(8), None)
-    assert str(error.value) == "cache_after 'Tokenize': its first pass failed at sample 5: no text for sample 5"
+    assert (
+        str(error.value) == "cache_after 'Tokenize': its first pass failed at sample 5: "
+        "no text for sample 5"
+    )
 
 
-def test_only_stages_that_took_and_gave_tensors_get_an_on_device_row(run_cell, user_module, tmp_path):
-    """The report's "on the device" what-if: for a stage from which on the sampled call took and gave tensors
-    (Scale), never for a Python tokenizer (Tokenize: a string in, a list out) or what comes before it."""
-    knobs = {**BASE, "dataset": "known_costs:build_texts", "python_path": [user_module], "steps": 3, "warmup_steps": 1}
+def test_only_stages_that_took_and_gave_tensors_get_an_on_device_row(
+    run_cell, user_module, tmp_path
+):
+    """The report's "on the device" what-if: for a stage from which on the sampled call took and
+    gave tensors (Scale), never for a Python tokenizer (Tokenize: a string in, a list out) or what
+    comes before it."""
+    knobs = {
+        **BASE,
+        "dataset": "known_costs:build_texts",
+        "python_path": [user_module],
+        "steps": 3,
+        "warmup_steps": 1,
+    }
     code, result = run_cell(**knobs, torch_threads=1)
     assert code == 0 and result["status"] == "ok", result["error"]
     found = result["metrics"]["stages"]
-    assert found["order"] == ["Lower", "Tokenize", "Pad", "Scale"] and found["on_device"] == ["Scale"]
+    assert found["order"] == ["Lower", "Tokenize", "Pad", "Scale"] and found["on_device"] == [
+        "Scale"
+    ]
     assert "functions" not in found  # no @feedbench.stage function ran
     rows = pd.DataFrame([result_row(record_of(result, str(tmp_path / "result.json")))])
-    table = {(r["stage"], r["what"]) for r in whatifs.table(rows, result["cell"], (1000.0, 1000.0), (None, None))}
+    table = {
+        (r["stage"], r["what"])
+        for r in whatifs.table(rows, result["cell"], (1000.0, 1000.0), (None, None))
+    }
     assert ("Tokenize", "cached after it") in table and ("Tokenize", "costs nothing") in table
     assert {stage for stage, what in table if what == "on the device"} <= {"Scale"}, table
 
 
 def test_skip_drops_the_stage_and_says_the_data_changed(user_module):
-    dataset = _dataset(user_module, v2=False)  # a v1 Compose: skip_stages and cache_after work there too
-    _same, plan = whatif.apply(_cell(user_module, dataset="known_costs:build", skip_stages=["Jitter"]), dataset, None)
+    # a v1 Compose: skip_stages and cache_after work there too
+    dataset = _dataset(user_module, v2=False)
+    _same, plan = whatif.apply(
+        _cell(user_module, dataset="known_costs:build", skip_stages=["Jitter"]), dataset, None
+    )
     assert [type(t).__name__ for t in dataset.transform.transforms] == ["Crop"]
     assert plan.facts["trades"] == ["changes the data: Jitter skipped"]
     assert torch.equal(dataset[2][0], torch.full((4,), 2.0))  # not jittered
@@ -302,28 +362,31 @@ def test_skip_drops_the_stage_and_says_the_data_changed(user_module):
     [
         (
             {"skip_stages": ["Blur"]},
-            "knob 'skip_stages': the cell's pipeline has no stage 'Blur'; allowed: CropV2, JitterV2, Spell, Mix",
+            "knob 'skip_stages': the cell's pipeline has no stage 'Blur'; allowed: CropV2, "
+            "JitterV2, Spell, Mix",
         ),
         (
             {"cache_after": "tokenize"},
-            "knob 'cache_after': stage 'tokenize' is a `with feedbench.stage` span, a block of code whose output "
-            "feedbench cannot take; allowed: @feedbench.stage('tokenize') on a function that does its work, or one "
-            "of CropV2, JitterV2, Spell, Mix",
+            "knob 'cache_after': stage 'tokenize' is a `with feedbench.stage` span, a block of "
+            "code whose output feedbench cannot take; allowed: @feedbench.stage('tokenize') on a "
+            "function that does its work, or one of CropV2, JitterV2, Spell, Mix",
         ),
         (
             {"skip_stages": ["Mix"]},
-            "knob 'skip_stages': stage 'Mix' (known_costs.mix) takes (x, weight), and a skipped function returns its "
-            "one argument; allowed: a stage whose function takes one argument, or cache_after 'Mix'",
+            "knob 'skip_stages': stage 'Mix' (known_costs.mix) takes (x, weight), and a skipped "
+            "function returns its one argument; allowed: a stage whose function takes one "
+            "argument, or cache_after 'Mix'",
         ),
         (
             {"device_stages": "Spell"},
-            "knob 'device_stages': stage 'Spell' is a @feedbench.stage function; only a Compose's stages move to the "
-            "batch; allowed: CropV2, JitterV2",
+            "knob 'device_stages': stage 'Spell' is a @feedbench.stage function; only a "
+            "Compose's stages move to the batch; allowed: CropV2, JitterV2",
         ),
         (
             {"device_stages": "Jitter", "dataset": "known_costs:build"},
-            "knob 'device_stages': stage 'Jitter' (known_costs.Jitter) is not a torchvision v2 transform; allowed: "
-            "a stage from which on every transform is a torchvision.transforms.v2 one",
+            "knob 'device_stages': stage 'Jitter' (known_costs.Jitter) is not a torchvision v2 "
+            "transform; allowed: a stage from which on every transform is a "
+            "torchvision.transforms.v2 one",
         ),
     ],
     ids=["unknown-stage", "span", "not-v2", "skip-two-arguments", "function-to-device"],
@@ -340,15 +403,15 @@ def test_a_stream_has_no_index_to_cache_by_nor_a_sample_drawn_ahead(user_module)
     with pytest.raises(KnobError) as error:
         whatif.apply(_cell(user_module, cache_after="Crop"), stream, None)
     assert str(error.value) == (
-        "knob 'cache_after': an IterableDataset has no index to cache its samples by; allowed: null, or a map-style "
-        "dataset"
+        "knob 'cache_after': an IterableDataset has no index to cache its samples by; allowed: "
+        "null, or a map-style dataset"
     )
     with pytest.raises(KnobError) as error:
         whatif.apply(_cell(user_module, skip_stages=["Spell"]), stream, None)
     assert str(error.value) == (
-        "knob 'skip_stages': stage 'Spell' is a @feedbench.stage function, found in a sample only, and no sample was "
-        "drawn ahead of the loader (an IterableDataset's would change what it yields, or the first sample failed); "
-        "allowed: Crop, Jitter"
+        "knob 'skip_stages': stage 'Spell' is a @feedbench.stage function, found in a sample "
+        "only, and no sample was drawn ahead of the loader (an IterableDataset's would change "
+        "what it yields, or the first sample failed); allowed: Crop, Jitter"
     )
 
 
@@ -360,26 +423,41 @@ def test_a_cache_over_its_limit_fails_its_cell_with_one_line(user_module, tmp_pa
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] != "ok"
     assert result["error"]["message"] == (
-        "knob 'cache_limit_mb': the cache after 'CropV2' outgrew its 64 bytes at sample 5 of 16 (about 256 bytes for "
-        "all); allowed: a larger cache_limit_mb, or cache_after a stage whose output is smaller"
+        "knob 'cache_limit_mb': the cache after 'CropV2' outgrew its 64 bytes at sample 5 of 16 "
+        "(about 256 bytes for all); allowed: a larger cache_limit_mb, or cache_after a stage "
+        "whose output is smaller"
     )
 
 
 def test_a_what_if_on_a_dataset_without_stages_stops_at_plan_time():
     config = {
         "defaults": {"device": "cpu"},
-        "experiments": {"e": {"base": {"dataset": "synthetic", "model": "mlp"}, "matrix": {"cache_after": ["decode"]}}},
+        "experiments": {
+            "e": {
+                "base": {"dataset": "synthetic", "model": "mlp"},
+                "matrix": {"cache_after": ["decode"]},
+            }
+        },
     }
     validate_config(config, "config/schema.yaml")
     with pytest.raises(ConfigError) as error:
         build_cells(config, check=True)
     assert (
-        "dataset 'synthetic' has no stages to change; allowed: null, or a dataset whose samples pass a torchvision"
-        in (str(error.value))
+        "dataset 'synthetic' has no stages to change; allowed: null, or a dataset whose samples "
+        "pass a torchvision" in (str(error.value))
     )
     assert "\n" not in str(error.value)
-    with pytest.raises(KnobError, match=r"^knob 'device_stages': decoder 'torchvision-cuda' runs no stage"):
-        parse_cell({"dataset": "images", "data_dir": ".", "decoder": "torchvision-cuda", "device_stages": "Normalize"})
+    with pytest.raises(
+        KnobError, match=r"^knob 'device_stages': decoder 'torchvision-cuda' " r"runs no stage"
+    ):
+        parse_cell(
+            {
+                "dataset": "images",
+                "data_dir": ".",
+                "decoder": "torchvision-cuda",
+                "device_stages": "Normalize",
+            }
+        )
 
 
 @pytest.mark.parametrize("stage", ["read", "decode", "RandomResizedCrop"])
@@ -409,9 +487,9 @@ def test_the_built_in_images_cache_after_read_decode_or_a_transform(tmp_path, st
     ]
     cached, plan = whatif.apply(cell, dataset, None)
     assert plan.facts["cached"] == names[: names.index(stage) + 1]
-    assert ("random stage cached: augmentation fixed (RandomResizedCrop)" in plan.facts["trades"]) == (
-        stage == "RandomResizedCrop"
-    )
+    assert (
+        "random stage cached: augmentation fixed (RandomResizedCrop)" in plan.facts["trades"]
+    ) == (stage == "RandomResizedCrop")
     for index in range(len(cached)):
         x, label = cached[index]
         assert x.shape == (3, 16, 16) and x.dtype == torch.float32 and label in (0, 1)
@@ -426,9 +504,12 @@ def test_the_what_if_model_takes_the_stages_out_of_the_workers_and_adds_the_devi
     assert taken_out(order, "cache_after", "decode") == ["read", "decode"]
     assert taken_out(order, "device_stages", "ToTensor") == ["ToTensor", "Normalize"]
     assert taken_out(order, "skip_stages", ["Normalize"]) == ["Normalize"]
-    assert crossing_bytes(4000, ["ToTensor", "Normalize"]) == 1000 and crossing_bytes(4000, ["Normalize"]) == 4000
-    # A loader of 100 samples/s whose workers spend 10 ms a sample: 4 ms out, so 10 / 6 x 100; compute 1000/s plus
-    # 0.5 ms a sample on the device; with 2 workers the slower side bounds it.
+    assert (
+        crossing_bytes(4000, ["ToTensor", "Normalize"]) == 1000
+        and crossing_bytes(4000, ["Normalize"]) == 4000
+    )
+    # A loader of 100 samples/s whose workers spend 10 ms a sample: 4 ms out, so 10 / 6 x 100;
+    # compute 1000/s plus 0.5 ms a sample on the device; with 2 workers the slower side bounds it.
     predicted, bound, terms = predict_whatif((100, 1000), 2, 8, 10.0, 4.0, 0.5)
     assert terms["loader_per_s"] == pytest.approx(100 * 10 / 6)
     assert predicted == pytest.approx(predict(100 * 10 / 6, 1 / (1 / 1000 + 0.0005), 2, 8)[0])
@@ -463,9 +544,18 @@ def step64(model, batch, ctx):
 def _random_cell(run_cell, module, device: str | None):
     with open(f"{module}/known_costs.py", "a") as f:
         f.write(RANDOM_V2)
-    knobs = {**BASE, "dataset": "known_costs:build_flips", "model": "known_costs:model64", "step": "known_costs:step64"}
+    knobs = {
+        **BASE,
+        "dataset": "known_costs:build_flips",
+        "model": "known_costs:model64",
+        "step": "known_costs:step64",
+    }
     knobs.update(
-        python_path=[module], device_stages="RandomHorizontalFlip", steps=3, warmup_steps=1, stage_timing=False
+        python_path=[module],
+        device_stages="RandomHorizontalFlip",
+        steps=3,
+        warmup_steps=1,
+        stage_timing=False,
     )
     return run_cell(**knobs, **({"device": device} if device else {}))
 
@@ -474,7 +564,10 @@ def test_a_random_device_stage_draws_per_batch_and_says_so(run_cell, user_module
     code, result = _random_cell(run_cell, user_module, None)
     assert code == 0 and result["status"] == "ok", result["error"]
     found = result["metrics"]["whatif"]
-    assert found["device_stages"] == ["RandomHorizontalFlip", "ToDtype"] and found["device_ms_per_batch"] > 0
+    assert (
+        found["device_stages"] == ["RandomHorizontalFlip", "ToDtype"]
+        and found["device_ms_per_batch"] > 0
+    )
     assert found["trades"] == [
         "RandomHorizontalFlip, ToDtype run on the batch after the copy",
         "per-sample random transform applied per batch (RandomHorizontalFlip)",
@@ -484,7 +577,8 @@ def test_a_random_device_stage_draws_per_batch_and_says_so(run_cell, user_module
 @pytest.mark.gpu
 def test_device_stages_run_on_the_gpu(run_cell, user_module):
     code, result = _random_cell(run_cell, user_module, "cuda")
-    assert code == 0 and result["status"] == "ok", result["error"]  # the step asserts its batch is on the GPU
+    # the step asserts its batch is on the GPU
+    assert code == 0 and result["status"] == "ok", result["error"]
     assert result["metrics"]["whatif"]["device_ms_per_batch"] > 0  # CUDA events
 
 
@@ -499,19 +593,25 @@ def test_a_user_dataset_without_a_compose_has_no_stage_to_name(user_module):
     with pytest.raises(KnobError) as error:
         whatif.apply(_cell(user_module, cache_after="Crop"), Plain(), None)
     assert str(error.value) == (
-        "knob 'cache_after': the cell's pipeline has no stage 'Crop'; allowed: none: the dataset has no torchvision "
-        "Compose, and its sample ran no @feedbench.stage function"
+        "knob 'cache_after': the cell's pipeline has no stage 'Crop'; allowed: none: the dataset "
+        "has no torchvision Compose, and its sample ran no @feedbench.stage function"
     )
 
 
 @pytest.mark.slow  # two spawned workers start torch, per case
 @pytest.mark.parametrize("stage, timed", [("CropV2", "Cached"), ("Spell", "Spell")])
 def test_spawned_workers_map_the_file_cache(run_cell, user_module, tmp_path, stage, timed):
-    """A spawned worker gets the cache's path, not its items, and maps the file itself (whatif.Store.__getstate__);
-    for a decorated stage, it also gets what replaces the function (whatif.CachedSamples.__setstate__)."""
+    """A spawned worker gets the cache's path, not its items, and maps the file itself
+    (whatif.Store.__getstate__); for a decorated stage, it also gets what replaces the function
+    (whatif.CachedSamples.__setstate__)."""
     knobs = {**BASE, "python_path": [user_module], "dataset_args": {"n": 16}, "num_workers": 2}
     code, result = run_cell(
-        **knobs, multiprocessing_context="spawn", cache_after=stage, cache_in="file", steps=2, warmup_steps=1
+        **knobs,
+        multiprocessing_context="spawn",
+        cache_after=stage,
+        cache_in="file",
+        steps=2,
+        warmup_steps=1,
     )
     assert code == 0 and result["status"] == "ok", result["error"]
     assert result["metrics"]["whatif"]["trades"] == ["cache of 256 bytes on disk (stage_cache.pt)"]
@@ -520,11 +620,13 @@ def test_spawned_workers_map_the_file_cache(run_cell, user_module, tmp_path, sta
     assert found["median_ms"] < SCALE * 3.0 / 2  # a lookup: Spell itself sleeps 12 ms
 
 
-def test_a_device_error_reading_the_device_stages_time_still_writes_the_result(run_cell, user_module, monkeypatch):
-    """N6 (#35): the device stages' time is read from CUDA events after the window, inside the runner's guarded read
-    of the device's clocks. Their read raising as after a CUDA error (here on the CPU, where it reads host times) keeps
-    what was measured: the result is written, the host phases and the what-if's facts are kept, the time is null, and
-    the adjustments say why."""
+def test_a_device_error_reading_the_device_stages_time_still_writes_the_result(
+    run_cell, user_module, monkeypatch
+):
+    """N6 (#35): the device stages' time is read from CUDA events after the window, inside the
+    runner's guarded read of the device's clocks. Their read raising as after a CUDA error (here on
+    the CPU, where it reads host times) keeps what was measured: the result is written, the host
+    phases and the what-if's facts are kept, the time is null, and the adjustments say why."""
 
     def unreadable(self, skip):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -534,8 +636,14 @@ def test_a_device_error_reading_the_device_stages_time_still_writes_the_result(r
     assert code == 0 and result["status"] == "ok", result["error"]
     assert result["metrics"]["steps"] == 3 and result["metrics"]["samples_per_s"] > 0
     found = result["metrics"]["whatif"]
-    assert found["device_stages"] == ["RandomHorizontalFlip", "ToDtype"] and found["device_ms_per_batch"] is None
+    assert (
+        found["device_stages"] == ["RandomHorizontalFlip", "ToDtype"]
+        and found["device_ms_per_batch"] is None
+    )
     assert any(
-        note.startswith("GPU phases not recorded: the device's clocks could not be read (RuntimeError: CUDA error")
+        note.startswith(
+            "GPU phases not recorded: the device's clocks could not be read "
+            "(RuntimeError: CUDA error"
+        )
         for note in result["adjustments"]
     )

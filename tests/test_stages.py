@@ -15,13 +15,15 @@ from feedbench.harness.runner import run
 from helpers.cells import user_cell
 from torch import nn
 
-# A user pipeline of known costs, loaded by import path: two Compose transforms, a feedbench.stage span and work of
-# its own in __getitem__ (unattributed), each a busy-wait on perf_counter (a sleep would not use the core). On a busy
-# machine a worker descheduled at a wait's end overshoots it, so each part also reports the wall time it really took,
-# in the sample itself (the unattributed one: the sample's wall time outside the other three): that is what was put
-# there, and what the stages must give back.
+# A user pipeline of known costs, loaded by import path: two Compose transforms, a feedbench.stage
+# span and work of its own in __getitem__ (unattributed), each a busy-wait on perf_counter (a sleep
+# would not use the core). On a busy machine a worker descheduled at a wait's end overshoots it, so
+# each part also reports the wall time it really took, in the sample itself (the unattributed one:
+# the sample's wall time outside the other three): that is what was put there, and what the stages
+# must give back.
 COSTS = {"Crop": 2.0, "Jitter": 4.0, "tokenize": 1.5, "unattributed": 3.0}
-USER_MODULE = "known_costs"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
+# USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
+USER_MODULE = "known_costs"
 USER_CODE = f"""
 import time
 
@@ -111,39 +113,52 @@ def model(ctx):
 def step(model, batch, ctx):
     SEEN.append({{name: ms.tolist() for name, ms in batch[1].items()}})
     return model(batch[0]).mean()
-"""
+"""  # noqa: E501
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_each_stage_and_the_unattributed_rest_come_back_within_5_percent(user_module, workers, tmp_path):
-    knobs = user_cell(USER_MODULE, user_module, device="cpu", batch_size=4, num_workers=workers, steps=16)
+def test_each_stage_and_the_unattributed_rest_come_back_within_5_percent(
+    user_module, workers, tmp_path
+):
+    knobs = user_cell(
+        USER_MODULE, user_module, device="cpu", batch_size=4, num_workers=workers, steps=16
+    )
     knobs.update(warmup_steps=1, torch_threads=1, monitor_interval_s=5, stage_timing=True)
-    run(knobs, str(tmp_path / "out"))  # as the bench job runs it: the user's module imported by its path
+    # as the bench job runs it: the user's module imported by its path
+    run(knobs, str(tmp_path / "out"))
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok", result["error"]
     timed = result["metrics"]["stages"]
     assert timed["samples"] == 64 and timed["batches"] == 16
     got = timed["stages"]
     assert set(got) == {*COSTS, "collate"}
-    measured = sys.modules["known_costs"].SEEN[1:]  # the measured steps' batches, after the warm-up one
+    # the measured steps' batches, after the warm-up one
+    measured = sys.modules["known_costs"].SEEN[1:]
     for name, ms in COSTS.items():
         put = [v for batch in measured for v in batch[name]]
         assert min(put) >= ms * 0.99
-        # The mean: a wait that overshot by a time slice makes the per-sample values two-humped on a busy machine,
-        # and a median then jumps between the humps; the mean moves only by what the stage really cost.
-        assert got[name]["mean_ms"] == pytest.approx(statistics.fmean(put), rel=0.05), (name, got[name])
+        # The mean: a wait that overshot by a time slice makes the per-sample values two-humped on a
+        # busy machine, and a median then jumps between the humps; the mean moves only by what the
+        # stage really cost.
+        assert got[name]["mean_ms"] == pytest.approx(statistics.fmean(put), rel=0.05), (
+            name,
+            got[name],
+        )
         assert got[name]["median_ms"] >= ms * 0.99
         assert got[name]["calls"] == 64
         assert got[name]["p99_ms"] >= got[name]["p90_ms"] >= got[name]["median_ms"]
     assert got["collate"]["calls"] == 16
-    with open(tmp_path / "out" / "steps.csv") as f:  # each step's batch: its samples' time in the worker
+    # each step's batch: its samples' time in the worker
+    with open(tmp_path / "out" / "steps.csv") as f:
         made = [float(row["worker_ms"]) for row in csv.DictReader(f)]
     assert len(made) == 16 and min(made) >= 4 * sum(COSTS.values()) * 0.99
     assert sum(s["share"] for s in got.values()) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(
-    "dataset, context", [("known_costs:build_stream", None), ("known_costs:build", "spawn")], ids=["stream", "spawn"]
+    "dataset, context",
+    [("known_costs:build_stream", None), ("known_costs:build", "spawn")],
+    ids=["stream", "spawn"],
 )
 def test_a_stream_and_spawned_workers_are_timed_too(user_module, tmp_path, dataset, context):
     knobs = {
@@ -165,7 +180,10 @@ def test_a_stream_and_spawned_workers_are_timed_too(user_module, tmp_path, datas
     assert result["status"] == "ok", result["error"]
     got = result["metrics"]["stages"]["stages"]
     assert set(got) == {*COSTS, "collate"}
-    assert all(got[name]["calls"] == 16 and got[name]["median_ms"] >= ms * 0.99 for name, ms in COSTS.items())
+    assert all(
+        got[name]["calls"] == 16 and got[name]["median_ms"] >= ms * 0.99
+        for name, ms in COSTS.items()
+    )
 
 
 def test_stage_is_a_no_op_outside_a_timed_sample():
@@ -203,11 +221,12 @@ def test_nested_spans_keep_their_own_time_and_repeated_names_are_numbered():
     assert summary["samples"] == 2 and summary["stages"]["outer"]["calls"] == 2
     total = sum(batch.timings["sample_s"])
     own = sum(sum(v) for v in batch.timings["stages"].values())
-    assert own == pytest.approx(total)  # every second of a sample in exactly one stage: nothing counted twice
+    # every second of a sample in exactly one stage: nothing counted twice
+    assert own == pytest.approx(total)
 
 
-# The batch the user's step receives, with stage timing on and off: the same structure, types and values; with no
-# workers, the very object the user's collate returned.
+# The batch the user's step receives, with stage timing on and off: the same structure, types and
+# values; with no workers, the very object the user's collate returned.
 class Records(torch.utils.data.Dataset):
     def __len__(self):
         return 16
@@ -220,7 +239,13 @@ def _run(workers: int, on: bool):
     made, seen = [], []
 
     def collate(samples):
-        made.append({"x": torch.stack([s["x"] for s in samples]), "ids": [s["id"] for s in samples], "tag": ("a", 1)})
+        made.append(
+            {
+                "x": torch.stack([s["x"] for s in samples]),
+                "ids": [s["id"] for s in samples],
+                "tag": ("a", 1),
+            }
+        )
         return made[-1]
 
     def step(model, batch, ctx):
@@ -248,7 +273,9 @@ def _run(workers: int, on: bool):
 
 
 def _shape(batch):
-    return {k: (type(v), v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+    return {
+        k: (type(v), v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()
+    }
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -265,9 +292,18 @@ def test_the_summary_has_a_column_per_stage_and_statistic():
     from feedbench.analysis.aggregate import result_row
     from feedbench.core.records import record_of
 
-    stats = {"mean_ms": 2.5, "median_ms": 2.0, "p90_ms": 3.0, "p99_ms": 4.0, "share": 0.5, "calls": 8}
+    stats = {
+        "mean_ms": 2.5,
+        "median_ms": 2.0,
+        "p90_ms": 3.0,
+        "p99_ms": 4.0,
+        "share": 0.5,
+        "calls": 8,
+    }
     timed = {"samples": 8, "batches": 2, "worker_ms_per_sample": 5.0, "stages": {"decode": stats}}
-    row = result_row(record_of({"status": "ok", "metrics": {"steps": 2, "stages": timed}}, "result.json"))
+    row = result_row(
+        record_of({"status": "ok", "metrics": {"steps": 2, "stages": timed}}, "result.json")
+    )
     assert row["stage_worker_ms"] == 5.0
     assert {k: v for k, v in row.items() if k.startswith("stage_decode_")} == {
         "stage_decode_ms": 2.0,
@@ -280,7 +316,8 @@ def test_the_summary_has_a_column_per_stage_and_statistic():
 
 
 def test_pin_memory_pins_the_users_batch_inside_and_keeps_the_timings(monkeypatch):
-    """The pin thread gets the StagedBatch: it must pin the batch as it would alone, and pass the floats."""
+    """The pin thread gets the StagedBatch: it must pin the batch as it would alone, and pass the
+    floats."""
     from torch.utils.data._utils.pin_memory import pin_memory
 
     pinned = []
@@ -291,7 +328,12 @@ def test_pin_memory_pins_the_users_batch_inside_and_keeps_the_timings(monkeypatc
 
     monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
     batch = {"x": torch.ones(2, 3), "ids": [1, 2]}
-    timings = {"sample_s": [0.1, 0.2], "stages": {"decode": [0.05, 0.06]}, "calls": {"decode": 2}, "collate_s": 0.01}
+    timings = {
+        "sample_s": [0.1, 0.2],
+        "stages": {"decode": [0.05, 0.06]},
+        "calls": {"decode": 2},
+        "collate_s": 0.01,
+    }
     out = pin_memory(stages.StagedBatch(batch, timings))
     assert isinstance(out, stages.StagedBatch) and out.timings == timings
     assert len(pinned) == 1 and pinned[0] is batch["x"]
@@ -304,13 +346,14 @@ from torchvision import datasets, transforms
 
 def build(root):  # the most common image dataset, as a user writes it: ImageFolder with its default loader
     return datasets.ImageFolder(root, transform=transforms.Compose([transforms.CenterCrop(24), transforms.ToTensor()]))
-"""
+"""  # noqa: E501
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_image_folders_read_and_decode_is_a_stage_of_its_own(tmp_path, workers):
-    """torchvision's ImageFolder (a DatasetFolder) reads and decodes each file in its `loader`: that is a stage of
-    its own, named by its function, before the Compose's, where it was unattributed."""
+    """torchvision's ImageFolder (a DatasetFolder) reads and decodes each file in its `loader`: that
+    is a stage of its own, named by its function, before the Compose's, where it was
+    unattributed."""
     from conftest import write_user_module
     from feedbench.harness.images import make_images
 
@@ -336,6 +379,9 @@ def test_an_image_folders_read_and_decode_is_a_stage_of_its_own(tmp_path, worker
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok", result["error"]
     got = result["metrics"]["stages"]["stages"]
-    assert set(got) == {"default_loader", "CenterCrop", "ToTensor", "unattributed", "collate"}, list(got)
+    assert set(got) == {"default_loader", "CenterCrop", "ToTensor", "unattributed", "collate"}, (
+        list(got)
+    )
     assert got["default_loader"]["calls"] == 4 * 5 and got["default_loader"]["mean_ms"] > 0
-    assert got["default_loader"]["share"] > got["unattributed"]["share"], got  # the decode is named, not the rest
+    # the decode is named, not the rest
+    assert got["default_loader"]["share"] > got["unattributed"]["share"], got

@@ -46,7 +46,9 @@ def test_with_loss_returns_the_loss_and_gradients_of_the_outside_loss(kind):
     inside = WithLoss(model, loss_fn)(*batch)
     assert inside.shape == (1,) and torch.allclose(inside[0], outside)
     inside.mean().backward()
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(_gradients(model), expected, strict=True))
+    assert all(
+        torch.allclose(a, b, atol=1e-6) for a, b in zip(_gradients(model), expected, strict=True)
+    )
 
 
 def _rank(rank: int, world: int, store: str, out: str) -> None:

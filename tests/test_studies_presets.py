@@ -10,7 +10,9 @@ import yaml
 from feedbench.plan.config import sized
 from feedbench.plan.matrix import build_cells
 
-PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "presets")
+PRESETS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "presets"
+)
 
 
 def cells(name: str, size: str) -> list:
@@ -33,7 +35,9 @@ def test_prefetch_builds_the_ray_benchmarks_model(size):
 @pytest.mark.parametrize("size", ["full", "small"])
 def test_datastall_train_cells_pin_and_copy_asynchronously(size):
     train = [c for c in cells("datastall", size) if knob(c, "scenario") == "train"]
-    assert train and all(knob(c, "pin_memory") is True and knob(c, "non_blocking") is True for c in train)
+    assert train and all(
+        knob(c, "pin_memory") is True and knob(c, "non_blocking") is True for c in train
+    )
 
 
 def test_breakdown_has_the_posts_q1_case_at_full_size_only():
@@ -52,7 +56,8 @@ def test_every_preset_cites_docs_studies():
 
 
 def test_nothing_in_the_repository_cites_a_path_outside_it():
-    """The studies' sources are in docs/studies.md; the notes the project started from are not in the repository."""
+    """The studies' sources are in docs/studies.md; the notes the project started from are not in
+    the repository."""
     root = os.path.dirname(PRESETS.rstrip(os.sep).rsplit(os.sep, 1)[0])
     outside = ["shared" + "/", "STUDIES" + ".md", "seeds" + "/"]
     files = subprocess.run(

@@ -1,4 +1,5 @@
-"""The scaling study: pytorch_throughput's estimators for the cells that reproduce it, weight decay, DDP on one node."""
+"""The scaling study: pytorch_throughput's estimators for the cells that reproduce it, weight decay,
+DDP on one node."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from test_views_scaling import RESNET, reference, row, summary, table
 
 
 def test_the_original_estimators_average_per_step_rates_after_the_first():
-    m = Measurement(step_starts=[10.0, 10.5, 10.8, 11.2], samples=[32, 32, 32, 32], completed=4, last_done=11.5)
+    m = Measurement(
+        step_starts=[10.0, 10.5, 10.8, 11.2], samples=[32, 32, 32, 32], completed=4, last_done=11.5
+    )
     steps = {
         "fwd": [400.0, 100.0, 200.0, 50.0],
         "bwd": [90.0, 150.0, 250.0, 100.0],
@@ -19,10 +22,17 @@ def test_the_original_estimators_average_per_step_rates_after_the_first():
         "step": [500, 300, 400, 300],
     }
     got = original_estimators(steps, m)
-    assert got["fwd_samples_per_s"] == pytest.approx(statistics.fmean([320.0, 160.0, 640.0]))  # the first step dropped
+    # the first step dropped
+    assert got["fwd_samples_per_s"] == pytest.approx(statistics.fmean([320.0, 160.0, 640.0]))
     assert got["bwd_samples_per_s"] == pytest.approx(statistics.fmean([160.0, 32 / 0.3, 200.0]))
-    assert got["samples_per_s"] == pytest.approx(128 / 1.5)  # all steps over host wall time, no final sync
-    assert original_estimators(steps, Measurement(step_starts=[1.0], samples=[32], completed=1, last_done=2.0)) is None
+    # all steps over host wall time, no final sync
+    assert got["samples_per_s"] == pytest.approx(128 / 1.5)
+    assert (
+        original_estimators(
+            steps, Measurement(step_starts=[1.0], samples=[32], completed=1, last_done=2.0)
+        )
+        is None
+    )
 
 
 def test_a_naive_cell_records_the_original_estimators(run_cell):
@@ -42,7 +52,9 @@ def test_a_naive_cell_records_the_original_estimators(run_cell):
     )
     assert code == 0 and result["status"] == "ok"
     est = result["metrics"]["original_estimators"]
-    assert est["fwd_samples_per_s"] > 0 and est["bwd_samples_per_s"] > 0 and est["samples_per_s"] > 0
+    assert (
+        est["fwd_samples_per_s"] > 0 and est["bwd_samples_per_s"] > 0 and est["samples_per_s"] > 0
+    )
 
 
 def test_naive_dataparallel_cells_use_the_original_estimators_and_ddp_cells_ours():
@@ -103,12 +115,16 @@ def test_the_scaling_preset_has_weight_decay_and_ddp_on_one_node_of_eight():
 
     full = cells("scaling", "full")
     assert {c.knobs["weight_decay"] for c in full} == {1e-5}
-    assert any(c.knobs["parallel"] == "ddp" and c.knobs["nodes"] == 1 and c.knobs["gpus_per_node"] == 8 for c in full)
+    assert any(
+        c.knobs["parallel"] == "ddp" and c.knobs["nodes"] == 1 and c.knobs["gpus_per_node"] == 8
+        for c in full
+    )
     assert not any(c.knobs["parallel"] == "ddp" and c.knobs["gpus_per_node"] < 8 for c in full)
 
 
 def test_a_cell_file_with_a_small_float_reads_it_as_a_number(tmp_path):
-    """The workflow writes cell.yaml with json.dumps, which spells 1e-5 as 1e-05: YAML 1.1 alone would read a string."""
+    """The workflow writes cell.yaml with json.dumps, which spells 1e-5 as 1e-05: YAML 1.1 alone
+    would read a string."""
     from feedbench.__main__ import _load_cell
 
     path = tmp_path / "cell.yaml"

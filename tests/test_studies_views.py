@@ -1,4 +1,5 @@
-"""Corrections from the audit of the study views (issue 13), on hand-built summaries as the other view tests."""
+"""Corrections from the audit of the study views (issue 13), on hand-built summaries as the other
+view tests."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ import pytest
 from feedbench.analysis.views import builder
 from test_views_loader import PREFETCH, column, find, prefetch_rows, reference, row, summary
 
-# --- prefetch ---------------------------------------------------------------------------------------------------------
+# --- prefetch
+# --------------------------------------------------------------------------------------------------
 
 
 def test_prefetch_says_the_published_speedup_falls_with_more_layers_at_one_epoch():
     view = builder("prefetch")(summary(prefetch_rows()), reference("prefetch"), PREFETCH)
     note = next(n for n in view.notes if n.startswith("The published speedup at 1 epoch"))
     assert "1.067, 1.053, 1.038 at 1, 4, 8 hidden layers" in note and "grows" in note
-    assert not any("at 5 epoch" in n or "at 50 epoch" in n for n in view.notes)  # those do not fall steadily
+    # those do not fall steadily
+    assert not any("at 5 epoch" in n or "at 50 epoch" in n for n in view.notes)
     assert "mlp_style=ray" in view.text
 
 
-# --- datastall --------------------------------------------------------------------------------------------------------
+# --- datastall
+# --------------------------------------------------------------------------------------------------
 
 
 def test_datastall_refuses_to_call_a_run_cached_below_99_percent_residency():
@@ -34,7 +38,8 @@ def test_datastall_refuses_to_call_a_run_cached_below_99_percent_residency():
     assert pd.isna(stalls.loc[("resnet18", 2), "cached us/sample"]) and pd.isna(
         stalls.loc[("resnet18", 2), "prep stall us/sample"]
     )
-    assert stalls.loc[("resnet18", 4), "cached us/sample"] == pytest.approx(1e6 / 990)  # 99.5 % resident: cached
+    # 99.5 % resident: cached
+    assert stalls.loc[("resnet18", 4), "cached us/sample"] == pytest.approx(1e6 / 990)
     left_out = [n for n in view.notes if "num_workers=2" in n and "60.0 %" in n]
     assert len(left_out) == 3 and all("not called cached" in n for n in left_out)  # one per repeat
     assert (
@@ -45,7 +50,8 @@ def test_datastall_refuses_to_call_a_run_cached_below_99_percent_residency():
     )
 
 
-# --- workers ----------------------------------------------------------------------------------------------------------
+# --- workers
+# --------------------------------------------------------------------------------------------------
 
 
 def test_workers_labels_the_two_first_batch_windows_apart_and_marks_derived_numbers():
@@ -65,14 +71,29 @@ def test_workers_labels_the_two_first_batch_windows_apart_and_marks_derived_numb
         8: "printed",
         16: "printed",
     }
-    assert dict(zip(column(published, "num_workers"), column(published, "next() + .to() [ms]"), strict=True))[2] == 40.8
-    assert "enumerate() runs before profile()" in view.text and "mostly worker start-up" not in view.text
+    assert (
+        dict(
+            zip(
+                column(published, "num_workers"),
+                column(published, "next() + .to() [ms]"),
+                strict=True,
+            )
+        )[2]
+        == 40.8
+    )
+    assert (
+        "enumerate() runs before profile()" in view.text
+        and "mostly worker start-up" not in view.text
+    )
 
 
-# --- breakdown --------------------------------------------------------------------------------------------------------
+# --- breakdown
+# --------------------------------------------------------------------------------------------------
 
 
-def _breakdown_case(model: str, gpus: int, batch_per_gpu: int, processing: float, transfer: float) -> list[dict]:
+def _breakdown_case(
+    model: str, gpus: int, batch_per_gpu: int, processing: float, transfer: float
+) -> list[dict]:
     rows = []
     for timing in ("events", "naive"):
         for pin in (False, True):
@@ -124,26 +145,39 @@ def breakdown_full_rows() -> list[dict]:
 
 
 def test_breakdown_matches_each_statement_on_its_model_gpus_and_batch():
-    view = builder("breakdown")(summary(breakdown_full_rows()), reference("breakdown"), BREAKDOWN_FULL)
+    view = builder("breakdown")(
+        summary(breakdown_full_rows()), reference("breakdown"), BREAKDOWN_FULL
+    )
     published = view.tables[0]
     rows = [dict(zip(published.columns, r, strict=True)) for r in published.rows]
     q3 = {r["model"]: r for r in rows if r["item"] == "Q3" and r["phase"] == "transfer"}
-    assert q3["resnet18"]["measured at this timing [ms]"] == pytest.approx(8.0)  # 4 GPUs, 256 in all: not the 1-GPU 4.0
+    # 4 GPUs, 256 in all: not the 1-GPU 4.0
+    assert q3["resnet18"]["measured at this timing [ms]"] == pytest.approx(8.0)
     assert q3["resnet50"]["measured at this timing [ms]"] == pytest.approx(11.0)
     q1 = {r["model"]: r for r in rows if r["item"] == "Q1"}
-    assert q1["resnet18"]["measured at this timing [ms]"] == pytest.approx(132.0)  # 4 GPUs at 1024 in all
+    # 4 GPUs at 1024 in all
+    assert q1["resnet18"]["measured at this timing [ms]"] == pytest.approx(132.0)
     assert q1["resnet50"]["measured at this timing [ms]"] is None
-    assert any(n.startswith("Q1: no measured cell of model=resnet50 on 4 GPU(s) at batch 1024") for n in view.notes)
+    assert any(
+        n.startswith("Q1: no measured cell of model=resnet50 on 4 GPU(s) at batch 1024")
+        for n in view.notes
+    )
     assert sum(bool(r["explanation"]) for r in rows if r["item"] == "Q3") == 1
 
 
 def test_breakdown_compares_processing_per_gpu_one_gpu_against_dataparallel():
-    view = builder("breakdown")(summary(breakdown_full_rows()), reference("breakdown"), BREAKDOWN_FULL)
+    view = builder("breakdown")(
+        summary(breakdown_full_rows()), reference("breakdown"), BREAKDOWN_FULL
+    )
     per_gpu = find(
         view.tables,
-        "Measured on NVIDIA H100 80GB HBM3 (host node1): processing time per step at the same batch per GPU",
+        "Measured on NVIDIA H100 80GB HBM3 (host node1): processing time per step at the same "
+        "batch per GPU",
     )
-    cases = {(r[0], r[1], r[2], r[3], r[4]): dict(zip(per_gpu.columns, r, strict=True)) for r in per_gpu.rows}
+    cases = {
+        (r[0], r[1], r[2], r[3], r[4]): dict(zip(per_gpu.columns, r, strict=True))
+        for r in per_gpu.rows
+    }
     q1 = cases[("resnet18", 256, "naive", True, True)]
     assert q1["processing, 1 GPU [ms]"] == pytest.approx(120.0) and q1[
         "processing, DataParallel on 4 GPUs [ms]"
@@ -153,8 +187,12 @@ def test_breakdown_compares_processing_per_gpu_one_gpu_against_dataparallel():
 
 
 def test_breakdown_says_sync_is_not_the_follow_up_and_why_event_bars_do_not_sum():
-    view = builder("breakdown")(summary(breakdown_full_rows()), reference("breakdown"), BREAKDOWN_FULL)
-    assert "sync is not the post's follow-up" in view.text and "do not add up to the step" in view.text
+    view = builder("breakdown")(
+        summary(breakdown_full_rows()), reference("breakdown"), BREAKDOWN_FULL
+    )
+    assert (
+        "sync is not the post's follow-up" in view.text and "do not add up to the step" in view.text
+    )
     events = view.figure.axes[0]
     assert events.get_title().startswith("events")
     assert any("need not sum to the step" in t.get_text() for t in events.texts)
@@ -176,7 +214,11 @@ def test_a_loader_cell_repeats_the_notebooks_profiler_window(run_cell):
     )
     assert code == 0 and result["status"] == "ok", result.get("error")
     window = result["metrics"]["first_batch_profile"]
-    assert window["data_load_ms"] > 0 and window["to_ms"] is not None and window["to_ms"] <= window["data_load_ms"]
+    assert (
+        window["data_load_ms"] > 0
+        and window["to_ms"] is not None
+        and window["to_ms"] <= window["data_load_ms"]
+    )
     code, result = run_cell(
         scenario="loader",
         dataset="synthetic",
@@ -210,7 +252,9 @@ def test_workers_shows_our_run_of_the_notebooks_window():
     speedups = dict(
         zip(
             column(side, "num_workers"),
-            column(side, "measured speedup of the notebook's window vs 1 (CUDA context made before it)"),
+            column(
+                side, "measured speedup of the notebook's window vs 1 (CUDA context made before it)"
+            ),
             strict=True,
         )
     )

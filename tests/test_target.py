@@ -1,4 +1,5 @@
-"""feedbench.core.target: the `target:` block checked at plan time, the GPU table, the roofline and the copy."""
+"""feedbench.core.target: the `target:` block checked at plan time, the GPU table, the roofline and
+the copy."""
 
 from __future__ import annotations
 
@@ -31,14 +32,24 @@ from feedbench.plan.config import count_values, one_line, validate_config
 from feedbench.plan.matrix import ConfigError, build_cells
 
 SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
-TRAIN = {"scenario": "train", "model": "resnet18", "dataset": "synthetic", "image_size": 32, "num_classes": 10}
+TRAIN = {
+    "scenario": "train",
+    "model": "resnet18",
+    "dataset": "synthetic",
+    "image_size": 32,
+    "num_classes": 10,
+}
 # The GPUs of the published studies, and the ones a cluster job is planned for today.
 NEEDED = ("K80", "P100", "RTX2080Ti", "V100", "A100", "H100", "H200", "L4")
 
 
 def plan(target: dict, base: dict | None = None) -> str:
-    """What the Snakefile does before any job (workflow/rules/common.smk): validate, build and check the cells."""
-    config = {"target": target, "experiments": {"e": {"base": base or TRAIN, "matrix": {"num_workers": [0, 2]}}}}
+    """What the Snakefile does before any job (workflow/rules/common.smk): validate, build and check
+    the cells."""
+    config = {
+        "target": target,
+        "experiments": {"e": {"base": base or TRAIN, "matrix": {"num_workers": [0, 2]}}},
+    }
     try:
         count_values(config)
         validate_config(config, SCHEMA)
@@ -50,7 +61,10 @@ def plan(target: dict, base: dict | None = None) -> str:
 
 def test_a_good_target_plans():
     assert plan({"gpu": "h100", "cores_per_gpu": 16, "cpu_speed": 1.2}) == ""
-    assert plan({"gpu": "RTX 2080 Ti", "cores_per_gpu": 4, "cpu_speed": 0.8, "link_gb_per_s": 12}) == ""
+    assert (
+        plan({"gpu": "RTX 2080 Ti", "cores_per_gpu": 4, "cpu_speed": 0.8, "link_gb_per_s": 12})
+        == ""
+    )
 
 
 def test_an_unknown_gpu_is_one_line_naming_the_known_ones():
@@ -63,9 +77,13 @@ def test_an_unknown_gpu_is_one_line_naming_the_known_ones():
     [
         (
             {"gpu": "A100", "cores_per_gpu": 8},
-            "bad config: target: missing key; allowed: a mapping with gpu, cores_per_gpu, cpu_speed",
+            "bad config: target: missing key; allowed: a mapping with gpu, cores_per_gpu, "
+            "cpu_speed",
         ),
-        ({"cores_per_gpu": 8, "cpu_speed": 1}, "bad config: target: missing key; allowed: a mapping with gpu"),
+        (
+            {"cores_per_gpu": 8, "cpu_speed": 1},
+            "bad config: target: missing key; allowed: a mapping with gpu",
+        ),
     ],
 )
 def test_a_missing_figure_of_the_target_is_one_line(target, message):
@@ -76,9 +94,9 @@ def test_a_missing_figure_of_the_target_is_one_line(target, message):
 def test_a_dtype_the_gpu_has_no_peak_for_is_one_line_at_plan_time():
     got = plan({"gpu": "K80", "cores_per_gpu": 8, "cpu_speed": 1.0}, {**TRAIN, "amp": "fp16"})
     assert got == (
-        "bad config: experiments.e: cell 'num_workers-0' computes in fp16, for which target.gpu K80 has no peak_tflops;"
-        " allowed: a GPU with one (P100, RTX2080Ti, V100, A100, H100, H200, L4, V100-PCIe, A100-PCIe, H100-PCIe) or"
-        " another amp"
+        "bad config: experiments.e: cell 'num_workers-0' computes in fp16, for which target.gpu "
+        "K80 has no peak_tflops; allowed: a GPU with one (P100, RTX2080Ti, V100, A100, H100, "
+        "H200, L4, V100-PCIe, A100-PCIe, H100-PCIe) or another amp"
     )
 
 
@@ -88,8 +106,8 @@ def test_a_figure_missing_from_the_table_is_one_line(figure):
     with pytest.raises(ConfigError) as error:
         find_gpu("H100", table={"H100": row})
     assert str(error.value) == (
-        f"target.gpu: GPU H100 has no {figure} in {TABLE}; allowed: a row with peak_tflops, mem_gb_per_s, "
-        "h2d_gb_per_s, memory_gb"
+        f"target.gpu: GPU H100 has no {figure} in {TABLE}; allowed: a row with peak_tflops, "
+        "mem_gb_per_s, h2d_gb_per_s, memory_gb"
     )
 
 
@@ -103,8 +121,8 @@ def test_a_figure_without_its_source_is_refused():
 def test_fewer_cores_than_a_rank_and_one_worker_is_one_line_at_plan_time():
     got = plan({"gpu": "H200", "cores_per_gpu": 1, "cpu_speed": 1.0})
     assert got == (
-        "bad config: target.cores_per_gpu: value 1 gives a rank fewer cores than itself and one loader worker; "
-        "allowed: at least 2"
+        "bad config: target.cores_per_gpu: value 1 gives a rank fewer cores than itself and one "
+        "loader worker; allowed: at least 2"
     )
 
 
@@ -116,18 +134,30 @@ def test_the_table_has_every_needed_gpu_with_every_figure_and_its_source():
         gpu = find_gpu(name)  # refuses a missing figure or source
         assert set(gpu.peak_tflops) == set(DTYPES) and gpu.peak_tflops["fp32"] > 0
         # Tensor cores only ever add to the plain fp32 rate; the link is slower than the memory.
-        assert all(v is None or v >= gpu.peak_tflops["fp32"] for v in gpu.peak_tflops.values()), name
+        assert all(v is None or v >= gpu.peak_tflops["fp32"] for v in gpu.peak_tflops.values()), (
+            name
+        )
         assert 0 < gpu.h2d_gb_per_s < gpu.mem_gb_per_s, name
         assert gpu.memory_gb > 0 and gpu.chip in table, name
 
 
 def test_a_pcie_key_and_an_sxm_key_give_different_figures():
-    """#38: the table says which card. An H100 PCIe card is slower than the SXM module in FLOP/s and in memory."""
+    """#38: the table says which card. An H100 PCIe card is slower than the SXM module in FLOP/s and
+    in memory."""
     sxm, pcie = find_gpu("H100-SXM"), find_gpu("h100 pcie")
-    assert (sxm.name, pcie.name) == ("H100", "H100-PCIe") and find_gpu("H100 SXM5") == sxm and pcie.chip == "H100"
-    assert pcie.peak_tflops["bf16"] < sxm.peak_tflops["bf16"] and pcie.mem_gb_per_s < sxm.mem_gb_per_s
-    for kind, flops, moved in (("bf16", 1e13, 0.0), ("fp32", 0.0, 1e10)):  # compute-bound, then memory-bound
-        assert roofline_seconds(flops, moved, pcie, kind) > roofline_seconds(flops, moved, sxm, kind)
+    assert (
+        (sxm.name, pcie.name) == ("H100", "H100-PCIe")
+        and find_gpu("H100 SXM5") == sxm
+        and pcie.chip == "H100"
+    )
+    assert (
+        pcie.peak_tflops["bf16"] < sxm.peak_tflops["bf16"] and pcie.mem_gb_per_s < sxm.mem_gb_per_s
+    )
+    # compute-bound, then memory-bound
+    for kind, flops, moved in (("bf16", 1e13, 0.0), ("fp32", 0.0, 1e10)):
+        assert roofline_seconds(flops, moved, pcie, kind) > roofline_seconds(
+            flops, moved, sxm, kind
+        )
     assert find_gpu("V100-PCIe").peak_tflops["fp16"] < find_gpu("V100-SXM2").peak_tflops["fp16"]
     assert find_gpu("A100-PCIe").mem_gb_per_s < find_gpu("A100-SXM4").mem_gb_per_s
 
@@ -149,10 +179,17 @@ def test_the_link_defaults_to_the_gpus_and_an_own_link_replaces_it():
 
 
 def test_a_copy_reaches_a_share_of_the_link_and_a_pageable_one_less():
-    """#38: a pinned copy at 11.7 of PCIe 3.0's 15.75 GB/s (a P100's bandwidthTest), a pageable one at 8.33."""
+    """#38: a pinned copy at 11.7 of PCIe 3.0's 15.75 GB/s (a P100's bandwidthTest), a pageable one
+    at 8.33."""
     target = read_target({"gpu": "P100", "cores_per_gpu": 8, "cpu_speed": 1})
-    assert 15.75 * PINNED_SHARE == pytest.approx(11.7) and 15.75 * PAGEABLE_SHARE == pytest.approx(8.33)
-    assert copy_seconds(1e9, target, from_pinned=False) > copy_seconds(1e9, target) > 1e9 / (15.75 * 1e9)
+    assert 15.75 * PINNED_SHARE == pytest.approx(11.7) and 15.75 * PAGEABLE_SHARE == pytest.approx(
+        8.33
+    )
+    assert (
+        copy_seconds(1e9, target, from_pinned=False)
+        > copy_seconds(1e9, target)
+        > 1e9 / (15.75 * 1e9)
+    )
     assert pinned({"pin_memory": True}) and not pinned({})  # the knob's default: pageable
 
 
@@ -204,8 +241,8 @@ def planned_cells(target: dict, experiments: dict) -> list:
 
 
 def test_compute_measured_plans_each_training_cells_compute_ceiling_once_on_a_gpu():
-    """Two worker counts share one compute ceiling (workers are the loader's); a second model is a second cell; a
-    loader cell has none; the estimated default plans nothing more."""
+    """Two worker counts share one compute ceiling (workers are the loader's); a second model is a
+    second cell; a loader cell has none; the estimated default plans nothing more."""
     experiments = {
         "e": {"base": TRAIN, "matrix": {"num_workers": [0, 2], "batch_size": [4]}},
         "m": {"base": {**TRAIN, "model": "resnet34"}},
@@ -213,17 +250,23 @@ def test_compute_measured_plans_each_training_cells_compute_ceiling_once_on_a_gp
     }
     target = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0}
     measured = [
-        c for c in planned_cells({**target, "compute": "measured"}, experiments) if c.experiment == "target-compute"
+        c
+        for c in planned_cells({**target, "compute": "measured"}, experiments)
+        if c.experiment == "target-compute"
     ]
     assert len(measured) == 2 and MEASURED_EXPERIMENT == "target-compute"
-    assert {c.knobs["scenario"] for c in measured} == {"compute"} and {c.knobs["device"] for c in measured} == {"cuda"}
+    assert {c.knobs["scenario"] for c in measured} == {"compute"} and {
+        c.knobs["device"] for c in measured
+    } == {"cuda"}
     assert {c.knobs["model"] for c in measured} == {"resnet18", "resnet34"}
     assert not any(c.experiment == "target-compute" for c in planned_cells(target, experiments))
 
 
 def test_an_experiment_named_like_the_targets_own_is_one_line():
     target = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "compute": "measured"}
-    with pytest.raises(ConfigError, match="name 'target-compute' is the target's own.*allowed: another name"):
+    with pytest.raises(
+        ConfigError, match="name 'target-compute' is the target's own.*allowed: another name"
+    ):
         planned_cells(target, {"target-compute": {"base": TRAIN}})
     assert "target.compute: value 'guessed' is not allowed; allowed: estimated, measured" in plan(
         {**target, "compute": "guessed"}
@@ -233,15 +276,17 @@ def test_an_experiment_named_like_the_targets_own_is_one_line():
 def test_a_partition_routes_the_compute_measured_there_and_is_one_slurm_name():
     target = {"gpu": "H100", "cores_per_gpu": 8, "cpu_speed": 1.0, "compute": "measured"}
     assert plan({**target, "partition": "gpu.h100_x-1"}) == ""
-    assert measured_resources({"target": {**target, "partition": "gpu"}}) == {"slurm_partition": "gpu"}
+    assert measured_resources({"target": {**target, "partition": "gpu"}}) == {
+        "slurm_partition": "gpu"
+    }
     assert measured_resources({"target": target}) == {} and measured_resources({}) == {}
     assert plan({**target, "partition": "gpu,debug"}) == (
-        "bad config: target.partition: value 'gpu,debug' is no Slurm partition name; allowed: one name of letters, "
-        "digits, _, . and - (not first), as `sinfo -s` lists it"
+        "bad config: target.partition: value 'gpu,debug' is no Slurm partition name; allowed: "
+        "one name of letters, digits, _, . and - (not first), as `sinfo -s` lists it"
     )
     assert plan({**target, "compute": "estimated", "partition": "gpu"}) == (
-        "bad config: target.partition: given with target.compute estimated; allowed: a partition only with "
-        "compute: measured (it runs the compute cells measured there)"
+        "bad config: target.partition: given with target.compute estimated; allowed: a partition "
+        "only with compute: measured (it runs the compute cells measured there)"
     )
     assert (
         plan({**target, "partition": 7})
@@ -249,20 +294,48 @@ def test_a_partition_routes_the_compute_measured_there_and_is_one_slurm_name():
     )
 
 
-def ran(status: str = "ok", gpu: str | None = "NVIDIA H100 80GB HBM3", rate: float = 400.0, error: str | None = None):
+def ran(
+    status: str = "ok",
+    gpu: str | None = "NVIDIA H100 80GB HBM3",
+    rate: float = 400.0,
+    error: str | None = None,
+):
     """A compute cell's result as the schema has it: what measured_compute reads."""
-    return {"status": status, "provenance": {"gpu": gpu}, "metrics": {"samples_per_s": rate}, "error": error}
+    return {
+        "status": status,
+        "provenance": {"gpu": gpu},
+        "metrics": {"samples_per_s": rate},
+        "error": error,
+    }
 
 
 def test_the_compute_measured_there_is_the_median_of_the_repeats_on_the_targets_gpu():
     h100 = find_gpu("H100")
-    assert same_gpu("NVIDIA H100 80GB HBM3", h100) and not same_gpu("NVIDIA H200", h100) and not same_gpu(None, h100)
-    assert same_gpu("NVIDIA GeForce RTX 2080 Ti", find_gpu("RTX2080Ti")) and same_gpu("Tesla K80", find_gpu("K80"))
-    assert same_gpu("NVIDIA A100-SXM4-80GB", find_gpu("A100")) and not same_gpu("NVIDIA L40S", find_gpu("L4"))
-    seconds, where = measured_compute([ran(rate=400.0), ran(rate=200.0), ran(rate=100.0)], h100, batch_size=32)
-    assert seconds == pytest.approx(32 / 200.0) and where == "measured there, on NVIDIA H100 80GB HBM3 (3 repeats)"
-    seconds, where = measured_compute([ran(rate=400.0), ran(gpu="NVIDIA A100-SXM4-80GB")], h100, batch_size=32)
-    assert seconds == pytest.approx(32 / 400.0) and where == "measured there, on NVIDIA H100 80GB HBM3 (1 repeat)"
+    assert (
+        same_gpu("NVIDIA H100 80GB HBM3", h100)
+        and not same_gpu("NVIDIA H200", h100)
+        and not same_gpu(None, h100)
+    )
+    assert same_gpu("NVIDIA GeForce RTX 2080 Ti", find_gpu("RTX2080Ti")) and same_gpu(
+        "Tesla K80", find_gpu("K80")
+    )
+    assert same_gpu("NVIDIA A100-SXM4-80GB", find_gpu("A100")) and not same_gpu(
+        "NVIDIA L40S", find_gpu("L4")
+    )
+    seconds, where = measured_compute(
+        [ran(rate=400.0), ran(rate=200.0), ran(rate=100.0)], h100, batch_size=32
+    )
+    assert (
+        seconds == pytest.approx(32 / 200.0)
+        and where == "measured there, on NVIDIA H100 80GB HBM3 (3 repeats)"
+    )
+    seconds, where = measured_compute(
+        [ran(rate=400.0), ran(gpu="NVIDIA A100-SXM4-80GB")], h100, batch_size=32
+    )
+    assert (
+        seconds == pytest.approx(32 / 400.0)
+        and where == "measured there, on NVIDIA H100 80GB HBM3 (1 repeat)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -279,19 +352,29 @@ def test_the_compute_measured_there_is_the_median_of_the_repeats_on_the_targets_
         ("Tesla V100-PCIE-16GB", "V100-PCIe", True),
         ("Tesla V100-SXM2-16GB", "V100-PCIe", False),
         ("NVIDIA H100 PCIe", "H100-PCIe", True),
-        ("NVIDIA H100 80GB HBM3", "H100-PCIe", False),  # a chip with a PCIe row: a name without a form is the SXM
+        # a chip with a PCIe row: a name without a form is the SXM
+        ("NVIDIA H100 80GB HBM3", "H100-PCIe", False),
         ("NVIDIA A100 80GB PCIe", "A100-PCIe", True),
         ("NVIDIA L4", "L4", True),
     ],
 )
-def test_a_measurement_counts_only_on_the_tables_card_never_a_mig_slice_or_another_form_factor(name, gpu, same):
+def test_a_measurement_counts_only_on_the_tables_card_never_a_mig_slice_or_another_form_factor(
+    name, gpu, same
+):
     assert same_gpu(name, find_gpu(gpu)) is same
     _, where = measured_compute([ran(gpu=name)], find_gpu(gpu), batch_size=32)
-    assert where.startswith(f"measured there, on {name} (") if same else where.startswith(f"ran on {name}, ")
+    assert (
+        where.startswith(f"measured there, on {name} (")
+        if same
+        else where.startswith(f"ran on {name}, ")
+    )
 
 
 def test_a_mig_slice_as_the_target_is_one_line():
-    with pytest.raises(ConfigError, match=r"^target.gpu: 'A100 MIG 1g.5gb' is a MIG slice, .*; allowed: a whole GPU"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^target.gpu: 'A100 MIG 1g.5gb' is a MIG slice, " r".*; allowed: a whole GPU",
+    ):
         find_gpu("A100 MIG 1g.5gb")
 
 
@@ -301,7 +384,10 @@ def test_a_mig_slice_as_the_target_is_one_line():
         ([], "not run yet"),
         ([ran(gpu=None)], "ran on no GPU, not on a H100"),
         ([ran(gpu="NVIDIA A100-SXM4-80GB")], "ran on NVIDIA A100-SXM4-80GB, not on a H100"),
-        ([ran("failed", error="knob 'device': value 'cuda' is not available")], "failed: knob 'device'"),
+        (
+            [ran("failed", error="knob 'device': value 'cuda' is not available")],
+            "failed: knob 'device'",
+        ),
     ],
 )
 def test_a_compute_cell_that_did_not_run_on_the_targets_gpu_says_why(results, why):

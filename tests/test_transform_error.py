@@ -1,6 +1,6 @@
-"""A user transform that raises inside a loader worker fails its cell with the transform's name and the exception's
-first line, in the result and in the report, not with PyTorch's "Caught ValueError in DataLoader worker
-process 0." and a traceback as text."""
+"""A user transform that raises inside a loader worker fails its cell with the transform's name and
+the exception's first line, in the result and in the report, not with PyTorch's "Caught ValueError
+in DataLoader worker process 0." and a traceback as text."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from feedbench.analysis.aggregate import load_results, write_summary
 from feedbench.analysis.report import write_report
 from feedbench.harness.runner import run, worker_message
 
-USER_MODULE = "exploding"  # USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
+# USER_CODE, imported by its path (the user_module fixture, tests/conftest.py)
+USER_MODULE = "exploding"
 USER_CODE = """
 import torch
 from torch.utils.data import Dataset
@@ -80,14 +81,26 @@ def test_a_transform_that_raises_in_a_worker_names_itself_in_the_result_and_the_
     assert result["status"] == "failed"
     error = result["error"]
     assert error["type"] == "ValueError"
-    assert re.fullmatch(re.escape(MESSAGE) + r" \(in DataLoader worker process [01]\)", error["message"]), error
+    assert re.fullmatch(
+        re.escape(MESSAGE) + r" \(in DataLoader worker process [01]\)", error["message"]
+    ), error
     assert "Explode" in error["traceback"]
-    # The report's list of failed cells leads with that line, not with the traceback PyTorch wraps it in.
+    # The report's list of failed cells leads with that line, not with the traceback PyTorch wraps
+    # it in.
     summary = str(tmp_path / "summary.csv")
-    write_summary(load_results([str(tmp_path / "cells" / "own" / "w2" / "rep1" / "result.json")]), summary)
+    write_summary(
+        load_results([str(tmp_path / "cells" / "own" / "w2" / "rep1" / "result.json")]), summary
+    )
     html = str(tmp_path / "report.html")
     config = {"experiments": {"own": {"title": "A transform that raises"}}}
-    write_report(summary, [], [str(tmp_path / "cells" / "own" / "w2" / "rep1" / "result.json")], config, "0", html)
+    write_report(
+        summary,
+        [],
+        [str(tmp_path / "cells" / "own" / "w2" / "rep1" / "result.json")],
+        config,
+        "0",
+        html,
+    )
     with open(html) as f:
         page = f.read()
     failed = page[page.index('id="failed"') : page.index('id="provenance"')].replace("&#39;", "'")
@@ -101,8 +114,8 @@ def test_in_the_main_process_the_message_is_the_same_without_the_worker(user_mod
 
 def test_a_worker_error_from_outside_a_transform_keeps_its_own_last_line():
     text = (
-        "Caught KeyError in DataLoader worker process 3.\nOriginal Traceback (most recent call last):\n"
-        "  File \"x.py\", line 1, in <module>\n    f()\nKeyError: 'label'\n"
+        "Caught KeyError in DataLoader worker process 3.\nOriginal Traceback (most recent call "
+        "last):\n  File \"x.py\", line 1, in <module>\n    f()\nKeyError: 'label'\n"
     )
     assert worker_message(text) == "'label' (in DataLoader worker process 3)"
     assert worker_message("a plain error\nwith lines") is None

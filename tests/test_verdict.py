@@ -70,12 +70,14 @@ def test_bound_rule(scenario, stall, h2d, prefetch, bound):
 
 @pytest.mark.timing  # the stall measured in real_matrix (built in the timing phase, alone)
 def test_a_slow_sample_makes_a_real_training_cell_data_bound(summary):
-    """0.5 ms per sample x 32 samples per batch dwarfs a 64-wide MLP step: the measured stall must say data.
+    """0.5 ms per sample x 32 samples per batch dwarfs a 64-wide MLP step: the measured stall must
+    say data.
 
-    Margin on a busy 2-core machine: with no workers the trainer sleeps >= 16 ms per batch, and the MLP step on one
-    thread (torch_threads: 1, pinned in real_results.FAST) takes well under 1 ms alone (stall 86-90 %). The stall
-    stays >= 10 % unless the step grows past 9 x 16 ms = 144 ms, which a single thread sharing a core with one other
-    busy process does not reach; two threads on a loaded machine did (issue #10: 9.07 %).
+    Margin on a busy 2-core machine: with no workers the trainer sleeps >= 16 ms per batch, and the
+    MLP step on one thread (torch_threads: 1, pinned in real_results.FAST) takes well under 1 ms
+    alone (stall 86-90 %). The stall stays >= 10 % unless the step grows past 9 x 16 ms = 144 ms,
+    which a single thread sharing a core with one other busy process does not reach; two threads on
+    a loaded machine did (issue #10: 9.07 %).
     """
     table = cell_table(summary[summary["experiment"] == "train"]).set_index("cell")
     for cell in ("hidden_layers-1_sample_delay_ms-0.5", "hidden_layers-4_sample_delay_ms-0.5"):
@@ -86,7 +88,8 @@ def test_a_slow_sample_makes_a_real_training_cell_data_bound(summary):
 
 def test_baseline_is_the_cell_labelled_so(summary):
     loader = summary[summary["experiment"] == "loader"]
-    # On a CPU both num_workers-0 cells ran unpinned: the label, not the knobs as they ran, names the baseline.
+    # On a CPU both num_workers-0 cells ran unpinned: the label, not the knobs as they ran, names
+    # the baseline.
     assert baseline_cell(loader) == "num_workers-0_pin_memory-false"
     assert set(loader.loc[loader["baseline"], "cell"]) == {"num_workers-0_pin_memory-false"}
     train = summary[summary["experiment"] == "train"]
@@ -94,7 +97,8 @@ def test_baseline_is_the_cell_labelled_so(summary):
 
 
 def test_results_without_the_label_have_no_baseline_and_say_why(summary):
-    """Results written before cells carried `baseline` aggregate, with the column empty: no speedup, and a note."""
+    """Results written before cells carried `baseline` aggregate, with the column empty: no speedup,
+    and a note."""
     rows = summary[summary["experiment"] == "train"].assign(baseline=None)
     found = summarize_experiment(rows, EXPERIMENTS["train"]["matrix"])
     assert baseline_cell(rows) is None and found["baseline"] is None and found["speedup"] is None
@@ -108,20 +112,26 @@ def test_best_cell_and_speedup_agree_with_pandas(summary):
     medians = rows[rows["status"] == "ok"].groupby("cell")["samples_per_s"].median()
     assert found["metric"] == "samples_per_s"
     assert found["best"]["cell"] == medians.idxmax()
-    assert found["speedup"] == pytest.approx(medians.max() / medians["hidden_layers-1_sample_delay_ms-0.0"])
+    assert found["speedup"] == pytest.approx(
+        medians.max() / medians["hidden_layers-1_sample_delay_ms-0.0"]
+    )
     best, base = found["best"], found["baseline"]
     assert found["clear"] == (best["cell"] != base["cell"] and best["low"] > base["high"])
     assert found["knobs"] == ["hidden_layers", "sample_delay_ms"]  # matrix order
 
 
 def test_transfer_experiment_is_judged_by_peak_bandwidth(summary):
-    found = summarize_experiment(summary[summary["experiment"] == "transfer"], EXPERIMENTS["transfer"]["matrix"])
+    found = summarize_experiment(
+        summary[summary["experiment"] == "transfer"], EXPERIMENTS["transfer"]["matrix"]
+    )
     assert found["metric"] == "transfer_peak_gb_per_s"
     assert found["best"]["median"] > 0 and found["speedup"] == 1.0 and not found["clear"]
 
 
 def test_failed_experiment_and_failed_baseline_say_so(summary):
-    broken = summarize_experiment(summary[summary["experiment"] == "broken"], {"model": ["resnet18"]})
+    broken = summarize_experiment(
+        summary[summary["experiment"] == "broken"], {"model": ["resnet18"]}
+    )
     assert broken["best"] is None and "no cell" in broken["note"]
     assert broken["cells"].iloc[0]["bound"] == "failed"
     # Crafted: the baseline's repeats marked failed, as a crash would leave them.
@@ -137,7 +147,10 @@ def test_the_baseline_label_survives_the_csv(summary, tmp_path):
     summary.to_csv(path, index=False)
     again = read_summary(path)
     assert baseline_cell(again[again["experiment"] == "loader"]) == "num_workers-0_pin_memory-false"
-    assert baseline_cell(again[again["experiment"] == "train"]) == "hidden_layers-1_sample_delay_ms-0.0"
+    assert (
+        baseline_cell(again[again["experiment"] == "train"])
+        == "hidden_layers-1_sample_delay_ms-0.0"
+    )
 
 
 def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
@@ -148,7 +161,13 @@ def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
     paths = []
     for gpus in (1, 2):
         out = tmp_path / f"gpus-{gpus}" / "rep1"
-        knobs = dict(parallel="ddp", gpus_per_node=gpus, experiment="scaling", cell=f"gpus_per_node-{gpus}", repeat=1)
+        knobs = dict(
+            parallel="ddp",
+            gpus_per_node=gpus,
+            experiment="scaling",
+            cell=f"gpus_per_node-{gpus}",
+            repeat=1,
+        )
         run_cell_process(out, tiny_mlp(steps=5, baseline=gpus == 1, **knobs), check=True)
         paths.append(str(out / "result.json"))
     verdict = summarize_experiment(load_results(paths), {"gpus_per_node": [1, 2]})

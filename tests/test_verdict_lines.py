@@ -1,9 +1,11 @@
-"""Each experiment's verdict in three plain lines: the finding, where, the fix, measured or predicted.
+"""Each experiment's verdict in three plain lines: the finding, where, the fix, measured or
+predicted.
 
-On the default run's results (tests/stored/default-run): its `decode` experiment is data-bound at 0 workers, names
-its costliest stage, measured the cache the stage profile predicts (cache_after: decode) and ran the worker count the
-ceilings pick, oversubscribed on 2 cores. Crafted rows check what that run does not have: a fastest cell that is
-oversubscribed, and a pipeline that counts tokens.
+On the default run's results (tests/stored/default-run): its `decode` experiment is data-bound at 0
+workers, names its costliest stage, measured the cache the stage profile predicts (cache_after:
+decode) and ran the worker count the ceilings pick, oversubscribed on 2 cores. Crafted rows check
+what that run does not have: a fastest cell that is oversubscribed, and a pipeline that counts
+tokens.
 """
 
 from __future__ import annotations
@@ -37,11 +39,19 @@ def test_every_experiment_has_three_plain_lines(default):
     assert set(experiments) == {"decode", "workers", "prefetch", "compute", "transfer"}
     for name, e in experiments.items():
         lines = e["headline"]
-        assert all(lines[k] and lines[k].endswith(".") for k in ("finding", "where", "fix")), (name, lines)
-        assert "headspace" not in " ".join(v for v in lines.values() if isinstance(v, str)), (name, lines)
+        assert all(lines[k] and lines[k].endswith(".") for k in ("finding", "where", "fix")), (
+            name,
+            lines,
+        )
+        assert "headspace" not in " ".join(v for v in lines.values() if isinstance(v, str)), (
+            name,
+            lines,
+        )
 
 
-def test_a_data_bound_experiment_says_how_much_it_waits_and_how_much_faster_free_data_would_be(default):
+def test_a_data_bound_experiment_says_how_much_it_waits_and_how_much_faster_free_data_would_be(
+    default,
+):
     _, experiments = default
     decode = experiments["decode"]
     base = next(c for c in decode["cells"] if c["cell"] == decode["baseline_id"])
@@ -66,10 +76,12 @@ def test_a_measured_cache_is_the_fix_measured_with_its_prediction_error(default)
     best = next(c for c in decode["cells"] if c["cell"] == decode["best_id"])
     assert best["cell"] == "num_workers-0_cache_after-decode"
     side = "above" if best["error_pct"] >= 0 else "below"
-    assert decode["headline"]["fix"].startswith(f"cache_after=decode: measured {best['speedup']:.2f}x (")
+    assert decode["headline"]["fix"].startswith(
+        f"cache_after=decode: measured {best['speedup']:.2f}x ("
+    )
     assert (
-        f"{abs(best['error_pct']):.1f} % {side} its prediction ({fmt(best['predicted'])} samples/s predicted)"
-        in (decode["headline"]["fix"])
+        f"{abs(best['error_pct']):.1f} % {side} its prediction ({fmt(best['predicted'])} "
+        "samples/s predicted)" in (decode["headline"]["fix"])
     )
 
 
@@ -84,9 +96,12 @@ def test_the_ceilings_pick_that_is_not_the_fastest_cell_says_why(default):
 
 
 def test_a_pick_that_is_the_baseline_says_the_ceilings_saw_no_change_beat_it():
-    """Where the ceilings' pick is the baseline itself, "Not the ceilings' pick, cell <baseline>" read as if another
-    cell had been picked (a new user's sensor pipeline, where a measured cache beat it)."""
-    cells = pd.DataFrame([{"cell": "base", "median": 414.0, "error_pct": -17.0}, {"cell": "cached", "median": 519.0}])
+    """Where the ceilings' pick is the baseline itself, "Not the ceilings' pick, cell <baseline>"
+    read as if another cell had been picked (a new user's sensor pipeline, where a measured cache
+    beat it)."""
+    cells = pd.DataFrame(
+        [{"cell": "base", "median": 414.0, "error_pct": -17.0}, {"cell": "cached", "median": 519.0}]
+    )
     found = {
         "best": {"cell": "cached"},
         "baseline": {"cell": "base"},
@@ -94,13 +109,14 @@ def test_a_pick_that_is_the_baseline_says_the_ceilings_saw_no_change_beat_it():
         "recommendation": {"cell": "base", "how": "cell base", "predicted": 499.0},
     }
     assert headline.why_not(found, "samples/s", fmt) == (
-        "The ceilings predicted no change beats the baseline: it measured 414 samples/s, 17 % below its prediction "
-        "(499)."
+        "The ceilings predicted no change beats the baseline: it measured 414 samples/s, 17 % "
+        "below its prediction (499)."
     )
 
 
 def rows(cells: dict[str, dict], repeats: int = 3) -> pd.DataFrame:
-    """Summary rows of one training experiment from crafted medians; the first cell is the labelled baseline."""
+    """Summary rows of one training experiment from crafted medians; the first cell is the labelled
+    baseline."""
     out = []
     for i, (cell, knobs) in enumerate(cells.items()):
         for repeat in range(repeats):
@@ -143,13 +159,15 @@ def test_a_fastest_cell_that_is_oversubscribed_is_the_fix_and_the_verdict_says_s
     assert found["best"]["cell"] == "num_workers-2"
     assert lines["fix"].startswith("num_workers=2: measured 1.90x (190 samples/s")
     assert lines["why"] == (
-        "The fastest cell is oversubscribed (cell num_workers-2 is oversubscribed: its 2 CPU-bound workers and the"
-        " trainer's main process ask for 3 cores of the 2 usable): it holds only while nothing else needs those cores."
+        "The fastest cell is oversubscribed (cell num_workers-2 is oversubscribed: its 2 "
+        "CPU-bound workers and the trainer's main process ask for 3 cores of the 2 usable): it "
+        "holds only while nothing else needs those cores."
     )
 
 
 def token_rows() -> pd.DataFrame:
-    """A pipeline that counts tokens (10 a sample), predicted from its ceilings: 0 workers data-bound, 2 not."""
+    """A pipeline that counts tokens (10 a sample), predicted from its ceilings: 0 workers
+    data-bound, 2 not."""
     predicted = {"ceiling_compute_samples_per_s": 300.0}
     return rows(
         {
@@ -183,21 +201,29 @@ def test_where_the_pipeline_counts_tokens_every_figure_is_in_tokens_per_s():
     found = summarize_experiment(token_rows())
     assert found["metric"] == "tokens_per_s"
     cells = found["cells"].set_index("cell")
-    assert cells.loc["num_workers-2", "predicted"] == pytest.approx(2900)  # 290 samples/s of 10 tokens
+    # 290 samples/s of 10 tokens
+    assert cells.loc["num_workers-2", "predicted"] == pytest.approx(2900)
     assert cells.loc["num_workers-2", "ceiling_compute"] == pytest.approx(3000)
     assert found["recommendation"]["fix"].endswith("(predicted 2,900 tokens/s)")
     lines = headline.lines(found, pd.DataFrame({"scenario": ["train"]}), "tokens/s", [], fmt)
-    assert lines["finding"] == "Training waits for data 60 % of each step; with free data it could run 3.0x faster."
+    assert (
+        lines["finding"] == "Training waits for data 60 % of each step; with free data it "
+        "could run 3.0x faster."
+    )
     assert lines["fix"].startswith("num_workers=2: measured 2.80x (2,800 tokens/s, 95 % interval ")
     assert lines["fix"].endswith("3.4 % below its prediction (2,900 tokens/s predicted).")
     assert not re.search("samples/s", " ".join(v for v in lines.values() if isinstance(v, str)))
 
 
 def test_where_the_pipeline_counts_tokens_every_section_is_in_tokens_per_s(tmp_path):
-    """One unit per experiment (verdict.unit) in every section: its table and what-ifs, the prediction section, the
-    target section (whose estimate counts samples/s) and its plot's axis; none says samples/s for it."""
+    """One unit per experiment (verdict.unit) in every section: its table and what-ifs, the
+    prediction section, the target section (whose estimate counts samples/s) and its plot's axis;
+    none says samples/s for it."""
     summary = token_rows()
-    spec = {"matrix": {"num_workers": [0, 2]}, "plot": {"x": "num_workers", "y": "samples_per_s", "kind": "bar"}}
+    spec = {
+        "matrix": {"num_workers": [0, 2]},
+        "plot": {"x": "num_workers", "y": "samples_per_s", "kind": "bar"},
+    }
     svg = str(tmp_path / "e.svg")
     plot_experiment(summary, "e", spec["plot"], svg)
     context = build(summary, [svg], [], {"experiments": {"e": spec}}, "h")
@@ -205,11 +231,15 @@ def test_where_the_pipeline_counts_tokens_every_section_is_in_tokens_per_s(tmp_p
     assert experiment["unit"] == "tokens/s"
     prediction = {row["cell"]: row for row in context["prediction"]["rows"]}
     assert prediction["num_workers-2"]["unit"] == "tokens/s"
-    assert prediction["num_workers-2"]["measured"] == pytest.approx(2800)  # the median repeat's tokens/s
-    assert prediction["num_workers-2"]["predicted"] == pytest.approx(2900)  # 290 samples/s of 10 tokens
-    assert prediction["num_workers-2"]["error_pct"] == pytest.approx(-3.4)  # the same in either unit
+    # the median repeat's tokens/s
+    assert prediction["num_workers-2"]["measured"] == pytest.approx(2800)
+    # 290 samples/s of 10 tokens
+    assert prediction["num_workers-2"]["predicted"] == pytest.approx(2900)
+    # the same in either unit
+    assert prediction["num_workers-2"]["error_pct"] == pytest.approx(-3.4)
     target = target_in_units(
-        {"rows": [{"cell": "e/num_workers-2", "predicted": 500.0, "compute_ceiling": 600.0}]}, summary
+        {"rows": [{"cell": "e/num_workers-2", "predicted": 500.0, "compute_ceiling": 600.0}]},
+        summary,
     )
     assert target["rows"] == [
         {
@@ -221,7 +251,9 @@ def test_where_the_pipeline_counts_tokens_every_section_is_in_tokens_per_s(tmp_p
     ]
     with open(svg) as f:
         drawn = f.read()
-    assert "[tokens/s]" in drawn and "tokens_per_s by num_workers" in drawn and "samples" not in drawn
+    assert (
+        "[tokens/s]" in drawn and "tokens_per_s by num_workers" in drawn and "samples" not in drawn
+    )
 
 
 def test_the_what_ifs_show_each_cells_fastest_three_and_fold_the_rest(default):
@@ -234,14 +266,22 @@ def test_the_what_ifs_show_each_cells_fastest_three_and_fold_the_rest(default):
 
 
 def test_the_trainers_device_work_is_named_with_its_fix_where_it_is_large():
-    """N1 (#35): device_prep, the trainer's device work on each batch, is not the loader's wait: a cell that spends 30 %
-    of its step there is compute-bound by the stall rule, and its why and where lines name device_prep and its fix;
-    at 5 % neither does."""
+    """N1 (#35): device_prep, the trainer's device work on each batch, is not the loader's wait: a
+    cell that spends 30 % of its step there is compute-bound by the stall rule, and its why and
+    where lines name device_prep and its fix; at 5 % neither does."""
     found = summarize_experiment(
         rows(
             {
-                "device_stages-Normalize": {"samples_per_s": 100.0, "stall_pct": 2.0, "device_prep_share": 0.30},
-                "device_stages-none": {"samples_per_s": 120.0, "stall_pct": 3.0, "device_prep_share": 0.05},
+                "device_stages-Normalize": {
+                    "samples_per_s": 100.0,
+                    "stall_pct": 2.0,
+                    "device_prep_share": 0.30,
+                },
+                "device_stages-none": {
+                    "samples_per_s": 120.0,
+                    "stall_pct": 3.0,
+                    "device_prep_share": 0.05,
+                },
             }
         )
     )
@@ -249,13 +289,15 @@ def test_the_trainers_device_work_is_named_with_its_fix_where_it_is_large():
     moved, kept = cells.loc["device_stages-Normalize"], cells.loc["device_stages-none"]
     assert moved["bound"] == "compute" and "device_prep" not in kept["why"]
     assert moved["why"].endswith(
-        "; the trainer's device work on each batch (device_prep: device_stages, GPU decode) takes 30 % of each step: "
-        "the trainer's time, not the loader's, so more workers cannot help; move the stages back to the loader's "
-        "workers, or overlap them with the step on a side stream"
+        "; the trainer's device work on each batch (device_prep: device_stages, GPU decode) "
+        "takes 30 % of each step: the trainer's time, not the loader's, so more workers cannot "
+        "help; move the stages back to the loader's workers, or overlap them with the step on a "
+        "side stream"
     )
     lines = headline.lines(found, pd.DataFrame({"scenario": ["train"]}), "samples/s", [], fmt)
     assert lines["where"].startswith("In the model's step") and lines["where"].endswith(
-        "Also the trainer's device work on each batch (device_prep: device_stages, GPU decode) takes 30 % of each "
-        "step: the trainer's time, not the loader's, so more workers cannot help; move the stages back to the "
-        "loader's workers, or overlap them with the step on a side stream."
+        "Also the trainer's device work on each batch (device_prep: device_stages, GPU decode) "
+        "takes 30 % of each step: the trainer's time, not the loader's, so more workers cannot "
+        "help; move the stages back to the loader's workers, or overlap them with the step on a "
+        "side stream."
     )

@@ -1,5 +1,5 @@
-"""The prefetch, workers and breakdown study views: from small summaries made the way aggregate makes them, with the
-real published tables."""
+"""The prefetch, workers and breakdown study views: from small summaries made the way aggregate
+makes them, with the real published tables."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from feedbench.core.records import record_of
 from markupsafe import escape
 from matplotlib.figure import Figure
 
-REFERENCES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "report", "references")
+REFERENCES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "report", "references"
+)
 H100 = "NVIDIA H100 80GB HBM3"
 PREFETCH = {
     "matrix": {
@@ -29,7 +31,11 @@ PREFETCH = {
 }
 WORKERS = {"matrix": {"num_workers": [0, 1, 2, 4, 8]}}
 BREAKDOWN = {
-    "matrix": {"timing": ["events", "sync", "naive"], "pin_memory": [False, True], "non_blocking": [False, True]}
+    "matrix": {
+        "timing": ["events", "sync", "naive"],
+        "pin_memory": [False, True],
+        "non_blocking": [False, True],
+    }
 }
 
 
@@ -69,7 +75,9 @@ def row(
     }
     if failed:
         result["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
-    return result_row(record_of(result, f"results/cells/{experiment}/{name}/rep{repeat}/result.json"))
+    return result_row(
+        record_of(result, f"results/cells/{experiment}/{name}/rep{repeat}/result.json")
+    )
 
 
 def summary(rows: list[dict]) -> pd.DataFrame:
@@ -85,7 +93,8 @@ def find(tables, start: str):
     return next(t for t in tables if t.caption.startswith(start))
 
 
-# --- published tables -----------------------------------------------------------------------------------------------
+# --- published tables
+# -----------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -108,21 +117,25 @@ def test_every_row_of_each_published_table_has_its_columns(name, keys, metrics, 
 
 
 def test_published_numbers_are_the_studies():
-    prefetch = reference("prefetch").set_index(["epochs", "hidden_layers", "device_prefetch"])["seconds"]
+    prefetch = reference("prefetch").set_index(["epochs", "hidden_layers", "device_prefetch"])[
+        "seconds"
+    ]
     assert prefetch[(1, 1, "stream")] == 2.52 and prefetch[(1, 1, "none")] == 2.69
     assert prefetch[(50, 8, "stream")] == 693.52 and prefetch[(50, 8, "none")] == 736.17
     assert set(reference("prefetch")["hardware"]) == {"NVIDIA 2080 Ti"}
     workers = reference("workers").set_index("num_workers")["data_load_ms"]
-    assert workers.to_dict() == {1: 5366, 2: 40.8, 4: 28.5, 8: 15.049, 16: 49.758}  # 2 and 4: derived, rounded
+    # 2 and 4: derived, rounded
+    assert workers.to_dict() == {1: 5366, 2: 40.8, 4: 28.5, 8: 15.049, 16: 49.758}
     assert set(reference("breakdown")["timing"]) <= {"events", "sync", "naive"}
 
 
-# --- prefetch --------------------------------------------------------------------------------------------------------
+# --- prefetch
+# --------------------------------------------------------------------------------------------------
 
 
 def prefetch_rows(gpu: str | None = H100) -> list[dict]:
-    """Without: 2 s per epoch and layer; with: 1.6 s (pinned) or 1.9 s (pageable); repeats 0 and 2 straddle the median
-    of repeat 1."""
+    """Without: 2 s per epoch and layer; with: 1.6 s (pinned) or 1.9 s (pageable); repeats 0 and 2
+    straddle the median of repeat 1."""
     rows = []
     for epochs in (1, 5):
         for layers in (1, 4):
@@ -152,22 +165,36 @@ def test_prefetch_speedup_is_time_without_over_time_with_per_source():
     ours = find(view.tables, "Measured on NVIDIA H100")
     times = dict(
         zip(
-            zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers"), strict=True),
+            zip(
+                column(ours, "source"),
+                column(ours, "epochs"),
+                column(ours, "hidden_layers"),
+                strict=True,
+            ),
             column(ours, "time without prefetch [s]"),
             strict=True,
         )
     )
-    assert times[("pageable", 5, 4)] == pytest.approx(40.0)  # the median of the repeats, not their mean
+    # the median of the repeats, not their mean
+    assert times[("pageable", 5, 4)] == pytest.approx(40.0)
     speedups = dict(
         zip(
-            zip(column(ours, "source"), column(ours, "epochs"), column(ours, "hidden_layers"), strict=True),
+            zip(
+                column(ours, "source"),
+                column(ours, "epochs"),
+                column(ours, "hidden_layers"),
+                strict=True,
+            ),
             column(ours, "speedup"),
             strict=True,
         )
     )
     assert speedups[("pageable", 1, 1)] == pytest.approx(2.0 / 1.9)
     assert speedups[("pinned", 5, 4)] == pytest.approx(2.0 / 1.6)
-    assert "1.05× from a pageable source" in view.verdict and "1.25× from a pinned source" in view.verdict
+    assert (
+        "1.05× from a pageable source" in view.verdict
+        and "1.25× from a pinned source" in view.verdict
+    )
 
 
 def test_prefetch_shows_the_published_table_and_speedups_side_by_side():
@@ -187,8 +214,10 @@ def test_prefetch_shows_the_published_table_and_speedups_side_by_side():
     assert by_point[(1, 1)][2] == pytest.approx(2.69 / 2.52)
     assert by_point[(5, 4)][4] == pytest.approx(1.25)
     assert by_point[(50, 8)][3] is None  # published, not measured here
-    assert isinstance(view.figure, Figure) and len(view.figure.axes) == 3  # one axes per epochs value
-    assert [n for n in view.notes if not n.startswith("The published speedup")] == []  # that one: test_studies_views
+    # one axes per epochs value
+    assert isinstance(view.figure, Figure) and len(view.figure.axes) == 3
+    # that one: test_studies_views
+    assert [n for n in view.notes if not n.startswith("The published speedup")] == []
 
 
 def test_prefetch_on_cpu_keeps_pinned_cells_in_their_column_and_says_why_they_do_not_differ():
@@ -200,7 +229,11 @@ def test_prefetch_on_cpu_keeps_pinned_cells_in_their_column_and_says_why_they_do
 
 def test_prefetch_without_reference_and_with_failed_cells():
     rows = prefetch_rows() + [
-        row("prefetch", {"epochs": 50, "hidden_layers": 8, "device_prefetch": "none", "pin_memory": True}, failed=True)
+        row(
+            "prefetch",
+            {"epochs": 50, "hidden_layers": 8, "device_prefetch": "none", "pin_memory": True},
+            failed=True,
+        )
     ]
     view = builder("prefetch")(summary(rows), None, PREFETCH)
     assert not any(t.caption.startswith("Published") for t in view.tables)
@@ -211,7 +244,11 @@ def test_prefetch_without_reference_and_with_failed_cells():
 
 def test_prefetch_with_nothing_measured():
     rows = [
-        row("prefetch", {"epochs": 1, "hidden_layers": 1, "device_prefetch": p, "pin_memory": False}, failed=True)
+        row(
+            "prefetch",
+            {"epochs": 1, "hidden_layers": 1, "device_prefetch": p, "pin_memory": False},
+            failed=True,
+        )
         for p in ("none", "stream")
     ]
     view = builder("prefetch")(summary(rows), reference("prefetch"), PREFETCH)
@@ -221,11 +258,13 @@ def test_prefetch_with_nothing_measured():
     assert view.figure is not None  # the published speedups still have their figure
 
 
-# --- workers ---------------------------------------------------------------------------------------------------------
+# --- workers
+# --------------------------------------------------------------------------------------------------
 
 
 def workers_rows(gpu: str | None = H100) -> list[dict]:
-    """Steady state saturating at 4 workers; the first batch grows with the workers started; CUDA init 0.4 s, apart."""
+    """Steady state saturating at 4 workers; the first batch grows with the workers started; CUDA
+    init 0.4 s, apart."""
     rows = []
     for workers in (0, 1, 2, 4, 8):
         for repeat in range(3):
@@ -256,7 +295,8 @@ def test_workers_steady_state_beside_first_batch_and_cuda_init():
     side = view.tables[0]
     points = {r[0]: r for r in side.rows}
     assert points[8][1] == pytest.approx(5366 / 15.049)  # the published first-batch "speedup"
-    assert points[4][2] == pytest.approx(70.0 / 130.0)  # ours: the first batch gets slower with more workers to start
+    # ours: the first batch gets slower with more workers to start
+    assert points[4][2] == pytest.approx(70.0 / 130.0)
     assert points[4][3] == pytest.approx(2.5)  # steady state: 2500 / 1000 samples/s
     assert points[16][3] is None
     published = find(view.tables, "Published")
@@ -266,7 +306,9 @@ def test_workers_steady_state_beside_first_batch_and_cuda_init():
 
 
 def test_workers_on_cpu_without_reference_and_a_failed_cell():
-    rows = workers_rows(gpu=None) + [row("workers", {"scenario": "loader", "num_workers": 16}, gpu=None, failed=True)]
+    rows = workers_rows(gpu=None) + [
+        row("workers", {"scenario": "loader", "num_workers": 16}, gpu=None, failed=True)
+    ]
     view = builder("workers")(summary(rows), None, WORKERS)
     assert any("no CUDA context" in n for n in view.notes)
     assert any("No published table" in n for n in view.notes)
@@ -281,14 +323,16 @@ def test_workers_on_cpu_without_reference_and_a_failed_cell():
     assert "creating the CUDA context" not in view.verdict
 
 
-# --- breakdown -------------------------------------------------------------------------------------------------------
+# --- breakdown
+# --------------------------------------------------------------------------------------------------
 
 # The case of the post's Q2, Q3 and follow-up: DataParallel on 4 GPUs, batch 256 in all.
 POST_CASE = {"model": "resnet18", "parallel": "dp", "gpus_per_node": 4, "batch_size": 64}
 
 
 def breakdown_rows(gpu: str | None = H100, case: dict = POST_CASE) -> list[dict]:
-    """Pageable copies cost 5 ms; pinned ones 1 ms, which naive timing of a non_blocking copy books under forward."""
+    """Pageable copies cost 5 ms; pinned ones 1 ms, which naive timing of a non_blocking copy books
+    under forward."""
     rows = []
     for timing in ("events", "sync", "naive"):
         for pin in (False, True):
@@ -319,7 +363,8 @@ def test_breakdown_phases_per_timing_mode():
     assert column(ours, "timing") == ["events"] * 4 + ["sync"] * 4 + ["naive"] * 4
     cases = {(r[0], r[1], r[2]): dict(zip(ours.columns, r, strict=True)) for r in ours.rows}
     assert cases[("naive", True, True)]["transfer [ms]"] == pytest.approx(0.05)
-    assert cases[("naive", True, True)]["processing [ms]"] == pytest.approx(33.95)  # fwd + bwd + opt
+    # fwd + bwd + opt
+    assert cases[("naive", True, True)]["processing [ms]"] == pytest.approx(33.95)
     assert cases[("events", False, False)]["load [ms]"] == pytest.approx(3.0)
     assert isinstance(view.figure, Figure) and len(view.figure.axes) == 3
     assert view.figure.axes[0].get_title().startswith("events")
@@ -349,7 +394,14 @@ def test_breakdown_lists_the_posts_statements_with_our_numbers_and_explanations(
 
 def test_breakdown_on_cpu_and_with_a_missing_timing_mode():
     rows = [r for r in breakdown_rows(gpu=None) if r["timing"] != "sync"]
-    rows.append(row("breakdown", {"timing": "sync", "pin_memory": True, "non_blocking": True}, gpu=None, failed=True))
+    rows.append(
+        row(
+            "breakdown",
+            {"timing": "sync", "pin_memory": True, "non_blocking": True},
+            gpu=None,
+            failed=True,
+        )
+    )
     view = builder("breakdown")(summary(rows), None, BREAKDOWN)
     assert any("same host clock" in n for n in view.notes)
     assert any("timing=sync" in n and "incomplete" in n for n in view.notes)
@@ -366,14 +418,17 @@ def test_breakdown_on_cpu_and_with_a_missing_timing_mode():
 )
 def test_workers_and_breakdown_with_nothing_measured(name, knobs):
     view = builder(name)(
-        summary([row(name, knobs, failed=True)]), reference(name), {"matrix": {k: [v] for k, v in knobs.items()}}
+        summary([row(name, knobs, failed=True)]),
+        reference(name),
+        {"matrix": {k: [v] for k, v in knobs.items()}},
     )
     assert find(view.tables, "Measured").rows == [] and find(view.tables, "Published").rows
     assert view.verdict is None
     assert any("measured anything" in n for n in view.notes)
 
 
-# --- through the report ----------------------------------------------------------------------------------------------
+# --- through the report
+# ----------------------------------------------------------------------------------------------
 
 
 def test_each_view_is_rendered_in_the_report_with_its_tables():
@@ -381,11 +436,18 @@ def test_each_view_is_rendered_in_the_report_with_its_tables():
     config = {
         "experiments": {
             "prefetch": {"title": "Ray prefetch", "view": "prefetch", **PREFETCH},
-            "workers": {"title": "CIFAR-100 workers", "view": "workers", "base": {"scenario": "loader"}, **WORKERS},
+            "workers": {
+                "title": "CIFAR-100 workers",
+                "view": "workers",
+                "base": {"scenario": "loader"},
+                **WORKERS,
+            },
             "breakdown": {"title": "Forum breakdown", "view": "breakdown", **BREAKDOWN},
         }
     }
-    references = [os.path.join(REFERENCES, f"{name}.csv") for name in ("prefetch", "workers", "breakdown")]
+    references = [
+        os.path.join(REFERENCES, f"{name}.csv") for name in ("prefetch", "workers", "breakdown")
+    ]
     context = build_report(frame, [], [], config, "c0ffee42", references=references)
     html = render(context)
     for name, spec in config["experiments"].items():

@@ -1,4 +1,5 @@
-"""The Snakemake workflow for real: a tiny config in a temporary directory, then what reruns when something changes.
+"""The Snakemake workflow for real: a tiny config in a temporary directory, then what reruns when
+something changes.
 
 Every test runs a copy of the workflow (Snakefile, rules, scripts, the feedbench
 package, schema, profile) so that editing the harness of the copy exercises the
@@ -21,7 +22,8 @@ from helpers.snakemake_run import copy_workflow, snakemake, workflow_copy
 
 pytestmark = [
     pytest.mark.slow,  # real Snakemake runs: about a minute for the module
-    pytest.mark.xdist_group("workflow"),  # one worker: the module fixture `done` runs the workflow once
+    # one worker: the module fixture `done` runs the workflow once
+    pytest.mark.xdist_group("workflow"),
 ]
 
 TINY = {
@@ -40,7 +42,10 @@ TINY = {
             "matrix": {"hidden_layers": [1]},
             # Valid config, but no CIFAR in the folder: the harness fails this cell at run time.
             "include": [{"dataset": "cifar10", "data_dir": "empty"}],
-            "plot": [{"x": "hidden_layers", "kind": "bar"}, {"x": "hidden_layers", "kind": "phases"}],
+            "plot": [
+                {"x": "hidden_layers", "kind": "bar"},
+                {"x": "hidden_layers", "kind": "phases"},
+            ],
         },
     },
 }
@@ -72,7 +77,8 @@ def everything(config: dict) -> set[str]:
 
 
 def changed(config: dict, **edits) -> dict:
-    """A deep copy of config with experiments.<name> keys replaced: changed(c, mlp={"base": {...}})."""
+    """A deep copy of config with experiments.<name> keys replaced: changed(c, mlp={"base":
+    {...}})."""
     config = json.loads(json.dumps(config))
     for name, keys in edits.items():
         config["experiments"][name].update(keys)
@@ -85,15 +91,22 @@ def done(tmp_path_factory):
     workflow = copy_workflow(tmp_path_factory.mktemp("workflow"))
     workdir = tmp_path_factory.mktemp("run")
     (workdir / "empty").mkdir()
-    with pytest.MonkeyPatch.context() as env:  # every result read and validated, in every process of the run
+    # every result read and validated, in every process of the run
+    with pytest.MonkeyPatch.context() as env:
         env.setenv(READ_LOG, str(workdir.parent / "reads.txt"))
         run = snakemake(workflow, workdir, TINY)
-    # The cifar10 cell fails by design: the run still ends with its report, names each failed repeat and exits 1.
+    # The cifar10 cell fails by design: the run still ends with its report, names each failed repeat
+    # and exits 1.
     assert run.returncode == 1, run.stderr[-4000:]
     failed = sorted(line for line in run.stderr.splitlines() if line.startswith("mlp / "))
     cell = "hidden_layers-1_data_dir-empty_dataset-cifar10"
-    assert [line.split(":")[0] for line in failed] == [f"mlp / {cell} (rep{k})" for k in (1, 2)], run.stderr[-4000:]
-    assert all("cifar10 not found" in line and f"(log: logs/bench/mlp/{cell}/rep" in line for line in failed), failed
+    assert [line.split(":")[0] for line in failed] == [f"mlp / {cell} (rep{k})" for k in (1, 2)], (
+        run.stderr[-4000:]
+    )
+    assert all(
+        "cifar10 not found" in line and f"(log: logs/bench/mlp/{cell}/rep" in line
+        for line in failed
+    ), failed
     return workflow, workdir
 
 
@@ -115,11 +128,18 @@ def test_runs_end_to_end_and_writes_every_output(done):
     assert len(list((workdir / "results" / "data" / "images" / "train").glob("*/*.JPEG"))) == 16
     rows = list(csv.DictReader(open(workdir / "results" / "summary.csv")))
     assert sorted((r["experiment"], r["cell"], r["repeat"], r["status"]) for r in rows) == sorted(
-        (k.split("/")[0], k.split("/")[1], k.split("/")[2][3:], "failed" if "cifar10" in k else "ok")
+        (
+            k.split("/")[0],
+            k.split("/")[1],
+            k.split("/")[2][3:],
+            "failed" if "cifar10" in k else "ok",
+        )
         for k in everything(TINY)
     )
     for name in TINY["experiments"]:
-        assert (workdir / "results" / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+        assert (
+            (workdir / "results" / "plots" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+        )
     html = (workdir / "results" / "report" / "index.html").read_text()
     assert "Workers on tiny JPEGs" in html
     assert (
@@ -128,12 +148,17 @@ def test_runs_end_to_end_and_writes_every_output(done):
 
 
 def test_a_run_reads_each_result_once(done):
-    """Rule aggregate reads and validates each result.json once, into the records the report and the run's end read
-    (feedbench.core.records): the report's failures and provenance, and the failed cells the run names, open none."""
+    """Rule aggregate reads and validates each result.json once, into the records the report and the
+    run's end read (feedbench.core.records): the report's failures and provenance, and the failed
+    cells the run names, open none."""
     workflow, workdir = done
-    reads = [os.path.realpath(path) for path in (workdir.parent / "reads.txt").read_text().splitlines()]
+    reads = [
+        os.path.realpath(path) for path in (workdir.parent / "reads.txt").read_text().splitlines()
+    ]
     cells = os.path.realpath(workdir / "results" / "cells")
-    assert sorted(reads) == sorted(os.path.join(cells, key, "result.json") for key in everything(TINY)), reads
+    assert sorted(reads) == sorted(
+        os.path.join(cells, key, "result.json") for key in everything(TINY)
+    ), reads
     records = json.loads((workdir / "results" / "records.json").read_text())
     assert [r["labels"]["cell"] for r in records] == [
         r["cell"] for r in csv.DictReader(open(workdir / "results" / "summary.csv"))
@@ -144,8 +169,9 @@ def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):
     workflow, workdir = done
     assert planned(workflow, workdir, TINY) == failed_cells(TINY)
     assert planned(workflow, workdir, dict(TINY, retry_failed=False)) == set()
-    # A separate run of an all-ok matrix: nothing changed means nothing at all to do. One ok cell, one repeat and
-    # no JPEGs are enough to show it (the rules, the retry input and the report are the same as for TINY).
+    # A separate run of an all-ok matrix: nothing changed means nothing at all to do. One ok cell,
+    # one repeat and no JPEGs are enough to show it (the rules, the retry input and the report are
+    # the same as for TINY).
     ok_only = changed(TINY, mlp={"include": []})
     ok_only["experiments"] = {"mlp": ok_only["experiments"]["mlp"]}
     ok_only["defaults"] = dict(ok_only["defaults"], repeats=1)
@@ -158,7 +184,8 @@ def test_nothing_changed_means_nothing_to_do_but_retry_the_failed_cells(done):
 
 
 def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
-    """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone; then it is done."""
+    """A cell fails (its image folder is empty), its cause is mended, the next run retries it alone;
+    then it is done."""
     from feedbench.harness.images import make_images
 
     workflow, workdir = workflow_copy(tmp_path)
@@ -167,21 +194,29 @@ def test_a_retried_cell_that_succeeds_is_left_alone_afterwards(tmp_path):
         TINY,
         mlp={
             "include": [
-                {"scenario": "loader", "dataset": "images", "data_dir": "imgs", "image_size": 16, "batch_size": 4}
+                {
+                    "scenario": "loader",
+                    "dataset": "images",
+                    "data_dir": "imgs",
+                    "image_size": 16,
+                    "batch_size": 4,
+                }
             ]
         },
     )
     config["experiments"] = {"mlp": config["experiments"]["mlp"]}
     config["defaults"] = dict(config["defaults"], repeats=1)
     assert snakemake(workflow, workdir, config).returncode == 1  # the cell failed: the run says so
-    cell = "mlp/hidden_layers-1_batch_size-4_data_dir-imgs_dataset-images_image_size-16_scenario-loader/rep1"
+    cell = "mlp/hidden_layers-1_batch_size-4_data_dir-imgs_dataset-images_image_size-16_scenario-loader/rep1"  # noqa: E501
     result = workdir / "results" / "cells" / cell / "result.json"
     assert json.loads(result.read_text())["status"] == "failed"
     assert planned(workflow, workdir, config) == {cell}
     make_images(str(workdir / "imgs"), count=8, size=24, classes=2)
     rerun = snakemake(workflow, workdir, config)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert re.findall(r"output: results/cells/(\S+)/result\.json", rerun.stdout + rerun.stderr) == [cell]
+    assert re.findall(r"output: results/cells/(\S+)/result\.json", rerun.stdout + rerun.stderr) == [
+        cell
+    ]
     assert json.loads(result.read_text())["status"] == "ok"
     assert planned(workflow, workdir, config) == set()
 
@@ -198,7 +233,9 @@ def test_adding_a_level_runs_only_the_new_cells(done):
 def test_changing_a_knob_of_one_experiment_reruns_only_its_cells(done):
     workflow, workdir = done
     config = changed(TINY, mlp={"base": {**TINY["experiments"]["mlp"]["base"], "batch_size": 4}})
-    assert planned(workflow, workdir, config) == {k for k in everything(TINY) if k.startswith("mlp/")}
+    assert planned(workflow, workdir, config) == {
+        k for k in everything(TINY) if k.startswith("mlp/")
+    }
 
 
 def test_changing_a_default_reruns_every_cell(done):
@@ -211,7 +248,8 @@ def test_changing_a_default_reruns_every_cell(done):
 def test_changing_the_harness_code_reruns_the_cells(done, tmp_path):
     workflow, workdir = done
     edited = copy_workflow(tmp_path, source=workflow)
-    assert planned(edited, workdir, TINY) == failed_cells(TINY)  # same code elsewhere: only the retries
+    # same code elsewhere: only the retries
+    assert planned(edited, workdir, TINY) == failed_cells(TINY)
     with open(os.path.join(edited, "workflow", "feedbench", "core", "metrics.py"), "a") as f:
         f.write("\n# an edit of the harness\n")
     assert planned(edited, workdir, TINY) == everything(TINY)

@@ -1,4 +1,5 @@
-"""Writes the example's shards, data/reviews-{0,1}.jsonl: short made-up reviews labelled by their words.
+"""Writes the example's shards, data/reviews-{0,1}.jsonl: short made-up reviews labelled by their
+words.
 
 python examples/text-pipeline/make_data.py   # the shards are in the repository; this remakes them
 """
@@ -11,10 +12,12 @@ import random
 
 GOOD = "great wonderful reliable delightful comfortable excellent sturdy gorgeous".split()
 BAD = "broken disappointing flimsy terrible unreliable awkward overpriced noisy".split()
-NOUNS = "battery screen handle packaging keyboard speaker strap hinge charger manual fabric lid".split()
+NOUNS = (
+    "battery screen handle packaging keyboard speaker strap hinge charger manual fabric lid".split()
+)
 FILLER = (
-    "the this it was is and but really quite after before using with for my our every day week month "
-    "arrived works worked feels looks seems compared previous model delivery support"
+    "the this it was is and but really quite after before using with for my our every day week "
+    "month arrived works worked feels looks seems compared previous model delivery support"
 ).split()
 
 

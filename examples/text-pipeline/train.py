@@ -1,4 +1,5 @@
-"""The training script as a user writes it: no feedbench in it. feedbench measures the same code (config.yaml).
+"""The training script as a user writes it: no feedbench in it. feedbench measures the same code
+(config.yaml).
 
 python examples/text-pipeline/train.py [--workers 2] [--steps 50]
 """
@@ -28,7 +29,11 @@ def main() -> None:
 
     dataset = ReviewShards(os.path.join(HERE, "data"))
     loader = DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=True, collate_fn=pad_collate, num_workers=args.workers
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        collate_fn=pad_collate,
+        num_workers=args.workers,
     )
     model = ReviewClassifier()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -1,1 +1,2 @@
-"""The tests' helpers, in one place: imported as `helpers.<module>` (pytest puts tests/ on the path)."""
+"""The tests' helpers, in one place: imported as `helpers.<module>` (pytest puts tests/ on the
+path)."""

@@ -20,7 +20,9 @@ import time
 from dataclasses import dataclass, field
 
 # Screenshots the browser tests keep, for a person to look at.
-ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "test-artifacts")
+ARTIFACTS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "test-artifacts"
+)
 
 FLAGS = [
     "--headless",
@@ -40,12 +42,13 @@ FLAGS = [
 FIGURES_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure svg')).map(svg => {
   const box = svg.getBoundingClientRect();
   return {width: box.width, height: box.height, shapes: svg.querySelectorAll('path, rect, image, text, use').length};
-}))"""
+}))"""  # noqa: E501
 
-# Does the page fit its viewport? The page's and the viewport's widths; every table cell whose content is wider
-# than the cell (clipped), with the start of its text; and in a study view's tables, every cell holding a sentence
-# (6 words or more, over 30 characters) squeezed narrower than CRAMPED_PX, a word a line, and every short word (up to
-# 20 characters, no space) broken across lines.
+# Does the page fit its viewport? The page's and the viewport's widths; every table cell whose
+# content is wider than the cell (clipped), with the start of its text; and in a study view's
+# tables, every cell holding a sentence (6 words or more, over 30 characters) squeezed narrower than
+# CRAMPED_PX, a word a line, and every short word (up to 20 characters, no space) broken across
+# lines.
 CRAMPED_PX = 160
 LAYOUT_JS = """(() => {
   const cells = Array.from(document.querySelectorAll('.view-table td'));  // a study view's tables
@@ -68,11 +71,15 @@ LAYOUT_JS = """(() => {
                .map(c => `${Math.round(c.getBoundingClientRect().width)} px: ${text(c).slice(0, 60)}`),
     broken: cells.filter(c => text(c) && !/\\s/.test(text(c)) && text(c).length <= 20 && wraps(c)).map(text),
   });
-})()""".replace("CRAMPED", str(CRAMPED_PX))
+})()""".replace("CRAMPED", str(CRAMPED_PX))  # noqa: E501
 
 
 def find_chromium() -> str | None:
-    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+    for candidate in (
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -86,19 +93,21 @@ class PageReport:
     figures: list[dict] = field(default_factory=list)
     layout: dict = field(default_factory=dict)
     screenshot: str | None = None
-    found: dict = field(default_factory=dict)  # what each of `inspect`'s `evaluate` expressions returned
+    # what each of `inspect`'s `evaluate` expressions returned
+    found: dict = field(default_factory=dict)
 
 
 class DevTools:
-    """A Chromium process and its DevTools pipe: send a command, wait for its answer, keep the events."""
+    """A Chromium process and its DevTools pipe: send a command, wait for its answer, keep the
+    events."""
 
     def __init__(self, binary: str, timeout_s: float = 60):
         self.timeout_s = timeout_s
         self.profile = tempfile.mkdtemp(prefix="feedbench-chromium-")
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        # bash moves our pipe ends to the descriptors Chromium expects, 3 (commands) and 4 (answers);
-        # not sh: dash only redirects single-digit descriptors.
+        # bash moves our pipe ends to the descriptors Chromium expects, 3 (commands) and 4
+        # (answers); not sh: dash only redirects single-digit descriptors.
         self.process = subprocess.Popen(
             [
                 "bash",
@@ -126,7 +135,9 @@ class DevTools:
                 raise TimeoutError("Chromium did not answer in time")
             chunk = os.read(self._from_browser, 1 << 20)
             if not chunk:
-                raise RuntimeError(f"Chromium closed its DevTools pipe (exit code {self.process.poll()})")
+                raise RuntimeError(
+                    f"Chromium closed its DevTools pipe (exit code {self.process.poll()})"
+                )
             self._buffer += chunk
         message, _, self._buffer = self._buffer.partition(b"\0")
         return json.loads(message)
@@ -181,14 +192,17 @@ def inspect(
     height: int = 900,
     evaluate: dict[str, str] | None = None,
 ) -> PageReport:
-    """Load `page` (a file path) in a viewport `width` x `height`, wait for its load event, and collect requests,
-    failures, console errors, figure sizes and the layout's fit, and what each JavaScript expression of `evaluate`
-    returns (a JSON string, parsed into `found` under its name). The screenshot shows the whole page, or the element
-    `selector` names, cut at `max_height` pixels when given."""
+    """Load `page` (a file path) in a viewport `width` x `height`, wait for its load event, and
+    collect requests, failures, console errors, figure sizes and the layout's fit, and what each
+    JavaScript expression of `evaluate` returns (a JSON string, parsed into `found` under its name).
+    The screenshot shows the whole page, or the element `selector` names, cut at `max_height` pixels
+    when given."""
     browser = DevTools(binary or find_chromium())
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
         for domain in ("Page", "Network", "Runtime", "Log"):
             browser.send(f"{domain}.enable", session=session)
         browser.send(
@@ -196,21 +210,29 @@ def inspect(
             {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
             session=session,
         )
-        navigation = browser.send("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
+        navigation = browser.send(
+            "Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session
+        )
         report = PageReport()
         if navigation.get("errorText"):
             report.failed_loads.append(f"{page}: {navigation['errorText']}")
         browser.wait_for("Page.loadEventFired")
-        layout = browser.send("Runtime.evaluate", {"expression": LAYOUT_JS, "returnByValue": True}, session=session)
+        layout = browser.send(
+            "Runtime.evaluate", {"expression": LAYOUT_JS, "returnByValue": True}, session=session
+        )
         report.layout = json.loads(layout["result"]["value"])
         report.figures = json.loads(
-            browser.send("Runtime.evaluate", {"expression": FIGURES_JS, "returnByValue": True}, session=session)[
-                "result"
-            ]["value"]
+            browser.send(
+                "Runtime.evaluate",
+                {"expression": FIGURES_JS, "returnByValue": True},
+                session=session,
+            )["result"]["value"]
         )
         for name, expression in (evaluate or {}).items():
             answer = browser.send(
-                "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session
+                "Runtime.evaluate",
+                {"expression": expression, "returnByValue": True},
+                session=session,
             )
             report.found[name] = json.loads(answer["result"]["value"])
         if screenshot:
@@ -218,8 +240,9 @@ def inspect(
             clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}
             if selector:
                 where = (
-                    f"(b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: b.height}}))"
-                    f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect())"
+                    f"(b => ({{x: b.left + scrollX, y: b.top + scrollY, width: b.width, height: "
+                    f"b.height}}))(document.querySelector({json.dumps(selector)}"
+                    ").getBoundingClientRect())"
                 )
                 answer = browser.send(
                     "Runtime.evaluate",
@@ -252,25 +275,35 @@ def inspect(
                 report.requests.append(params["request"]["url"])
             elif method == "Network.loadingFailed":
                 reason = params.get("blockedReason") or params.get("errorText")
-                report.failed_loads.append(f"{urls.get(params['requestId'], params['requestId'])}: {reason}")
+                report.failed_loads.append(
+                    f"{urls.get(params['requestId'], params['requestId'])}: {reason}"
+                )
             elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
                 report.console_errors.append(
-                    " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+                    " ".join(
+                        str(a.get("value", a.get("description", "")))
+                        for a in params.get("args", [])
+                    )
                 )
             elif method == "Runtime.exceptionThrown":
                 report.console_errors.append(params["exceptionDetails"].get("text", "exception"))
             elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                report.console_errors.append(f"{params['entry'].get('source')}: {params['entry'].get('text')}")
+                report.console_errors.append(
+                    f"{params['entry'].get('source')}: {params['entry'].get('text')}"
+                )
         return report
     finally:
         browser.close()
 
 
 def assert_fits(page, what: str, width: int) -> None:
-    """The page fits; on a laptop no sentence is squeezed to a word a line (on a phone a wide table's sentences may
-    be narrow: the table scrolls in its box); at no width is a short word broken."""
+    """The page fits; on a laptop no sentence is squeezed to a word a line (on a phone a wide
+    table's sentences may be narrow: the table scrolls in its box); at no width is a short word
+    broken."""
     layout = page.layout
-    assert layout["scrollWidth"] <= layout["clientWidth"], f"{what}: the page scrolls sideways {layout}"
+    assert layout["scrollWidth"] <= layout["clientWidth"], (
+        f"{what}: the page scrolls sideways {layout}"
+    )
     assert layout["clipped"] == [], f"{what}: table cells clip their content"
     if width >= 1280:
         assert layout["cramped"] == [], f"{what}: sentences squeezed to a word a line"
@@ -278,10 +311,14 @@ def assert_fits(page, what: str, width: int) -> None:
 
 
 def without_tags(html: str) -> str:
-    """A part of a report as its reader reads it: the tags (the glossary's links among them) taken out."""
+    """A part of a report as its reader reads it: the tags (the glossary's links among them) taken
+    out."""
     return re.sub(r"<[^>]+>", "", html)
 
 
 def paragraph_texts(page: str, css_class: str) -> list[str]:
-    """The text of each `<p class="css_class">` of a report, its inline tags (the glossary's links) taken out."""
-    return [without_tags(text) for text in re.findall(rf'<p class="{css_class}">(.*?)</p>', page, re.S)]
+    """The text of each `<p class="css_class">` of a report, its inline tags (the glossary's links)
+    taken out."""
+    return [
+        without_tags(text) for text in re.findall(rf'<p class="{css_class}">(.*?)</p>', page, re.S)
+    ]

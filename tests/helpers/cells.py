@@ -1,5 +1,6 @@
-"""Cells for tests: the tiny MLP, the endless sleep cell, and `python -m feedbench run` of a cell in a process of its
-own (the command line a user types), so that no test spells that command out by hand."""
+"""Cells for tests: the tiny MLP, the endless sleep cell, and `python -m feedbench run` of a cell in
+a process of its own (the command line a user types), so that no test spells that command out by
+hand."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import json
 import subprocess
 import sys
 
-# The smallest training cell that still runs every part of the harness: 4 steps of a 16-wide MLP, one warm-up step.
+# The smallest training cell that still runs every part of the harness: 4 steps of a 16-wide MLP,
+# one warm-up step.
 TINY_MLP = dict(model="mlp", input_size=16, width=16, batch_size=8, steps=4, warmup_steps=1)
 
-# A cell that runs until it is stopped (a limit, a signal, a dead worker): sleep steps on tiny images, one thread,
-# pinned, since the tests that stop it count seconds.
+# A cell that runs until it is stopped (a limit, a signal, a dead worker): sleep steps on tiny
+# images, one thread, pinned, since the tests that stop it count seconds.
 ENDLESS_SLEEP = dict(model="sleep", image_size=8, batch_size=2, steps=100000, torch_threads=1)
 
 
@@ -21,29 +23,41 @@ def tiny_mlp(**knobs) -> dict:
 
 
 def tiny_mlp_base(**knobs) -> dict:
-    """The tiny MLP as an experiment's base in a workflow config, `knobs` over it: training on 32 samples in memory,
-    its steps left to the config's defaults."""
+    """The tiny MLP as an experiment's base in a workflow config, `knobs` over it: training on 32
+    samples in memory, its steps left to the config's defaults."""
     shape = {k: v for k, v in TINY_MLP.items() if k not in ("steps", "warmup_steps")}
     return {"scenario": "train", "dataset": "memory", **shape, "num_samples": 32, **knobs}
 
 
 def user_cell(module: str, src: str | None = None, dataset: str = "build", **knobs) -> dict:
-    """A cell of a user's module (tests/conftest.py's user_module): its `dataset` builder, `model` and `step`, the
-    module imported from the folder `src` where given, `knobs` over them."""
+    """A cell of a user's module (tests/conftest.py's user_module): its `dataset` builder, `model`
+    and `step`, the module imported from the folder `src` where given, `knobs` over them."""
     cell = {"dataset": f"{module}:{dataset}", "model": f"{module}:model", "step": f"{module}:step"}
     return {**cell, **({"python_path": [src]} if src is not None else {}), **knobs}
 
 
 def cell_command(out, knobs: dict | None = None, *options: str, cell=None) -> list[str]:
-    """`python -m feedbench run [CELL] --out OUT OPTIONS --set k=v ...`: each value written as JSON, which the CLI
-    reads as YAML, so every string, number, bool, list and None comes back as it was."""
-    command = [sys.executable, "-m", "feedbench", "run", *([str(cell)] if cell is not None else []), "--out", str(out)]
+    """`python -m feedbench run [CELL] --out OUT OPTIONS --set k=v ...`: each value written as JSON,
+    which the CLI reads as YAML, so every string, number, bool, list and None comes back as it
+    was."""
+    command = [
+        sys.executable,
+        "-m",
+        "feedbench",
+        "run",
+        *([str(cell)] if cell is not None else []),
+        "--out",
+        str(out),
+    ]
     sets = [f"--set={k}={json.dumps(v)}" for k, v in (knobs or {}).items()]
     return [*command, *options, *sets]
 
 
-def start_cell(out, knobs: dict | None = None, *options: str, cell=None, **popen) -> subprocess.Popen:
-    """The cell running in a process of its own (subprocess.Popen's keywords in `popen`), to signal, kill or watch."""
+def start_cell(
+    out, knobs: dict | None = None, *options: str, cell=None, **popen
+) -> subprocess.Popen:
+    """The cell running in a process of its own (subprocess.Popen's keywords in `popen`), to signal,
+    kill or watch."""
     return subprocess.Popen(cell_command(out, knobs, *options, cell=cell), **popen)
 
 

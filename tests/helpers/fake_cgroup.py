@@ -1,11 +1,14 @@
-"""A fake /sys/fs/cgroup for the limits that core.cgroup reads (tests/test_cores.py, tests/test_memory.py)."""
+"""A fake /sys/fs/cgroup for the limits that core.cgroup reads (tests/test_cores.py,
+tests/test_memory.py)."""
 
 from __future__ import annotations
 
 
-def cgroup_tree(tmp_path, name: str, limits: dict[str, str], own: str = "/job/step") -> tuple[str, str]:
-    """A cgroup tree with the file `name` (cpu.max, memory.max) at the given paths, and a /proc/self/cgroup naming
-    `own`: (root, proc) for core.cgroup."""
+def cgroup_tree(
+    tmp_path, name: str, limits: dict[str, str], own: str = "/job/step"
+) -> tuple[str, str]:
+    """A cgroup tree with the file `name` (cpu.max, memory.max) at the given paths, and a
+    /proc/self/cgroup naming `own`: (root, proc) for core.cgroup."""
     root = tmp_path / "cgroup"
     for path, text in limits.items():
         folder = root / path.strip("/")

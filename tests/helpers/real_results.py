@@ -17,16 +17,28 @@ import pytest
 from feedbench.harness.images import make_images
 from feedbench.harness.runner import run
 
-# torch_threads 1 (pinned because verdicts are asserted on these timings; the harness follows the launch): with
-# PyTorch's default of one thread per core, a 2-core machine busy elsewhere turned a ~2 ms MLP step into ~200 ms,
-# and the train cells' stall fell under the data-bound threshold.
-FAST = {"steps": 6, "warmup_steps": 2, "monitor_interval_s": 0.05, "torch_threads": 1, "device": "cpu"}
+# torch_threads 1 (pinned because verdicts are asserted on these timings; the harness follows the
+# launch): with PyTorch's default of one thread per core, a 2-core machine busy elsewhere turned a
+# ~2 ms MLP step into ~200 ms, and the train cells' stall fell under the data-bound threshold.
+FAST = {
+    "steps": 6,
+    "warmup_steps": 2,
+    "monitor_interval_s": 0.05,
+    "torch_threads": 1,
+    "device": "cpu",
+}
 
 # A small matrix touching every kind of cell: loader, train, transfer, and one that fails.
 EXPERIMENTS = {
     "loader": {
         "title": "Do loader workers help?",
-        "base": {"scenario": "loader", "model": "none", "image_size": 16, "batch_size": 16, "num_samples": 256},
+        "base": {
+            "scenario": "loader",
+            "model": "none",
+            "image_size": 16,
+            "batch_size": 16,
+            "num_samples": 256,
+        },
         "matrix": {"num_workers": [0, 1], "pin_memory": [False, True]},
         "plot": [
             {"x": "num_workers", "y": "samples_per_s", "hue": "pin_memory", "kind": "line"},
@@ -43,7 +55,8 @@ EXPERIMENTS = {
             "width": 64,
             "batch_size": 32,
             "num_samples": 256,
-            "stage_timing": True,  # the report's stage profile and the verdict's costliest stage, from real timings
+            # the report's stage profile and the verdict's costliest stage, from real timings
+            "stage_timing": True,
         },
         "matrix": {"hidden_layers": [1, 4], "sample_delay_ms": [0.0, 0.5]},
         "plot": [
@@ -78,7 +91,8 @@ def cells(experiments: dict) -> list[tuple[str, str, dict]]:
 def run_matrix(root: str, experiments: dict = EXPERIMENTS, repeats: int = 2) -> list[str]:
     """Run every cell `repeats` times under root/cells; return the result.json paths.
 
-    Labelled as the workflow labels them: an experiment's first cell (the first level of every axis) is its baseline.
+    Labelled as the workflow labels them: an experiment's first cell (the first level of every axis)
+    is its baseline.
     """
     paths = []
     seen = set()
@@ -87,7 +101,12 @@ def run_matrix(root: str, experiments: dict = EXPERIMENTS, repeats: int = 2) -> 
         seen.add(experiment)
         for repeat in range(repeats):
             out = os.path.join(root, "cells", experiment, cell, f"rep{repeat}")
-            labels = {"experiment": experiment, "cell": cell, "repeat": repeat, "baseline": baseline}
+            labels = {
+                "experiment": experiment,
+                "cell": cell,
+                "repeat": repeat,
+                "baseline": baseline,
+            }
             run({**knobs, **labels, "seed": repeat}, out)
             paths.append(os.path.join(out, "result.json"))
     return paths
@@ -135,8 +154,8 @@ def real_matrix(tmp_path_factory) -> Matrix:
 
     Cached under the run's temp dir.
 
-    Under pytest-xdist each worker is a session: the first to need it runs it under a lock in the temp dir the
-    workers share, the others wait and read it.
+    Under pytest-xdist each worker is a session: the first to need it runs it under a lock in the
+    temp dir the workers share, the others wait and read it.
     """
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -36,14 +36,15 @@ PARTITION = "debug"  # as in cluster.sh
 GPU_PARTITION = "gpu"  # as in cluster.sh: the same nodes, not the default
 ACCOUNT = "feedbench"  # an account cluster.sh creates, with root in it
 
-# Held by the session whose cluster runs (released when it is torn down, or when that process dies). Not the lock
-# file of the docs' `flock /tmp/feedbench-slurm.lock pytest ...`: that one is held by flock(1) around this process.
+# Held by the session whose cluster runs (released when it is torn down, or when that process dies).
+# Not the lock file of the docs' `flock /tmp/feedbench-slurm.lock pytest ...`: that one is held by
+# flock(1) around this process.
 HOST_LOCK = Path("/tmp/feedbench-slurm-cluster.lock")
 HOST_LOCK_WAIT_S = 1800
 
 ENABLE = (
-    "run the tests as root (the Slurm daemons run as root and munge): `bash tests/slurm/install.sh` installs Debian's "
-    "packages, the fixture starts the daemons"
+    "run the tests as root (the Slurm daemons run as root and munge): `bash "
+    "tests/slurm/install.sh` installs Debian's packages, the fixture starts the daemons"
 )
 # States in which a job is still going somewhere; anything else is final.
 ACTIVE = {
@@ -68,27 +69,40 @@ class SlurmCluster:
     partition: str = PARTITION
     account: str = ACCOUNT
 
-    def run(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """A Slurm client command (sbatch, sacct, ...) against this cluster."""
-        proc = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            list(args), env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+            raise AssertionError(
+                f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+            )
         return proc
 
     def sbatch(self, script: Path, *options: str) -> str:
         """Submit a batch script; returns the job id."""
-        out = self.run("sbatch", "--parsable", f"--partition={self.partition}", *options, str(script)).stdout
+        out = self.run(
+            "sbatch", "--parsable", f"--partition={self.partition}", *options, str(script)
+        ).stdout
         return out.strip().split(";")[0]
 
     def jobs(self, job_ids, fields: str) -> dict[str, dict[str, str]]:
         """sacct's rows of the allocations of these jobs, by job id."""
         names = ["JobIDRaw", *fields.split(",")]
-        out = self.run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", ",".join(names)).stdout
+        out = self.run(
+            "sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", ",".join(names)
+        ).stdout
         rows = [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines() if line]
         return {row["JobIDRaw"]: row for row in rows}
 
     def sacct(
-        self, job_id: str, fields: str = "JobID,State,ExitCode,NodeList,AllocTRES", steps: bool = False
+        self,
+        job_id: str,
+        fields: str = "JobID,State,ExitCode,NodeList,AllocTRES",
+        steps: bool = False,
     ) -> list[dict[str, str]]:
         """sacct's rows for a job (the allocation only, unless steps), as dicts."""
         names = fields.split(",")
@@ -98,7 +112,8 @@ class SlurmCluster:
 
     def wait(self, job_id: str, timeout: float = 120) -> dict[str, str]:
         """Poll sacct until the job reaches a final state; returns its row."""
-        return self.wait_sacct(job_id, lambda row: row["State"].split()[0] not in ACTIVE, timeout)  # "CANCELLED by 0"
+        # "CANCELLED by 0"
+        return self.wait_sacct(job_id, lambda row: row["State"].split()[0] not in ACTIVE, timeout)
 
     def wait_sacct(self, job_id: str, done, timeout: float = 120) -> dict[str, str]:
         """Poll sacct until done(row of the job) is true; returns the row."""
@@ -109,20 +124,24 @@ class SlurmCluster:
                 return rows[0]
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"job {job_id}: sacct still says {rows} after {timeout:.0f}s; logs in {self.state_dir / 'log'}"
+                    f"job {job_id}: sacct still says {rows} after {timeout:.0f}s; logs in "
+                    f"{self.state_dir / 'log'}"
                 )
             time.sleep(1)
 
 
-# The plugin's line for each job it submits; its log folder is the job's wildcards joined by _ (rule_bench/E_C_R/, or
-# rule_bench_target/ for the cells measured on the target's GPU).
-SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: .*/rule_bench(?:_target)?/([^/]+)/\d+\.log\)")
+# The plugin's line for each job it submits; its log folder is the job's wildcards joined by _
+# (rule_bench/E_C_R/, or rule_bench_target/ for the cells measured on the target's GPU).
+SUBMITTED = re.compile(
+    r"has been submitted with SLURM jobid (\d+) \(log: "
+    r".*/rule_bench(?:_target)?/([^/]+)/\d+\.log\)"
+)
 
 
 def submitted_bench_jobs(snakemake_output: str) -> dict[str, str]:
-    """experiment_cell_repeat -> Slurm job id of each bench job a run submitted, from its output. Not from the job
-    comment: sacct returns comments only with AccountingStoreFlags=job_comment, which the test cluster leaves unset,
-    as most sites do."""
+    """experiment_cell_repeat -> Slurm job id of each bench job a run submitted, from its output.
+    Not from the job comment: sacct returns comments only with AccountingStoreFlags=job_comment,
+    which the test cluster leaves unset, as most sites do."""
     return {cell: job for job, cell in SUBMITTED.findall(snakemake_output)}
 
 
@@ -138,7 +157,8 @@ def _tail(text: str, lines: int = 30) -> str:
 
 
 def _claim_host():
-    """The host's one test cluster: wait (bounded) while another session's runs; returns the open, locked file."""
+    """The host's one test cluster: wait (bounded) while another session's runs; returns the open,
+    locked file."""
     lock = open(HOST_LOCK, "a")
     deadline = time.monotonic() + HOST_LOCK_WAIT_S
     while True:
@@ -148,7 +168,10 @@ def _claim_host():
         except BlockingIOError:
             if time.monotonic() > deadline:
                 lock.close()
-                _unavailable(f"another test session's cluster still holds {HOST_LOCK} after {HOST_LOCK_WAIT_S} s")
+                _unavailable(
+                    f"another test session's cluster still holds {HOST_LOCK} after "
+                    f"{HOST_LOCK_WAIT_S} s"
+                )
             time.sleep(2)
 
 
@@ -160,7 +183,9 @@ def slurm_cluster(tmp_path_factory):
     if install.returncode != 0:
         _unavailable(f"tests/slurm/install.sh failed:\n{_tail(install.stdout + install.stderr)}")
     missing = [
-        cmd for cmd in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch") if shutil.which(cmd) is None
+        cmd
+        for cmd in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch")
+        if shutil.which(cmd) is None
     ]
     if missing:
         _unavailable(f"{', '.join(missing)} not installed ({install.stdout.strip()})")
@@ -171,20 +196,32 @@ def slurm_cluster(tmp_path_factory):
     try:
         try:
             up = subprocess.run(
-                ["bash", str(CLUSTER), "up", str(state_dir)], capture_output=True, text=True, timeout=180
+                ["bash", str(CLUSTER), "up", str(state_dir)],
+                capture_output=True,
+                text=True,
+                timeout=180,
             )
         except subprocess.TimeoutExpired as e:
-            _unavailable(f"cluster.sh up still running after {e.timeout}s", f"Logs: {state_dir / 'log'}")
+            _unavailable(
+                f"cluster.sh up still running after {e.timeout}s", f"Logs: {state_dir / 'log'}"
+            )
         if up.returncode != 0:
-            _unavailable(f"cluster.sh up failed:\n{_tail(up.stdout + up.stderr)}", f"Logs: {state_dir / 'log'}")
+            _unavailable(
+                f"cluster.sh up failed:\n{_tail(up.stdout + up.stderr)}",
+                f"Logs: {state_dir / 'log'}",
+            )
         yield SlurmCluster(state_dir=state_dir, env=env)
     finally:
         # Always, even after a failed or interrupted `up`: it stops what started.
         down = subprocess.run(
-            ["bash", str(CLUSTER), "down", str(state_dir)], capture_output=True, text=True, timeout=120
+            ["bash", str(CLUSTER), "down", str(state_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if down.returncode == 0:
-            shutil.rmtree(state_dir / "mysql", ignore_errors=True)  # ~100 MB of database; the logs stay
+            # ~100 MB of database; the logs stay
+            shutil.rmtree(state_dir / "mysql", ignore_errors=True)
         else:
             print(f"cluster.sh down failed:\n{down.stdout}{down.stderr}")
         host.close()  # releases the lock

@@ -1,5 +1,5 @@
-"""Real Snakemake on the workflow from a test: the copy of the workflow it runs, and the one command line every test
-that runs the workflow builds."""
+"""Real Snakemake on the workflow from a test: the copy of the workflow it runs, and the one command
+line every test that runs the workflow builds."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from pathlib import Path
 import yaml
 from conftest import ROOT
 
-# What a copy of the workflow holds: the Snakefile, its rules, scripts and schema, the feedbench package, the profiles.
+# What a copy of the workflow holds: the Snakefile, its rules, scripts and schema, the feedbench
+# package, the profiles.
 COPIED = ["Snakefile", "config", "profiles", "envs", "report", "workflow"]
 
 
 def snakemake_command(workflow: str, workdir, *args: str, cores: int = 2) -> list[str]:
-    """`python -m snakemake` on `workflow`/Snakefile (the checkout or a copy of it), run in `workdir`."""
+    """`python -m snakemake` on `workflow`/Snakefile (the checkout or a copy of it), run in
+    `workdir`."""
     snakefile = os.path.join(workflow, "Snakefile")
     return [
         sys.executable,
@@ -34,23 +36,31 @@ def snakemake_command(workflow: str, workdir, *args: str, cores: int = 2) -> lis
 
 
 def snakemake_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """`base` (this environment) with the test's venv taken off PATH, as a user who types `.venv/bin/snakemake`
-    without activating it has: the jobs must run the workflow's own Python (feedbench.plan.job.job_python), not the
-    first `python` on PATH, which may lack torch."""
+    """`base` (this environment) with the test's venv taken off PATH, as a user who types
+    `.venv/bin/snakemake` without activating it has: the jobs must run the workflow's own Python
+    (feedbench.plan.job.job_python), not the first `python` on PATH, which may lack torch."""
     base = dict(os.environ if base is None else base)
-    venv_bin = os.path.dirname(os.path.abspath(sys.executable))  # not realpath: the venv's python links out of it
-    keep = [p for p in base.get("PATH", "").split(os.pathsep) if p and os.path.abspath(p) != venv_bin]
+    # not realpath: the venv's python links out of it
+    venv_bin = os.path.dirname(os.path.abspath(sys.executable))
+    keep = [
+        p for p in base.get("PATH", "").split(os.pathsep) if p and os.path.abspath(p) != venv_bin
+    ]
     return dict(base, PATH=os.pathsep.join(keep))
 
 
-def run_snakemake(workflow: str, workdir, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_snakemake(
+    workflow: str, workdir, *args: str, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """Run it to the end, output captured."""
     command = snakemake_command(workflow, workdir, *args)
-    return subprocess.run(command, capture_output=True, text=True, env=snakemake_env(), timeout=timeout)
+    return subprocess.run(
+        command, capture_output=True, text=True, env=snakemake_env(), timeout=timeout
+    )
 
 
 def copy_workflow(dest, source: str = ROOT) -> str:
-    """The workflow copied into `dest` (a folder that exists): a test's edits and runs leave the checkout alone."""
+    """The workflow copied into `dest` (a folder that exists): a test's edits and runs leave the
+    checkout alone."""
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".snakemake", "results", "logs")
     for name in COPIED:
         src = os.path.join(source, name)
@@ -65,7 +75,8 @@ def snakemake(workflow: str, workdir, config: dict, *args: str) -> subprocess.Co
     path = os.path.join(workdir, "config.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
-    # --configfile last: it takes every word up to the next option, so targets in args must come before it.
+    # --configfile last: it takes every word up to the next option, so targets in args must come
+    # before it.
     return run_snakemake(workflow, workdir, *args, "--configfile", path)
 
 

@@ -7,8 +7,8 @@ __all__ = ["device_work", "measure", "stage"]
 
 
 def __getattr__(name: str):
-    """feedbench.stage and feedbench.device_work, imported when first asked for: they need torch, and the Snakefile
-    imports this package."""
+    """feedbench.stage and feedbench.device_work, imported when first asked for: they need torch,
+    and the Snakefile imports this package."""
     if name == "stage":
         from .harness.stages import stage
 

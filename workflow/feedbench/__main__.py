@@ -1,5 +1,6 @@
-"""Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images DIR`, `... job DIR`,
-`... cpu-speed --out FILE`, `... preflight --cells JSON --out FILE --log LOG`."""
+"""Command line: `python -m feedbench run CELL.yaml --out DIR`, `python -m feedbench make-images
+DIR`, `... job DIR`, `... cpu-speed --out FILE`, `... preflight --cells JSON --out FILE --log
+LOG`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from .core.result import schema
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-05 as a string; json.dumps writes small floats so (the workflow's cell.yaml): read a number."""
+    """YAML 1.1 reads 1e-05 as a string; json.dumps writes small floats so (the workflow's
+    cell.yaml): read a number."""
 
 
 EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
@@ -30,7 +32,9 @@ def _load_cell(path: str | None, overrides: list[str]) -> dict:
     if path:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        try:  # the workflow writes cell.yaml as JSON: read it as such, so every string comes back as it was
+        # the workflow writes cell.yaml as JSON: read it as such, so every string comes back as it
+        # was
+        try:
             raw = json.loads(text)
         except ValueError:
             raw = yaml.load(text, Loader=_Loader) or {}
@@ -57,40 +61,66 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_cell_commands(sub) -> None:
     """run and job: what runs a cell."""
     run = sub.add_parser("run", help="run one cell and write DIR/result.json and DIR/steps.csv")
-    run.add_argument("cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)")
-    run.add_argument("--out", required=True, help="folder for result.json, steps.csv and trace.json")
     run.add_argument(
-        "--set", "-s", action="append", default=[], metavar="KNOB=VALUE", help="override a knob (repeatable)"
+        "cell", nargs="?", help="YAML file of knob: value (missing knobs take defaults)"
     )
     run.add_argument(
-        "--as-rank", action="store_true", help="run as one rank started by torchrun or srun (set by the launcher)"
+        "--out", required=True, help="folder for result.json, steps.csv and trace.json"
     )
     run.add_argument(
-        "--time-limit", type=float, metavar="SECONDS", help="stop the cell after this long and record it as failed"
+        "--set",
+        "-s",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="override a knob (repeatable)",
+    )
+    run.add_argument(
+        "--as-rank",
+        action="store_true",
+        help="run as one rank started by torchrun or srun (set by the launcher)",
+    )
+    run.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        help="stop the cell after this long and record it as failed",
     )
     run.add_argument(
         "--stop-at",
         type=float,
         metavar="UNIX_TIME",
-        help="as --time-limit, counted to this time once the harness has started (the bench job's end)",
+        help="as --time-limit, counted to this time once the harness has started (the bench "
+        "job's end)",
     )
-    job = sub.add_parser("job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure")
+    job = sub.add_parser(
+        "job", help="the bench rule's job: write DIR/cell.yaml, run the cell, record its failure"
+    )
     job.add_argument(
-        "out", nargs="?", help="default: the cell's folder from its labels (feedbench.core.result.CELL_DIR)"
+        "out",
+        nargs="?",
+        help="default: the cell's folder from its labels (feedbench.core.result.CELL_DIR)",
     )
     job.add_argument("--cell", required=True, help="the cell's knobs as JSON")
     job.add_argument(
-        "--runtime", type=float, required=True, metavar="MINUTES", help="the job's runtime (outside Slurm)"
+        "--runtime",
+        type=float,
+        required=True,
+        metavar="MINUTES",
+        help="the job's runtime (outside Slurm)",
     )
     job.add_argument(
-        "--log", help="the harness's output; default: the cell's log from its labels (feedbench.core.result.CELL_LOG)"
+        "--log",
+        help="the harness's output; default: the cell's log from its labels "
+        "(feedbench.core.result.CELL_LOG)",
     )
     job.add_argument(
         "--launch-env",
         nargs="*",
         metavar="NAME=VALUE",
-        help="the thread variables Snakemake sets to each job's threads, as the workflow was launched with them "
-        "(feedbench.core.threads): the harness gets these back; without the option the environment is left alone",
+        help="the thread variables Snakemake sets to each job's threads, as the workflow was "
+        "launched with them (feedbench.core.threads): the harness gets these back; "
+        "without the option the environment is left alone",
     )
 
 
@@ -98,46 +128,75 @@ def _add_preflight(sub) -> None:
     """preflight: the check of an experiment's user code before its cells."""
     preflight = sub.add_parser(
         "preflight",
-        help="the preflight rule's job: build an experiment's user code once per combination, write its record",
+        help="the preflight rule's job: build an experiment's user code once per "
+        "combination, write its record",
     )
-    preflight.add_argument("--cells", required=True, help="a JSON list: the first cell of each combination")
-    preflight.add_argument("--out", required=True, metavar="FILE", help="the record (feedbench.core.preflight)")
+    preflight.add_argument(
+        "--cells", required=True, help="a JSON list: the first cell of each combination"
+    )
+    preflight.add_argument(
+        "--out", required=True, metavar="FILE", help="the record (feedbench.core.preflight)"
+    )
     preflight.add_argument("--log", required=True, help="the check's output, its tracebacks whole")
-    preflight.add_argument("--attempt", default="first", help="which attempt this is (the rule's params), recorded")
-    preflight.add_argument("--here", action="store_true", help="check in this process (the job runs it so)")
+    preflight.add_argument(
+        "--attempt", default="first", help="which attempt this is (the rule's params), recorded"
+    )
+    preflight.add_argument(
+        "--here", action="store_true", help="check in this process (the job runs it so)"
+    )
 
 
 def _add_tool_commands(sub) -> None:
     """The helpers: test data, a failed result, the CPU speed, the knob and metric tables."""
-    images = sub.add_parser("make-images", help="write a deterministic JPEG folder in the ImageNet layout")
+    images = sub.add_parser(
+        "make-images", help="write a deterministic JPEG folder in the ImageNet layout"
+    )
     images.add_argument("dir")
     images.add_argument("--count", type=int, default=1000)
     images.add_argument("--size", type=int, default=256)
     images.add_argument("--classes", type=int, default=10)
     images.add_argument("--seed", type=int, default=0)
     shards = sub.add_parser(
-        "make-shards", help="write a JPEG folder as WebDataset tar shards and Parquet files, deterministically"
+        "make-shards",
+        help="write a JPEG folder as WebDataset tar shards and Parquet files, deterministically",
     )
     shards.add_argument("images", help="a folder of make-images")
     shards.add_argument("dir", help="writes DIR/shards-<N>/webdataset and DIR/shards-<N>/parquet")
-    shards.add_argument("--shards", type=int, nargs="+", default=[8], help="shard counts (one set per count)")
-    failure = sub.add_parser("record-failure", help="write a failed result for a harness that died without one")
+    shards.add_argument(
+        "--shards", type=int, nargs="+", default=[8], help="shard counts (one set per count)"
+    )
+    failure = sub.add_parser(
+        "record-failure", help="write a failed result for a harness that died without one"
+    )
     failure.add_argument("out")
     failure.add_argument("--exit-code", type=int, required=True)
     failure.add_argument("--cell", help="the cell YAML the harness was given")
     failure.add_argument("--log", help="the harness's log, whose tail becomes the traceback")
     speed = sub.add_parser(
         "cpu-speed",
-        help="measure this CPU with the reference loader cell on one core and write FILE (a target's cpu_speed)",
+        help="measure this CPU with the reference loader cell on one core and write FILE (a "
+        "target's cpu_speed)",
     )
     speed.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
-    speed.add_argument("--repeats", type=int, default=None, help="runs of the reference cell (default 3)")
+    speed.add_argument(
+        "--repeats", type=int, default=None, help="runs of the reference cell (default 3)"
+    )
     knobs = sub.add_parser("knobs", help="list every knob with its default and allowed values")
-    knobs.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/knobs.md")
-    metrics = sub.add_parser("metrics", help="list every metric of a result with its summary column")
+    knobs.add_argument(
+        "--markdown", action="store_true", help="as the Markdown table of docs/knobs.md"
+    )
+    metrics = sub.add_parser(
+        "metrics", help="list every metric of a result with its summary column"
+    )
     shown = metrics.add_mutually_exclusive_group()
-    shown.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/result-schema.md")
-    shown.add_argument("--schema", action="store_true", help="print the whole result schema, the metrics' leaves added")
+    shown.add_argument(
+        "--markdown", action="store_true", help="as the Markdown table of docs/result-schema.md"
+    )
+    shown.add_argument(
+        "--schema",
+        action="store_true",
+        help="print the whole result schema, the metrics' leaves added",
+    )
 
 
 def _knobs(args) -> int:
@@ -145,7 +204,9 @@ def _knobs(args) -> int:
         print(markdown_table(), end="")
         return 0
     for knob in KNOBS.values():
-        print(f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}")
+        print(
+            f"{knob.name:26} default {knob.default!r:12} allowed: {knob.allowed()}  # {knob.help}"
+        )
     return 0
 
 
@@ -229,7 +290,10 @@ def _cpu_speed(args) -> int:
 
     repeats = REPEATS if args.repeats is None else args.repeats
     if repeats < 1:
-        print(f"feedbench: error: cpu-speed: --repeats {repeats} is not allowed; allowed: 1 or more", file=sys.stderr)
+        print(
+            f"feedbench: error: cpu-speed: --repeats {repeats} is not allowed; allowed: 1 or more",
+            file=sys.stderr,
+        )
         return 2
     try:
         record = write_measurement(args.out, repeats)
@@ -248,7 +312,8 @@ def _run(args) -> int:
         return 2
     if args.time_limit is not None and args.time_limit <= 0:
         print(
-            f"feedbench: error: --time-limit: value {args.time_limit:g} is not allowed; allowed: seconds > 0",
+            f"feedbench: error: --time-limit: value {args.time_limit:g} is not allowed; allowed: "
+            "seconds > 0",
             file=sys.stderr,
         )
         return 2
@@ -274,7 +339,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_or_launch(
-    raw: dict, out_dir: str, as_rank: bool = False, time_limit: float | None = None, stop_at: float | None = None
+    raw: dict,
+    out_dir: str,
+    as_rank: bool = False,
+    time_limit: float | None = None,
+    stop_at: float | None = None,
 ) -> int:
     """One process for most cells; a launcher of torchrun ranks for multi-process ones."""
     import torch
@@ -287,7 +356,8 @@ def run_or_launch(
     from .harness.launch import launch
     from .harness.runner import run
 
-    if stop_at is not None:  # counted after the imports, which take seconds on a busy node; at least 1 s
+    # counted after the imports, which take seconds on a busy node; at least 1 s
+    if stop_at is not None:
         time_limit = max(round(stop_at - time.time()), 1)
     if as_rank:
         return run(raw, out_dir, world_from_env())

@@ -22,12 +22,20 @@ def _constant(obj):
 
 
 def measure(
-    dataset=None, model=None, collate=None, to_device=None, step=None, out_dir: str | None = None, **knobs: Any
+    dataset=None,
+    model=None,
+    collate=None,
+    to_device=None,
+    step=None,
+    out_dir: str | None = None,
+    **knobs: Any,
 ) -> dict:
-    """Measure one cell; dataset and model are objects (or built-in names), collate, to_device and step callables.
+    """Measure one cell; dataset and model are objects (or built-in names), collate, to_device and
+    step callables.
 
-    The other knobs are those of `python -m feedbench knobs`. Returns the result (docs/result-schema.md);
-    a bad knob gives status failed and a one-line error, as in the workflow.
+    The other knobs are those of `python -m feedbench knobs`. Returns the result
+    (docs/result-schema.md); a bad knob gives status failed and a one-line error, as in the
+    workflow.
     """
     from .harness.runner import run  # imports torch
 

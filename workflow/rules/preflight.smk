@@ -1,9 +1,10 @@
-# The preflight (feedbench.core.preflight): an experiment whose cells run the user's code builds each distinct
-# combination of it once, in one light job, before any of its cells. Its record says ok or the error; the summary's
-# inputs of the experiment (gated_results) wait for it as a checkpoint, so Snakemake plans the experiment's cells
-# only once it passed; otherwise the summary reads the record, and writes each cell a stopped record from it: no
-# bench job of the experiment is submitted. Every bench job of the experiment also names the record as an input
-# (rule bench), so a cell asked for by another path waits for it too; ancient(), so that a preflight run again never
+# The preflight (feedbench.core.preflight): an experiment whose cells run the user's code builds
+# each distinct combination of it once, in one light job, before any of its cells. Its record says
+# ok or the error; the summary's inputs of the experiment (gated_results) wait for it as a
+# checkpoint, so Snakemake plans the experiment's cells only once it passed; otherwise the summary
+# reads the record, and writes each cell a stopped record from it: no bench job of the experiment is
+# submitted. Every bench job of the experiment also names the record as an input (rule bench), so a
+# cell asked for by another path waits for it too; ancient(), so that a preflight run again never
 # reruns cells by its date alone.
 
 
@@ -21,7 +22,8 @@ checkpoint preflight:
         mem_mb=preflight_resource("mem_mb"),
         gpu=preflight_resource("gpu"),
         runtime=10,
-        # Locally it takes the cells' one slot: it never runs beside a cell that measures the machine.
+        # Locally it takes the cells' one slot: it never runs beside a cell that measures the
+        # machine.
         bench_slots=1,
     params:
         cells=preflight_cells,

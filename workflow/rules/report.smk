@@ -6,7 +6,8 @@ rule aggregate:
     input:
         **GATED_RESULTS,
         results=RESULTS,
-        # Each gated experiment's cells, or their stopped records, once its preflight has run (rules/preflight.smk).
+        # Each gated experiment's cells, or their stopped records, once its preflight has run
+        # (rules/preflight.smk).
     output:
         summary=report(
             SUMMARY,
@@ -26,10 +27,10 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
-# With a `target:` in the config: each training cell's step counted on the CPU and estimated on the target's GPU
-# (docs/target.md), for the report's section "On <target>". One job, from the knobs alone; with
-# `compute: measured` it reads the compute cells measured on the target's GPU, and with a cpu_speed file measured
-# there it also runs the same reference cell here (about 20 s, alone).
+# With a `target:` in the config: each training cell's step counted on the CPU and estimated on the
+# target's GPU (docs/target.md), for the report's section "On <target>". One job, from the knobs
+# alone; with `compute: measured` it reads the compute cells measured on the target's GPU, and with
+# a cpu_speed file measured there it also runs the same reference cell here (about 20 s, alone).
 rule target:
     input:
         measured=MEASURED_RESULTS,
@@ -71,10 +72,10 @@ rule plot:
         "../scripts/plot.py"
 
 
-# The results the report reads are rule aggregate's records of them (results/records.json, feedbench.core.records), not
-# the result files: a second rule with every result as input would double Snakemake's planning of them
-# (docs/performance.md, "Workflow DAG"), and each would be read again. The records are made again whenever a result
-# changes, so the report is too.
+# The results the report reads are rule aggregate's records of them (results/records.json,
+# feedbench.core.records), not the result files: a second rule with every result as input would
+# double Snakemake's planning of them (docs/performance.md, "Workflow DAG"), and each would be read
+# again. The records are made again whenever a result changes, so the report is too.
 rule report:
     input:
         **REPORT_INPUTS,

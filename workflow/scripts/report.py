@@ -1,8 +1,8 @@
-"""Snakemake `script:` of rule report: summary, plots, the results' records and the inputs the report reads by name
-(feedbench.analysis.report.INPUTS) -> results/report/index.html.
+"""Snakemake `script:` of rule report: summary, plots, the results' records and the inputs the
+report reads by name (feedbench.analysis.report.INPUTS) -> results/report/index.html.
 
-The results are rule aggregate's records of them (results/records.json, feedbench.core.records): no result.json is
-opened here.
+The results are rule aggregate's records of them (results/records.json, feedbench.core.records): no
+result.json is opened here.
 
 See feedbench.analysis.publish.report.
 """
@@ -14,7 +14,8 @@ from feedbench.analysis.report import INPUTS
 from feedbench.core.records import load_records
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
-sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
+# warnings and tracebacks go to the rule's log
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 publish.report(
     snakemake.input.summary,

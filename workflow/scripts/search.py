@@ -1,5 +1,6 @@
-"""Snakemake `script:` of checkpoint search: the ceilings' results -> a prediction of every level of the searched
-axis -> results/search/<experiment>.json, the training cells to run (feedbench.core.search)."""
+"""Snakemake `script:` of checkpoint search: the ceilings' results -> a prediction of every level of
+the searched axis -> results/search/<experiment>.json, the training cells to run
+(feedbench.core.search)."""
 
 import json
 import sys
@@ -11,16 +12,24 @@ from feedbench.core.result import atomic_write
 from feedbench.core.search import plan
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
-sys.stderr = open(snakemake.log[0], "w", buffering=1)  # warnings and tracebacks go to the rule's log
+# warnings and tracebacks go to the rule's log
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 
 def predicted_rates(experiment: str, groups: list[dict]) -> tuple[list[list], list[list]]:
-    """Each level's predicted samples/s (None where a ceiling is missing), by analysis.aggregate.with_predictions:
-    the level as a planned training row beside its ceilings' results, joined on the links the planner gave it
-    (feedbench.plan.matrix.search_levels) and predicted by the same code that predicts the measured cell in the
-    summary afterwards. The planned row runs on the device its compute ceiling ran on."""
+    """Each level's predicted samples/s (None where a ceiling is missing), by
+    analysis.aggregate.with_predictions: the level as a planned training row beside its ceilings'
+    results, joined on the links the planner gave it (feedbench.plan.matrix.search_levels) and
+    predicted by the same code that predicts the measured cell in the summary afterwards. The
+    planned row runs on the device its compute ceiling ran on."""
     paths = sorted(
-        {p for group in groups for level in group["levels"] for ps in level["ceilings"].values() for p in ps}
+        {
+            p
+            for group in groups
+            for level in group["levels"]
+            for ps in level["ceilings"].values()
+            for p in ps
+        }
     )
     ceilings = load_results(paths, links={})  # ceiling cells: nothing of theirs is predicted
     ran_on = {
@@ -36,7 +45,10 @@ def predicted_rates(experiment: str, groups: list[dict]) -> tuple[list[list], li
             links[f"{experiment}/{level['cell']}"] = level["links"]
     frame = with_predictions(pd.concat([ceilings, pd.DataFrame(rows)], ignore_index=True), links)
     rates = iter(frame["predicted_samples_per_s"].iloc[len(ceilings) :].map(python_value))
-    cpu = [[loader_cpu(ceilings, level["ceilings"]["loader"]) for level in group["levels"]] for group in groups]
+    cpu = [
+        [loader_cpu(ceilings, level["ceilings"]["loader"]) for level in group["levels"]]
+        for group in groups
+    ]
     return [[next(rates) for _ in group["levels"]] for group in groups], cpu
 
 
@@ -46,7 +58,9 @@ choices = [
     {
         "knobs": group["knobs"],
         "cells": {level["level"]: level["cell"] for level in group["levels"]},
-        "predicted": {level["level"]: rate for level, rate in zip(group["levels"], rates, strict=True)},
+        "predicted": {
+            level["level"]: rate for level, rate in zip(group["levels"], rates, strict=True)
+        },
         "cpu": {level["level"]: load for level, load in zip(group["levels"], cpu, strict=True)},
     }
     for group, rates, cpu in zip(groups, rates_of, cpu_of, strict=True)

@@ -1,7 +1,9 @@
-"""How well the prediction held: the error over all predicted cells, and predicted against measured on a figure.
+"""How well the prediction held: the error over all predicted cells, and predicted against measured
+on a figure.
 
-The report shows both (analysis.report); the prediction itself is analysis.predict's, in the summary's
-predicted_samples_per_s and prediction_error_pct columns. A cell counts once: its median over repeats.
+The report shows both (analysis.report); the prediction itself is analysis.predict's, in the
+summary's predicted_samples_per_s and prediction_error_pct columns. A cell counts once: its median
+over repeats.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from .stages import column_median
 
 
 def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
-    """The prediction of a summary row on hardware the user does not have: `cpu` times the CPU cores for the
-    loader (a loader with workers scales with them; the main process of num_workers 0 does not) and `copy`
-    times the host-to-device bandwidth. A prediction, never a measurement."""
+    """The prediction of a summary row on hardware the user does not have: `cpu` times the CPU cores
+    for the loader (a loader with workers scales with them; the main process of num_workers 0 does
+    not) and `copy` times the host-to-device bandwidth. A prediction, never a measurement."""
     knobs = {k: row.get(k) for k in ("model", "dataset", "input_size", "image_size", "batch_size")}
     workers = knob_value(row, "num_workers")
     loader = row.get("ceiling_loader_samples_per_s")
@@ -39,8 +41,9 @@ def what_if(row, cpu: float = 1.0, copy: float = 1.0) -> float | None:
 
 
 def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per predicted cell with a measurement: experiment, cell, measured and predicted medians, error %,
-    and the what-ifs: the prediction with 2x CPU cores for the loader and with 2x copy bandwidth."""
+    """One row per predicted cell with a measurement: experiment, cell, measured and predicted
+    medians, error %, and the what-ifs: the prediction with 2x CPU cores for the loader and with 2x
+    copy bandwidth."""
     columns = [
         "experiment",
         "cell",
@@ -62,21 +65,31 @@ def predicted_cells(summary: pd.DataFrame) -> pd.DataFrame:
             predicted=("predicted_samples_per_s", "median"),
             error_pct=("prediction_error_pct", "median"),
             bound=("predicted_bound", "first"),
-            source=("predicted_from", "first") if "predicted_from" in rows else ("predicted_bound", lambda _: None),
+            source=("predicted_from", "first")
+            if "predicted_from" in rows
+            else ("predicted_bound", lambda _: None),
         )
         .reset_index()
     )
     first = rows.drop_duplicates(["experiment", "cell"]).to_dict("records")
-    # A stage what-if's ceilings are its baseline's: doubling them predicts the baseline, not the cell. Left out.
-    ceilings = [not str(row.get("predicted_from") or "").startswith("stage what-if") for row in first]
-    cells["with_2x_cpu"] = [what_if(row, cpu=2) if own else None for row, own in zip(first, ceilings, strict=True)]
-    cells["with_2x_copy"] = [what_if(row, copy=2) if own else None for row, own in zip(first, ceilings, strict=True)]
+    # A stage what-if's ceilings are its baseline's: doubling them predicts the baseline, not the
+    # cell. Left out.
+    ceilings = [
+        not str(row.get("predicted_from") or "").startswith("stage what-if") for row in first
+    ]
+    cells["with_2x_cpu"] = [
+        what_if(row, cpu=2) if own else None for row, own in zip(first, ceilings, strict=True)
+    ]
+    cells["with_2x_copy"] = [
+        what_if(row, copy=2) if own else None for row, own in zip(first, ceilings, strict=True)
+    ]
     return in_units(cells, summary)[columns + ["unit"]]
 
 
 def in_units(cells: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """The cells' rates (measured, predicted, the what-ifs), counted in samples/s, in their experiment's unit
-    (verdict.unit: tokens/s where the pipeline counts tokens), with that unit; the error is the same in either."""
+    """The cells' rates (measured, predicted, the what-ifs), counted in samples/s, in their
+    experiment's unit (verdict.unit: tokens/s where the pipeline counts tokens), with that unit; the
+    error is the same in either."""
     cells = cells.copy()
     factors, measured, units = [], [], []
     for experiment, cell in zip(cells["experiment"], cells["cell"], strict=True):
@@ -85,7 +98,8 @@ def in_units(cells: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
         factors.append(verdict.per_sample(ok, metric))
         measured.append(column_median(ok, metric))  # as the experiment's cell table shows it
         units.append(verdict.unit(own))
-    factor = pd.Series(factors, index=cells.index, dtype=float)  # NaN where a cell counts no tokens to scale by
+    # NaN where a cell counts no tokens to scale by
+    factor = pd.Series(factors, index=cells.index, dtype=float)
     for column in ("predicted", "with_2x_cpu", "with_2x_copy"):
         cells[column] = pd.to_numeric(cells[column], errors="coerce") * factor
     cells["measured"], cells["unit"] = pd.Series(measured, index=cells.index, dtype=float), units
@@ -93,7 +107,8 @@ def in_units(cells: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def error_summary(cells: pd.DataFrame) -> dict | None:
-    """Cells predicted, the median error and the worst one (largest in size, with its sign and cell); None if none."""
+    """Cells predicted, the median error and the worst one (largest in size, with its sign and
+    cell); None if none."""
     if cells.empty:
         return None
     worst = cells.loc[cells["error_pct"].abs().idxmax()]
@@ -107,14 +122,20 @@ def error_summary(cells: pd.DataFrame) -> dict | None:
 
 
 def figure(cells: pd.DataFrame) -> Figure:
-    """Measured against predicted, one point per cell in its experiment's unit (named in the legend), log-log, with the
-    identity line (a perfect model)."""
+    """Measured against predicted, one point per cell in its experiment's unit (named in the
+    legend), log-log, with the identity line (a perfect model)."""
     with plain_text():
         fig = Figure(figsize=(5.5, 5), layout="constrained")
         ax = fig.subplots()
         low = min(cells["measured"].min(), cells["predicted"].min()) / 1.2
         high = max(cells["measured"].max(), cells["predicted"].max()) * 1.2
-        ax.plot([low, high], [low, high], color="0.5", linestyle="--", label="identity: measured = predicted")
+        ax.plot(
+            [low, high],
+            [low, high],
+            color="0.5",
+            linestyle="--",
+            label="identity: measured = predicted",
+        )
         for (experiment, unit), group in cells.groupby(["experiment", "unit"], sort=False):
             ax.scatter(group["predicted"], group["measured"], label=plain(f"{experiment} [{unit}]"))
         ax.set(
@@ -130,13 +151,14 @@ def figure(cells: pd.DataFrame) -> Figure:
 
 
 def whatif_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """The predicted cells that ran a stage what-if, predicted from their baseline's profile (analysis.whatifs)."""
+    """The predicted cells that ran a stage what-if, predicted from their baseline's profile
+    (analysis.whatifs)."""
     return cells[cells["source"].astype(str).str.startswith("stage what-if")]
 
 
 def report_context(summary: pd.DataFrame) -> dict | None:
-    """What the report's prediction section shows: the error summary (and that of the stage what-ifs alone), the cells
-    and the figure; None with no cell."""
+    """What the report's prediction section shows: the error summary (and that of the stage what-ifs
+    alone), the cells and the figure; None with no cell."""
     cells = predicted_cells(summary)
     found = error_summary(cells)
     if found is None:

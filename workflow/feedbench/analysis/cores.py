@@ -1,9 +1,10 @@
 """Why more loader workers do not help: the verdict's cores sentence (core.cores.cpu_load).
 
-A cell is oversubscribed when its CPU-bound loader workers and its trainer (its intra-op threads where the model
-computes on the CPU, else its main process) ask for more cores than it may use. Workers added beyond that take the
-cores the trainer's threads need, so a cell with more workers than the best one that is oversubscribed names the
-reason they did not make it faster: on 2 cores, a trainer of 2 threads and 2 CPU-bound workers ask for 4.
+A cell is oversubscribed when its CPU-bound loader workers and its trainer (its intra-op threads
+where the model computes on the CPU, else its main process) ask for more cores than it may use.
+Workers added beyond that take the cores the trainer's threads need, so a cell with more workers
+than the best one that is oversubscribed names the reason they did not make it faster: on 2 cores, a
+trainer of 2 threads and 2 CPU-bound workers ask for 4.
 """
 
 from __future__ import annotations
@@ -23,18 +24,27 @@ def sentence(cell: dict) -> str:
     """What an oversubscribed cell's workers and trainer asked of its cores."""
     workers, trainer = _count(cell.get("num_workers")), _count(cell.get("trainer_cores")) or 1
     demand, usable = _count(cell.get("demand_cores")), _count(cell.get("usable_cores"))
-    asked = f"its {_plural(workers, 'CPU-bound worker')}" if workers is not None else "its CPU-bound workers"
+    asked = (
+        f"its {_plural(workers, 'CPU-bound worker')}"
+        if workers is not None
+        else "its CPU-bound workers"
+    )
     beside = f"{_plural(trainer, 'intra-op thread')}" if trainer > 1 else "main process"
-    ranks = "" if not demand or workers is None or demand == workers + trainer else " (per rank, on every rank)"
+    ranks = (
+        ""
+        if not demand or workers is None or demand == workers + trainer
+        else " (per rank, on every rank)"
+    )
     return (
-        f"cell {cell['cell']} is oversubscribed: {asked} and the trainer's {beside}{ranks} ask for {demand} cores of "
-        f"the {usable} usable"
+        f"cell {cell['cell']} is oversubscribed: {asked} and the trainer's {beside}{ranks} ask "
+        f"for {demand} cores of the {usable} usable"
     )
 
 
 def note(cells: pd.DataFrame, best: dict | None) -> str | None:
-    """The verdict's cores note: the cells with more workers than the best cell that are oversubscribed, named as why
-    more workers do not help; None when none is (or the experiment does not vary its workers)."""
+    """The verdict's cores note: the cells with more workers than the best cell that are
+    oversubscribed, named as why more workers do not help; None when none is (or the experiment does
+    not vary its workers)."""
     if best is None or "oversubscribed" not in cells or "num_workers" not in cells:
         return None
     most = _count(best.get("num_workers"))
@@ -45,6 +55,13 @@ def note(cells: pd.DataFrame, best: dict | None) -> str | None:
     why = "; ".join(sentence(c) for c in beyond.to_dict("records"))
     trainers = pd.to_numeric(beyond.get("trainer_cores", pd.Series(dtype=float)), errors="coerce")
     crowded = (trainers > 1).any()
-    tail = "the workers take the cores the trainer's threads compute on" if crowded else "the workers wait for a core"
-    lead = f"more loader workers than the best cell's {most} do not help here, the cores are oversubscribed"
+    tail = (
+        "the workers take the cores the trainer's threads compute on"
+        if crowded
+        else "the workers wait for a core"
+    )
+    lead = (
+        f"more loader workers than the best cell's {most} do not help here, the cores are "
+        "oversubscribed"
+    )
     return f"{lead}: {why}; {tail}."

@@ -1,15 +1,18 @@
 """What the published report says about where it was made.
 
-Every string the report prints passes through `Disclosure.text` at render time (Jinja's `finalize`), so results
-measured before this existed are covered too:
+Every string the report prints passes through `Disclosure.text` at render time (Jinja's `finalize`),
+so results measured before this existed are covered too:
 
-* always: an absolute path under the working directory becomes relative to it, one under a home folder
-  (`$HOME`, `/home/<user>`, `/Users/<user>`) starts with `~`, so a traceback does not give away a user name;
-* with `report: {anonymize: true}`: every other absolute path is cut to its last part (`…/module.py`), and the
-  host names of the results become `[host]` (the report's provenance and the views then name no host).
+* always: an absolute path under the working directory becomes relative to it, one under a home
+  folder (`$HOME`, `/home/<user>`, `/Users/<user>`) starts with `~`, so a traceback does not give
+  away a user name;
+* with `report: {anonymize: true}`: every other absolute path is cut to its last part
+  (`…/module.py`), and the host names of the results become `[host]` (the report's provenance and
+  the views then name no host).
 
-Our own figures are markup, not text, and are left as drawn: they show knob values and the hardware the views
-name, which carries no host once anonymized (`build` drops the summary's host column before the views draw).
+Our own figures are markup, not text, and are left as drawn: they show knob values and the hardware
+the views name, which carries no host once anonymized (`build` drops the summary's host column
+before the views draw).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup
 
-# An absolute POSIX path: a slash that does not continue a word, a URL or a relative path, then one or more parts.
+# An absolute POSIX path: a slash that does not continue a word, a URL or a relative path, then one
+# or more parts.
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~/:$\\-])/[\w.+@%~-]+(?:/[\w.+@%~-]+)*/?")
 SOMEONES_HOME = re.compile(r"^/(?:home|Users)/[^/]+(?=/|$)")
 HOST = "[host]"
@@ -42,7 +46,8 @@ class Disclosure:
         """From the config's `report.anonymize` and the host names the results carry."""
         anonymize = bool(((config or {}).get("report") or {}).get("anonymize", False))
         names = {str(h) for h in hosts if h is not None and str(h) not in ("", "nan")}
-        names |= {h.split(".")[0] for h in names if len(h.split(".")[0]) >= 3}  # a node's short name too
+        # a node's short name too
+        names |= {h.split(".")[0] for h in names if len(h.split(".")[0]) >= 3}
         return cls(anonymize=anonymize, hosts=tuple(sorted(names, key=len, reverse=True)))
 
     def path(self, path: str) -> str:
@@ -60,7 +65,8 @@ class Disclosure:
         return path + trailing
 
     def text(self, text: str) -> str:
-        """A string for the page: its paths shortened and, when anonymizing, its host names withheld."""
+        """A string for the page: its paths shortened and, when anonymizing, its host names
+        withheld."""
         text = ABSOLUTE_PATH.sub(lambda m: self.path(m.group(0)), text)
         if self.anonymize:
             for host in self.hosts:
@@ -68,7 +74,8 @@ class Disclosure:
         return text
 
     def finalize(self, value):
-        """Jinja's `finalize`: plain strings are shortened; markup (our checked SVGs) and numbers pass as they are."""
+        """Jinja's `finalize`: plain strings are shortened; markup (our checked SVGs) and numbers
+        pass as they are."""
         if isinstance(value, str) and not isinstance(value, Markup):
             return self.text(value)
         return value

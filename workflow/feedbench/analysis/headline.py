@@ -1,17 +1,20 @@
-"""An experiment's verdict in three plain lines, read in ten seconds: the finding, where, and the fix.
+"""An experiment's verdict in three plain lines, read in ten seconds: the finding, where, and the
+fix.
 
-    finding  is training starved, and by how much: "Training waits for data 40 % of each step; with free data it
-             could run 1.6x faster." (a ceiling experiment: the most its part delivers);
-    where    the loader stage that costs the most (analysis.stages.culprit: the stage summary the cell table's bound
-             names too), the copy, or the model's step;
-    fix      the best measured change over the baseline, its speedup, its interval and, where it was predicted, the
-             prediction's error; else the ceilings' predicted fix, or the stage what-if predicted fastest. Every figure
-             says whether it was measured or predicted.
+    finding  is training starved, and by how much: "Training waits for data 40 % of each step; with
+             free data it could run 1.6x faster." (a ceiling experiment: the most its part
+             delivers);
+    where    the loader stage that costs the most (analysis.stages.culprit: the stage summary the
+             cell table's bound names too), the copy, or the model's step;
+    fix      the best measured change over the baseline, its speedup, its interval and, where it was
+             predicted, the prediction's error; else the ceilings' predicted fix, or the stage
+             what-if predicted fastest. Every figure says whether it was measured or predicted.
 
-When the cell the ceilings recommend is not the fastest measured one, or the fastest one is oversubscribed, one more
-sentence (`why`) says why, so the two never stand side by side unexplained. Each line names the part of the section
-that proves it (`links`: anchors of the cell table, the stage chart, the what-ifs). Figures are in the experiment's
-unit; `number` formats them (the report's fmt).
+When the cell the ceilings recommend is not the fastest measured one, or the fastest one is
+oversubscribed, one more sentence (`why`) says why, so the two never stand side by side unexplained.
+Each line names the part of the section that proves it (`links`: anchors of the cell table, the
+stage chart, the what-ifs). Figures are in the experiment's unit; `number` formats them (the
+report's fmt).
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ def changed(best: dict, base: dict, knobs: list[str]) -> str:
     for k in knobs:
         value, was = best.get(k), base.get(k)
         if str(value) != str(was):
-            value = "none" if value is None or (isinstance(value, float) and pd.isna(value)) else value
+            value = (
+                "none" if value is None or (isinstance(value, float) and pd.isna(value)) else value
+            )
             value = int(value) if isinstance(value, float) and value.is_integer() else value
             parts.append(f"{k}={str(value).lower() if str(value) in ('True', 'False') else value}")
     return ", ".join(parts) or "another cell"
@@ -50,14 +55,22 @@ def finding(subject: dict, found: dict, scenario: str, unit: str, number: Callab
     """Is the step starved, and by how much (the baseline's bound; a ceiling's most)."""
     bound, stall = subject["bound"], _value(subject, "stall_pct")
     room = headspace(subject)
-    faster = f"; with free data it could run {1 + room:.1f}x faster" if room is not None and room > 0.005 else ""
+    faster = (
+        f"; with free data it could run {1 + room:.1f}x faster"
+        if room is not None and room > 0.005
+        else ""
+    )
     if bound == "data":
         return f"Training waits for data {stall:.0f} % of each step{faster}."
     if bound == "transfer":
         share = 100 * (_value(subject, "h2d_share") or 0)
         return f"Training waits for the host-to-device copy {share:.0f} % of each step{faster}."
     if bound == "compute":
-        data = f"data costs {stall:.0f} % of each step" if stall is not None else "the data wait is not measured"
+        data = (
+            f"data costs {stall:.0f} % of each step"
+            if stall is not None
+            else "the data wait is not measured"
+        )
         return f"Training is limited by compute; {data}{faster}."
     best = found["best"]
     what = {
@@ -69,8 +82,9 @@ def finding(subject: dict, found: dict, scenario: str, unit: str, number: Callab
 
 
 def where(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number: Callable) -> str:
-    """Which part costs the time: the loader stage (the stage summary), the copy, the model's step; and the trainer's
-    own device work on each batch, where it is large (verdict.device_prep_note)."""
+    """Which part costs the time: the loader stage (the stage summary), the copy, the model's step;
+    and the trainer's own device work on each batch, where it is large
+    (verdict.device_prep_note)."""
     part = _part(subject, found, rows, scenario, number)
     prep = device_prep_note(_value(subject, "device_prep_share"))
     return f"{part} Also {prep}." if prep else part
@@ -79,8 +93,11 @@ def where(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number:
 def _part(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number: Callable) -> str:
     bound = subject["bound"]
     culprit = subject.get("culprit")
-    if bound == "ceiling" and scenario == "loader":  # the loader alone: its costliest stage, when it timed them
-        culprit = stages.culprit(rows[(rows["cell"] == found["best"]["cell"]) & (rows["status"] == "ok")])
+    # the loader alone: its costliest stage, when it timed them
+    if bound == "ceiling" and scenario == "loader":
+        culprit = stages.culprit(
+            rows[(rows["cell"] == found["best"]["cell"]) & (rows["status"] == "ok")]
+        )
     if isinstance(culprit, str) and culprit:
         return f"{culprit[0].upper()}{culprit[1:]}."
     if bound in ("data", "ceiling") and scenario in ("train", "loader"):
@@ -89,13 +106,19 @@ def _part(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number:
         return "In the host-to-device copy, on the compute stream (device_prefetch: none)."
     step = _value(subject, "step_ms")
     if bound == "compute" or scenario == "compute":
-        return f"In the model's step ({number(step)} ms a step)." if step else "In the model's step."
+        return (
+            f"In the model's step ({number(step)} ms a step)." if step else "In the model's step."
+        )
     return "In the copy alone, by copy size and pinning (its plot)."
 
 
 def _interval(cell: dict, number: Callable) -> str:
     low, high = _value(cell, "low"), _value(cell, "high")
-    return f", 95 % interval {number(low)}–{number(high)}" if low is not None and high is not None else ""
+    return (
+        f", 95 % interval {number(low)}–{number(high)}"
+        if low is not None and high is not None
+        else ""
+    )
 
 
 def _against_prediction(cell: dict, unit: str, number: Callable) -> str:
@@ -111,7 +134,8 @@ def _predicted_fix(found: dict, whatifs: list[dict], unit: str, number: Callable
     """The ceilings' fix, else the baseline's fastest stage what-if: predicted, never measured."""
     recommendation = found.get("recommendation") or {}
     base = found.get("baseline") or found["best"]
-    if recommendation.get("fix") and recommendation.get("cell") != base["cell"]:  # the baseline as it is: no fix
+    # the baseline as it is: no fix
+    if recommendation.get("fix") and recommendation.get("cell") != base["cell"]:
         return f"Predicted, not measured: {recommendation['fix']}."
     own = [w for w in whatifs if w["cell"] == base["cell"] and w.get("predicted")]
     if own:
@@ -119,8 +143,9 @@ def _predicted_fix(found: dict, whatifs: list[dict], unit: str, number: Callable
         gain = top["predicted"] / float(base["median"]) if base.get("median") else None
         times = f", {gain:.2f}x" if gain else ""
         return (
-            f"Predicted, not measured: {top['stage']} {top['what']}: {number(top['predicted'])} {unit}{times} "
-            "(a matrix axis of cache_after, skip_stages or device_stages measures it)."
+            f"Predicted, not measured: {top['stage']} {top['what']}: {number(top['predicted'])} "
+            f"{unit}{times} (a matrix axis of cache_after, skip_stages or device_stages measures "
+            "it)."
         )
     return None
 
@@ -131,7 +156,9 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
     if base is not None and best["cell"] != base["cell"] and found.get("speedup"):
         what = changed(best, base, found["knobs"])
         figures = f"{number(best['median'])} {unit}{_interval(best, number)}"
-        gain = f"measured {found['speedup']:.2f}x ({figures}){_against_prediction(best, unit, number)}"
+        gain = (
+            f"measured {found['speedup']:.2f}x ({figures}){_against_prediction(best, unit, number)}"
+        )
         if found["clear"]:
             return f"{what}: {gain}."
         predicted = _predicted_fix(found, whatifs, unit, number)
@@ -142,8 +169,11 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
     predicted = _predicted_fix(found, whatifs, unit, number)
     if predicted:
         return predicted
-    if best["bound"] == "compute":  # and what the experiment measured of pinning and stream prefetch, if it did
-        gains = "".join(f"; {gain}" for gain in (found.get("recommendation") or {}).get("gains", []))
+    # and what the experiment measured of pinning and stream prefetch, if it did
+    if best["bound"] == "compute":
+        gains = "".join(
+            f"; {gain}" for gain in (found.get("recommendation") or {}).get("gains", [])
+        )
         return f"None in the input pipeline: a faster step needs a faster model or device{gains}."
     if best["bound"] == "ceiling":
         return "None to make: a ceiling bounds the training cells predicted from it."
@@ -151,41 +181,61 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
 
 
 def why_not(found: dict, unit: str, number: Callable) -> str | None:
-    """One sentence when the fix the ceilings predict is not the fastest cell, or the fastest is oversubscribed."""
+    """One sentence when the fix the ceilings predict is not the fastest cell, or the fastest is
+    oversubscribed."""
     best, cells = found["best"], found["cells"]
     pick = (found.get("recommendation") or {}).get("cell")
     if pick and pick != best["cell"]:
         cell = cells[cells["cell"] == pick].iloc[0].to_dict()
         how = found["recommendation"].get("how") or f"cell {pick}"
         error, predicted = _value(cell, "error_pct"), number(found["recommendation"]["predicted"])
-        measured = f": it measured {number(cell['median'])} {unit}" if _value(cell, "median") is not None else ""
+        measured = (
+            f": it measured {number(cell['median'])} {unit}"
+            if _value(cell, "median") is not None
+            else ""
+        )
         if error is not None:
-            measured += f", {abs(error):.0f} % {'above' if error >= 0 else 'below'} its prediction ({predicted})"
+            measured += (
+                f", {abs(error):.0f} % {'above' if error >= 0 else 'below'} its "
+                f"prediction ({predicted})"
+            )
         reason = f"; {cores.sentence(cell)}" if _flag(cell.get("oversubscribed")) else ""
         base = found.get("baseline")
-        if base is not None and pick == base["cell"]:  # the ceilings saw no change beat the baseline: say that
+        # the ceilings saw no change beat the baseline: say that
+        if base is not None and pick == base["cell"]:
             return f"The ceilings predicted no change beats the baseline{measured}{reason}."
         return f"Not the ceilings' pick, {how}{measured}{reason}."
     if _flag(best.get("oversubscribed")):
         crowded = cores.sentence(best)
-        return f"The fastest cell is oversubscribed ({crowded}): it holds only while nothing else needs those cores."
+        return (
+            f"The fastest cell is oversubscribed ({crowded}): it holds only while nothing "
+            "else needs those cores."
+        )
     return None
 
 
-def lines(found: dict, rows: pd.DataFrame, unit: str, whatifs: list[dict], number: Callable = str) -> dict | None:
-    """The three lines (and the why, or None) of one experiment's verdict; None when no cell finished."""
+def lines(
+    found: dict, rows: pd.DataFrame, unit: str, whatifs: list[dict], number: Callable = str
+) -> dict | None:
+    """The three lines (and the why, or None) of one experiment's verdict; None when no cell
+    finished."""
     best = found["best"]
     if best is None:
         return None
     subject = found["baseline"] or best
-    scenario = str(rows["scenario"].dropna().iloc[0]) if "scenario" in rows and rows["scenario"].notna().any() else ""
+    scenario = (
+        str(rows["scenario"].dropna().iloc[0])
+        if "scenario" in rows and rows["scenario"].notna().any()
+        else ""
+    )
     found_lines = {
         "finding": finding(subject, found, scenario, unit, number),
         "where": where(subject, found, rows, scenario, number),
         "fix": fix(found, whatifs, unit, number),
         "why": why_not(found, unit, number),
     }
-    # The part of the section that proves each line: the stage chart for a stage, the what-ifs for a what-if.
+    # The part of the section that proves each line: the stage chart for a stage, the what-ifs for a
+    # what-if.
     timed = stages.profile(rows[rows["cell"] == subject["cell"]]) if "cell" in rows else None
     from_whatif = any(f" {w['what']}: " in found_lines["fix"] for w in whatifs)
     found_lines["proof"] = {

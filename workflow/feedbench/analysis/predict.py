@@ -12,14 +12,16 @@ A training step has three parts that the ceilings measure one by one (docs/harne
 
 all per sample. The trainer's side of a step is t_gpu = max(t_comp, t_copy) when a side stream
 prefetches the next batch (device_prefetch stream: the copy overlaps compute), else t_comp + t_copy
-(the copy runs on the compute stream, in series; non_blocking alone overlaps nothing there, since the
-next kernel waits for the copy). With loader workers the loader runs beside the trainer, so
-t = max(t_load, t_gpu); without workers the main process loads, then trains: t = t_load + t_gpu.
-The prediction is 1 / t samples/s and the bound is the largest term. The trainer's side is
-feedbench.core.ceilings.trainer_seconds, which the estimate for a target GPU (feedbench.core.estimate) shares.
+(the copy runs on the compute stream, in series; non_blocking alone overlaps nothing there, since
+the next kernel waits for the copy). With loader workers the loader runs beside the trainer, so t =
+max(t_load, t_gpu); without workers the main process loads, then trains: t = t_load + t_gpu. The
+prediction is 1 / t samples/s and the bound is the largest term. The trainer's side is
+feedbench.core.ceilings.trainer_seconds, which the estimate for a target GPU
+(feedbench.core.estimate) shares.
 
-Which cells measure the ceilings of which training cell, and the bytes of a batch, are feedbench.core.ceilings'.
-"""
+Which cells measure the ceilings of which training cell, and the bytes of a batch, are
+feedbench.core.ceilings'.
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -46,9 +48,11 @@ def predict(
     copy_gb_per_s=None,
     stream_prefetch: bool = False,
 ) -> tuple[float | None, str | None, dict]:
-    """(samples/s, bound, per-sample ms of each term) from the ceilings; (None, None, ...) without both rates.
+    """(samples/s, bound, per-sample ms of each term) from the ceilings; (None, None, ...) without
+    both rates.
 
-    The copy term is left out (0) when the batch's bytes or the bandwidth is unknown (a CPU cell copies nothing).
+    The copy term is left out (0) when the batch's bytes or the bandwidth is unknown (a CPU cell
+    copies nothing).
     """
     loader_rate, compute_rate = positive(loader_rate), positive(compute_rate)
     if loader_rate is None or compute_rate is None:
@@ -65,19 +69,22 @@ def predict(
     return 1 / per_sample, bound, {k: 1000 * v for k, v in terms.items()}
 
 
-# Stage what-ifs (knobs cache_after, skip_stages, device_stages; docs/harness.md, "Stage what-ifs"), from a cell's stage
-# profile: W its worker's ms per sample, s the ms per sample of the stages the what-if takes out of the workers.
+# Stage what-ifs (knobs cache_after, skip_stages, device_stages; docs/harness.md, "Stage what-ifs"),
+# from a cell's stage profile: W its worker's ms per sample, s the ms per sample of the stages the
+# what-if takes out of the workers.
 #     loader ceiling  L' = L x W / (W - s)     the loader is as fast as its workers make samples
-#     device stages   t_comp' = t_comp + d     d: their ms per sample on the device, in the training process
-#                     bytes' = bytes / 4       when they make float32 of uint8 (TO_FLOAT): the batch crosses as uint8
-# then predict() as for any cell. Stages outside the dataset's Compose (spans, the unattributed rest, collate) stay.
+#     device stages   t_comp' = t_comp + d     d: their ms per sample on the device, in the training process  # noqa: E501
+#                     bytes' = bytes / 4       when they make float32 of uint8 (TO_FLOAT): the batch crosses as uint8  # noqa: E501
+# then predict() as for any cell. Stages outside the dataset's Compose (spans, the unattributed
+# rest, collate) stay.
 TO_FLOAT = ("ToTensor", "ConvertImageDtype", "ToDtype")
 
 
 def taken_out(order: list[str], kind: str, stage, functions: list[str] = ()) -> list[str]:
-    """The stages a what-if takes out of the workers: those skipped, the cached ones (up to and including the stage,
-    in the pipeline's order; a @feedbench.stage function of `functions`, alone), or those from the stage on
-    (device_stages). A stage outside `order` takes out nothing."""
+    """The stages a what-if takes out of the workers: those skipped, the cached ones (up to and
+    including the stage, in the pipeline's order; a @feedbench.stage function of `functions`,
+    alone), or those from the stage on (device_stages). A stage outside `order` takes out
+    nothing."""
     if kind == "skip_stages":
         return [stage] if isinstance(stage, str) else list(stage)
     if kind == "cache_after" and stage in functions:
@@ -98,24 +105,27 @@ def predict_whatif(
     copy: tuple = (None, None),
     stream_prefetch: bool = False,
 ) -> tuple[float | None, str | None, dict]:
-    """predict() of a stage what-if: `rates` (loader, compute samples/s) of the cell it changes, its worker's ms per
-    sample, the ms per sample the what-if takes out, what the moved stages cost per sample on the device, and
-    `copy` (bytes of a batch as it then crosses, GB/s). Also the loader ceiling it then has, in the terms
-    (`loader_per_s`)."""
+    """predict() of a stage what-if: `rates` (loader, compute samples/s) of the cell it changes, its
+    worker's ms per sample, the ms per sample the what-if takes out, what the moved stages cost per
+    sample on the device, and `copy` (bytes of a batch as it then crosses, GB/s). Also the loader
+    ceiling it then has, in the terms (`loader_per_s`)."""
     loader, compute = positive(rates[0]), positive(rates[1])
     worker_ms = positive(worker_ms)
     if loader is None or compute is None or worker_ms is None:
         return None, None, {}
-    left = max(worker_ms - max(saved_ms, 0.0), 1e-3 * worker_ms)  # a loader that makes nothing is not infinitely fast
+    # a loader that makes nothing is not infinitely fast
+    left = max(worker_ms - max(saved_ms, 0.0), 1e-3 * worker_ms)
     loader = loader * worker_ms / left
     compute = 1 / (1 / compute + max(device_ms, 0.0) / 1000)
-    predicted, bound, terms = predict(loader, compute, workers, batch, copy[0], copy[1], stream_prefetch)
+    predicted, bound, terms = predict(
+        loader, compute, workers, batch, copy[0], copy[1], stream_prefetch
+    )
     return predicted, bound, {**terms, "loader_per_s": loader}
 
 
 def crossing_bytes(batch_bytes, moved: list[str]):
-    """The bytes of a batch that crosses to the device before the moved stages: a quarter where one of them makes
-    float32 of uint8 (TO_FLOAT), else the same."""
+    """The bytes of a batch that crosses to the device before the moved stages: a quarter where one
+    of them makes float32 of uint8 (TO_FLOAT), else the same."""
     size = positive(batch_bytes)
     if size is None:
         return None

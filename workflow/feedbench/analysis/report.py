@@ -32,7 +32,19 @@ from ..core.preflight import STOPPED_TYPE
 from ..core.records import Record, as_records
 from ..core.references import reference_name
 from ..core.result import atomic_write
-from . import accuracy, glossary, headline, knee, served, stages, target_view, threads, verdict, views, whatifs
+from . import (
+    accuracy,
+    glossary,
+    headline,
+    knee,
+    served,
+    stages,
+    target_view,
+    threads,
+    verdict,
+    views,
+    whatifs,
+)
 from .aggregate import as_requested, read_summary, requested
 from .disclosure import Disclosure
 from .labels import cell_labels
@@ -64,7 +76,8 @@ PROVENANCE_FIELDS = [
 ERROR_LINES = 8
 
 _FORBIDDEN_TAGS = {"script", "foreignobject", "iframe", "object", "embed"}
-_OUTSIDE_CSS = re.compile(r"@import|url\(\s*['\"]?(?!#)", re.I)  # CSS may only point at ids of the page
+# CSS may only point at ids of the page
+_OUTSIDE_CSS = re.compile(r"@import|url\(\s*['\"]?(?!#)", re.I)
 
 
 class UnsafeSVG(ValueError):
@@ -95,15 +108,16 @@ def inline_svg(text: str) -> Markup:
 
 
 def fmt(value, digits: int = 3) -> str:
-    """A number for people: about `digits` significant figures, thousands separated, no exponent above 1; '–' when
-    missing."""
+    """A number for people: about `digits` significant figures, thousands separated, no exponent
+    above 1; '–' when missing."""
     if isinstance(value, str):
         return value
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value)).lower()
-    if isinstance(value, (list, dict)):  # a mapping knob such as dataset_args, as the summary writes it
+    # a mapping knob such as dataset_args, as the summary writes it
+    if isinstance(value, (list, dict)):
         return json.dumps(value, sort_keys=True)
     if not isinstance(value, numbers.Real):
         return str(value)
@@ -116,7 +130,8 @@ def fmt(value, digits: int = 3) -> str:
 
 
 def breakable(text) -> Markup:
-    """Text that may wrap after `_` and `-` (a <wbr> there), so a long cell id never pushes the page sideways."""
+    """Text that may wrap after `_` and `-` (a <wbr> there), so a long cell id never pushes the page
+    sideways."""
     return Markup("").join(
         Markup("{}<wbr>").format(part) if part[-1:] in "_-" else escape(part)
         for part in re.split(r"(?<=[_-])", str(text))
@@ -124,12 +139,14 @@ def breakable(text) -> Markup:
     )
 
 
-LONGEST_ID = 60  # characters of a cell id a table shows; a longer one is cut in the middle, whole in its tooltip
+# characters of a cell id a table shows; a longer one is cut in the middle, whole in its tooltip
+LONGEST_ID = 60
 
 
 def short_id(text) -> str:
-    """A cell id as a table shows it: whole up to LONGEST_ID characters, else its start and its end (where a user's
-    id keeps its hash) around an ellipsis; the whole id is the tooltip and in the provenance's list of cell ids."""
+    """A cell id as a table shows it: whole up to LONGEST_ID characters, else its start and its end
+    (where a user's id keeps its hash) around an ellipsis; the whole id is the tooltip and in the
+    provenance's list of cell ids."""
     text = str(text)
     if len(text) <= LONGEST_ID:
         return text
@@ -137,13 +154,15 @@ def short_id(text) -> str:
 
 
 def cut_ids(summary: pd.DataFrame) -> list[str]:
-    """experiment/cell of every cell whose id a table cuts (short_id): the provenance lists them whole."""
+    """experiment/cell of every cell whose id a table cuts (short_id): the provenance lists them
+    whole."""
     cells = summary[["experiment", "cell"]].drop_duplicates().itertuples(index=False)
     return [f"{experiment}/{cell}" for experiment, cell in cells if len(str(cell)) > LONGEST_ID]
 
 
 def _same(a, b) -> bool:
-    """Equal as the report shows values: True, 'True' and 'true' alike, 2 and 2.0 alike, a mapping and its JSON."""
+    """Equal as the report shows values: True, 'True' and 'true' alike, 2 and 2.0 alike, a mapping
+    and its JSON."""
     a, b = (json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v for v in (a, b))
     if all(v is None or pd.isna(v) for v in (a, b)):
         return True  # a knob left unset, asked and run alike (NaN is not equal to itself)
@@ -154,8 +173,9 @@ def _same(a, b) -> bool:
 
 
 def axis_values(rows: pd.DataFrame, cells: list[dict], columns: list[str]) -> None:
-    """Give each cell record `shown`: per column, (text, why) where why says how the harness adjusted the value the
-    matrix asked for (say 'true → false' with 'pin_memory=true ignored: no accelerator to pin for'), else None."""
+    """Give each cell record `shown`: per column, (text, why) where why says how the harness
+    adjusted the value the matrix asked for (say 'true → false' with 'pin_memory=true ignored: no
+    accelerator to pin for'), else None."""
     first = rows.drop_duplicates("cell").set_index("cell")
     for cell in cells:
         row = first.loc[cell["cell"]] if cell["cell"] in first.index else {}
@@ -166,7 +186,10 @@ def axis_values(rows: pd.DataFrame, cells: list[dict], columns: list[str]) -> No
             ran = row.get(k) if k in row else cell.get(k)
             asked = asked_for.get(k, ran)
             if asked is not None and not _same(asked, ran):
-                why = next((n for n in notes if n.startswith(f"{k}=")), "adjusted by the harness to fit this machine")
+                why = next(
+                    (n for n in notes if n.startswith(f"{k}=")),
+                    "adjusted by the harness to fit this machine",
+                )
                 shown[k] = (f"{fmt(asked)} → {fmt(ran)}", why)
             else:
                 shown[k] = (fmt(ran), None)
@@ -184,8 +207,9 @@ def _error_tail(error: dict, fallback: str | None) -> str:
 
 
 def provenance_table(records: list[Record], withheld: tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Each allow-listed field (less `withheld`) with the distinct values the results' records report (several hosts
-    show as several values), then the Snakemake version and when the cells ran."""
+    """Each allow-listed field (less `withheld`) with the distinct values the results' records
+    report (several hosts show as several values), then the Snakemake version and when the cells
+    ran."""
     values: dict[str, set] = {name: set() for name in PROVENANCE_FIELDS if name not in withheld}
     span = []
     for record in records:
@@ -196,7 +220,8 @@ def provenance_table(records: list[Record], withheld: tuple[str, ...] = ()) -> d
             if value is not None:
                 values[name].add(str(value))
         span += [t for t in (record.started_at, record.finished_at) if t]
-    out = {name: sorted(v) or ["–"] for name, v in values.items()}  # every field shown, '–' where no result knows it
+    # every field shown, '–' where no result knows it
+    out = {name: sorted(v) or ["–"] for name, v in values.items()}
     try:
         out["snakemake"] = [metadata.version("snakemake")]
     except metadata.PackageNotFoundError:
@@ -215,9 +240,13 @@ def _experiments(summary: pd.DataFrame, config: dict) -> list[tuple[str, dict]]:
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
-    """DataFrame rows as dicts with None where pandas has NaN, so templates test one kind of missing."""
+    """DataFrame rows as dicts with None where pandas has NaN, so templates test one kind of
+    missing."""
     return [
-        {k: (None if not isinstance(v, (list, dict, str)) and pd.isna(v) else v) for k, v in row.items()}
+        {
+            k: (None if not isinstance(v, (list, dict, str)) and pd.isna(v) else v)
+            for k, v in row.items()
+        }
         for row in frame.to_dict("records")
     ]
 
@@ -286,8 +315,9 @@ def _verdict_context(found: dict) -> dict:
 
 
 def attempt_rows(rows: pd.DataFrame) -> list[dict]:
-    """Each cell and repeat whose result is not its first attempt, with its attempts in words ("attempt 2; attempt 1
-    lost to NODE_FAIL after 51 steps"), from the attempts/ folder beside its result (core.attempts)."""
+    """Each cell and repeat whose result is not its first attempt, with its attempts in words
+    ("attempt 2; attempt 1 lost to NODE_FAIL after 51 steps"), from the attempts/ folder beside its
+    result (core.attempts)."""
     found = []
     for row in rows.to_dict("records"):
         path = row.get("result")
@@ -302,17 +332,19 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     context = _empty_context(name, spec, svg)
     if rows.empty:
         return context
-    # The baseline is the cell its results label so; the matrix (when the config names one) orders the knobs.
+    # The baseline is the cell its results label so; the matrix (when the config names one) orders
+    # the knobs.
     found = verdict.summarize_experiment(rows, (spec or {}).get("matrix"))
     best, base = found["best"], found["baseline"]
-    # Every matrix axis is a column, even one the harness adjusted away (pin_memory on a CPU), then any other knob
-    # that varies; the short label names only the knobs whose values differ between the cells.
+    # Every matrix axis is a column, even one the harness adjusted away (pin_memory on a CPU), then
+    # any other knob that varies; the short label names only the knobs whose values differ between
+    # the cells.
     matrix = (spec or {}).get("matrix") or {}
     columns = [k for k in matrix if k in rows] + [k for k in found["knobs"] if k not in matrix]
     cells = _records(found["cells"])
     axis_values(rows, cells, columns)
-    # Labels name knobs as the matrix asked for them: two cells that differ only in an adjusted knob (pin_memory on a
-    # CPU) keep different labels, as they keep their own bars in the plot.
+    # Labels name knobs as the matrix asked for them: two cells that differ only in an adjusted knob
+    # (pin_memory on a CPU) keep different labels, as they keep their own bars in the plot.
     asked = as_requested(rows, columns)
     labelled = verdict.varying_knobs(asked, list(matrix))
     asked = asked.drop_duplicates("cell").set_index("cell")
@@ -328,17 +360,21 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         best_id=best["cell"] if best else None,
         baseline_id=base["cell"] if base else None,
         note=found["note"],
-        adjusted=_records(rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]])
+        adjusted=_records(
+            rows.dropna(subset=["adjustments"]).drop_duplicates("cell")[["cell", "adjustments"]]
+        )
         if "adjustments" in rows
         else [],
         attempts=attempt_rows(rows),
-        threads=threads.note(rows, found["metric"]),  # the knob's threads where they differ from the launch's
+        # the knob's threads where they differ from the launch's
+        threads=threads.note(rows, found["metric"]),
         has_speedup="speedup" in found["cells"] and len(found["cells"]) > 1,
         has_efficiency="efficiency" in found["cells"],
         has_prediction=_has_values(found["cells"], "predicted"),
         has_epoch_stall=_has_values(found["cells"], "epoch_stall_ms"),
         has_memory_growth=_has_values(found["cells"], "growth_mb_per_1k"),
-        whatifs=whatifs.experiment_table(rows, found["metric"]),  # the top stages' what-ifs, predicted (whatifs)
+        # the top stages' what-ifs, predicted (whatifs)
+        whatifs=whatifs.experiment_table(rows, found["metric"]),
         has_workers_kind=_has_values(found["cells"], "workers_kind"),
     )
     labels = {cell["cell"]: cell["label"] for cell in cells}
@@ -356,13 +392,16 @@ def _times(rate: float | None, factor: float | None) -> float | None:
 
 
 def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
-    """The section "On <target>" with each cell's rates in its experiment's unit (verdict.unit), as every other
-    section shows them: the estimate (core.estimate) counts samples/s, times the cell's tokens per sample here where
-    its pipeline counts tokens (unknown, so left out, where the cell measured none)."""
+    """The section "On <target>" with each cell's rates in its experiment's unit (verdict.unit), as
+    every other section shows them: the estimate (core.estimate) counts samples/s, times the cell's
+    tokens per sample here where its pipeline counts tokens (unknown, so left out, where the cell
+    measured none)."""
     for row in target["rows"]:
         experiment, _, cell = row["cell"].partition("/")
         own = summary[summary["experiment"] == experiment]
-        factor = verdict.per_sample(own[(own["cell"] == cell) & (own["status"] == "ok")], verdict.objective(own))
+        factor = verdict.per_sample(
+            own[(own["cell"] == cell) & (own["status"] == "ok")], verdict.objective(own)
+        )
         row["unit"] = verdict.unit(own)
         for key in ("predicted", "compute_ceiling"):
             if key in row:
@@ -373,16 +412,24 @@ def target_in_units(target: dict, summary: pd.DataFrame) -> dict:
 
 
 def study_view(
-    name: str, spec: dict, rows: pd.DataFrame, references: dict[str, str], estimates: dict | None = None
+    name: str,
+    spec: dict,
+    rows: pd.DataFrame,
+    references: dict[str, str],
+    estimates: dict | None = None,
 ) -> dict | None:
-    """The experiment's study view (analysis.views), with the published table beside it, ready for the template;
-    with a target's estimates, the published cells' predictions beside their figures (target_view.beside_published)."""
+    """The experiment's study view (analysis.views), with the published table beside it, ready for
+    the template; with a target's estimates, the published cells' predictions beside their figures
+    (target_view.beside_published)."""
     if not spec.get("view"):
         return None
     name_of_table = reference_name(spec)
-    reference = views.read_reference(references[name_of_table]) if name_of_table in references else None
+    reference = (
+        views.read_reference(references[name_of_table]) if name_of_table in references else None
+    )
     with plain_text():  # user strings in the view's figure are text, never matplotlib math
-        view = views.builder(spec["view"])(rows, reference, spec)  # the view says so when its table is missing
+        # the view says so when its table is missing
+        view = views.builder(spec["view"])(rows, reference, spec)
     predicted, notes = target_view.beside_published(estimates, spec["view"])
     if predicted is not None:
         view.tables.append(predicted)
@@ -393,19 +440,25 @@ def study_view(
         "tables": view.tables,
         "verdict": view.verdict,
         "notes": view.notes,
-        "svg": inline_svg(svg_text(view.figure, salt=f"{name}-view")) if view.figure is not None else None,
+        "svg": inline_svg(svg_text(view.figure, salt=f"{name}-view"))
+        if view.figure is not None
+        else None,
     }
 
 
 def stages_svg(name: str, spec: dict, rows: pd.DataFrame) -> Markup | None:
-    """The stacked bar of stage time per sample for each cell, when the experiment's cells timed their stages."""
+    """The stacked bar of stage time per sample for each cell, when the experiment's cells timed
+    their stages."""
     fig = stage_figure(rows, spec.get("title") or name)
     return inline_svg(svg_text(fig, salt=f"{name}-stages")) if fig is not None else None
 
 
-def _search_context(name: str, spec: dict, context: dict, rows: pd.DataFrame, decided: str | None) -> None:
-    """`search: num_workers`: which levels ran (the checkpoint's choice, feedbench.core.search; every level for loader
-    cells) and the worker count with its proof, from the cells that ran (analysis.knee)."""
+def _search_context(
+    name: str, spec: dict, context: dict, rows: pd.DataFrame, decided: str | None
+) -> None:
+    """`search: num_workers`: which levels ran (the checkpoint's choice, feedbench.core.search;
+    every level for loader cells) and the worker count with its proof, from the cells that ran
+    (analysis.knee)."""
     if not (spec or {}).get("search") and decided is None:
         return
     cells = pd.DataFrame(context["cells"])
@@ -421,7 +474,8 @@ def _search_context(name: str, spec: dict, context: dict, rows: pd.DataFrame, de
 
 
 def _runs_failed(failed: int, runs: int) -> str:
-    """`failed` of `runs` in words that follow the counts: never "the rest completed" when none did."""
+    """`failed` of `runs` in words that follow the counts: never "the rest completed" when none
+    did."""
     if failed == runs:
         return "the only run failed" if runs == 1 else f"all {runs} runs failed"
     return f"{failed} of {runs} runs failed, {runs - failed} completed"
@@ -432,8 +486,8 @@ def _none_started(runs: int) -> str:
 
 
 def failure_rows(failed: pd.DataFrame, records: list[Record] = ()) -> list[dict]:
-    """Each failed run as the section lists it: its cell, its error and the last lines of its traceback (its record's,
-    by the summary's `result` column)."""
+    """Each failed run as the section lists it: its cell, its error and the last lines of its
+    traceback (its record's, by the summary's `result` column)."""
     errors = {record.path: record.error for record in records}
     return [
         {
@@ -449,14 +503,17 @@ def failure_rows(failed: pd.DataFrame, records: list[Record] = ()) -> list[dict]
 
 
 def failure_counts(summary: pd.DataFrame) -> dict | None:
-    """The failed cells' section in sentences: the whole run, then, where the run had more than one experiment, each
-    experiment that had a failed run. None when no run failed."""
+    """The failed cells' section in sentences: the whole run, then, where the run had more than one
+    experiment, each experiment that had a failed run. None when no run failed."""
     failed = summary["status"] != "ok"
     if not failed.any():
         return None
     by_experiment = failed.groupby(summary["experiment"], sort=False).agg(["sum", "size"])
-    # An experiment stopped by its preflight (feedbench.core.preflight): every row its stopped record, none ran.
-    stopped = summary["error_type"].eq(STOPPED_TYPE).groupby(summary["experiment"], sort=False).all()
+    # An experiment stopped by its preflight (feedbench.core.preflight): every row its stopped
+    # record, none ran.
+    stopped = (
+        summary["error_type"].eq(STOPPED_TYPE).groupby(summary["experiment"], sort=False).all()
+    )
     overall = _runs_failed(int(failed.sum()), len(summary))
     return {
         "overall": f"{overall[0].upper()}{overall[1:]}.",
@@ -476,13 +533,14 @@ def _files(given) -> list[str]:
 
 
 def _by_name(given) -> dict[str, str]:
-    """Files by their name less the extension: an experiment's plot, a study's published table, a search's choice."""
+    """Files by their name less the extension: an experiment's plot, a study's published table, a
+    search's choice."""
     return {os.path.splitext(os.path.basename(p))[0]: p for p in _files(given)}
 
 
 def _ceilings(given) -> dict | None:
-    """The planner's map of which cells bound each training cell: as given where already read (a run that lost Slurm
-    jobs), else read from its file (results/ceilings.json); None without one."""
+    """The planner's map of which cells bound each training cell: as given where already read (a run
+    that lost Slurm jobs), else read from its file (results/ceilings.json); None without one."""
     if isinstance(given, dict):
         return given
     files = _files(given)
@@ -495,17 +553,18 @@ def _estimates(given) -> dict | None:
     return target_view.read_estimates(files[0]) if files else None
 
 
-# The report's inputs beside its summary, plots and results: by the name rule report gives each, which is also its
-# keyword in write_report, publish.report and publish.publish, how its files are read (once, into Page.inputs). A new
-# input is a line here, its files in rule report's input (common.smk: REPORT_INPUTS) and the section that reads it.
+# The report's inputs beside its summary, plots and results: by the name rule report gives each,
+# which is also its keyword in write_report, publish.report and publish.publish, how its files are
+# read (once, into Page.inputs). A new input is a line here, its files in rule report's input
+# (common.smk: REPORT_INPUTS) and the section that reads it.
 INPUTS = {"references": _by_name, "searches": _by_name, "ceilings": _ceilings, "target": _estimates}
 
 
 @dataclass(frozen=True)
 class Page:
-    """What every section reads: the summary, the plots by experiment, the records of the results it was made from
-    (core.records), the config, the inputs as read (INPUTS) and what the report withholds
-    (feedbench.analysis.disclosure)."""
+    """What every section reads: the summary, the plots by experiment, the records of the results it
+    was made from (core.records), the config, the inputs as read (INPUTS) and what the report
+    withholds (feedbench.analysis.disclosure)."""
 
     summary: pd.DataFrame
     figures: dict[str, str]
@@ -517,8 +576,9 @@ class Page:
 
 @dataclass(frozen=True)
 class Section:
-    """A section of the page, registered as the study views are: its context (what its template reads under the
-    section's name), the inputs it reads (INPUTS' names) and its template (None: written in report.html.j2)."""
+    """A section of the page, registered as the study views are: its context (what its template
+    reads under the section's name), the inputs it reads (INPUTS' names) and its template (None:
+    written in report.html.j2)."""
 
     name: str
     context: Callable[[Page], object]
@@ -527,11 +587,12 @@ class Section:
 
 
 def experiment_sections(page: Page) -> list[dict]:
-    """Each experiment's section in config order, less the derived ceiling experiments, which fold under the
-    experiments they serve (the planner's map: analysis.served); with its plot, study view, stages, search and
-    ceilings."""
+    """Each experiment's section in config order, less the derived ceiling experiments, which fold
+    under the experiments they serve (the planner's map: analysis.served); with its plot, study
+    view, stages, search and ceilings."""
     summary, inputs = page.summary, page.inputs
-    ceilings = served.served(summary, page.config, inputs["ceilings"])  # the ceiling cells each was predicted from
+    # the ceiling cells each was predicted from
+    ceilings = served.served(summary, page.config, inputs["ceilings"])
     experiments = []
     for name, spec in _experiments(summary, page.config):
         if name in served.folded(ceilings):
@@ -544,7 +605,8 @@ def experiment_sections(page: Page) -> list[dict]:
         context = experiment_context(name, spec, rows, svg)
         context["view"] = study_view(name, spec, rows, inputs["references"], inputs["target"])
         context["stages_svg"] = stages_svg(name, spec, rows)
-        context["profiled_functions"] = stages.function_rows(rows)  # what the profile of each cell's warm-up named
+        # what the profile of each cell's warm-up named
+        context["profiled_functions"] = stages.function_rows(rows)
         _search_context(name, spec, context, rows, inputs["searches"].get(name))
         labels = {c["cell"]: c["label"] for c in context["cells"]}
         context["ceilings"] = served.measured(summary, name, ceilings.get(name, []), labels)
@@ -553,7 +615,8 @@ def experiment_sections(page: Page) -> list[dict]:
 
 
 def prediction_section(page: Page) -> dict | None:
-    """Predicted against measured, over every training cell with a prediction (analysis.accuracy)."""
+    """Predicted against measured, over every training cell with a prediction
+    (analysis.accuracy)."""
     prediction = accuracy.report_context(page.summary)
     if prediction is not None:
         prediction["svg"] = inline_svg(prediction["svg"])
@@ -562,7 +625,11 @@ def prediction_section(page: Page) -> dict | None:
 
 def _target_section(page: Page) -> dict | None:
     estimates = page.inputs["target"]
-    return target_in_units(target_view.build(estimates, page.records), page.summary) if estimates else None
+    return (
+        target_in_units(target_view.build(estimates, page.records), page.summary)
+        if estimates
+        else None
+    )
 
 
 def _provenance(page: Page) -> dict:
@@ -580,10 +647,18 @@ def _counts(page: Page) -> dict:
 
 
 SECTIONS = (
-    Section("experiments", experiment_sections, ("references", "searches", "ceilings", "target"), "experiment.html.j2"),
+    Section(
+        "experiments",
+        experiment_sections,
+        ("references", "searches", "ceilings", "target"),
+        "experiment.html.j2",
+    ),
     Section("prediction", prediction_section),
     Section("target", _target_section, ("target",)),  # "On <target>" (analysis.target_view)
-    Section("failures", lambda page: failure_rows(page.summary[page.summary["status"] != "ok"], page.records)),
+    Section(
+        "failures",
+        lambda page: failure_rows(page.summary[page.summary["status"] != "ok"], page.records),
+    ),
     Section("failure_counts", lambda page: failure_counts(page.summary)),
     Section("counts", _counts),
     Section("provenance", _provenance),
@@ -591,13 +666,16 @@ SECTIONS = (
 )
 
 
-def build(summary: pd.DataFrame, svgs: list[str], results: list, config: dict, config_hash: str, **inputs) -> dict:
-    """The template's context: each section of SECTIONS under its name, from the summary, the plots, the results'
-    records (core.records; result files are read here, once each) and the inputs of INPUTS by name (references,
-    searches, ceilings: the planner's map, target: its estimates).
+def build(
+    summary: pd.DataFrame, svgs: list[str], results: list, config: dict, config_hash: str, **inputs
+) -> dict:
+    """The template's context: each section of SECTIONS under its name, from the summary, the plots,
+    the results' records (core.records; result files are read here, once each) and the inputs of
+    INPUTS by name (references, searches, ceilings: the planner's map, target: its estimates).
 
-    With `report: {anonymize: true}` the summary's host column is dropped before anything reads it, and the
-    provenance names no host; `disclosure` then shortens every string at render time (feedbench.analysis.disclosure).
+    With `report: {anonymize: true}` the summary's host column is dropped before anything reads it,
+    and the provenance names no host; `disclosure` then shortens every string at render time
+    (feedbench.analysis.disclosure).
     """
     unknown = sorted(set(inputs) - set(INPUTS))
     if unknown:
@@ -622,8 +700,11 @@ def build(summary: pd.DataFrame, svgs: list[str], results: list, config: dict, c
     }
 
 
-def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None) -> jinja2.Environment:
-    """Autoescaping, strict Jinja; every printed string goes through `disclosure` (paths shortened, hosts withheld)."""
+def environment(
+    templates: str = TEMPLATES, disclosure: Disclosure | None = None
+) -> jinja2.Environment:
+    """Autoescaping, strict Jinja; every printed string goes through `disclosure` (paths shortened,
+    hosts withheld)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates),
         autoescape=True,
@@ -640,8 +721,13 @@ def environment(templates: str = TEMPLATES, disclosure: Disclosure | None = None
 
 
 def render(context: dict, templates: str = TEMPLATES) -> str:
-    """The page, each term's first use in each section linked to its definition (analysis.glossary)."""
-    page = environment(templates, context.get("disclosure")).get_template("report.html.j2").render(**context)
+    """The page, each term's first use in each section linked to its definition
+    (analysis.glossary)."""
+    page = (
+        environment(templates, context.get("disclosure"))
+        .get_template("report.html.j2")
+        .render(**context)
+    )
     return glossary.link_first_uses(page)
 
 
@@ -656,28 +742,32 @@ def write_report(
     verdict: str | None = None,
     **inputs,
 ) -> None:
-    """The report rule's work: summary + plots + the results' records (or result files, read once here) (+ the inputs
-    of INPUTS by name: published tables, the choices of searches, the planner's map of ceilings, a target's
-    estimates) -> one HTML file, written atomically."""
+    """The report rule's work: summary + plots + the results' records (or result files, read once
+    here) (+ the inputs of INPUTS by name: published tables, the choices of searches, the planner's
+    map of ceilings, a target's estimates) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
     context = build(summary, svgs, results, config, config_hash, **inputs)
     atomic_write(html, render(context, templates))
-    if verdict:  # the rule's plain-text verdicts, which the run's end prints (the Snakefile's onsuccess)
+    # the rule's plain-text verdicts, which the run's end prints (the Snakefile's onsuccess)
+    if verdict:
         atomic_write(verdict, verdict_text(context["experiments"]))
 
 
 def verdict_text(experiments: list[dict]) -> str:
-    """Each experiment's three verdict lines (analysis.headline), as the report's top shows them, and the time its
-    best cell, baseline or slower cells lost to the first batch or epoch boundaries: read in a terminal, on a machine
-    with no browser."""
+    """Each experiment's three verdict lines (analysis.headline), as the report's top shows them,
+    and the time its best cell, baseline or slower cells lost to the first batch or epoch
+    boundaries: read in a terminal, on a machine with no browser."""
     blocks = []
     for e in experiments:
         if e["headline"]:
             found = e["headline"]
             lines = [f"  {word.title()}: {found[word]}" for word in ("finding", "where", "fix")]
-            lost = e["verdict"]["time_lost"]  # the first batch and epoch stalls, shown under the bound in the page
-            blocks.append("\n".join([e["name"], *lines, *([f"  Time lost: {lost}"] if lost else [])]))
+            # the first batch and epoch stalls, shown under the bound in the page
+            lost = e["verdict"]["time_lost"]
+            blocks.append(
+                "\n".join([e["name"], *lines, *([f"  Time lost: {lost}"] if lost else [])])
+            )
         elif e["note"]:
             blocks.append(f"{e['name']}\n  {e['note']}")
     return "\n".join(blocks) + "\n" if blocks else ""

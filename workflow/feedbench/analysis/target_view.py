@@ -1,24 +1,28 @@
-"""The report's section "On <target>": every training cell predicted on the node a cluster job will run on (issue #25,
-"what the user gets"), and what to ask Slurm for.
+"""The report's section "On <target>": every training cell predicted on the node a cluster job will
+run on (issue #25, "what the user gets"), and what to ask Slurm for.
 
-For each single-process training cell of results/target.json (rule target: the step counted here on the CPU and
-estimated on the target's GPU, feedbench.harness.flops.target_estimates):
+For each single-process training cell of results/target.json (rule target: the step counted here on
+the CPU and estimated on the target's GPU, feedbench.harness.flops.target_estimates):
 
-    compute   the estimated seconds of a step on the target's GPU (core.estimate's per-operation estimate), or with
-              `compute: measured` those its compute ceiling measured there, where it ran on the target's GPU
-    copy      the batch's bytes over the target's link: the bytes a step of the cell copied here where it ran
-              (measured_bytes), else those of target.json (a batch drawn from the user's pipeline, or the knobs')
-    loader    the worker-scaling curve fitted on this run's loader cells of the same loader (knobs the loader ceiling
-              keeps, workers aside: feedbench.analysis.loader_scaling), at the cores the cell would have there and
-              scaled by the target's CPU speed
+    compute   the estimated seconds of a step on the target's GPU (core.estimate's per-operation
+              estimate), or with `compute: measured` those its compute ceiling measured there, where
+              it ran on the target's GPU
+    copy      the batch's bytes over the target's link: the bytes a step of the cell copied here
+              where it ran (measured_bytes), else those of target.json (a batch drawn from the
+              user's pipeline, or the knobs')
+    loader    the worker-scaling curve fitted on this run's loader cells of the same loader (knobs
+              the loader ceiling keeps, workers aside: feedbench.analysis.loader_scaling), at the
+              cores the cell would have there and scaled by the target's CPU speed
 
-combined by the prediction model of the ceilings (feedbench.analysis.predict.predict): the same rule as here. Then the
-fewest workers per GPU that reach LOADER_REACHES (95 %) of the trainer's side on the target, the Slurm line for them
-(cpus_per_task: a rank and its workers, core.resources.cpus_per_rank; mem_mb from the cell's measured memory), and
-how much of the step waits on data with the site's default CPUs per GPU (`target.default_cpus_per_gpu`).
+combined by the prediction model of the ceilings (feedbench.analysis.predict.predict): the same rule
+as here. Then the fewest workers per GPU that reach LOADER_REACHES (95 %) of the trainer's side on
+the target, the Slurm line for them (cpus_per_task: a rank and its workers,
+core.resources.cpus_per_rank; mem_mb from the cell's measured memory), and how much of the step
+waits on data with the site's default CPUs per GPU (`target.default_cpus_per_gpu`).
 
-Every figure is a prediction; the compute estimate's published error (leave one study out) comes from target.json,
-which the rule takes from the function the benchmark of docs/results/prediction-error.md uses.
+Every figure is a prediction; the compute estimate's published error (leave one study out) comes
+from target.json, which the rule takes from the function the benchmark of
+docs/results/prediction-error.md uses.
 """
 
 from __future__ import annotations
@@ -33,13 +37,21 @@ from ..core.knobs import KNOBS, kept_by
 from ..core.records import Record, by_cell
 from ..core.resources import cpus_per_rank
 from ..core.target import link_seconds
-from .loader_scaling import LoaderPoint, ScalingFit, fit_scaling, fit_text, loader_ceiling, loader_point
+from .loader_scaling import (
+    LoaderPoint,
+    ScalingFit,
+    fit_scaling,
+    fit_text,
+    loader_ceiling,
+    loader_point,
+)
 from .predict import predict
 from .views import Table
 
 ERROR_PAGE = "docs/results/prediction-error.md"
 LOADER_ERROR_PAGE = "docs/results/prediction-error-loader.md"
-# The knobs that make two loader cells the same loader, whatever their workers and however long they measured.
+# The knobs that make two loader cells the same loader, whatever their workers and however long they
+# measured.
 SAME_LOADER = tuple(k for k in kept_by("loader") if k != "num_workers" and k not in PROBE_LABELS)
 MB_PER_GIB = 1024
 
@@ -49,7 +61,8 @@ def _value(knobs: dict, name: str) -> str:
 
 
 def same_loader(loader: dict, training: dict) -> bool:
-    """Whether a loader cell's knobs measure the loader of a training cell (its loader ceiling, any workers)."""
+    """Whether a loader cell's knobs measure the loader of a training cell (its loader ceiling, any
+    workers)."""
     wanted = ceiling_knobs(training, "loader")
     return all(_value(loader, k) == _value(wanted, k) for k in SAME_LOADER)
 
@@ -61,18 +74,24 @@ def loader_points(records: list[Record]) -> list[tuple[dict, LoaderPoint]]:
 
 
 def trainer_rate(cell: dict) -> float:
-    """Samples/s of the trainer's side on the target: compute and copy, overlapped as the knobs say."""
-    return cell["batch_size"] / trainer_seconds(cell["compute_s"], cell["copy_s"], cell["stream_prefetch"])
+    """Samples/s of the trainer's side on the target: compute and copy, overlapped as the knobs
+    say."""
+    return cell["batch_size"] / trainer_seconds(
+        cell["compute_s"], cell["copy_s"], cell["stream_prefetch"]
+    )
 
 
 def cell_link(cell: dict, target: dict) -> float:
-    """The GB/s a cell's copy reaches on the target (its pinned or pageable share of the link: core.target), or the
-    link itself in a target.json written before the shares."""
+    """The GB/s a cell's copy reaches on the target (its pinned or pageable share of the link:
+    core.target), or the link itself in a target.json written before the shares."""
     return cell.get("copy_gb_per_s") or target["link_gb_per_s"]
 
 
-def predicted(cell: dict, fit: ScalingFit, target: dict, workers: int, cores: int) -> tuple[float | None, str | None]:
-    """(samples/s, bound) of a training cell on the target with `workers` loader workers on `cores` cores."""
+def predicted(
+    cell: dict, fit: ScalingFit, target: dict, workers: int, cores: int
+) -> tuple[float | None, str | None]:
+    """(samples/s, bound) of a training cell on the target with `workers` loader workers on `cores`
+    cores."""
     loader = loader_ceiling(fit, cores, workers, target["cpu_speed"])
     rate, bound, _ = predict(
         loader,
@@ -87,9 +106,9 @@ def predicted(cell: dict, fit: ScalingFit, target: dict, workers: int, cores: in
 
 
 def fewest_workers(cell: dict, fit: ScalingFit, target: dict) -> tuple[int, float | None, bool]:
-    """(workers, share of the trainer's side predicted, reached): the fewest workers, each with a core beside the
-    rank's, whose prediction reaches LOADER_REACHES of the trainer's side; else the most that fit the target's cores
-    per GPU, with reached False."""
+    """(workers, share of the trainer's side predicted, reached): the fewest workers, each with a
+    core beside the rank's, whose prediction reaches LOADER_REACHES of the trainer's side; else the
+    most that fit the target's cores per GPU, with reached False."""
     ceiling = trainer_rate(cell)
     workers, share = 0, None
     for workers in range(1, target["cores_per_gpu"]):
@@ -101,9 +120,9 @@ def fewest_workers(cell: dict, fit: ScalingFit, target: dict) -> tuple[int, floa
 
 
 def memory_mb(records: list[Record], workers: int) -> int | None:
-    """mem_mb for a rank with `workers` workers from a cell's measured memory (the monitor's peak PSS of its main
-    process, and of its workers over their number; the most over its repeats), rounded up to whole GiB; None where
-    the cell measured none."""
+    """mem_mb for a rank with `workers` workers from a cell's measured memory (the monitor's peak
+    PSS of its main process, and of its workers over their number; the most over its repeats),
+    rounded up to whole GiB; None where the cell measured none."""
     main, per_worker = None, 0.0
     for record in records:
         stats = record.monitor.get("stats") or {}
@@ -121,21 +140,35 @@ def memory_mb(records: list[Record], workers: int) -> int | None:
 
 
 def starved(cell: dict, fit: ScalingFit, target: dict, cpus: int | None) -> dict | None:
-    """With `cpus` per GPU (the site's default): its workers (one core is the rank's), the predicted samples/s, and
-    the share of the trainer's time lost waiting on data (1 - predicted / trainer's side)."""
+    """With `cpus` per GPU (the site's default): its workers (one core is the rank's), the predicted
+    samples/s, and the share of the trainer's time lost waiting on data (1 - predicted / trainer's
+    side)."""
     if not cpus:
         return None
     workers = max(cpus - 1, 0)
     rate, bound = predicted(cell, fit, target, workers, cpus)
     if rate is None:
-        return {"cpus": cpus, "workers": workers, "predicted": None, "starved_pct": None, "bound": None}
+        return {
+            "cpus": cpus,
+            "workers": workers,
+            "predicted": None,
+            "starved_pct": None,
+            "bound": None,
+        }
     lost = max(0.0, 1 - rate / trainer_rate(cell))
-    return {"cpus": cpus, "workers": workers, "predicted": rate, "starved_pct": 100 * lost, "bound": bound}
+    return {
+        "cpus": cpus,
+        "workers": workers,
+        "predicted": rate,
+        "starved_pct": 100 * lost,
+        "bound": bound,
+    }
 
 
 def measured_bytes(records: list[Record]) -> float | None:
-    """The bytes a step of a training cell copied to the device here (metrics.h2d_bytes over its steps), the median
-    over its repeats; None where no repeat recorded them (a result older than the figure, or a failed cell)."""
+    """The bytes a step of a training cell copied to the device here (metrics.h2d_bytes over its
+    steps), the median over its repeats; None where no repeat recorded them (a result older than the
+    figure, or a failed cell)."""
     per_step = []
     for record in records:
         metrics = record.metrics  # by the metric table's names: metrics.steps is measured_steps
@@ -145,12 +178,18 @@ def measured_bytes(records: list[Record]) -> float | None:
 
 
 def with_measured_copy(cell: dict, records: list[Record], link_gb_per_s: float) -> dict:
-    """A cell of target.json with its copy priced from the bytes its steps copied here, where it ran (measured_bytes):
-    every batch of the window, where target.json's is one batch drawn before the run (or the knobs' shape)."""
+    """A cell of target.json with its copy priced from the bytes its steps copied here, where it ran
+    (measured_bytes): every batch of the window, where target.json's is one batch drawn before the
+    run (or the knobs' shape)."""
     size = measured_bytes(records)
     if size is None:
         return cell
-    return {**cell, "batch_bytes": size, "batch_bytes_from": "measured", "copy_s": link_seconds(size, link_gb_per_s)}
+    return {
+        **cell,
+        "batch_bytes": size,
+        "batch_bytes_from": "measured",
+        "copy_s": link_seconds(size, link_gb_per_s),
+    }
 
 
 def _fit(cell: dict, loaders: list[tuple[dict, LoaderPoint]]) -> tuple[ScalingFit | None, str]:
@@ -164,14 +203,19 @@ def _fit(cell: dict, loaders: list[tuple[dict, LoaderPoint]]) -> tuple[ScalingFi
 
 
 def cell_row(key: str, cell: dict, loaders: list, target: dict, records: list[Record]) -> dict:
-    """One training cell's row of the section: predictions on the target, the workers and the Slurm line."""
+    """One training cell's row of the section: predictions on the target, the workers and the Slurm
+    line."""
     row = {"cell": key, "family": cell.get("family"), "efficiency": cell.get("efficiency")}
     row["efficiency_from"] = cell.get("efficiency_from")
     row["compute_from"] = cell.get("compute_from", "estimated")
-    # The estimate is the kernels' launch floor, not the roofline over the efficiency (core.estimate.compute_seconds).
-    row["launch_floor"] = row["compute_from"] == "estimated" and cell.get("launch_s", 0) >= cell.get("compute_s", 1)
+    # The estimate is the kernels' launch floor, not the roofline over the efficiency
+    # (core.estimate.compute_seconds).
+    row["launch_floor"] = row["compute_from"] == "estimated" and cell.get(
+        "launch_s", 0
+    ) >= cell.get("compute_s", 1)
     row["kernels"], row["launch_s"] = cell.get("kernels"), cell.get("launch_s")
-    row["measured"] = cell.get("measured")  # with `compute: measured`: how its cell on the target's GPU went
+    # with `compute: measured`: how its cell on the target's GPU went
+    row["measured"] = cell.get("measured")
     if "compute_s" not in cell:
         measured = f"; measured there: {row['measured']}" if row["measured"] else ""
         return {**row, "note": f"no compute estimate: {cell.get('error')}{measured}"}
@@ -191,9 +235,10 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, records: list[Re
 
 
 def range_row(cell: dict, fit: ScalingFit, target: dict) -> dict:
-    """The predicted samples/s and the cpus_per_task at both ends of the compute's range (results/target.json's
-    compute_range_s: the estimate's published error on the nearest family), fast end first; None at an end the range
-    leaves open (the launch floor has no upper end). Empty where the compute has no range (measured there)."""
+    """The predicted samples/s and the cpus_per_task at both ends of the compute's range
+    (results/target.json's compute_range_s: the estimate's published error on the nearest family),
+    fast end first; None at an end the range leaves open (the launch floor has no upper end). Empty
+    where the compute has no range (measured there)."""
     ends = cell.get("compute_range_s")
     if not ends:
         return {}
@@ -216,25 +261,35 @@ def range_row(cell: dict, fit: ScalingFit, target: dict) -> dict:
 
 
 def cpu_speed_text(target: dict) -> str:
-    """How the target's CPU speed factor came to be, for the section's first line: given in the config, or measured
-    by the reference loader cell there and here (harness.cpu_speed.target_speed), with both figures."""
+    """How the target's CPU speed factor came to be, for the section's first line: given in the
+    config, or measured by the reference loader cell there and here
+    (harness.cpu_speed.target_speed), with both figures."""
     if target.get("cpu_speed_from") != "measured":
         return f"{target['cpu_speed']}x a core here (given in the config)"
-    there, here = _speed_figure(target["cpu_speed_there"], "there"), _speed_figure(target["cpu_speed_here"], "here")
+    there, here = (
+        _speed_figure(target["cpu_speed_there"], "there"),
+        _speed_figure(target["cpu_speed_here"], "here"),
+    )
     return (
-        f"{target['cpu_speed']:.2f}x a core here, measured: the reference loader cell (python -m feedbench cpu-speed) "
-        f"gave {there} and {here}"
+        f"{target['cpu_speed']:.2f}x a core here, measured: the reference loader cell (python -m "
+        f"feedbench cpu-speed) gave {there} and {here}"
     )
 
 
 def _speed_figure(record: dict, where: str) -> str:
-    """One cpu-speed record in words: its samples/s on one core, the CPU, the repeats and their spread."""
+    """One cpu-speed record in words: its samples/s on one core, the CPU, the repeats and their
+    spread."""
     repeats = record.get("repeats") or []
     shares = [share for share in record.get("cpu_pct") or [] if share is not None]
-    shared = f", its core shared: {min(shares):.0f} % of it" if shares and min(shares) < SHARED_BELOW_PCT else ""
+    shared = (
+        f", its core shared: {min(shares):.0f} % of it"
+        if shares and min(shares) < SHARED_BELOW_PCT
+        else ""
+    )
     return (
-        f"{record['samples_per_s_per_core']:.1f} samples/s on one core {where} ({record.get('cpu')}; "
-        f"{len(repeats)} repeats, spread {record.get('spread_pct', 0):.0f} %{shared})"
+        f"{record['samples_per_s_per_core']:.1f} samples/s on one core {where} ("
+        f"{record.get('cpu')}; {len(repeats)} repeats, spread {record.get('spread_pct', 0):.0f} %"
+        f"{shared})"
     )
 
 
@@ -245,15 +300,16 @@ def read_estimates(target_json: str) -> dict:
 
 
 def build(estimates: dict, records: list[Record]) -> dict:
-    """The section's context from results/target.json (read_estimates) and the records of the run's results
-    (core.records: loader cells and the training cells' memory)."""
+    """The section's context from results/target.json (read_estimates) and the records of the run's
+    results (core.records: loader cells and the training cells' memory)."""
     target = estimates["target"]
     found = by_cell(records)
     loaders = loader_points([record for own in found.values() for record in own])
     rows = []
     for key, cell in sorted(estimates["cells"].items()):
         own = found.get(key, [])
-        knobs = next((r.cell for r in own if r.cell), None) or cell["knobs"]  # as run, else as planned
+        # as run, else as planned
+        knobs = next((r.cell for r in own if r.cell), None) or cell["knobs"]
         cell = with_measured_copy(cell, own, cell_link(cell, target))
         rows.append(cell_row(key, {**cell, "knobs": knobs}, loaders, target, own))
     return {
@@ -273,9 +329,9 @@ UNITS = {"samples/s": "samples/s", "s": "time of the run [s]"}
 
 
 def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, list[str]]:
-    """The study view's table of every published cell with its prediction (results/target.json's `published`,
-    core.estimate.beside_published), and the notes that say how to read it; (None, []) without a target or when
-    the study published no GPU figure."""
+    """The study view's table of every published cell with its prediction (results/target.json's
+    `published`, core.estimate.beside_published), and the notes that say how to read it; (None, [])
+    without a target or when the study published no GPU figure."""
     if not estimates:
         return None, []
     entry = (estimates.get("published") or {}).get(study)
@@ -283,32 +339,44 @@ def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, 
         return None, []
     target = estimates["target"]
     unit = UNITS[entry["rows"][0]["unit"]]
-    columns = ["published cell", f"published, {unit}", f"predicted on {entry['gpu']}, {unit}", "absolute error"]
-    rows = [[r["cell"], r["published"], r["predicted"], f"{100 * r['error']:.1f} %"] for r in entry["rows"]]
+    columns = [
+        "published cell",
+        f"published, {unit}",
+        f"predicted on {entry['gpu']}, {unit}",
+        "absolute error",
+    ]
+    rows = [
+        [r["cell"], r["published"], r["predicted"], f"{100 * r['error']:.1f} %"]
+        for r in entry["rows"]
+    ]
     elsewhere = any(r["on_target"] is not None for r in entry["rows"])
     if elsewhere:
         columns.append(f"predicted on {target['gpu']} (the target), {unit}")
         for row, r in zip(rows, entry["rows"], strict=True):
             row.append(r["on_target"])
     caption = (
-        f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the step's FLOPs and bytes "
-        f"counted here, each operation's roofline over its class's microbenchmarked efficiency or one fitted to the "
-        f"other studies alone); median error "
-        f"{100 * entry['median_error']:.1f} % (a factor of {entry['median_factor']:.2f}), worst a factor of "
-        f"{entry['worst_factor']:.1f} {'too fast' if entry['worst_too_fast'] else 'too slow'} ({ERROR_PAGE})"
+        f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the "
+        "step's FLOPs and bytes counted here, each operation's roofline over its class's "
+        "microbenchmarked efficiency or one fitted to the other studies alone); median error "
+        f"{100 * entry['median_error']:.1f} % (a factor of {entry['median_factor']:.2f}), worst "
+        f"a factor of {entry['worst_factor']:.1f} "
+        f"{'too fast' if entry['worst_too_fast'] else 'too slow'} ({ERROR_PAGE})"
     )
     notes = [
-        "The predictions beside the published figures never saw them: each is made with efficiencies fitted to the "
-        "other studies (leave one study out), so their error is what a model family no public figure covers gets."
+        "The predictions beside the published figures never saw them: each is made with "
+        "efficiencies fitted to the other studies (leave one study out), so their error is what "
+        "a model family no public figure covers gets."
     ]
     if any(r["gpus"] > 1 for r in entry["rows"]):
         notes.append(
-            "A row of more than one GPU is predicted as that many GPUs each stepping alone: the estimate has no "
-            "communication (all-reduce, DataParallel's scatter and gather), which those rows' errors include."
+            "A row of more than one GPU is predicted as that many GPUs each stepping alone: the "
+            "estimate has no communication (all-reduce, DataParallel's scatter and gather), "
+            "which those rows' errors include."
         )
     if elsewhere:
         notes.append(
-            f"The target's GPU ({target['gpu']}) is not the study's ({entry['gpu']}): its column predicts the study's "
-            "protocol there with the efficiencies fitted to every study, with no published figure to check it against."
+            f"The target's GPU ({target['gpu']}) is not the study's ({entry['gpu']}): its column "
+            "predicts the study's protocol there with the efficiencies fitted to every study, "
+            "with no published figure to check it against."
         )
     return Table(caption, columns, rows), notes

@@ -54,11 +54,14 @@ from .aggregate import is_true, knob_value
 from .stages import column_median
 from .whatifs import changed_data
 
-UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}  # by objective
+# by objective
+UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}
 DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
-DEVICE_PREP_SHARE = 0.10  # the trainer's device work while it fetches a batch is named from this share of the step
-LOST_SHARE = 0.05  # the first batch or the epoch stalls are named in the verdict above this share of the run
+# the trainer's device work while it fetches a batch is named from this share of the step
+DEVICE_PREP_SHARE = 0.10
+# the first batch or the epoch stalls are named in the verdict above this share of the run
+LOST_SHARE = 0.05
 
 # Two-sided 95 % critical values of Student's t, t(0.975, df), from the standard table.
 _T975 = {
@@ -99,7 +102,8 @@ _T975 = {
 
 
 def t975(df: int) -> float:
-    """t(0.975, df); between tabulated values the next lower df is used (a slightly wider, safe interval)."""
+    """t(0.975, df); between tabulated values the next lower df is used (a slightly wider, safe
+    interval)."""
     if df < 1:
         raise ValueError("an interval needs at least 2 values")
     if df > 120:
@@ -117,18 +121,22 @@ class Interval:
 
     @property
     def below(self) -> float:
-        """How far the interval reaches under the median: an error bar's lower arm (0 without an interval)."""
+        """How far the interval reaches under the median: an error bar's lower arm (0 without an
+        interval)."""
         return max(self.median - self.low, 0) if self.low is not None else 0.0
 
     @property
     def above(self) -> float:
-        """How far the interval reaches over the median: an error bar's upper arm (0 without an interval)."""
+        """How far the interval reaches over the median: an error bar's upper arm (0 without an
+        interval)."""
         return max(self.high - self.median, 0) if self.high is not None else 0.0
 
 
 def interval(values) -> Interval:
     """Median, mean and 95 % t interval of the mean over the finite values given."""
-    finite = [float(v) for v in values if v is not None and not pd.isna(v) and math.isfinite(float(v))]
+    finite = [
+        float(v) for v in values if v is not None and not pd.isna(v) and math.isfinite(float(v))
+    ]
     n = len(finite)
     if n == 0:
         return Interval(0, None, None, None, None)
@@ -142,7 +150,8 @@ def interval(values) -> Interval:
 def classify(
     scenario: str, stall_pct: float | None, h2d_share: float | None, device_prefetch: str | None
 ) -> tuple[str, str]:
-    """(bound, why) for one cell from the medians of its repeats; the rule is in the module docstring."""
+    """(bound, why) for one cell from the medians of its repeats; the rule is in the module
+    docstring."""
     if scenario != "train":
         return "ceiling", f"a {scenario} cell measures a ceiling, not a training run"
     stall = None if stall_pct is None or pd.isna(stall_pct) else float(stall_pct)
@@ -150,27 +159,34 @@ def classify(
     if stall is not None and stall >= DATA_STALL_PCT:
         return "data", f"waits on the loader {stall:.0f} % of each step (>= {DATA_STALL_PCT:.0f} %)"
     if h2d is not None and device_prefetch != "stream" and h2d >= TRANSFER_SHARE:
-        return "transfer", f"host-to-device copy takes {100 * h2d:.0f} % of each step (>= {100 * TRANSFER_SHARE:.0f} %)"
+        return (
+            "transfer",
+            f"host-to-device copy takes {100 * h2d:.0f} % of each step (>= "
+            f"{100 * TRANSFER_SHARE:.0f} %)",
+        )
     stall_text = "unknown" if stall is None else f"{stall:.0f} %"
     return "compute", f"stall {stall_text} < {DATA_STALL_PCT:.0f} % and the copy is not the limit"
 
 
 def device_prep_note(share: float | None) -> str | None:
-    """The trainer's own device work between steps, where it costs DEVICE_PREP_SHARE of the step or more: it is the
-    trainer's time, not the loader's, so more loader workers cannot shorten it. None below that, or unmeasured."""
+    """The trainer's own device work between steps, where it costs DEVICE_PREP_SHARE of the step or
+    more: it is the trainer's time, not the loader's, so more loader workers cannot shorten it. None
+    below that, or unmeasured."""
     if share is None or pd.isna(share) or share < DEVICE_PREP_SHARE:
         return None
     return (
-        f"the trainer's device work on each batch (device_prep: device_stages, GPU decode) takes {100 * share:.0f} % "
-        "of each step: the trainer's time, not the loader's, so more workers cannot help; move the stages back to "
-        "the loader's workers, or overlap them with the step on a side stream"
+        "the trainer's device work on each batch (device_prep: device_stages, GPU decode) takes "
+        f"{100 * share:.0f} % of each step: the trainer's time, not the loader's, so more "
+        "workers cannot help; move the stages back to the loader's workers, or overlap them "
+        "with the step on a side stream"
     )
 
 
 def objective(rows: pd.DataFrame) -> str:
-    """The throughput an experiment's configurations are judged by (higher is better), and so the unit of every rate
-    the report shows for it (unit): tokens_per_s where its pipeline counts tokens (the built-in `tokens` dataset; a
-    user's pipeline counts samples), the peak GB/s of a transfer probe, else samples_per_s."""
+    """The throughput an experiment's configurations are judged by (higher is better), and so the
+    unit of every rate the report shows for it (unit): tokens_per_s where its pipeline counts tokens
+    (the built-in `tokens` dataset; a user's pipeline counts samples), the peak GB/s of a transfer
+    probe, else samples_per_s."""
     if "scenario" in rows and len(rows) and (rows["scenario"] == "transfer").all():
         return "transfer_peak_gb_per_s"
     if "tokens_per_s" in rows and rows["tokens_per_s"].notna().any():
@@ -179,15 +195,16 @@ def objective(rows: pd.DataFrame) -> str:
 
 
 def unit(rows: pd.DataFrame) -> str:
-    """The unit of every rate of an experiment: its verdict, cell and what-if tables, the prediction and target
-    sections, its plots' axes. Tokens/s everywhere or nowhere: decided here alone, from objective."""
+    """The unit of every rate of an experiment: its verdict, cell and what-if tables, the prediction
+    and target sections, its plots' axes. Tokens/s everywhere or nowhere: decided here alone, from
+    objective."""
     return UNITS[objective(rows)]
 
 
 def per_sample(ok: pd.DataFrame, metric: str) -> float | None:
-    """What a samples/s figure of a cell (a prediction, a ceiling, an estimate) is multiplied by to be in `metric`'s
-    unit: 1, or where the pipeline counts tokens the cell's tokens per sample (its measured tokens/s over its
-    samples/s); None where the cell measured neither."""
+    """What a samples/s figure of a cell (a prediction, a ceiling, an estimate) is multiplied by to
+    be in `metric`'s unit: 1, or where the pipeline counts tokens the cell's tokens per sample (its
+    measured tokens/s over its samples/s); None where the cell measured neither."""
     if metric != "tokens_per_s":
         return 1.0
     tokens, samples = column_median(ok, "tokens_per_s"), column_median(ok, "samples_per_s")
@@ -195,32 +212,41 @@ def per_sample(ok: pd.DataFrame, metric: str) -> float | None:
 
 
 def with_objectives(rows: pd.DataFrame) -> pd.DataFrame:
-    """Add transfer_peak_gb_per_s: the best of pinned and pageable, the transfer cell's one number."""
+    """Add transfer_peak_gb_per_s: the best of pinned and pageable, the transfer cell's one
+    number."""
     rows = rows.copy()
-    peaks = [c for c in ("transfer_peak_gb_per_s_pinned", "transfer_peak_gb_per_s_pageable") if c in rows]
+    peaks = [
+        c for c in ("transfer_peak_gb_per_s_pinned", "transfer_peak_gb_per_s_pageable") if c in rows
+    ]
     rows["transfer_peak_gb_per_s"] = rows[peaks].max(axis=1) if peaks else float("nan")
     return rows
 
 
 def varying_knobs(rows: pd.DataFrame, first: list[str] | tuple = ()) -> list[str]:
-    """Knobs whose value differs between the cells of an experiment (not between repeats of a cell); `first` (the matrix
-    axes) lead."""
+    """Knobs whose value differs between the cells of an experiment (not between repeats of a cell);
+    `first` (the matrix axes) lead."""
     per_cell = rows.groupby("cell", sort=False).first()
     order = [k for k in first if k in KNOBS] + [k for k in KNOBS if k not in first]
-    return [k for k in order if k in per_cell and k != "seed" and knob_texts(per_cell[k], k).nunique() > 1]
+    return [
+        k
+        for k in order
+        if k in per_cell and k != "seed" and knob_texts(per_cell[k], k).nunique() > 1
+    ]
 
 
 def knob_texts(column: pd.Series, knob: str) -> pd.Series:
-    """A knob's values as text to compare, an unset one (cache_after of every cell but the cached one) as its
-    default's: pandas' string columns keep NaN through astype(str), and nunique or == would not count it."""
+    """A knob's values as text to compare, an unset one (cache_after of every cell but the cached
+    one) as its default's: pandas' string columns keep NaN through astype(str), and nunique or ==
+    would not count it."""
     if knob not in KNOBS:
         return column.map(lambda value: str(None if value is None or pd.isna(value) else value))
     return column.map(lambda value: str(knob_value({knob: value}, knob)))
 
 
 def baseline_cell(rows: pd.DataFrame) -> str | None:
-    """The cell labelled as its experiment's baseline (feedbench.plan.matrix marks it; the label travels through
-    cell.yaml and result.json to the summary's `baseline` column). None when no row carries the label."""
+    """The cell labelled as its experiment's baseline (feedbench.plan.matrix marks it; the label
+    travels through cell.yaml and result.json to the summary's `baseline` column). None when no row
+    carries the label."""
     if "baseline" not in rows:
         return None
     cells = rows.loc[rows["baseline"].map(is_true), "cell"].unique()
@@ -228,11 +254,12 @@ def baseline_cell(rows: pd.DataFrame) -> str | None:
 
 
 def _no_baseline(rows: pd.DataFrame) -> str:
-    """Why an experiment has no baseline: unlabelled results (written before the label existed) or none labelled."""
+    """Why an experiment has no baseline: unlabelled results (written before the label existed) or
+    none labelled."""
     if "baseline" not in rows or rows["baseline"].isna().all():
         return (
-            "no baseline: these results do not say which cell is the baseline (they were written before results "
-            "carried the label); rerun them for speedups"
+            "no baseline: these results do not say which cell is the baseline (they were written "
+            "before results carried the label); rerun them for speedups"
         )
     return "no baseline: no cell of this experiment is labelled as its baseline"
 
@@ -242,7 +269,8 @@ def _text(value) -> str | None:
 
 
 def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame:
-    """One row per cell of one experiment: its knobs that vary, repeats, the objective's interval, phases and bound."""
+    """One row per cell of one experiment: its knobs that vary, repeats, the objective's interval,
+    phases and bound."""
     rows = with_objectives(rows)
     metric = objective(rows)
     knobs = varying_knobs(rows, axes)
@@ -257,7 +285,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
             column_median(ok, "h2d_share"),
             first.get("device_prefetch"),
         )
-        culprit = stages.culprit(ok) if bound == "data" else None  # the stage that costs the most, with stage timing
+        # the stage that costs the most, with stage timing
+        culprit = stages.culprit(ok) if bound == "data" else None
         why += f"; {culprit}" if culprit else ""
         prep = device_prep_note(column_median(ok, "device_prep_share"))
         why += f"; {prep}" if prep else ""
@@ -279,16 +308,20 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "device_prep_share": column_median(ok, "device_prep_share"),
                 "gpus": gpu_count(first),
                 **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
-                **growth.figures(ok),  # the workers' memory growth and the samples to the cell's memory limit
-                **workers_cpu(ok),  # which kind its workers are, and whether they outnumber the cores
-                # analysis.predict's prediction from the cell's ceilings, when the summary has them (else None).
+                # the workers' memory growth and the samples to the cell's memory limit
+                **growth.figures(ok),
+                # which kind its workers are, and whether they outnumber the cores
+                **workers_cpu(ok),
+                # analysis.predict's prediction from the cell's ceilings, when the summary has them
+                # (else None).
                 "predicted": in_unit(ok, metric, "predicted_samples_per_s"),
                 "predicted_bound": first.get("predicted_bound")
                 if isinstance(first.get("predicted_bound"), str)
                 else None,
                 "error_pct": column_median(ok, "prediction_error_pct"),
                 "predicted_from": _text(first.get("predicted_from")),
-                "trades": _text(first.get("whatif_trades")),  # what a stage what-if traded (harness.whatif)
+                # what a stage what-if traded (harness.whatif)
+                "trades": _text(first.get("whatif_trades")),
                 "ceiling_loader": in_unit(ok, metric, "ceiling_loader_samples_per_s"),
                 "ceiling_compute": in_unit(ok, metric, "ceiling_compute_samples_per_s"),
                 "culprit": culprit,
@@ -297,19 +330,24 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
             }
         )
     table = pd.DataFrame(table)
-    return table.sort_values(knobs, key=natural_order, kind="stable").reset_index(drop=True) if knobs else table
+    return (
+        table.sort_values(knobs, key=natural_order, kind="stable").reset_index(drop=True)
+        if knobs
+        else table
+    )
 
 
 def in_unit(ok: pd.DataFrame, metric: str, column: str) -> float | None:
-    """A samples/s column of a cell (a prediction, a ceiling) in the experiment's unit: where the pipeline counts
-    tokens, times the cell's tokens per sample (its measured tokens/s over its samples/s), so that every figure of the
-    experiment is in tokens/s or none is."""
+    """A samples/s column of a cell (a prediction, a ceiling) in the experiment's unit: where the
+    pipeline counts tokens, times the cell's tokens per sample (its measured tokens/s over its
+    samples/s), so that every figure of the experiment is in tokens/s or none is."""
     value, factor = column_median(ok, column), per_sample(ok, metric)
     return value * factor if value is not None and factor is not None else None
 
 
 def gpu_count(row) -> int:
-    """GPUs (or gloo "GPUs") a cell trains on: gpus_per_node x nodes unless it is one plain process."""
+    """GPUs (or gloo "GPUs") a cell trains on: gpus_per_node x nodes unless it is one plain
+    process."""
     parallel = knob_value(row, "parallel")
     if parallel == "none":
         return 1
@@ -323,7 +361,8 @@ def add_scaling(cells: pd.DataFrame, base: dict) -> pd.DataFrame:
     cells = cells.copy()
     base_median = float(base["median"])
     cells["speedup"] = [
-        float(m) / base_median if m is not None and not pd.isna(m) and base_median else None for m in cells["median"]
+        float(m) / base_median if m is not None and not pd.isna(m) and base_median else None
+        for m in cells["median"]
     ]
     if cells["gpus"].nunique() > 1:
         cells["efficiency"] = [
@@ -338,7 +377,8 @@ MOST_REPEATS = 1000  # above this the estimate says "more than 1,000"
 
 
 def _sd(cell: dict) -> float | None:
-    """The standard deviation over a cell's repeats, recovered from its t interval (half = t sd / sqrt(n))."""
+    """The standard deviation over a cell's repeats, recovered from its t interval (half = t sd /
+    sqrt(n))."""
     n, low, high = cell.get("n"), cell.get("low"), cell.get("high")
     if not n or n < 2 or low is None or high is None or pd.isna(low) or pd.isna(high):
         return None
@@ -346,9 +386,10 @@ def _sd(cell: dict) -> float | None:
 
 
 def repeats_to_separate(best: dict, base: dict) -> int | None:
-    """Rough repeats per cell, always more than were run, at which the two 95 % t intervals would stop overlapping
-    with 80 % power at the measured means and spreads (see the module docstring); MOST_REPEATS + 1 when even
-    MOST_REPEATS would not; None without two intervals or without a gain."""
+    """Rough repeats per cell, always more than were run, at which the two 95 % t intervals would
+    stop overlapping with 80 % power at the measured means and spreads (see the module docstring);
+    MOST_REPEATS + 1 when even MOST_REPEATS would not; None without two intervals or without a
+    gain."""
     sds = [_sd(best), _sd(base)]
     if None in sds or best.get("mean") is None or base.get("mean") is None:
         return None
@@ -363,14 +404,16 @@ def repeats_to_separate(best: dict, base: dict) -> int | None:
 
 
 def gain_wording(best: dict, base: dict, clear: bool) -> str:
-    """What the verdict may honestly say about the gain of `best` over `base` (two cell-table rows)."""
+    """What the verdict may honestly say about the gain of `best` over `base` (two cell-table
+    rows)."""
     if best["cell"] == base["cell"]:
         return "this is the baseline"
     fewest = min(int(best.get("n") or 0), int(base.get("n") or 0))
     if fewest < 2:
         return (
-            f"cannot be judged from {'one run' if fewest == 1 else 'no run'}: with fewer than 2 repeats a cell has "
-            "no interval; 3 or more repeats give one, and their spread tells how many a gain this size needs"
+            f"cannot be judged from {'one run' if fewest == 1 else 'no run'}: with fewer than 2 "
+            "repeats a cell has no interval; 3 or more repeats give one, and their spread tells "
+            "how many a gain this size needs"
         )
     if clear:
         return "clear: the 95 % intervals do not overlap"
@@ -379,8 +422,9 @@ def gain_wording(best: dict, base: dict, clear: bool) -> str:
         return "within noise: the 95 % intervals overlap"
     amount = f"more than {MOST_REPEATS:,}" if needed > MOST_REPEATS else f"about {needed}"
     return (
-        f"within noise: the 95 % intervals overlap; {amount} repeats per cell would separate a gain this size at "
-        "the measured spread (a rough power estimate: the intervals apart with 80 % power)"
+        f"within noise: the 95 % intervals overlap; {amount} repeats per cell would separate a "
+        "gain this size at the measured spread (a rough power estimate: the intervals apart "
+        "with 80 % power)"
     )
 
 
@@ -391,9 +435,11 @@ def natural_order(column: pd.Series) -> pd.Series:
 
 
 def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) -> dict:
-    """The verdict of one experiment: its best cell, the speedup over the baseline, and what bounds the best cell.
+    """The verdict of one experiment: its best cell, the speedup over the baseline, and what bounds
+    the best cell.
 
-    `axes` (the experiment's matrix, or its axis names) only orders the knobs; the baseline is the labelled cell.
+    `axes` (the experiment's matrix, or its axis names) only orders the knobs; the baseline is the
+    labelled cell.
     """
     axes = list(axes or [])
     cells = cell_table(rows, axes)
@@ -417,8 +463,8 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     if measured.empty:
         verdict["note"] = "no cell of this experiment finished"
         return verdict
-    # A cell that skipped stages (skip_stages) measured other data: never the best configuration or the fix, unless
-    # all did.
+    # A cell that skipped stages (skip_stages) measured other data: never the best configuration or
+    # the fix, unless all did.
     changed = changed_data(rows)
     kept = measured[~measured["cell"].isin(changed)]
     kept = measured if kept.empty else kept
@@ -433,7 +479,9 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
         base = base.iloc[0]
         verdict["baseline"] = base.to_dict()
         verdict["cells"] = add_scaling(cells, verdict["baseline"])
-        verdict["speedup"] = float(best["median"]) / float(base["median"]) if base["median"] else None
+        verdict["speedup"] = (
+            float(best["median"]) / float(base["median"]) if base["median"] else None
+        )
         # The gain is clear when the two 95 % intervals do not overlap.
         verdict["clear"] = bool(
             best["cell"] != base["cell"]
@@ -448,7 +496,8 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     verdict["recommendation"] = recommend(fixes, verdict["baseline"], verdict["best"])
     verdict["time_lost"] = time_lost_note(verdict["best"], verdict["baseline"], verdict["cells"])
     verdict["memory"] = growth.note(cells)  # every cell whose workers grow, whichever is best
-    verdict["cores"] = cores.note(cells, verdict["best"])  # why more workers than the best's do not help, if the cores
+    # why more workers than the best's do not help, if the cores
+    verdict["cores"] = cores.note(cells, verdict["best"])
     return verdict
 
 
@@ -457,8 +506,9 @@ def _number(value) -> float | None:
 
 
 def time_lost(ok: pd.DataFrame) -> dict:
-    """What a cell's finished repeats lost outside their steady state (medians): the first batch, the epoch
-    boundaries' stalls and the data wait's p99; window_s, the measured window they are set against."""
+    """What a cell's finished repeats lost outside their steady state (medians): the first batch,
+    the epoch boundaries' stalls and the data wait's p99; window_s, the measured window they are set
+    against."""
     columns = {
         "first_batch_s": "time_to_first_batch_s",
         "wait_p99_ms": "wait_ms_p99",
@@ -471,9 +521,10 @@ def time_lost(ok: pd.DataFrame) -> dict:
 
 
 def workers_cpu(ok: pd.DataFrame) -> dict:
-    """The kind of a cell's loader workers over its finished repeats (core.cores.cpu_load: CPU-bound or waiting, the
-    most frequent), their median CPU and runnable shares, its cores asked and usable, and whether any repeat was
-    oversubscribed; None each where the summary has no such column or value."""
+    """The kind of a cell's loader workers over its finished repeats (core.cores.cpu_load: CPU-bound
+    or waiting, the most frequent), their median CPU and runnable shares, its cores asked and
+    usable, and whether any repeat was oversubscribed; None each where the summary has no such
+    column or value."""
     kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)
     flags = ok["oversubscribed"].dropna() if "oversubscribed" in ok else pd.Series(dtype=object)
     return {
@@ -488,19 +539,25 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
 
 
 def loader_cpu(ceilings: pd.DataFrame, paths: list[str]) -> dict:
-    """The CPU load of the results at `paths` (a searched level's loader ceiling, for core.search) over their
-    finished repeats, as workers_cpu gives it, with whole core counts (a loader cell's trainer is always one core:
-    not repeated)."""
-    rows = ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")] if len(ceilings) else ceilings
+    """The CPU load of the results at `paths` (a searched level's loader ceiling, for core.search)
+    over their finished repeats, as workers_cpu gives it, with whole core counts (a loader cell's
+    trainer is always one core: not repeated)."""
+    rows = (
+        ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")]
+        if len(ceilings)
+        else ceilings
+    )
     load = {k: v for k, v in workers_cpu(rows).items() if k != "trainer_cores"}
     return {k: (int(v) if k.endswith("_cores") and v is not None else v) for k, v in load.items()}
 
 
 def time_lost_parts(cell: dict | None) -> list[str]:
-    """The first batch and the epoch boundaries, each named when it costs more than LOST_SHARE of the run.
+    """The first batch and the epoch boundaries, each named when it costs more than LOST_SHARE of
+    the run.
 
-    The run is what a training run of this length waits through: the first batch, then the measured window
-    (which holds the epoch boundaries' stalls; their cost is what they waited beyond the median wait).
+    The run is what a training run of this length waits through: the first batch, then the measured
+    window (which holds the epoch boundaries' stalls; their cost is what they waited beyond the
+    median wait).
     """
     window = _number((cell or {}).get("window_s"))
     if not window:
@@ -510,23 +567,34 @@ def time_lost_parts(cell: dict | None) -> list[str]:
     run = first + window
     parts = []
     if first > LOST_SHARE * run:
-        parts.append(f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the run (worker start-up)")
-    if stalls > LOST_SHARE * run:
-        count, each = int(_number(cell.get("epoch_boundaries")) or 0), _number(cell.get("epoch_stall_ms")) or 0.0
         parts.append(
-            f"{count} epoch boundaries stalled {each:.0f} ms each (median), {100 * stalls / run:.0f} % of the run; "
-            "persistent_workers keeps the workers across epochs"
+            f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the "
+            "run (worker start-up)"
+        )
+    if stalls > LOST_SHARE * run:
+        count, each = (
+            int(_number(cell.get("epoch_boundaries")) or 0),
+            _number(cell.get("epoch_stall_ms")) or 0.0,
+        )
+        parts.append(
+            f"{count} epoch boundaries stalled {each:.0f} ms each (median), "
+            f"{100 * stalls / run:.0f} % of the run; persistent_workers keeps the workers across "
+            "epochs"
         )
     return parts
 
 
-def time_lost_note(best: dict | None, base: dict | None, cells: pd.DataFrame | None = None) -> str | None:
-    """The verdict's note on time lost to the first batch or to epoch boundaries: the best cell's, then the
-    baseline's when it is another cell, then the slower cells' epoch stalls (slower_at_boundaries); None when none
-    costs more than LOST_SHARE of its run."""
+def time_lost_note(
+    best: dict | None, base: dict | None, cells: pd.DataFrame | None = None
+) -> str | None:
+    """The verdict's note on time lost to the first batch or to epoch boundaries: the best cell's,
+    then the baseline's when it is another cell, then the slower cells' epoch stalls
+    (slower_at_boundaries); None when none costs more than LOST_SHARE of its run."""
     notes = []
     for name, cell in (("best cell", best), ("baseline", base)):
-        if cell is None or (name == "baseline" and best is not None and cell["cell"] == best["cell"]):
+        if cell is None or (
+            name == "baseline" and best is not None and cell["cell"] == best["cell"]
+        ):
             continue
         parts = time_lost_parts(cell)
         if parts:
@@ -537,10 +605,13 @@ def time_lost_note(best: dict | None, base: dict | None, cells: pd.DataFrame | N
     return ". ".join(notes) + "." if notes else None
 
 
-def slower_at_boundaries(cells: pd.DataFrame | None, best: dict | None, base: dict | None, most: int = 3) -> str | None:
-    """The cells slower than the baseline whose epoch stalls cost more than LOST_SHARE of their run (largest first,
-    at most `most`): a short window that crosses a boundary restarts the workers, so more workers can measure slower
-    than none for that alone, and `No measured cell is faster` would hide why."""
+def slower_at_boundaries(
+    cells: pd.DataFrame | None, best: dict | None, base: dict | None, most: int = 3
+) -> str | None:
+    """The cells slower than the baseline whose epoch stalls cost more than LOST_SHARE of their run
+    (largest first, at most `most`): a short window that crosses a boundary restarts the workers, so
+    more workers can measure slower than none for that alone, and `No measured cell is faster` would
+    hide why."""
     if cells is None or base is None or _number(base.get("median")) is None:
         return None
     named = {c["cell"] for c in (best, base) if c is not None}
@@ -557,14 +628,14 @@ def slower_at_boundaries(cells: pd.DataFrame | None, best: dict | None, base: di
         return None
     lost.sort(key=lambda found: -found[0])
     each = ", ".join(
-        f"{c['cell']} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms (median), "
-        f"{100 * share:.0f} % of the run)"
+        f"{c['cell']} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms "
+        f"(median), {100 * share:.0f} % of the run)"
         for share, c in lost[:most]
     )
     more = f" and {len(lost) - most} more" if len(lost) > most else ""
     return (
-        f"Slower than the baseline, with epoch boundaries over {100 * LOST_SHARE:.0f} % of their run: {each}{more}: "
-        "their workers started again at each; persistent_workers keeps them"
+        f"Slower than the baseline, with epoch boundaries over {100 * LOST_SHARE:.0f} % of their "
+        f"run: {each}{more}: their workers started again at each; persistent_workers keeps them"
     )
 
 
@@ -574,7 +645,8 @@ def _boundaries(cell: dict) -> str:
 
 
 def headspace(cell: dict | None) -> float | None:
-    """How much faster the cell would train with free data: compute ceiling / measured - 1 (SPDL's headspace)."""
+    """How much faster the cell would train with free data: compute ceiling / measured - 1 (SPDL's
+    headspace)."""
     if not cell:
         return None
     ceiling, measured = _number(cell.get("ceiling_compute")), _number(cell.get("median"))
@@ -582,15 +654,15 @@ def headspace(cell: dict | None) -> float | None:
 
 
 def headspace_text(value: float) -> str:
-    """A headspace in plain words: how many times faster training could run with free data. A negative one is no
-    headspace: the cell measured above its compute ceiling (noise, or a ceiling measured under other load), so the
-    ceiling does not bound it and the sentence says so."""
+    """A headspace in plain words: how many times faster training could run with free data. A
+    negative one is no headspace: the cell measured above its compute ceiling (noise, or a ceiling
+    measured under other load), so the ceiling does not bound it and the sentence says so."""
     if value >= 0:
         return f"with free data, training could run {1 + value:.1f}x faster"
     above = 1 / (1 + value) - 1  # measured / ceiling - 1
     return (
-        f"measured above its compute ceiling by {100 * above:.0f} %: the ceiling is not a bound here"
-        " (noise, or a ceiling measured under other load); rerun the ceilings beside it"
+        f"measured above its compute ceiling by {100 * above:.0f} %: the ceiling is not a bound "
+        "here (noise, or a ceiling measured under other load); rerun the ceilings beside it"
     )
 
 
@@ -608,8 +680,9 @@ def _span(cell: dict) -> str:
 
 
 def pays_off(cells: pd.DataFrame, cell: dict) -> list[str]:
-    """Whether pinning and stream prefetch pay for themselves, each measured beside `cell`: the gain of the cell with
-    the knob on over the same cell with it off, and what its 95 % intervals allow one to say (gain_wording)."""
+    """Whether pinning and stream prefetch pay for themselves, each measured beside `cell`: the gain
+    of the cell with the knob on over the same cell with it off, and what its 95 % intervals allow
+    one to say (gain_wording)."""
     found = []
     for knob, label, on in PAYS_OFF:
         if knob not in cells or cells[knob].astype(str).str.lower().nunique() < 2:
@@ -621,9 +694,11 @@ def pays_off(cells: pd.DataFrame, cell: dict) -> list[str]:
         if str(with_it.get(knob)).lower() != on or not without.get("median"):
             continue
         spans = [_number(c.get(k)) for c in (with_it, without) for k in ("low", "high")]
-        clear = None not in spans and (spans[0] > spans[3] or spans[1] < spans[2])  # the intervals do not overlap
+        # the intervals do not overlap
+        clear = None not in spans and (spans[0] > spans[3] or spans[1] < spans[2])
         gain = float(with_it["median"]) / float(without["median"]) - 1
-        wording = gain_wording(with_it, without, clear).split(":")[0]  # clear, within noise, cannot be judged ...
+        # clear, within noise, cannot be judged ...
+        wording = gain_wording(with_it, without, clear).split(":")[0]
         wording = "clear loss" if clear and gain < 0 else wording
         if None not in spans:
             wording = f"95 % intervals {_span(with_it)} with, {_span(without)} without: {wording}"
@@ -632,22 +707,31 @@ def pays_off(cells: pd.DataFrame, cell: dict) -> list[str]:
 
 
 def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict | None:
-    """The headspace of the baseline and the best cell, and the fix: of the cells whose loader ceiling reaches the
-    compute ceiling (within 5 %), the one with the fewest workers (then the highest prediction), with its predicted
-    samples/s, and whether pinning and stream prefetch pay for themselves there (pays_off); one sentence for the top
-    of the verdict. None when no cell of the experiment was predicted."""
+    """The headspace of the baseline and the best cell, and the fix: of the cells whose loader
+    ceiling reaches the compute ceiling (within 5 %), the one with the fewest workers (then the
+    highest prediction), with its predicted samples/s, and whether pinning and stream prefetch pay
+    for themselves there (pays_off); one sentence for the top of the verdict. None when no cell of
+    the experiment was predicted."""
     if "predicted" not in cells or not cells["predicted"].notna().any():
         return None
     found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
-    reaching = cells[cells["predicted"].notna() & cells["ceiling_loader"].notna() & cells["ceiling_compute"].notna()]
+    reaching = cells[
+        cells["predicted"].notna()
+        & cells["ceiling_loader"].notna()
+        & cells["ceiling_compute"].notna()
+    ]
     reaching = reaching[reaching["ceiling_loader"] >= LOADER_REACHES * reaching["ceiling_compute"]]
-    # Without workers the main process loads, then trains (the prediction adds the two): a fast loader alone does not
-    # keep the model fed there, only a prediction that reaches the compute ceiling does.
+    # Without workers the main process loads, then trains (the prediction adds the two): a fast
+    # loader alone does not keep the model fed there, only a prediction that reaches the compute
+    # ceiling does.
     serial = reaching["num_workers"].astype(float) == 0 if "num_workers" in reaching else False
-    reaching = reaching[~serial | (reaching["predicted"] >= LOADER_REACHES * reaching["ceiling_compute"])]
+    reaching = reaching[
+        ~serial | (reaching["predicted"] >= LOADER_REACHES * reaching["ceiling_compute"])
+    ]
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
-    culprit = subject.get("culprit") if subject else None  # a data-bound cell's costliest stage (stage timing)
+    # a data-bound cell's costliest stage (stage timing)
+    culprit = subject.get("culprit") if subject else None
     details = [culprit] if isinstance(culprit, str) else []
     if found["headspace_baseline"] is not None:
         details.append(headspace_text(found["headspace_baseline"]))
@@ -657,21 +741,35 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
         found["sentence"] = f"{lead}; no measured loader configuration reaches the compute ceiling"
         found["sentence"] += "".join(f"; {gain}" for gain in found["gains"])
         return found
-    workers = reaching["num_workers"].astype(float) if "num_workers" in reaching else pd.Series(0, index=reaching.index)
-    pick = reaching.assign(_w=workers, _p=-reaching["predicted"].astype(float)).sort_values(["_w", "_p"]).iloc[0]
+    workers = (
+        reaching["num_workers"].astype(float)
+        if "num_workers" in reaching
+        else pd.Series(0, index=reaching.index)
+    )
+    pick = (
+        reaching.assign(_w=workers, _p=-reaching["predicted"].astype(float))
+        .sort_values(["_w", "_p"])
+        .iloc[0]
+    )
     share = float(pick["predicted"]) / float(pick["ceiling_compute"])
     has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
     count = int(pick["num_workers"]) if has_workers else None
     how = [f"{count} worker{'' if count == 1 else 's'} per GPU"] if has_workers else []
     how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
-    found.update(cell=pick["cell"], predicted=float(pick["predicted"]), share=share, how=how[0] if how else None)
+    found.update(
+        cell=pick["cell"],
+        predicted=float(pick["predicted"]),
+        share=share,
+        how=how[0] if how else None,
+    )
     fix = how[0] if how else f"cell {pick['cell']}"
     fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
     found["gains"] = pays_off(cells, pick.drop(["_w", "_p"]).to_dict())
     unit = UNITS.get(str(pick.get("metric")), "samples/s")
     found["fix"] = (
-        f"{fix} should reach {100 * share:.0f} % of the compute ceiling (predicted {pick['predicted']:,.0f} {unit})"
+        f"{fix} should reach {100 * share:.0f} % of the compute ceiling (predicted "
+        f"{pick['predicted']:,.0f} {unit})"
     )
     found["sentence"] = f"{lead}; {found['fix']}" + "".join(f"; {gain}" for gain in found["gains"])
     return found

@@ -1,6 +1,7 @@
-"""Stage what-ifs predicted from a cell's stage profile (analysis.predict.predict_whatif: the model; analysis.stages:
-the profile): for a cell run with a what-if knob (cache_after, skip_stages, device_stages) from its baseline's profile,
-and, for a measured cell, the table of its top stages each costing nothing, cached after, or moved to the device.
+"""Stage what-ifs predicted from a cell's stage profile (analysis.predict.predict_whatif: the model;
+analysis.stages: the profile): for a cell run with a what-if knob (cache_after, skip_stages,
+device_stages) from its baseline's profile, and, for a measured cell, the table of its top stages
+each costing nothing, cached after, or moved to the device.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from . import stages
 from .predict import crossing_bytes, predict_whatif, taken_out
 from .stages import column_median
 
-# The stages a what-if cannot take out of the workers: the rest of each sample and the batch's collate.
+# The stages a what-if cannot take out of the workers: the rest of each sample and the batch's
+# collate.
 NOT_MOVABLE = (stages.UNATTRIBUTED, "collate")
 TOP_STAGES = 3
 SHOWN = 3  # what-ifs per cell the report shows; the rest it folds
 
 
 def order_of(rows: pd.DataFrame, column: str = "stage_order") -> list[str]:
-    """The pipeline's stages in order, as the cell's rows recorded them (summary column stage_order); or another
-    such list: stage_decorated, stage_on_device."""
+    """The pipeline's stages in order, as the cell's rows recorded them (summary column
+    stage_order); or another such list: stage_decorated, stage_on_device."""
     values = rows[column].dropna() if column in rows else ()
     return str(values.iloc[0]).split(" > ") if len(values) else []
 
@@ -40,18 +42,24 @@ def whatifs_of(knobs: dict) -> dict:
 
 
 def changed_data(rows: pd.DataFrame) -> set:
-    """The cells among the summary's rows that skipped stages (skip_stages): they measured other data."""
+    """The cells among the summary's rows that skipped stages (skip_stages): they measured other
+    data."""
     if "skip_stages" not in rows:
         return set()
-    return {cell for cell, value in zip(rows["cell"], rows["skip_stages"], strict=True) if _set(value)}
+    return {
+        cell for cell, value in zip(rows["cell"], rows["skip_stages"], strict=True) if _set(value)
+    }
 
 
-def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple, device_ms_per_batch=None):
-    """(samples/s, bound, terms) of a what-if cell from its baseline's stage profile and the ceilings `rates` (loader,
-    compute) it shares with it; `copy`: (bytes of the baseline's batch, GB/s). The moved stages' cost on the device is
-    the cell's own, measured (device_ms_per_batch), else taken as their cost in the worker. The samples/s is the
-    baseline's measured one times what the model gives the what-if over what it gives the baseline: the ceilings'
-    own error on the baseline (their prediction_error_pct) is not the what-if's. (None, None, {}) without a
+def predict_cell(
+    knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple, device_ms_per_batch=None
+):
+    """(samples/s, bound, terms) of a what-if cell from its baseline's stage profile and the
+    ceilings `rates` (loader, compute) it shares with it; `copy`: (bytes of the baseline's batch,
+    GB/s). The moved stages' cost on the device is the cell's own, measured (device_ms_per_batch),
+    else taken as their cost in the worker. The samples/s is the baseline's measured one times what
+    the model gives the what-if over what it gives the baseline: the ceilings' own error on the
+    baseline (their prediction_error_pct) is not the what-if's. (None, None, {}) without a
     profile."""
     profile, order = stages.profile(baseline), order_of(baseline)
     if profile is None:
@@ -75,35 +83,41 @@ def predict_cell(knobs: dict, baseline: pd.DataFrame, rates: tuple, copy: tuple,
     )
     as_is = predict_whatif(rates, workers, batch, profile["worker_ms"], 0.0, 0.0, copy, stream)[0]
     measured = column_median(baseline, "samples_per_s")
-    if predicted is not None and as_is and measured:  # the model's ratio, on the baseline as it was measured
+    # the model's ratio, on the baseline as it was measured
+    if predicted is not None and as_is and measured:
         predicted = measured * predicted / as_is
     return predicted, bound, terms
 
 
 def top_stages(rows: pd.DataFrame, n: int = TOP_STAGES) -> list[str]:
-    """The costliest stages of a cell that a what-if can take out (not the unattributed rest, not collate)."""
+    """The costliest stages of a cell that a what-if can take out (not the unattributed rest, not
+    collate)."""
     profile = stages.profile(rows)
     if profile is None:
         return []
-    movable = [(name, share) for name, (_ms, share) in profile["stages"].items() if name not in NOT_MOVABLE]
+    movable = [
+        (name, share) for name, (_ms, share) in profile["stages"].items() if name not in NOT_MOVABLE
+    ]
     return [name for name, _ in sorted(movable, key=lambda item: -item[1])[:n]]
 
 
 def can_take(rows: pd.DataFrame) -> dict:
-    """Each stage what-if knob (knobs.STAGE_WHATIFS) -> the stages of a cell it may take out (None: any), in the order
-    the report's table lists them."""
+    """Each stage what-if knob (knobs.STAGE_WHATIFS) -> the stages of a cell it may take out (None:
+    any), in the order the report's table lists them."""
     return {
         "skip_stages": None,  # any stage may cost nothing
         "cache_after": order_of(rows) + order_of(rows, "stage_decorated"),
-        "device_stages": order_of(rows, "stage_on_device"),  # never a span, a Python function, read or decode
+        # never a span, a Python function, read or decode
+        "device_stages": order_of(rows, "stage_on_device"),
     }
 
 
 def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[dict]:
-    """A measured training cell's top stages, each as labelled predictions (costs nothing; cached after it, for a
-    stage of the pipeline's order or a @feedbench.stage function; on the device, for a stage from which on the
-    sampled call took and gave tensors, at its cost in the worker, the batch crossing as it then is): the loader
-    ceiling, samples/s and bound; [] without a stage profile or ceilings."""
+    """A measured training cell's top stages, each as labelled predictions (costs nothing; cached
+    after it, for a stage of the pipeline's order or a @feedbench.stage function; on the device, for
+    a stage from which on the sampled call took and gave tensors, at its cost in the worker, the
+    batch crossing as it then is): the loader ceiling, samples/s and bound; [] without a stage
+    profile or ceilings."""
     found = []
     for name in top_stages(rows):
         for kind, can in can_take(rows).items():
@@ -126,15 +140,20 @@ def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[di
 
 
 def experiment_table(rows: pd.DataFrame, metric: str = "samples_per_s") -> list[dict]:
-    """The report's stage what-ifs of one experiment: for each finished training cell without a what-if that has a
-    stage profile and ceilings, its top stages' three predictions (table), beside its measured throughput; fastest
-    first, the first SHOWN of each cell marked `shown` (the report folds the rest). Figures are in the experiment's
-    `metric`: where it is tokens_per_s, the samples/s the model predicts times the cell's tokens per sample. The copy
-    term needs the batch's bytes: known for the built-in datasets; a user's batch crosses uncounted here."""
+    """The report's stage what-ifs of one experiment: for each finished training cell without a
+    what-if that has a stage profile and ceilings, its top stages' three predictions (table), beside
+    its measured throughput; fastest first, the first SHOWN of each cell marked `shown` (the report
+    folds the rest). Figures are in the experiment's `metric`: where it is tokens_per_s, the
+    samples/s the model predicts times the cell's tokens per sample. The copy term needs the batch's
+    bytes: known for the built-in datasets; a user's batch crosses uncounted here."""
     from ..core.ceilings import batch_bytes
     from ..core.knobs import KNOBS, user_batch
 
-    ok = rows[(rows["status"] == "ok") & (rows["scenario"] == "train")] if "scenario" in rows else rows.iloc[0:0]
+    ok = (
+        rows[(rows["status"] == "ok") & (rows["scenario"] == "train")]
+        if "scenario" in rows
+        else rows.iloc[0:0]
+    )
     found = []
     for cell, group in ok.groupby("cell", sort=False):
         first = group.iloc[0]
@@ -152,7 +171,9 @@ def experiment_table(rows: pd.DataFrame, metric: str = "samples_per_s") -> list[
         predictions = table(group, knobs, rates, (size, bandwidth if size else None))
         predictions.sort(key=lambda row: -(row["predicted"] or 0))
         for rank, row in enumerate(predictions):
-            row.update({k: row[k] * scale for k in ("predicted", "loader_per_s") if row[k] is not None})
+            row.update(
+                {k: row[k] * scale for k in ("predicted", "loader_per_s") if row[k] is not None}
+            )
             found.append({"cell": cell, "measured": measured, "shown": rank < SHOWN, **row})
     return found
 

@@ -1,13 +1,15 @@
 """Every attempt at a cell kept (issue #36; docs/reliability-slurm.md, "Every attempt kept").
 
-Before a rerun writes, the earlier attempt's files (result.json or lost.json, steps.csv, trace.json, cell.yaml, ...)
-and its bench log move to `attempts/<n>/` in the cell's folder, with `attempt.json`: how it ended (ok, failed, lost
-and its Slurm state), its Slurm job id and the steps it measured. Nothing measured is deleted; the summary reads only
-the cell's own result.json (or lost.json), the report names the earlier attempts (`earlier_text`).
+Before a rerun writes, the earlier attempt's files (result.json or lost.json, steps.csv, trace.json,
+cell.yaml, ...) and its bench log move to `attempts/<n>/` in the cell's folder, with `attempt.json`:
+how it ended (ok, failed, lost and its Slurm state), its Slurm job id and the steps it measured.
+Nothing measured is deleted; the summary reads only the cell's own result.json (or lost.json), the
+report names the earlier attempts (`earlier_text`).
 
-Two callers, because Snakemake deletes a job's output and log before the job starts: the run's onstart, for the cell
-jobs it is about to run (so the failed result.json and the log are still there), and the bench job itself
-(plan.job), for what is left when onstart did not run (`--no-hooks`, a job run by hand). No torch, no pandas.
+Two callers, because Snakemake deletes a job's output and log before the job starts: the run's
+onstart, for the cell jobs it is about to run (so the failed result.json and the log are still
+there), and the bench job itself (plan.job), for what is left when onstart did not run
+(`--no-hooks`, a job run by hand). No torch, no pandas.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def _load(path: str) -> dict | None:
 
 
 def _record(folder: str) -> tuple[str | None, dict | None]:
-    """The attempt's record, lost.json before result.json, as (its name, the record or None when the result schema
-    refuses it: core.result.read_result); (None, None) without one. A damaged record still moves, as it is."""
+    """The attempt's record, lost.json before result.json, as (its name, the record or None when the
+    result schema refuses it: core.result.read_result); (None, None) without one. A damaged record
+    still moves, as it is."""
     from .result import UnusableResult, read_result  # jsonschema: only when an attempt moves
 
     for name in ("lost.json", "result.json"):
@@ -60,9 +63,9 @@ def _steps(folder: str, record: dict | None) -> int:
 
 
 def describe(folder: str) -> dict:
-    """How the attempt in `folder` ended: status (ok, failed, lost; damaged for a record that cannot be read,
-    unrecorded when the job left none), error type, Slurm job id and state (a lost record's; a harness result's job
-    id from its provenance), steps."""
+    """How the attempt in `folder` ended: status (ok, failed, lost; damaged for a record that cannot
+    be read, unrecorded when the job left none), error type, Slurm job id and state (a lost
+    record's; a harness result's job id from its provenance), steps."""
     name, record = _record(folder)
     slurm = (record or {}).get("slurm") or {}
     if record is None:
@@ -72,7 +75,8 @@ def describe(folder: str) -> dict:
     return {
         "status": status,
         "error": ((record or {}).get("error") or {}).get("type"),
-        "slurm_job_id": slurm.get("job_id") or ((record or {}).get("provenance") or {}).get("slurm_job_id"),
+        "slurm_job_id": slurm.get("job_id")
+        or ((record or {}).get("provenance") or {}).get("slurm_job_id"),
         "slurm_state": slurm.get("state"),
         "steps": _steps(folder, record),
     }
@@ -88,8 +92,9 @@ def numbers(folder: str) -> list[int]:
 
 
 def keep_earlier(folder: str, log: str | None = None) -> str | None:
-    """Move the attempt in `folder`, and its bench log `log`, to `folder/attempts/<n>/` (n: one past the last kept)
-    with its attempt.json; the new folder, or None when `folder` holds no attempt (nothing in MEASURED)."""
+    """Move the attempt in `folder`, and its bench log `log`, to `folder/attempts/<n>/` (n: one past
+    the last kept) with its attempt.json; the new folder, or None when `folder` holds no attempt
+    (nothing in MEASURED)."""
     try:
         names = [name for name in os.listdir(folder) if name != ATTEMPTS]
     except OSError:
@@ -127,8 +132,8 @@ def _ended(facts: dict) -> str:
 
 
 def earlier_text(folder: str) -> str | None:
-    """The attempts at the cell of `folder` in words, "attempt 2; attempt 1 lost to NODE_FAIL after 51 steps", or None
-    when its result is its first attempt."""
+    """The attempts at the cell of `folder` in words, "attempt 2; attempt 1 lost to NODE_FAIL after
+    51 steps", or None when its result is its first attempt."""
     kept = numbers(folder)
     if not kept:
         return None

@@ -1,7 +1,9 @@
-"""This process's cgroup files, as the limits on its cores and memory are read from them (core.cores, core.memory).
+"""This process's cgroup files, as the limits on its cores and memory are read from them
+(core.cores, core.memory).
 
-A limit set on any cgroup above this process's binds it too, so each file is read in its own cgroup and in every
-parent up to the root (cgroup v2), plus cgroup v1's file at its controller's root. Plain Python (the core).
+A limit set on any cgroup above this process's binds it too, so each file is read in its own cgroup
+and in every parent up to the root (cgroup v2), plus cgroup v1's file at its controller's root.
+Plain Python (the core).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def own(proc: str = PROC) -> str:
 
 
 def up_the_tree(name: str, root: str = ROOT, proc: str = PROC) -> list[str | None]:
-    """The text of the v2 file `name` in this process's cgroup and in each parent up to the root (None where absent)."""
+    """The text of the v2 file `name` in this process's cgroup and in each parent up to the root
+    (None where absent)."""
     texts = []
     path = own(proc).strip("/")
     while True:

@@ -1,15 +1,17 @@
-"""The cores this process may use: the fewest of its affinity mask, its cgroup's CPU quota and Slurm's CPUs.
+"""The cores this process may use: the fewest of its affinity mask, its cgroup's CPU quota and
+Slurm's CPUs.
 
-os.cpu_count() is the machine's; a container or a Slurm job gets fewer, and loader workers beyond them wait for a
-core instead of loading (pytorch-caney #44: a "slow Lustre" that was Slurm giving the workers no CPUs). Each source
-is read as this process sees it:
+os.cpu_count() is the machine's; a container or a Slurm job gets fewer, and loader workers beyond
+them wait for a core instead of loading (pytorch-caney #44: a "slow Lustre" that was Slurm giving
+the workers no CPUs). Each source is read as this process sees it:
 
-    affinity  os.sched_getaffinity(0): the CPUs the scheduler may run it on (taskset, Slurm's task/affinity, Docker
-              --cpuset-cpus)
-    cgroup    cpu.max of its cgroup v2 and of every parent (quota / period, the smallest), or cgroup v1's
-              cpu.cfs_quota_us / cpu.cfs_period_us (Docker --cpus, Kubernetes limits): a share of time, not CPUs,
-              rounded down to whole cores (at least 1)
-    slurm     SLURM_CPUS_PER_TASK (a rank and its workers), else SLURM_CPUS_ON_NODE (the job's CPUs on this node)
+    affinity  os.sched_getaffinity(0): the CPUs the scheduler may run it on (taskset, Slurm's
+              task/affinity, Docker --cpuset-cpus)
+    cgroup    cpu.max of its cgroup v2 and of every parent (quota / period, the smallest), or cgroup
+              v1's cpu.cfs_quota_us / cpu.cfs_period_us (Docker --cpus, Kubernetes limits): a share
+              of time, not CPUs, rounded down to whole cores (at least 1)
+    slurm     SLURM_CPUS_PER_TASK (a rank and its workers), else SLURM_CPUS_ON_NODE (the job's CPUs
+              on this node)
 
 Plain Python (the core): the job records it in its result's provenance (harness.provenance).
 """
@@ -44,7 +46,8 @@ def _quota(text: str) -> float | None:
 
 
 def cgroup_cores(root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup") -> float | None:
-    """The smallest CPU quota (in cores) of this process's cgroup and its parents; None without one."""
+    """The smallest CPU quota (in cores) of this process's cgroup and its parents; None without
+    one."""
     limits = [_quota(text) if text else None for text in cgroup.up_the_tree("cpu.max", root, proc)]
     v1_quota, v1_period = (
         cgroup.read(os.path.join(root, "cpu", "cpu.cfs_quota_us")),
@@ -57,7 +60,8 @@ def cgroup_cores(root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup") -> fl
 
 
 def slurm_cpus(env: Mapping[str, str] = os.environ) -> int | None:
-    """Slurm's CPUs for this task (SLURM_CPUS_PER_TASK), else for the job on this node (SLURM_CPUS_ON_NODE)."""
+    """Slurm's CPUs for this task (SLURM_CPUS_PER_TASK), else for the job on this node
+    (SLURM_CPUS_ON_NODE)."""
     for name in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
         value = env.get(name, "")
         if value.isdigit():
@@ -65,9 +69,11 @@ def slurm_cpus(env: Mapping[str, str] = os.environ) -> int | None:
     return None
 
 
-def usable_cores(env: Mapping[str, str] = os.environ, root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup"):
-    """Each source's cores, the fewest of them (`usable`) and which one that is (`bound_by`: machine when nothing
-    narrows it); for a result."""
+def usable_cores(
+    env: Mapping[str, str] = os.environ, root: str = CGROUP_ROOT, proc: str = "/proc/self/cgroup"
+):
+    """Each source's cores, the fewest of them (`usable`) and which one that is (`bound_by`: machine
+    when nothing narrows it); for a result."""
     cgroup = cgroup_cores(root, proc)
     sources = {
         "machine": os.cpu_count(),
@@ -76,37 +82,47 @@ def usable_cores(env: Mapping[str, str] = os.environ, root: str = CGROUP_ROOT, p
         "slurm": slurm_cpus(env),
     }
     known = {name: n for name, n in sources.items() if n is not None}
-    bound_by = min(known, key=lambda name: (known[name], list(sources).index(name))) if known else None
+    bound_by = (
+        min(known, key=lambda name: (known[name], list(sources).index(name))) if known else None
+    )
     return {"usable": known.get(bound_by), "bound_by": bound_by, **sources, "cgroup_quota": cgroup}
 
 
-# The one threshold that names a cell's loader workers CPU-bound: runnable (on a core, or waiting in the run queue for
-# one) in at least this share of the monitor's samples, the median worker. Below it they mostly wait: on storage, a
-# network, a sleep, or a full prefetch queue. The runnable share, not the CPU share, decides: three CPU-bound workers
-# on one core each get a third of its time (CPU share 0.33) and are runnable all of it (harness.monitor).
+# The one threshold that names a cell's loader workers CPU-bound: runnable (on a core, or waiting in
+# the run queue for one) in at least this share of the monitor's samples, the median worker. Below
+# it they mostly wait: on storage, a network, a sleep, or a full prefetch queue. The runnable share,
+# not the CPU share, decides: three CPU-bound workers on one core each get a third of its time (CPU
+# share 0.33) and are runnable all of it (harness.monitor).
 CPU_BOUND_SHARE = 0.5
 KINDS = {True: "CPU-bound", False: "waiting"}
 
 
 def ranks_sharing(knobs, env: Mapping[str, str] = os.environ) -> int:
-    """The cell's ranks that share this process's usable cores: one where Slurm gives each task its own CPUs
-    (SLURM_CPUS_PER_TASK), else every rank on this host (as core.shm counts its loaders)."""
+    """The cell's ranks that share this process's usable cores: one where Slurm gives each task its
+    own CPUs (SLURM_CPUS_PER_TASK), else every rank on this host (as core.shm counts its
+    loaders)."""
     if env.get("SLURM_CPUS_PER_TASK", "").isdigit():
         return 1
     return loaders(knobs, local="SLURM_JOB_ID" not in env)[0]
 
 
 def trainer_cores(scenario: str, device: str, torch_threads: int | None) -> int:
-    """The cores a rank's trainer asks for: its intra-op threads where its model computes on the CPU (a train cell on
-    device cpu), else 1, its main process (a loader cell does not compute; on a GPU the threads mostly wait)."""
+    """The cores a rank's trainer asks for: its intra-op threads where its model computes on the CPU
+    (a train cell on device cpu), else 1, its main process (a loader cell does not compute; on a GPU
+    the threads mostly wait)."""
     return max(torch_threads or 1, 1) if scenario == "train" and device == "cpu" else 1
 
 
-def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: int, trainer: int = 1) -> dict | None:
-    """A cell's CPU demand against its usable cores, for its result's `cpu`: the cores it asks for (ranks x (workers
-    + the trainer's cores, trainer_cores)), the median worker's CPU and runnable shares, which kind its workers are
-    (KINDS, by CPU_BOUND_SHARE) and whether it is oversubscribed (more demand than cores, and CPU-bound workers).
-    None without loader workers; kind and oversubscribed None when no worker was sampled."""
+def cpu_load(
+    workers: list[dict], usable: int | None, ranks: int, num_workers: int, trainer: int = 1
+) -> dict | None:
+    """A cell's CPU demand against its usable cores, for its result's `cpu`: the cores it asks for
+    (ranks x (workers
+    + the trainer's cores, trainer_cores)), the median worker's CPU and runnable shares, which kind
+      its workers are
+    (KINDS, by CPU_BOUND_SHARE) and whether it is oversubscribed (more demand than cores, and
+    CPU-bound workers). None without loader workers; kind and oversubscribed None when no worker was
+    sampled."""
     if num_workers == 0:
         return None
     runnable = median_of_known([w.get("runnable_share") for w in workers])
@@ -119,10 +135,13 @@ def cpu_load(workers: list[dict], usable: int | None, ranks: int, num_workers: i
         "cpu_share": median_of_known([w.get("cpu_share") for w in workers]),
         "runnable_share": runnable,
         "kind": None if bound is None else KINDS[bound],
-        "oversubscribed": None if bound is None or usable is None else bool(bound and demand > usable),
+        "oversubscribed": None
+        if bound is None or usable is None
+        else bool(bound and demand > usable),
     }
 
 
 def most_workers(usable: int, ranks: int, trainer: int = 1) -> int:
-    """The most loader workers per rank whose cell does not ask for more than `usable` cores (cpu_load's demand)."""
+    """The most loader workers per rank whose cell does not ask for more than `usable` cores
+    (cpu_load's demand)."""
     return max(usable // ranks - trainer, 0)

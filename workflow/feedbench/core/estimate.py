@@ -1,28 +1,34 @@
-"""The compute estimate for a target GPU, and its error against the published studies' GPU throughputs.
+"""The compute estimate for a target GPU, and its error against the published studies' GPU
+throughputs.
 
-A step's time on a GPU is estimated as its roofline (feedbench.core.target.roofline_seconds: counted FLOPs at the
-dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of its model family
-(model_names.FAMILIES): the share of the roofline such models reach; or, where it takes longer, the host's time to
-launch the step's counted kernels (compute_seconds, LAUNCH_SECONDS). The efficiencies are fitted only to public
-numbers, the GPU throughputs the studies published (report/references/, docs/studies.md), each on the model of the
-study's preset (config/presets/), so the work counted is the work feedbench would run:
+A step's time on a GPU is estimated as its roofline (feedbench.core.target.roofline_seconds: counted
+FLOPs at the dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of
+its model family (model_names.FAMILIES): the share of the roofline such models reach; or, where it
+takes longer, the host's time to launch the step's counted kernels (compute_seconds,
+LAUNCH_SECONDS). The efficiencies are fitted only to public numbers, the GPU throughputs the studies
+published (report/references/, docs/studies.md), each on the model of the study's preset
+(config/presets/), so the work counted is the work feedbench would run:
 
     scaling   ResNet-50 on K80s, samples/s per row of GPUs (data already on the GPU)
     nmt       a 4 x 512 LSTM on P100s, seconds of 20 batches per row
-    prefetch  a 4096-wide MLP on an RTX 2080 Ti, seconds of epochs x 50 batches per row, copies from pageable memory
+    prefetch  a 4096-wide MLP on an RTX 2080 Ti, seconds of epochs x 50 batches per row, copies from
+              pageable memory
 
-An efficiency is the geometric mean over a family's studies of each study's geometric mean of roofline / observed
-compute time, from its one-GPU rows (more GPUs add communication the estimate does not model); a family no study
-fits takes the pooled efficiency, the geometric mean of all studies'. Its error is published leave one study out
-(leave_one_study_out): each study predicted by efficiencies fitted to the others. docs/results/prediction-error.md
-holds it, written by benchmarks/prediction_error.py; tests/test_estimate.py checks the two agree.
+An efficiency is the geometric mean over a family's studies of each study's geometric mean of
+roofline / observed compute time, from its one-GPU rows (more GPUs add communication the estimate
+does not model); a family no study fits takes the pooled efficiency, the geometric mean of all
+studies'. Its error is published leave one study out (leave_one_study_out): each study predicted by
+efficiencies fitted to the others. docs/results/prediction-error.md holds it, written by
+benchmarks/prediction_error.py; tests/test_estimate.py checks the two agree.
 
-The per-operation estimate (`per_op`) sums each counted operation's roofline over the efficiency of its class
-(OP_CLASSES) on the GPU, from public microbenchmarks (core/kernels.yaml: each figure with its source and shapes); the
-operations of a class the table has no figure for keep the family efficiency, which is then fitted only to the time
-the figured classes leave unexplained. The launch floor stays as above.
+The per-operation estimate (`per_op`) sums each counted operation's roofline over the efficiency of
+its class (OP_CLASSES) on the GPU, from public microbenchmarks (core/kernels.yaml: each figure with
+its source and shapes); the operations of a class the table has no figure for keep the family
+efficiency, which is then fitted only to the time the figured classes leave unexplained. The launch
+floor stays as above.
 
-Plain Python: the FLOPs and bytes come from a `count(knobs)` the caller passes (feedbench.harness.flops.count_step).
+Plain Python: the FLOPs and bytes come from a `count(knobs)` the caller passes
+(feedbench.harness.flops.count_step).
 """
 
 from __future__ import annotations
@@ -42,13 +48,16 @@ from .knobs import ConfigError
 from .model_names import model_family
 from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline_seconds
 
-# Seconds the host spends launching one kernel: the low end of "usually, the launch time on the CPU side is between
-# 5-20 microseconds" (Meta's Holistic Trace Analysis, docs "CUDA Kernel Launch Statistics",
+# Seconds the host spends launching one kernel: the low end of "usually, the launch time on the CPU
+# side is between 5-20 microseconds" (Meta's Holistic Trace Analysis, docs "CUDA Kernel Launch
+# Statistics",
 # https://github.com/facebookresearch/HolisticTraceAnalysis/blob/main/docs/source/features/cuda_kernel_launch_stats.rst).
-# One figure for every GPU: it is the host's and the driver's time, and no public page gives it per GPU. The low end,
-# since it serves as a floor (compute_seconds); eager PyTorch adds its own dispatch on top of it.
+# One figure for every GPU: it is the host's and the driver's time, and no public page gives it per
+# GPU. The low end, since it serves as a floor (compute_seconds); eager PyTorch adds its own
+# dispatch on top of it.
 LAUNCH_SECONDS = 5e-6
-# The per-operation classes (feedbench.harness.flops.op_class), and their public microbenchmark figures per GPU.
+# The per-operation classes (feedbench.harness.flops.op_class), and their public microbenchmark
+# figures per GPU.
 OP_CLASSES = ("matmul", "convolution", "recurrent", "elementwise", "normalisation")
 KERNELS = os.path.join(os.path.dirname(__file__), "kernels.yaml")
 
@@ -66,40 +75,49 @@ def gpu_figures(gpu: str, kind: str, name: str, path: str = KERNELS) -> dict:
 
 @lru_cache(maxsize=4)
 def kernel_table(path: str = KERNELS) -> dict[tuple[str, str], dict[str, float]]:
-    """(GPU, dtype) -> {class: efficiency} of the table, checked: ConfigError in one line for a figure without its
-    source or shapes, a class or dtype the estimate does not know, or an efficiency outside (0, 1]."""
+    """(GPU, dtype) -> {class: efficiency} of the table, checked: ConfigError in one line for a
+    figure without its source or shapes, a class or dtype the estimate does not know, or an
+    efficiency outside (0, 1]."""
     rows = _kernel_rows(path)
     table: dict[tuple[str, str], dict[str, float]] = {}
     for gpu, kinds in rows.items():
         for kind, classes in (kinds or {}).items():
             if kind not in ("fp32", "tf32", "fp16", "bf16"):
-                raise ConfigError(f"{path}: {gpu}.{kind}: unknown dtype; allowed: fp32, tf32, fp16, bf16")
+                raise ConfigError(
+                    f"{path}: {gpu}.{kind}: unknown dtype; allowed: fp32, tf32, fp16, bf16"
+                )
             for name, figure in (classes or {}).items():
                 where = f"{path}: {gpu}.{kind}.{name}"
                 if name not in OP_CLASSES:
-                    raise ConfigError(f"{where}: unknown operation class; allowed: {', '.join(OP_CLASSES)}")
+                    raise ConfigError(
+                        f"{where}: unknown operation class; allowed: {', '.join(OP_CLASSES)}"
+                    )
                 figure = figure if isinstance(figure, dict) else {"efficiency": figure}
                 for needed in ("source", "shapes"):
                     if not figure.get(needed):
                         raise ConfigError(
-                            f"{where}: efficiency without its {needed}; allowed: a figure with its public source "
-                            "and the kernel shapes it is derived from"
+                            f"{where}: efficiency without its {needed}; allowed: a figure with "
+                            "its public source and the kernel shapes it is derived from"
                         )
                 value = figure.get("efficiency")
                 if not isinstance(value, (int, float)) or not 0 < value <= 1:
-                    raise ConfigError(f"{where}: efficiency {value!r}; allowed: a share of the peak in (0, 1]")
+                    raise ConfigError(
+                        f"{where}: efficiency {value!r}; allowed: a share of the peak in (0, 1]"
+                    )
                 table.setdefault((str(gpu), kind), {})[name] = float(value)
     return table
 
 
 def class_efficiencies(gpu: Gpu, kind: str) -> dict[str, float]:
-    """The microbenchmarked efficiency of each operation class on `gpu` in dtype `kind` (none: the family's)."""
+    """The microbenchmarked efficiency of each operation class on `gpu` in dtype `kind` (none: the
+    family's)."""
     return kernel_table().get((gpu.name, kind), {})
 
 
 def split_seconds(work, knobs: dict, gpu: Gpu, per_op: bool) -> tuple[float, float]:
-    """(seconds of the operations whose class has a microbenchmark figure on `gpu`, roofline seconds of the rest at
-    full efficiency). Without `per_op`: (0, the step's whole roofline), the family estimate."""
+    """(seconds of the operations whose class has a microbenchmark figure on `gpu`, roofline seconds
+    of the rest at full efficiency). Without `per_op`: (0, the step's whole roofline), the family
+    estimate."""
     kind = dtype(knobs, gpu)
     if not per_op:
         return 0.0, roofline_seconds(work.flops, work.bytes, gpu, kind)
@@ -115,20 +133,28 @@ def split_seconds(work, knobs: dict, gpu: Gpu, per_op: bool) -> tuple[float, flo
 
 # The bound every published cell had, by study, and the published evidence for it.
 PUBLISHED_BOUND = {
-    "scaling": ("compute", "the images are generated on the GPU before the loop: no data to wait for"),
+    "scaling": (
+        "compute",
+        "the images are generated on the GPU before the loop: no data to wait for",
+    ),
     "nmt": (
         "compute",
-        "the fused kernel trains 1.3x faster than the step-by-step loop on the same data, and synthetic and WMT14 "
-        "data train within 3 % of each other on one GPU: the model's kernels set the pace",
+        "the fused kernel trains 1.3x faster than the step-by-step loop on the same data, and "
+        "synthetic and WMT14 data train within 3 % of each other on one GPU: the model's kernels "
+        "set the pace",
     ),
     "prefetch": (
         "compute",
-        "the time grows by about 1.5 s per epoch with each square layer at a fixed batch, while hiding the copy "
-        "behind compute saves 3 to 8 %",
+        "the time grows by about 1.5 s per epoch with each square layer at a fixed batch, while "
+        "hiding the copy behind compute saves 3 to 8 %",
     ),
 }
 # The GPU of each study, as its published table's hardware column names it.
-STUDY_GPUS = {"scaling": ("K80", "K80"), "nmt": ("P100", "P100"), "prefetch": ("RTX2080Ti", "2080 Ti")}
+STUDY_GPUS = {
+    "scaling": ("K80", "K80"),
+    "nmt": ("P100", "P100"),
+    "prefetch": ("RTX2080Ti", "2080 Ti"),
+}
 # nmt.csv: seconds are the total of this many timed batches (its comment).
 NMT_TIMED_BATCHES = 20
 
@@ -141,13 +167,15 @@ class PublishedCell:
     gpus: int
     knobs: dict  # the preset's full-size knobs for the row: what is counted
     published_step_s: float  # seconds of one step of one GPU, from the published number
-    copy_bytes: float  # of a batch copied to the GPU in the step (0: the data is on the GPU or negligible)
+    # of a batch copied to the GPU in the step (0: the data is on the GPU or negligible)
+    copy_bytes: float
     overlapped: bool  # the copy is hidden behind compute (a side stream prefetches)
     unit: str  # of the published figure: "samples/s" (a rate) or "s" (the time of a run)
     per_step: float  # samples per step of all GPUs (a rate), or steps in the timed run (a time)
 
     def in_unit(self, step_s: float) -> float:
-        """A step's seconds as the study published its figure: samples/s of all its GPUs, or seconds of its run."""
+        """A step's seconds as the study published its figure: samples/s of all its GPUs, or seconds
+        of its run."""
         return self.per_step / step_s if self.unit == "samples/s" else step_s * self.per_step
 
     @property
@@ -169,11 +197,15 @@ def _rows(references_dir: str, study: str) -> list[dict]:
     name, printed = STUDY_GPUS[study]
     for row in rows:
         if printed not in row["hardware"]:
-            raise ValueError(f"{study}.csv: hardware {row['hardware']!r} is not the {name} the estimate assumes")
+            raise ValueError(
+                f"{study}.csv: hardware {row['hardware']!r} is not the {name} the estimate assumes"
+            )
     return rows
 
 
-def _cell(study: str, row: dict, knobs: dict, step_s: float, label: str, unit: tuple[str, float]) -> PublishedCell:
+def _cell(
+    study: str, row: dict, knobs: dict, step_s: float, label: str, unit: tuple[str, float]
+) -> PublishedCell:
     copy = batch_bytes(knobs) if knobs.get("scenario") == "train" else 0
     overlapped = knobs.get("device_prefetch") == "stream"
     gpus = int(row.get("gpus") or 1)
@@ -186,14 +218,17 @@ def _gpus(count: int) -> str:
 
 
 def published_cells(presets_dir: str, references_dir: str) -> list[PublishedCell]:
-    """One PublishedCell per published GPU throughput of the scaling, nmt and prefetch studies, in table order."""
+    """One PublishedCell per published GPU throughput of the scaling, nmt and prefetch studies, in
+    table order."""
     cells = []
     base = _preset_knobs(presets_dir, "scaling")
     for row in _rows(references_dir, "scaling"):
         gpus = int(row["gpus"])
         step = base["batch_size"] * gpus / float(row["samples_per_s"])
         label = f"{_gpus(gpus)}, {row['parallel']}"
-        cells.append(_cell("scaling", row, base, step, label, ("samples/s", base["batch_size"] * gpus)))
+        cells.append(
+            _cell("scaling", row, base, step, label, ("samples/s", base["batch_size"] * gpus))
+        )
     base = _preset_knobs(presets_dir, "nmt")
     for row in _rows(references_dir, "nmt"):
         knobs = {**base, "lstm_impl": row["lstm_impl"], "batch_size": int(row["batch_size"])}
@@ -203,11 +238,20 @@ def published_cells(presets_dir: str, references_dir: str) -> list[PublishedCell
     base = _preset_knobs(presets_dir, "prefetch")
     per_epoch = base["num_samples"] // base["batch_size"]
     for row in _rows(references_dir, "prefetch"):
-        knobs = {**base, "hidden_layers": int(row["hidden_layers"]), "device_prefetch": row["device_prefetch"]}
+        knobs = {
+            **base,
+            "hidden_layers": int(row["hidden_layers"]),
+            "device_prefetch": row["device_prefetch"],
+        }
         knobs["pin_memory"] = False  # the study's source is pageable
         steps = int(row["epochs"]) * per_epoch
-        label = f"{row['hidden_layers']} layers, {row['epochs']} epochs, prefetch {row['device_prefetch']}"
-        cells.append(_cell("prefetch", row, knobs, float(row["seconds"]) / steps, label, ("s", steps)))
+        label = (
+            f"{row['hidden_layers']} layers, {row['epochs']} epochs, prefetch "
+            f"{row['device_prefetch']}"
+        )
+        cells.append(
+            _cell("prefetch", row, knobs, float(row["seconds"]) / steps, label, ("s", steps))
+        )
     return cells
 
 
@@ -225,9 +269,12 @@ def _geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def fit_efficiencies(cells: list[PublishedCell], count: Callable, per_op: bool = False) -> dict[str, float]:
-    """Efficiency per family, and "pooled" over all studies, from the one-GPU cells (module docstring); `per_op`: of
-    the operations whose class has no microbenchmark figure, over the time the others leave (split_seconds)."""
+def fit_efficiencies(
+    cells: list[PublishedCell], count: Callable, per_op: bool = False
+) -> dict[str, float]:
+    """Efficiency per family, and "pooled" over all studies, from the one-GPU cells (module
+    docstring); `per_op`: of the operations whose class has no microbenchmark figure, over the time
+    the others leave (split_seconds)."""
     by_study: dict[tuple[str, str], list[float]] = {}
     for cell in cells:
         if cell.gpus != 1:
@@ -237,7 +284,9 @@ def fit_efficiencies(cells: list[PublishedCell], count: Callable, per_op: bool =
         known, rest = split_seconds(count(cell.knobs), cell.knobs, cell.gpu, per_op)
         if observed - known <= 0 or rest <= 0:
             continue
-        by_study.setdefault((count(cell.knobs).family, cell.study), []).append(rest / (observed - known))
+        by_study.setdefault((count(cell.knobs).family, cell.study), []).append(
+            rest / (observed - known)
+        )
     studies = {key: _geomean(values) for key, values in by_study.items()}
     fitted = {}
     for family in sorted({family for family, _ in studies}):
@@ -264,8 +313,9 @@ class Prediction:
 
     @property
     def factor(self) -> float:
-        """How far off, as a factor >= 1 whichever way (exp |ln predicted / published|): |predicted / published - 1|
-        caps a prediction too slow at 100 % however slow, where a factor does not (2.3x too slow is 57 %)."""
+        """How far off, as a factor >= 1 whichever way (exp |ln predicted / published|): |predicted
+        / published - 1| caps a prediction too slow at 100 % however slow, where a factor does not
+        (2.3x too slow is 57 %)."""
         ratio = self.cell.published_step_s / self.step_s  # predicted over published samples/s
         return max(ratio, 1 / ratio)
 
@@ -278,17 +328,19 @@ class Prediction:
 def compute_seconds(
     work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float], per_op: bool = False
 ) -> tuple[float, str]:
-    """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, kernels, family: what
-    feedbench.harness.flops.count_step gives), and which efficiency served: its family's, else "pooled".
+    """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, kernels,
+    family: what feedbench.harness.flops.count_step gives), and which efficiency served: its
+    family's, else "pooled".
 
-    The roofline over the efficiency, or the step's kernel launches (work.kernels x LAUNCH_SECONDS), the longer. The
-    larger of the two, not their sum: CUDA launches are asynchronous, so the host queues the next kernels while the
-    GPU runs the earlier ones, and a step waits on the slower of the two queues, not on both in turn. A sum would
-    count the launches again in every step where the GPU is the slower one, and the published cells are all such
-    steps (the floor is at most 4 % of their estimate: docs/results/prediction-error.md, "Small, fixed costs"), and
-    there a sum moves the median error from 22.3 to 22.4 % (the LSTM's from 17.7 to 19.3 %).
-    The floor serves the steps the roofline puts below it: a tiny model, whose step is its launches.
-    `per_op`: the operations of a class with a microbenchmark figure at that figure, the rest at the family's
+    The roofline over the efficiency, or the step's kernel launches (work.kernels x LAUNCH_SECONDS),
+    the longer. The larger of the two, not their sum: CUDA launches are asynchronous, so the host
+    queues the next kernels while the GPU runs the earlier ones, and a step waits on the slower of
+    the two queues, not on both in turn. A sum would count the launches again in every step where
+    the GPU is the slower one, and the published cells are all such steps (the floor is at most 4 %
+    of their estimate: docs/results/prediction-error.md, "Small, fixed costs"), and there a sum
+    moves the median error from 22.3 to 22.4 % (the LSTM's from 17.7 to 19.3 %). The floor serves
+    the steps the roofline puts below it: a tiny model, whose step is its launches. `per_op`: the
+    operations of a class with a microbenchmark figure at that figure, the rest at the family's
     efficiency (split_seconds).
     """
     source = work.family if work.family in efficiencies else "pooled"
@@ -302,26 +354,37 @@ def launch_seconds(work) -> float:
 
 
 def step_on(
-    cell: PublishedCell, target: Target, efficiencies: dict[str, float], count: Callable, per_op: bool = False
+    cell: PublishedCell,
+    target: Target,
+    efficiencies: dict[str, float],
+    count: Callable,
+    per_op: bool = False,
 ) -> tuple[float, float, float, str]:
-    """(compute, copy, step seconds, efficiency used) of the cell's step on `target`'s GPU and link: compute and
-    copy, overlapped as its knobs say."""
-    compute, source = compute_seconds(count(cell.knobs), cell.knobs, target.gpu, efficiencies, per_op)
+    """(compute, copy, step seconds, efficiency used) of the cell's step on `target`'s GPU and link:
+    compute and copy, overlapped as its knobs say."""
+    compute, source = compute_seconds(
+        count(cell.knobs), cell.knobs, target.gpu, efficiencies, per_op
+    )
     copy = copy_seconds(cell.copy_bytes, target, pinned(cell.knobs))
     return compute, copy, trainer_seconds(compute, copy, cell.overlapped), source
 
 
-def predict(cell: PublishedCell, efficiencies: dict[str, float], count: Callable, per_op: bool = False) -> Prediction:
-    """The cell's step on its own study's GPU with the given efficiencies, against the published figure."""
+def predict(
+    cell: PublishedCell, efficiencies: dict[str, float], count: Callable, per_op: bool = False
+) -> Prediction:
+    """The cell's step on its own study's GPU with the given efficiencies, against the published
+    figure."""
     compute, copy, step, source = step_on(cell, _target(cell), efficiencies, count, per_op)
     error = abs(cell.published_step_s / step - 1)
     bound = "compute" if compute >= copy else "data"
     return Prediction(cell, efficiencies[source], source, compute, copy, step, bound, error)
 
 
-def leave_one_study_out(cells: list[PublishedCell], count: Callable, per_op: bool = False) -> list[Prediction]:
-    """Every published cell predicted with efficiencies fitted to the other studies alone (the microbenchmark
-    figures of `per_op` are fitted to none of them)."""
+def leave_one_study_out(
+    cells: list[PublishedCell], count: Callable, per_op: bool = False
+) -> list[Prediction]:
+    """Every published cell predicted with efficiencies fitted to the other studies alone (the
+    microbenchmark figures of `per_op` are fitted to none of them)."""
     predictions = []
     for study in dict.fromkeys(c.study for c in cells):
         fitted = fit_efficiencies([c for c in cells if c.study != study], count, per_op)
@@ -346,13 +409,20 @@ def summarize(predictions: list[Prediction]) -> Summary:
     worst = max(predictions, key=lambda p: p.factor)
     median_factor = statistics.median(p.factor for p in predictions)
     return Summary(
-        len(predictions), statistics.median(errors), max(errors), right, median_factor, worst.factor, worst.too_fast
+        len(predictions),
+        statistics.median(errors),
+        max(errors),
+        right,
+        median_factor,
+        worst.factor,
+        worst.too_fast,
     )
 
 
 def error_groups(predictions: list[Prediction]) -> dict[str, list[Prediction]]:
-    """The cells of each line of the summary: all, one GPU and several apart (the estimate models one GPU's step;
-    the published multi-GPU rows add communication it does not model), then each study."""
+    """The cells of each line of the summary: all, one GPU and several apart (the estimate models
+    one GPU's step; the published multi-GPU rows add communication it does not model), then each
+    study."""
     groups = {
         "all studies": predictions,
         "one-GPU cells": [p for p in predictions if p.cell.gpus == 1],
@@ -364,11 +434,13 @@ def error_groups(predictions: list[Prediction]) -> dict[str, list[Prediction]]:
 
 
 def summary_table(predictions: list[Prediction]) -> list[str]:
-    """The published summary (docs/results/prediction-error.md) as markdown rows: all cells, one-GPU and multi-GPU
-    cells, each study, and the median across the studies (79 of the cells are one study's: the cells' median is
-    mostly that study's). Each error also as a factor, the way it hurts: a percentage caps a too-slow prediction."""
+    """The published summary (docs/results/prediction-error.md) as markdown rows: all cells, one-GPU
+    and multi-GPU cells, each study, and the median across the studies (79 of the cells are one
+    study's: the cells' median is mostly that study's). Each error also as a factor, the way it
+    hurts: a percentage caps a too-slow prediction."""
     lines = [
-        "| held-out cells | cells | median error | median factor | worst error | worst factor | bound called right |",
+        "| held-out cells | cells | median error | median factor | worst error | worst factor | "
+        "bound called right |",
         "|---|---|---|---|---|---|---|",
     ]
     studies = []
@@ -378,8 +450,9 @@ def summary_table(predictions: list[Prediction]) -> list[str]:
             studies.append(s)
         way = "too fast" if s.worst_too_fast else "too slow"
         lines.append(
-            f"| {name} | {s.cells} | {100 * s.median_error:.1f} % | {s.median_factor:.2f}x "
-            f"| {100 * s.worst_error:.1f} % | {s.worst_factor:.2f}x {way} | {100 * s.bounds_right:.0f} % |"
+            f"| {name} | {s.cells} | {100 * s.median_error:.1f} % | {s.median_factor:.2f}x | "
+            f"{100 * s.worst_error:.1f} % | {s.worst_factor:.2f}x {way} | "
+            f"{100 * s.bounds_right:.0f} % |"
         )
     lines.append(
         f"| median across the {len(studies)} studies | | "
@@ -390,17 +463,24 @@ def summary_table(predictions: list[Prediction]) -> list[str]:
 
 
 def beside_published(
-    predictions: list[Prediction], target: Target, efficiencies: dict[str, float], count: Callable, per_op=False
+    predictions: list[Prediction],
+    target: Target,
+    efficiencies: dict[str, float],
+    count: Callable,
+    per_op=False,
 ) -> dict[str, dict]:
-    """Per study: each published cell, its figure, the held-out prediction on the study's own GPU (what
-    `predictions`, leave_one_study_out, gives: never fitted to the figure it is compared with) and its error, and
-    the same protocol predicted on `target` with `efficiencies` (None where the target's GPU is the study's), by the
-    per-operation estimate where `per_op`, as the predictions were. For the study views of a run with a `target:`
-    (the report puts predicted beside published)."""
+    """Per study: each published cell, its figure, the held-out prediction on the study's own GPU
+    (what `predictions`, leave_one_study_out, gives: never fitted to the figure it is compared with)
+    and its error, and the same protocol predicted on `target` with `efficiencies` (None where the
+    target's GPU is the study's), by the per-operation estimate where `per_op`, as the predictions
+    were. For the study views of a run with a `target:` (the report puts predicted beside
+    published)."""
     studies: dict[str, dict] = {}
     for p in predictions:
         cell = p.cell
-        study = studies.setdefault(cell.study, {"gpu": cell.gpu.name, "title": cell.gpu.title, "rows": []})
+        study = studies.setdefault(
+            cell.study, {"gpu": cell.gpu.name, "title": cell.gpu.title, "rows": []}
+        )
         there = None
         if cell.gpu.name != target.gpu.name:
             there = cell.in_unit(step_on(cell, target, efficiencies, count, per_op)[2])
@@ -429,7 +509,8 @@ def beside_published(
     return studies
 
 
-# A compute range wider than this (its high end over its low end) is too wide to plan on: measure there instead.
+# A compute range wider than this (its high end over its low end) is too wide to plan on: measure
+# there instead.
 MEASURE_OVER = 1.5
 
 
@@ -445,13 +526,17 @@ class ComputeRange:
 
 
 def compute_range(predictions: list[Prediction], family: str | None) -> ComputeRange:
-    """How far a compute estimate may be off, from the published error of the method (leave one study out,
-    docs/results/prediction-error.md) on the nearest family: the one-GPU cells of the studies of `family`, or of every
-    study where none is of it (a user's model, a transformer). Each such cell's published step over its held-out
-    predicted step bounds the truth; the range spans them and the estimate itself."""
+    """How far a compute estimate may be off, from the published error of the method (leave one
+    study out, docs/results/prediction-error.md) on the nearest family: the one-GPU cells of the
+    studies of `family`, or of every study where none is of it (a user's model, a transformer). Each
+    such cell's published step over its held-out predicted step bounds the truth; the range spans
+    them and the estimate itself."""
     one_gpu = [p for p in predictions if p.cell.gpus == 1]
     near = [p for p in one_gpu if model_family(p.cell.knobs.get("model")) == family] or one_gpu
     ratios = [p.cell.published_step_s / p.step_s for p in near]
     studies = ", ".join(dict.fromkeys(f"{p.cell.study} ({p.cell.gpu.name})" for p in near))
-    source = f"the {len(near)} one-GPU published cell{'s' if len(near) > 1 else ''} of {studies}, each held out"
+    source = (
+        f"the {len(near)} one-GPU published cell{'s' if len(near) > 1 else ''} of "
+        f"{studies}, each held out"
+    )
     return ComputeRange(min(1.0, *ratios), max(1.0, *ratios), source)

@@ -21,7 +21,14 @@ from .model_names import model_error
 
 # How much of a value an error message shows: a config may hold a list of a million levels.
 _SHOWN = reprlib.Repr()
-_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 3, 6, 6, 60, 60, 40
+(
+    _SHOWN.maxlevel,
+    _SHOWN.maxdict,
+    _SHOWN.maxlist,
+    _SHOWN.maxstring,
+    _SHOWN.maxother,
+    _SHOWN.maxlong,
+) = 3, 6, 6, 60, 60, 40
 
 
 def shown(value: Any) -> str:
@@ -29,7 +36,8 @@ def shown(value: Any) -> str:
     return _SHOWN.repr(value)
 
 
-# `package.module:attribute`: a knob that takes user code (Knob.user_code) names it so (core.plugins imports it).
+# `package.module:attribute`: a knob that takes user code (Knob.user_code) names it so (core.plugins
+# imports it).
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
@@ -64,39 +72,50 @@ class Knob:
     minimum: float | None = None
     maximum: float | None = None
     nullable: bool = False
-    # Also takes the user's code, named by an import path `package.module:attribute` (see user_code).
+    # Also takes the user's code, named by an import path `package.module:attribute` (see
+    # user_code).
     user_code: bool = False
-    # Checks a value that is not user code where the names allowed are too many for `choices` (model).
+    # Checks a value that is not user code where the names allowed are too many for `choices`
+    # (model).
     names: Callable[[str], None] | None = None
-    # Means nothing without loader workers: a cell with num_workers 0 resets it to its default (harness.fit.resolve).
+    # Means nothing without loader workers: a cell with num_workers 0 resets it to its default
+    # (harness.fit.resolve).
     needs_workers: bool = False
-    # The ceilings whose cells keep this knob of the training cell they bound (analysis.predict): loader (the loader
-    # alone), compute (data resident on the device), transfer (the probe timing a real batch of the user's pipeline).
-    # A ceiling resets the knobs it does not keep to their defaults, so cells that differ only there share it.
+    # The ceilings whose cells keep this knob of the training cell they bound (analysis.predict):
+    # loader (the loader alone), compute (data resident on the device), transfer (the probe timing a
+    # real batch of the user's pipeline). A ceiling resets the knobs it does not keep to their
+    # defaults, so cells that differ only there share it.
     ceilings: tuple[str, ...] = ("loader", "compute")
-    # A stage what-if (harness.whatif runs it; analysis.predict predicts it from the baseline's stage profile): what it
-    # does to a stage, in the words of the report's what-if table. No ceiling keeps it: a what-if cell shares its
-    # baseline's ceilings.
+    # A stage what-if (harness.whatif runs it; analysis.predict predicts it from the baseline's
+    # stage profile): what it does to a stage, in the words of the report's what-if table. No
+    # ceiling keeps it: a what-if cell shares its baseline's ceilings.
     whatif: str | None = None
-    # The stage what-if this knob only tunes (cache_limit_mb, cache_in: cache_after): a cell that differs from another
-    # in it and the what-if alone has that cell as its what-if's baseline (analysis.aggregate).
+    # The stage what-if this knob only tunes (cache_limit_mb, cache_in: cache_after): a cell that
+    # differs from another in it and the what-if alone has that cell as its what-if's baseline
+    # (analysis.aggregate).
     tunes: str | None = None
-    # (label, the value that is on): the verdict's recommendation says whether it pays for itself where the
-    # experiment varies it (analysis.verdict.pays_off).
+    # (label, the value that is on): the verdict's recommendation says whether it pays for itself
+    # where the experiment varies it (analysis.verdict.pays_off).
     pays_off: tuple[str, Any] | None = None
     # An axis `search` may walk (feedbench.core.search).
     searchable: bool = False
 
     def allowed(self) -> str:
         if self.choices is not None:
-            text = ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices)
+            text = ", ".join(
+                str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices
+            )
             return text + (" or package.module:attribute" if self.user_code else "")
         if self.user_code:
             named = "a name or " if self.names else ""
             return named + "package.module:attribute" + (" or null" if self.nullable else "")
-        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}.get(
-            self.type if isinstance(self.type, type) else float, "a number"
-        )
+        kind = {
+            int: "an integer",
+            float: "a number",
+            bool: "true or false",
+            str: "a string",
+            dict: "a mapping",
+        }.get(self.type if isinstance(self.type, type) else float, "a number")
         if self.type is list:
             kind = "a list"
         bounds = []
@@ -112,15 +131,25 @@ class Knob:
         if value is None:
             if self.nullable:
                 return None
-            raise KnobError(f"knob '{self.name}': value null is not allowed; allowed: {self.allowed()}")
+            raise KnobError(
+                f"knob '{self.name}': value null is not allowed; allowed: {self.allowed()}"
+            )
         expected = self.type
-        ok = isinstance(value, expected) and not (isinstance(value, bool) and expected in (int, float, (int, float)))
+        ok = isinstance(value, expected) and not (
+            isinstance(value, bool) and expected in (int, float, (int, float))
+        )
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             if abs(value) > 2**1023:  # beyond any float
-                raise KnobError(f"knob '{self.name}': value {shown(value)} is out of range; allowed: {self.allowed()}")
+                raise KnobError(
+                    f"knob '{self.name}': value {shown(value)} is out of range; "
+                    f"allowed: {self.allowed()}"
+                )
             value, ok = float(value), True
         if not ok:
-            raise KnobError(f"knob '{self.name}': value {shown(value)} has the wrong type; allowed: {self.allowed()}")
+            raise KnobError(
+                f"knob '{self.name}': value {shown(value)} has the wrong type; "
+                f"allowed: {self.allowed()}"
+            )
         if self.user_code and user_code(self.name, value):
             return value
         if self.names is not None:
@@ -128,31 +157,49 @@ class Knob:
             return value
         if self.user_code and self.choices is None:
             raise KnobError(
-                f"knob '{self.name}': value {shown(value)} is not an import path; allowed: {self.allowed()}"
+                f"knob '{self.name}': value {shown(value)} is not an import path; allowed: "
+                f"{self.allowed()}"
             )
         if isinstance(value, float) and not math.isfinite(value):
-            raise KnobError(f"knob '{self.name}': value {value!r} is not a finite number; allowed: {self.allowed()}")
+            raise KnobError(
+                f"knob '{self.name}': value {value!r} is not a finite number; "
+                f"allowed: {self.allowed()}"
+            )
         if self.choices is not None and value not in self.choices:
-            raise KnobError(f"knob '{self.name}': value {shown(value)} is not allowed; allowed: {self.allowed()}")
-        if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
-            raise KnobError(f"knob '{self.name}': value {shown(value)} is out of range; allowed: {self.allowed()}")
+            raise KnobError(
+                f"knob '{self.name}': value {shown(value)} is not allowed; "
+                f"allowed: {self.allowed()}"
+            )
+        if (
+            self.minimum is not None
+            and value < self.minimum
+            or self.maximum is not None
+            and value > self.maximum
+        ):
+            raise KnobError(
+                f"knob '{self.name}': value {shown(value)} is out of range; "
+                f"allowed: {self.allowed()}"
+            )
         return value
 
 
 @dataclass(frozen=True)
 class BuiltinDataset:
-    """A built-in dataset (feedbench.harness.data.DATASETS builds it): what the workflow knows of it without torch."""
+    """A built-in dataset (feedbench.harness.data.DATASETS builds it): what the workflow knows of it
+    without torch."""
 
     name: str
-    # What one sample is, for the bytes of a batch (core.ceilings.batch_bytes): "image" (3 x image_size^2 floats),
-    # "model" (what the model takes: input_size floats for the mlp, else an image) or "tokens" (of varying length).
+    # What one sample is, for the bytes of a batch (core.ceilings.batch_bytes): "image" (3 x
+    # image_size^2 floats), "model" (what the model takes: input_size floats for the mlp, else an
+    # image) or "tokens" (of varying length).
     sample: str
-    # How to make or get the folder it reads, when it needs a data_dir: the hint of the error without one.
+    # How to make or get the folder it reads, when it needs a data_dir: the hint of the error
+    # without one.
     data_dir_hint: str | None = None
     # Its samples are JPEG files decoded per sample: the knob `decoder` picks how.
     jpeg: bool = False
-    # Its samples pass a torchvision Compose a map-style dataset holds (harness.whatif finds it): the stage what-ifs
-    # (STAGE_WHATIFS) can cache after, skip or move its stages.
+    # Its samples pass a torchvision Compose a map-style dataset holds (harness.whatif finds it):
+    # the stage what-ifs (STAGE_WHATIFS) can cache after, skip or move its stages.
     staged: bool = False
 
 
@@ -162,7 +209,13 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     for d in [
         BuiltinDataset("synthetic", "model"),
         BuiltinDataset("memory", "model"),
-        BuiltinDataset("images", "image", "make one with: python -m feedbench make-images DIR", jpeg=True, staged=True),
+        BuiltinDataset(
+            "images",
+            "image",
+            "make one with: python -m feedbench make-images DIR",
+            jpeg=True,
+            staged=True,
+        ),
         BuiltinDataset("cifar10", "image", "or download: true", staged=True),
         BuiltinDataset("cifar100", "image", "or download: true", staged=True),
         BuiltinDataset("tokens", "tokens"),
@@ -178,14 +231,18 @@ GC_MODES = (
     "normal",
     "freeze",
     "disable",
-)  # not on/off: YAML reads those as booleans  # the trainer's collector in the window (harness.collector)
+    # not on/off: YAML reads those as booleans # the trainer's collector in the window
+    # (harness.collector)
+)
 AMP = ("off", "bf16", "fp16")
-OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
-# A user model's loss without a step (harness.batches.model_loss): auto (the rule for a model that says nothing), or
-# torch.nn.functional's loss of that name against the batch's target.
+# torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
+OPTIMIZERS = ("sgd", "adam", "adamw")
+# A user model's loss without a step (harness.batches.model_loss): auto (the rule for a model that
+# says nothing), or torch.nn.functional's loss of that name against the batch's target.
 LOSSES = ("auto", "cross_entropy", "mse", "l1", "smooth_l1")
 DEVICES = ("auto", "cpu", "cuda")
-# torch.multiprocessing.set_sharing_strategy, set in the cell's process before its loader starts (harness.runner).
+# torch.multiprocessing.set_sharing_strategy, set in the cell's process before its loader starts
+# (harness.runner).
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
 DEVICE_PREFETCH = ("none", "stream")
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
@@ -195,10 +252,12 @@ PAGE_CACHE = ("asis", "warm", "cold")
 MLP_STYLES = ("relu", "ray")
 DECODERS = ("pil", "torchvision", "torchvision-cuda")
 CACHE_IN = ("memory", "file")
-# The stages of the built-in images before their Compose: a cache may hold their output; they never move to the device.
+# The stages of the built-in images before their Compose: a cache may hold their output; they never
+# move to the device.
 IMAGE_STAGES = ("read", "decode")
 
-# The ceilings of a knob that makes the batch: all of them, the probe timing a real batch of the user's included.
+# The ceilings of a knob that makes the batch: all of them, the probe timing a real batch of the
+# user's included.
 MAKES_BATCH = ("loader", "compute", "transfer")
 
 # 64 KiB .. 256 MiB in powers of four: the sizes of the transfer probe.
@@ -220,12 +279,20 @@ KNOBS: dict[str, Knob] = {
             "scenario",
             str,
             "train",
-            "train | loader (loader alone) | compute (data resident on the device) | transfer (H2D GB/s)",
+            "train | loader (loader alone) | compute (data resident on the device) | transfer "
+            "(H2D GB/s)",
             SCENARIOS,
             ceilings=(),  # each ceiling sets its own
         ),
         Knob("device", str, "auto", "auto picks cuda when available", DEVICES),
-        Knob("steps", int, 50, "measured steps (ignored when epochs is set)", minimum=1, maximum=1_000_000),
+        Knob(
+            "steps",
+            int,
+            50,
+            "measured steps (ignored when epochs is set)",
+            minimum=1,
+            maximum=1_000_000,
+        ),
         Knob(
             "epochs",
             int,
@@ -243,14 +310,21 @@ KNOBS: dict[str, Knob] = {
             minimum=0,
             maximum=100_000,
         ),
-        Knob("seed", int, 0, "seed of data generation, shuffling and model init", minimum=0, maximum=2**32 - 1),
+        Knob(
+            "seed",
+            int,
+            0,
+            "seed of data generation, shuffling and model init",
+            minimum=0,
+            maximum=2**32 - 1,
+        ),
         # Data.
         Knob(
             "dataset",
             str,
             "synthetic",
-            "where samples come from; user code: a class or factory called as f(**dataset_args), or f(ctx, "
-            "**dataset_args) when its first parameter is ctx",
+            "where samples come from; user code: a class or factory called as f(**dataset_args), "
+            "or f(ctx, **dataset_args) when its first parameter is ctx",
             DATASETS,
             user_code=True,
             ceilings=MAKES_BATCH,
@@ -273,7 +347,8 @@ KNOBS: dict[str, Knob] = {
             "shards",
             int,
             8,
-            "webdataset, parquet: the shard set data_dir/shards-<N> (python -m feedbench make-shards --shards N)",
+            "webdataset, parquet: the shard set data_dir/shards-<N> (python -m feedbench "
+            "make-shards --shards N)",
             minimum=1,
             maximum=1_000_000,
         ),
@@ -286,15 +361,26 @@ KNOBS: dict[str, Knob] = {
             minimum=1,
             maximum=100_000_000,
         ),
-        Knob("image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096),
-        Knob("input_size", int, 4096, "features per sample for the mlp", minimum=1, maximum=1_048_576),
-        Knob("num_classes", int, 1000, "classes of generated labels and classifiers", minimum=1, maximum=1_000_000),
+        Knob(
+            "image_size", int, 224, "side of generated or cropped images", minimum=8, maximum=4096
+        ),
+        Knob(
+            "input_size", int, 4096, "features per sample for the mlp", minimum=1, maximum=1_048_576
+        ),
+        Knob(
+            "num_classes",
+            int,
+            1000,
+            "classes of generated labels and classifiers",
+            minimum=1,
+            maximum=1_000_000,
+        ),
         Knob(
             "page_cache",
             str,
             "asis",
-            "files of images/cifar: asis | warm (read them all first: fully cached) | cold (evict them first: "
-            "drop_caches as root, else posix_fadvise)",
+            "files of images/cifar: asis | warm (read them all first: fully cached) | cold "
+            "(evict them first: drop_caches as root, else posix_fadvise)",
             PAGE_CACHE,
             ceilings=("loader",),
         ),
@@ -311,8 +397,9 @@ KNOBS: dict[str, Knob] = {
             "decoder",
             str,
             "pil",
-            "JPEG decoder of images, webdataset, parquet: pil | torchvision (torchvision.io.decode_jpeg on the CPU) "
-            "| torchvision-cuda (decode_jpeg of a batch on the GPU, in the training process)",
+            "JPEG decoder of images, webdataset, parquet: pil | torchvision "
+            "(torchvision.io.decode_jpeg on the CPU) | torchvision-cuda (decode_jpeg of a batch "
+            "on the GPU, in the training process)",
             DECODERS,
             ceilings=("loader",),
         ),
@@ -354,7 +441,8 @@ KNOBS: dict[str, Knob] = {
             ceilings=("loader", "transfer"),
             pays_off=("pinning", True),
         ),
-        # The copy knobs: the loader alone never copies, and a compute ceiling's data is already on the device.
+        # The copy knobs: the loader alone never copies, and a compute ceiling's data is already on
+        # the device.
         Knob("non_blocking", bool, False, "asynchronous host-to-device copies", ceilings=()),
         Knob(
             "prefetch_factor",
@@ -379,28 +467,30 @@ KNOBS: dict[str, Knob] = {
             "stage_timing",
             bool,
             False,
-            "time each sample's stages (read, decode, each Compose transform, feedbench.stage spans, collate) "
-            "inside the loader; off by default: it cost up to 2 % of a cheap pipeline's throughput "
-            "(docs/performance.md)",
+            "time each sample's stages (read, decode, each Compose transform, feedbench.stage "
+            "spans, collate) inside the loader; off by default: it cost up to 2 % of a cheap "
+            "pipeline's throughput (docs/performance.md)",
             ceilings=("loader",),
         ),
         Knob(
             "stage_functions",
             list,
             [],
-            "functions of your code made stages by import path, as if decorated with @feedbench.stage, with no "
-            "change to it: package.module:function or package.module:Class.method (the stage profile names them "
-            "so); each stage is named by the function's qualified name (Class.method), which cache_after and "
-            "skip_stages take",
+            "functions of your code made stages by import path, as if decorated with "
+            "@feedbench.stage, with no change to it: package.module:function or "
+            "package.module:Class.method (the stage profile names them so); each stage is named "
+            "by the function's qualified name (Class.method), which cache_after and skip_stages "
+            "take",
             ceilings=("loader",),
         ),
         Knob(
             "cache_after",
             str,
             None,
-            "a stage what-if: the samples up to and including this stage of the dataset's Compose (or read, decode "
-            "of images) computed once in a first pass, later samples run only the stages after it (pre-decoded data); "
-            "or a @feedbench.stage function, its output kept per sample (not a `with` span)",
+            "a stage what-if: the samples up to and including this stage of the dataset's "
+            "Compose (or read, decode of images) computed once in a first pass, later samples "
+            "run only the stages after it (pre-decoded data); or a @feedbench.stage function, "
+            "its output kept per sample (not a `with` span)",
             nullable=True,
             ceilings=(),
             whatif="cached after it",
@@ -419,7 +509,8 @@ KNOBS: dict[str, Knob] = {
             "cache_in",
             str,
             "memory",
-            "cache_after: memory (each worker's copy) | file (stage_cache.pt in the cell's results folder)",
+            "cache_after: memory (each worker's copy) | file (stage_cache.pt in the cell's "
+            "results folder)",
             CACHE_IN,
             ceilings=(),
             tunes="cache_after",
@@ -428,8 +519,9 @@ KNOBS: dict[str, Knob] = {
             "skip_stages",
             list,
             [],
-            "a stage what-if, for measurement only (it changes the data): these stages of the dataset's Compose "
-            "are dropped; a @feedbench.stage function of one argument returns it unchanged",
+            "a stage what-if, for measurement only (it changes the data): these stages of the "
+            "dataset's Compose are dropped; a @feedbench.stage function of one argument returns "
+            "it unchanged",
             ceilings=(),
             whatif="costs nothing",
         ),
@@ -437,8 +529,9 @@ KNOBS: dict[str, Knob] = {
             "device_stages",
             str,
             None,
-            "a stage what-if: from this stage of the dataset's Compose on, its torchvision v2 transforms run on the "
-            "batch after the copy, in the training process (on its device); random ones then draw once per batch",
+            "a stage what-if: from this stage of the dataset's Compose on, its torchvision v2 "
+            "transforms run on the batch after the copy, in the training process (on its "
+            "device); random ones then draw once per batch",
             nullable=True,
             ceilings=(),
             whatif="on the device",
@@ -457,8 +550,9 @@ KNOBS: dict[str, Knob] = {
             "sharing_strategy",
             str,
             "file_descriptor",
-            "how workers pass batches in shared memory: file_descriptor (torch's default) | file_system (named files, "
-            "for 'Too many open files'; same bytes in /dev/shm) (needs workers)",
+            "how workers pass batches in shared memory: file_descriptor (torch's default) | "
+            "file_system (named files, for 'Too many open files'; same bytes in /dev/shm) (needs "
+            "workers)",
             SHARING_STRATEGIES,
             needs_workers=True,
             ceilings=("loader",),
@@ -527,7 +621,8 @@ KNOBS: dict[str, Knob] = {
             "comm_probe_steps",
             int,
             10,
-            "ddp: steps with and without gradient sync after the window, for the communication share (0: off)",
+            "ddp: steps with and without gradient sync after the window, for the communication "
+            "share (0: off)",
             minimum=0,
             maximum=100_000,
             ceilings=(),  # a label of the measurement, not of the work
@@ -537,13 +632,18 @@ KNOBS: dict[str, Knob] = {
             "model",
             str,
             "mlp",
-            "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, ...) or user code: "
-            "package.module:attribute called as f(**model_args), or f(ctx, **model_args) when its first parameter is "
-            "ctx",
+            "none, mlp, sleep, lstm, a torchvision classification model (resnet18, resnet50, "
+            "...) or user code: package.module:attribute called as f(**model_args), or f(ctx, "
+            "**model_args) when its first parameter is ctx",
             user_code=True,
             names=_model_name,
         ),
-        Knob("model_args", dict, {}, "keyword arguments of a user model factory (axis: model_args.<name>)"),
+        Knob(
+            "model_args",
+            dict,
+            {},
+            "keyword arguments of a user model factory (axis: model_args.<name>)",
+        ),
         Knob(
             "collate",
             str,
@@ -577,7 +677,8 @@ KNOBS: dict[str, Knob] = {
             "folders put first on sys.path before user code is imported (the config's python_path)",
             ceilings=MAKES_BATCH,
         ),
-        # The model's work per batch: a loader ceiling resets it (not `model`, whose kind shapes the samples).
+        # The model's work per batch: a loader ceiling resets it (not `model`, whose kind shapes the
+        # samples).
         Knob(
             "hidden_layers",
             int,
@@ -614,8 +715,24 @@ KNOBS: dict[str, Knob] = {
             ceilings=("compute",),
         ),
         Knob("lstm_layers", int, 2, "lstm: layers", minimum=1, maximum=100, ceilings=("compute",)),
-        Knob("embedding_dim", int, 128, "lstm: embedding size", minimum=1, maximum=1_048_576, ceilings=("compute",)),
-        Knob("hidden_size", int, 128, "lstm: hidden units", minimum=1, maximum=1_048_576, ceilings=("compute",)),
+        Knob(
+            "embedding_dim",
+            int,
+            128,
+            "lstm: embedding size",
+            minimum=1,
+            maximum=1_048_576,
+            ceilings=("compute",),
+        ),
+        Knob(
+            "hidden_size",
+            int,
+            128,
+            "lstm: hidden units",
+            minimum=1,
+            maximum=1_048_576,
+            ceilings=("compute",),
+        ),
         Knob(
             "forward_keys",
             list,
@@ -629,17 +746,17 @@ KNOBS: dict[str, Knob] = {
             "label_key",
             str,
             "label",
-            "a user model without a step: the key of its dict batch that cross-entropy is taken against, where the "
-            "model's output is not a loss of its own",
+            "a user model without a step: the key of its dict batch that cross-entropy is taken "
+            "against, where the model's output is not a loss of its own",
             ceilings=("compute",),
         ),
         Knob(
             "loss",
             str,
             "auto",
-            "a user model without a step: its loss against batch[1] or batch[label_key]; auto: a scalar output or "
-            "the output's own loss, else cross-entropy; cross_entropy, mse, l1, smooth_l1 (torch.nn.functional's), "
-            "or user code called as f(output, target)",
+            "a user model without a step: its loss against batch[1] or batch[label_key]; auto: a "
+            "scalar output or the output's own loss, else cross-entropy; cross_entropy, mse, l1, "
+            "smooth_l1 (torch.nn.functional's), or user code called as f(output, target)",
             LOSSES,
             user_code=True,
             ceilings=("compute",),
@@ -648,8 +765,9 @@ KNOBS: dict[str, Knob] = {
             "optimizer",
             str,
             "sgd",
-            "the step's optimizer: sgd, adam or adamw (torch.optim's, with lr, weight_decay, momentum for sgd, and "
-            "optimizer_args), or user code called as f(params, **optimizer_args)",
+            "the step's optimizer: sgd, adam or adamw (torch.optim's, with lr, weight_decay, "
+            "momentum for sgd, and optimizer_args), or user code called as f(params, "
+            "**optimizer_args)",
             OPTIMIZERS,
             user_code=True,
             ceilings=("compute",),
@@ -658,10 +776,18 @@ KNOBS: dict[str, Knob] = {
             "optimizer_args",
             dict,
             {},
-            "further keyword arguments of the optimizer (betas, eps, ...; axis: optimizer_args.<name>)",
+            "further keyword arguments of the optimizer (betas, eps, ...; axis: "
+            "optimizer_args.<name>)",
             ceilings=("compute",),
         ),
-        Knob("lr", float, 0.01, "learning rate of a built-in optimizer", minimum=0, ceilings=("compute",)),
+        Knob(
+            "lr",
+            float,
+            0.01,
+            "learning rate of a built-in optimizer",
+            minimum=0,
+            ceilings=("compute",),
+        ),
         Knob("momentum", float, 0.0, "SGD momentum", minimum=0, maximum=1, ceilings=("compute",)),
         Knob("amp", str, "off", "autocast dtype of forward", AMP, ceilings=("compute",)),
         Knob(
@@ -683,21 +809,37 @@ KNOBS: dict[str, Knob] = {
             "gc",
             str,
             "freeze",
-            "Python's garbage collector in the trainer during the window, its pauses recorded: freeze (the heap "
-            "frozen before the warm-up: the start-up heap is never scanned again, the step's garbage still is; "
-            "docs/performance.md) | normal (as a fresh process runs) | disable (as freeze, and off from the "
-            "window's start until it closes, as timeit does)",
+            "Python's garbage collector in the trainer during the window, its pauses recorded: "
+            "freeze (the heap frozen before the warm-up: the start-up heap is never scanned "
+            "again, the step's garbage still is; docs/performance.md) | normal (as a fresh "
+            "process runs) | disable (as freeze, and off from the window's start until it "
+            "closes, as timeit does)",
             GC_MODES,
         ),
         # Labels of the measurement, not of the work: no ceiling depends on them.
-        Knob("profile", bool, False, "write a torch.profiler Chrome trace of profile_steps extra steps", ceilings=()),
-        Knob("profile_steps", int, 5, "steps traced when profile is on", minimum=1, maximum=10_000, ceilings=()),
+        Knob(
+            "profile",
+            bool,
+            False,
+            "write a torch.profiler Chrome trace of profile_steps extra steps",
+            ceilings=(),
+        ),
+        Knob(
+            "profile_steps",
+            int,
+            5,
+            "steps traced when profile is on",
+            minimum=1,
+            maximum=10_000,
+            ceilings=(),
+        ),
         Knob(
             "torch_threads",
             int,
             None,
-            "intra-op CPU threads of the trainer (torch.set_num_threads); null: as the launch gives them, "
-            "PyTorch's default or OMP_NUM_THREADS in one process, 1 per rank of several a node as torchrun sets",
+            "intra-op CPU threads of the trainer (torch.set_num_threads); null: as the launch "
+            "gives them, PyTorch's default or OMP_NUM_THREADS in one process, 1 per rank of "
+            "several a node as torchrun sets",
             minimum=1,
             maximum=1024,
             nullable=True,
@@ -711,7 +853,9 @@ KNOBS: dict[str, Knob] = {
             maximum=3600,
             ceilings=(),
         ),
-        Knob("transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy", ceilings=()),
+        Knob(
+            "transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy", ceilings=()
+        ),
         # Added for the studies' own models and optimisers (docs/studies.md).
         Knob(
             "mlp_style",
@@ -733,38 +877,54 @@ KNOBS: dict[str, Knob] = {
 }
 
 
-# Lists of knobs, each derived from a field of their declarations (tests/test_knob_spec.py: no such list elsewhere).
-# The knobs that change a cell's loader stages to run a stage what-if (Knob.whatif).
+# Lists of knobs, each derived from a field of their declarations (tests/test_knob_spec.py: no such
+# list elsewhere). The knobs that change a cell's loader stages to run a stage what-if
+# (Knob.whatif).
 STAGE_WHATIFS = tuple(name for name, k in KNOBS.items() if k.whatif)
-# A stage what-if's knobs and those that only tune one (Knob.tunes): the cell without them is its baseline.
+# A stage what-if's knobs and those that only tune one (Knob.tunes): the cell without them is its
+# baseline.
 WHATIF_ONLY = (*STAGE_WHATIFS, *(name for name, k in KNOBS.items() if k.tunes in STAGE_WHATIFS))
 # Axes a search may walk (Knob.searchable).
 SEARCHABLE = tuple(name for name, k in KNOBS.items() if k.searchable)
-# (knob, label, its value "on" as text) of the knobs whose gain the recommendation reports (Knob.pays_off).
-PAYS_OFF = tuple((name, k.pays_off[0], str(k.pays_off[1]).lower()) for name, k in KNOBS.items() if k.pays_off)
+# (knob, label, its value "on" as text) of the knobs whose gain the recommendation reports
+# (Knob.pays_off).
+PAYS_OFF = tuple(
+    (name, k.pays_off[0], str(k.pays_off[1]).lower()) for name, k in KNOBS.items() if k.pays_off
+)
 
 
 def user_code(knob: str, value: Any) -> bool:
-    """Whether knob `knob` set to `value` names the user's code: the one rule for it, wherever it is asked.
+    """Whether knob `knob` set to `value` names the user's code: the one rule for it, wherever it is
+    asked.
 
-    True for an import path `package.module:attribute` given to a knob that takes user code (Knob.user_code).
+    True for an import path `package.module:attribute` given to a knob that takes user code
+    (Knob.user_code).
     """
-    return KNOBS[knob].user_code and isinstance(value, str) and IMPORT_PATH.fullmatch(value) is not None
+    return (
+        KNOBS[knob].user_code
+        and isinstance(value, str)
+        and IMPORT_PATH.fullmatch(value) is not None
+    )
 
 
 def user_code_of(knobs: Mapping[str, Any]) -> dict[str, str]:
-    """knob -> import path, for the knobs of a mapping (a cell's, a summary row's) that name user code."""
-    return {name: value for name, value in knobs.items() if name in KNOBS and user_code(name, value)}
+    """knob -> import path, for the knobs of a mapping (a cell's, a summary row's) that name user
+    code."""
+    return {
+        name: value for name, value in knobs.items() if name in KNOBS and user_code(name, value)
+    }
 
 
 def user_batch(knobs: Mapping[str, Any]) -> bool:
-    """Whether a cell's batch is the user's: a knob that makes the batch (one the transfer probe keeps: dataset,
-    collate, to_device) names user code. Its copy is timed on a real batch: ceilings.batch_bytes cannot size it."""
+    """Whether a cell's batch is the user's: a knob that makes the batch (one the transfer probe
+    keeps: dataset, collate, to_device) names user code. Its copy is timed on a real batch:
+    ceilings.batch_bytes cannot size it."""
     return any("transfer" in KNOBS[name].ceilings for name in user_code_of(knobs))
 
 
 def dropped_by(ceiling: str) -> tuple[str, ...]:
-    """The knobs a `ceiling` (loader, compute, transfer) resets to their defaults: those it does not keep."""
+    """The knobs a `ceiling` (loader, compute, transfer) resets to their defaults: those it does not
+    keep."""
     return tuple(name for name, knob in KNOBS.items() if ceiling not in knob.ceilings)
 
 
@@ -773,23 +933,26 @@ def kept_by(ceiling: str) -> tuple[str, ...]:
     return tuple(name for name, knob in KNOBS.items() if ceiling in knob.ceilings)
 
 
-# Keys a cell may carry that only name it (set by the workflow, unused by the harness):
-# where it belongs, whether it is its experiment's baseline (feedbench.plan.matrix marks it),
-# and which attempt at it this is (see workflow/rules/common.smk).
-# `code` is the fingerprint of the user's python_path folders (core.plugins.content_hash): it reruns their cells.
+# Keys a cell may carry that only name it (set by the workflow, unused by the harness): where it
+# belongs, whether it is its experiment's baseline (feedbench.plan.matrix marks it), and which
+# attempt at it this is (see workflow/rules/common.smk). `code` is the fingerprint of the user's
+# python_path folders (core.plugins.content_hash): it reruns their cells.
 LABELS = ("experiment", "cell", "repeat", "baseline", "attempt", "code")
 
 
 # Every knob's default, and the knobs whose default is a list or a mapping (copied for each caller).
 _DEFAULTS = {name: k.default for name, k in KNOBS.items()}
-_MUTABLE_DEFAULTS = tuple(name for name, default in _DEFAULTS.items() if isinstance(default, (list, dict)))
+_MUTABLE_DEFAULTS = tuple(
+    name for name, default in _DEFAULTS.items() if isinstance(default, (list, dict))
+)
 
 
 def defaults() -> dict[str, Any]:
     """Every knob at its default, in a new dict whose lists and mappings are copies.
 
-    Built from a table made once: the workflow parses every cell of the matrix with it (feedbench.core.cell.parse_cell),
-    and a dict of a hundred knobs rebuilt per cell cost a tenth of a second at 10,000 cells.
+    Built from a table made once: the workflow parses every cell of the matrix with it
+    (feedbench.core.cell.parse_cell), and a dict of a hundred knobs rebuilt per cell cost a tenth of
+    a second at 10,000 cells.
     """
     values = dict(_DEFAULTS)
     for name in _MUTABLE_DEFAULTS:
@@ -802,7 +965,11 @@ def markdown_table() -> str:
     lines = ["| knob | default | allowed | meaning |", "|---|---|---|---|"]
     for k in KNOBS.values():
         default = (
-            "null" if k.default is None else str(k.default).lower() if isinstance(k.default, bool) else str(k.default)
+            "null"
+            if k.default is None
+            else str(k.default).lower()
+            if isinstance(k.default, bool)
+            else str(k.default)
         )
         lines.append(f"| `{k.name}` | `{default}` | {k.allowed()} | {k.help.replace('|', '/')} |")
     return "\n".join(lines) + "\n"

@@ -1,10 +1,12 @@
-"""The metric table: every figure of a result that the summary carries, declared once, as core.knobs declares knobs.
+"""The metric table: every figure of a result that the summary carries, declared once, as core.knobs
+declares knobs.
 
-From it come the summary's metric columns (core.columns), the flattening of a result into a summary row
-(`row_of`, for analysis.aggregate), the leaves of the result schema's `metrics` that its file leaves out
-(`with_metrics`, which core.result.schema applies) and the table in docs/result-schema.md
-(`python -m feedbench metrics --markdown`). A new metric is its `Metric` here and the harness line that measures
-it. Plain Python: the Snakefile's parse imports core.columns, so never torch or pandas.
+From it come the summary's metric columns (core.columns), the flattening of a result into a summary
+row (`row_of`, for analysis.aggregate), the leaves of the result schema's `metrics` that its file
+leaves out (`with_metrics`, which core.result.schema applies) and the table in docs/result-schema.md
+(`python -m feedbench metrics --markdown`). A new metric is its `Metric` here and the harness line
+that measures it. Plain Python: the Snakefile's parse imports core.columns, so never torch or
+pandas.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 
 from .metrics import PHASES
 
-# The version of feedbench a metric first appears in: a result written before it lacks the value, and its column is
-# empty there. Every metric of the first table is as old as the package's version 0.1.0.
+# The version of feedbench a metric first appears in: a result written before it lacks the value,
+# and its column is empty there. Every metric of the first table is as old as the package's version
+# 0.1.0.
 FIRST = "0.1.0"
 
 
@@ -28,10 +31,11 @@ def _pinning(item: dict) -> str:
 
 @dataclass(frozen=True)
 class Expansion:
-    """A level of the result with one entry per phase, stage, probed size...: a metric under it is one column each.
+    """A level of the result with one entry per phase, stage, probed size...: a metric under it is
+    one column each.
 
-    `keys`: the entries every row has a column for (the phases), else those the result holds; `key_of`: where the
-    level is a list, an item's key (a transfer probe's `by_size`).
+    `keys`: the entries every row has a column for (the phases), else those the result holds;
+    `key_of`: where the level is a list, an item's key (a transfer probe's `by_size`).
     """
 
     name: str  # the placeholder in a metric's path and column: {phase}
@@ -54,11 +58,12 @@ TYPES = ("number", "integer", "string", "boolean", "array")
 class Metric:
     """One figure of result.json and its summary column.
 
-    path: dotted, from the result's top (`metrics.step_ms.median`), with its expansion's placeholder where it has one
-    (`metrics.phases.{phase}.median_ms`). type: the JSON type of the value there; nullable: whether it may be null.
-    column: the summary's, with the same placeholder; None for a figure the summary leaves out. convert: the column's
-    value from the result's where they differ (a list joined, bytes as MiB). sparse: the column only in rows whose
-    result has the value's parent (a transfer probe's columns).
+    path: dotted, from the result's top (`metrics.step_ms.median`), with its expansion's placeholder
+    where it has one (`metrics.phases.{phase}.median_ms`). type: the JSON type of the value there;
+    nullable: whether it may be null. column: the summary's, with the same placeholder; None for a
+    figure the summary leaves out. convert: the column's value from the result's where they differ
+    (a list joined, bytes as MiB). sparse: the column only in rows whose result has the value's
+    parent (a transfer probe's columns).
     """
 
     name: str
@@ -78,10 +83,17 @@ class Metric:
     def __post_init__(self):
         """A declaration that cannot work fails at import, in one line."""
         if self.type not in TYPES:
-            raise ValueError(f"metric '{self.name}': type {self.type!r} is not allowed; allowed: {', '.join(TYPES)}")
+            raise ValueError(
+                f"metric '{self.name}': type {self.type!r} is not allowed; "
+                f"allowed: {', '.join(TYPES)}"
+            )
         placeholder = "{" + self.expand.name + "}" if self.expand else None
-        if placeholder and (placeholder not in self.parts or self.column and placeholder not in self.column):
-            raise ValueError(f"metric '{self.name}': its path and column need the placeholder {placeholder}")
+        if placeholder and (
+            placeholder not in self.parts or self.column and placeholder not in self.column
+        ):
+            raise ValueError(
+                f"metric '{self.name}': its path and column need the placeholder {placeholder}"
+            )
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -92,19 +104,21 @@ class Metric:
         return self.name if self.column == "" else self.column
 
     def _split(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(the path up to the expanded level, the path under one of its entries); the first alone without one."""
+        """(the path up to the expanded level, the path under one of its entries); the first alone
+        without one."""
         if self.expand is None:
             return self.parts, ()
         at = self.parts.index("{" + self.expand.name + "}")
         return self.parts[:at], self.parts[at + 1 :]
 
     def at(self, result: dict) -> Any:
-        """The value at the metric's path in a result, as it holds it; None where a level is missing (an older result).
-        For a metric without an expansion."""
+        """The value at the metric's path in a result, as it holds it; None where a level is missing
+        (an older result). For a metric without an expansion."""
         return _at(result, self.parts)
 
     def value(self, node: Any) -> Any:
-        """The column's value from the node at the metric's path (converted where the metric says)."""
+        """The column's value from the node at the metric's path (converted where the metric
+        says)."""
         return self.convert(node) if self.convert is not None and node is not None else node
 
 
@@ -113,19 +127,27 @@ def _joined(separator: str) -> Callable[[list], str | None]:
 
 
 def _profile_text(functions: list[dict]) -> str | None:
-    """The `stage_profile` column: the functions the profile named as JSON text, [[name, share, ms], ...]."""
+    """The `stage_profile` column: the functions the profile named as JSON text, [[name, share, ms],
+    ...]."""
     return json.dumps([[f["name"], f["share"], f["ms"]] for f in functions]) if functions else None
 
 
 RATE = {"minimum": 0}
 _STAGE = "metrics.stages.stages.{stage}"
 _MEMORY = "monitor.memory"
-# In the summary's order: a row's columns come in this order, the entries of an expansion together (all of one
-# phase's columns, then the next phase's).
+# In the summary's order: a row's columns come in this order, the entries of an expansion together
+# (all of one phase's columns, then the next phase's).
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("samples_per_s", "metrics.samples_per_s", "number", "samples/s", "samples / window_s", **RATE),
+        Metric(
+            "samples_per_s",
+            "metrics.samples_per_s",
+            "number",
+            "samples/s",
+            "samples / window_s",
+            **RATE,
+        ),
         Metric(
             "samples",
             "metrics.samples",
@@ -176,7 +198,8 @@ METRICS: dict[str, Metric] = {
             "metrics.stall_pct",
             "number",
             "%",
-            "the data stall as the accelerator sees it: gpu_idle (events timing on a GPU), else wait, over the steps",
+            "the data stall as the accelerator sees it: gpu_idle (events timing on a GPU), else "
+            "wait, over the steps",
             minimum=0,
             maximum=100,
         ),
@@ -193,7 +216,8 @@ METRICS: dict[str, Metric] = {
             "metrics.h2d_bytes",
             "integer",
             "bytes",
-            "what the measured steps of a training cell copied to the device, every tensor of each batch",
+            "what the measured steps of a training cell copied to the device, every tensor of "
+            "each batch",
             nullable=False,
             column=None,
             **RATE,
@@ -283,7 +307,9 @@ METRICS: dict[str, Metric] = {
             "MB",
             "what the workers' USS grew over their lives, summed",
         ),
-        Metric("workers_uss_growth_r2", f"{_MEMORY}.workers_r2", "number", "", "r2 of the workers' fit"),
+        Metric(
+            "workers_uss_growth_r2", f"{_MEMORY}.workers_r2", "number", "", "r2 of the workers' fit"
+        ),
         Metric(
             "trainer_uss_growth_mb_per_1k",
             f"{_MEMORY}.main.growth_mb_per_1k",
@@ -345,7 +371,15 @@ METRICS: dict[str, Metric] = {
             nullable=False,
             **RATE,
         ),
-        Metric("gc_pause_ms", "metrics.gc.pause_ms", "number", "ms", "their pauses, summed", nullable=False, **RATE),
+        Metric(
+            "gc_pause_ms",
+            "metrics.gc.pause_ms",
+            "number",
+            "ms",
+            "their pauses, summed",
+            nullable=False,
+            **RATE,
+        ),
         Metric(
             "original_fwd_samples_per_s",
             "metrics.original_estimators.fwd_samples_per_s",
@@ -430,7 +464,15 @@ METRICS: dict[str, Metric] = {
             "",
             "the timing mode used: events, sync, naive on a GPU, wall on CPU",
         ),
-        Metric("duration_s", "duration_s", "number", "s", "the whole run, wall clock", nullable=False, minimum=0),
+        Metric(
+            "duration_s",
+            "duration_s",
+            "number",
+            "s",
+            "the whole run, wall clock",
+            nullable=False,
+            minimum=0,
+        ),
         Metric(
             "phase_ms",
             "metrics.phases.{phase}.median_ms",
@@ -654,7 +696,8 @@ METRICS: dict[str, Metric] = {
 
 
 def _at(node: Any, parts: tuple[str, ...]) -> Any:
-    """The value at `parts` under `node`; None where a level is missing or not a mapping (an older result)."""
+    """The value at `parts` under `node`; None where a level is missing or not a mapping (an older
+    result)."""
     for part in parts:
         node = node.get(part) if isinstance(node, dict) else None
     return node
@@ -669,7 +712,9 @@ def _entries(node: Any, expansion: Expansion) -> list[tuple[str, Any]]:
             else []
         )
     node = node if isinstance(node, dict) else {}
-    return [(key, node.get(key)) for key in (expansion.keys if expansion.keys is not None else node)]
+    return [
+        (key, node.get(key)) for key in (expansion.keys if expansion.keys is not None else node)
+    ]
 
 
 def _group(metric: Metric) -> tuple:
@@ -678,9 +723,9 @@ def _group(metric: Metric) -> tuple:
 
 
 def row_of(result: dict) -> dict:
-    """The summary's metric columns of one result, in the table's order. A result written before a metric existed has
-    no value there, and its column is empty (None); an expanded level it lacks gives no columns, a sparse metric none
-    without its parent."""
+    """The summary's metric columns of one result, in the table's order. A result written before a
+    metric existed has no value there, and its column is empty (None); an expanded level it lacks
+    gives no columns, a sparse metric none without its parent."""
     row: dict = {}
     summarized = (m for m in METRICS.values() if m.summary_column is not None)
     for _, group in itertools.groupby(summarized, key=_group):
@@ -693,20 +738,23 @@ def row_of(result: dict) -> dict:
             continue
         for key, entry in _entries(_at(result, group[0]._split()[0]), expansion):
             for m in group:
-                row[m.summary_column.format(**{expansion.name: key})] = m.value(_at(entry, m._split()[1]))
+                row[m.summary_column.format(**{expansion.name: key})] = m.value(
+                    _at(entry, m._split()[1])
+                )
     return row
 
 
 def undeclared(result: dict) -> list[str]:
-    """The keys of a result's `metrics` that no metric of the table lies under: a figure measured but not declared."""
+    """The keys of a result's `metrics` that no metric of the table lies under: a figure measured
+    but not declared."""
     declared = {m.parts[1] for m in METRICS.values() if m.parts[0] == "metrics"}
     return sorted(set(result.get("metrics") or {}) - declared)
 
 
 def columns() -> list[str]:
-    """The metric columns every row has, in the summary's order: those of a result that holds nothing. Expansions with
-    fixed keys (the phases) give theirs; those that vary (stages, probed sizes, monitor series) and sparse metrics
-    none."""
+    """The metric columns every row has, in the summary's order: those of a result that holds
+    nothing. Expansions with fixed keys (the phases) give theirs; those that vary (stages, probed
+    sizes, monitor series) and sparse metrics none."""
     return list(row_of({}))
 
 
@@ -730,13 +778,19 @@ def leaf_schema(metric: Metric) -> dict:
         "type": _json_types(metric),
         "description": metric.help + (f" ({metric.unit})" if metric.unit else ""),
     }
-    leaf.update({k: v for k, v in (("minimum", metric.minimum), ("maximum", metric.maximum)) if v is not None})
+    leaf.update(
+        {
+            k: v
+            for k, v in (("minimum", metric.minimum), ("maximum", metric.maximum))
+            if v is not None
+        }
+    )
     return leaf
 
 
 def schema_node(schema: dict, node: dict, part: str, create: bool = False) -> dict | None:
-    """The schema of `part` under `node` (a placeholder: any entry of an expanded level), following $ref and allOf;
-    with `create`, an empty schema made where the file has none."""
+    """The schema of `part` under `node` (a placeholder: any entry of an expanded level), following
+    $ref and allOf; with `create`, an empty schema made where the file has none."""
     while "$ref" in node or "allOf" in node and not node.get("properties"):
         ref = node.get("$ref") or next((s["$ref"] for s in node["allOf"] if "$ref" in s), None)
         if ref is None:
@@ -756,8 +810,9 @@ def schema_node(schema: dict, node: dict, part: str, create: bool = False) -> di
 
 
 def with_metrics(schema: dict) -> dict:
-    """The result schema with every declared metric's leaf its file leaves out, and each fixed expansion's keys (the
-    phases) as the names its level allows: a new metric or phase needs no edit of the file."""
+    """The result schema with every declared metric's leaf its file leaves out, and each fixed
+    expansion's keys (the phases) as the names its level allows: a new metric or phase needs no edit
+    of the file."""
     for metric in METRICS.values():
         node = schema
         for part in metric.parts[:-1]:
@@ -775,8 +830,12 @@ def with_metrics(schema: dict) -> dict:
 
 
 def markdown_table() -> str:
-    """The summary's metric columns as a Markdown table (docs/result-schema.md embeds it; a test keeps them equal)."""
-    lines = ["| column | in result.json | type | unit | since | meaning |", "|---|---|---|---|---|---|"]
+    """The summary's metric columns as a Markdown table (docs/result-schema.md embeds it; a test
+    keeps them equal)."""
+    lines = [
+        "| column | in result.json | type | unit | since | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
     for m in METRICS.values():
         column = f"`{m.summary_column}`" if m.summary_column else "(none)"
         kind = " or ".join(_json_types(m))

@@ -15,19 +15,22 @@ OWN_MODELS = ("none", "mlp", "sleep", "lstm")
 
 
 def input_kind(model: str) -> str:
-    """What samples the model eats: vector, tokens, or image (also for none/sleep); torch-free for predict."""
+    """What samples the model eats: vector, tokens, or image (also for none/sleep); torch-free for
+    predict."""
     return {"mlp": "vector", "lstm": "tokens"}.get(model, "image")
 
 
 # Model families whose compute efficiency (achieved over peak FLOP/s) a compute estimate fits apart
 # (feedbench.core.estimate): convolutions, recurrent layers, dense layers, attention.
 FAMILIES = ("cnn", "rnn", "mlp", "transformer")
-# torchvision's classification models built of attention blocks; every other one of TORCHVISION_MODELS is a CNN.
+# torchvision's classification models built of attention blocks; every other one of
+# TORCHVISION_MODELS is a CNN.
 TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")
 
 
 def model_family(model: str) -> str | None:
-    """The family of a model name for the compute estimate; None for none, sleep and the user's own models."""
+    """The family of a model name for the compute estimate; None for none, sleep and the user's own
+    models."""
     if model in ("mlp", "lstm"):
         return {"mlp": "mlp", "lstm": "rnn"}[model]
     if model in TORCHVISION_MODELS:
@@ -121,7 +124,8 @@ TORCHVISION_MODELS = (
 
 
 def model_error(name: str) -> str | None:
-    """Why a cell cannot train a model of this name, in the knob table's words; None for ours and torchvision's."""
+    """Why a cell cannot train a model of this name, in the knob table's words; None for ours and
+    torchvision's."""
     if name in OWN_MODELS or name in TORCHVISION_MODELS:
         return None
     return (

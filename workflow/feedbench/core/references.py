@@ -1,6 +1,7 @@
 """Which published table each study view shows: report/references/<name>.csv (README there).
 
-No pandas: the Snakefile's parse asks which tables the report needs, and feedbench.analysis.views reads them.
+No pandas: the Snakefile's parse asks which tables the report needs, and feedbench.analysis.views
+reads them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ def reference_name(spec: dict) -> str:
 
 
 def reference_tables(experiments: dict, folder: str) -> list[str]:
-    """The tables in `folder` that the experiments' views show. A view without a table of its name shows none; a
-    `reference` naming no table is a ValueError, one line naming the tables there are."""
+    """The tables in `folder` that the experiments' views show. A view without a table of its name
+    shows none; a `reference` naming no table is a ValueError, one line naming the tables there
+    are."""
     paths = set()
     for name, spec in experiments.items():
         if not spec.get("view"):
@@ -25,5 +27,7 @@ def reference_tables(experiments: dict, folder: str) -> list[str]:
             paths.add(path)
         elif spec.get("reference"):
             known = ", ".join(sorted(f[:-4] for f in os.listdir(folder) if f.endswith(".csv")))
-            raise ValueError(f"bad config: experiments.{name}.reference: no table {path}; allowed: {known}")
+            raise ValueError(
+                f"bad config: experiments.{name}.reference: no table {path}; allowed: {known}"
+            )
     return sorted(paths)

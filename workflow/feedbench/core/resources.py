@@ -44,7 +44,8 @@ def threads(cell) -> int:
 
 
 def mem_mb(cell, threads_given: int | None = None) -> int:
-    """Per node: 2 GiB per rank, 1 GiB per loader worker (of the threads given, when Snakemake capped them)."""
+    """Per node: 2 GiB per rank, 1 GiB per loader worker (of the threads given, when Snakemake
+    capped them)."""
     per_node = knob(cell, "gpus_per_node")
     cpus = threads(cell) if threads_given is None else threads_given
     return 2048 * per_node + 1024 * max(cpus - per_node, 0)
@@ -53,8 +54,9 @@ def mem_mb(cell, threads_given: int | None = None) -> int:
 def cpus_per_task(cell) -> int | None:
     """Slurm's --cpus-per-task of a multi-process cell: a rank and its loader workers.
 
-    None (unset) for a one-process cell: the Slurm plugin then asks for the job's threads, the whole cell. So
-    every one-process cell has the same value, a constant of the bench rule instead of a function of each job.
+    None (unset) for a one-process cell: the Slurm plugin then asks for the job's threads, the whole
+    cell. So every one-process cell has the same value, a constant of the bench rule instead of a
+    function of each job.
     """
     return cpus_per_rank(cell) if ranks(cell) > 1 else None
 
@@ -83,19 +85,22 @@ def tasks_per_node(cell) -> int:
     return knob(cell, "gpus_per_node") if not tasks(cell) else 0
 
 
-# Always 0 (unset), a constant of the bench rule: the ranks are placed by --ntasks or --ntasks-per-node and srun's
-# --gpus-per-task. Slurm refuses --ntasks-per-gpu beside --ntasks-per-node (a 2-GPU x 2-node ddp cell), and the
-# plugin turns `tasks` into --ntasks-per-gpu unless this is set: 0 keeps it out for every cell.
+# Always 0 (unset), a constant of the bench rule: the ranks are placed by --ntasks or
+# --ntasks-per-node and srun's --gpus-per-task. Slurm refuses --ntasks-per-gpu beside
+# --ntasks-per-node (a 2-GPU x 2-node ddp cell), and the plugin turns `tasks` into --ntasks-per-gpu
+# unless this is set: 0 keeps it out for every cell.
 TASKS_PER_GPU = 0
 
 
 def mpi(cell) -> str:
-    """'srun' for multi-process cells: the job's shell runs once and the launcher starts the ranks with srun."""
+    """'srun' for multi-process cells: the job's shell runs once and the launcher starts the ranks
+    with srun."""
     return "srun" if ranks(cell) > 1 else ""
 
 
 def srun_options(cell, cuda: bool) -> list[str]:
-    """The launcher's srun options inside the job: one task per rank, gpus_per_node tasks on each node."""
+    """The launcher's srun options inside the job: one task per rank, gpus_per_node tasks on each
+    node."""
     options = [
         f"--nodes={nodes(cell)}",
         f"--ntasks={ranks(cell)}",
@@ -117,6 +122,7 @@ def node_fit_error(cell, node_cpus: int, partition: str) -> str | None:
         return None
     per_node = knob(cell, "gpus_per_node")
     return (
-        f"asks for {need} CPUs per node ({per_node} rank(s) x (num_workers {knob(cell, 'num_workers')} + 1)); "
-        f"allowed: at most {node_cpus}, the CPUs of a node in Slurm partition '{partition}' (sinfo)"
+        f"asks for {need} CPUs per node ({per_node} rank(s) x (num_workers "
+        f"{knob(cell, 'num_workers')} + 1)); allowed: at most {node_cpus}, the CPUs of a node in "
+        f"Slurm partition '{partition}' (sinfo)"
     )

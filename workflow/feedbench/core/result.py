@@ -1,4 +1,5 @@
-"""The result of one cell: written atomically as result.json (+ steps.csv), versioned by a JSON schema."""
+"""The result of one cell: written atomically as result.json (+ steps.csv), versioned by a JSON
+schema."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from importlib import resources
 from .metric_table import with_metrics
 
 SCHEMA_VERSION = 1
-# With this variable set to a file, every result read and validated (read_result) appends its path there: how a test
-# counts the reads of a real run, across its processes (tests/test_workflow.py).
+# With this variable set to a file, every result read and validated (read_result) appends its path
+# there: how a test counts the reads of a real run, across its processes (tests/test_workflow.py).
 READ_LOG = "FEEDBENCH_READ_LOG"
 
-# A bench job's folder and log (plan.job), where the preflight's record and the report find a cell's too: rule
-# bench's output, log and benchmark are made from these (workflow/rules/bench.smk), and the job finds its own from the
-# cell's labels. So the rule's shell command has two fields, not four: Snakemake formats it three times per job in a
-# dry run (docs/performance.md, "Workflow DAG").
+# A bench job's folder and log (plan.job), where the preflight's record and the report find a cell's
+# too: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk), and
+# the job finds its own from the cell's labels. So the rule's shell command has two fields, not
+# four: Snakemake formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
 CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
 CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
 
@@ -32,8 +33,11 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def failed_result(raw: dict, cell: dict | None = None, adjustments: list[str] | None = None) -> dict:
-    """The fields every result has, for a cell that has not (yet) succeeded: status failed, nothing measured."""
+def failed_result(
+    raw: dict, cell: dict | None = None, adjustments: list[str] | None = None
+) -> dict:
+    """The fields every result has, for a cell that has not (yet) succeeded: status failed, nothing
+    measured."""
     return {
         "schema_version": SCHEMA_VERSION,
         "status": "failed",
@@ -46,7 +50,8 @@ def failed_result(raw: dict, cell: dict | None = None, adjustments: list[str] | 
 
 
 def knobs_of(result: dict) -> dict:
-    """A result's knobs and labels as the cell ran, or as requested where it never validated (`cell` is then None)."""
+    """A result's knobs and labels as the cell ran, or as requested where it never validated (`cell`
+    is then None)."""
     return result.get("cell") or result.get("requested") or {}
 
 
@@ -66,12 +71,16 @@ def tail(path: str | None, lines: int = 30) -> str:
 
 
 def schema_file() -> dict:
-    """The result schema as its file states it: everything but the leaves core.metric_table declares and it omits."""
-    return json.loads(resources.files("feedbench").joinpath("schemas/result.schema.json").read_text())
+    """The result schema as its file states it: everything but the leaves core.metric_table declares
+    and it omits."""
+    return json.loads(
+        resources.files("feedbench").joinpath("schemas/result.schema.json").read_text()
+    )
 
 
 def schema() -> dict:
-    """The result schema: its file, with every metric of core.metric_table (`python -m feedbench metrics --schema`)."""
+    """The result schema: its file, with every metric of core.metric_table (`python -m feedbench
+    metrics --schema`)."""
     return with_metrics(schema_file())
 
 
@@ -84,7 +93,8 @@ def _validator():
 
 
 class UnusableResult(ValueError):
-    """A result.json that cannot be read, is not a mapping, or does not validate: its cell counts as failed.
+    """A result.json that cannot be read, is not a mapping, or does not validate: its cell counts as
+    failed.
 
     `tag` names the damage (a digest of the bytes found), so the retry it asks
     for has a name that stays the same until the file changes.
@@ -103,7 +113,13 @@ def _not_finite(value, parts=()) -> str | None:
     """The path of the first NaN or infinity in a parsed JSON value, else None."""
     if isinstance(value, float) and not math.isfinite(value):
         return _where(parts)
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, item in items:
         found = _not_finite(item, (*parts, key))
         if found:
@@ -122,9 +138,12 @@ def read_result(path: str) -> dict:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as error:
-        raise UnusableResult(path, f"cannot be read ({error.strerror or error})", "unreadable") from None
+        raise UnusableResult(
+            path, f"cannot be read ({error.strerror or error})", "unreadable"
+        ) from None
     if os.environ.get(READ_LOG):
-        with open(os.environ[READ_LOG], "a", encoding="utf-8") as log:  # one short append: whole lines
+        # one short append: whole lines
+        with open(os.environ[READ_LOG], "a", encoding="utf-8") as log:
             log.write(f"{os.path.abspath(path)}\n")
     tag = hashlib.sha256(data).hexdigest()[:12]
     try:
@@ -140,8 +159,8 @@ def read_result(path: str) -> dict:
 
 
 def results_by_cell(paths: list[str]) -> dict[str, list[dict]]:
-    """`<experiment>/<cell>` -> its results that can be trusted (read_result), the others left out: what rule
-    target's measured cells and the report's section "On <target>" read."""
+    """`<experiment>/<cell>` -> its results that can be trusted (read_result), the others left out:
+    what rule target's measured cells and the report's section "On <target>" read."""
     found: dict[str, list[dict]] = {}
     for path in paths:
         try:
@@ -154,8 +173,9 @@ def results_by_cell(paths: list[str]) -> dict[str, list[dict]]:
 
 
 def invalid(result: dict) -> str | None:
-    """Why a parsed result cannot be trusted (the schema refuses it, or an `ok` result has non-finite metrics), else
-    None: read_result's rule, for records made in memory too (a lost cell's, feedbench.plan.slurm)."""
+    """Why a parsed result cannot be trusted (the schema refuses it, or an `ok` result has
+    non-finite metrics), else None: read_result's rule, for records made in memory too (a lost
+    cell's, feedbench.plan.slurm)."""
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator().iter_errors(result))
@@ -169,7 +189,8 @@ def invalid(result: dict) -> str | None:
 
 
 def atomic_write(path: str, text: str) -> None:
-    """Write to a temporary file beside the target, flush it to disk, then rename: readers never see half a file.
+    """Write to a temporary file beside the target, flush it to disk, then rename: readers never see
+    half a file.
 
     On any failure (a full disk, a file size limit) the temporary file is
     removed and the target keeps whatever it held before.
@@ -207,10 +228,16 @@ def write_result(out_dir: str, result: dict, name: str = "result.json") -> str:
     return path
 
 
-def write_refusal(out_dir: str, result: dict, error: Exception, provenance: dict, started: str) -> int:
-    """A cell refused before it ran (bad input): its failed result and one line on stderr; exit code 2."""
+def write_refusal(
+    out_dir: str, result: dict, error: Exception, provenance: dict, started: str
+) -> int:
+    """A cell refused before it ran (bad input): its failed result and one line on stderr; exit code
+    2."""
     result.update(
-        error={"type": "KnobError", "message": str(error)}, provenance=provenance, started_at=started, finished_at=now()
+        error={"type": "KnobError", "message": str(error)},
+        provenance=provenance,
+        started_at=started,
+        finished_at=now(),
     )
     write_result(out_dir, result)
     print(f"feedbench: error: {error}", file=sys.stderr)

@@ -26,13 +26,15 @@ CHUNK = 1 << 20
 
 
 def dataset_files(dataset) -> list[str]:
-    """The files an ImageFolder-like dataset reads per sample (its `samples` paths); [] when it reads none."""
+    """The files an ImageFolder-like dataset reads per sample (its `samples` paths); [] when it
+    reads none."""
     inner = getattr(dataset, "dataset", dataset)  # through the Delayed wrapper
     return [path for path, _ in getattr(inner, "samples", [])]
 
 
 def warm(paths: list[str]) -> int:
-    """Read every file once so the measured run finds them all in the page cache; returns the bytes read."""
+    """Read every file once so the measured run finds them all in the page cache; returns the bytes
+    read."""
     total = 0
     for path in paths:
         with open(path, "rb", buffering=0) as f:
@@ -45,7 +47,14 @@ def warm(paths: list[str]) -> int:
 def _libc():
     """libc's mmap, mincore and munmap: Python's mmap module does not expose mincore(2)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     libc.mmap.restype = ctypes.c_void_p
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -53,7 +62,8 @@ def _libc():
 
 
 def resident_pages(path: str) -> tuple[int, int]:
-    """(pages of `path` in the page cache, pages of `path`): map it, ask mincore(2), unmap; mapping reads nothing."""
+    """(pages of `path` in the page cache, pages of `path`): map it, ask mincore(2), unmap; mapping
+    reads nothing."""
     size = os.path.getsize(path)
     pages = -(-size // mmap.PAGESIZE)
     if size == 0:
@@ -78,7 +88,8 @@ def resident_pages(path: str) -> tuple[int, int]:
 
 
 def resident_fraction(paths: list[str]) -> float | None:
-    """The share of the files' pages in the page cache (0..1); None for no files or where mincore is unavailable."""
+    """The share of the files' pages in the page cache (0..1); None for no files or where mincore is
+    unavailable."""
     cached = total = 0
     try:
         for path in paths:
@@ -100,7 +111,8 @@ def _fadvise_out(paths: list[str]) -> None:
 
 
 def cold(paths: list[str], drop_caches: str = DROP_CACHES) -> tuple[str, str | None]:
-    """Evict the files from the page cache; returns (method, note): 'drop_caches', 'fadvise' or 'none' (could not)."""
+    """Evict the files from the page cache; returns (method, note): 'drop_caches', 'fadvise' or
+    'none' (could not)."""
     os.sync()
     try:
         with open(drop_caches, "w") as f:
@@ -114,11 +126,16 @@ def cold(paths: list[str], drop_caches: str = DROP_CACHES) -> tuple[str, str | N
         _fadvise_out(paths)
     except OSError as error:
         return "none", f"cold cache could not be made: {why} and posix_fadvise failed ({error})"
-    return "fadvise", f"cold cache by posix_fadvise(DONTNEED) per file: {why}; pages another process maps stay cached"
+    return (
+        "fadvise",
+        f"cold cache by posix_fadvise(DONTNEED) per file: {why}; pages another "
+        "process maps stay cached",
+    )
 
 
 def prepare(dataset, mode: str) -> dict:
-    """Put the dataset's files in the page-cache state `mode` asks for; the record for result.json."""
+    """Put the dataset's files in the page-cache state `mode` asks for; the record for
+    result.json."""
     paths = dataset_files(dataset)
     record = {
         "requested": mode,

@@ -10,7 +10,14 @@ import time
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset, default_collate
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    TensorDataset,
+    default_collate,
+)
 
 from ..core.cell import Cell
 from ..core.knobs import JPEG_DATASETS, KnobError
@@ -25,7 +32,11 @@ CIFAR_MEAN, CIFAR_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 
 
 def sample_shape(cell: Cell) -> tuple[int, ...]:
-    return (cell.input_size,) if input_kind(cell.model) == "vector" else (3, cell.image_size, cell.image_size)
+    return (
+        (cell.input_size,)
+        if input_kind(cell.model) == "vector"
+        else (3, cell.image_size, cell.image_size)
+    )
 
 
 def _generator(seed: int, index: int) -> torch.Generator:
@@ -35,8 +46,15 @@ def _generator(seed: int, index: int) -> torch.Generator:
 class SyntheticDataset(Dataset):
     """Tensors made in __getitem__, deterministically from (seed, index): CPU work per sample."""
 
-    def __init__(self, num_samples: int, shape: tuple[int, ...], num_classes: int | None, seed: int):
-        self.num_samples, self.shape, self.num_classes, self.seed = num_samples, shape, num_classes, seed
+    def __init__(
+        self, num_samples: int, shape: tuple[int, ...], num_classes: int | None, seed: int
+    ):
+        self.num_samples, self.shape, self.num_classes, self.seed = (
+            num_samples,
+            shape,
+            num_classes,
+            seed,
+        )
 
     def __len__(self) -> int:
         return self.num_samples
@@ -62,7 +80,12 @@ class TokenDataset(Dataset):
         return len(self.lengths)
 
     def __getitem__(self, index: int):
-        seq = torch.randint(1, self.vocab_size, (int(self.lengths[index]) + 1,), generator=_generator(self.seed, index))
+        seq = torch.randint(
+            1,
+            self.vocab_size,
+            (int(self.lengths[index]) + 1,),
+            generator=_generator(self.seed, index),
+        )
         return seq[:-1], seq[1:]
 
 
@@ -96,21 +119,23 @@ def _need_dir(cell: Cell, how: str) -> str:
     path = cell.data_dir
     if not path or not os.path.isdir(path):
         raise KnobError(
-            f"knob 'data_dir': dataset '{cell.dataset}' needs an existing folder, {path!r} is not one; {how}"
+            f"knob 'data_dir': dataset '{cell.dataset}' needs an existing folder, {path!r} is "
+            f"not one; {how}"
         )
     return path
 
 
 def decode(data: bytes, decoder: str):
-    """One JPEG's bytes as the cell's decoder hands them to the transforms (knob `decoder`): an RGB PIL image (pil),
-    a uint8 3 x H x W tensor (torchvision), or, for torchvision-cuda, the bytes as a uint8 tensor that DeviceDecoded
-    decodes on the GPU a batch at a time."""
+    """One JPEG's bytes as the cell's decoder hands them to the transforms (knob `decoder`): an RGB
+    PIL image (pil), a uint8 3 x H x W tensor (torchvision), or, for torchvision-cuda, the bytes as
+    a uint8 tensor that DeviceDecoded decodes on the GPU a batch at a time."""
     with stage("decode"):
         if decoder == "pil":
             from PIL import Image
 
             return Image.open(io.BytesIO(data)).convert("RGB")
-        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a copy: frombuffer warns on read-only bytes
+        # a copy: frombuffer warns on read-only bytes
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         if decoder == "torchvision-cuda":
             return encoded
         from torchvision.io import ImageReadMode, decode_jpeg
@@ -119,27 +144,35 @@ def decode(data: bytes, decoder: str):
 
 
 def load_image(path: str, decoder: str = "pil"):
-    """The file decoded by `decode`, with errors that name the file (PIL's 'image file is truncated' does not)."""
+    """The file decoded by `decode`, with errors that name the file (PIL's 'image file is truncated'
+    does not)."""
     try:
         with stage("read"):
             with open(path, "rb") as f:
                 data = f.read()
         return decode(data, decoder)
-    except (OSError, RuntimeError) as error:  # the same type (UnidentifiedImageError stays itself), named
+    # the same type (UnidentifiedImageError stays itself), named
+    except (OSError, RuntimeError) as error:
         raise named(error, f"{path}: {error}", OSError) from error
 
 
 def _images(cell: Cell) -> Dataset:
     import torchvision
 
-    root = _need_dir(cell, f"make one with: python -m feedbench make-images {cell.data_dir or 'DIR'}")
+    root = _need_dir(
+        cell, f"make one with: python -m feedbench make-images {cell.data_dir or 'DIR'}"
+    )
     if os.path.isdir(os.path.join(root, "train")):
         root = os.path.join(root, "train")
     loader = functools.partial(load_image, decoder=cell.decoder)
     try:
-        return torchvision.datasets.ImageFolder(root, transform=_sample_transform(cell), loader=loader)
+        return torchvision.datasets.ImageFolder(
+            root, transform=_sample_transform(cell), loader=loader
+        )
     except FileNotFoundError as error:
-        raise KnobError(f"knob 'data_dir': {error}; make one with: python -m feedbench make-images DIR") from None
+        raise KnobError(
+            f"knob 'data_dir': {error}; make one with: python -m feedbench make-images DIR"
+        ) from None
 
 
 def _cifar(cell: Cell) -> Dataset:
@@ -149,19 +182,23 @@ def _cifar(cell: Cell) -> Dataset:
     if cell.download:
         os.makedirs(cell.data_dir, exist_ok=True)
     root = _need_dir(cell, "point it at a CIFAR root or set download: true")
-    cls = torchvision.datasets.CIFAR10 if cell.dataset == "cifar10" else torchvision.datasets.CIFAR100
+    cls = (
+        torchvision.datasets.CIFAR10 if cell.dataset == "cifar10" else torchvision.datasets.CIFAR100
+    )
     transform = T.Compose([T.ToTensor(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
     try:
         return cls(root=root, train=True, download=cell.download, transform=transform)
-    except RuntimeError as error:  # torchvision: "Dataset not found or corrupted. You can use download=True ..."
+    # torchvision: "Dataset not found or corrupted. You can use download=True ..."
+    except RuntimeError as error:
         raise KnobError(
-            f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: true or fix the path"
+            f"knob 'data_dir': {cell.dataset} not found in {root!r} ({error}); set download: "
+            "true or fix the path"
         ) from None
 
 
 def _image_transform(cell: Cell):
-    """Crop, flip, to float and normalise a decoded JPEG: a PIL image (pil) or a uint8 tensor (the torchvision
-    decoders), into the same float32 3 x image_size x image_size."""
+    """Crop, flip, to float and normalise a decoded JPEG: a PIL image (pil) or a uint8 tensor (the
+    torchvision decoders), into the same float32 3 x image_size x image_size."""
     from torchvision import transforms as T
 
     return T.Compose(
@@ -175,12 +212,14 @@ def _image_transform(cell: Cell):
 
 
 def _sample_transform(cell: Cell):
-    """What a JPEG dataset's worker applies after decode: none for torchvision-cuda (DeviceDecoded does it)."""
+    """What a JPEG dataset's worker applies after decode: none for torchvision-cuda (DeviceDecoded
+    does it)."""
     return None if cell.decoder == "torchvision-cuda" else _image_transform(cell)
 
 
 def jpeg_sample(data: bytes, decoder: str, transform):
-    """A sample of JPEG bytes: decoded, then transformed where the worker transforms (_sample_transform)."""
+    """A sample of JPEG bytes: decoded, then transformed where the worker transforms
+    (_sample_transform)."""
     image = decode(data, decoder)
     return image if transform is None else transform(image)
 
@@ -191,7 +230,9 @@ def _shard_files(cell: Cell, fmt: str, ext: str) -> list[str]:
     root = _need_dir(cell, "make one with: python -m feedbench make-shards IMAGES DIR")
     folder = os.path.join(shard_dir(root, cell.shards), fmt)
     files = (
-        sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(ext)) if os.path.isdir(folder) else []
+        sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(ext))
+        if os.path.isdir(folder)
+        else []
     )
     if not files:
         raise KnobError(
@@ -202,7 +243,8 @@ def _shard_files(cell: Cell, fmt: str, ext: str) -> list[str]:
 
 
 def _webdataset(cell: Cell) -> Dataset:
-    """WebDataset tar shards, split over ranks (split_by_node) and loader workers (split_by_worker)."""
+    """WebDataset tar shards, split over ranks (split_by_node) and loader workers
+    (split_by_worker)."""
     import webdataset as wds
 
     sample = functools.partial(jpeg_sample, decoder=cell.decoder, transform=_sample_transform(cell))
@@ -220,7 +262,8 @@ def _webdataset(cell: Cell) -> Dataset:
 
 
 class ParquetImages(Dataset):
-    """Parquet files of JPEG bytes (columns jpg, cls), read with pyarrow once; decoded in __getitem__."""
+    """Parquet files of JPEG bytes (columns jpg, cls), read with pyarrow once; decoded in
+    __getitem__."""
 
     def __init__(self, files: list[str], sample: Callable):
         import pyarrow.parquet as pq
@@ -257,7 +300,9 @@ def _memory(cell: Cell) -> Dataset:
 
 
 def _tokens(cell: Cell) -> Dataset:
-    return TokenDataset(cell.num_samples, cell.seq_len, cell.seq_len_spread, cell.vocab_size, cell.seed)
+    return TokenDataset(
+        cell.num_samples, cell.seq_len, cell.seq_len_spread, cell.vocab_size, cell.seed
+    )
 
 
 DATASETS: dict[str, Callable] = {
@@ -273,7 +318,8 @@ DATASETS: dict[str, Callable] = {
 
 
 def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
-    """The cell's dataset; `user` maps knobs to the user's imported callables (feedbench.core.plugins.resolve_all)."""
+    """The cell's dataset; `user` maps knobs to the user's imported callables
+    (feedbench.core.plugins.resolve_all)."""
     if user and "dataset" in user:
         dataset = expect(
             call_factory(user["dataset"], ctx, cell.dataset_args),
@@ -283,7 +329,9 @@ def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
             "dataset",
         )
         if cell.sample_delay_ms > 0 and isinstance(dataset, IterableDataset):
-            raise KnobError("knob 'sample_delay_ms': an IterableDataset has no __getitem__ to delay; allowed: 0")
+            raise KnobError(
+                "knob 'sample_delay_ms': an IterableDataset has no __getitem__ to delay; allowed: 0"
+            )
     else:
         dataset = DATASETS[cell.dataset](cell)
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
@@ -295,7 +343,8 @@ def batch_size_of(cell: Cell) -> int:
 
 
 def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
-    """The adjustment to record when every measured batch was smaller than asked: a dataset smaller than one batch.
+    """The adjustment to record when every measured batch was smaller than asked: a dataset smaller
+    than one batch.
 
     build_loader keeps the last, short batch (drop_last off) only then, rather than
     measure nothing; `samples` are this process's measured batch sizes.
@@ -310,14 +359,16 @@ def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
 
 
 def collate_jpegs(samples: list) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """torchvision-cuda: a batch of undecoded JPEGs (uint8 tensors of different lengths, kept as a list) and labels."""
+    """torchvision-cuda: a batch of undecoded JPEGs (uint8 tensors of different lengths, kept as a
+    list) and labels."""
     return [jpeg for jpeg, _ in samples], torch.tensor([label for _, label in samples])
 
 
 def worker_start(cell: Cell) -> Callable | None:
-    """What each loader worker runs as it starts, where the cell needs it: its collector on (gc: disable turns the
-    trainer's off during the window, when a new epoch's workers may fork), and the stage_functions made stages again
-    (a spawned worker imports the user's modules afresh; a forked one has them already, made stages is idempotent)."""
+    """What each loader worker runs as it starts, where the cell needs it: its collector on (gc:
+    disable turns the trainer's off during the window, when a new epoch's workers may fork), and the
+    stage_functions made stages again (a spawned worker imports the user's modules afresh; a forked
+    one has them already, made stages is idempotent)."""
     if cell.gc != "disable" and not cell.stage_functions:
         return None
     return functools.partial(_worker_start, tuple(cell.stage_functions or ()))
@@ -329,17 +380,19 @@ def _worker_start(stage_functions: tuple[str, ...], worker_id: int) -> None:
 
 
 class DeviceDecoded:
-    """torchvision-cuda: the loader's batches of JPEG bytes decoded together on this process's GPU (one batched
-    decode_jpeg), then cropped, flipped and normalised there image by image, in the training process.
+    """torchvision-cuda: the loader's batches of JPEG bytes decoded together on this process's GPU
+    (one batched decode_jpeg), then cropped, flipped and normalised there image by image, in the
+    training process.
 
-    The rest of the loader (len, sampler) is the DataLoader's. A loader cell waits for the decode to finish: it has
-    no step for the GPU's work to overlap with, and its batch is not ready before.
+    The rest of the loader (len, sampler) is the DataLoader's. A loader cell waits for the decode to
+    finish: it has no step for the GPU's work to overlap with, and its batch is not ready before.
 
-    torchvision's batched decode writes its outputs from a stream of its own that does not wait for the caller's
-    (pytorch/vision#9606: corrupted images in 199 of 200 runs on an H100 with work queued on the caller's stream), and
-    here the caller's stream has work queued: the host runs ahead of the GPU under `timing: events`, and the stream
-    prefetcher decodes on its side stream. So the decode runs on a stream of ours that first waits for the caller's,
-    the caller's waits for it, and the images are recorded on the caller's stream, as that issue prescribes.
+    torchvision's batched decode writes its outputs from a stream of its own that does not wait for
+    the caller's (pytorch/vision#9606: corrupted images in 199 of 200 runs on an H100 with work
+    queued on the caller's stream), and here the caller's stream has work queued: the host runs
+    ahead of the GPU under `timing: events`, and the stream prefetcher decodes on its side stream.
+    So the decode runs on a stream of ours that first waits for the caller's, the caller's waits for
+    it, and the images are recorded on the caller's stream, as that issue prescribes.
     """
 
     def __init__(self, loader: DataLoader, cell: Cell, device: torch.device):
@@ -359,9 +412,11 @@ class DeviceDecoded:
         from torchvision.io import ImageReadMode, decode_jpeg
 
         for item in self.loader:
-            staged = isinstance(item, StagedBatch)  # stage timing on: decode the batch, keep its timings
+            # stage timing on: decode the batch, keep its timings
+            staged = isinstance(item, StagedBatch)
             jpegs, labels = item.batch if staged else item
-            with device_work():  # the trainer's time, not the loader's: a training step's device_prep (harness.timing)
+            # the trainer's time, not the loader's: a training step's device_prep (harness.timing)
+            with device_work():
                 images = self._decode(decode_jpeg, jpegs, ImageReadMode.RGB)
                 batch = torch.stack([self.transform(image) for image in images])
             if self.sync:
@@ -369,7 +424,8 @@ class DeviceDecoded:
             yield StagedBatch((batch, labels), item.timings) if staged else (batch, labels)
 
     def _decode(self, decode_jpeg, jpegs, mode) -> list[torch.Tensor]:
-        """The batch decoded on our stream, ordered both ways against the caller's (the class's docstring)."""
+        """The batch decoded on our stream, ordered both ways against the caller's (the class's
+        docstring)."""
         if self.decode_stream is None:
             return decode_jpeg(jpegs, mode=mode, device=self.device)
         caller = torch.cuda.current_stream(self.device)
@@ -377,7 +433,8 @@ class DeviceDecoded:
         with torch.cuda.stream(self.decode_stream):
             images = decode_jpeg(jpegs, mode=mode, device=self.device)
         caller.wait_stream(self.decode_stream)
-        for image in images:  # made on our stream, used on the caller's: the allocator must not reuse them before
+        # made on our stream, used on the caller's: the allocator must not reuse them before
+        for image in images:
             image.record_stream(caller)
         return images
 
@@ -388,8 +445,8 @@ def decode_device() -> torch.device:
 
 
 def decoder_facts(cell: Cell) -> dict | None:
-    """The JPEG decoder of a cell that decodes JPEG, and its library: result.json's `decoder`; None otherwise (a
-    transfer cell times copies of made-up tensors)."""
+    """The JPEG decoder of a cell that decodes JPEG, and its library: result.json's `decoder`; None
+    otherwise (a transfer cell times copies of made-up tensors)."""
     if cell.dataset not in JPEG_DATASETS or cell.scenario == "transfer":
         return None
     if cell.decoder == "pil":
@@ -403,13 +460,16 @@ def decoder_facts(cell: Cell) -> dict | None:
 
     version = importlib.metadata.version("torchvision")
     if cell.decoder == "torchvision-cuda":
-        return {"name": cell.decoder, "library": f"nvJPEG of CUDA {torch.version.cuda} (torchvision {version})"}
+        return {
+            "name": cell.decoder,
+            "library": f"nvJPEG of CUDA {torch.version.cuda} (torchvision {version})",
+        }
     return {"name": cell.decoder, "library": f"{_torchvision_libjpeg()} (torchvision {version})"}
 
 
 def _torchvision_libjpeg() -> str:
-    """What torchvision says of the libjpeg it was built with: turbo or not, and the libjpeg API version (its own
-    ops, private; torchvision exposes no release number of it)."""
+    """What torchvision says of the libjpeg it was built with: turbo or not, and the libjpeg API
+    version (its own ops, private; torchvision exposes no release number of it)."""
     import torchvision.io  # noqa: F401  (registers torch.ops.image)
 
     try:
@@ -421,31 +481,45 @@ def _torchvision_libjpeg() -> str:
 
 
 def build_loader(
-    cell: Cell, dataset: Dataset, rank: int = 0, world_size: int = 1, collate=None, timed: bool = False
+    cell: Cell,
+    dataset: Dataset,
+    rank: int = 0,
+    world_size: int = 1,
+    collate=None,
+    timed: bool = False,
 ) -> DataLoader:
-    """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by resolve().
+    """The cell's DataLoader; knobs PyTorch refuses without workers were already neutralised by
+    resolve().
 
-    With several ranks each reads its own shard (DistributedSampler); with dp
-    one process feeds all GPUs, so its batch is batch_size x gpus_per_node.
-    An IterableDataset shards itself (ctx and torch.utils.data.get_worker_info):
-    no sampler, no shuffle, and its last short batch is kept. With decoder torchvision-cuda it yields JPEG bytes,
-    decoded on the GPU by DeviceDecoded, which wraps it.
-    `timed`: collate is timed and returns each batch with its stage timings (harness.stages).
+    With several ranks each reads its own shard (DistributedSampler); with dp one process feeds all
+    GPUs, so its batch is batch_size x gpus_per_node. An IterableDataset shards itself (ctx and
+    torch.utils.data.get_worker_info): no sampler, no shuffle, and its last short batch is kept.
+    With decoder torchvision-cuda it yields JPEG bytes, decoded on the GPU by DeviceDecoded, which
+    wraps it. `timed`: collate is timed and returns each batch with its stage timings
+    (harness.stages).
     """
     sampler = None
     iterable = isinstance(dataset, IterableDataset)
     if world_size > 1 and not iterable:
         sampler = DistributedSampler(
-            dataset, num_replicas=world_size, rank=rank, shuffle=cell.shuffle, seed=cell.seed, drop_last=True
+            dataset,
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=cell.shuffle,
+            seed=cell.seed,
+            drop_last=True,
         )
     if cell.num_workers and torch.cuda.is_initialized():
-        # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier cell run in this
-        # process, whatever this cell's device) destroyed by the collector in a worker aborts it: "CUDA error:
-        # initialization error". Collect it here, where CUDA still works: every loader of a cell is built here.
+        # Forked workers inherit this process's garbage; a CUDA object in it (an event of an earlier
+        # cell run in this process, whatever this cell's device) destroyed by the collector in a
+        # worker aborts it: "CUDA error: initialization error". Collect it here, where CUDA still
+        # works: every loader of a cell is built here.
         gc.collect()
     batch_size = batch_size_of(cell)
     on_device = cell.decoder == "torchvision-cuda"
-    collate = collate or (pad_tokens if cell.dataset == "tokens" else collate_jpegs if on_device else None)
+    collate = collate or (
+        pad_tokens if cell.dataset == "tokens" else collate_jpegs if on_device else None
+    )
     if timed:
         collate = TimedCollate(collate or default_collate)
     options = {}

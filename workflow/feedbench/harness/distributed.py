@@ -35,7 +35,10 @@ def world_from_env(env=os.environ) -> World:
     """This rank's place, from torchrun's variables or, under srun, from Slurm's."""
     if "RANK" in env and "WORLD_SIZE" in env:
         return World(
-            int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), int(env.get("GROUP_RANK", 0))
+            int(env["RANK"]),
+            int(env.get("LOCAL_RANK", 0)),
+            int(env["WORLD_SIZE"]),
+            int(env.get("GROUP_RANK", 0)),
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         return World(
@@ -55,33 +58,45 @@ def free_port() -> int:
 
 
 def visible_gpus() -> list[str]:
-    """This host's GPUs as CUDA_VISIBLE_DEVICES names them (indices, UUIDs or MIG ids), else 0..n-1."""
+    """This host's GPUs as CUDA_VISIBLE_DEVICES names them (indices, UUIDs or MIG ids), else
+    0..n-1."""
     count = torch.cuda.device_count()
     names = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return [n.strip() for n in names.split(",")][:count] if names is not None else [str(i) for i in range(count)]
+    return (
+        [n.strip() for n in names.split(",")][:count]
+        if names is not None
+        else [str(i) for i in range(count)]
+    )
 
 
 def node_gpus(nodes: int, gpus_per_node: int, visible: list[str]) -> list[str]:
-    """The CUDA_VISIBLE_DEVICES of each node on this host: its own gpus_per_node of the visible GPUs.
+    """The CUDA_VISIBLE_DEVICES of each node on this host: its own gpus_per_node of the visible
+    GPUs.
 
-    torchrun numbers LOCAL_RANK from 0 on every emulated node, so without a slice of its own each node's ranks
-    would land on the first node's GPUs (NCCL: "Duplicate GPU detected"). Ranks beyond the GPUs are refused:
-    two ranks on one GPU would measure another job, and NCCL refuses it anyway.
+    torchrun numbers LOCAL_RANK from 0 on every emulated node, so without a slice of its own each
+    node's ranks would land on the first node's GPUs (NCCL: "Duplicate GPU detected"). Ranks beyond
+    the GPUs are refused: two ranks on one GPU would measure another job, and NCCL refuses it
+    anyway.
     """
     need = nodes * gpus_per_node
     if need > len(visible):
         asked = f"{gpus_per_node} x nodes {nodes}" if nodes > 1 else f"{gpus_per_node}"
         raise KnobError(
-            f"knob 'gpus_per_node': value {asked} is more than the {len(visible)} GPU(s) visible; allowed: at most "
-            f"{len(visible)} rank(s) on this host, one GPU each"
+            f"knob 'gpus_per_node': value {asked} is more than the {len(visible)} GPU(s) "
+            f"visible; allowed: at most {len(visible)} rank(s) on this host, one GPU each"
         )
-    return [",".join(visible[node * gpus_per_node : (node + 1) * gpus_per_node]) for node in range(nodes)]
+    return [
+        ",".join(visible[node * gpus_per_node : (node + 1) * gpus_per_node])
+        for node in range(nodes)
+    ]
 
 
 def rank_device(device_type: str, world: World, gpu_count: int | None = None) -> torch.device:
-    """This process's device; a CUDA one always with its index (set_device and init_process_group refuse it bare).
+    """This process's device; a CUDA one always with its index (set_device and init_process_group
+    refuse it bare).
 
-    Each node's ranks see their own GPUs (node_gpus; under srun with GPU binding, maybe only their own one).
+    Each node's ranks see their own GPUs (node_gpus; under srun with GPU binding, maybe only their
+    own one).
     """
     if device_type != "cuda":
         return torch.device("cpu")
@@ -94,9 +109,11 @@ def init(world: World, device: torch.device, timeout_s: float = 300) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if "MASTER_ADDR" not in os.environ and "SLURM_LAUNCH_NODE_IPADDR" in os.environ:
-        os.environ["MASTER_ADDR"] = os.environ["SLURM_LAUNCH_NODE_IPADDR"]  # under srun: the launcher's node
+        # under srun: the launcher's node
+        os.environ["MASTER_ADDR"] = os.environ["SLURM_LAUNCH_NODE_IPADDR"]
     init_method = None
-    if world.world_size == 1 and "MASTER_ADDR" not in os.environ:  # a ddp cell of one rank, started directly
+    # a ddp cell of one rank, started directly
+    if world.world_size == 1 and "MASTER_ADDR" not in os.environ:
         init_method = f"tcp://127.0.0.1:{free_port()}"
     dist.init_process_group(
         init_method=init_method,

@@ -1,31 +1,35 @@
 """A training step's work counted on the CPU, without running it: FLOPs, bytes and kernel launches.
 
-The model is built on PyTorch's meta device (shapes, no data), so ResNet-50 at batch 32 counts in about a second
-and needs no memory. FLOPs: torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions, forward and
-backward). Bytes: every tensor an operator writes (views write nothing), counted twice (written, then read once),
-plus the parameters' traffic of a step (PARAMETER_PASSES). feedbench.core.target's roofline turns both into time.
+The model is built on PyTorch's meta device (shapes, no data), so ResNet-50 at batch 32 counts in
+about a second and needs no memory. FLOPs: torch.utils.flop_counter.FlopCounterMode (matmuls and
+convolutions, forward and backward). Bytes: every tensor an operator writes (views write nothing),
+counted twice (written, then read once), plus the parameters' traffic of a step (PARAMETER_PASSES).
+feedbench.core.target's roofline turns both into time.
 
-Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward, and in one
-steady-state step of the cell's SGD (the second; the first also creates the momentum buffers), counted one launch
-each. Left out: views (no kernel: they share their input's storage) and allocations (empty, empty_strided: no
-kernel). What the count does not see: an operator that launches several kernels (cuDNN's convolution backward, a
-foreach optimizer operator over many tensors) or none (a CPU-side op), autocast's cast kernels and the GradScaler of
-`amp` (its bytes are counted: _Dispatched), and the copy of the batch. A fused nn.LSTM runs PyTorch's step-by-step
-fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2 layers over 10
-tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted with foreach=True, what
-PyTorch picks for CUDA tensors (on the meta device its default would loop over the parameters).
-core.estimate.compute_seconds turns the count into a floor on the step's time.
+Kernels: the operators dispatched below autograd (TorchDispatchMode) in forward, loss and backward,
+and in one steady-state step of the cell's SGD (the second; the first also creates the momentum
+buffers), counted one launch each. Left out: views (no kernel: they share their input's storage) and
+allocations (empty, empty_strided: no kernel). What the count does not see: an operator that
+launches several kernels (cuDNN's convolution backward, a foreach optimizer operator over many
+tensors) or none (a CPU-side op), autocast's cast kernels and the GradScaler of `amp` (its bytes are
+counted: _Dispatched), and the copy of the batch. A fused nn.LSTM runs PyTorch's step-by-step
+fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2
+layers over 10 tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted
+with foreach=True, what PyTorch picks for CUDA tensors (on the meta device its default would loop
+over the parameters). core.estimate.compute_seconds turns the count into a floor on the step's time.
 
-Operations: each kernel's class (op_class: matmul, convolution, recurrent, normalisation, elementwise), its FLOPs
-(what FlopCounterMode, the mode below, added over it) and the bytes it wrote, merged by kind (StepCount.ops): what
-core.estimate's per-operation estimate prices, each at its class's microbenchmarked efficiency.
+Operations: each kernel's class (op_class: matmul, convolution, recurrent, normalisation,
+elementwise), its FLOPs (what FlopCounterMode, the mode below, added over it) and the bytes it
+wrote, merged by kind (StepCount.ops): what core.estimate's per-operation estimate prices, each at
+its class's microbenchmarked efficiency.
 
-The user's own model (`model: package.module:attribute`) is counted the same way on a real batch: one batch drawn
-here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the meta device, the model built
-there by its factory, and the step the loop runs for it (the user's step, else call_model and default_loss) run
-under the counters. A model that cannot be built or stepped there (weights loaded from a file, a `.item()` in its
-forward) gets one line saying so, and the target's `compute: measured` instead. The copy of such a cell is priced
-from that batch's bytes (docs/target.md, "The copy").
+The user's own model (`model: package.module:attribute`) is counted the same way on a real batch:
+one batch drawn here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the
+meta device, the model built there by its factory, and the step the loop runs for it (the user's
+step, else call_model and default_loss) run under the counters. A model that cannot be built or
+stepped there (weights loaded from a file, a `.item()` in its forward) gets one line saying so, and
+the target's `compute: measured` instead. The copy of such a cell is priced from that batch's bytes
+(docs/target.md, "The copy").
 """
 
 from __future__ import annotations
@@ -77,18 +81,22 @@ from .cpu_speed import target_speed
 from .loop import context, first_batches
 from .models import BUILT_IN_OPTIMIZERS, build_model, build_optimizer, loss_function
 
-# Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read in backward,
-# its gradient written; then the optimizer reads weight, gradient and momentum and writes weight and momentum.
+# Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read
+# in backward, its gradient written; then the optimizer reads weight, gradient and momentum and
+# writes weight and momentum.
 PARAMETER_PASSES = 8
 # An activation is written once and read at least once.
 ACTIVATION_PASSES = 2
 
 
-# Where a step feedbench cannot count goes instead: its compute measured on the target's GPU (docs/target.md).
+# Where a step feedbench cannot count goes instead: its compute measured on the target's GPU
+# (docs/target.md).
 MEASURED_THERE = "the compute measured on the target's GPU: target: {compute: measured}"
 
 # Operators that allocate and launch no kernel.
-ALLOCATIONS = frozenset({"aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default"})
+ALLOCATIONS = frozenset(
+    {"aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default"}
+)
 
 
 @dataclass(frozen=True)
@@ -97,27 +105,32 @@ class StepCount:
     bytes: float  # activations and parameters moved through GPU memory, a lower bound
     parameters: int
     family: str | None
-    kernels: int = 0  # operators launched: forward, loss, backward and the SGD step (module docstring)
+    # operators launched: forward, loss, backward and the SGD step (module docstring)
+    kernels: int = 0
     memory_bytes: float = 0.0  # held on the GPU at the step's peak, a lower bound: resident_bytes
-    # Each distinct operation of forward, loss and backward as (class, FLOPs, bytes moved, how many), and the
-    # parameters' traffic as one elementwise entry: what core.estimate's per-operation estimate sums (op_class).
+    # Each distinct operation of forward, loss and backward as (class, FLOPs, bytes moved, how
+    # many), and the parameters' traffic as one elementwise entry: what core.estimate's
+    # per-operation estimate sums (op_class).
     ops: tuple = ()
 
 
-# The operation classes of the per-operation estimate (core.estimate.OP_CLASSES), by the aten operator's name;
-# any other kernel is elementwise. Every operation inside a fused RNN layer (nn.LSTM, nn.GRU, nn.RNN: cuDNN's one
-# kernel per layer on a GPU, what DeepBench's RNN benchmark times) is recurrent; an LSTMCell loop is its matmuls and
-# pointwise operations, each its own kernel.
+# The operation classes of the per-operation estimate (core.estimate.OP_CLASSES), by the aten
+# operator's name; any other kernel is elementwise. Every operation inside a fused RNN layer
+# (nn.LSTM, nn.GRU, nn.RNN: cuDNN's one kernel per layer on a GPU, what DeepBench's RNN benchmark
+# times) is recurrent; an LSTMCell loop is its matmuls and pointwise operations, each its own
+# kernel.
 MATMUL_OPS = frozenset(
     {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "matmul",
      "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"}
 )  # fmt: skip
-CONVOLUTION_OPS = frozenset({"convolution", "_convolution", "convolution_backward", "cudnn_convolution"})
+CONVOLUTION_OPS = frozenset(
+    {"convolution", "_convolution", "convolution_backward", "cudnn_convolution"}
+)
 NORMALISATION_OPS = frozenset(
     {"native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
-     "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "cudnn_batch_norm",
+     "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "cudnn_batch_norm",  # noqa: E501
      "cudnn_batch_norm_backward", "batch_norm_backward",
-     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward"}
+     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward"}  # noqa: E501
 )  # fmt: skip
 
 
@@ -133,46 +146,59 @@ def op_class(name: str, in_recurrent: bool) -> str:
 
 
 def _recurrent_names(model) -> frozenset[str]:
-    """The names torch.utils.module_tracker.ModuleTracker gives the model's fused RNN layers (its class name, then
-    the attribute path)."""
+    """The names torch.utils.module_tracker.ModuleTracker gives the model's fused RNN layers (its
+    class name, then the attribute path)."""
     top = type(model).__name__
-    return frozenset(f"{top}.{name}" for name, m in model.named_modules() if isinstance(m, torch.nn.RNNBase))
+    return frozenset(
+        f"{top}.{name}" for name, m in model.named_modules() if isinstance(m, torch.nn.RNNBase)
+    )
 
 
-# Autocast on CUDA (torch.amp's documented op lists, "CUDA Ops that can autocast to float16" and "to float32"),
-# by the aten operator's name as the dispatcher sees it (linear and matmul arrive as mm, addmm, bmm; an LSTM cell as
-# its matmuls and pointwise ops). Autocast itself cannot run here: it is off without CUDA and never sees a meta tensor.
+# Autocast on CUDA (torch.amp's documented op lists, "CUDA Ops that can autocast to float16" and "to
+# float32"), by the aten operator's name as the dispatcher sees it (linear and matmul arrive as mm,
+# addmm, bmm; an LSTM cell as its matmuls and pointwise ops). Autocast itself cannot run here: it is
+# off without CUDA and never sees a meta tensor.
 AUTOCAST_LOW = frozenset(
-    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "matmul", "convolution", "_convolution",
+    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "matmul", "convolution", "_convolution",  # noqa: E501
      "convolution_backward", "cudnn_convolution", "conv1d", "conv2d", "conv3d", "prelu",
      "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"}
 )  # fmt: skip
 AUTOCAST_FP32 = frozenset(
-    {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward",
-     "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
-     "binary_cross_entropy_with_logits", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-     "native_group_norm_backward", "sum", "prod", "cumsum", "exp", "log", "pow", "rsqrt", "reciprocal", "norm",
+    {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward",  # noqa: E501
+     "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",  # noqa: E501
+     "binary_cross_entropy_with_logits", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",  # noqa: E501
+     "native_group_norm_backward", "sum", "prod", "cumsum", "exp", "log", "pow", "rsqrt", "reciprocal", "norm",  # noqa: E501
      "logsumexp", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"}
 )  # fmt: skip
 
 
 class _Dispatched(TorchDispatchMode):
-    """Counts the kernels the dispatched operators launch and sums the bytes of every tensor they return; views
-    are left out of both (they share their input's storage), allocations out of the kernels.
+    """Counts the kernels the dispatched operators launch and sums the bytes of every tensor they
+    return; views are left out of both (they share their input's storage), allocations out of the
+    kernels.
 
-    Under `amp` (fp16 or bf16) the bytes are those autocast's step writes: AUTOCAST_LOW's operators write their
-    outputs in 2-byte floats (and a 2-byte copy of each parameter they take, once a step: autocast caches the casts
-    of leaf weights), AUTOCAST_FP32's in 4, and any other floating operator in the widest dtype of its activations'
-    inputs (a parameter's dtype does not widen it: a batch norm's fp32 weights leave its fp16 input fp16)."""
+    Under `amp` (fp16 or bf16) the bytes are those autocast's step writes: AUTOCAST_LOW's operators
+    write their outputs in 2-byte floats (and a 2-byte copy of each parameter they take, once a
+    step: autocast caches the casts of leaf weights), AUTOCAST_FP32's in 4, and any other floating
+    operator in the widest dtype of its activations' inputs (a parameter's dtype does not widen it:
+    a batch norm's fp32 weights leave its fp16 input fp16)."""
 
-    def __init__(self, amp: str = "off", parameters=(), flops: FlopCounterMode | None = None, recurrent=frozenset()):
+    def __init__(
+        self,
+        amp: str = "off",
+        parameters=(),
+        flops: FlopCounterMode | None = None,
+        recurrent=frozenset(),
+    ):
         super().__init__()
         self.bytes = 0
         self.kernels = 0
-        self.flops = flops  # the counter below this mode, whose growth over an operator is that operator's FLOPs
+        # the counter below this mode, whose growth over an operator is that operator's FLOPs
+        self.flops = flops
         self.recurrent = recurrent  # the fused RNN layers' names (_recurrent_names)
         self.tracker = ModuleTracker()
-        self.ops: dict[tuple[str, float, float], int] = {}  # (class, FLOPs, bytes written) -> how many
+        # (class, FLOPs, bytes written) -> how many
+        self.ops: dict[tuple[str, float, float], int] = {}
         self.amp = amp != "off"
         self.low: set[int] = set()  # storages written in 2-byte floats
         self.parameters = {p.untyped_storage()._cdata for p in parameters}
@@ -189,7 +215,8 @@ class _Dispatched(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         before = self.flops.get_total_flops() if self.flops is not None else 0
         out = func(*args, **(kwargs or {}))
-        if func.is_view or func.namespace != "aten":  # the profiler's record_function markers are no kernels
+        # the profiler's record_function markers are no kernels
+        if func.is_view or func.namespace != "aten":
             return out
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         name = func.overloadpacket.__name__
@@ -201,19 +228,28 @@ class _Dispatched(TorchDispatchMode):
         if str(func) not in ALLOCATIONS:
             self.kernels += 1
             flops = self.flops.get_total_flops() - before if self.flops is not None else 0
-            key = (op_class(name, bool(self.recurrent & self.tracker.parents)), float(flops), float(written))
+            key = (
+                op_class(name, bool(self.recurrent & self.tracker.parents)),
+                float(flops),
+                float(written),
+            )
             self.ops[key] = self.ops.get(key, 0) + 1
         return out
 
     def operations(self, parameters: int) -> tuple:
-        """StepCount.ops: each distinct operation with its bytes moved (ACTIVATION_PASSES), and the parameters'
-        traffic (PARAMETER_PASSES) as one elementwise entry."""
+        """StepCount.ops: each distinct operation with its bytes moved (ACTIVATION_PASSES), and the
+        parameters' traffic (PARAMETER_PASSES) as one elementwise entry."""
         ops = [(c, f, ACTIVATION_PASSES * b, n) for (c, f, b), n in sorted(self.ops.items())]
         return (*ops, ("elementwise", 0.0, float(PARAMETER_PASSES * 4 * parameters), 1))
 
     def _autocast(self, name: str, inputs: list, outputs: list) -> int:
-        """The bytes an operator writes under autocast (class docstring); its outputs' storages marked low or not."""
-        floats = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() > 0]
+        """The bytes an operator writes under autocast (class docstring); its outputs' storages
+        marked low or not."""
+        floats = [
+            t
+            for t in inputs
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() > 0
+        ]
         activations = [t for t in floats if t.untyped_storage()._cdata not in self.parameters]
         if name in AUTOCAST_LOW:
             low, cast = True, [t for t in floats if t.untyped_storage()._cdata in self.parameters]
@@ -237,8 +273,9 @@ class _Dispatched(TorchDispatchMode):
 
 
 class _Saved:
-    """The activations autograd keeps for backward (saved_tensors_hooks): the bytes of each distinct storage saved,
-    once however many views of it are saved, the parameters' own left out (they are counted as parameters)."""
+    """The activations autograd keeps for backward (saved_tensors_hooks): the bytes of each distinct
+    storage saved, once however many views of it are saved, the parameters' own left out (they are
+    counted as parameters)."""
 
     def __init__(self, model):
         self.parameters = {p.untyped_storage()._cdata for p in model.parameters()}
@@ -264,10 +301,11 @@ def _tensor_bytes(tensors) -> int:
 
 
 def resident_bytes(model, optimizer, saved: _Saved, low: set[int] = frozenset()) -> float:
-    """What a training step holds on its GPU at least, at the end of its forward: the parameters, their gradients,
-    the optimizer's state (momentum, Adam's moments: counted after its steps) and the activations saved for backward.
-    A lower bound: the allocator's rounding, cuDNN's workspaces, temporaries and the CUDA context come on top. `low`:
-    the storages autocast writes in 2-byte floats (_Dispatched.low), counted so."""
+    """What a training step holds on its GPU at least, at the end of its forward: the parameters,
+    their gradients, the optimizer's state (momentum, Adam's moments: counted after its steps) and
+    the activations saved for backward. A lower bound: the allocator's rounding, cuDNN's workspaces,
+    temporaries and the CUDA context come on top. `low`: the storages autocast writes in 2-byte
+    floats (_Dispatched.low), counted so."""
     parameters = list(model.parameters())
     gradients = [p for p in parameters if p.requires_grad]
     state = [t for entry in optimizer.state.values() for t in entry.values()]
@@ -276,7 +314,8 @@ def resident_bytes(model, optimizer, saved: _Saved, low: set[int] = frozenset())
 
 
 def _batch(cell) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch of the cell's shape on the meta device: inputs and targets as the model's loss takes them."""
+    """A batch of the cell's shape on the meta device: inputs and targets as the model's loss takes
+    them."""
     meta, size = torch.device("meta"), cell.batch_size
     kind = input_kind(cell.model)
     if kind == "tokens":
@@ -289,42 +328,49 @@ def _batch(cell) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def count_step(knobs: dict, batch=None) -> StepCount:
-    """FLOPs and bytes of one training step of a cell's model at its batch: feedbench's own and torchvision's models
-    on a batch of the cell's shape, the user's own model on `batch` (by default one drawn from the cell's pipeline:
-    drawn_batch). ValueError in one line for none and sleep, whose work is not theirs to count here, and for a user's
-    model that cannot be counted on the meta device."""
+    """FLOPs and bytes of one training step of a cell's model at its batch: feedbench's own and
+    torchvision's models on a batch of the cell's shape, the user's own model on `batch` (by default
+    one drawn from the cell's pipeline: drawn_batch). ValueError in one line for none and sleep,
+    whose work is not theirs to count here, and for a user's model that cannot be counted on the
+    meta device."""
     cell = parse_cell({k: v for k, v in knobs.items() if k != "scenario"})
     if user_code("model", cell.model):
         return _count_user(cell, drawn_batch(cell) if batch is None else batch)
     if model_family(cell.model) is None:
         raise ValueError(
-            f"model {cell.model!r}: no compute estimate (its FLOPs are not counted here); allowed: feedbench's mlp, "
-            f"lstm or torchvision's, a model of your own (package.module:attribute), or {MEASURED_THERE}"
+            f"model {cell.model!r}: no compute estimate (its FLOPs are not counted here); "
+            "allowed: feedbench's mlp, lstm or torchvision's, a model of your own "
+            f"(package.module:attribute), or {MEASURED_THERE}"
         )
     return _count(cell)
 
 
 def drawn_batch(cell):
-    """One batch of the cell's own pipeline, drawn here on the CPU: its dataset and collate as the loop builds them
-    (harness.loop.first_batches), in this process (no workers) and unpinned."""
+    """One batch of the cell's own pipeline, drawn here on the CPU: its dataset and collate as the
+    loop builds them (harness.loop.first_batches), in this process (no workers) and unpinned."""
     cell = dataclasses.replace(cell, device="cpu", num_workers=0, pin_memory=False)
     return first_batches(cell, torch.device("cpu"), resolve_all(cell))(False)
 
 
 def _count_user(cell, batch) -> StepCount:
-    """count_step's count of the user's model: built on the meta device by its factory, `batch` moved there, the step
-    the loop runs for it (harness.loop.TrainStep.loss: the user's step, else call_model and default_loss) run under
-    the counters, then backward. ValueError in one line, naming what failed there and the way around it."""
+    """count_step's count of the user's model: built on the meta device by its factory, `batch`
+    moved there, the step the loop runs for it (harness.loop.TrainStep.loss: the user's step, else
+    call_model and default_loss) run under the counters, then backward. ValueError in one line,
+    naming what failed there and the way around it."""
     meta, user = torch.device("meta"), resolve_all(cell)
     ctx = context(cell, meta)
     with meta:
         try:
             model = build_model(cell, user, ctx)
         except Exception as error:  # the user's constructor: whatever it raises means the same here
-            raise ValueError(_not_counted(cell.model, "it cannot be built on the meta device", error)) from None
+            raise ValueError(
+                _not_counted(cell.model, "it cannot be built on the meta device", error)
+            ) from None
         on_meta = batches.move_batch(batch, meta, False)
         flops = FlopCounterMode(display=False)
-        step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()], flops, _recurrent_names(model))
+        step = _Dispatched(
+            cell.amp, [*model.parameters(), *model.buffers()], flops, _recurrent_names(model)
+        )
         try:
             ctx.optimizer = build_optimizer(cell, model.parameters(), user)
             with flops, step, _Saved(model) as saved:
@@ -332,27 +378,35 @@ def _count_user(cell, batch) -> StepCount:
                     loss = user["step"](model, on_meta, ctx)
                 else:
                     output = batches.call_model(model, on_meta, cell.forward_keys)
-                    loss = batches.default_loss(output, on_meta, cell.label_key, cell.loss, user.get("loss"))[0]
-                if loss is not None:  # None: the user's step ran backward (and its optimizer) itself
+                    loss = batches.default_loss(
+                        output, on_meta, cell.label_key, cell.loss, user.get("loss")
+                    )[0]
+                # None: the user's step ran backward (and its optimizer) itself
+                if loss is not None:
                     loss.backward()
             # None: the user's step ran its optimizer, counted above
-            kernels, optimizer = _optimizer_step(model, cell) if loss is not None else (0, ctx.optimizer)
+            kernels, optimizer = (
+                _optimizer_step(model, cell) if loss is not None else (0, ctx.optimizer)
+            )
         except Exception as error:  # the user's forward and step
-            raise ValueError(_not_counted(cell.model, "its step fails on the meta device", error)) from None
+            raise ValueError(
+                _not_counted(cell.model, "its step fails on the meta device", error)
+            ) from None
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
     memory = resident_bytes(model, optimizer, saved, step.low)
     return StepCount(
-        float(flops.get_total_flops()), float(moved), parameters, None, step.kernels + kernels, memory,
+        float(flops.get_total_flops()), float(moved), parameters, None, step.kernels + kernels, memory,  # noqa: E501
         step.operations(parameters),
     )  # fmt: skip
 
 
 def _not_counted(model: str, what: str, error: BaseException) -> str:
-    """The one line of a user's model that cannot be counted here: what failed, the error's type and first line."""
+    """The one line of a user's model that cannot be counted here: what failed, the error's type and
+    first line."""
     return (
-        f"model {model!r}: no compute estimate: {what} ({_reason(error)}); allowed: a model whose factory and step "
-        f"run on PyTorch's meta device, or {MEASURED_THERE}"
+        f"model {model!r}: no compute estimate: {what} ({_reason(error)}); allowed: a model "
+        f"whose factory and step run on PyTorch's meta device, or {MEASURED_THERE}"
     )
 
 
@@ -362,12 +416,15 @@ def _reason(error: BaseException) -> str:
 
 
 def _count(cell) -> StepCount:
-    """count_step's count: the cell's model built on the meta device, one step run under the counters."""
+    """count_step's count: the cell's model built on the meta device, one step run under the
+    counters."""
     with torch.device("meta"):
         model = build_model(cell)
     inputs, targets = _batch(cell)
     flops = FlopCounterMode(display=False)
-    step = _Dispatched(cell.amp, [*model.parameters(), *model.buffers()], flops, _recurrent_names(model))
+    step = _Dispatched(
+        cell.amp, [*model.parameters(), *model.buffers()], flops, _recurrent_names(model)
+    )
     with flops, step, _Saved(model) as saved:
         loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
     parameters = sum(p.numel() for p in model.parameters())
@@ -376,17 +433,19 @@ def _count(cell) -> StepCount:
     memory = resident_bytes(model, optimizer, saved, step.low)
     family = model_family(cell.model)
     return StepCount(
-        float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory,
+        float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory,  # noqa: E501
         step.operations(parameters),
     )  # fmt: skip
 
 
 def _optimizer_step(model, cell) -> tuple[int, torch.optim.Optimizer]:
-    """Kernels of a steady-state step of the cell's optimizer (harness.models.build_optimizer, as the loop builds it),
-    a built-in one with foreach as on CUDA: the second step is counted, the first creates its state (momentum
-    buffers, Adam's moments). Its bytes are PARAMETER_PASSES' (SGD's: Adam's moments move more). With the optimizer,
-    whose state then is what a step holds (resident_bytes)."""
-    user = resolve_all(cell) if cell.optimizer not in BUILT_IN_OPTIMIZERS else None  # the user's own optimizer
+    """Kernels of a steady-state step of the cell's optimizer (harness.models.build_optimizer, as
+    the loop builds it), a built-in one with foreach as on CUDA: the second step is counted, the
+    first creates its state (momentum buffers, Adam's moments). Its bytes are PARAMETER_PASSES'
+    (SGD's: Adam's moments move more). With the optimizer, whose state then is what a step holds
+    (resident_bytes)."""
+    # the user's own optimizer
+    user = resolve_all(cell) if cell.optimizer not in BUILT_IN_OPTIMIZERS else None
     optimizer = build_optimizer(cell, model.parameters(), user, foreach=True)
     optimizer.step()
     counted = _Dispatched()
@@ -401,36 +460,49 @@ def _counted(key: str) -> StepCount:
 
 
 def count_once(knobs: dict) -> StepCount:
-    """count_step, counting each distinct set of knobs once per process (an LSTM of the nmt study takes seconds)."""
+    """count_step, counting each distinct set of knobs once per process (an LSTM of the nmt study
+    takes seconds)."""
     return _counted(json.dumps(knobs, sort_keys=True))
 
 
 def published_error(root: str, per_op: bool = False) -> tuple[list[Prediction], dict[str, float]]:
-    """The compute estimate against every published GPU throughput, leave one study out, and the efficiencies fitted
-    to all studies (what a target's prediction uses): docs/results/prediction-error.md. `root`: the checkout, whose
-    config/presets/ and report/references/ are read. `per_op`: the per-operation estimate (core.estimate)."""
-    cells = published_cells(os.path.join(root, "config", "presets"), os.path.join(root, "report", "references"))
-    return leave_one_study_out(cells, count_once, per_op), fit_efficiencies(cells, count_once, per_op)
+    """The compute estimate against every published GPU throughput, leave one study out, and the
+    efficiencies fitted to all studies (what a target's prediction uses):
+    docs/results/prediction-error.md. `root`: the checkout, whose config/presets/ and
+    report/references/ are read. `per_op`: the per-operation estimate (core.estimate)."""
+    cells = published_cells(
+        os.path.join(root, "config", "presets"), os.path.join(root, "report", "references")
+    )
+    return leave_one_study_out(cells, count_once, per_op), fit_efficiencies(
+        cells, count_once, per_op
+    )
 
 
 @lru_cache(maxsize=16)
 def _own_batch(key: str):
-    """drawn_batch of a cell, by its compute ceiling's knobs as JSON (the model and the batch it steps): drawn once
-    per process for the cells that differ only in how the loader delivers it (workers, pinning)."""
+    """drawn_batch of a cell, by its compute ceiling's knobs as JSON (the model and the batch it
+    steps): drawn once per process for the cells that differ only in how the loader delivers it
+    (workers, pinning)."""
     return drawn_batch(parse_cell({k: v for k, v in json.loads(key).items() if k != "scenario"}))
 
 
 def _work(knobs: dict) -> tuple[StepCount | None, str | None, int | None, str]:
-    """(the counted step or None, why not, the bytes of one batch, where they come from) of a training cell. Where
-    the model or the batch is the user's, a batch drawn from its own pipeline gives the bytes (`drawn`) and the
-    user's model its input; else the knobs' batch does (`knobs`: core.ceilings.batch_bytes, what feedbench's
-    datasets make)."""
-    own_model, batch, size, source = user_code("model", knobs.get("model")), None, batch_bytes(knobs), "knobs"
+    """(the counted step or None, why not, the bytes of one batch, where they come from) of a
+    training cell. Where the model or the batch is the user's, a batch drawn from its own pipeline
+    gives the bytes (`drawn`) and the user's model its input; else the knobs' batch does (`knobs`:
+    core.ceilings.batch_bytes, what feedbench's datasets make)."""
+    own_model, batch, size, source = (
+        user_code("model", knobs.get("model")),
+        None,
+        batch_bytes(knobs),
+        "knobs",
+    )
     if own_model or user_batch(knobs):
         try:
             batch = _own_batch(json.dumps(ceiling_knobs(knobs, "compute"), sort_keys=True))
             size, source = batches.batch_bytes(batch), "drawn"
-        except Exception as error:  # the user's dataset and collate: whatever they raise means the same here
+        # the user's dataset and collate: whatever they raise means the same here
+        except Exception as error:
             why = "no batch could be drawn from its pipeline"
             size, source = None, f"unknown: {why} ({_reason(error)})"
             if own_model:
@@ -442,23 +514,30 @@ def _work(knobs: dict) -> tuple[StepCount | None, str | None, int | None, str]:
 
 
 def too_big(knobs: dict, work: StepCount, gpu: Gpu) -> str | None:
-    """Why a cell's counted step plainly does not fit the GPU's memory (its resident_bytes, a lower bound, over the
-    table's memory_gb), in a few words naming what to change; None where it may fit."""
+    """Why a cell's counted step plainly does not fit the GPU's memory (its resident_bytes, a lower
+    bound, over the table's memory_gb), in a few words naming what to change; None where it may
+    fit."""
     if work.memory_bytes <= gpu.memory_gb * 1e9:
         return None
-    fits = [name for name, row in gpu_table().items() if (row.get("memory_gb") or 0) * 1e9 >= work.memory_bytes]
+    fits = [
+        name
+        for name, row in gpu_table().items()
+        if (row.get("memory_gb") or 0) * 1e9 >= work.memory_bytes
+    ]
     return (
-        f"holds at least {work.memory_bytes / 1e9:.1f} GB on the GPU (parameters, gradients, optimizer state and the "
-        f"activations saved for backward, counted on the meta device at batch_size {knobs.get('batch_size')}), more "
-        f"than the {gpu.memory_gb:g} GB of target.gpu {gpu.name}; allowed: a smaller batch_size or model, or a GPU "
-        f"with more memory ({', '.join(fits) or 'none in the table'})"
+        f"holds at least {work.memory_bytes / 1e9:.1f} GB on the GPU (parameters, gradients, "
+        "optimizer state and the activations saved for backward, counted on the meta device at "
+        f"batch_size {knobs.get('batch_size')}), more than the {gpu.memory_gb:g} GB of "
+        f"target.gpu {gpu.name}; allowed: a smaller batch_size or model, or a GPU with more "
+        f"memory ({', '.join(fits) or 'none in the table'})"
     )
 
 
 def memory_error(spec: dict, cells: dict[str, dict]) -> str | None:
-    """The plan's one line for the first training cell (`<experiment>/<cell>` -> knobs) that plainly does not fit the
-    target's GPU memory (too_big), or None. Each model and batch is counted once (its compute ceiling's knobs); a
-    model feedbench cannot count here is passed over (the section "On <target>" says why it has no estimate)."""
+    """The plan's one line for the first training cell (`<experiment>/<cell>` -> knobs) that plainly
+    does not fit the target's GPU memory (too_big), or None. Each model and batch is counted once
+    (its compute ceiling's knobs); a model feedbench cannot count here is passed over (the section
+    "On <target>" says why it has no estimate)."""
     gpu = read_target(spec).gpu
     for key, knobs in cells.items():
         try:
@@ -473,15 +552,17 @@ def memory_error(spec: dict, cells: dict[str, dict]) -> str | None:
 
 
 def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
-    """One training cell on the target (an entry of results/target.json's cells): its counted step (_work), the
-    estimated compute seconds (the per-operation estimate, core.estimate; and the family efficiency that served
-    the operations no microbenchmark figure covers), the copy's seconds over the target's link for its
-    batch's bytes and where they come from; `error` instead of the compute for a model whose work is not counted."""
+    """One training cell on the target (an entry of results/target.json's cells): its counted step
+    (_work), the estimated compute seconds (the per-operation estimate, core.estimate; and the
+    family efficiency that served the operations no microbenchmark figure covers), the copy's
+    seconds over the target's link for its batch's bytes and where they come from; `error` instead
+    of the compute for a model whose work is not counted."""
     work, error, size, source = _work(knobs)
     copy = {
         "batch_size": int(knobs.get("batch_size", KNOBS["batch_size"].default)),
         "num_workers": int(knobs.get("num_workers", KNOBS["num_workers"].default)),
-        "stream_prefetch": knobs.get("device_prefetch", KNOBS["device_prefetch"].default) == "stream",
+        "stream_prefetch": knobs.get("device_prefetch", KNOBS["device_prefetch"].default)
+        == "stream",
         "batch_bytes": size,
         "batch_bytes_from": source,
         "copy_s": copy_seconds(size, target, pinned(knobs)),
@@ -504,33 +585,50 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
         "launch_s": launch_seconds(work),
         "compute_s": seconds,
         "memory_bytes": work.memory_bytes,
-        "fits": too_big(knobs, work, target.gpu) or "may fit: the counted lower bound is within the GPU's memory",
+        "fits": too_big(knobs, work, target.gpu)
+        or "may fit: the counted lower bound is within the GPU's memory",
     }
 
 
 def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) -> dict:
-    """A cell's estimate with its compute measured on the target's GPU where `cell` (its compute ceiling, planned by
-    core.target.measured_cells) ran there: `compute_from` says which, `measured` how it went."""
+    """A cell's estimate with its compute measured on the target's GPU where `cell` (its compute
+    ceiling, planned by core.target.measured_cells) ran there: `compute_from` says which, `measured`
+    how it went."""
     seconds, where = measured_compute(results, target.gpu, entry["batch_size"])
     entry = {**entry, "measured_cell": cell, "measured": where}
     if seconds is None:
         return entry
     entry.pop("error", None)  # a model feedbench cannot count is measured there all the same
-    for estimated in ("compute_range_s", "range_from", "range_span", "measure_there"):  # the estimate's, not this
+    # the estimate's, not this
+    for estimated in ("compute_range_s", "range_from", "range_span", "measure_there"):
         entry.pop(estimated, None)
-    return {**entry, "estimated_s": entry.get("compute_s"), "compute_s": seconds, "compute_from": "measured"}
+    return {
+        **entry,
+        "estimated_s": entry.get("compute_s"),
+        "compute_s": seconds,
+        "compute_from": "measured",
+    }
 
 
 def estimate_range(entry: dict, predictions: list[Prediction]) -> dict:
-    """A cell's estimated compute as a range (core.estimate.compute_range: the method's published error on the
-    nearest family), its span and whether it is too wide to plan on (MEASURE_OVER: then measure there). The launch
-    floor has no published error: a lower bound alone. Empty for a cell with no estimate."""
+    """A cell's estimated compute as a range (core.estimate.compute_range: the method's published
+    error on the nearest family), its span and whether it is too wide to plan on (MEASURE_OVER: then
+    measure there). The launch floor has no published error: a lower bound alone. Empty for a cell
+    with no estimate."""
     if "compute_s" not in entry:
         return {}
     seconds = entry["compute_s"]
     if entry["launch_s"] >= seconds:
-        why = "the kernels' launch floor: a lower bound, no published error (eager PyTorch spends more per operator)"
-        return {"compute_range_s": [seconds, None], "range_from": why, "range_span": None, "measure_there": True}
+        why = (
+            "the kernels' launch floor: a lower bound, no published error (eager PyTorch "
+            "spends more per operator)"
+        )
+        return {
+            "compute_range_s": [seconds, None],
+            "range_from": why,
+            "range_span": None,
+            "measure_there": True,
+        }
     found = compute_range(predictions, entry["family"])
     return {
         "compute_range_s": [seconds * found.low, seconds * found.high],
@@ -541,14 +639,19 @@ def estimate_range(entry: dict, predictions: list[Prediction]) -> dict:
 
 
 def target_estimates(
-    cells: dict[str, dict], spec: dict, root: str, measured: dict[str, str] | None = None, paths: list[str] = ()
+    cells: dict[str, dict],
+    spec: dict,
+    root: str,
+    measured: dict[str, str] | None = None,
+    paths: list[str] = (),
 ) -> dict:
-    """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the config's target
-    (`spec`: its `target:` block) by the per-operation estimate, its fallback efficiencies fitted to every
-    published study, the published error of the method (leave one study out: what docs/results/prediction-error.md
-    shows), every published cell of the studies predicted beside its figure (core.estimate.beside_published, for
-    the study views), and the target's CPU speed: given, or measured (the reference there from its file, and here,
-    run now: harness.cpu_speed.target_speed)."""
+    """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the
+    config's target (`spec`: its `target:` block) by the per-operation estimate, its fallback
+    efficiencies fitted to every published study, the published error of the method (leave one study
+    out: what docs/results/prediction-error.md shows), every published cell of the studies predicted
+    beside its figure (core.estimate.beside_published, for the study views), and the target's CPU
+    speed: given, or measured (the reference there from its file, and here, run now:
+    harness.cpu_speed.target_speed)."""
     target = read_target(spec)
     speed = target_speed(target)
     predictions, efficiencies = published_error(root, per_op=True)
@@ -594,7 +697,12 @@ def target_estimates(
 
 
 def write_target_estimates(
-    path: str, cells: dict[str, dict], spec: dict, root: str, measured: dict[str, str] | None = None, paths=()
+    path: str,
+    cells: dict[str, dict],
+    spec: dict,
+    root: str,
+    measured: dict[str, str] | None = None,
+    paths=(),
 ) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     found = target_estimates(cells, spec, root, measured, paths)

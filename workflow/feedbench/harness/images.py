@@ -24,7 +24,9 @@ def _image(rng: np.random.Generator, size: int) -> Image.Image:
     return Image.fromarray(np.clip(smooth + noise, 0, 255).astype(np.uint8))
 
 
-def make_images(root: str, count: int, size: int, classes: int, seed: int = 0, quality: int = 90) -> int:
+def make_images(
+    root: str, count: int, size: int, classes: int, seed: int = 0, quality: int = 90
+) -> int:
     """Write `count` JPEGs of size x size over `classes` classes; return how many were written."""
     if count < 1 or size < 8 or classes < 1:
         raise ValueError("count >= 1, size >= 8 and classes >= 1 are required")

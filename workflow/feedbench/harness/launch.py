@@ -101,7 +101,8 @@ def describe_failure(
     terminated: str | None,
     logs: list[str],
 ) -> dict:
-    """One error naming the cause: the rank that raised, the rank or node that vanished, or the time limit."""
+    """One error naming the cause: the rank that raised, the rank or node that vanished, or the time
+    limit."""
     reports = _rank_reports(out_dir)
     silent = sorted(set(range(world)) - {r["rank"]["rank"] for r in reports})
     raised = [r for r in reports if r["error"]["type"] != "Terminated"]
@@ -115,7 +116,8 @@ def describe_failure(
     if raised:
         first = raised[0]
         return dict(
-            first["error"], message=f"{vanished}rank {first['rank']['rank']} failed: {first['error']['message']}"
+            first["error"],
+            message=f"{vanished}rank {first['rank']['rank']} failed: {first['error']['message']}",
         )
     cause = torchrun_root_cause(logs)
     if cause is None:
@@ -131,16 +133,22 @@ def describe_failure(
     }
 
 
-def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: float | None = None) -> int:
-    """Start the ranks, wait for them, and write the cell's result if rank 0 could not (or the cell failed)."""
+def launch(
+    raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: float | None = None
+) -> int:
+    """Start the ranks, wait for them, and write the cell's result if rank 0 could not (or the cell
+    failed)."""
     started = now()
     cell_path = _fresh_ranks_dir(raw, out_dir)
     print(
-        f"feedbench: launching {resources.ranks(cell)} ranks on {cell.nodes} node(s) x {cell.gpus_per_node}",
+        f"feedbench: launching {resources.ranks(cell)} ranks on {cell.nodes} node(s) x "
+        f"{cell.gpus_per_node}",
         file=sys.stderr,
     )
-    env = dict(os.environ, MASTER_PORT=str(free_port()))  # the rendezvous listens here, on this (the first) node
-    # Each rank's threads as torchrun gives them (1 with several ranks a node and no OMP_NUM_THREADS), under srun too.
+    # the rendezvous listens here, on this (the first) node
+    env = dict(os.environ, MASTER_PORT=str(free_port()))
+    # Each rank's threads as torchrun gives them (1 with several ranks a node and no
+    # OMP_NUM_THREADS), under srun too.
     env = threads.torchrun_env(env, ranks_per_node=cell.gpus_per_node)
     if in_slurm_job():
         names, commands, envs = ["srun"], [srun_command(cell, cell_path, out_dir)], [env]
@@ -151,14 +159,17 @@ def launch(raw: dict, cell: Cell, notes: list[str], out_dir: str, time_limit: fl
             envs = _node_envs(cell, env, len(commands))
         except KnobError as error:
             result = failed_result(raw, cell_dict(cell), notes)
-            return write_refusal(out_dir, result, error, machine_facts(torch.device("cpu")), started)
+            return write_refusal(
+                out_dir, result, error, machine_facts(torch.device("cpu")), started
+            )
     ranks = Ranks(*_start(names, commands, envs, out_dir))
     ranks.wait(time_limit)
     return _conclude(raw, cell, notes, out_dir, started, ranks, names)
 
 
 def _fresh_ranks_dir(raw: dict, out_dir: str) -> str:
-    """An empty ranks/ folder holding the cell the ranks read (its path returned); no result.json left from before."""
+    """An empty ranks/ folder holding the cell the ranks read (its path returned); no result.json
+    left from before."""
     result_path, ranks_dir = os.path.join(out_dir, "result.json"), os.path.join(out_dir, "ranks")
     if os.path.exists(result_path):  # a stale result must not pass for this run's
         os.remove(result_path)
@@ -171,7 +182,8 @@ def _fresh_ranks_dir(raw: dict, out_dir: str) -> str:
 
 
 def _node_envs(cell: Cell, env: dict, nodes: int) -> list[dict]:
-    """Each torchrun's environment: on GPUs, every emulated node its own GPUs (KnobError when too few are visible)."""
+    """Each torchrun's environment: on GPUs, every emulated node its own GPUs (KnobError when too
+    few are visible)."""
     if cell.device != "cuda":
         return [env] * nodes
     gpus = node_gpus(cell.nodes, cell.gpus_per_node, visible_gpus())
@@ -179,14 +191,19 @@ def _node_envs(cell: Cell, env: dict, nodes: int) -> list[dict]:
 
 
 def _start(names: list[str], commands: list[list[str]], envs: list[dict], out_dir: str):
-    """One process per command, in a session of its own, its output in ranks/<name>.log; the processes and logs."""
+    """One process per command, in a session of its own, its output in ranks/<name>.log; the
+    processes and logs."""
     procs, logs = [], []
     for name, command, node_env in zip(names, commands, envs, strict=True):
         log = os.path.join(out_dir, "ranks", name.replace(" ", "") + ".log")
         logs.append(log)
         procs.append(
             subprocess.Popen(
-                command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=node_env
+                command,
+                stdout=open(log, "w"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=node_env,
             )
         )
     return procs, logs
@@ -195,7 +212,8 @@ def _start(names: list[str], commands: list[list[str]], envs: list[dict], out_di
 class Ranks:
     """The launched processes (srun, or one torchrun per node), and every rank ever seen under them.
 
-    torchrun starts ranks in sessions of their own, so a rank whose torchrun died must still be found and stopped.
+    torchrun starts ranks in sessions of their own, so a rank whose torchrun died must still be
+    found and stopped.
     """
 
     def __init__(self, procs: list[subprocess.Popen], logs: list[str]):
@@ -214,7 +232,10 @@ class Ranks:
 
     def stop_all(self) -> None:
         self.note_ranks()
-        for proc in [*self.seen.values(), *(psutil.Process(p.pid) for p in self.procs if p.poll() is None)]:
+        for proc in [
+            *self.seen.values(),
+            *(psutil.Process(p.pid) for p in self.procs if p.poll() is None),
+        ]:
             try:
                 proc.terminate()
             except psutil.NoSuchProcess:
@@ -225,21 +246,25 @@ class Ranks:
         self.stop_all()
 
     def wait(self, time_limit: float | None) -> None:
-        """Until every process has exited; the first to fail, SIGTERM or the time limit stops the others."""
+        """Until every process has exited; the first to fail, SIGTERM or the time limit stops the
+        others."""
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: self.stop(SIGTERM_REASON))
         limit = TimeLimit(time_limit, on_expiry=self.stop)
         try:
             while any(p.poll() is None for p in self.procs):
                 self.note_ranks()
                 for node, p in enumerate(self.procs):
-                    if p.poll() not in (None, 0) and self.first_node is None:  # like srun --kill-on-bad-exit
+                    # like srun --kill-on-bad-exit
+                    if p.poll() not in (None, 0) and self.first_node is None:
                         self.first_node = node
                         self.stop_all()
                 time.sleep(0.2)
         finally:
             limit.cancel()
             signal.signal(signal.SIGTERM, previous)
-            _, orphans = psutil.wait_procs([r for r in self.seen.values() if r.is_running()], timeout=30)
+            _, orphans = psutil.wait_procs(
+                [r for r in self.seen.values() if r.is_running()], timeout=30
+            )
             for orphan in orphans:  # still there after SIGTERM and a grace period
                 orphan.kill()
 
@@ -249,9 +274,16 @@ class Ranks:
 
 
 def _conclude(
-    raw: dict, cell: Cell, notes: list[str], out_dir: str, started: str, ranks: Ranks, names: list[str]
+    raw: dict,
+    cell: Cell,
+    notes: list[str],
+    out_dir: str,
+    started: str,
+    ranks: Ranks,
+    names: list[str],
 ) -> int:
-    """0 when rank 0 wrote an ok result and every process exited cleanly; else one failed result naming the cause."""
+    """0 when rank 0 wrote an ok result and every process exited cleanly; else one failed result
+    naming the cause."""
     codes = ranks.codes
     result_path = os.path.join(out_dir, "result.json")
     result = None

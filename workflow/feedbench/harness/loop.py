@@ -43,7 +43,8 @@ from .whatif import apply as apply_whatifs
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
 PHASES_OF = {"train": CLOCKED_PHASES, "compute": CLOCKED_PHASES[1:], "loader": ()}
-# The autocast dtype of each precision the knob amp names (core.target.AMP_DTYPES, the knob's one map): fp32 none.
+# The autocast dtype of each precision the knob amp names (core.target.AMP_DTYPES, the knob's one
+# map): fp32 none.
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -66,17 +67,26 @@ class Measurement:
     clock: PhaseClock | None = None
     page_cache: dict | None = None
     first_batch_profile: dict | None = None
-    stage_log: list[dict] = field(default_factory=list)  # each loader batch's stage timings, in the loader's order
+    # each loader batch's stage timings, in the loader's order
+    stage_log: list[dict] = field(default_factory=list)
     stage_skip: int = 0  # the batches before the measured window: warm-up
-    stage_order: list[str] = field(default_factory=list)  # the dataset's stages in order, before any what-if
-    stage_probe: dict = field(default_factory=dict)  # what a sampled call showed of its stages (whatif.Probed.facts)
-    whatif: Plan | None = None  # the cell's stage what-if (harness.whatif), and the loader that runs it
+    # the dataset's stages in order, before any what-if
+    stage_order: list[str] = field(default_factory=list)
+    # what a sampled call showed of its stages (whatif.Probed.facts)
+    stage_probe: dict = field(default_factory=dict)
+    # the cell's stage what-if (harness.whatif), and the loader that runs it
+    whatif: Plan | None = None
     whatif_loader: object = None
-    pulled: int = 0  # batches taken from the loader so far (by the loop or the stream prefetcher ahead of it)
-    delivered: int = 0  # samples the loop has taken from the loader, warm-up included (the monitor's memory axis)
-    epoch_starts: list[int] = field(default_factory=list)  # the pull index of each epoch's first batch
-    boundary_steps: list[int] = field(default_factory=list)  # measured steps whose wait pulled a later epoch's first
-    notes: list[str] = field(default_factory=list)  # adjustments found while running (the loss rule, unpinned batches)
+    # batches taken from the loader so far (by the loop or the stream prefetcher ahead of it)
+    pulled: int = 0
+    # samples the loop has taken from the loader, warm-up included (the monitor's memory axis)
+    delivered: int = 0
+    # the pull index of each epoch's first batch
+    epoch_starts: list[int] = field(default_factory=list)
+    # measured steps whose wait pulled a later epoch's first
+    boundary_steps: list[int] = field(default_factory=list)
+    # adjustments found while running (the loss rule, unpinned batches)
+    notes: list[str] = field(default_factory=list)
     collector: Collector | None = None  # Python's collector in the window (knob gc): opened with it
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
@@ -94,7 +104,8 @@ class Measurement:
         if device_readable and self.clock is not None and self.clock.phases:
             self.clock.steps = self.clock.steps[:n]
             table.update(self.clock.read())
-            if table.get("gpu_idle"):  # the window starts synchronised: the GPU idles through the first step's wait
+            # the window starts synchronised: the GPU idles through the first step's wait
+            if table.get("gpu_idle"):
                 table["gpu_idle"][0] = table["wait"][0]
             if self.copy_events:  # stream prefetcher on a GPU: the copy ran on its own stream
                 table["h2d"] = [start.elapsed_time(end) for start, end in self.copy_events[:n]]
@@ -106,28 +117,33 @@ class Measurement:
         return self.stage_log[self.stage_skip : self.stage_skip + self.completed]
 
     def stages(self) -> dict | None:
-        """What each stage cost per sample in the measured steps' batches (harness.stages), or None when not timed."""
+        """What each stage cost per sample in the measured steps' batches (harness.stages), or None
+        when not timed."""
         found = summarize_stages(self.stage_batches())
         if found is not None and self.stage_order:
             found["order"] = self.stage_order
         if found is not None:
-            found["profile"] = profile_found(self.stage_log)  # from a warm-up batch (harness.profile)
+            # from a warm-up batch (harness.profile)
+            found["profile"] = profile_found(self.stage_log)
             found.update({key: names for key, names in self.stage_probe.items() if names})
         return found
 
     def whatif_facts(self, device_readable: bool = True) -> dict | None:
-        """What the cell's stage what-if did and traded (harness.whatif), or None without one; the device stages'
-        time only where the device's clocks can be read (the runner's guarded read)."""
+        """What the cell's stage what-if did and traded (harness.whatif), or None without one; the
+        device stages' time only where the device's clocks can be read (the runner's guarded
+        read)."""
         if self.whatif is None:
             return None
         return facts(self.whatif_loader, self.whatif, self.stage_skip, device_readable)
 
 
 def profile_first_batch(loader, device: torch.device, move: Callable = to_device) -> dict:
-    """The CIFAR-100 notebook's window: next() on an iterator made beforehand (its workers started outside the window)
-    and .to(device) of that batch, under torch.profiler in a record_function("data_load"); its CPU totals in ms.
+    """The CIFAR-100 notebook's window: next() on an iterator made beforehand (its workers started
+    outside the window) and .to(device) of that batch, under torch.profiler in a
+    record_function("data_load"); its CPU totals in ms.
 
-    The CUDA context already exists here (cuda_init_s); in the notebook's first run the first .to() created it.
+    The CUDA context already exists here (cuda_init_s); in the notebook's first run the first .to()
+    created it.
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -144,14 +160,22 @@ def profile_first_batch(loader, device: torch.device, move: Callable = to_device
 
 
 def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict | None:
-    """pytorch_throughput's own estimators, for the cells that reproduce it (its timing is naive: host clock, no sync).
+    """pytorch_throughput's own estimators, for the cells that reproduce it (its timing is naive:
+    host clock, no sync).
 
-    fwd and bwd: the mean of per-step rates (samples / phase time) over the steps after the first, bwd being
-    backward + optimizer step; overall: samples / host time from the first step's start to the end of the last
-    step's host work, with no final synchronisation. Ours (samples over a synchronised window, medians) differ.
+    fwd and bwd: the mean of per-step rates (samples / phase time) over the steps after the first,
+    bwd being backward + optimizer step; overall: samples / host time from the first step's start to
+    the end of the last step's host work, with no final synchronisation. Ours (samples over a
+    synchronised window, medians) differ.
     """
     n = m.completed
-    if n < 2 or "fwd" not in table or "bwd" not in table or "opt" not in table or m.last_done is None:
+    if (
+        n < 2
+        or "fwd" not in table
+        or "bwd" not in table
+        or "opt" not in table
+        or m.last_done is None
+    ):
         return None
     samples = m.samples[:n]
     fwd = [s / (ms / 1000) for s, ms in zip(samples[1:], table["fwd"][1:n], strict=True) if ms > 0]
@@ -169,9 +193,11 @@ def original_estimators(table: dict[str, list[float]], m: Measurement) -> dict |
 
 
 def epoch_batches(loader, m: Measurement):
-    """Batches across epoch boundaries, as a training run sees them (workers restart unless persistent).
+    """Batches across epoch boundaries, as a training run sees them (workers restart unless
+    persistent).
 
-    `m` counts the pulls and where each epoch starts, so the loop can tell which step's wait held a boundary.
+    `m` counts the pulls and where each epoch starts, so the loop can tell which step's wait held a
+    boundary.
     """
     for epoch in itertools.count():
         if hasattr(loader.sampler, "set_epoch"):
@@ -198,12 +224,14 @@ def cuda_init(device: torch.device) -> float | None:
 
 
 class WithLoss(nn.Module):
-    """A model that returns its loss: under DataParallel each replica computes the loss of its own slice.
+    """A model that returns its loss: under DataParallel each replica computes the loss of its own
+    slice.
 
-    Without it DataParallel gathers every replica's full output on the first GPU before the loss: for a
-    vocabulary head (batch 360 x 100 tokens x 50,000 words) that is gigabytes per replica, and the step then
-    measures that gather rather than the gradient exchange. The replicas' losses come back as one vector; the
-    step averages it (replicas of equal slices: the batch mean; for tokens with padding, a mean of replica means).
+    Without it DataParallel gathers every replica's full output on the first GPU before the loss:
+    for a vocabulary head (batch 360 x 100 tokens x 50,000 words) that is gigabytes per replica, and
+    the step then measures that gather rather than the gradient exchange. The replicas' losses come
+    back as one vector; the step averages it (replicas of equal slices: the batch mean; for tokens
+    with padding, a mean of replica means).
     """
 
     def __init__(self, model: nn.Module, loss_fn: Callable):
@@ -216,11 +244,12 @@ class WithLoss(nn.Module):
 
 
 class Autocast(nn.Module):
-    """A model whose forward enters the cell's autocast itself, as PyTorch's AMP notes advise under DataParallel.
+    """A model whose forward enters the cell's autocast itself, as PyTorch's AMP notes advise under
+    DataParallel.
 
-    DataParallel runs each replica in a thread of its own, and autocast state is thread-local: PyTorch re-enters it
-    there with `enabled` only, so at the thread's default dtype (float16 on CUDA). amp: bf16 then ran float16 with
-    no GradScaler.
+    DataParallel runs each replica in a thread of its own, and autocast state is thread-local:
+    PyTorch re-enters it there with `enabled` only, so at the thread's default dtype (float16 on
+    CUDA). amp: bf16 then ran float16 with no GradScaler.
     """
 
     def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype):
@@ -233,7 +262,8 @@ class Autocast(nn.Module):
 
 
 def dp_replica(model: nn.Module, cell: Cell, device_type: str) -> nn.Module:
-    """What DataParallel copies to each GPU: the model, inside the cell's autocast when amp is on."""
+    """What DataParallel copies to each GPU: the model, inside the cell's autocast when amp is
+    on."""
     dtype = AUTOCAST_DTYPES.get(AMP_DTYPES[cell.amp])
     return Autocast(model, device_type, dtype) if dtype is not None else model
 
@@ -241,9 +271,13 @@ def dp_replica(model: nn.Module, cell: Cell, device_type: str) -> nn.Module:
 def wrap_parallel(model: nn.Module, cell: Cell, device: torch.device) -> nn.Module:
     """ddp: gradients all-reduced across ranks; dp: one process splits each batch over its GPUs."""
     if cell.parallel == "ddp":
-        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        return DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     if cell.parallel == "dp" and device.type == "cuda" and cell.gpus_per_node > 1:
-        return nn.DataParallel(dp_replica(model, cell, device.type), device_ids=list(range(cell.gpus_per_node)))
+        return nn.DataParallel(
+            dp_replica(model, cell, device.type), device_ids=list(range(cell.gpus_per_node))
+        )
     return model  # none, independent (replicas that never talk), dp on CPU
 
 
@@ -258,13 +292,16 @@ def measure(
 ) -> None:
     """Run warm-up and the measured window of a train, compute or loader cell, filling `m`.
 
-    `user`: knob -> the user's callable (feedbench.api passes objects); by default imported from the cell's paths.
+    `user`: knob -> the user's callable (feedbench.api passes objects); by default imported from the
+    cell's paths.
     """
     world = World() if world is None else world
     torch.manual_seed(cell.seed)
-    user = resolve_all(cell) if user is None else user  # the user's own code (feedbench.core.plugins)
+    # the user's own code (feedbench.core.plugins)
+    user = resolve_all(cell) if user is None else user
     ctx = context(cell, device, world)
-    move = user.get("to_device", to_device)  # every copy of a batch goes through it: loop, prefetcher, probes
+    # every copy of a batch goes through it: loop, prefetcher, probes
+    move = user.get("to_device", to_device)
     loader = _loader(cell, device, m, user, ctx, (world, move, out_dir))
     steps = cell.epochs * len(loader) if cell.epochs else cell.steps
     step = TrainStep(cell, device, m, user, ctx) if cell.scenario != "loader" else None
@@ -272,7 +309,8 @@ def measure(
     try:
         _window(cell, device, m, feed, step, steps, monitor, move)
         _close_window(device, m, monitor, feed)
-    finally:  # a cell that fails mid-window leaves the next cell of the process its collector as it found it
+    # a cell that fails mid-window leaves the next cell of the process its collector as it found it
+    finally:
         if m.collector is not None:
             m.collector.close()
     if cell.parallel == "ddp" and cell.comm_probe_steps:
@@ -281,21 +319,29 @@ def measure(
         _profile(cell, device, feed, step, out_dir, move)
 
 
-def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context, where: tuple):
-    """The cell's dataset (its page cache as asked, its stage what-if made) and loader; the notebook's first-batch
-    profile, if asked. `where`: the World, the copy function and the cell's results folder (rank 0's; else None)."""
+def _loader(
+    cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context, where: tuple
+):
+    """The cell's dataset (its page cache as asked, its stage what-if made) and loader; the
+    notebook's first-batch profile, if asked. `where`: the World, the copy function and the cell's
+    results folder (rank 0's; else None)."""
     world, move, out_dir = where
-    make_stages(cell.stage_functions)  # before the dataset is built and probed, and before its workers fork
+    # before the dataset is built and probed, and before its workers fork
+    make_stages(cell.stage_functions)
     dataset = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     m.stage_order = stage_names(dataset)
     staged = cell.stage_timing and cell.scenario != "compute"
-    probed = probe(dataset) if staged else None  # which stages a what-if could cache or move: the report's table
+    # which stages a what-if could cache or move: the report's table
+    probed = probe(dataset) if staged else None
     m.stage_probe = probed.facts() if probed is not None else {}
     dataset, m.whatif = apply_whatifs(cell, dataset, out_dir, probed)
-    # a transform that raises is named either way; with timing, the warm-up's first samples are profiled too
+    # a transform that raises is named either way; with timing, the warm-up's first samples are
+    # profiled too
     dataset = timed(dataset, sample_profile(cell)) if staged else name_transforms(dataset)
-    loader = build_loader(cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged)
+    loader = build_loader(
+        cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged
+    )
     loader = m.whatif_loader = on_device(loader, m.whatif, device, cell)
     if cell.profile_first_batch and cell.scenario == "loader":
         m.first_batch_profile = profile_first_batch(loader, device, move)
@@ -303,10 +349,12 @@ def _loader(cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: C
 
 
 class TrainStep:
-    """One step of the cell's model: forward and loss, backward, optimizer step, each phase closed by a clock mark.
+    """One step of the cell's model: forward and loss, backward, optimizer step, each phase closed
+    by a clock mark.
 
-    Built once per cell, before the loader starts: the model (channels_last, wrapped for ddp or dp), the optimizer
-    (knob `optimizer`: SGD by default) and the GradScaler; the optimizer is also the user's step's ctx.optimizer.
+    Built once per cell, before the loader starts: the model (channels_last, wrapped for ddp or dp),
+    the optimizer (knob `optimizer`: SGD by default) and the GradScaler; the optimizer is also the
+    user's step's ctx.optimizer.
     """
 
     def __init__(self, cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context):
@@ -317,7 +365,9 @@ class TrainStep:
         self.loss_fn = None if "model" in user else loss_function(cell.model)
         # each DataParallel replica reduces its own output
         self.loss_inside = cell.parallel == "dp" and self.loss_fn is not None
-        self.model = wrap_parallel(WithLoss(model, self.loss_fn) if self.loss_inside else model, cell, device)
+        self.model = wrap_parallel(
+            WithLoss(model, self.loss_fn) if self.loss_inside else model, cell, device
+        )
         self.optimizer = build_optimizer(cell, self.model.parameters(), user)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cell.amp == "fp16")
         ctx.optimizer = self.optimizer
@@ -330,7 +380,8 @@ class TrainStep:
         clock.mark()
         if loss is None:  # the user's step did backward and the optimizer step itself
             self._note_once(
-                "step returned None (it ran backward and the optimizer itself): the forward phase holds all three"
+                "step returned None (it ran backward and the optimizer itself): the forward "
+                "phase holds all three"
             )
             clock.mark()
             clock.mark()
@@ -343,23 +394,36 @@ class TrainStep:
         clock.mark()
 
     def loss(self, batch) -> torch.Tensor | None:
-        """The forward phase: the user's step, the default loss of a user model without one, or the built-in loss."""
+        """The forward phase: the user's step, the default loss of a user model without one, or the
+        built-in loss."""
         cell, model = self.cell, self.model
         if "step" in self.user:
             loss = self.user["step"](model, batch, self.ctx)
             if loss is not None and not isinstance(loss, torch.Tensor):
                 raise KnobError(
-                    f"knob 'step': '{cell.step}' returned {type(loss).__module__}.{type(loss).__qualname__}; "
-                    "allowed: the loss tensor, or None after its own backward and optimizer step"
+                    f"knob 'step': '{cell.step}' returned {type(loss).__module__}."
+                    f"{type(loss).__qualname__}; allowed: the loss tensor, or None after its own "
+                    "backward and optimizer step"
                 )
             return loss
-        if self.loss_fn is None:  # a user model without a step: the default loss rule, said once in adjustments
+        # a user model without a step: the default loss rule, said once in adjustments
+        if self.loss_fn is None:
             output = call_model(model, batch, cell.forward_keys)
-            loss, rule = default_loss(output, batch, cell.label_key, cell.loss, self.user.get("loss"))
+            loss, rule = default_loss(
+                output, batch, cell.label_key, cell.loss, self.user.get("loss")
+            )
             self._note_once(f"loss: {rule} (no step given)")
             return loss
-        inputs = batch[0].contiguous(memory_format=torch.channels_last) if cell.channels_last else batch[0]
-        return model(inputs, *batch[1:]).mean() if self.loss_inside else self.loss_fn(model(inputs), batch)
+        inputs = (
+            batch[0].contiguous(memory_format=torch.channels_last)
+            if cell.channels_last
+            else batch[0]
+        )
+        return (
+            model(inputs, *batch[1:]).mean()
+            if self.loss_inside
+            else self.loss_fn(model(inputs), batch)
+        )
 
     def _note_once(self, note: str) -> None:
         if note not in self.m.notes:
@@ -368,12 +432,13 @@ class TrainStep:
 
 @dataclass
 class Feed:
-    """Where the loop's batches come from: the loader (through the stream prefetcher, when on), or, for a compute
-    cell, resident batches copied to the device once and replayed."""
+    """Where the loop's batches come from: the loader (through the stream prefetcher, when on), or,
+    for a compute cell, resident batches copied to the device once and replayed."""
 
     batches: Iterator
     prefetch: bool  # items are (host batch, device batch, copy events)
-    start: float  # when the loader was asked for its first batch: time_to_first_batch_s counts from here
+    # when the loader was asked for its first batch: time_to_first_batch_s counts from here
+    start: float
     residents: list | None = None
     resident_tokens: list[int] | None = None
     resident: object = None  # the first resident batch; None: batches come from the loader
@@ -382,14 +447,20 @@ class Feed:
 def _feed(cell: Cell, device: torch.device, m: Measurement, loader, move: Callable) -> Feed:
     prefetch = cell.device_prefetch == "stream" and cell.scenario == "train"
     start = time.perf_counter()
-    batches = unwrap(epoch_batches(loader, m), m.stage_log)  # the user's batches, their stage timings kept apart
+    # the user's batches, their stage timings kept apart
+    batches = unwrap(epoch_batches(loader, m), m.stage_log)
     m.stage_skip = cell.warmup_steps
     if prefetch:
-        batches = StreamPrefetcher(batches, device, cell.prefetch_depth, non_blocking=True, move=move)
+        batches = StreamPrefetcher(
+            batches, device, cell.prefetch_depth, non_blocking=True, move=move
+        )
     feed = Feed(batches, prefetch, start)
-    if cell.scenario == "compute":  # resident_batches real batches, copied to the device once and replayed
+    # resident_batches real batches, copied to the device once and replayed
+    if cell.scenario == "compute":
         firsts = [next(batches) for _ in range(cell.resident_batches)]
-        feed.resident_tokens = [int(b[2].sum()) for b in firsts] if cell.dataset == "tokens" else None
+        feed.resident_tokens = (
+            [int(b[2].sum()) for b in firsts] if cell.dataset == "tokens" else None
+        )
         feed.residents = [move(b, device, False) for b in firsts]
         feed.resident = feed.residents[0]
         m.time_to_first_batch_s = time.perf_counter() - start
@@ -406,13 +477,14 @@ def _window(
     monitor,
     move: Callable,
 ) -> None:
-    """Warm-up steps on a clock of their own, then `steps` measured ones; the window opens synchronised, and the
-    monitor starts with it."""
+    """Warm-up steps on a clock of their own, then `steps` measured ones; the window opens
+    synchronised, and the monitor starts with it."""
     phases = PHASES_OF[cell.scenario]
     warm = PhaseClock("naive", device, phases)
     m.clock = PhaseClock(cell.timing, device, phases)
     m.collector = Collector(cell.gc)
-    m.collector.freeze()  # before the warm-up: the window opens on the steady state, with nothing to pause it
+    # before the warm-up: the window opens on the steady state, with nothing to pause it
+    m.collector.freeze()
     for i in range(cell.warmup_steps + steps):
         measuring = i >= cell.warmup_steps
         if i == cell.warmup_steps:
@@ -424,11 +496,17 @@ def _window(
         check_stop()
         pulled = m.pulled
         t_start = time.perf_counter()
-        with clock.fetching() if cell.scenario == "train" else contextlib.nullcontext():  # its device work: device_prep
-            item = feed.residents[i % len(feed.residents)] if feed.resident is not None else next(feed.batches)
+        # its device work: device_prep
+        with clock.fetching() if cell.scenario == "train" else contextlib.nullcontext():
+            item = (
+                feed.residents[i % len(feed.residents)]
+                if feed.resident is not None
+                else next(feed.batches)
+            )
         t_ready = time.perf_counter()
         if measuring and any(pulled <= s < m.pulled for s in m.epoch_starts[1:]):
-            m.boundary_steps.append(len(m.waits_ms))  # this step's wait started a later epoch (its workers)
+            # this step's wait started a later epoch (its workers)
+            m.boundary_steps.append(len(m.waits_ms))
         if m.time_to_first_batch_s is None:
             m.time_to_first_batch_s = t_ready - feed.start
         host, batch, events = item if feed.prefetch else (item, None, None)
@@ -438,7 +516,9 @@ def _window(
             if note:
                 m.notes.append(note)
         if measuring:  # the wait: the fetch less the trainer's own device work in it
-            _record_step(cell, m, feed, i, (t_start, t_ready - clock.pending_host_ms / 1000), host, events)
+            _record_step(
+                cell, m, feed, i, (t_start, t_ready - clock.pending_host_ms / 1000), host, events
+            )
         if cell.scenario != "loader":
             clock.start_step()
             if cell.scenario == "train":
@@ -452,16 +532,20 @@ def _window(
 
 
 def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, wait: tuple, host, events) -> None:
-    """A measured step's host figures: its start, its wait for data, its samples, tokens and bytes copied.
+    """A measured step's host figures: its start, its wait for data, its samples, tokens and bytes
+    copied.
 
-    `wait`: the step's start and when its batch was ready, less the device work done while it was fetched."""
+    `wait`: the step's start and when its batch was ready, less the device work done while it was
+    fetched."""
     t_start, t_ready = wait
     m.step_starts.append(t_start)
     m.waits_ms.append((t_ready - t_start) * 1000)
     m.samples.append(batch_len(host))
     if cell.dataset == "tokens":
         m.tokens.append(
-            feed.resident_tokens[i % len(feed.residents)] if feed.resident is not None else int(host[2].sum())
+            feed.resident_tokens[i % len(feed.residents)]
+            if feed.resident is not None
+            else int(host[2].sum())
         )
     if cell.scenario == "train":
         m.h2d_bytes += copied_bytes(host)  # a batch's tensors already on the device are not copied
@@ -482,7 +566,8 @@ def _close_window(device: torch.device, m: Measurement, monitor, feed: Feed) -> 
 
 
 def context(cell: Cell, device: torch.device, world: World | None = None) -> Context:
-    """The ctx a user's factories and step get: rank, world, device, batch size, workers, seed, the cell's knobs."""
+    """The ctx a user's factories and step get: rank, world, device, batch size, workers, seed, the
+    cell's knobs."""
     world = world or World()
     return Context(
         world.rank,
@@ -496,8 +581,11 @@ def context(cell: Cell, device: torch.device, world: World | None = None) -> Con
     )
 
 
-def first_batches(cell: Cell, device: torch.device, user: dict, world: World | None = None) -> Callable:
-    """first(pinned): the first batch of the cell's loader with pin_memory on or off (what batch_probe copies)."""
+def first_batches(
+    cell: Cell, device: torch.device, user: dict, world: World | None = None
+) -> Callable:
+    """first(pinned): the first batch of the cell's loader with pin_memory on or off (what
+    batch_probe copies)."""
     world = world or World()
     dataset = build_dataset(cell, user, context(cell, device, world))
 
@@ -550,8 +638,8 @@ def _comm_probe(cell: Cell, device, step: TrainStep, feed: Feed, move) -> dict:
 def _profile(cell: Cell, device, feed: Feed, step: TrainStep, out_dir, move) -> None:
     """A torch.profiler Chrome trace of a few extra steps, after (never inside) the measured window.
 
-    Every rank runs the steps (under ddp each one all-reduces, so a rank left out would hang the others); only the
-    rank given an out_dir (rank 0) writes the trace.
+    Every rank runs the steps (under ddp each one all-reduces, so a rank left out would hang the
+    others); only the rank given an out_dir (rank 0) writes the trace.
     """
     from torch.profiler import ProfilerActivity, profile
 

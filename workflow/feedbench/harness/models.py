@@ -29,7 +29,8 @@ class MLP(nn.Sequential):
 
 
 def gpu_cycles_per_ms(device: torch.device) -> float:
-    """How many torch.cuda._sleep cycles `device` spins per ms, timed by CUDA events (a host sync, about 10 ms)."""
+    """How many torch.cuda._sleep cycles `device` spins per ms, timed by CUDA events (a host sync,
+    about 10 ms)."""
     with torch.cuda.device(device):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         cycles = 10_000_000
@@ -48,9 +49,10 @@ class SleepModel(nn.Module):
         super().__init__()
         self.compute_ms = compute_ms
         self.weight = nn.Parameter(torch.ones(()))
-        # GPU index -> cycles per ms, measured once per GPU. A dict, not a number: DataParallel rebuilds its replicas
-        # from a shallow copy of __dict__ at every forward, so a number set in a replica was lost and every step of
-        # every GPU paid the calibration again; the replicas share this one dict.
+        # GPU index -> cycles per ms, measured once per GPU. A dict, not a number: DataParallel
+        # rebuilds its replicas from a shallow copy of __dict__ at every forward, so a number set in
+        # a replica was lost and every step of every GPU paid the calibration again; the replicas
+        # share this one dict.
         self._cycles_per_ms: dict[int | None, float] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -69,7 +71,9 @@ class SleepModel(nn.Module):
 class TokenLSTM(nn.Module):
     """Embedding, a multi-layer LSTM (fused nn.LSTM or an LSTMCell loop), and a vocabulary head."""
 
-    def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, layers: int, impl: str):
+    def __init__(
+        self, vocab_size: int, embedding_dim: int, hidden_size: int, layers: int, impl: str
+    ):
         super().__init__()
         self.impl = impl
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
@@ -96,9 +100,11 @@ class TokenLSTM(nn.Module):
 
 
 class RayMLP(nn.Sequential):
-    """Ray's prefetch benchmark model: Linear layers from input_size through hidden_layers x width to 1, no activation.
+    """Ray's prefetch benchmark model: Linear layers from input_size through hidden_layers x width
+    to 1, no activation.
 
-    With input_size == width (4096 in the study) that is hidden_layers square layers and a one-unit output.
+    With input_size == width (4096 in the study) that is hidden_layers square layers and a one-unit
+    output.
     """
 
     def __init__(self, input_size: int, width: int, hidden_layers: int):
@@ -110,47 +116,64 @@ BUILT_IN_OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw"
 
 
 def import_dynamo_apart() -> None:
-    """Import torch._dynamo, which torch.optim imports at the first optimizer a process builds, in a thread of its own.
+    """Import torch._dynamo, which torch.optim imports at the first optimizer a process builds, in a
+    thread of its own.
 
-    That import leaves a frame in a reference cycle (torch.fx.wrap keeps its own frame), and a frame holds its
-    callers' frames with their locals: imported from a cell's stack, it kept the first cell's model, optimizer and
-    measurement (on a GPU, its parameters and CUDA events) for the cyclic collector. A thread's stack holds
-    none of the cell's frames."""
+    That import leaves a frame in a reference cycle (torch.fx.wrap keeps its own frame), and a frame
+    holds its callers' frames with their locals: imported from a cell's stack, it kept the first
+    cell's model, optimizer and measurement (on a GPU, its parameters and CUDA events) for the
+    cyclic collector. A thread's stack holds none of the cell's frames."""
     if "torch._dynamo" not in sys.modules:
-        thread = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), name="feedbench-import")
+        thread = threading.Thread(
+            target=importlib.import_module, args=("torch._dynamo",), name="feedbench-import"
+        )
         thread.start()
         thread.join()
 
 
-def build_optimizer(cell: Cell, parameters, user: dict | None = None, **extra) -> torch.optim.Optimizer:
-    """The step's optimizer (knob `optimizer`): torch.optim's SGD, Adam or AdamW with the cell's lr and weight_decay
-    (and momentum for SGD), then optimizer_args; or the user's, called as f(params, **optimizer_args). `extra`
-    (foreach, for the FLOP counter's kernels) goes to a built-in one. The training loop and the FLOP counter both
-    build it here, so the step they time and count is the same."""
+def build_optimizer(
+    cell: Cell, parameters, user: dict | None = None, **extra
+) -> torch.optim.Optimizer:
+    """The step's optimizer (knob `optimizer`): torch.optim's SGD, Adam or AdamW with the cell's lr
+    and weight_decay (and momentum for SGD), then optimizer_args; or the user's, called as f(params,
+    **optimizer_args). `extra` (foreach, for the FLOP counter's kernels) goes to a built-in one. The
+    training loop and the FLOP counter both build it here, so the step they time and count is the
+    same."""
     import_dynamo_apart()
     if user and "optimizer" in user:
         from ..core.plugins import expect
 
         optimizer = user["optimizer"](parameters, **cell.optimizer_args)
-        return expect(optimizer, (torch.optim.Optimizer,), "a torch.optim.Optimizer", cell.optimizer, "optimizer")
+        return expect(
+            optimizer,
+            (torch.optim.Optimizer,),
+            "a torch.optim.Optimizer",
+            cell.optimizer,
+            "optimizer",
+        )
     own = {"momentum": cell.momentum} if cell.optimizer == "sgd" else {}
     args = {"lr": cell.lr, "weight_decay": cell.weight_decay, **own, **extra, **cell.optimizer_args}
     return BUILT_IN_OPTIMIZERS[cell.optimizer](parameters, **args)
 
 
 def build_model(cell: Cell, user: dict | None = None, ctx=None) -> nn.Module:
-    """The cell's model; `user` maps knobs to the user's imported callables (feedbench.core.plugins.resolve_all)."""
+    """The cell's model; `user` maps knobs to the user's imported callables
+    (feedbench.core.plugins.resolve_all)."""
     if user and "model" in user:
         from ..core.plugins import call_factory, expect
 
         model = call_factory(user["model"], ctx, cell.model_args)
         return expect(model, (nn.Module,), "a torch.nn.Module", cell.model, "model")
     if cell.model == "mlp":
-        return (RayMLP if cell.mlp_style == "ray" else MLP)(cell.input_size, cell.width, cell.hidden_layers)
+        return (RayMLP if cell.mlp_style == "ray" else MLP)(
+            cell.input_size, cell.width, cell.hidden_layers
+        )
     if cell.model == "sleep":
         return SleepModel(cell.compute_ms)
     if cell.model == "lstm":
-        return TokenLSTM(cell.vocab_size, cell.embedding_dim, cell.hidden_size, cell.lstm_layers, cell.lstm_impl)
+        return TokenLSTM(
+            cell.vocab_size, cell.embedding_dim, cell.hidden_size, cell.lstm_layers, cell.lstm_impl
+        )
     import torchvision
 
     return torchvision.models.get_model(cell.model, weights=None, num_classes=cell.num_classes)

@@ -1,5 +1,5 @@
-"""A sampling thread: GPU utilisation and memory (NVML), host CPU, trainer RSS, USS and PSS, each worker's USS and
-PSS (harness.memory) and CPU time.
+"""A sampling thread: GPU utilisation and memory (NVML), host CPU, trainer RSS, USS and PSS, each
+worker's USS and PSS (harness.memory) and CPU time.
 
 Sampling runs beside the measured loop at a low rate so it does not compete
 with it; a missing GPU or NVML is a note in the result, not an error.
@@ -37,9 +37,13 @@ class NVML:
             pynvml.nvmlInit()
             self.pynvml = pynvml
             uuid = str(torch.cuda.get_device_properties(device).uuid)
-            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(
+                uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+            )
         except Exception as error:  # library missing, driver missing, no permission
-            self.note = f"NVML unavailable ({type(error).__name__}: {error}): GPU utilisation not sampled"
+            self.note = (
+                f"NVML unavailable ({type(error).__name__}: {error}): GPU utilisation not sampled"
+            )
 
     def sample(self) -> dict[str, float]:
         """The GPU's sample; {} once NVML has failed, so the host's sampling goes on without it."""
@@ -50,19 +54,24 @@ class NVML:
             memory = self.pynvml.nvmlDeviceGetMemoryInfo(self.handle)
         except Exception as error:  # a MIG instance (no utilisation), a driver reset, a lost GPU
             self.handle = None
-            self.note = f"NVML failed while sampling ({type(error).__name__}: {error}): GPU sampling stopped there"
+            self.note = (
+                f"NVML failed while sampling ({type(error).__name__}: {error}): GPU "
+                "sampling stopped there"
+            )
             return {}
         return {"gpu_util_pct": float(util.gpu), "gpu_mem_used_mb": memory.used / 2**20}
 
 
-# multiprocessing's own helper processes, started beside spawn and forkserver workers: not loader workers.
+# multiprocessing's own helper processes, started beside spawn and forkserver workers: not loader
+# workers.
 HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
 def _workers(process: psutil.Process) -> list[psutil.Process]:
-    """The process's descendants less multiprocessing's helpers (a resource tracker outlives the loader that
-    started it, so a later cell in the same process would count it as a worker). A helper is one of the process's
-    own children: forkserver's workers are the server's children and carry its command line."""
+    """The process's descendants less multiprocessing's helpers (a resource tracker outlives the
+    loader that started it, so a later cell in the same process would count it as a worker). A
+    helper is one of the process's own children: forkserver's workers are the server's children and
+    carry its command line."""
     workers = []
     for child in process.children(recursive=True):
         try:
@@ -75,11 +84,12 @@ def _workers(process: psutil.Process) -> list[psutil.Process]:
 
 
 def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -> None:
-    """Each worker's CPU time so far beside its wall time since it started, by (pid, start), and how many of the
-    samples found it runnable (on a core or in the run queue, state R): a worker that ends keeps its last sample. A
-    starved worker shows a CPU share far below one while it is runnable; one waiting on I/O is neither. Its first
-    sample is kept too, so that what it did between its first and last sample (`window_cpu_s`, `window_wall_s`)
-    leaves out its start-up and the warm-up: its steady state, per sample of its work (analysis.loader_scaling)."""
+    """Each worker's CPU time so far beside its wall time since it started, by (pid, start), and how
+    many of the samples found it runnable (on a core or in the run queue, state R): a worker that
+    ends keeps its last sample. A starved worker shows a CPU share far below one while it is
+    runnable; one waiting on I/O is neither. Its first sample is kept too, so that what it did
+    between its first and last sample (`window_cpu_s`, `window_wall_s`) leaves out its start-up and
+    the warm-up: its steady state, per sample of its work (analysis.loader_scaling)."""
     now = time.time()
     for child in _workers(process):
         try:
@@ -103,10 +113,14 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
 
 
 def _busy_s(cpus: list[int]) -> float:
-    """The CPU seconds the given CPUs have spent on any work since boot (all but idle and iowait; steal, the
-    hypervisor's, counts as busy: it is not this cell's to use)."""
+    """The CPU seconds the given CPUs have spent on any work since boot (all but idle and iowait;
+    steal, the hypervisor's, counts as busy: it is not this cell's to use)."""
     per_cpu = psutil.cpu_times(percpu=True)
-    return sum(sum(per_cpu[i]) - per_cpu[i].idle - getattr(per_cpu[i], "iowait", 0.0) for i in cpus if i < len(per_cpu))
+    return sum(
+        sum(per_cpu[i]) - per_cpu[i].idle - getattr(per_cpu[i], "iowait", 0.0)
+        for i in cpus
+        if i < len(per_cpu)
+    )
 
 
 def _cell_cpu_s(process: psutil.Process) -> float:
@@ -122,11 +136,11 @@ def _cell_cpu_s(process: psutil.Process) -> float:
 
 
 class Offered:
-    """The cores the cell's CPUs offered its work over the window: its affinity mask's cores, less the CPU time other
-    processes took on them (their busy time less the cell's own) and less this monitor's own (its sampling is not the
-    cell's work: at 0.1 s, with the workers' USS and PSS read from smaps, it took a fifth of a core). Other load
-    (another session's tests, a CPU hog) shows as fewer offered cores; an idle core counts as offered, used or not
-    (analysis.loader_scaling)."""
+    """The cores the cell's CPUs offered its work over the window: its affinity mask's cores, less
+    the CPU time other processes took on them (their busy time less the cell's own) and less this
+    monitor's own (its sampling is not the cell's work: at 0.1 s, with the workers' USS and PSS read
+    from smaps, it took a fifth of a core). Other load (another session's tests, a CPU hog) shows as
+    fewer offered cores; an idle core counts as offered, used or not (analysis.loader_scaling)."""
 
     def __init__(self, process: psutil.Process):
         self.process = process
@@ -137,9 +151,9 @@ class Offered:
         return time.perf_counter(), _busy_s(self.cpus), _cell_cpu_s(self.process)
 
     def summary(self, monitor_cpu_s: float) -> dict | None:
-        """`cores` (the mask's), `wall_s`, `busy_s` (the mask's CPUs, all work), `cell_cpu_s` (this process and its
-        workers, the monitor included), `monitor_cpu_s` (the monitor's thread), `offered_cores`; None where the mask
-        or the CPU times cannot be read."""
+        """`cores` (the mask's), `wall_s`, `busy_s` (the mask's CPUs, all work), `cell_cpu_s` (this
+        process and its workers, the monitor included), `monitor_cpu_s` (the monitor's thread),
+        `offered_cores`; None where the mask or the CPU times cannot be read."""
         if not self.cpus:
             return None
         (t0, busy0, cell0), (t1, busy1, cell1) = self.start, self._snapshot()
@@ -158,16 +172,20 @@ class Offered:
 
 
 def _worker_record(worker: dict) -> dict:
-    """A worker as the result holds it: its CPU share (CPU time / wall time) and runnable share (of its samples)."""
+    """A worker as the result holds it: its CPU share (CPU time / wall time) and runnable share (of
+    its samples)."""
     record = {k: v for k, v in worker.items() if k not in ("runnable", "first")}
-    record["cpu_share"] = round(worker["cpu_s"] / worker["wall_s"], 3) if worker["wall_s"] > 0 else None
+    record["cpu_share"] = (
+        round(worker["cpu_s"] / worker["wall_s"], 3) if worker["wall_s"] > 0 else None
+    )
     record["runnable_share"] = round(worker["runnable"] / worker["samples"], 3)
     return record
 
 
 class Monitor(threading.Thread):
-    """Samples until stop(); summary() gives mean and max of each series, and each process's memory against the
-    samples delivered (`delivered`: the loader's samples so far; `start_method`: how its workers started)."""
+    """Samples until stop(); summary() gives mean and max of each series, and each process's memory
+    against the samples delivered (`delivered`: the loader's samples so far; `start_method`: how its
+    workers started)."""
 
     def __init__(
         self,
@@ -201,7 +219,9 @@ class Monitor(threading.Thread):
                 "trainer_cpu_pct": self.process.cpu_percent(None),
                 "trainer_rss_mb": self.process.memory_info().rss / 2**20,
             }
-            sample.update(self.memory.record(self.delivered(), self.process, _workers(self.process)))
+            sample.update(
+                self.memory.record(self.delivered(), self.process, _workers(self.process))
+            )
             _workers_cpu(self.process, self.workers)
             sample.update(self.nvml.sample())
             self.samples.append(sample)
@@ -210,7 +230,8 @@ class Monitor(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
-        if self.offered is not None:  # here, as the window closes, not in the thread's last interval
+        # here, as the window closes, not in the thread's last interval
+        if self.offered is not None:
             self.cpu_offered = self.offered.summary(self.own_cpu_s)
 
     def summary(self) -> dict:

@@ -37,11 +37,17 @@ class StreamPrefetcher:
         non_blocking: bool = True,
         move: Callable = move_batch,
     ):
-        self.batches, self.device, self.depth, self.non_blocking = iter(batches), device, depth, non_blocking
+        self.batches, self.device, self.depth, self.non_blocking = (
+            iter(batches),
+            device,
+            depth,
+            non_blocking,
+        )
         self.move = move
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.in_flight: deque = deque()
-        self.note: str | None = None  # set when the mover's batches hide their tensors (an adjustment)
+        # set when the mover's batches hide their tensors (an adjustment)
+        self.note: str | None = None
 
     def __iter__(self) -> Iterator:
         return self
@@ -50,11 +56,13 @@ class StreamPrefetcher:
         host = next(self.batches, None)
         if host is None:
             return False
-        if self.stream is None:  # nothing to overlap, but the batch still goes through the mover, as without prefetch
+        # nothing to overlap, but the batch still goes through the mover, as without prefetch
+        if self.stream is None:
             self.in_flight.append((host, self.move(host, self.device, self.non_blocking), None))
             return True
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if self.note:  # memory freed by the compute stream is reused here only once that stream is past it
+        # memory freed by the compute stream is reused here only once that stream is past it
+        if self.note:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             start.record()
@@ -62,8 +70,9 @@ class StreamPrefetcher:
             end.record()
         if self.note is None and not batch_tensors(device_batch):
             self.note = (
-                f"device_prefetch=stream with to_device returning a {type(device_batch).__name__}, whose tensors "
-                "feedbench cannot see to record_stream: each copy waits for the compute issued before it"
+                f"device_prefetch=stream with to_device returning a {type(device_batch).__name__}"
+                ", whose tensors feedbench cannot see to record_stream: each copy waits for the "
+                "compute issued before it"
             )
         self.in_flight.append((host, device_batch, (start, end)))
         return True
@@ -85,7 +94,7 @@ class StreamPrefetcher:
 def streamed(device_batch) -> list[torch.Tensor]:
     """The tensors of a copied batch that the compute stream must record: the CUDA ones it exposes.
 
-    A mover may leave some on the host (lengths for pack_padded_sequence, say), and record_stream of a CPU tensor
-    raises NotImplementedError; a custom batch type shows only the tensors it exposes.
+    A mover may leave some on the host (lengths for pack_padded_sequence, say), and record_stream of
+    a CPU tensor raises NotImplementedError; a custom batch type shows only the tensors it exposes.
     """
     return [tensor for tensor in batch_tensors(device_batch) if tensor.is_cuda]

@@ -1,26 +1,31 @@
-"""Which functions cost a sample its time, found with no mark (knob stage_timing): a profile of the warm-up's samples.
+"""Which functions cost a sample its time, found with no mark (knob stage_timing): a profile of the
+warm-up's samples.
 
-Stage timing names a Compose's members, a DatasetFolder's loader and `feedbench.stage` spans; the rest of a sample is
-`unattributed`. To name that rest too, one process that makes samples (loader worker 0, or the main process with
-`num_workers: 0`) runs its first batches' `__getitem__` (an IterableDataset's `next()`) under the standard library's
-cProfile, then stops. Only warm-up batches are profiled: worker 0 makes batches 0, W, 2W, ... of W workers (the
-DataLoader hands them out in turn and delivers them in order), so its first ceil(warmup_steps / W) batches are all
-consumed before the measured window opens, and the profile's overhead stays out of every reported figure. Workers
-started later (a new epoch's) profile nothing: the main process disarms the profile once its first batch arrives.
+Stage timing names a Compose's members, a DatasetFolder's loader and `feedbench.stage` spans; the
+rest of a sample is `unattributed`. To name that rest too, one process that makes samples (loader
+worker 0, or the main process with `num_workers: 0`) runs its first batches' `__getitem__` (an
+IterableDataset's `next()`) under the standard library's cProfile, then stops. Only warm-up batches
+are profiled: worker 0 makes batches 0, W, 2W, ... of W workers (the DataLoader hands them out in
+turn and delivers them in order), so its first ceil(warmup_steps / W) batches are all consumed
+before the measured window opens, and the profile's overhead stays out of every reported figure.
+Workers started later (a new epoch's) profile nothing: the main process disarms the profile once its
+first batch arrives.
 
-The clock is the thread's CPU time (time.thread_time): a function's own cost, which other processes on a busy machine
-do not inflate (with the wall clock, a worker descheduled mid-function charged it: 34 % off at load 6); time a sample
-waits off the CPU (for a disk, or for a core) is named by no function. Every other sample is profiled and the ones
-between are timed on the CPU alone, so each function's ms per sample is its share of a sample's CPU time without the
-profiler, which slows all Python down, not only calls (docs/performance.md, "Stage profile", says what it costs).
+The clock is the thread's CPU time (time.thread_time): a function's own cost, which other processes
+on a busy machine do not inflate (with the wall clock, a worker descheduled mid-function charged it:
+34 % off at load 6); time a sample waits off the CPU (for a disk, or for a core) is named by no
+function. Every other sample is profiled and the ones between are timed on the CPU alone, so each
+function's ms per sample is its share of a sample's CPU time without the profiler, which slows all
+Python down, not only calls (docs/performance.md, "Stage profile", says what it costs).
 
-Attribution, so that a slow tokenizer is named rather than the `str.split` inside it: the user's code is every
-function outside the standard library, torch and feedbench (a third-party package's counts as the user's). The
-outermost user functions a sample reaches (its `__getitem__`, below feedbench's wrappers and torch's Subset) are
-its roots; each user function a root calls, directly or through library code only, is named with its cumulative time;
-a root is named with the rest of its own (its own lines and the library calls it makes itself). Built from cProfile's
-caller -> callee times: a library function reached both from a root and from a named function below it (rare) has
-its calls counted for the first.
+Attribution, so that a slow tokenizer is named rather than the `str.split` inside it: the user's
+code is every function outside the standard library, torch and feedbench (a third-party package's
+counts as the user's). The outermost user functions a sample reaches (its `__getitem__`, below
+feedbench's wrappers and torch's Subset) are its roots; each user function a root calls, directly or
+through library code only, is named with its cumulative time; a root is named with the rest of its
+own (its own lines and the library calls it makes itself). Built from cProfile's caller -> callee
+times: a library function reached both from a root and from a named function below it (rare) has its
+calls counted for the first.
 """
 
 from __future__ import annotations
@@ -37,17 +42,18 @@ from typing import Any, Callable
 from torch.utils.data import get_worker_info
 
 SHOWN = 5  # the functions a profile names, the costliest first
-# At most this many samples are made under the profile (every other one profiled), or this much CPU spent in the
-# profiled ones: a profiled sample of a call-heavy tokenizer cost 24 times its own on a VM (docs/performance.md), and
-# a warm-up of big batches would otherwise profile thousands.
+# At most this many samples are made under the profile (every other one profiled), or this much CPU
+# spent in the profiled ones: a profiled sample of a call-heavy tokenizer cost 24 times its own on a
+# VM (docs/performance.md), and a warm-up of big batches would otherwise profile thousands.
 MOST_SAMPLES, MOST_CPU_S = 64, 2.0
 _active: SampleProfile | None = None  # this process's profile while it runs
 _armed: SampleProfile | None = None  # the profile made in this (the main) process, for disarm()
 
 
 class SampleProfile:
-    """cProfile over every other sample of this process's first `batches` batches, the samples between timed on the
-    CPU only; `worker`: the loader worker that profiles (0), or None for the main process (no workers)."""
+    """cProfile over every other sample of this process's first `batches` batches, the samples
+    between timed on the CPU only; `worker`: the loader worker that profiles (0), or None for the
+    main process (no workers)."""
 
     def __init__(self, batches: int, worker: int | None):
         self.batches, self.worker = batches, worker
@@ -63,7 +69,8 @@ class SampleProfile:
         return self.batches <= 0 or sum(self.made) >= MOST_SAMPLES or self.cpu_s[True] >= MOST_CPU_S
 
     def wrap(self, make: Callable[[], Any]) -> Callable[[], Any]:
-        """make, profiled or timed while this process has batches left to profile; else make itself."""
+        """make, profiled or timed while this process has batches left to profile; else make
+        itself."""
         if self.done() or (get_worker_info().id if get_worker_info() else None) != self.worker:
             return make
         return functools.partial(self._run, make)
@@ -101,11 +108,13 @@ class SampleProfile:
         return self.result()
 
     def result(self) -> dict:
-        """{samples, process, cpu_ms_per_sample, slowdown, functions: [{name, share, ms}]}, the costliest first.
+        """{samples, process, cpu_ms_per_sample, slowdown, functions: [{name, share, ms}]}, the
+        costliest first.
 
-        A function's share is of the profiled samples' CPU time; its ms per sample is that share of a sample's CPU
-        time as it is (the samples timed between the profiled ones): under a profiler Python runs every line slower
-        (1.6 times a busy loop's on Python 3.11), not only each call, so the profile's own times overstate.
+        A function's share is of the profiled samples' CPU time; its ms per sample is that share of
+        a sample's CPU time as it is (the samples timed between the profiled ones): under a profiler
+        Python runs every line slower (1.6 times a busy loop's on Python 3.11), not only each call,
+        so the profile's own times overstate.
         """
         times, total = attribute(self.profiler.getstats())
         self.profiler = None
@@ -118,29 +127,37 @@ class SampleProfile:
             "cpu_ms_per_sample": plain_ms,
             "slowdown": profiled_ms / plain_ms if plain_ms > 0 else None,
             "functions": [
-                {"name": name, "share": t / total, "ms": t / total * plain_ms} for name, t in named if total > 0
+                {"name": name, "share": t / total, "ms": t / total * plain_ms}
+                for name, t in named
+                if total > 0
             ],
         }
 
 
 def sample_profile(cell) -> SampleProfile | None:
-    """The cell's profile: its first warm-up batches in worker 0 (or the main process without workers); None where
-    none can stay out of the measured window: no warm-up, or batches delivered out of order (knob in_order)."""
+    """The cell's profile: its first warm-up batches in worker 0 (or the main process without
+    workers); None where none can stay out of the measured window: no warm-up, or batches delivered
+    out of order (knob in_order)."""
     global _armed, _active
-    _armed = _active = None  # a profile of an earlier cell in this process that died mid-way is not this one's
+    # a profile of an earlier cell in this process that died mid-way is not this one's
+    _armed = _active = None
     if cell.warmup_steps < 1 or not cell.in_order:
         return None
-    _armed = SampleProfile(math.ceil(cell.warmup_steps / max(1, cell.num_workers)), 0 if cell.num_workers else None)
+    _armed = SampleProfile(
+        math.ceil(cell.warmup_steps / max(1, cell.num_workers)), 0 if cell.num_workers else None
+    )
     return _armed
 
 
 def profiled(profile: SampleProfile | None, make: Callable[[], Any]) -> Callable[[], Any]:
-    """make, under the profile where this process profiles it (SampleProfile.wrap); make itself otherwise."""
+    """make, under the profile where this process profiles it (SampleProfile.wrap); make itself
+    otherwise."""
     return make if profile is None else profile.wrap(make)
 
 
 def batch_made() -> dict | None:
-    """Called by the timed collate: the finished profile of this process, once, on the batch that ends it."""
+    """Called by the timed collate: the finished profile of this process, once, on the batch that
+    ends it."""
     global _active
     if _active is None:
         return None
@@ -151,7 +168,8 @@ def batch_made() -> dict | None:
 
 
 def disarm() -> None:
-    """The main process got its first batch: workers started from now on (a new epoch's) profile nothing."""
+    """The main process got its first batch: workers started from now on (a new epoch's) profile
+    nothing."""
     global _armed
     if _armed is not None and _armed.worker is not None:
         _armed.batches = 0
@@ -159,13 +177,15 @@ def disarm() -> None:
 
 
 def found(log: list[dict]) -> dict | None:
-    """The profile among a cell's batch timings (harness.stages: it rides with the batch that ended it), or None."""
+    """The profile among a cell's batch timings (harness.stages: it rides with the batch that ended
+    it), or None."""
     return next((t["profile"] for t in log if t.get("profile")), None)
 
 
 @functools.lru_cache(maxsize=None)
 def _folders() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(torch's and feedbench's folders, the installed packages' folders, the standard library's folders)."""
+    """(torch's and feedbench's folders, the installed packages' folders, the standard library's
+    folders)."""
     import torch
 
     paths = sysconfig.get_paths()
@@ -183,8 +203,9 @@ def _folders() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
 
 @functools.lru_cache(maxsize=4096)
 def is_library(filename: str) -> bool:
-    """Code of the standard library, torch or feedbench (builtins and frozen modules too): never named itself. An
-    installed package's is the user's (the standard library's folder may hold site-packages: it is asked first)."""
+    """Code of the standard library, torch or feedbench (builtins and frozen modules too): never
+    named itself. An installed package's is the user's (the standard library's folder may hold
+    site-packages: it is asked first)."""
     if not filename or filename.startswith("<"):
         return True
     path = os.path.realpath(filename)
@@ -199,10 +220,12 @@ def is_user(code) -> bool:
 
 
 def attribute(stats: list) -> tuple[dict[str, float], float]:
-    """{module:qualname: CPU seconds} of the named functions (see the module's docstring), and the profiled total."""
+    """{module:qualname: CPU seconds} of the named functions (see the module's docstring), and the
+    profiled total."""
     calls = {e.code: [(s.code, s.totaltime) for s in (e.calls or ())] for e in stats}
     callees = {code for edges in calls.values() for code, _ in edges}
-    tops = [e.code for e in stats if e.code not in callees]  # the profiled samples' outermost calls: feedbench's
+    # the profiled samples' outermost calls: feedbench's
+    tops = [e.code for e in stats if e.code not in callees]
     total = sum(e.totaltime for e in stats if e.code not in callees)
     roots: dict = {}
     for code, t in _reached(tops, calls, set(), set()):
@@ -223,8 +246,8 @@ def attribute(stats: list) -> tuple[dict[str, float], float]:
 
 
 def _reached(starts: list, calls: dict, roots: set, visited: set) -> list[tuple[Any, float]]:
-    """The calls into user code (not a root) from `starts`, directly or through library code only (each library
-    function walked once: `visited` grows), as (code, cumulative seconds)."""
+    """The calls into user code (not a root) from `starts`, directly or through library code only
+    (each library function walked once: `visited` grows), as (code, cumulative seconds)."""
     reached, stack = [], list(starts)
     visited.update(starts)
     while stack:

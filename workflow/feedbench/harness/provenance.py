@@ -34,7 +34,9 @@ def _cpu_model() -> str:
 def git_commit(path: str) -> str | None:
     """The commit of the workflow checkout, with '-dirty' when it has local changes."""
     try:
-        commit = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        commit = subprocess.run(
+            ["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         if commit.returncode:
             return None
         dirty = subprocess.run(
@@ -49,9 +51,10 @@ def git_commit(path: str) -> str | None:
 
 
 def _cuda_read(read: Callable, default=None):
-    """One CUDA read for the facts, guarded: on a machine without a usable CUDA (no driver, a broken one) each says
-    what it cannot read as `default`, rather than raise before the cell has written anything. What CUDA raises there
-    is not one type (RuntimeError, AssertionError, torch.AcceleratorError)."""
+    """One CUDA read for the facts, guarded: on a machine without a usable CUDA (no driver, a broken
+    one) each says what it cannot read as `default`, rather than raise before the cell has written
+    anything. What CUDA raises there is not one type (RuntimeError, AssertionError,
+    torch.AcceleratorError)."""
     try:
         return read()
     except Exception:
@@ -61,7 +64,9 @@ def _cuda_read(read: Callable, default=None):
 def _gpu(device: torch.device) -> dict:
     available = _cuda_read(torch.cuda.is_available, False)
     info = {
-        "gpu": _cuda_read(lambda: torch.cuda.get_device_name(device)) if available and device.type == "cuda" else None,
+        "gpu": _cuda_read(lambda: torch.cuda.get_device_name(device))
+        if available and device.type == "cuda"
+        else None,
         "gpu_count": _cuda_read(torch.cuda.device_count, 0) if available else 0,
         "driver": None,
     }
@@ -78,7 +83,8 @@ def _gpu(device: torch.device) -> dict:
 
 
 def machine_facts(device: torch.device) -> dict:
-    """This machine and its software for one result's `provenance` (the allow-list above; the report reads it back)."""
+    """This machine and its software for one result's `provenance` (the allow-list above; the report
+    reads it back)."""
     return {
         "host": socket.gethostname(),
         "os": platform.platform(),
@@ -87,10 +93,13 @@ def machine_facts(device: torch.device) -> dict:
         "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
         **_gpu(device),
         "cuda": torch.version.cuda,
-        "cudnn": _cuda_read(torch.backends.cudnn.version) if torch.backends.cudnn.is_available() else None,
+        "cudnn": _cuda_read(torch.backends.cudnn.version)
+        if torch.backends.cudnn.is_available()
+        else None,
         "torch": torch.__version__,
-        # From the installed distribution's metadata: importing torchvision for its __version__ pulls in
-        # torch._dynamo, about 1.1 s of CPU in every cell that does not need torchvision otherwise.
+        # From the installed distribution's metadata: importing torchvision for its __version__
+        # pulls in torch._dynamo, about 1.1 s of CPU in every cell that does not need torchvision
+        # otherwise.
         "torchvision": importlib.metadata.version("torchvision"),
         "python": sys.version.split()[0],
         "feedbench": __version__,

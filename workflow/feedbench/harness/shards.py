@@ -1,4 +1,5 @@
-"""make-shards: the generated JPEG set as WebDataset tar shards and as Parquet files, deterministically.
+"""make-shards: the generated JPEG set as WebDataset tar shards and as Parquet files,
+deterministically.
 
 DIR/shards-<N>/webdataset/shard-<i>.tar holds `<key>.jpg` and `<key>.cls`
 members; DIR/shards-<N>/parquet/part-<i>.parquet holds columns `key`, `jpg`
@@ -15,8 +16,13 @@ import tarfile
 
 
 def jpeg_files(images_dir: str) -> list[tuple[str, int]]:
-    """(path, class index) of every JPEG of an ImageNet-layout folder (its train/ when there is one), sorted."""
-    root = os.path.join(images_dir, "train") if os.path.isdir(os.path.join(images_dir, "train")) else images_dir
+    """(path, class index) of every JPEG of an ImageNet-layout folder (its train/ when there is
+    one), sorted."""
+    root = (
+        os.path.join(images_dir, "train")
+        if os.path.isdir(os.path.join(images_dir, "train"))
+        else images_dir
+    )
     classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
     files = [
         (os.path.join(root, c, name), k)
@@ -24,7 +30,9 @@ def jpeg_files(images_dir: str) -> list[tuple[str, int]]:
         for name in sorted(os.listdir(os.path.join(root, c)))
     ]
     if not files:
-        raise ValueError(f"no JPEG files under {root}; make them with: python -m feedbench make-images DIR")
+        raise ValueError(
+            f"no JPEG files under {root}; make them with: python -m feedbench make-images DIR"
+        )
     return sorted(files)
 
 
@@ -47,7 +55,9 @@ def make_shards(images_dir: str, out_dir: str, shards: int) -> str:
         members = [(f"{n:08d}", path, k) for n, (path, k) in enumerate(files) if n % shards == i]
         rows = {"key": [], "jpg": [], "cls": []}
         with tarfile.open(
-            os.path.join(folder, "webdataset", f"shard-{i:05d}.tar"), "w", format=tarfile.USTAR_FORMAT
+            os.path.join(folder, "webdataset", f"shard-{i:05d}.tar"),
+            "w",
+            format=tarfile.USTAR_FORMAT,
         ) as tar:
             for key, path, k in members:
                 with open(path, "rb") as f:

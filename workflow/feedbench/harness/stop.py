@@ -46,7 +46,10 @@ def check_stop() -> None:
 
 
 def time_limit_reason(seconds: float) -> str:
-    return f"time limit of {seconds:g} s reached (the job's runtime less a margin to record the result)"
+    return (
+        f"time limit of {seconds:g} s reached (the job's runtime less a margin to record "
+        "the result)"
+    )
 
 
 def grace_s(seconds: float) -> float:
@@ -59,7 +62,8 @@ def on_sigterm(signum, frame) -> None:
 
 
 class TimeLimit:
-    """SIGALRM after `seconds`: on_expiry(reason), then grace_s() later on_stuck(reason) unless cancelled first."""
+    """SIGALRM after `seconds`: on_expiry(reason), then grace_s() later on_stuck(reason) unless
+    cancelled first."""
 
     def __init__(
         self,

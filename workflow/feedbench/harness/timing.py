@@ -11,10 +11,11 @@
 
 On CPU all three read the host clock: every phase is synchronous there.
 
-device_prep: device work the trainer does while it fetches the next batch (device_stages' copy and transforms,
-torchvision-cuda's decode and transforms) runs in the gap between two steps. Each such piece of work is wrapped in
-`device_work()`, which marks it by the clock's own method (events, sync, or the host clock), so it is a phase of its
-own: neither the host's wait for the loader nor, under events, the GPU's idle time between steps.
+device_prep: device work the trainer does while it fetches the next batch (device_stages' copy and
+transforms, torchvision-cuda's decode and transforms) runs in the gap between two steps. Each such
+piece of work is wrapped in `device_work()`, which marks it by the clock's own method (events, sync,
+or the host clock), so it is a phase of its own: neither the host's wait for the loader nor, under
+events, the GPU's idle time between steps.
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ from typing import Iterator
 
 import torch
 
-_fetching: PhaseClock | None = None  # the clock whose step's batch is being fetched: device_work records on it
+# the clock whose step's batch is being fetched: device_work records on it
+_fetching: PhaseClock | None = None
 
 
 @contextlib.contextmanager
 def device_work() -> Iterator[None]:
-    """Around the device work of a batch being fetched: the fetching step's device_prep (none outside a fetch).
+    """Around the device work of a batch being fetched: the fetching step's device_prep (none
+    outside a fetch).
 
-    Also the user's, as `feedbench.device_work()`: a dataset or collate that touches CUDA in the training process. A
-    span inside another is counted in it, once."""
+    Also the user's, as `feedbench.device_work()`: a dataset or collate that touches CUDA in the
+    training process. A span inside another is counted in it, once."""
     global _fetching
     clock = _fetching
     if clock is None:
@@ -60,8 +63,10 @@ class PhaseClock:
         self.sync = mode == "sync" and device.type == "cuda"
         self.device = device
         self.steps: list[list] = []  # per step: len(phases) + 1 boundaries
-        self.prep: list[list] = []  # per step: the (start, end) marks of device work done while its batch was fetched
-        self.pending: list = []  # those of the fetch under way, and their host time (the loop's wait leaves it out)
+        # per step: the (start, end) marks of device work done while its batch was fetched
+        self.prep: list[list] = []
+        # those of the fetch under way, and their host time (the loop's wait leaves it out)
+        self.pending: list = []
         self.pending_host_ms = 0.0
 
     @property
@@ -74,7 +79,8 @@ class PhaseClock:
 
     @contextlib.contextmanager
     def fetching(self) -> Iterator[None]:
-        """While the loop fetches a step's batch: device_work inside it is that step's device_prep."""
+        """While the loop fetches a step's batch: device_work inside it is that step's
+        device_prep."""
         global _fetching
         self.pending, self.pending_host_ms = [], 0.0
         _fetching = self
@@ -93,12 +99,14 @@ class PhaseClock:
         self.steps[-1].append(self.stamp())
 
     def stamp(self):
-        """A boundary by the clock's method: a CUDA event, or the host clock (after a sync of the compute stream)."""
+        """A boundary by the clock's method: a CUDA event, or the host clock (after a sync of the
+        compute stream)."""
         if self.use_events:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
-        if self.sync:  # the compute stream only: a device-wide sync would also wait for the prefetcher's next copy
+        # the compute stream only: a device-wide sync would also wait for the prefetcher's next copy
+        if self.sync:
             torch.cuda.current_stream(self.device).synchronize()
         return time.perf_counter()
 
@@ -106,13 +114,16 @@ class PhaseClock:
         return a.elapsed_time(b) if self.use_events else (b - a) * 1000
 
     def read(self) -> dict[str, list[float]]:
-        """Per-phase durations in ms for every step, plus device_prep where the steps' fetches did device work, and
-        gpu_idle_ms between steps (events only): the gap less the device work in it.
+        """Per-phase durations in ms for every step, plus device_prep where the steps' fetches did
+        device work, and gpu_idle_ms between steps (events only): the gap less the device work in
+        it.
 
         Call after the device was synchronised at the end of the window.
         """
         prep = [sum(self._ms(a, b) for a, b in spans) for spans in self.prep[: len(self.steps)]]
-        out: dict[str, list[float]] = {"device_prep": prep} if any(self.prep[: len(self.steps)]) else {}
+        out: dict[str, list[float]] = (
+            {"device_prep": prep} if any(self.prep[: len(self.steps)]) else {}
+        )
         out.update({p: [] for p in self.phases})
         if self.use_events:
             out["gpu_idle"] = []

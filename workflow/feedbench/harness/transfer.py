@@ -30,7 +30,9 @@ def probe(cell, device: torch.device) -> tuple[list[dict], dict]:
             src = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
             src.fill_(1)
             dst = torch.empty(size, dtype=torch.uint8, device=device)
-            for rep, ms in enumerate(_timed(cell, device, partial(dst.copy_, src, non_blocking=pinned))):
+            for rep, ms in enumerate(
+                _timed(cell, device, partial(dst.copy_, src, non_blocking=pinned))
+            ):
                 rows.append(
                     {
                         "size_bytes": size,
@@ -42,35 +44,56 @@ def probe(cell, device: torch.device) -> tuple[list[dict], dict]:
                 )
             del src, dst
     summary = {
-        "method": "cuda events around copy_" if device.type == "cuda" else "host memcpy (no accelerator)",
+        "method": "cuda events around copy_"
+        if device.type == "cuda"
+        else "host memcpy (no accelerator)",
         "by_size": [],
     }
     for size in cell.transfer_sizes:
         for pinned in pinnings:
-            rates = [r["gb_per_s"] for r in rows if r["size_bytes"] == size and r["pinned"] == pinned and r["gb_per_s"]]
+            rates = [
+                r["gb_per_s"]
+                for r in rows
+                if r["size_bytes"] == size and r["pinned"] == pinned and r["gb_per_s"]
+            ]
             summary["by_size"].append(
-                {"size_bytes": size, "pinned": pinned, "median_gb_per_s": statistics.median(rates) if rates else None}
+                {
+                    "size_bytes": size,
+                    "pinned": pinned,
+                    "median_gb_per_s": statistics.median(rates) if rates else None,
+                }
             )
     for pinned in pinnings:
-        rates = [s["median_gb_per_s"] for s in summary["by_size"] if s["pinned"] == pinned and s["median_gb_per_s"]]
-        summary["peak_gb_per_s_" + ("pinned" if pinned else "pageable")] = max(rates) if rates else None
+        rates = [
+            s["median_gb_per_s"]
+            for s in summary["by_size"]
+            if s["pinned"] == pinned and s["median_gb_per_s"]
+        ]
+        summary["peak_gb_per_s_" + ("pinned" if pinned else "pageable")] = (
+            max(rates) if rates else None
+        )
     return rows, summary
 
 
 def batch_probe(
     cell, device: torch.device, first_batch: Callable, move: Callable, names: dict[str, str]
 ) -> tuple[list[dict], dict, list[str]]:
-    """Time a real batch of the user's moved by their to_device: pageable and, on a GPU, pinned as their DataLoader
-    pins it; beside it one flat tensor of the same bytes, so the cost of the batch's structure shows.
+    """Time a real batch of the user's moved by their to_device: pageable and, on a GPU, pinned as
+    their DataLoader pins it; beside it one flat tensor of the same bytes, so the cost of the
+    batch's structure shows.
 
-    `first_batch(pinned)` is the loader's first batch with pin_memory=pinned; `names` the cell's import paths by knob.
-    Returns the rows, the summary (metrics.transfer.user_batch) and the adjustments (what was copied; a pinned
-    batch that came back unpinned). On CPU the move copies nothing: the times are the mover's own, with no GB/s.
+    `first_batch(pinned)` is the loader's first batch with pin_memory=pinned; `names` the cell's
+    import paths by knob. Returns the rows, the summary (metrics.transfer.user_batch) and the
+    adjustments (what was copied; a pinned batch that came back unpinned). On CPU the move copies
+    nothing: the times are the mover's own, with no GB/s.
     """
     rows: list[dict] = []
     notes: list[str] = []
     by_pinning = []
-    batches = {pinned: first_batch(pinned) for pinned in ((False, True) if device.type == "cuda" else (False,))}
+    batches = {
+        pinned: first_batch(pinned)
+        for pinned in ((False, True) if device.type == "cuda" else (False,))
+    }
     for pinned, batch in batches.items():
         size = batch_bytes(batch)
         if pinned and unpinned_note(batch):
@@ -105,19 +128,22 @@ def batch_probe(
         "to_device": names.get("to_device", "feedbench.harness.batches:move_batch"),
         "by_pinning": by_pinning,
     }
-    origin = f"dataset {cell.dataset}" + (f" and collate {names['collate']}" if "collate" in names else "")
+    origin = f"dataset {cell.dataset}" + (
+        f" and collate {names['collate']}" if "collate" in names else ""
+    )
     pinnings = "pageable and pinned" if device.type == "cuda" else "pageable"
     notes.insert(
         0,
-        f"transfer: also timed a real batch ({summary['structure']}, {by_pinning[0]['bytes']} bytes, "
-        f"from {origin}) moved by {summary['to_device']}, {pinnings}, "
-        "beside one flat tensor of the same bytes",
+        f"transfer: also timed a real batch ({summary['structure']}, {by_pinning[0]['bytes']} "
+        f"bytes, from {origin}) moved by {summary['to_device']}, {pinnings}, beside one flat "
+        "tensor of the same bytes",
     )
     return rows, summary, notes
 
 
 def _timed(cell, device: torch.device, copy: Callable) -> list[float]:
-    """ms of each measured copy (after warmup_steps): CUDA events around it on a GPU, the host clock elsewhere."""
+    """ms of each measured copy (after warmup_steps): CUDA events around it on a GPU, the host clock
+    elsewhere."""
     timings = []
     for _ in range(cell.warmup_steps + cell.steps):
         check_stop()
@@ -138,7 +164,8 @@ def _timed(cell, device: torch.device, copy: Callable) -> list[float]:
 
 
 def _rate(size: int, ms: float, device: torch.device) -> float | None:
-    """GB/s of a copy where there is one: not on CPU (the batch is in place), not for a batch hiding its tensors."""
+    """GB/s of a copy where there is one: not on CPU (the batch is in place), not for a batch hiding
+    its tensors."""
     return size / (ms / 1000) / 1e9 if size and device.type != "cpu" and ms > 0 else None
 
 

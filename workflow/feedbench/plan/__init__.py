@@ -1,5 +1,7 @@
-"""The plan: what the Snakefile and the CLI run, from a config to checked cells, jobs and Slurm resources.
+"""The plan: what the Snakefile and the CLI run, from a config to checked cells, jobs and Slurm
+resources.
 
-Plain Python on the core: the Snakefile's parse runs it for every job, so it never imports torch, torchvision,
-pandas or matplotlib; the harness and the analysis never import it (tests/test_house.py holds it to both).
+Plain Python on the core: the Snakefile's parse runs it for every job, so it never imports torch,
+torchvision, pandas or matplotlib; the harness and the analysis never import it (tests/test_house.py
+holds it to both).
 """

@@ -1,4 +1,5 @@
-"""A config as data: read its files, bound its size, check it against config/schema.yaml; its errors (ConfigError).
+"""A config as data: read its files, bound its size, check it against config/schema.yaml; its errors
+(ConfigError).
 
 Snakemake reads `--configfile` files itself, before the Snakefile runs, and
 its YTE templating evaluates the `?` expressions of a file that sets
@@ -30,15 +31,19 @@ MAX_MESSAGE = 2_000
 
 
 def read_config_file(path: str, read_by_snakemake: bool = False) -> dict:
-    """The config in one file (JSON or YAML, as Snakemake reads it), or ConfigError naming file, line and column.
+    """The config in one file (JSON or YAML, as Snakemake reads it), or ConfigError naming file,
+    line and column.
 
-    read_by_snakemake: the file came with --configfile, so Snakemake has read it (and run its templates) already.
+    read_by_snakemake: the file came with --configfile, so Snakemake has read it (and run its
+    templates) already.
     """
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot be read ({error}); allowed: a readable YAML or JSON file") from None
+        raise ConfigError(
+            f"{path}: cannot be read ({error}); allowed: a readable YAML or JSON file"
+        ) from None
     try:
         data = json.loads(text)
     except ValueError:
@@ -50,14 +55,22 @@ def read_config_file(path: str, read_by_snakemake: bool = False) -> dict:
             what = ": ".join(part for part in (error.context, error.problem) if part)
             raise ConfigError(f"{where}: {what}; allowed: YAML (or JSON)") from None
         except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: {str(error).splitlines()[0]}; allowed: YAML (or JSON)") from None
+            raise ConfigError(
+                f"{path}: {str(error).splitlines()[0]}; allowed: YAML (or JSON)"
+            ) from None
     count_values(data, path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: value {shown(data)} is not a mapping; allowed: a mapping of config keys")
+        raise ConfigError(
+            f"{path}: value {shown(data)} is not a mapping; allowed: a mapping of config keys"
+        )
     if "__use_yte__" in data:
         raise ConfigError(
             f"{path}: __use_yte__: YTE templates run Python code in the config"
-            + (" (Snakemake has run them already, reading --configfile)" if read_by_snakemake else "")
+            + (
+                " (Snakemake has run them already, reading --configfile)"
+                if read_by_snakemake
+                else ""
+            )
             + "; allowed: plain YAML without __use_yte__"
         )
     return data
@@ -66,10 +79,10 @@ def read_config_file(path: str, read_by_snakemake: bool = False) -> dict:
 def typed_overrides(config: dict, overrides: dict, depth: int = 0) -> None:
     """The nested values of `--config` typed as the same YAML in a config file would be, in place.
 
-    Snakemake reads `--config key=value` with YAML's base loader, which leaves every scalar below the top level a
-    string: `target={cores_per_gpu: 4}` gives '4', which the schema would refuse as the wrong type. Each such string
-    still in `config` (a config file's value merged under it is left alone) is read again with yaml.safe_load
-    (4, 1.0, true; 'K80' stays 'K80')."""
+    Snakemake reads `--config key=value` with YAML's base loader, which leaves every scalar below
+    the top level a string: `target={cores_per_gpu: 4}` gives '4', which the schema would refuse as
+    the wrong type. Each such string still in `config` (a config file's value merged under it is
+    left alone) is read again with yaml.safe_load (4, 1.0, true; 'K80' stays 'K80')."""
     for key, value in (overrides or {}).items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             typed_overrides(config[key], value, depth + 1)
@@ -78,7 +91,8 @@ def typed_overrides(config: dict, overrides: dict, depth: int = 0) -> None:
 
 
 def _as_yaml_types(value):
-    """A number, boolean or null as YAML reads it; any other string stays the text it was ('a: b' is no mapping)."""
+    """A number, boolean or null as YAML reads it; any other string stays the text it was ('a: b' is
+    no mapping)."""
     if isinstance(value, list):
         return [_as_yaml_types(v) for v in value]
     if not isinstance(value, str) or not value.strip():
@@ -91,15 +105,16 @@ def _as_yaml_types(value):
 
 
 def count_values(config, where: str = "config", limit: int = MAX_VALUES) -> None:
-    """Refuse a config of more than `limit` values, counting every use of a YAML alias, and stop counting there."""
+    """Refuse a config of more than `limit` values, counting every use of a YAML alias, and stop
+    counting there."""
     todo, count = [config], 0
     while todo:
         value = todo.pop()
         count += 1
         if count > limit:
             raise ConfigError(
-                f"{where}: more than {limit} values (a YAML alias counts each time it is used); allowed: at most "
-                f"{limit}"
+                f"{where}: more than {limit} values (a YAML alias counts each time it is used); "
+                f"allowed: at most {limit}"
             )
         if isinstance(value, dict):
             todo.extend(value.values())
@@ -108,7 +123,8 @@ def count_values(config, where: str = "config", limit: int = MAX_VALUES) -> None
 
 
 def _with_defaults(validator_class):
-    """A validator that fills in each property's `default`, as snakemake.utils.validate does (jsonschema's FAQ)."""
+    """A validator that fills in each property's `default`, as snakemake.utils.validate does
+    (jsonschema's FAQ)."""
     check_properties = validator_class.VALIDATORS["properties"]
 
     def properties(validator, props, instance, schema):
@@ -139,11 +155,18 @@ def schema_error(error) -> str:
     kind, value = error.validator, error.instance
     if kind == "pattern":  # the schema's only pattern: names that become folders and file names
         what = "name" if "propertyNames" in error.relative_schema_path else "value"
-        return f"{path}: {what} {shown(value)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+        return (
+            f"{path}: {what} {shown(value)} is not fit for a path; allowed: letters, "
+            "digits, _ and - (not first)"
+        )
     if "propertyNames" in error.relative_schema_path and kind == "maxLength":
-        return f"{path}: name {shown(value)} has {len(value)} characters; allowed: at most {error.validator_value}"
+        return (
+            f"{path}: name {shown(value)} has {len(value)} characters; allowed: at most "
+            f"{error.validator_value}"
+        )
     if kind in ("oneOf", "anyOf") and error.context:
-        # The branch that fits the value's shape says what is wrong (a spec vs a list of specs, a name vs a mapping).
+        # The branch that fits the value's shape says what is wrong (a spec vs a list of specs, a
+        # name vs a mapping).
         shaped = [e for e in error.context if _fits(error.validator_value[e.schema_path[0]], value)]
         fitting = [e for e in shaped or error.context if e.validator != "type" or e.relative_path]
         return schema_error(max(fitting or error.context, key=lambda e: len(e.absolute_path)))
@@ -161,15 +184,29 @@ def schema_error(error) -> str:
         )
         return f"{path}: value {shown(value)} has the wrong type; allowed: {allowed}"
     if kind == "enum":
-        return f"{path}: value {shown(value)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+        return (
+            f"{path}: value {shown(value)} is not allowed; allowed: "
+            f"{', '.join(map(str, error.validator_value))}"
+        )
     if kind in ("minItems", "minProperties"):
         what = "no levels" if "matrix" in path else "too few entries"
         return f"{path}: value {shown(value)} has {what}; allowed: at least {error.validator_value}"
     if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
-        return f"{path}: value {shown(value)} is out of range; allowed: {bound} {error.validator_value}"
+        bound = {
+            "minimum": ">=",
+            "maximum": "<=",
+            "exclusiveMinimum": ">",
+            "exclusiveMaximum": "<",
+        }[kind]
+        return (
+            f"{path}: value {shown(value)} is out of range; allowed: {bound} "
+            f"{error.validator_value}"
+        )
     if kind == "minLength":
-        return f"{path}: value {shown(value)} is too short; allowed: at least {error.validator_value} characters"
+        return (
+            f"{path}: value {shown(value)} is too short; allowed: at least "
+            f"{error.validator_value} characters"
+        )
     if kind == "required":
         return f"{path}: missing key; allowed: a mapping with {', '.join(error.validator_value)}"
     return f"{path}: {error.message.splitlines()[0]}"
@@ -179,7 +216,8 @@ _SHAPES = {"object": dict, "array": list, "string": str}
 
 
 def _fits(branch: dict, value) -> bool:
-    """Whether a oneOf branch is for values of `value`'s shape: its `type`, or an enum of plain values."""
+    """Whether a oneOf branch is for values of `value`'s shape: its `type`, or an enum of plain
+    values."""
     if "type" in branch and branch["type"] in _SHAPES:
         return isinstance(value, _SHAPES[branch["type"]])
     if "enum" in branch:
@@ -208,7 +246,8 @@ def one_line(error: Exception) -> str:
 
 
 def sized(config: dict) -> dict:
-    """`size: small` deep-merges the config's `small` fragment over it (dicts merge, lists and scalars replace).
+    """`size: small` deep-merges the config's `small` fragment over it (dicts merge, lists and
+    scalars replace).
 
     A preset runs at its study's size by default; `--config size=small` runs the
     same experiments small enough for a CPU in minutes. The merge comes before
@@ -222,7 +261,8 @@ def sized(config: dict) -> dict:
 
 
 def config_dir(key: str, configfiles: list) -> str:
-    """The folder of the last config file that sets `key` (its paths are relative to it); else the working directory."""
+    """The folder of the last config file that sets `key` (its paths are relative to it); else the
+    working directory."""
     for path in reversed(configfiles):
         try:
             if key in read_config_file(str(path)):

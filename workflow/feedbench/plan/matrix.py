@@ -54,10 +54,12 @@ from ..core.search import dry_run_line
 from ..core.target import check_cells, measured_cells, read_target
 from .config import config_dir, count_values, sized, validate_config
 
-# A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment names.
+# A name fit for a folder: also the pattern (and maxLength) of config/schema.yaml's experiment
+# names.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 MAX_NAME_LENGTH = 64
-# Cells of all experiments together, unless the config's `max_cells` says otherwise (config/schema.yaml).
+# Cells of all experiments together, unless the config's `max_cells` says otherwise
+# (config/schema.yaml).
 MAX_CELLS = 10_000
 
 
@@ -65,11 +67,13 @@ def check_name(name: Any) -> None:
     """An experiment name is a folder and a wildcard value: short, plain, and not periodic."""
     if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
         raise ConfigError(
-            f"experiments: name {shown(name)} is not fit for a path; allowed: letters, digits, _ and - (not first)"
+            f"experiments: name {shown(name)} is not fit for a path; allowed: letters, digits, _ "
+            "and - (not first)"
         )
     if len(name) > MAX_NAME_LENGTH:
         raise ConfigError(
-            f"experiments: name {shown(name)} has {len(name)} characters; allowed: at most {MAX_NAME_LENGTH}"
+            f"experiments: name {shown(name)} has {len(name)} characters; allowed: at most "
+            f"{MAX_NAME_LENGTH}"
         )
     if periodic(name):
         raise ConfigError(
@@ -94,7 +98,9 @@ def check_names(mapping: dict, where: str, extra: tuple[str, ...] = ()) -> None:
             allowed = sorted(KNOBS) + list(extra)
             close = difflib.get_close_matches(str(name), allowed, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{key_path(where, name)}: unknown knob{hint}; allowed: {', '.join(allowed)}")
+            raise ConfigError(
+                f"{key_path(where, name)}: unknown knob{hint}; allowed: {', '.join(allowed)}"
+            )
 
 
 def check_values(mapping: dict, where: str) -> None:
@@ -108,7 +114,8 @@ def check_values(mapping: dict, where: str) -> None:
 
 
 def check_levels(axis: str, levels: list, where: str) -> None:
-    """An axis's levels are valid and differ by value: [1, 1.0] or [true, true] would run one cell twice."""
+    """An axis's levels are valid and differ by value: [1, 1.0] or [true, true] would run one cell
+    twice."""
     seen: dict[str, Any] = {}
     for level in levels:
         try:
@@ -117,28 +124,47 @@ def check_levels(axis: str, levels: list, where: str) -> None:
             raise knob_error(error, {axis: where}) from None
         key = same_key(value)
         if key in seen:
-            twice = f" (as {shown(seen[key])} and {shown(level)})" if repr(seen[key]) != repr(level) else ""
-            raise ConfigError(f"{where}: value {shown(level)} is given twice{twice}; allowed: levels that differ")
+            twice = (
+                f" (as {shown(seen[key])} and {shown(level)})"
+                if repr(seen[key]) != repr(level)
+                else ""
+            )
+            raise ConfigError(
+                f"{where}: value {shown(level)} is given twice{twice}; allowed: levels that differ"
+            )
         seen[key] = level
 
 
 def cell_count(experiment: dict) -> int:
-    """Cells of an experiment before it is expanded: the product of its axes' lengths plus its includes (at least 1)."""
+    """Cells of an experiment before it is expanded: the product of its axes' lengths plus its
+    includes (at least 1)."""
     axes = experiment.get("matrix") or {}
-    product = math.prod(len(levels) if isinstance(levels, list) else 1 for levels in axes.values()) if axes else 0
+    product = (
+        math.prod(len(levels) if isinstance(levels, list) else 1 for levels in axes.values())
+        if axes
+        else 0
+    )
     return max(product + len(experiment.get("include") or []), 1)
 
 
 def check_size(experiments: dict, limit: int) -> None:
-    """Refuse more than `limit` cells before expanding them: a million cells would take minutes and gigabytes."""
+    """Refuse more than `limit` cells before expanding them: a million cells would take minutes and
+    gigabytes."""
     counts = {name: cell_count(experiment) for name, experiment in experiments.items()}
     total = sum(counts.values())
     if total > limit:
-        largest = ", ".join(f"{name}: {count}" for name, count in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
-        raise ConfigError(f"experiments: {total} cells ({largest}); allowed: at most {limit} cells in all (max_cells)")
+        largest = ", ".join(
+            f"{name}: {count}" for name, count in sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+        )
+        raise ConfigError(
+            f"experiments: {total} cells ({largest}); allowed: at most {limit} "
+            "cells in all (max_cells)"
+        )
 
 
-def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: str | None = None) -> list[PlannedCell]:
+def expand_experiment(
+    name: str, experiment: dict, defaults: dict, images_dir: str | None = None
+) -> list[PlannedCell]:
     """The cells of one experiment, in order: the product (less exclusions), then the includes."""
     where = key_path("experiments", name)
     check_names(defaults, "defaults", NOT_KNOBS)
@@ -158,27 +184,42 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
     for axis, levels in axes.items():
         if not isinstance(levels, list) or not levels:
             raise ConfigError(
-                f"{key_path(where, 'matrix', axis)}: value {shown(levels)} has no levels; allowed: a non-empty list"
+                f"{key_path(where, 'matrix', axis)}: value {shown(levels)} has no levels; "
+                "allowed: a non-empty list"
             )
         check_levels(axis, levels, key_path(where, "matrix", axis))
-    raw: list[tuple[dict, dict, list[str], str | None]] = []  # knobs, sources, id keys, include path
+    # knobs, sources, id keys, include path
+    raw: list[tuple[dict, dict, list[str], str | None]] = []
     if axes:
         for levels in itertools.product(*axes.values()):
             knobs = {**base_knobs, **dict(zip(axes, levels, strict=True))}
-            raw.append((knobs, {**sources, **{a: key_path(where, "matrix", a) for a in axes}}, list(axes), None))
+            raw.append(
+                (
+                    knobs,
+                    {**sources, **{a: key_path(where, "matrix", a) for a in axes}},
+                    list(axes),
+                    None,
+                )
+            )
     excludes = experiment.get("exclude") or []
     for i, partial in enumerate(excludes):
-        kept = [r for r in raw if not all(same_value(r[0].get(k, default_of(k)), v) for k, v in partial.items())]
+        kept = [
+            r
+            for r in raw
+            if not all(same_value(r[0].get(k, default_of(k)), v) for k, v in partial.items())
+        ]
         if len(kept) == len(raw):
             raise ConfigError(
-                f"{key_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the matrix; allowed: a "
-                "mapping of axis levels"
+                f"{key_path(where, 'exclude', i)}: value {shown(partial)} matches no cell of the "
+                "matrix; allowed: a mapping of axis levels"
             )
         raw = kept
-    if axes and not any(all(same_value(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw):
+    if axes and not any(
+        all(same_value(r[0][a], levels[0]) for a, levels in axes.items()) for r in raw
+    ):
         raise ConfigError(
-            f"{key_path(where, 'exclude')}: removes the baseline (the first level of every axis); allowed: exclusions "
-            "that keep it"
+            f"{key_path(where, 'exclude')}: removes the baseline (the first level of every "
+            "axis); allowed: exclusions that keep it"
         )
     for i, extra in enumerate(experiment.get("include") or []):
         knobs = {**base_knobs, **extra}
@@ -197,9 +238,13 @@ def expand_experiment(name: str, experiment: dict, defaults: dict, images_dir: s
 
 
 def _planned(
-    name: str, where: str, raw: list[tuple[dict, dict, list[str], str | None]], images_dir: str | None
+    name: str,
+    where: str,
+    raw: list[tuple[dict, dict, list[str], str | None]],
+    images_dir: str | None,
 ) -> list[PlannedCell]:
-    """The planned cells of an experiment's raw ones, args folded; ConfigError on two cells that are one."""
+    """The planned cells of an experiment's raw ones, args folded; ConfigError on two cells that are
+    one."""
     cells: list[PlannedCell] = []
     seen: dict[str, tuple[dict, str]] = {}
     same: dict[str, str] = {}  # the cell's knobs as the harness reads them -> id
@@ -211,14 +256,18 @@ def _planned(
         if ident in seen:
             first_knobs, first_origin = seen[ident]
             what = "duplicates" if first_knobs == knobs else "has the same id as"
-            raise ConfigError(f"{origin or where}: {what} cell '{ident}' ({first_origin}); allowed: cells that differ")
+            raise ConfigError(
+                f"{origin or where}: {what} cell '{ident}' ({first_origin}); "
+                "allowed: cells that differ"
+            )
         folded, folded_sources = fold_args(knobs, knob_sources)
         key = same_key(effective(folded))
         if key in same:
             first = same[key]
             where_first = seen[first][1]
             raise ConfigError(
-                f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells that differ"
+                f"{origin or where}: duplicates cell '{first}' ({where_first}); allowed: cells "
+                "that differ"
             )
         seen[ident] = (knobs, origin or key_path(where, "matrix"))
         same[key] = ident
@@ -229,35 +278,42 @@ def _planned(
 def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
     """Knob-level checks by the harness, plus: a data_dir the user gave must exist.
 
-    Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it again."""
+    Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it
+    again."""
     from ..core.cell import parse_cell  # imports torch: only when cells are checked
     from ..core.plugins import resolve_all
 
     try:
         parsed = parse_cell(cell.labelled(1))
-        resolve_all(parsed)  # importing the user's code (the config names it): a target that does not import stops here
+        # importing the user's code (the config names it): a target that does not import stops here
+        resolve_all(parsed)
     except KnobError as error:
         raise knob_error(error, cell.sources) from None
     data_dir = cell.knobs.get("data_dir")
     if (
-        data_dir and data_dir != images_dir and not os.path.isdir(data_dir) and not cell.knobs.get("download")
+        data_dir
+        and data_dir != images_dir
+        and not os.path.isdir(data_dir)
+        and not cell.knobs.get("download")
     ):  # download makes it
         hint = (
-            " (make one with: python -m feedbench make-images DIR, or leave data_dir out to generate one)"
+            " (make one with: python -m feedbench make-images DIR, or leave data_dir out to "
+            "generate one)"
             if cell.knobs.get("dataset") == "images"
             else ""
         )
         raise ConfigError(
-            f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not exist; allowed: an existing "
-            f"folder{hint}"
+            f"{cell.sources.get('data_dir', 'data_dir')}: value {shown(data_dir)} does not "
+            f"exist; allowed: an existing folder{hint}"
         )
     return replace(cell, parsed=parsed)
 
 
 def with_args_folder(cell: PlannedCell, folder: str | None) -> PlannedCell:
-    """Paths written `./...` or `../...` in dataset_args and model_args made absolute against `folder` (the config
-    file's), as python_path is: the jobs run in Snakemake's --directory, wherever that is. One that does not exist is
-    a ConfigError naming its key, before any job. Other strings are left as they are: an argument may be no path."""
+    """Paths written `./...` or `../...` in dataset_args and model_args made absolute against
+    `folder` (the config file's), as python_path is: the jobs run in Snakemake's --directory,
+    wherever that is. One that does not exist is a ConfigError naming its key, before any job. Other
+    strings are left as they are: an argument may be no path."""
     if folder is None:
         return cell
     knobs = dict(cell.knobs)
@@ -270,8 +326,8 @@ def with_args_folder(cell: PlannedCell, folder: str | None) -> PlannedCell:
                     where = cell.sources.get(args_knob, args_knob)
                     where += f".{name}" if where.endswith(args_knob) else f" ({args_knob}.{name})"
                     raise ConfigError(
-                        f"{where}: path {shown(value)} does not exist (relative to the config file's folder, "
-                        f"{folder}: {args[name]}); allowed: an existing path"
+                        f"{where}: path {shown(value)} does not exist (relative to the config "
+                        f"file's folder, {folder}: {args[name]}); allowed: an existing path"
                     )
         if args != (cell.knobs.get(args_knob) or {}):
             knobs[args_knob] = args
@@ -279,48 +335,64 @@ def with_args_folder(cell: PlannedCell, folder: str | None) -> PlannedCell:
 
 
 def with_python_path(cell: PlannedCell, python_path: list[str]) -> PlannedCell:
-    """The config's python_path (absolute) on cells that name user code, and only on them: their params carry it."""
+    """The config's python_path (absolute) on cells that name user code, and only on them: their
+    params carry it."""
     if not python_path or not user_code_of(cell.knobs):
         return cell
     return replace(
-        cell, knobs={**cell.knobs, "python_path": python_path}, sources={**cell.sources, "python_path": "python_path"}
+        cell,
+        knobs={**cell.knobs, "python_path": python_path},
+        sources={**cell.sources, "python_path": "python_path"},
     )
 
 
 def check_plots(name: str, experiment: dict, cells: list[PlannedCell]) -> None:
-    """x, y and hue of every plot spec name a knob or a summary column (analysis.plots draws from the summary)."""
+    """x, y and hue of every plot spec name a knob or a summary column (analysis.plots draws from
+    the summary)."""
     plot = experiment.get("plot")
     if not plot:
         return
     if all(c.knobs.get("scenario", KNOBS["scenario"].default) == "transfer" for c in cells):
-        return  # a transfer probe is drawn on its own axes, whatever the spec names (feedbench.analysis.plots.draw)
+        # a transfer probe is drawn on its own axes, whatever the spec names
+        # (feedbench.analysis.plots.draw)
+        return
     where = key_path("experiments", name, "plot")
-    specs = [(key_path(where, i), spec) for i, spec in enumerate(plot)] if isinstance(plot, list) else [(where, plot)]
+    specs = (
+        [(key_path(where, i), spec) for i, spec in enumerate(plot)]
+        if isinstance(plot, list)
+        else [(where, plot)]
+    )
     columns = SUMMARY_COLUMNS
     for where, spec in specs:
         names = {"x": spec.get("x"), "y": spec.get("y", "samples_per_s"), "hue": spec.get("hue")}
         if spec.get("kind") == "phases":
             del names["y"]  # phases draws the step's phases, not y
         for key, column in names.items():
-            if column is None or column in KNOBS or re.fullmatch(r"\w+_mean", column) or STAGE_COLUMN.fullmatch(column):
+            if (
+                column is None
+                or column in KNOBS
+                or re.fullmatch(r"\w+_mean", column)
+                or STAGE_COLUMN.fullmatch(column)
+            ):
                 continue
             if column in columns:
                 continue
             close = difflib.get_close_matches(column, list(KNOBS) + columns, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(
-                f"{key_path(where, key)}: column {shown(column)} is neither a knob nor a summary column{hint};"
-                f" allowed: a knob, a monitor series' <name>_mean, or {', '.join(columns)}"
+                f"{key_path(where, key)}: column {shown(column)} is neither a knob nor a summary "
+                f"column{hint}; allowed: a knob, a monitor series' <name>_mean, or "
+                f"{', '.join(columns)}"
             )
 
 
 def build_cells(
     config: dict, images_dir: str | None = None, check: bool = True, args_folder: str | None = None
 ) -> list[PlannedCell]:
-    """Every cell of every experiment of a schema-validated config, checked by the harness (unless check is false),
-    then the ceiling cells of the experiments with `ceilings: true` and a target's measured compute cells (also
-    checked). `args_folder`: the config file's folder, which `./` and `../` paths in a factory's arguments are
-    relative to (with_args_folder)."""
+    """Every cell of every experiment of a schema-validated config, checked by the harness (unless
+    check is false), then the ceiling cells of the experiments with `ceilings: true` and a target's
+    measured compute cells (also checked). `args_folder`: the config file's folder, which `./` and
+    `../` paths in a factory's arguments are relative to (with_args_folder)."""
     cells: list[PlannedCell] = []
     defaults = config.get("defaults") or {}
     experiments = config.get("experiments") or {}
@@ -332,7 +404,9 @@ def build_cells(
     for name, experiment in experiments.items():
         check_search(name, experiment, defaults)
         expanded = expand_experiment(name, experiment, defaults, images_dir)
-        expanded = [with_args_folder(with_python_path(cell, python_path), args_folder) for cell in expanded]
+        expanded = [
+            with_args_folder(with_python_path(cell, python_path), args_folder) for cell in expanded
+        ]
         check_plots(name, experiment, expanded)
         if check:
             expanded = [check_cell(cell, images_dir) for cell in expanded]
@@ -348,11 +422,14 @@ def build_cells(
 
 
 def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[dict]:
-    """The cells of a searched experiment by combination of its other knobs: [{"knobs": the other knobs that vary
-    in the experiment, "cells": {level of axis: cell}}], in the experiment's order."""
+    """The cells of a searched experiment by combination of its other knobs: [{"knobs": the other
+    knobs that vary in the experiment, "cells": {level of axis: cell}}], in the experiment's
+    order."""
     own = [c for c in cells if c.experiment == experiment]
     varying = [
-        k for k in dict.fromkeys(k for c in own for k in c.knobs) if len({same_key(c.knobs.get(k)) for c in own}) > 1
+        k
+        for k in dict.fromkeys(k for c in own for k in c.knobs)
+        if len({same_key(c.knobs.get(k)) for c in own}) > 1
     ]
     groups: dict[str, dict] = {}
     for cell in own:
@@ -365,8 +442,8 @@ def search_groups(cells: list[PlannedCell], experiment: str, axis: str) -> list[
 
 
 def search_ceilings(cells: list[PlannedCell], experiment: str, axis: str) -> list[tuple[str, str]]:
-    """(experiment, id) of every ceiling cell that bounds a cell of the searched experiment: what its checkpoint
-    reads."""
+    """(experiment, id) of every ceiling cell that bounds a cell of the searched experiment: what
+    its checkpoint reads."""
 
     bounds, sources = Bounds(cells), set()
     for group in search_groups(cells, experiment, axis):
@@ -376,9 +453,9 @@ def search_ceilings(cells: list[PlannedCell], experiment: str, axis: str) -> lis
 
 
 def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_of) -> list[dict]:
-    """The checkpoint's groups: per combination of the other knobs, each level's cell id, knobs, the cells of its
-    ceilings as the planner's map names them (`links`: `<experiment>/<cell>` or None, as in ceiling_map) and their
-    result files (results_of(experiment, cell id) -> paths)."""
+    """The checkpoint's groups: per combination of the other knobs, each level's cell id, knobs, the
+    cells of its ceilings as the planner's map names them (`links`: `<experiment>/<cell>` or None,
+    as in ceiling_map) and their result files (results_of(experiment, cell id) -> paths)."""
 
     bounds, groups = Bounds(cells), []
     for group in search_groups(cells, experiment, axis):
@@ -387,13 +464,22 @@ def search_levels(cells: list[PlannedCell], experiment: str, axis: str, results_
             sources = bounds.of(cell)
             ceilings = {s: results_of(c.experiment, c.id) if c else [] for s, c in sources.items()}
             links = {s: f"{c.experiment}/{c.id}" if c else None for s, c in sources.items()}
-            levels.append({"level": level, "cell": cell.id, "knobs": cell.knobs, "ceilings": ceilings, "links": links})
+            levels.append(
+                {
+                    "level": level,
+                    "cell": cell.id,
+                    "knobs": cell.knobs,
+                    "ceilings": ceilings,
+                    "links": links,
+                }
+            )
         groups.append({"knobs": group["knobs"], "levels": levels})
     return groups
 
 
 def search_dry_run_line(cells: list[PlannedCell], experiment: str, axis: str) -> str:
-    """The line a dry run prints for a searched experiment's checkpoint, before the ceilings exist."""
+    """The line a dry run prints for a searched experiment's checkpoint, before the ceilings
+    exist."""
 
     groups = search_groups(cells, experiment, axis)
     levels = {level for group in groups for level in group["cells"]}
@@ -409,14 +495,18 @@ def needs_images(cells: list[PlannedCell], images_dir: str) -> bool:
     return any(c.knobs.get("data_dir") == images_dir for c in cells)
 
 
-def planned_cells(config: dict, schema_path: str, configfiles: list, images_dir: str) -> list[PlannedCell]:
-    """The workflow's config, in place: its size bounded, `small` merged (sized), defaults filled from the schema,
-    python_path, a target's cpu_speed file and `./` paths in a factory's arguments made absolute (relative to the
-    file that sets them); then every cell, checked (build_cells)."""
+def planned_cells(
+    config: dict, schema_path: str, configfiles: list, images_dir: str
+) -> list[PlannedCell]:
+    """The workflow's config, in place: its size bounded, `small` merged (sized), defaults filled
+    from the schema, python_path, a target's cpu_speed file and `./` paths in a factory's arguments
+    made absolute (relative to the file that sets them); then every cell, checked (build_cells)."""
     count_values(config)
     validate_config(sized(config), schema_path)
     folder = config_dir("python_path", configfiles)
-    config["python_path"] = [os.path.normpath(os.path.join(folder, p)) for p in config["python_path"]]
+    config["python_path"] = [
+        os.path.normpath(os.path.join(folder, p)) for p in config["python_path"]
+    ]
     with_speed_file(config.get("target"), config_dir("target", configfiles))
     return build_cells(config, images_dir, args_folder=config_dir("experiments", configfiles))
 
@@ -426,7 +516,8 @@ HARNESS_ENTRY = "__main__"
 
 
 def _module_file(package_dir: str, dotted: str) -> str | None:
-    """The file of a package-relative dotted name (`harness.runner`), a module or a subpackage's __init__."""
+    """The file of a package-relative dotted name (`harness.runner`), a module or a subpackage's
+    __init__."""
     path = os.path.join(package_dir, *dotted.split(".")) if dotted else package_dir
     for candidate in (path + ".py", os.path.join(path, "__init__.py")):
         if os.path.isfile(candidate):
@@ -435,9 +526,9 @@ def _module_file(package_dir: str, dotted: str) -> str | None:
 
 
 def harness_files(package_dir: str) -> list[str]:
-    """The package's modules reachable from __main__ by relative imports (read with ast, lazy imports inside
-    functions included), the __init__ of each package on the way, and the package's data files (not its README.md
-    files, nor the report's templates)."""
+    """The package's modules reachable from __main__ by relative imports (read with ast, lazy
+    imports inside functions included), the __init__ of each package on the way, and the package's
+    data files (not its README.md files, nor the report's templates)."""
     found: set[str] = set()
     todo = [HARNESS_ENTRY, ""]
     while todo:
@@ -447,16 +538,20 @@ def harness_files(package_dir: str) -> list[str]:
             continue
         found.add(path)
         here = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
-        todo += [".".join(here[:i]) for i in range(1, len(here) + 1)]  # the packages the module sits in
+        # the packages the module sits in
+        todo += [".".join(here[:i]) for i in range(1, len(here) + 1)]
         with open(path) as f:
             tree = ast.parse(f.read(), path)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
-                base = here[: len(here) - node.level + 1] + (node.module.split(".") if node.module else [])
+                base = here[: len(here) - node.level + 1] + (
+                    node.module.split(".") if node.module else []
+                )
                 todo += [".".join(base)] + [".".join([*base, alias.name]) for alias in node.names]
     files = sorted(found)
     for folder, subfolders, names in os.walk(package_dir):
-        subfolders[:] = [d for d in subfolders if d != "templates"]  # the report's: editing them reruns no cell
+        # the report's: editing them reruns no cell
+        subfolders[:] = [d for d in subfolders if d != "templates"]
         # The layers' README.md files are documentation: editing them reruns no cell either.
         files += [os.path.join(folder, n) for n in names if not n.endswith((".py", ".pyc", ".md"))]
     return sorted(set(files))

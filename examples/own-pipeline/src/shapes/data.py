@@ -14,10 +14,14 @@ from PIL import Image, ImageDraw
 from torch.utils.data import IterableDataset, get_worker_info
 
 
-def make_shards(root: str, shards: int, count: int, size: int, classes: int, seed: int = 0) -> list[str]:
-    """Write `count` JPEGs of coloured shapes into `shards` tar files, deterministically; return their paths.
+def make_shards(
+    root: str, shards: int, count: int, size: int, classes: int, seed: int = 0
+) -> list[str]:
+    """Write `count` JPEGs of coloured shapes into `shards` tar files, deterministically; return
+    their paths.
 
-    Written to a temporary folder and renamed, so concurrent jobs asking for the same shards never see half of them.
+    Written to a temporary folder and renamed, so concurrent jobs asking for the same shards never
+    see half of them.
     """
     folder = os.path.join(root, f"shards-{shards}-n{count}-s{size}-c{classes}-seed{seed}")
     if not os.path.isdir(folder):
@@ -44,7 +48,9 @@ def make_shards(root: str, shards: int, count: int, size: int, classes: int, see
             os.rename(tmp, folder)
         except OSError:  # another job got there first: its shards are the same bytes
             pass
-    return sorted(os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(".tar"))
+    return sorted(
+        os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(".tar")
+    )
 
 
 def augment(image: Image.Image, crop: int, rng: random.Random) -> torch.Tensor:
@@ -58,13 +64,21 @@ def augment(image: Image.Image, crop: int, rng: random.Random) -> torch.Tensor:
 
 
 class ShardStream(IterableDataset):
-    """Samples of the shards this rank and this loader worker own: shard i goes to reader i mod (ranks x workers).
+    """Samples of the shards this rank and this loader worker own: shard i goes to reader i mod
+    (ranks x workers).
 
-    With fewer shards than readers some readers get none: the pain of shards vs workers (webdataset#152).
+    With fewer shards than readers some readers get none: the pain of shards vs workers
+    (webdataset#152).
     """
 
     def __init__(self, shards: list[str], crop: int, rank: int, world_size: int, seed: int):
-        self.shards, self.crop, self.rank, self.world_size, self.seed = shards, crop, rank, world_size, seed
+        self.shards, self.crop, self.rank, self.world_size, self.seed = (
+            shards,
+            crop,
+            rank,
+            world_size,
+            seed,
+        )
         self.epoch = 0
 
     def __iter__(self):
@@ -100,4 +114,7 @@ def build_dataset(
 
 
 def collate(samples: list[tuple[torch.Tensor, int]]) -> dict[str, torch.Tensor]:
-    return {"image": torch.stack([s[0] for s in samples]), "label": torch.tensor([s[1] for s in samples])}
+    return {
+        "image": torch.stack([s[0] for s in samples]),
+        "label": torch.tensor([s[1] for s in samples]),
+    }

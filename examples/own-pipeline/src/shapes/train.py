@@ -6,5 +6,6 @@ from torch import nn
 
 
 def train_step(model, batch, ctx):
-    """Return the loss; feedbench calls backward and the optimizer (return None after doing them yourself)."""
+    """Return the loss; feedbench calls backward and the optimizer (return None after doing them
+    yourself)."""
     return nn.functional.cross_entropy(model(batch["image"]), batch["label"], label_smoothing=0.1)

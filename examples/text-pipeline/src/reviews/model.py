@@ -1,4 +1,5 @@
-"""Embedding, mean over the real tokens, and an MLP: a small classifier whose forward takes named inputs."""
+"""Embedding, mean over the real tokens, and an MLP: a small classifier whose forward takes named
+inputs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A byte-pair-encoding tokenizer in pure Python, without a cache: slow, as hand-written tokenizers are."""
+"""A byte-pair-encoding tokenizer in pure Python, without a cache: slow, as hand-written tokenizers
+are."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ WORD = re.compile(r"[a-z]+|[0-9]+|[^\sa-z0-9]")
 
 
 class BPETokenizer:
-    """Learns `merges` pair merges from the texts; encodes a word by applying the best-ranked merge until none fits."""
+    """Learns `merges` pair merges from the texts; encodes a word by applying the best-ranked merge
+    until none fits."""
 
     def __init__(self, texts: list[str], merges: int = 400):
         words = collections.Counter(w for text in texts for w in WORD.findall(text.lower()))
@@ -40,7 +42,10 @@ class BPETokenizer:
     def bpe(self, word: str) -> tuple[str, ...]:
         symbols = tuple(word)
         while len(symbols) > 1:
-            ranked = [(self.ranks.get(pair, len(self.ranks)), pair) for pair in zip(symbols, symbols[1:], strict=False)]
+            ranked = [
+                (self.ranks.get(pair, len(self.ranks)), pair)
+                for pair in zip(symbols, symbols[1:], strict=False)
+            ]
             rank, pair = min(ranked)
             if rank == len(self.ranks):
                 break

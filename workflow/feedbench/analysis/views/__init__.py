@@ -1,4 +1,5 @@
-"""Study views: one experiment shown the way its published study showed it, with the study's numbers beside ours.
+"""Study views: one experiment shown the way its published study showed it, with the study's numbers
+beside ours.
 
 An experiment opts in with `view: <name>` (and `reference: <csv>`, the name
 of report/references/<csv>.csv; default: the view's name). A view builder
@@ -30,7 +31,8 @@ NAMES = ("prefetch", "workers", "scaling", "nmt", "breakdown", "datastall")
 
 @dataclass
 class Table:
-    """A table for the page: a caption, column headings and rows of plain values (the template formats numbers)."""
+    """A table for the page: a caption, column headings and rows of plain values (the template
+    formats numbers)."""
 
     caption: str
     columns: list[str]
@@ -53,14 +55,16 @@ class View:
     tables: list[Table] = field(default_factory=list)
     figure: Figure | None = None
     verdict: str | None = None  # one line: the answer of this view
-    notes: list[str] = field(default_factory=list)  # caveats: what could not be measured here and why
+    # caveats: what could not be measured here and why
+    notes: list[str] = field(default_factory=list)
 
 
 Builder = Callable[[pd.DataFrame, "pd.DataFrame | None", dict], View]
 
 
 def builder(name: str) -> Builder:
-    """The `build(rows, reference, spec)` function of view `name` (module feedbench.analysis.views.<name>)."""
+    """The `build(rows, reference, spec)` function of view `name` (module
+    feedbench.analysis.views.<name>)."""
     if name not in NAMES:
         raise ValueError(f"view {name!r} is not one of {', '.join(NAMES)}")
     return importlib.import_module(f"{__name__}.{name}").build
@@ -77,7 +81,8 @@ def measured(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def hardware(rows: pd.DataFrame) -> str:
-    """Where our numbers came from, for labels: 'NVIDIA H100 80GB HBM3 (host gpu7)' or 'CPU only (host laptop)'."""
+    """Where our numbers came from, for labels: 'NVIDIA H100 80GB HBM3 (host gpu7)' or 'CPU only
+    (host laptop)'."""
     ok = measured(rows)
     gpus = sorted({str(g) for g in ok.get("gpu", pd.Series(dtype=object)).dropna()})
     hosts = sorted({str(h) for h in ok.get("host", pd.Series(dtype=object)).dropna()})
@@ -86,7 +91,8 @@ def hardware(rows: pd.DataFrame) -> str:
 
 
 def median_by(rows: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
-    """Median over repeats of each value column, per combination of keys (measured rows only), keys sorted naturally."""
+    """Median over repeats of each value column, per combination of keys (measured rows only), keys
+    sorted naturally."""
     ok = measured(rows)
     if ok.empty:
         return pd.DataFrame(columns=[*keys, *values])
@@ -102,15 +108,22 @@ def median_by(rows: pd.DataFrame, keys: list[str], values: list[str]) -> pd.Data
 
 
 def with_gpus(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with a `gpus` column: the GPUs each cell trains on (feedbench.analysis.verdict.gpu_count)."""
-    return rows.assign(gpus=[gpu_count(r) for r in rows.to_dict("records")] if len(rows) else pd.Series(dtype=int))
+    """The rows with a `gpus` column: the GPUs each cell trains on
+    (feedbench.analysis.verdict.gpu_count)."""
+    return rows.assign(
+        gpus=[gpu_count(r) for r in rows.to_dict("records")] if len(rows) else pd.Series(dtype=int)
+    )
 
 
 def unfinished(rows: pd.DataFrame, keys: list[str]) -> list[str]:
-    """A note per cell none of whose repeats finished, named by its keys (those cells are missing from the view's
-    tables)."""
+    """A note per cell none of whose repeats finished, named by its keys (those cells are missing
+    from the view's tables)."""
     finished = set(measured(rows)["cell"]) if "cell" in rows else set()
-    lost = rows[~rows["cell"].isin(finished)].drop_duplicates("cell") if "cell" in rows else rows.iloc[0:0]
+    lost = (
+        rows[~rows["cell"].isin(finished)].drop_duplicates("cell")
+        if "cell" in rows
+        else rows.iloc[0:0]
+    )
     return [
         f"no repeat of {', '.join(f'{k}={r[k]}' for k in keys if k in r)} finished "
         f"({r.get('error_type') or 'failed'}): it is missing from the tables (see Failed cells)"
@@ -124,7 +137,9 @@ def cpu_only(rows: pd.DataFrame) -> bool:
     return not ok.empty and ("gpu" not in ok or ok["gpu"].isna().all())
 
 
-def common_notes(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict, name: str) -> list[str]:
+def common_notes(
+    rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict, name: str
+) -> list[str]:
     """Notes a view owes its reader when nothing was measured or no published table was given."""
     notes = (
         []
@@ -133,7 +148,7 @@ def common_notes(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict,
     )
     if reference is None:
         notes.append(
-            f"No published table (report/references/{spec.get('reference') or name}.csv) was given to the report: only "
-            "measured numbers are shown."
+            f"No published table (report/references/{spec.get('reference') or name}.csv) was "
+            "given to the report: only measured numbers are shown."
         )
     return notes

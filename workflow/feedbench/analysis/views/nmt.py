@@ -1,5 +1,5 @@
-"""Study view `nmt`: fused vs step-by-step LSTM under DataParallel, DDP and independent replicas (TensorFlow NMT;
-docs/studies.md)."""
+"""Study view `nmt`: fused vs step-by-step LSTM under DataParallel, DDP and independent replicas
+(TensorFlow NMT; docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -14,35 +14,45 @@ FIXED = "speedup published (warm-up fix, batch 384)"
 PARALLEL = {"dp": "DataParallel", "ddp": "DDP", "independent": "independent", "none": "one process"}
 
 TEXT = """\
-Tokens per second of an LSTM sequence model and its speedup over the same variant's one-GPU cell, at each GPU count, \
-for the four corners the TensorFlow NMT study compared: the fused cuDNN LSTM (lstm_impl=fused) against a step-by-step \
-LSTMCell loop (lstm_impl=cell), under DataParallel (parallel=dp: one process, parameters broadcast and gradients \
-reduced onto the first GPU, the loss computed inside each replica; the study used a TensorFlow parameter server, which \
-DataParallel is not), DDP (all-reduce of gradients: parallel=ddp) and independent replicas with no gradient \
+Tokens per second of an LSTM sequence model and its speedup over the same variant's one-GPU cell, \
+at each GPU count, for the four corners the TensorFlow NMT study compared: the fused cuDNN LSTM \
+(lstm_impl=fused) against a step-by-step LSTMCell loop (lstm_impl=cell), under DataParallel \
+(parallel=dp: one process, parameters broadcast and gradients reduced onto the first GPU, the loss \
+computed inside each replica; the study used a TensorFlow parameter server, which DataParallel is \
+not), DDP (all-reduce of gradients: parallel=ddp) and independent replicas with no gradient \
 exchange (parallel=independent: the ideal line).
 
-The gap between a variant and its independent replicas is what gradient exchange costs; the gap between fused and cell \
-is what a step-by-step RNN costs. Speedups compare across machines, tokens/s do not: the published words/s come from \
-TensorFlow on one machine with 8 Tesla P100-PCIE-16GB (the study's README), ours from the hardware in the table's \
-caption. The study's first tables (batch 360) timed a first batch that included memory-pool allocation; its later \
-re-measurement (docs/fix_the_warmup_problem.md: 10 warm-up batches, batch 384 per GPU) is shown in its own column: \
-at 8 GPUs independent cudnn_lstm 7.59x, cudnn_lstm + parameter server 6.44x, dynamic_rnn + parameter server 6.42x, \
-dynamic_rnn + NCCL all-reduce 4.89x."""
+The gap between a variant and its independent replicas is what gradient exchange costs; the gap \
+between fused and cell is what a step-by-step RNN costs. Speedups compare across machines, \
+tokens/s do not: the published words/s come from TensorFlow on one machine with 8 Tesla \
+P100-PCIE-16GB (the study's README), ours from the hardware in the table's caption. The study's \
+first tables (batch 360) timed a first batch that included memory-pool allocation; its later \
+re-measurement (docs/fix_the_warmup_problem.md: 10 warm-up batches, batch 384 per GPU) is shown in \
+its own column: at 8 GPUs independent cudnn_lstm 7.59x, cudnn_lstm + parameter server 6.44x, \
+dynamic_rnn + parameter server 6.42x, dynamic_rnn + NCCL all-reduce 4.89x."""
 
 
 def _cells(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Median metric per (lstm_impl, parallel, GPUs) and the speedup over the variant's one-GPU cell.
+    """Median metric per (lstm_impl, parallel, GPUs) and the speedup over the variant's one-GPU
+    cell.
 
-    A variant without a one-GPU cell of its own (DDP and independent replicas of one GPU are one plain process) is
-    compared with the same lstm_impl's one-GPU cell with parallel=none.
+    A variant without a one-GPU cell of its own (DDP and independent replicas of one GPU are one
+    plain process) is compared with the same lstm_impl's one-GPU cell with parallel=none.
     """
     ok = with_gpus(measured(rows))
-    cells = ok.groupby(KEYS)[metric].median().rename("value").reset_index().sort_values(KEYS, ignore_index=True)
+    cells = (
+        ok.groupby(KEYS)[metric]
+        .median()
+        .rename("value")
+        .reset_index()
+        .sort_values(KEYS, ignore_index=True)
+    )
     one = cells[cells["gpus"] == 1]
     own = one.set_index(VARIANT)["value"]
     plain = one[one["parallel"] == "none"].set_index("lstm_impl")["value"]
     base = [
-        own.get((impl, par), plain.get(impl)) for impl, par in zip(cells["lstm_impl"], cells["parallel"], strict=True)
+        own.get((impl, par), plain.get(impl))
+        for impl, par in zip(cells["lstm_impl"], cells["parallel"], strict=True)
     ]
     cells["speedup"] = cells["value"] / pd.Series(base, index=cells.index, dtype=float)
     cells["efficiency"] = cells["speedup"] / cells["gpus"]
@@ -55,7 +65,10 @@ def _figure(cells: pd.DataFrame, reference: pd.DataFrame | None) -> Figure:
     colours = {}
     for (impl, par), group in cells[cells["speedup"].notna()].groupby(VARIANT, sort=False):
         (line,) = ax.plot(
-            group["gpus"], group["speedup"], marker="o", label=f"measured {impl}, {PARALLEL.get(par, par)}"
+            group["gpus"],
+            group["speedup"],
+            marker="o",
+            label=f"measured {impl}, {PARALLEL.get(par, par)}",
         )
         colours[(impl, par)] = line.get_color()
     if reference is not None:
@@ -70,7 +83,9 @@ def _figure(cells: pd.DataFrame, reference: pd.DataFrame | None) -> Figure:
                 alpha=0.8,
                 label=f"published {impl}, {PARALLEL.get(par, par)}",
             )
-    gpus = sorted(set(cells["gpus"]) | (set(reference["gpus"]) if reference is not None else set()) | {1})
+    gpus = sorted(
+        set(cells["gpus"]) | (set(reference["gpus"]) if reference is not None else set()) | {1}
+    )
     ax.plot(gpus, gpus, "k--", label="ideal")
     ax.set_xticks(gpus, [str(g) for g in gpus])
     ax.set_xlabel("GPUs")
@@ -83,9 +98,15 @@ def _figure(cells: pd.DataFrame, reference: pd.DataFrame | None) -> Figure:
 def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
     ours = hardware(rows)
     ok = measured(rows)
-    metric = "tokens_per_s" if "tokens_per_s" in ok and ok["tokens_per_s"].notna().any() else "samples_per_s"
+    metric = (
+        "tokens_per_s"
+        if "tokens_per_s" in ok and ok["tokens_per_s"].notna().any()
+        else "samples_per_s"
+    )
     unit = metric.replace("_per_s", "/s")
-    view = View("nmt", TEXT, notes=unfinished(rows, ["lstm_impl", "parallel", "gpus_per_node", "nodes"]))
+    view = View(
+        "nmt", TEXT, notes=unfinished(rows, ["lstm_impl", "parallel", "gpus_per_node", "nodes"])
+    )
     cells = _cells(rows, metric)
     if cells.empty:
         view.notes.insert(0, "no cell of this experiment finished: nothing to show")
@@ -99,7 +120,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     view.tables.append(
         Table.of(
             cells.rename(columns={"gpus": "GPUs", "value": unit}),
-            f"Measured on {ours}: median {unit} over repeats, speedup over the variant's one-GPU cell",
+            f"Measured on {ours}: median {unit} over repeats, speedup over the variant's one-GPU "
+            "cell",
         )
     )
 
@@ -107,7 +129,9 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         view.notes.append("no published table: the measured numbers stand alone")
     else:
         original = reference[reference["warmup_steps"] == 0][KEYS + ["speedup"]]
-        fixed = reference[reference["warmup_steps"] > 0][KEYS + ["speedup"]].rename(columns={"speedup": FIXED})
+        fixed = reference[reference["warmup_steps"] > 0][KEYS + ["speedup"]].rename(
+            columns={"speedup": FIXED}
+        )
         side = (
             cells[KEYS + ["speedup", "efficiency"]]
             .merge(
@@ -122,16 +146,21 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         view.tables.append(
             Table.of(
                 side.rename(columns={"gpus": "GPUs"}),
-                "Speedup and efficiency side by side, measured and published, per variant and GPU count",
+                "Speedup and efficiency side by side, measured and published, per variant and "
+                "GPU count",
             )
         )
-        view.tables.append(Table.of(reference, "Published: TensorFlow NMT (dl_framework), on the hardware of each row"))
+        view.tables.append(
+            Table.of(
+                reference, "Published: TensorFlow NMT (dl_framework), on the hardware of each row"
+            )
+        )
 
     measured_speedups = cells[cells["speedup"].notna()]
     if len(measured_speedups):
-        top = measured_speedups[measured_speedups["gpus"] == measured_speedups["gpus"].max()].sort_values(
-            "speedup", ascending=False
-        )
+        top = measured_speedups[
+            measured_speedups["gpus"] == measured_speedups["gpus"].max()
+        ].sort_values("speedup", ascending=False)
         ranking = ", ".join(
             f"{i}/{PARALLEL.get(p, p)} {s:.2f}x"
             for i, p, s in top[["lstm_impl", "parallel", "speedup"]].itertuples(index=False)

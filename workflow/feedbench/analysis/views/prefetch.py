@@ -1,5 +1,5 @@
-"""Study view `prefetch`: time with and without the stream prefetcher per epochs x hidden layers (Ray's auto pipeline;
-docs/studies.md)."""
+"""Study view `prefetch`: time with and without the stream prefetcher per epochs x hidden layers
+(Ray's auto pipeline; docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,19 @@ from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinish
 KEYS = ["epochs", "hidden_layers"]
 
 TEXT = """\
-Ray's example trains an MLP (hidden_layers square Linear(4096, 4096) layers and a one-unit output, no activation: \
-mlp_style=ray) on 50 batches of 4096 synthetic samples per epoch and times all epochs with and without its auto \
-pipeline, which copies batch k+1 to the GPU on a \
-side stream while batch k computes. Here each cell times the same epochs after warm-up (window_s, the median of the \
-repeats); speedup = time without the prefetcher / time with it.
+Ray's example trains an MLP (hidden_layers square Linear(4096, 4096) layers and a one-unit output, \
+no activation: mlp_style=ray) on 50 batches of 4096 synthetic samples per epoch and times all \
+epochs with and without its auto pipeline, which copies batch k+1 to the GPU on a side stream \
+while batch k computes. Here each cell times the same epochs after warm-up (window_s, the median \
+of the repeats); speedup = time without the prefetcher / time with it.
 
-The original's source is pageable memory, so its non_blocking copies block the host and overlap little: that is why \
-it gains only a few per cent. The cells with pin_memory=true feed the prefetcher from pinned memory, where the copy \
-can run beside the compute: they show what the overlap is worth.
+The original's source is pageable memory, so its non_blocking copies block the host and overlap \
+little: that is why it gains only a few per cent. The cells with pin_memory=true feed the \
+prefetcher from pinned memory, where the copy can run beside the compute: they show what the \
+overlap is worth.
 
-Times belong to the machine they were measured on (each table names it); speedups compare across machines."""
+Times belong to the machine they were measured on (each table names it); speedups compare across \
+machines."""
 
 
 def _source(pin) -> str:
@@ -33,8 +35,8 @@ def _source(pin) -> str:
 
 
 def _ours(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
-    """Median window time per (source, epochs, hidden layers, other knobs of the matrix) without and with the
-    prefetcher."""
+    """Median window time per (source, epochs, hidden layers, other knobs of the matrix) without and
+    with the prefetcher."""
     rows = as_requested(rows, ["pin_memory", "device_prefetch"])
     rows = rows.assign(source=[_source(p) for p in rows["pin_memory"]])
     times = median_by(rows, ["source", *KEYS, *others, "device_prefetch"], ["window_s"])
@@ -44,20 +46,26 @@ def _ours(rows: pd.DataFrame, others: list[str]) -> pd.DataFrame:
         .unstack("device_prefetch")
     )
     wide = (
-        wide.reindex(columns=["none", "stream"]).reset_index().rename(columns={"none": "without_s", "stream": "with_s"})
+        wide.reindex(columns=["none", "stream"])
+        .reset_index()
+        .rename(columns={"none": "without_s", "stream": "with_s"})
     )
-    wide[KEYS] = wide[KEYS].apply(pd.to_numeric).astype("Int64")  # epochs is empty when a cell counts steps
+    # epochs is empty when a cell counts steps
+    wide[KEYS] = wide[KEYS].apply(pd.to_numeric).astype("Int64")
     return wide.assign(speedup=wide["without_s"] / wide["with_s"])
 
 
 def _published(reference: pd.DataFrame) -> pd.DataFrame:
-    wide = reference.pivot_table(index=KEYS, columns="device_prefetch", values="seconds", aggfunc="first").reset_index()
+    wide = reference.pivot_table(
+        index=KEYS, columns="device_prefetch", values="seconds", aggfunc="first"
+    ).reset_index()
     wide = wide.rename(columns={"none": "without_s", "stream": "with_s"})
     return wide.assign(speedup=wide["without_s"] / wide["with_s"])
 
 
 def _published_trend(theirs: pd.DataFrame) -> list[str]:
-    """Where the published speedup falls as layers are added: the source says the gain grows with model size."""
+    """Where the published speedup falls as layers are added: the source says the gain grows with
+    model size."""
     notes = []
     for epochs, group in theirs.sort_values(KEYS).groupby("epochs"):
         speedups = list(group["speedup"])
@@ -65,10 +73,10 @@ def _published_trend(theirs: pd.DataFrame) -> list[str]:
             listed = ", ".join(f"{s:.3f}" for s in speedups)
             layers = ", ".join(str(h) for h in group["hidden_layers"])
             notes.append(
-                f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} at {layers} hidden "
-                "layers), although the source says the auto pipeline gains more as the model grows: a larger model "
-                "leaves the copy "
-                "a smaller share of each step to hide."
+                f"The published speedup at {epochs} epoch(s) falls as layers are added ({listed} "
+                f"at {layers} hidden layers), although the source says the auto pipeline gains "
+                "more as the model grows: a larger model leaves the copy a smaller share of "
+                "each step to hide."
             )
     return notes
 
@@ -82,7 +90,8 @@ def _figure(side: pd.DataFrame, series: dict[str, str]) -> Figure:
         part = side[side["epochs"].eq(n) if not pd.isna(n) else side["epochs"].isna()]
         width = 0.8 / len(series)
         for i, (column, label) in enumerate(series.items()):
-            gain = part[column].astype(float) - 1.0  # bars grow from 1 (no gain): up is faster with the prefetcher
+            # bars grow from 1 (no gain): up is faster with the prefetcher
+            gain = part[column].astype(float) - 1.0
             offsets = [j + (i - (len(series) - 1) / 2) * width for j in range(len(part))]
             ax.bar(offsets, gain, bottom=1.0, width=width, label=plain(label))
         ax.axhline(1.0, color="black", linewidth=0.8)
@@ -91,12 +100,21 @@ def _figure(side: pd.DataFrame, series: dict[str, str]) -> Figure:
         ax.set_title(f"epochs = {n if not pd.isna(n) else 'steps'}", fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("speedup (without / with prefetch)")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(series), fontsize="small")
+    fig.legend(
+        *axes[0].get_legend_handles_labels(),
+        loc="outside lower center",
+        ncols=len(series),
+        fontsize="small",
+    )
     return fig
 
 
 def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> View:
-    others = [k for k in spec.get("matrix") or {} if k not in (*KEYS, "pin_memory", "device_prefetch") and k in rows]
+    others = [
+        k
+        for k in spec.get("matrix") or {}
+        if k not in (*KEYS, "pin_memory", "device_prefetch") and k in rows
+    ]
     ours = _ours(rows, others)
     here = hardware(rows)
     view = View(
@@ -107,7 +125,12 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     )
     view.tables.append(
         Table.of(
-            ours.rename(columns={"without_s": "time without prefetch [s]", "with_s": "time with stream prefetch [s]"}),
+            ours.rename(
+                columns={
+                    "without_s": "time without prefetch [s]",
+                    "with_s": "time with stream prefetch [s]",
+                }
+            ),
             f"Measured on {here}: median time of the measured epochs (window_s) and speedup",
         )
     )
@@ -117,7 +140,9 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         .reindex(columns=["pageable", "pinned"])
         .reset_index()
     )
-    side = side.rename(columns={"pageable": "measured, pageable source", "pinned": "measured, pinned source"})
+    side = side.rename(
+        columns={"pageable": "measured, pageable source", "pinned": "measured, pinned source"}
+    )
     series = {
         "measured, pageable source": f"ours, pageable source ({here})",
         "measured, pinned source": f"ours, pinned source ({here})",
@@ -128,9 +153,14 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         where = ", ".join(reference["hardware"].astype(str).unique())
         view.tables.append(
             Table.of(
-                theirs.rename(columns={"with_s": "time with auto pipeline [s]", "without_s": "time without [s]"}),
-                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: time of all epochs, "
-                "one run each",
+                theirs.rename(
+                    columns={
+                        "with_s": "time with auto pipeline [s]",
+                        "without_s": "time without [s]",
+                    }
+                ),
+                f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: "
+                "time of all epochs, one run each",
             )
         )
         side = (
@@ -144,7 +174,9 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     view.tables.insert(
         0,
         Table.of(
-            side, "Speedup of the stream prefetcher (time without / time with), published and measured side by side"
+            side,
+            "Speedup of the stream prefetcher (time without / time with), published "
+            "and measured side by side",
         ),
     )
     if side[list(series)].notna().any().any():
@@ -153,24 +185,36 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     return view
 
 
-def _verdict_and_notes(view: View, ours: pd.DataFrame, theirs: pd.DataFrame | None, rows: pd.DataFrame) -> None:
-    """The verdict from the measured speedups (beside the published ones), and what the cells cannot show."""
+def _verdict_and_notes(
+    view: View, ours: pd.DataFrame, theirs: pd.DataFrame | None, rows: pd.DataFrame
+) -> None:
+    """The verdict from the measured speedups (beside the published ones), and what the cells cannot
+    show."""
     measured_speedups = ours.dropna(subset=["speedup"])
     if len(measured_speedups):
         ranges = [
             f"{lo:.2f}{f'–{hi:.2f}' if f'{hi:.2f}' != f'{lo:.2f}' else ''}× from a {source} source"
-            for source, (lo, hi) in measured_speedups.groupby("source")["speedup"].agg(["min", "max"]).iterrows()
+            for source, (lo, hi) in measured_speedups.groupby("source")["speedup"]
+            .agg(["min", "max"])
+            .iterrows()
         ]
         published = (
-            f" (published: {theirs['speedup'].min():.2f}–{theirs['speedup'].max():.2f}×)" if theirs is not None else ""
+            f" (published: {theirs['speedup'].min():.2f}–{theirs['speedup'].max():.2f}×)"
+            if theirs is not None
+            else ""
         )
-        view.verdict = f"The stream prefetcher speeds the measured epochs up {' and '.join(ranges)}{published}."
+        view.verdict = (
+            "The stream prefetcher speeds the measured epochs up "
+            f"{' and '.join(ranges)}{published}."
+        )
     if not (ours["source"] == "pinned").any() and len(ours):
         view.notes.append(
-            "No pin_memory=true cell: the pinned-source speedup, where the overlap really pays, is not measured."
+            "No pin_memory=true cell: the pinned-source speedup, where the overlap really pays, "
+            "is not measured."
         )
     if cpu_only(rows):
         view.notes.append(
-            "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and pinning are pass-throughs "
-            "there, so these speedups say nothing about overlapping copies with compute."
+            "Every cell ran on the CPU (no GPU in the results): the stream prefetcher and "
+            "pinning are pass-throughs there, so these speedups say nothing about overlapping "
+            "copies with compute."
         )

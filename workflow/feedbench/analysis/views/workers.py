@@ -1,5 +1,5 @@
-"""Study view `workers`: steady-state samples/s per loader worker count beside the time to the first batch (CIFAR-100
-notebook; docs/studies.md)."""
+"""Study view `workers`: steady-state samples/s per loader worker count beside the time to the first
+batch (CIFAR-100 notebook; docs/studies.md)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,36 @@ from ..plots import plain
 from . import Table, View, common_notes, cpu_only, hardware, median_by, unfinished
 
 TEXT = """\
-The CIFAR-100 notebook profiled one window per worker count: next() on a DataLoader iterator it had already created \
-(enumerate() runs before profile(), so the workers were started outside the window) and the .to(device) of that batch. \
-In its first run (1 worker) that first .to() also created the CUDA context: the profiler put 5.338 s of the run's \
-5.366 s in aten::to. Its "300x" from 1 to 8 workers is therefore CUDA context creation, not loading.
+The CIFAR-100 notebook profiled one window per worker count: next() on a DataLoader iterator it \
+had already created (enumerate() runs before profile(), so the workers were started outside the \
+window) and the .to(device) of that batch. In its first run (1 worker) that first .to() also \
+created the CUDA context: the profiler put 5.338 s of the run's 5.366 s in aten::to. Its "300x" \
+from 1 to 8 workers is therefore CUDA context creation, not loading.
 
-Ours is a different first-batch measurement: the time from creating the loader to its first batch, which includes \
-starting the workers and excludes CUDA context creation (made before, and timed on its own: cuda_init_s). The two \
-first-batch speedups are shown side by side but do not measure the same thing; neither is what a training run gets. \
-samples/s and the time per batch come from the steady state after warm-up: that is the number to choose workers by. \
-Cells with profile_first_batch=true also repeat the notebook's own window (next() and .to() under the profiler, the \
-workers started before it), with the CUDA context already made: at 1 worker the notebook's number is that plus \
-cuda_init_s.
+Ours is a different first-batch measurement: the time from creating the loader to its first batch, \
+which includes starting the workers and excludes CUDA context creation (made before, and timed on \
+its own: cuda_init_s). The two first-batch speedups are shown side by side but do not measure the \
+same thing; neither is what a training run gets. samples/s and the time per batch come from the \
+steady state after warm-up: that is the number to choose workers by. Cells with \
+profile_first_batch=true also repeat the notebook's own window (next() and .to() under the \
+profiler, the workers started before it), with the CUDA context already made: at 1 worker the \
+notebook's number is that plus cuda_init_s.
 
-Times and samples/s belong to the machine they were measured on; the speedups over the baseline worker count compare \
-across machines."""
+Times and samples/s belong to the machine they were measured on; the speedups over the baseline \
+worker count compare across machines."""
 
 
-def _relative(frame: pd.DataFrame, column: str, others: list[str], base: int, faster_is_higher: bool) -> pd.Series:
-    """Each row's speedup over the row with num_workers == base among those with the same other knobs."""
+def _relative(
+    frame: pd.DataFrame, column: str, others: list[str], base: int, faster_is_higher: bool
+) -> pd.Series:
+    """Each row's speedup over the row with num_workers == base among those with the same other
+    knobs."""
     at_base = frame[column].where(frame["num_workers"] == base)
-    reference = at_base.groupby([frame[k] for k in others], dropna=False).transform("max") if others else at_base.max()
+    reference = (
+        at_base.groupby([frame[k] for k in others], dropna=False).transform("max")
+        if others
+        else at_base.max()
+    )
     return frame[column] / reference if faster_is_higher else reference / frame[column]
 
 
@@ -39,7 +48,9 @@ def _baseline(counts) -> int | None:
     return 1 if 1 in counts else (counts[0] if counts else None)
 
 
-def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, here: str, where: str) -> Figure:
+def _figure(
+    ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, here: str, where: str
+) -> Figure:
     fig = Figure(figsize=(9, 4.6), layout="constrained")
     steady, first = fig.subplots(1, 2)
     groups = list(ours.groupby(others, dropna=False)) if others else [((), ours)]
@@ -80,7 +91,9 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
     for ax in (steady, first):
         ax.set_xlabel("num_workers")
         ax.set_xscale("symlog", base=2, linthresh=1)
-        ticks = sorted(set(ours["num_workers"]) | (set(theirs["num_workers"]) if theirs is not None else set()))
+        ticks = sorted(
+            set(ours["num_workers"]) | (set(theirs["num_workers"]) if theirs is not None else set())
+        )
         ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -89,12 +102,18 @@ def _figure(ours: pd.DataFrame, others: list[str], theirs: pd.DataFrame | None, 
 
 
 def _ours(rows: pd.DataFrame, others: list[str]) -> tuple[pd.DataFrame, int | None]:
-    """Our medians per worker count (and other knob of the matrix), in ms, with the speedups over the baseline worker
-    count; and that count."""
+    """Our medians per worker count (and other knob of the matrix), in ms, with the speedups over
+    the baseline worker count; and that count."""
     ours = median_by(
         rows,
         ["num_workers", *others],
-        ["samples_per_s", "step_ms_median", "time_to_first_batch_s", "cuda_init_s", "first_batch_profiled_ms"],
+        [
+            "samples_per_s",
+            "step_ms_median",
+            "time_to_first_batch_s",
+            "cuda_init_s",
+            "first_batch_profiled_ms",
+        ],
     )
     ours = ours.assign(
         num_workers=ours["num_workers"].astype(int),
@@ -115,7 +134,15 @@ def _ours(rows: pd.DataFrame, others: list[str]) -> tuple[pd.DataFrame, int | No
 
 
 def _measured_table(ours: pd.DataFrame, others: list[str], here: str) -> Table:
-    columns = ["num_workers", *others, "samples_per_s", "steady_ms", "first_batch_ms", "profiled_ms", "cuda_init_ms"]
+    columns = [
+        "num_workers",
+        *others,
+        "samples_per_s",
+        "steady_ms",
+        "first_batch_ms",
+        "profiled_ms",
+        "cuda_init_ms",
+    ]
     return Table.of(
         ours[[*columns, "first_over_steady"]].rename(
             columns={
@@ -132,25 +159,40 @@ def _measured_table(ours: pd.DataFrame, others: list[str], here: str) -> Table:
 
 
 def _our_speedups(ours: pd.DataFrame, others: list[str], base: int | None) -> pd.DataFrame:
-    """Our speedups over the baseline worker count: first batch, the notebook's window where profiled, steady state."""
+    """Our speedups over the baseline worker count: first batch, the notebook's window where
+    profiled, steady state."""
     profiled = ours["profiled_ms"].notna().any()
     return ours[
-        ["num_workers", *others, "first_batch_speedup", *(["profiled_speedup"] if profiled else []), "steady_speedup"]
+        [
+            "num_workers",
+            *others,
+            "first_batch_speedup",
+            *(["profiled_speedup"] if profiled else []),
+            "steady_speedup",
+        ]
     ].rename(
         columns={
-            "profiled_speedup": f"measured speedup of the notebook's window vs {base} (CUDA context made before it)",
-            "first_batch_speedup": f"measured first-batch speedup vs {base} (worker start-up in, CUDA init out)",
+            "profiled_speedup": f"measured speedup of the notebook's window vs {base} (CUDA "
+            "context made before it)",
+            "first_batch_speedup": f"measured first-batch speedup vs {base} (worker start-up "
+            "in, CUDA init out)",
             "steady_speedup": f"measured steady-state speedup vs {base}",
         }
     )
 
 
 def _theirs(reference: pd.DataFrame) -> tuple[pd.DataFrame, str, int | None]:
-    """The published table by worker count with its first-batch speedup and how each time was read; where it ran,
-    and its baseline worker count."""
-    where, their_base = ", ".join(reference["hardware"].astype(str).unique()), _baseline(reference["num_workers"])
+    """The published table by worker count with its first-batch speedup and how each time was read;
+    where it ran, and its baseline worker count."""
+    where, their_base = (
+        ", ".join(reference["hardware"].astype(str).unique()),
+        _baseline(reference["num_workers"]),
+    )
     theirs = reference.sort_values("num_workers", ignore_index=True)
-    theirs["speedup"] = theirs.loc[theirs["num_workers"] == their_base, "data_load_ms"].max() / theirs["data_load_ms"]
+    theirs["speedup"] = (
+        theirs.loc[theirs["num_workers"] == their_base, "data_load_ms"].max()
+        / theirs["data_load_ms"]
+    )
     if "data_load_derived" not in theirs:
         theirs["data_load_derived"] = False
     theirs["how read"] = [
@@ -160,7 +202,9 @@ def _theirs(reference: pd.DataFrame) -> tuple[pd.DataFrame, str, int | None]:
     return theirs, where, their_base
 
 
-def _published_table(theirs: pd.DataFrame, reference: pd.DataFrame, where: str, their_base: int | None) -> Table:
+def _published_table(
+    theirs: pd.DataFrame, reference: pd.DataFrame, where: str, their_base: int | None
+) -> Table:
     return Table.of(
         theirs[["num_workers", "data_load_ms", "how read", "h2d_memcpy_us", "speedup"]].rename(
             columns={
@@ -169,17 +213,23 @@ def _published_table(theirs: pd.DataFrame, reference: pd.DataFrame, where: str, 
                 "speedup": f"speedup vs {their_base}",
             }
         ),
-        f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler window of the "
-        "first batch only (workers started before it; the CUDA context created inside it at 1 worker)",
+        f"Published ({', '.join(reference['source'].astype(str).unique())}) on {where}: profiler "
+        "window of the first batch only (workers started before it; the CUDA context created "
+        "inside it at 1 worker)",
     )
 
 
-def _with_their_speedups(side: pd.DataFrame, theirs: pd.DataFrame, others: list[str], their_base) -> pd.DataFrame:
+def _with_their_speedups(
+    side: pd.DataFrame, theirs: pd.DataFrame, others: list[str], their_base
+) -> pd.DataFrame:
     """Our speedups beside the published first-batch speedup, by worker count."""
     return (
         theirs[["num_workers", "speedup"]]
         .rename(
-            columns={"speedup": f"published first-batch speedup vs {their_base} (CUDA init in, worker start-up out)"}
+            columns={
+                "speedup": f"published first-batch speedup vs {their_base} (CUDA init "
+                "in, worker start-up out)"
+            }
         )
         .merge(side, on="num_workers", how="outer")
         .sort_values(["num_workers", *others], ignore_index=True)
@@ -192,8 +242,8 @@ def _verdict(ours: pd.DataFrame, base: int | None) -> str | None:
         return None
     best = ours.loc[ours["samples_per_s"].idxmax()]
     verdict = (
-        f"Steady state: {int(best['num_workers'])} workers load the most ({best['samples_per_s']:.0f} samples/s, "
-        f"{best['steady_speedup']:.2f}× {base} worker(s))"
+        f"Steady state: {int(best['num_workers'])} workers load the most ("
+        f"{best['samples_per_s']:.0f} samples/s, {best['steady_speedup']:.2f}× {base} worker(s))"
     )
     if ours["first_batch_ms"].notna().any():
         first = ours.loc[ours["first_batch_ms"].idxmin()]
@@ -202,14 +252,17 @@ def _verdict(ours: pd.DataFrame, base: int | None) -> str | None:
             f"({first['first_batch_speedup']:.2f}×)"
         )
     if ours["cuda_init_ms"].notna().any():
-        verdict += f"; creating the CUDA context took {ours['cuda_init_ms'].median():.0f} ms, apart from both"
+        verdict += (
+            f"; creating the CUDA context took {ours['cuda_init_ms'].median():.0f} "
+            "ms, apart from both"
+        )
     return verdict + "."
 
 
 CPU_ONLY = (
-    "Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so the start-up the "
-    "notebook counted at 1 worker (CUDA context creation in the first .to()) is absent here; the first batch is worker "
-    "start-up alone."
+    "Every cell ran on the CPU (no GPU in the results): there is no CUDA context to create, so "
+    "the start-up the notebook counted at 1 worker (CUDA context creation in the first .to()) is "
+    "absent here; the first batch is worker start-up alone."
 )
 
 
@@ -220,7 +273,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
     view = View(
         "workers",
         TEXT,
-        notes=common_notes(rows, reference, spec, "workers") + unfinished(rows, ["num_workers", *others]),
+        notes=common_notes(rows, reference, spec, "workers")
+        + unfinished(rows, ["num_workers", *others]),
     )
     view.tables.append(_measured_table(ours, others, here))
     side = _our_speedups(ours, others, base)
@@ -233,8 +287,8 @@ def build(rows: pd.DataFrame, reference: pd.DataFrame | None, spec: dict) -> Vie
         0,
         Table.of(
             side,
-            "Speedup over the baseline worker count: two different first-batch windows (not the same quantity) and our "
-            "steady state",
+            "Speedup over the baseline worker count: two different first-batch windows (not the "
+            "same quantity) and our steady state",
         ),
     )
     if len(ours) or theirs is not None:
