@@ -8,10 +8,11 @@ import shutil
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 from feedbench.analysis.aggregate import load_results, read_summary, typed, write_summary
 from feedbench.core.knobs import KNOBS
+from helpers.damage import damage
 from helpers.real_results import EXPERIMENTS, cells, real_matrix  # noqa: F401 (fixture)
-from test_damaged_results import damage
 
 
 @pytest.fixture(scope="module")
@@ -216,9 +217,7 @@ def test_a_failed_result_without_provenance_keeps_its_own_error(real_matrix, tmp
     assert row["error_message"] == "time limit of 30 s reached"
 
 
-STORED_SUMMARY = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "stored", "workers-small", "summary.csv"
-)
+STORED_SUMMARY = os.path.join(ROOT, "tests", "stored", "workers-small", "summary.csv")
 
 
 def test_a_stored_summary_reads_with_knob_columns_typed_from_the_knob_spec():

@@ -10,10 +10,11 @@ import socket
 import sys
 
 import pytest
-from feedbench.analysis.aggregate import load_results, read_summary, write_summary
+from conftest import ROOT
+from feedbench.analysis.aggregate import read_summary
 from feedbench.analysis.disclosure import Disclosure
-from feedbench.analysis.report import write_report
 from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.reports import text_report
 
 # Stands for /home/<user>: the folder holding the virtual env, whose files a real traceback names.
 HOME = os.path.dirname(sys.prefix)
@@ -60,16 +61,6 @@ def test_anonymize_cuts_other_paths_and_withholds_hosts():
     assert not Disclosure.of({}).anonymize and not Disclosure.of({"report": {}}).anonymize
 
 
-def make_report(root: str, paths: list[str], config: dict) -> str:
-    """The report rule's work on real results (no plots: this is about the text)."""
-    summary = os.path.join(root, "summary.csv")
-    write_summary(load_results(paths), summary)
-    html = os.path.join(root, "index.html")
-    write_report(summary, [], paths, config, "c0ffee42", html)
-    with open(html) as f:
-        return f.read()
-
-
 @pytest.fixture(scope="module")
 def config():
     experiments = json.loads(json.dumps(EXPERIMENTS))
@@ -95,7 +86,7 @@ def test_tracebacks_show_no_user_folder(real_matrix, config, tmp_path, monkeypat
         traceback = json.load(f)["error"]["traceback"]
     # the result keeps the full path: the report shortens it when rendering
     assert f'File "{HOME}/' in traceback
-    html = make_report(str(tmp_path), real_matrix.paths, config)
+    html = text_report(str(tmp_path), real_matrix.paths, config)
     assert "File &#34;~/" in html and "data_dir: ~/images" in html
     assert HOME + "/" not in html
     assert socket.gethostname() in html  # not anonymized: the host stays
@@ -108,7 +99,7 @@ def test_anonymize_withholds_the_host_and_every_absolute_path(
     monkeypatch,
 ):
     monkeypatch.chdir(tmp_path)
-    html = make_report(str(tmp_path), real_matrix.paths, {**config, "report": {"anonymize": True}})
+    html = text_report(str(tmp_path), real_matrix.paths, {**config, "report": {"anonymize": True}})
     assert socket.gethostname() not in html
     assert "Anonymized" in html
     # the traceback's frames keep their file names
@@ -127,7 +118,7 @@ def test_the_config_key_defaults_to_false_and_refuses_other_values():
     from feedbench.plan.config import schema_error
     from snakemake.utils import validate
 
-    schema = os.path.join(os.path.dirname(__file__), "..", "config", "schema.yaml")
+    schema = os.path.join(ROOT, "config", "schema.yaml")
     config = {"experiments": {"e": {}}}
     validate(config, schema)
     assert config["report"] == {"anonymize": False}

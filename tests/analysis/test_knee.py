@@ -1,7 +1,7 @@
 """The worker count with its proof (analysis.knee): which limit the sentence names, and when the
-neighbours confirm the knee. Real runs show it in tests/test_search_workflow.py (16 levels) and the
-workers preset's small run (tests/test_presets.py); here the rule's branches, from cell tables as
-analysis.verdict.cell_table gives."""
+neighbours confirm the knee. Real runs show it in tests/workflow/test_search_workflow.py (16 levels)
+and the workers preset's small run (tests/workflow/test_presets.py); here the rule's branches, from
+cell tables as analysis.verdict.cell_table gives."""
 
 from __future__ import annotations
 

@@ -9,19 +9,18 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from conftest import ROOT
 from feedbench.analysis.aggregate import load_results, read_summary, write_summary
 from feedbench.analysis.glossary import link_first_uses
-from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.publish import summarize
 from feedbench.analysis.report import UnsafeSVG, inline_svg, write_report
 from feedbench.analysis.verdict import summarize_experiment
 from feedbench.core.records import load_records
 from helpers.real_results import EXPERIMENTS, real_matrix  # noqa: F401 (fixture)
+from helpers.reports import EVIL, config, make_report  # noqa: F401 (fixture)
 
 # one worker: the module fixture `html` renders the report once
 pytestmark = pytest.mark.xdist_group("report")
-
-EVIL = "<script>alert(1)</script>"
 
 
 class Links(HTMLParser):
@@ -36,35 +35,6 @@ class Links(HTMLParser):
         self.links += [
             value for name, value in attrs if name in ("src", "href", "xlink:href") and value
         ]
-
-
-def make_report(root, paths, config, name="index.html") -> str:
-    summary = os.path.join(root, "summary.csv")
-    write_summary(load_results(paths), summary)
-    frame = read_summary(summary)
-    svgs = []
-    for experiment, spec in config["experiments"].items():
-        svg = os.path.join(root, "plots", f"{experiment}.svg")
-        plot_experiment(frame, experiment, spec["plot"], svg, spec.get("title", ""))
-        svgs.append(svg)
-    html = os.path.join(root, "report", name)
-    write_report(summary, svgs, paths, config, "c0ffee42", html)
-    with open(html) as f:
-        return f.read()
-
-
-@pytest.fixture(scope="module")
-def config():
-    # The experiment's title and a knob value carry markup: both must come out as text.
-    experiments = json.loads(json.dumps(EXPERIMENTS))
-    experiments["train"]["title"] = EVIL
-    experiments["broken"] = {
-        "title": "A dataset with a truncated JPEG",
-        "base": {"dataset": "images"},
-        "matrix": {"model": ["resnet18"]},
-        "plot": {"x": "model", "y": "samples_per_s", "kind": "bar"},
-    }
-    return {"defaults": {"steps": 6, "note": EVIL}, "experiments": experiments}
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +78,7 @@ def test_verdict_comes_first_with_best_speedup_and_bound(html, real_matrix, conf
     assert "10 % of each step" in section  # the rule is stated, with its threshold
 
 
-def test_each_experiment_has_its_figure_and_table(html, config):
+def test_each_experiment_has_its_figure_and_table(html, config):  # noqa: F811
     for name in config["experiments"]:
         start = html.index(f'id="exp-{name}"')
         section = html[start : html.index("</section>", start)]
@@ -265,7 +235,7 @@ def test_a_failed_cell_without_its_knobs_leaves_the_others_integers(tmp_path):
     import pandas as pd
     import yaml
 
-    stored = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stored", "workers-small")
+    stored = os.path.join(ROOT, "tests", "stored", "workers-small")
     rows = pd.read_csv(os.path.join(stored, "summary.csv"), dtype=str, keep_default_na=False)
     lost = {c: "" for c in rows.columns} | {
         "experiment": "workers",
@@ -279,7 +249,7 @@ def test_a_failed_cell_without_its_knobs_leaves_the_others_integers(tmp_path):
         "requested": "{}",
     }
     pd.concat([rows, pd.DataFrame([lost])]).to_csv(tmp_path / "summary.csv", index=False)
-    config = yaml.safe_load(open(os.path.join(stored, "config.yaml")))
+    config = yaml.safe_load(open(os.path.join(stored, "config.yaml")))  # noqa: F811
     write_report(
         str(tmp_path / "summary.csv"), [], [], config, "c0ffee42", str(tmp_path / "index.html")
     )
@@ -306,9 +276,7 @@ def test_report_sections_and_inputs_register_as_views_do():
         assert section.template is None or f'{{% include "{section.template}" %}}' in page, (
             section.name
         )
-    with open(
-        os.path.join(os.path.dirname(__file__), "..", "workflow", "rules", "common.smk")
-    ) as f:
+    with open(os.path.join(ROOT, "workflow", "rules", "common.smk")) as f:
         rules = f.read()
     given = rules.split("REPORT_INPUTS = {")[1].split("}")[0]
     assert set(re.findall(r'^    "(\w+)": ', given, re.M)) == set(report.INPUTS)

@@ -13,7 +13,7 @@ from feedbench.analysis.aggregate import load_results
 from feedbench.analysis.plots import stage_figure
 from feedbench.analysis.verdict import summarize_experiment
 from helpers.real_results import run_matrix
-from test_report import make_report
+from helpers.reports import make_report
 
 # one worker: fixture `paths` measures its cells once
 pytestmark = pytest.mark.xdist_group("stage_report")

@@ -13,9 +13,10 @@ import glob
 import os
 
 import pandas as pd
+from conftest import ROOT
 from feedbench.analysis.publish import summarize
 
-STORED = os.path.join(os.path.dirname(__file__), "stored", "workers-small")
+STORED = os.path.join(ROOT, "tests", "stored", "workers-small")
 
 
 def read_as_text(path: str) -> pd.DataFrame:

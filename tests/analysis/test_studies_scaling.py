@@ -111,7 +111,7 @@ def test_naive_dataparallel_cells_use_the_original_estimators_and_ddp_cells_ours
 
 
 def test_the_scaling_preset_has_weight_decay_and_ddp_on_one_node_of_eight():
-    from test_studies_presets import cells
+    from helpers.plans import preset_cells as cells
 
     full = cells("scaling", "full")
     assert {c.knobs["weight_decay"] for c in full} == {1e-5}

@@ -8,6 +8,7 @@ import os
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 from feedbench.analysis.aggregate import read_summary, result_row
 from feedbench.analysis.report import build as build_report
 from feedbench.analysis.report import render
@@ -17,9 +18,7 @@ from feedbench.core.records import record_of
 from markupsafe import escape
 from matplotlib.figure import Figure
 
-REFERENCES = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "report", "references"
-)
+REFERENCES = os.path.join(ROOT, "report", "references")
 H100 = "NVIDIA H100 80GB HBM3"
 PREFETCH = {
     "matrix": {

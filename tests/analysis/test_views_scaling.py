@@ -10,15 +10,14 @@ import os
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 from feedbench.analysis import report
 from feedbench.analysis.aggregate import read_summary
 from feedbench.analysis.verdict import DATA_STALL_PCT
 from feedbench.analysis.views import builder, read_reference
 from feedbench.core.knobs import defaults
 
-REFERENCES = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "report", "references"
-)
+REFERENCES = os.path.join(ROOT, "report", "references")
 H100 = "NVIDIA H100 80GB HBM3"
 
 

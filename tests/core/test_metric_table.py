@@ -4,8 +4,9 @@ states results.
 A metric is declared once: these fail while a declared metric is written by no module of the
 package, while the result schema's file states a metric otherwise than the table, or while the
 summary of a result written before a metric existed reads otherwise than the table says (empty).
-tests/test_scenarios.py fails while a cell's result holds a metric the table does not declare
-(metric_table.undeclared); tests/test_docs.py while the table in docs/result-schema.md is stale.
+tests/harness/test_scenarios.py fails while a cell's result holds a metric the table does not
+declare (metric_table.undeclared); tests/workflow/test_docs.py while the table in
+docs/result-schema.md is stale.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import ROOT
 from feedbench.core import metric_table
 from feedbench.core.columns import METRIC_COLUMNS
 from feedbench.core.metric_table import METRICS, PHASE, row_of, schema_node
 from feedbench.core.metrics import PHASES
 from feedbench.core.result import schema, schema_file
 
-HERE = Path(__file__).resolve().parent
-PACKAGE = HERE.parent / "workflow" / "feedbench"
+PACKAGE = Path(ROOT) / "workflow" / "feedbench"
 # Modules that name metrics without writing them.
 NOT_WRITERS = {"core/metric_table.py", "core/columns.py"}
 

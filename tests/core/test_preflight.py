@@ -1,6 +1,6 @@
 """The preflight, without Snakemake: which cells need one and how they group, what the check builds
 and which factory it blames, and a check that dies still leaves a record. Through real Snakemake:
-tests/test_failed_run.py."""
+tests/workflow/test_failed_run.py."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 import yaml
+from conftest import ROOT
 from feedbench.core import resources
 from feedbench.core.cell import parse_cell
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DDP_2X2 = {"parallel": "ddp", "gpus_per_node": 2, "nodes": 2, "num_workers": 2, "device": "auto"}
 
 

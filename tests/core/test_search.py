@@ -1,6 +1,6 @@
 """`search: num_workers`: the choice of the training cells around the predicted knee
-(feedbench.core.search), and the config checks; tests/test_search_workflow.py runs it through
-Snakemake."""
+(feedbench.core.search), and the config checks; tests/workflow/test_search_workflow.py runs it
+through Snakemake."""
 
 from __future__ import annotations
 

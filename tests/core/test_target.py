@@ -3,11 +3,8 @@ the copy."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import yaml
-from conftest import ROOT
 from feedbench.core.ceilings import trainer_seconds
 from feedbench.core.model_names import TORCHVISION_MODELS, model_family
 from feedbench.core.target import (
@@ -28,35 +25,12 @@ from feedbench.core.target import (
     roofline_seconds,
     same_gpu,
 )
-from feedbench.plan.config import count_values, one_line, validate_config
+from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells
+from helpers.plans import SCHEMA, TRAIN, plan
 
-SCHEMA = os.path.join(ROOT, "config", "schema.yaml")
-TRAIN = {
-    "scenario": "train",
-    "model": "resnet18",
-    "dataset": "synthetic",
-    "image_size": 32,
-    "num_classes": 10,
-}
 # The GPUs of the published studies, and the ones a cluster job is planned for today.
 NEEDED = ("K80", "P100", "RTX2080Ti", "V100", "A100", "H100", "H200", "L4")
-
-
-def plan(target: dict, base: dict | None = None) -> str:
-    """What the Snakefile does before any job (workflow/rules/common.smk): validate, build and check
-    the cells."""
-    config = {
-        "target": target,
-        "experiments": {"e": {"base": base or TRAIN, "matrix": {"num_workers": [0, 2]}}},
-    }
-    try:
-        count_values(config)
-        validate_config(config, SCHEMA)
-        build_cells(config)
-    except ConfigError as error:
-        return one_line(error)
-    return ""
 
 
 def test_a_good_target_plans():

@@ -20,7 +20,7 @@ from feedbench.harness.cpu_speed import target_speed
 from feedbench.plan.config import ConfigError
 from feedbench.plan.matrix import planned_cells
 from feedbench.version import __version__
-from test_target import SCHEMA, plan
+from helpers.plans import SCHEMA, plan
 
 # one worker: fixture `here` measures its cell once
 pytestmark = pytest.mark.xdist_group("cpu_speed")

@@ -17,6 +17,7 @@ import time
 import jsonschema
 import pytest
 import torch
+from conftest import ROOT
 from feedbench.analysis import stages
 from feedbench.analysis.aggregate import result_row
 from feedbench.core.records import record_of
@@ -247,9 +248,7 @@ def test_no_profile_where_it_could_not_stay_out_of_the_window():
 
 
 def test_the_benchmark_runs_at_its_smallest_size(capsys, monkeypatch):
-    benchmarks = os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"
-    )
+    benchmarks = os.path.join(ROOT, "benchmarks")
     monkeypatch.syspath_prepend(benchmarks)  # its `import _checkout`, as when it runs from there
     path = os.path.join(benchmarks, "stage_profile.py")
     spec = importlib.util.spec_from_file_location("stage_profile_benchmark", path)

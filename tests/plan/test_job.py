@@ -9,13 +9,13 @@ import sys
 import time
 
 import pytest
+from conftest import ROOT
 from feedbench.core import attempts
 from feedbench.plan import job, slurm
 from feedbench.plan.job import CELL_DIR, CELL_LOG
-from helpers.cells import ENDLESS_SLEEP, run_cell_process
-from test_slurm_plugin import LABELLED
+from helpers.cells import ENDLESS_SLEEP, LABELLED, run_cell_process
 
-WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflow")
+WORKFLOW = os.path.join(ROOT, "workflow")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@
 * No orphans: a SIGTERM never deadlocks Snakemake, and a job's batch script execs its Snakemake; the
   status checks' sleep ends with the run and when a job has written its outputs.
 
-See docs/reliability-slurm.md; the cluster runs are tests/test_slurm_faults.py.
+See docs/reliability-slurm.md; the cluster runs are tests/workflow/test_slurm_faults.py.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 from feedbench.core.result import invalid
 from feedbench.plan import pending, slurm
-from helpers.cells import tiny_mlp_base
-from test_disclosure import make_report
+from helpers.cells import LABELLED
+from helpers.reports import text_report
 
 plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
 
@@ -153,24 +153,13 @@ def test_the_cells_measured_on_the_targets_gpu_are_found_under_their_own_rule(tm
     }
 
 
-LABELLED = tiny_mlp_base(
-    steps=3,
-    warmup_steps=1,
-    device="cpu",
-    experiment="nodefail",
-    cell="seed-1",
-    repeat=1,
-    baseline=True,
-)
-
-
 def test_a_cell_lost_before_its_harness_wrote_anything_is_a_valid_record_the_report_names(tmp_path):
     record = slurm.lost_result(str(tmp_path / "result.json"), LABELLED, ("11", "NODE_FAIL"))
     assert invalid(record) is None, invalid(record)
     assert record["error"]["message"].startswith("Slurm job 11 ended NODE_FAIL; the cell is lost")
     path = tmp_path / "lost.json"
     path.write_text(json.dumps(record))
-    html = make_report(str(tmp_path), [str(path)], {"experiments": {"nodefail": {}}})
+    html = text_report(str(tmp_path), [str(path)], {"experiments": {"nodefail": {}}})
     assert "nodefail / seed-1 / repeat 1: SlurmJobLost" in html and "NODE_FAIL" in html, html[
         -3000:
     ]

@@ -6,21 +6,8 @@ import os
 import subprocess
 
 import pytest
-import yaml
-from feedbench.plan.config import sized
-from feedbench.plan.matrix import build_cells
-
-PRESETS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "presets"
-)
-
-
-def cells(name: str, size: str) -> list:
-    with open(os.path.join(PRESETS, f"{name}.yaml")) as f:
-        config = yaml.safe_load(f)
-    if size == "small":
-        config = sized(dict(config, size="small"))
-    return build_cells(config, check=False)
+from helpers.plans import PRESETS
+from helpers.plans import preset_cells as cells
 
 
 def knob(cell, name, default=None):

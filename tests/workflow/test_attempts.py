@@ -1,7 +1,7 @@
 """Every attempt at a cell kept (issue #36; docs/reliability-slurm.md, "Every attempt kept"): a
 rerun moves the earlier attempt (its result or lost record, steps, log) to the cell's attempts/<n>/
 before it writes; the summary reads the current attempt only, the report names the earlier ones. On
-Slurm: tests/test_slurm_faults.py (a scancel'ed cell)."""
+Slurm: tests/workflow/test_slurm_faults.py (a scancel'ed cell)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from conftest import write_user_module
 from feedbench.core import attempts
 from feedbench.plan import slurm
+from helpers.cells import LABELLED
 from helpers.snakemake_run import snakemake, workflow_copy
-from test_slurm_plugin import LABELLED
 
 # A user's dataset that fails its cell at sample 20 (the fifth batch of 4: a warm-up step and four
 # measured) while the file fail-once is in the working directory, the harness's.

@@ -32,9 +32,9 @@ SMALLEST = {
 }
 # script -> the test that runs it at its smallest size, where the script is that test's own subject
 ELSEWHERE = {
-    "prediction_error.py": "tests/test_estimate.py (its page against "
+    "prediction_error.py": "tests/core/test_estimate.py (its page against "
     "docs/results/prediction-error.md)",
-    "stage_profile.py": "tests/test_stage_profile.py (the benchmark at its smallest size)",
+    "stage_profile.py": "tests/harness/test_stage_profile.py (the benchmark at its smallest size)",
     "suite_cpu.py": "test_suite_cpu_records_a_small_suite below",
     "gpu_check.sh": "test_the_gpu_check_runs_dry_without_cuda below",
     "gpu_check.py": "test_the_gpu_check_runs_dry_without_cuda below (gpu_check.sh runs it)",
@@ -66,7 +66,7 @@ def test_every_benchmark_has_its_smallest_run_in_the_suite():
     }
     missing = scripts - set(SMALLEST) - set(ELSEWHERE)
     assert not missing, (
-        f"benchmarks without a smallest run in tests/test_benchmarks.py: {sorted(missing)}"
+        f"benchmarks without a smallest run in tests/workflow/test_benchmarks.py: {sorted(missing)}"
     )
     assert not (set(SMALLEST) | set(ELSEWHERE)) - scripts, "a benchmark named here no longer exists"
 
@@ -83,7 +83,7 @@ def test_the_benchmark_runs_at_its_smallest_size(script):
 def test_suite_cpu_records_a_small_suite(tmp_path):
     """The plugin records each test's CPU; its main sums them by module."""
     env = dict(os.environ, PYTHONPATH=BENCHMARKS, SUITE_CPU_OUT=str(tmp_path))
-    tests = os.path.join(ROOT, "tests", "test_knee.py")
+    tests = os.path.join(ROOT, "tests", "analysis", "test_knee.py")
     command = [
         sys.executable,
         "-m",
@@ -103,7 +103,7 @@ def test_suite_cpu_records_a_small_suite(tmp_path):
     assert pytest_run.returncode == 0, pytest_run.stdout[-2000:]
     summary = run("suite_cpu.py", str(tmp_path))
     assert summary.returncode == 0, summary.stderr[-2000:]
-    assert "tests/test_knee.py" in summary.stdout and " tests, " in summary.stdout
+    assert "tests/analysis/test_knee.py" in summary.stdout and " tests, " in summary.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is the GPU check without CUDA")

@@ -9,7 +9,7 @@ A report people publish must fit a laptop (1280 px) and a phone (390 px) at any 
 page never scrolls sideways (wide tables scroll in their own box) and no table cell clips its
 content. Checked on the test matrix's report here, and on the report of every preset's small run
 (the breakdown preset's 5 axes and 8 cells among them) made by the real workflow in
-tests/test_presets.py, which runs it once for its own tests.
+tests/workflow/test_presets.py, which runs it once for its own tests.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from conftest import needs_chromium
 from feedbench.analysis import glossary
 from helpers.browser import ARTIFACTS, assert_fits, inspect
 from helpers.real_results import real_matrix  # noqa: F401 (fixture)
+from helpers.reports import config, make_report  # noqa: F401 (fixture)
 from helpers.stored_run import DEFAULT_RUN, default_config, render_default_run
-from test_report import config, make_report  # noqa: F401 (fixture)
 
 pytestmark = [
     needs_chromium,

@@ -1,7 +1,7 @@
 """Nothing lost: damaged results, an interrupted run, a full disk and non-ASCII knobs, on real
 Snakemake runs.
 
-Each test runs a copy of the workflow (as tests/test_workflow.py does), damages
+Each test runs a copy of the workflow (as tests/workflow/test_workflow.py does), damages
 or interrupts it the way a user's machine would, and checks that a plain rerun
 redoes exactly what was lost and reports everything.
 """
@@ -19,9 +19,16 @@ import textwrap
 import time
 
 import pytest
+from conftest import ROOT
 from feedbench.harness.images import make_images
-from helpers.snakemake_run import snakemake, snakemake_command, snakemake_env, workflow_copy
-from test_workflow import planned
+from helpers.damage import damage
+from helpers.snakemake_run import (
+    planned,
+    snakemake,
+    snakemake_command,
+    snakemake_env,
+    workflow_copy,
+)
 
 pytestmark = pytest.mark.slow  # real Snakemake runs: minutes on a busy 2-core machine
 
@@ -44,26 +51,6 @@ CONFIG = {
         },
     },
 }
-
-
-def damage(text: str, how: str) -> str:
-    """The ways issue #9 found a result.json spoilt; each must count as failed and be rerun."""
-    if how == "truncated":
-        return text[: len(text) // 2]
-    if how == "junk":
-        return "<html>502 Bad Gateway</html>\n"
-    if how in ("null", "list"):
-        return {"null": "null\n", "list": "[1, 2]\n"}[how]
-    result = json.loads(text)
-    if how == "no-metrics":
-        del result["metrics"]
-    elif how == "rate-is-text":
-        result["metrics"]["samples_per_s"] = "fast"
-    elif how == "negative-stall":
-        result["metrics"]["stall_pct"] = -50
-    elif how == "nan-step":
-        result["metrics"]["step_ms"]["median"] = float("nan")
-    return json.dumps(result)
 
 
 DAMAGE = ["truncated", "junk", "no-metrics", "rate-is-text", "negative-stall", "null", "list"]
@@ -200,7 +187,7 @@ def test_a_write_that_fills_the_disk_leaves_no_temp_file_and_the_old_result(tmp_
     import errno
 
     (tmp_path / "result.json").write_text('{"status": "failed"}\n')
-    package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workflow")
+    package = os.path.join(ROOT, "workflow")
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p),

@@ -24,8 +24,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-PACKAGE = Path(__file__).resolve().parent.parent / "workflow" / "feedbench"
+PACKAGE = Path(ROOT) / "workflow" / "feedbench"
+TESTS = Path(ROOT) / "tests"  # conftest and the helpers package, which benchmarks import too
 LAYERS = ("core", "plan", "harness", "analysis")
 MAY_IMPORT = {
     "core": {"core"},
@@ -234,7 +236,7 @@ def test_a_benchmark_imports_the_package_of_its_own_checkout(script):
     ours = [
         n
         for n in lines
-        if n == "feedbench" or (PACKAGE.parent.parent / "tests" / f"{n}.py").exists()
+        if n == "feedbench" or (TESTS / f"{n}.py").exists() or (TESTS / n / "__init__.py").exists()
     ]
     if ours:
         first = min(lines[n] for n in ours)

@@ -17,8 +17,10 @@ import sys
 
 import pytest
 import yaml
+from conftest import ROOT
 from helpers.snakemake_run import copy_workflow, snakemake_env
-from test_own_pipeline import EXAMPLE
+
+EXAMPLE = os.path.join(ROOT, "examples", "own-pipeline")
 
 # the session fixture slurm_cluster: one cluster per session
 pytest_plugins = ["helpers.slurm_cluster"]

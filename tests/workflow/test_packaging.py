@@ -20,9 +20,9 @@ import textwrap
 import zipfile
 
 import pytest
+from conftest import ROOT
 from feedbench.plan.matrix import harness_files
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One worker runs the module: the fixture `installed` builds a wheel and a venv.
 pytestmark = pytest.mark.xdist_group("packaging")
 STORED = os.path.join(ROOT, "tests", "stored", "workers-small")

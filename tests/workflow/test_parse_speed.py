@@ -3,15 +3,14 @@ run's and each job's) would pay seconds for them."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import yaml
+from conftest import ROOT
 from feedbench.core.model_names import TORCHVISION_MODELS
 from helpers.snakemake_run import snakemake_command
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("torch", "torchvision")
 # Heavy for a parse, though Snakemake may import them itself (its Slurm plugin imports pandas):
 # feedbench must not.

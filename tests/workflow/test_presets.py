@@ -326,7 +326,8 @@ def test_preset_runs_small_on_a_cpu_and_its_view_renders(small_run, name):
 @pytest.mark.parametrize("width", [1280, 390])
 def test_the_small_presets_report_fits_a_laptop_and_a_phone(small_run, width):
     """Every study view of the small run (the breakdown preset's 5 axes and 8 cells among them) in
-    Chromium: no failed load, no console error, and the page fits (tests/test_browser.py)."""
+    Chromium: no failed load, no console error, and the page fits
+    (tests/workflow/test_browser.py)."""
     workdir, _, _ = small_run
     page = inspect(
         str(workdir / "results" / "report" / "index.html"),

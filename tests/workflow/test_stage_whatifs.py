@@ -28,9 +28,9 @@ from feedbench.harness.runner import run
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells
 from helpers.browser import without_tags
+from helpers.known_costs import COSTS, USER_MODULE
+from helpers.known_costs import USER_CODE as V1_CODE
 from helpers.snakemake_run import run_snakemake, workflow_copy
-from test_stages import COSTS, USER_MODULE
-from test_stages import USER_CODE as V1_CODE
 
 # The known costs of test_stages (Crop 2 ms, Jitter 4 ms in the Compose; tokenize 1.5 ms and 3 ms
 # unattributed outside it), with the Compose's two transforms also as torchvision v2 ones, which

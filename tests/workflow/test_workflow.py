@@ -18,7 +18,7 @@ import pytest
 import yaml
 from feedbench.core.result import READ_LOG
 from helpers.cells import tiny_mlp_base
-from helpers.snakemake_run import copy_workflow, snakemake, workflow_copy
+from helpers.snakemake_run import copy_workflow, planned, snakemake, workflow_copy
 
 pytestmark = [
     pytest.mark.slow,  # real Snakemake runs: about a minute for the module
@@ -53,13 +53,6 @@ CELLS = {
     "loader": ["num_workers-0", "num_workers-1"],
     "mlp": ["hidden_layers-1", "hidden_layers-1_data_dir-empty_dataset-cifar10"],
 }
-
-
-def planned(workflow: str, workdir, config: dict) -> set[str]:
-    """The cells (experiment/cell/rep<k>) a dry run would measure."""
-    run = snakemake(workflow, workdir, config, "--dry-run")
-    assert run.returncode == 0, run.stderr + run.stdout
-    return set(re.findall(r"output: results/cells/(\S+)/result\.json", run.stdout))
 
 
 def failed_cells(config: dict) -> set[str]:
