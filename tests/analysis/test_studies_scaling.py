@@ -8,7 +8,7 @@ import statistics
 import pytest
 from feedbench.analysis.views import builder
 from feedbench.harness.loop import Measurement, original_estimators
-from test_views_scaling import RESNET, reference, row, summary, table
+from helpers.summary_rows import RESNET, reference, row, summary, table
 
 
 def test_the_original_estimators_average_per_step_rates_after_the_first():

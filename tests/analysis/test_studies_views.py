@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from feedbench.analysis.views import builder
-from test_views_loader import PREFETCH, column, find, prefetch_rows, reference, row, summary
+from helpers.result_rows import PREFETCH, column, find, prefetch_rows, reference, row, summary
 
 # --- prefetch
 # --------------------------------------------------------------------------------------------------
@@ -26,8 +26,8 @@ def test_prefetch_says_the_published_speedup_falls_with_more_layers_at_one_epoch
 
 
 def test_datastall_refuses_to_call_a_run_cached_below_99_percent_residency():
-    from test_views_scaling import datastall_rows, table
-    from test_views_scaling import summary as scaling_summary
+    from helpers.summary_rows import datastall_rows, table
+    from helpers.summary_rows import summary as scaling_summary
 
     rows = datastall_rows()
     for r in rows:
@@ -55,7 +55,7 @@ def test_datastall_refuses_to_call_a_run_cached_below_99_percent_residency():
 
 
 def test_workers_labels_the_two_first_batch_windows_apart_and_marks_derived_numbers():
-    from test_views_loader import WORKERS, workers_rows
+    from helpers.result_rows import WORKERS, workers_rows
 
     view = builder("workers")(summary(workers_rows()), reference("workers"), WORKERS)
     side = view.tables[0]
@@ -233,7 +233,7 @@ def test_a_loader_cell_repeats_the_notebooks_profiler_window(run_cell):
 
 
 def test_workers_shows_our_run_of_the_notebooks_window():
-    from test_views_loader import WORKERS, workers_rows
+    from helpers.result_rows import WORKERS, workers_rows
 
     rows = workers_rows()
     for r in rows:
