@@ -26,7 +26,7 @@ run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 	@echo "Report: $(CURDIR)/results/report/index.html"
 
-# The lint gate: ruff (lint and format), snakefmt, `snakemake --lint` and the house rules (tests/test_house.py:
+# The lint gate: ruff (lint and format), snakefmt, `snakemake --lint` and the house rules (tests/workflow/test_house.py:
 # layers, no import cycle, no function over 80 lines), with the venv's bin first on PATH
 # (snakefmt runs shfmt from there). Configs: pyproject.toml ([tool.ruff], [tool.snakefmt]).
 BINPATH := PATH="$(abspath $(VENV))/bin:$$PATH"
@@ -35,7 +35,7 @@ lint: setup
 	$(BINPATH) ruff format --check .
 	$(BINPATH) snakefmt --check Snakefile workflow/rules
 	$(BINPATH) snakemake --lint
-	$(PY) -m pytest -q -n 0 -p no:cacheprovider tests/test_house.py
+	$(PY) -m pytest -q -n 0 -p no:cacheprovider tests/workflow/test_house.py
 
 # Three sessions. The Slurm tests (marked `slurm`: one cluster, mostly waiting on Slurm) start first, in a pytest of
 # their own in the background, its output in $(SLURM_LOG), printed when it ends. Beside them, every other test but

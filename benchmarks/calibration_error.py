@@ -1,5 +1,5 @@
 """How far the calibration workloads measure from their analytic values: the margins behind
-tests/test_calibration.py.
+tests/harness/test_calibration.py.
 
     PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py
     python3 -c "while 1: pass" & PYTHONPATH=workflow:tests .venv/bin/python benchmarks/calibration_error.py; kill %1

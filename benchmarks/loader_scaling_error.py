@@ -3,7 +3,7 @@ docs/results/prediction-error-loader.md.
 
     PYTHONPATH=workflow:tests .venv/bin/python benchmarks/loader_scaling_error.py [--repeats 3] [--check]
 
-With --check, the test's cells only (tests/test_loader_scaling.py: 2 workers on one core and on two,
+With --check, the test's cells only (tests/analysis/test_loader_scaling.py: 2 workers on one core and on two,
 3 repeats), one row per pipeline with the busy share of the cells' cores and a sample's cost on one
 core over two.
 

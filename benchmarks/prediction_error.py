@@ -8,7 +8,7 @@ Compute: every published GPU throughput of the scaling, nmt and prefetch studies
 the GPU's roofline, an efficiency per model family), leave one study out; about 30 s, most of it
 counting the LSTMs on the meta device. Copy: the batch's bytes over the link against this machine's
 transfer probe (a host memcpy without a GPU), and against the one copy a GPU of ours has published
-(docs/results/gpu-validation.md). tests/test_estimate.py checks the summary in the doc is what
+(docs/results/gpu-validation.md). tests/core/test_estimate.py checks the summary in the doc is what
 feedbench.harness.flops.published_error gives.
 """  # noqa: E501
 
@@ -50,10 +50,11 @@ DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
 # with.
 PROBE_SIZES = [64 * 1024, 1024**2, 16 * 1024**2, 64 * 1024**2]
 # The one GPU copy we have published: docs/results/gpu-validation.md, H200 run of 2026-11-25, the
-# h2d phase of tests/test_gpu.py::test_sync_timing_keeps_the_stream_prefetch_overlap (a pinned batch
-# of 128 images of 256 px). The one launch-bound step a GPU of ours has published:
+# h2d phase of tests/harness/test_gpu.py::test_sync_timing_keeps_the_stream_prefetch_overlap (a
+# pinned batch of 128 images of 256 px). The one launch-bound step a GPU of ours has published:
 # docs/results/gpu-validation.md, H200, 2026-11-25,
-# tests/test_gpu.py::test_events_and_sync_agree_on_phase_times (sync: 7215 samples/s at batch 64).
+# tests/harness/test_gpu.py::test_events_and_sync_agree_on_phase_times (sync: 7215 samples/s at
+# batch 64).
 H200_RESNET18 = {
     "knobs": {"model": "resnet18", "image_size": 64, "num_classes": 100, "batch_size": 64},
     "measured_ms": 1000 * 64 / 7215,

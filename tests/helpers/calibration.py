@@ -9,11 +9,11 @@ B*d/max(W,1) ms. Without workers loading and compute run in series; with workers
 On a GPU the sleep model spins the GPU without holding the host, so with W = 0 the host loads the
 next batch while the GPU computes: W = 0 steps as W = 1 does, but for the window's first step, which
 starts synchronised with nothing in flight and pays B*d + C (benchmarks/calibration_error.py
---device cuda; on an H200). tests/test_calibration.py checks each training cell against these
-values, tests/test_predict.py the prediction from the cell's ceilings. Both read one set of runs
-(`measure`): every training cell with its loader and compute ceilings, 3 repeats each, as the
-workflow runs them (a compute ceiling has no workers, so W = 0 and W = 1, with the same C, share
-theirs, as in the workflow).
+--device cuda; on an H200). tests/harness/test_calibration.py checks each training cell against
+these values, tests/analysis/test_predict.py the prediction from the cell's ceilings. Both read one
+set of runs (`measure`): every training cell with its loader and compute ceilings, 3 repeats each,
+as the workflow runs them (a compute ceiling has no workers, so W = 0 and W = 1, with the same C,
+share theirs, as in the workflow).
 
 The runs go one at a time, in this process, in `make test`'s timing phase, with nothing else
 running. Three at once (a pool of processes) made the one-worker cases 4-6 % slow on this 2-core

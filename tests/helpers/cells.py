@@ -67,3 +67,16 @@ def run_cell_process(
     """The cell run to its end in a process of its own, its output captured as text."""
     command = cell_command(out, knobs, *options, cell=cell)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **run)
+
+
+# A cell labelled as the bench rule labels it (experiment, cell, repeat), for the records of lost
+# and moved cells (tests/plan/test_slurm_plugin.py, test_job.py, tests/workflow/test_attempts.py).
+LABELLED = tiny_mlp_base(
+    steps=3,
+    warmup_steps=1,
+    device="cpu",
+    experiment="nodefail",
+    cell="seed-1",
+    repeat=1,
+    baseline=True,
+)

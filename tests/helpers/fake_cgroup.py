@@ -1,5 +1,5 @@
-"""A fake /sys/fs/cgroup for the limits that core.cgroup reads (tests/test_cores.py,
-tests/test_memory.py)."""
+"""A fake /sys/fs/cgroup for the limits that core.cgroup reads (tests/core/test_cores.py,
+tests/core/test_memory.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The loader cells measured under an affinity mask: the data behind tests/test_loader_scaling.py
-and benchmarks/loader_scaling_error.py (docs/results/prediction-error-loader.md).
+"""The loader cells measured under an affinity mask: the data behind
+tests/analysis/test_loader_scaling.py and benchmarks/loader_scaling_error.py
+(docs/results/prediction-error-loader.md).
 
 Each cell is the loader alone (`scenario: loader`) of one pipeline, run by the harness in a process
 of its own whose affinity mask holds `cores` CPUs, those other work kept least busy just before
@@ -57,10 +58,10 @@ PIPELINES = {
 # predicts.
 ONE_CORE = ((0, 1), (1, 1), (2, 1))
 TWO_CORES = ((2, 2),)
-# The check (tests/test_loader_scaling.py, benchmarks/loader_scaling_error.py --check): the curve's
-# one-core point and the two-core cell it predicts, 3 repeats each. 5 narrowed the run-to-run spread
-# little (docs/results/ prediction-error-loader.md): the scatter is between runs, not between
-# repeats.
+# The check (tests/analysis/test_loader_scaling.py, benchmarks/loader_scaling_error.py --check): the
+# curve's one-core point and the two-core cell it predicts, 3 repeats each. 5 narrowed the
+# run-to-run spread little (docs/results/ prediction-error-loader.md): the scatter is between runs,
+# not between repeats.
 CHECK_CELLS = ((2, 1), (2, 2))
 CHECK_REPEATS = 3
 

@@ -4,6 +4,7 @@ line every test that runs the workflow builds."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,3 +86,10 @@ def workflow_copy(tmp_path: Path) -> tuple[str, Path]:
     (tmp_path / "workflow").mkdir()
     (tmp_path / "run").mkdir()
     return copy_workflow(tmp_path / "workflow"), tmp_path / "run"
+
+
+def planned(workflow: str, workdir, config: dict) -> set[str]:
+    """The cells (experiment/cell/rep<k>) a dry run would measure."""
+    run = snakemake(workflow, workdir, config, "--dry-run")
+    assert run.returncode == 0, run.stderr + run.stdout
+    return set(re.findall(r"output: results/cells/(\S+)/result\.json", run.stdout))

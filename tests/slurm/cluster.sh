@@ -22,7 +22,7 @@ set -euo pipefail
 
 CLUSTER=feedbench
 PARTITION=debug
-GPU_PARTITION=gpu       # the same nodes again, not the default (tests/test_target_partition.py)
+GPU_PARTITION=gpu       # the same nodes again, not the default (tests/workflow/test_target_partition.py)
 NODES=(n1 n2)
 GPUS_PER_NODE=2
 GPU_TYPE=tesla          # typed GPUs, as sites name them: gpu_model and gres:gpu:tesla:N work

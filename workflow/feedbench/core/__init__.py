@@ -2,6 +2,6 @@
 and the compute estimate, a machine's cores, memory and /dev/shm, the user's plugins).
 
 Plain Python: the Snakefile's parse imports it for every job, the harness in each cell and the
-analysis in the summary, so never torch or pandas; it imports no other layer (tests/test_house.py
-holds it to both).
+analysis in the summary, so never torch or pandas; it imports no other layer
+(tests/workflow/test_house.py holds it to both).
 """

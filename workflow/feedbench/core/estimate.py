@@ -19,7 +19,7 @@ roofline / observed compute time, from its one-GPU rows (more GPUs add communica
 does not model); a family no study fits takes the pooled efficiency, the geometric mean of all
 studies'. Its error is published leave one study out (leave_one_study_out): each study predicted by
 efficiencies fitted to the others. docs/results/prediction-error.md holds it, written by
-benchmarks/prediction_error.py; tests/test_estimate.py checks the two agree.
+benchmarks/prediction_error.py; tests/core/test_estimate.py checks the two agree.
 
 The per-operation estimate (`per_op`) sums each counted operation's roofline over the efficiency of
 its class (OP_CLASSES) on the GPU, from public microbenchmarks (core/kernels.yaml: each figure with

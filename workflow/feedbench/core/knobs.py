@@ -877,8 +877,8 @@ KNOBS: dict[str, Knob] = {
 }
 
 
-# Lists of knobs, each derived from a field of their declarations (tests/test_knob_spec.py: no such
-# list elsewhere). The knobs that change a cell's loader stages to run a stage what-if
+# Lists of knobs, each derived from a field of their declarations (tests/core/test_knob_spec.py: no
+# such list elsewhere). The knobs that change a cell's loader stages to run a stage what-if
 # (Knob.whatif).
 STAGE_WHATIFS = tuple(name for name, k in KNOBS.items() if k.whatif)
 # A stage what-if's knobs and those that only tune one (Knob.tunes): the cell without them is its

@@ -3,7 +3,7 @@
 The workflow checks every cell's model while it parses the Snakefile, and every
 job parses it again: importing torchvision there would cost each of them about
 3 s. TORCHVISION_MODELS is torchvision.models.list_models(module=torchvision.models)
-of torchvision 0.29.2; tests/test_parse_speed.py compares it with the installed
+of torchvision 0.29.2; tests/workflow/test_parse_speed.py compares it with the installed
 torchvision, so the list cannot go stale silently. A leaf: it imports nothing of
 feedbench, so the knob table (feedbench.core.knobs) can ask it without a cycle.
 """

@@ -18,7 +18,8 @@ from .metric_table import with_metrics
 
 SCHEMA_VERSION = 1
 # With this variable set to a file, every result read and validated (read_result) appends its path
-# there: how a test counts the reads of a real run, across its processes (tests/test_workflow.py).
+# there: how a test counts the reads of a real run, across its processes
+# (tests/workflow/test_workflow.py).
 READ_LOG = "FEEDBENCH_READ_LOG"
 
 # A bench job's folder and log (plan.job), where the preflight's record and the report find a cell's

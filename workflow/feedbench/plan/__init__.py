@@ -2,6 +2,6 @@
 resources.
 
 Plain Python on the core: the Snakefile's parse runs it for every job, so it never imports torch,
-torchvision, pandas or matplotlib; the harness and the analysis never import it (tests/test_house.py
-holds it to both).
+torchvision, pandas or matplotlib; the harness and the analysis never import it
+(tests/workflow/test_house.py holds it to both).
 """
