@@ -34,6 +34,20 @@ def image_dir(tmp_path_factory):
     return root
 
 
+# The nmt study's model, tiny: an LSTM language model over 12 tokens.
+TINY_LSTM = dict(
+    model="lstm",
+    dataset="tokens",
+    seq_len=12,
+    vocab_size=50,
+    embedding_dim=8,
+    hidden_size=8,
+    batch_size=4,
+    steps=3,
+    warmup_steps=1,
+)
+
+
 @pytest.mark.parametrize(
     "knobs",
     [
@@ -81,33 +95,11 @@ def image_dir(tmp_path_factory):
             id="naive-spawn",
         ),
         pytest.param(
-            dict(
-                model="lstm",
-                dataset="tokens",
-                lstm_impl="fused",
-                seq_len=12,
-                vocab_size=50,
-                embedding_dim=8,
-                hidden_size=8,
-                batch_size=4,
-                steps=3,
-                warmup_steps=1,
-            ),
+            dict(TINY_LSTM, lstm_impl="fused"),
             id="lstm-fused",
         ),
         pytest.param(
-            dict(
-                model="lstm",
-                dataset="tokens",
-                lstm_impl="cell",
-                seq_len=12,
-                vocab_size=50,
-                embedding_dim=8,
-                hidden_size=8,
-                batch_size=4,
-                steps=3,
-                warmup_steps=1,
-            ),
+            dict(TINY_LSTM, lstm_impl="cell"),
             id="lstm-cell",
         ),
     ],

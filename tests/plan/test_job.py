@@ -150,39 +150,27 @@ def test_a_job_without_a_folder_and_a_cell_without_labels_is_one_line(tmp_path, 
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path):
-    """As from the OOM killer: the harness dies at once, without a result; the job still ends 0,
-    with one."""
-    out = tmp_path / "rep1"
-    cell = json.dumps(
-        {
-            "model": "sleep",
-            "dataset": "memory",
-            "compute_ms": 100,
-            "steps": 100000,
-            "torch_threads": 1,
-        }
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "feedbench",
-        "job",
-        str(out),
-        "--cell",
-        cell,
-        "--runtime",
-        "5",
-        "--log",
-        str(tmp_path / "log"),
-    ]
-    job_process = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=WORKFLOW))
-    harness, deadline = [], time.time() + 60
-    while not harness and time.time() < deadline:
+def start_job(out, log, cwd) -> tuple[subprocess.Popen, list[str]]:
+    """`python -m feedbench job` on an endless sleep cell, and its harness's pid (pgrep: the job's
+    child) once the harness has started and written to its log."""
+    cell = json.dumps(dict(ENDLESS_SLEEP, compute_ms=100, dataset="memory"))
+    command = [sys.executable, "-m", "feedbench", "job", str(out), "--cell", cell, "--runtime", "5"]
+    env = dict(os.environ, PYTHONPATH=WORKFLOW)
+    job_process = subprocess.Popen([*command, "--log", str(log)], cwd=cwd, env=env)
+    harness, deadline = [], time.time() + 120
+    while not (harness and log.exists() and log.stat().st_size) and time.time() < deadline:
         harness = subprocess.run(
             ["pgrep", "-P", str(job_process.pid)], capture_output=True, text=True
         ).stdout.split()
         time.sleep(0.2)
+    return job_process, harness
+
+
+def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path):
+    """As from the OOM killer: the harness dies at once, without a result; the job still ends 0,
+    with one."""
+    out = tmp_path / "rep1"
+    job_process, harness = start_job(out, tmp_path / "log", tmp_path)
     os.kill(int(harness[0]), signal.SIGKILL)
     assert job_process.wait(timeout=120) == 0
     result = json.loads((out / "result.json").read_text())
@@ -192,40 +180,11 @@ def test_a_harness_killed_by_sigkill_gets_a_result_from_record_failure(tmp_path)
 
 
 def test_a_sigterm_to_the_job_is_passed_to_its_harness_and_the_job_ends_after_it(tmp_path):
-    """Issue #36: Slurm's SIGTERM may reach only the job process, or reach it after the processes
-    above it died. It passes it on: the harness records what it measured, then the job ends 143 (a
-    lost job to the run) and no harness outlives it."""
-    out, log = tmp_path / "rep1", tmp_path / "log"
-    cell = json.dumps(
-        {
-            "model": "sleep",
-            "dataset": "memory",
-            "compute_ms": 100,
-            "steps": 100000,
-            "torch_threads": 1,
-        }
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "feedbench",
-        "job",
-        str(out),
-        "--cell",
-        cell,
-        "--runtime",
-        "5",
-        "--log",
-        str(log),
-    ]
-    job_process = subprocess.Popen(command, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=WORKFLOW))
-    harness, deadline = [], time.time() + 120
-    # it says its notes
-    while not (harness and log.exists() and log.stat().st_size) and time.time() < deadline:
-        harness = subprocess.run(
-            ["pgrep", "-P", str(job_process.pid)], capture_output=True, text=True
-        ).stdout.split()
-        time.sleep(0.2)
+    """Slurm's SIGTERM may reach only the job process, or reach it after the processes above it
+    died. It passes it on: the harness records what it measured, then the job ends 143 (a lost job
+    to the run) and no harness outlives it."""
+    out = tmp_path / "rep1"
+    job_process, harness = start_job(out, tmp_path / "log", tmp_path)  # started: it says its notes
     time.sleep(1)  # a few steps of 100 ms
     job_process.send_signal(signal.SIGTERM)
     assert job_process.wait(timeout=60) == 128 + signal.SIGTERM
