@@ -8,6 +8,7 @@ import statistics
 import pytest
 from feedbench.analysis.views import builder
 from feedbench.harness.loop import Measurement, original_estimators
+from helpers.cells import TINY_RESNET
 from helpers.summary_rows import RESNET, reference, row, summary, table
 
 
@@ -36,20 +37,8 @@ def test_the_original_estimators_average_per_step_rates_after_the_first():
 
 
 def test_a_naive_cell_records_the_original_estimators(run_cell):
-    code, result = run_cell(
-        scenario="compute",
-        dataset="synthetic",
-        model="resnet18",
-        image_size=32,
-        num_classes=10,
-        batch_size=2,
-        steps=3,
-        warmup_steps=1,
-        timing="naive",
-        device="cpu",
-        torch_threads=1,
-        weight_decay=1e-5,
-    )
+    knobs = dict(TINY_RESNET, scenario="compute", batch_size=2, steps=3, weight_decay=1e-5)
+    code, result = run_cell(**knobs, timing="naive", torch_threads=1)
     assert code == 0 and result["status"] == "ok"
     est = result["metrics"]["original_estimators"]
     assert (
@@ -58,6 +47,7 @@ def test_a_naive_cell_records_the_original_estimators(run_cell):
 
 
 def test_naive_dataparallel_cells_use_the_original_estimators_and_ddp_cells_ours():
+    phases = dict(fwd_ms=100.0, bwd_ms=200.0, opt_ms=20.0)
     rows = []
     for gpus, rate in ((1, 100.0), (2, 190.0)):
         for timing in ("events", "naive"):
@@ -70,9 +60,7 @@ def test_naive_dataparallel_cells_use_the_original_estimators_and_ddp_cells_ours
                     gpus_per_node=gpus,
                     timing=timing,
                     samples_per_s=rate,
-                    fwd_ms=100.0,
-                    bwd_ms=200.0,
-                    opt_ms=20.0,
+                    **phases,
                     original_fwd_samples_per_s=777.0,
                     original_bwd_samples_per_s=333.0,
                     original_samples_per_s=rate * 1.1,
@@ -87,9 +75,7 @@ def test_naive_dataparallel_cells_use_the_original_estimators_and_ddp_cells_ours
             gpus_per_node=8,
             timing="naive",
             samples_per_s=700.0,
-            fwd_ms=100.0,
-            bwd_ms=200.0,
-            opt_ms=20.0,
+            **phases,
             original_fwd_samples_per_s=999.0,
             original_samples_per_s=1.0,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from feedbench.analysis.views import builder
+from helpers.cells import TINY_LOADER
 from helpers.result_rows import PREFETCH, column, find, prefetch_rows, reference, row, summary
 
 # --- prefetch
@@ -200,18 +201,8 @@ def test_breakdown_says_sync_is_not_the_follow_up_and_why_event_bars_do_not_sum(
 
 
 def test_a_loader_cell_repeats_the_notebooks_profiler_window(run_cell):
-    code, result = run_cell(
-        scenario="loader",
-        dataset="synthetic",
-        image_size=16,
-        num_samples=64,
-        batch_size=8,
-        num_workers=1,
-        steps=2,
-        warmup_steps=0,
-        device="cpu",
-        profile_first_batch=True,
-    )
+    loader = dict(TINY_LOADER, num_samples=64)
+    code, result = run_cell(**loader, num_workers=1, profile_first_batch=True)
     assert code == 0 and result["status"] == "ok", result.get("error")
     window = result["metrics"]["first_batch_profile"]
     assert (
@@ -219,16 +210,7 @@ def test_a_loader_cell_repeats_the_notebooks_profiler_window(run_cell):
         and window["to_ms"] is not None
         and window["to_ms"] <= window["data_load_ms"]
     )
-    code, result = run_cell(
-        scenario="loader",
-        dataset="synthetic",
-        image_size=16,
-        num_samples=64,
-        batch_size=8,
-        steps=2,
-        warmup_steps=0,
-        device="cpu",
-    )
+    code, result = run_cell(**loader)
     assert result["metrics"]["first_batch_profile"] is None
 
 

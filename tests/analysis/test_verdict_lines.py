@@ -22,6 +22,7 @@ from feedbench.analysis.plots import plot_experiment
 from feedbench.analysis.report import build, fmt, target_in_units
 from feedbench.analysis.verdict import summarize_experiment
 from helpers.stored_run import DEFAULT_RUN, default_config
+from helpers.summary_rows import verdict_row
 
 
 @pytest.fixture(scope="module")
@@ -122,18 +123,9 @@ def rows(cells: dict[str, dict], repeats: int = 3) -> pd.DataFrame:
         for repeat in range(repeats):
             jitter = 1 + 0.01 * (repeat - 1)
             rate = knobs["samples_per_s"] * jitter
+            tokens = {"tokens_per_s": rate * knobs["tokens"]} if "tokens" in knobs else {}
             out.append(
-                {
-                    **knobs,
-                    "experiment": "e",
-                    "cell": cell,
-                    "repeat": repeat,
-                    "status": "ok",
-                    "scenario": "train",
-                    "baseline": i == 0,
-                    "samples_per_s": rate,
-                    **({"tokens_per_s": rate * knobs["tokens"]} if "tokens" in knobs else {}),
-                }
+                verdict_row(cell, repeat, i == 0, **{**knobs, "samples_per_s": rate}, **tokens)
             )
     return pd.DataFrame(out).drop(columns="tokens", errors="ignore")
 

@@ -13,6 +13,7 @@ from feedbench.analysis.verdict import (
     repeats_to_separate,
     summarize_experiment,
 )
+from helpers.summary_rows import verdict_row
 
 
 def rows(values_by_cell: dict[str, list[float]]) -> pd.DataFrame:
@@ -21,18 +22,7 @@ def rows(values_by_cell: dict[str, list[float]]) -> pd.DataFrame:
     out = []
     for i, (cell, values) in enumerate(values_by_cell.items()):
         for repeat, value in enumerate(values):
-            out.append(
-                {
-                    "experiment": "e",
-                    "cell": cell,
-                    "repeat": repeat,
-                    "status": "ok",
-                    "scenario": "train",
-                    "num_workers": i,
-                    "samples_per_s": value,
-                    "baseline": i == 0,
-                }
-            )
+            out.append(verdict_row(cell, repeat, i == 0, num_workers=i, samples_per_s=value))
     return pd.DataFrame(out)
 
 

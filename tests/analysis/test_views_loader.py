@@ -17,6 +17,7 @@ from helpers.result_rows import (
     WORKERS,
     column,
     find,
+    keyed,
     prefetch_rows,
     reference,
     row,
@@ -69,32 +70,11 @@ def test_published_numbers_are_the_studies():
 def test_prefetch_speedup_is_time_without_over_time_with_per_source():
     view = builder("prefetch")(summary(prefetch_rows()), reference("prefetch"), PREFETCH)
     ours = find(view.tables, "Measured on NVIDIA H100")
-    times = dict(
-        zip(
-            zip(
-                column(ours, "source"),
-                column(ours, "epochs"),
-                column(ours, "hidden_layers"),
-                strict=True,
-            ),
-            column(ours, "time without prefetch [s]"),
-            strict=True,
-        )
-    )
+    cell = ("source", "epochs", "hidden_layers")
+    times = keyed(ours, cell, "time without prefetch [s]")
     # the median of the repeats, not their mean
     assert times[("pageable", 5, 4)] == pytest.approx(40.0)
-    speedups = dict(
-        zip(
-            zip(
-                column(ours, "source"),
-                column(ours, "epochs"),
-                column(ours, "hidden_layers"),
-                strict=True,
-            ),
-            column(ours, "speedup"),
-            strict=True,
-        )
-    )
+    speedups = keyed(ours, cell, "speedup")
     assert speedups[("pageable", 1, 1)] == pytest.approx(2.0 / 1.9)
     assert speedups[("pinned", 5, 4)] == pytest.approx(2.0 / 1.6)
     assert (

@@ -26,46 +26,28 @@ from helpers.summary_rows import (
 
 # ---------------------------------------------------------------- scaling
 
+# One GPU's phases per 32 images: fwd 80 ms, bwd 150 + opt 10 ms.
+PHASES = dict(fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0)
+
 
 def scaling_rows() -> list[dict]:
     e = "scaling"
     return [
-        # One GPU: 100 samples/s; fwd 80 ms, bwd 150 + opt 10 ms per 32 images.
-        *repeats(e, "gpus-1", [98, 100, 103], **RESNET, fwd_ms=80.0, bwd_ms=150.0, opt_ms=10.0),
+        # One GPU: 100 samples/s.
+        *repeats(e, "gpus-1", [98, 100, 103], **RESNET, **PHASES),
         *repeats(
-            e,
-            "dp-2",
-            [190, 189, 191],
-            **RESNET,
-            parallel="dp",
-            gpus_per_node=2,
-            nodes=3,
-            fwd_ms=80.0,
-            bwd_ms=150.0,
-            opt_ms=10.0,
+            e, "dp-2", [190, 189, 191], **RESNET, **PHASES, parallel="dp", gpus_per_node=2, nodes=3
         ),
-        *repeats(
-            e,
-            "dp-4",
-            [360],
-            **RESNET,
-            parallel="dp",
-            gpus_per_node=4,
-            fwd_ms=80.0,
-            bwd_ms=150.0,
-            opt_ms=10.0,
-        ),
+        *repeats(e, "dp-4", [360], **RESNET, **PHASES, parallel="dp", gpus_per_node=4),
         *repeats(
             e,
             "ddp-4x2",
             [640, 600, 650],
             **RESNET,
+            **PHASES,
             parallel="ddp",
             gpus_per_node=4,
             nodes=2,
-            fwd_ms=80.0,
-            bwd_ms=150.0,
-            opt_ms=10.0,
         ),
         row(e, "ddp-4x4", 0, status="failed", **RESNET, parallel="ddp", gpus_per_node=4, nodes=4),
         # The original's method: no synchronisation, so the forward returns at once and the backward
@@ -494,15 +476,7 @@ def test_each_view_renders_in_the_report_with_its_tables(tmp_path):
 
 def test_scaling_baseline_prefers_the_plain_one_gpu_cell():
     rows = scaling_rows() + repeats(
-        "scaling",
-        "dp-1",
-        [120],
-        **RESNET,
-        parallel="dp",
-        gpus_per_node=1,
-        fwd_ms=80.0,
-        bwd_ms=150.0,
-        opt_ms=10.0,
+        "scaling", "dp-1", [120], **RESNET, **PHASES, parallel="dp", gpus_per_node=1
     )
     view = builder("scaling")(summary(rows), reference("scaling"), {})
     measured = table(view, "Measured on").set_index(["GPUs", "parallel"])

@@ -13,6 +13,7 @@ from feedbench.core.fit import NAIVE_ON_GPU
 from feedbench.core.knobs import KnobError
 from feedbench.core.result import schema
 from feedbench.harness.fit import resolve
+from helpers.cells import TINY_RESNET, jpeg_cell
 
 
 @pytest.mark.parametrize(
@@ -254,14 +255,7 @@ def test_cli_unreadable_cell_file_is_one_line(tmp_path):
 
 def test_missing_image_folder_names_path_and_how_to_get_it(run_cell, tmp_path):
     missing = tmp_path / "no-such-images"
-    code, result = run_cell(
-        dataset="images",
-        data_dir=str(missing),
-        model="resnet18",
-        image_size=32,
-        batch_size=4,
-        steps=1,
-    )
+    code, result = run_cell(**jpeg_cell(missing))
     assert code == 2
     assert result["status"] == "failed"
     assert result["error"]["message"] == (
@@ -271,14 +265,7 @@ def test_missing_image_folder_names_path_and_how_to_get_it(run_cell, tmp_path):
 
 
 def test_missing_cifar_names_path_and_download(run_cell, tmp_path):
-    code, result = run_cell(
-        dataset="cifar100",
-        data_dir=str(tmp_path),
-        model="resnet18",
-        image_size=32,
-        batch_size=4,
-        steps=1,
-    )
+    code, result = run_cell(**dict(TINY_RESNET, dataset="cifar100", data_dir=str(tmp_path)))
     assert code == 2
     assert result["error"]["message"].startswith(
         f"knob 'data_dir': cifar100 not found in {str(tmp_path)!r}"

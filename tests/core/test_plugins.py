@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from collections import namedtuple
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ from feedbench.core.knobs import KnobError
 from feedbench.core.plugins import content_hash, load, resolve_all
 from feedbench.harness.batches import batch_len, default_loss, move_batch, unpinned_note
 from feedbench.harness.runner import run
+from helpers.cells import user_package
 
 USER_CODE = """
 import torch
@@ -184,14 +184,7 @@ def per_sample(output, target):
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """A user project outside feedbench: userproj/data.py under tmp_path/src."""
-    src = tmp_path / "src" / "userproj"
-    src.mkdir(parents=True)
-    (src / "__init__.py").write_text("")
-    (src / "data.py").write_text(textwrap.dedent(USER_CODE))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    yield str(tmp_path / "src")
-    for name in [n for n in sys.modules if n.startswith("userproj")]:
-        del sys.modules[name]
+    yield from user_package(tmp_path, monkeypatch, "userproj", "data.py", USER_CODE)
 
 
 def cell(project, **knobs):
@@ -220,22 +213,31 @@ def classes_cell(project, **knobs):
     )
 
 
-def result_of(out):
+def built_cell(project, **knobs):
+    """A cell of the user's factories, which take ctx: build_dataset, collate and build_model,
+    `knobs` over them."""
+    factories = {
+        "dataset": "userproj.data:build_dataset",
+        "collate": "userproj.data:collate",
+        "model": "userproj.data:build_model",
+    }
+    return cell(project, **{**factories, **knobs})
+
+
+def ran(knobs: dict, out, code: int = 0) -> dict:
+    """The result of the cell `knobs` run in this process into `out`; its exit code is `code`."""
+    assert run(knobs, str(out)) == code
     return json.loads((out / "result.json").read_text())
 
 
 def test_dataset_collate_model_and_step_by_import_path(project, tmp_path):
-    knobs = cell(
+    knobs = built_cell(
         project,
-        dataset="userproj.data:build_dataset",
         dataset_args={"n": 40, "side": 8},
-        collate="userproj.data:collate",
-        model="userproj.data:build_model",
         model_args={"classes": 4},
         step="userproj.data:train_step",
     )
-    assert run(knobs, str(tmp_path / "out")) == 0
-    result = result_of(tmp_path / "out")
+    result = ran(knobs, tmp_path / "out")
     assert result["status"] == "ok" and result["metrics"]["samples"] == 4 * 8
     assert result["provenance"]["user_code"][0]["path"] == project
     assert result["provenance"]["user_code"][0]["content"] == content_hash([project])
@@ -256,8 +258,7 @@ def test_a_dataset_class_and_a_model_class_named_as_they_are(project, tmp_path):
     their arguments alone (core.plugins.takes_ctx), and their arguments are checked against those
     signatures."""
     knobs = classes_cell(project)
-    assert run(knobs, str(tmp_path / "out")) == 0
-    result = result_of(tmp_path / "out")
+    result = ran(knobs, tmp_path / "out")
     assert result["status"] == "ok" and result["metrics"]["samples"] == 4 * 8, result.get("error")
     misspelled = parse_cell({**knobs, "model_args": {"clases": 4}})
     with pytest.raises(
@@ -284,8 +285,7 @@ def test_the_optimizer_is_a_knob(project, tmp_path, optimizer, args, name):
         optimizer_args=args,
         weight_decay=0.01,
     )
-    assert run(knobs, str(tmp_path / "out")) == 0
-    assert result_of(tmp_path / "out")["status"] == "ok"
+    assert ran(knobs, tmp_path / "out")["status"] == "ok"
     seen, defaults = sys.modules["userproj.data"].OPTIMIZERS_SEEN[-1]
     assert seen == name and all(
         defaults[k] == (tuple(v) if isinstance(v, list) else v) for k, v in args.items()
@@ -308,13 +308,11 @@ def test_a_model_with_named_inputs_runs_without_a_step(project, tmp_path):
         label_key="labels",
         optimizer="adamw",
     )
-    assert run(knobs, str(tmp_path / "out")) == 0
-    result = result_of(tmp_path / "out")
+    result = ran(knobs, tmp_path / "out")
     assert result["status"] == "ok", result.get("error")
     assert "loss: cross-entropy against batch['labels'] (no step given)" in result["adjustments"]
     knobs["forward_keys"] = ["input_idz", "attention_mask"]
-    run(knobs, str(tmp_path / "typo"))
-    failed = result_of(tmp_path / "typo")
+    failed = ran(knobs, tmp_path / "typo", code=2)
     assert failed["status"] == "failed"
     assert failed["error"]["message"] == (
         "knob 'forward_keys': the batch has no key 'input_idz' (did you mean 'input_ids'?); "
@@ -341,44 +339,22 @@ def test_a_bad_optimizer_is_one_line():
 
 
 def test_default_loss_rule_is_recorded(project, tmp_path):
-    knobs = cell(
-        project,
-        dataset="userproj.data:build_dataset",
-        collate="userproj.data:collate",
-        model="userproj.data:build_dict_model",
-    )
-    assert run(knobs, str(tmp_path / "out")) == 0
-    assert (
-        "loss: cross-entropy against batch['label'] (no step given)"
-        in result_of(tmp_path / "out")["adjustments"]
-    )
+    knobs = built_cell(project, model="userproj.data:build_dict_model")
+    result = ran(knobs, tmp_path / "out")
+    assert "loss: cross-entropy against batch['label'] (no step given)" in result["adjustments"]
 
 
 def test_a_step_that_does_its_own_backward(project, tmp_path):
-    knobs = cell(
-        project,
-        dataset="userproj.data:build_dataset",
-        collate="userproj.data:collate",
-        model="userproj.data:build_model",
-        step="userproj.data:step_itself",
-    )
-    assert run(knobs, str(tmp_path / "out")) == 0
-    result = result_of(tmp_path / "out")
+    knobs = built_cell(project, step="userproj.data:step_itself")
+    result = ran(knobs, tmp_path / "out")
     assert result["metrics"]["steps"] == 4 and any(
         n.startswith("step returned None") for n in result["adjustments"]
     )
 
 
 def test_a_step_that_returns_no_tensor_is_one_line(project, tmp_path):
-    knobs = cell(
-        project,
-        dataset="userproj.data:build_dataset",
-        collate="userproj.data:collate",
-        model="userproj.data:build_model",
-        step="userproj.data:step_float",
-    )
-    assert run(knobs, str(tmp_path / "out")) == 2
-    assert result_of(tmp_path / "out")["error"]["message"] == (
+    knobs = built_cell(project, step="userproj.data:step_float")
+    assert ran(knobs, tmp_path / "out", code=2)["error"]["message"] == (
         "knob 'step': 'userproj.data:step_float' returned builtins.float; "
         "allowed: the loss tensor, or None after its own backward and optimizer step"
     )
@@ -392,8 +368,7 @@ def test_iterable_dataset_with_workers(project, tmp_path):
         num_workers=2,
         batch_size=4,
     )
-    assert run(knobs, str(tmp_path / "out")) == 0
-    result = result_of(tmp_path / "out")
+    result = ran(knobs, tmp_path / "out")
     assert (
         result["status"] == "ok"
         and "loss: cross-entropy against batch[1] (no step given)" in result["adjustments"]
@@ -402,16 +377,14 @@ def test_iterable_dataset_with_workers(project, tmp_path):
 
 def test_factory_that_raises_is_a_failed_cell_with_its_traceback(project, tmp_path):
     knobs = cell(project, dataset="userproj.data:broken_factory", model="userproj.data:build_model")
-    assert run(knobs, str(tmp_path / "out")) == 1
-    error = result_of(tmp_path / "out")["error"]
+    error = ran(knobs, tmp_path / "out", code=1)["error"]
     assert error["type"] == "ValueError" and "the user's factory broke" in error["message"]
     assert "broken_factory" in error["traceback"]
 
 
 def test_wrong_return_type_is_one_line(project, tmp_path):
     knobs = cell(project, dataset="userproj.data:not_a_dataset", model="userproj.data:build_model")
-    assert run(knobs, str(tmp_path / "out")) == 2
-    message = result_of(tmp_path / "out")["error"]["message"]
+    message = ran(knobs, tmp_path / "out", code=2)["error"]["message"]
     assert message == (
         "knob 'dataset': 'userproj.data:not_a_dataset' returned builtins.list; "
         "allowed: a torch.utils.data.Dataset or IterableDataset"
@@ -661,17 +634,14 @@ def test_builtin_cells_do_not_carry_the_python_path(project):
 
 
 def test_compute_ceiling_replays_real_batches_of_the_users_pipeline(project, tmp_path):
-    knobs = cell(
+    knobs = built_cell(
         project,
         scenario="compute",
-        dataset="userproj.data:build_dataset",
-        collate="userproj.data:collate",
         model="userproj.data:build_dict_model",
         resident_batches=3,
         steps=5,
     )
-    assert run(knobs, str(tmp_path / "out")) == 0
-    result = result_of(tmp_path / "out")
+    result = ran(knobs, tmp_path / "out")
     assert (
         result["status"] == "ok"
         and result["metrics"]["samples"] == 5 * 8
@@ -703,8 +673,7 @@ def test_a_regression_keeps_its_loss_without_a_step(project, tmp_path, loss, rul
     """Knob `loss`: a regression model without a step trains on mse (torch.nn.functional's) or on a
     loss of the user's own, with AdamW, where the default cross-entropy is refused (one output per
     sample)."""
-    assert run(regression_cell(project, loss=loss), str(tmp_path / "out")) == 0
-    result = result_of(tmp_path / "out")
+    result = ran(regression_cell(project, loss=loss), tmp_path / "out")
     assert result["status"] == "ok", result.get("error")
     assert rule in result["adjustments"]
     # the user's function got the model's output and the target as they are

@@ -9,16 +9,10 @@ from feedbench.core import search
 from feedbench.core.ceilings import ceiling_sources
 from feedbench.plan.config import validate_config
 from feedbench.plan.matrix import ConfigError, build_cells, search_groups
+from helpers.cells import tiny_mlp_base
 
 SCHEMA = "config/schema.yaml"
-MLP = {
-    "scenario": "train",
-    "model": "mlp",
-    "dataset": "memory",
-    "input_size": 16,
-    "width": 16,
-    "batch_size": 8,
-}
+MLP = tiny_mlp_base()
 SIXTEEN = list(range(16))
 
 

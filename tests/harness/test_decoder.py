@@ -29,6 +29,33 @@ def folders(tmp_path_factory) -> dict[str, str]:
     return {name: images if name == "images" else str(root / "shards") for name in JPEG_DATASETS}
 
 
+def first_batch(folders, decoder: str, dataset: str = "images", timed: bool = False, **knobs):
+    """A loader over `dataset` decoded by `decoder` (3 unshuffled 32 px images a batch, `knobs` over
+    them) and its first batch, its crops drawn from seed 0: the same draws for each decoder."""
+    cell = parse_cell(
+        dict(
+            dataset=dataset,
+            data_dir=folders[dataset],
+            decoder=decoder,
+            model="resnet18",
+            image_size=32,
+            batch_size=3,
+            shuffle=False,
+            **knobs,
+        )
+    )
+    loader = data.build_loader(cell, data.build_dataset(cell), timed=timed)
+    torch.manual_seed(0)
+    return loader, next(iter(loader))
+
+
+def decoder_cell(folders, decoder: str, **knobs) -> dict:
+    """A cell of the JPEG folder decoded by `decoder`: 3 steps of 2 images, one worker, `knobs` over
+    them."""
+    shape = dict(batch_size=2, steps=3, warmup_steps=1, num_workers=1)
+    return dict(dataset="images", data_dir=folders["images"], decoder=decoder, **shape, **knobs)
+
+
 def test_the_decoders_decode_a_file_to_near_equal_pixels(folders):
     """Pillow and torchvision each bundle their own libjpeg-turbo: the same file may decode a level
     apart."""
@@ -48,14 +75,7 @@ def test_the_decoders_decode_a_file_to_near_equal_pixels(folders):
 def test_both_cpu_decoders_give_the_model_the_same_batch(folders, dataset):
     """Same shape and dtype, float32 normalised, and the same crops (the same random draws): pixels
     within a level."""
-    batches = {}
-    for decoder in ("pil", "torchvision"):
-        knobs = dict(
-            dataset=dataset, data_dir=folders[dataset], shards=1, decoder=decoder, model="resnet18"
-        )
-        cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3, "shuffle": False})
-        torch.manual_seed(0)
-        batches[decoder] = next(iter(data.build_loader(cell, data.build_dataset(cell))))
+    batches = {d: first_batch(folders, d, dataset, shards=1)[1] for d in ("pil", "torchvision")}
     pil, ours = batches["pil"], batches["torchvision"]
     assert (
         ours[0].shape == pil[0].shape == (3, 3, 32, 32)
@@ -77,17 +97,7 @@ def test_the_batched_device_decode_gives_what_the_workers_decode(folders, monkey
     monkeypatch.setattr(data, "decode_device", lambda: torch.device("cpu"))
     batches = {}
     for decoder in ("torchvision", "torchvision-cuda"):
-        knobs = dict(
-            dataset="images",
-            data_dir=folders["images"],
-            decoder=decoder,
-            model="resnet18",
-            device="auto",
-        )
-        cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3, "shuffle": False})
-        loader = data.build_loader(cell, data.build_dataset(cell), timed=timed)
-        torch.manual_seed(0)
-        first = next(iter(loader))
+        loader, first = first_batch(folders, decoder, timed=timed, device="auto")
         assert isinstance(first, StagedBatch) == timed
         batches[decoder] = strip(first)
     assert isinstance(loader, data.DeviceDecoded) and len(loader) == 2 and loader.batch_size == 3
@@ -99,16 +109,7 @@ def test_the_batched_device_decode_gives_what_the_workers_decode(folders, monkey
 @pytest.mark.parametrize("decoder", ["pil", "torchvision"])
 def test_a_cell_runs_with_each_cpu_decoder_and_records_it(run_cell, folders, decoder):
     code, result = run_cell(
-        dataset="images",
-        data_dir=folders["images"],
-        decoder=decoder,
-        model="sleep",
-        compute_ms=1,
-        image_size=16,
-        batch_size=2,
-        steps=3,
-        warmup_steps=1,
-        num_workers=1,
+        **decoder_cell(folders, decoder, model="sleep", compute_ms=1, image_size=16)
     )
     assert code == 0, result["error"]
     assert result["cell"]["decoder"] == decoder and result["decoder"]["name"] == decoder
@@ -169,19 +170,7 @@ def test_the_cuda_decode_waits_for_work_queued_on_the_callers_stream(folders):
 def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario):
     """Batched decode_jpeg on the device: the same layout and dtype as the CPU decoders, on the GPU,
     pixels close (nvJPEG is a third decoder), in a cell."""
-    batches = {}
-    for decoder in ("torchvision", "torchvision-cuda"):
-        knobs = dict(
-            dataset="images",
-            data_dir=folders["images"],
-            decoder=decoder,
-            model="resnet18",
-            shuffle=False,
-        )
-        cell = parse_cell({**knobs, "image_size": 32, "batch_size": 3})
-        loader = data.build_loader(cell, data.build_dataset(cell))
-        torch.manual_seed(0)
-        batches[decoder] = next(iter(loader))
+    batches = {d: first_batch(folders, d)[1] for d in ("torchvision", "torchvision-cuda")}
     images, labels = batches["torchvision-cuda"]
     assert images.shape == (3, 3, 32, 32) and images.dtype == torch.float32 and images.is_cuda
     assert labels.equal(batches["torchvision"][1])
@@ -192,19 +181,10 @@ def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario
     own = (images.cpu() - cpu).abs().mean()
     assert own < 0.06 and own < 0.25 * (cpu[0] - cpu[1]).abs().mean(), own
     knobs = dict(model="resnet18") if scenario == "train" else {}
-    code, result = run_cell(
-        scenario=scenario,
-        dataset="images",
-        data_dir=folders["images"],
-        decoder="torchvision-cuda",
-        image_size=32,
-        batch_size=2,
-        steps=3,
-        warmup_steps=1,
-        num_workers=1,
-        device="cuda",
-        **knobs,
+    cell = decoder_cell(
+        folders, "torchvision-cuda", scenario=scenario, image_size=32, device="cuda", **knobs
     )
+    code, result = run_cell(**cell)
     assert code == 0, result["error"]
     assert (
         result["decoder"]["name"] == "torchvision-cuda" and "nvJPEG" in result["decoder"]["library"]

@@ -8,6 +8,7 @@ import hashlib
 import pytest
 from conftest import cli
 from feedbench.harness.images import make_images
+from helpers.cells import TINY_LOADER
 from PIL import Image
 from torchvision.datasets import ImageFolder
 
@@ -53,18 +54,8 @@ def test_a_truncated_jpeg_fails_the_cell_naming_the_file(run_cell, tmp_path, dec
     victim = min((tmp_path / "imgs").rglob("*.JPEG"))
     with open(victim, "r+b") as f:
         f.truncate(100)
-    code, result = run_cell(
-        scenario="loader",
-        dataset="images",
-        data_dir=str(tmp_path / "imgs"),
-        decoder=decoder,
-        image_size=16,
-        batch_size=2,
-        steps=2,
-        warmup_steps=0,
-        shuffle=False,
-        device="cpu",
-    )
+    knobs = dict(TINY_LOADER, dataset="images", data_dir=str(tmp_path / "imgs"), batch_size=2)
+    code, result = run_cell(**knobs, decoder=decoder, shuffle=False)
     assert code == 1 and result["status"] == "failed"
     message = result["error"]["message"]
     assert message.startswith(f"{victim}: "), message

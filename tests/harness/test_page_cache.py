@@ -15,6 +15,7 @@ import pytest
 from feedbench.harness.cache import cold, dataset_files, prepare, resident_fraction, warm
 from feedbench.harness.cache import resident_pages as mincore_pages
 from feedbench.harness.images import make_images
+from helpers.cells import TINY_LOADER
 
 pytestmark = pytest.mark.skipif(
     shutil.which("fincore") is None, reason="needs util-linux fincore to read the page cache"
@@ -126,14 +127,7 @@ def test_a_cell_records_its_page_cache_and_ignores_it_where_no_file_is_read(run_
         and result["page_cache"]["effective"] == "cold"
         and result["page_cache"]["method"] in ("drop_caches", "fadvise")
     )
-    code, result = run_cell(
-        page_cache="cold",
-        scenario="loader",
-        dataset="synthetic",
-        steps=2,
-        warmup_steps=0,
-        device="cpu",
-    )
+    code, result = run_cell(**TINY_LOADER, page_cache="cold")
     assert (
         code == 0
         and result["page_cache"]["effective"] == "asis"

@@ -17,7 +17,14 @@ import torch
 from feedbench.core.metric_table import undeclared
 from feedbench.core.result import schema
 from feedbench.harness.images import make_images
-from helpers.cells import ENDLESS_SLEEP, TINY_MLP, start_cell
+from helpers.cells import (
+    ENDLESS_SLEEP,
+    TINY_LOADER,
+    TINY_MLP,
+    TINY_RESNET,
+    jpeg_cell,
+    start_cell,
+)
 
 
 def validate(result: dict) -> None:
@@ -64,29 +71,10 @@ TINY_LSTM = dict(
         ),
         pytest.param(dict(TINY_MLP, scenario="compute"), id="compute-mlp"),
         pytest.param(
-            dict(
-                scenario="loader",
-                model="none",
-                image_size=16,
-                batch_size=8,
-                steps=4,
-                num_workers=2,
-                in_order=False,
-            ),
-            id="loader",
+            dict(TINY_LOADER, model="none", steps=4, num_workers=2, in_order=False), id="loader"
         ),
         pytest.param(
-            dict(
-                model="resnet18",
-                image_size=32,
-                num_classes=10,
-                batch_size=4,
-                steps=2,
-                warmup_steps=1,
-                amp="bf16",
-                channels_last=True,
-            ),
-            id="resnet18-bf16-channels-last",
+            dict(TINY_RESNET, amp="bf16", channels_last=True), id="resnet18-bf16-channels-last"
         ),
         pytest.param(dict(TINY_MLP, amp="fp16"), id="mlp-fp16-gradscaler"),
         pytest.param(dict(TINY_MLP, timing="sync", epochs=1, num_samples=24), id="epochs-sync"),
@@ -118,15 +106,7 @@ def test_cell_runs_and_validates(run_cell, knobs):
 
 def test_images_dataset_decodes_real_jpegs(run_cell, image_dir):
     code, result = run_cell(
-        dataset="images",
-        data_dir=str(image_dir),
-        model="resnet18",
-        image_size=32,
-        num_classes=4,
-        batch_size=8,
-        steps=3,
-        warmup_steps=1,
-        num_workers=2,
+        **jpeg_cell(image_dir, num_classes=4, batch_size=8, steps=3, num_workers=2)
     )
     assert code == 0, result["error"]
     validate(result)
@@ -134,19 +114,8 @@ def test_images_dataset_decodes_real_jpegs(run_cell, image_dir):
 
 
 def test_tokens_count_true_lengths(run_cell, tmp_path):
-    code, result = run_cell(
-        model="lstm",
-        dataset="tokens",
-        seq_len=10,
-        seq_len_spread=0.5,
-        vocab_size=30,
-        embedding_dim=4,
-        hidden_size=4,
-        batch_size=4,
-        steps=5,
-        warmup_steps=0,
-        shuffle=False,
-    )
+    knobs = dict(TINY_LSTM, seq_len=10, seq_len_spread=0.5, vocab_size=30, steps=5, warmup_steps=0)
+    code, result = run_cell(**knobs, shuffle=False)
     assert code == 0
     out = [p for p in tmp_path.iterdir() if (p / "steps.csv").exists()][0]
     rows = list(csv.DictReader(open(out / "steps.csv")))
@@ -215,14 +184,7 @@ def test_a_cell_without_torchvision_transforms_does_not_import_torchvision(tmp_p
     """Looking for the Composes to time (harness.stages) imported torchvision in every cell: about
     1.5 s of CPU a loader cell over synthetic data. A real cell, stage timing on, in a process of
     its own."""
-    knobs = {
-        "scenario": "loader",
-        "dataset": "synthetic",
-        "image_size": 8,
-        "batch_size": 4,
-        "steps": 3,
-    }
-    knobs.update(warmup_steps=1, num_samples=32, torch_threads=1, device="cpu", stage_timing=True)
+    knobs = dict(TINY_LOADER, num_samples=32, torch_threads=1, device="cpu", stage_timing=True)
     check = (
         "import json, sys; from feedbench.harness.runner import run; "
         "assert run(json.loads(sys.argv[1]), sys.argv[2]) == 0; "
@@ -262,16 +224,9 @@ def test_crash_inside_loop_writes_failed_result_keeping_measured_steps(run_cell,
     victims = sorted((root / "train").rglob("*.JPEG"))
     victims[-1].write_bytes(b"not a jpeg at all")  # the last sample read (no shuffle) is corrupt
     code, result = run_cell(
-        dataset="images",
-        data_dir=str(root),
-        model="resnet18",
-        image_size=16,
-        num_classes=2,
-        batch_size=2,
-        steps=8,
-        warmup_steps=1,
-        shuffle=False,
-        num_workers=1,
+        **jpeg_cell(
+            root, image_size=16, num_classes=2, batch_size=2, steps=8, shuffle=False, num_workers=1
+        )
     )
     assert code == 1
     validate(result)
@@ -457,33 +412,14 @@ def test_torch_threads_knob_is_applied_and_recorded(run_cell):
 def test_a_dataset_smaller_than_a_batch_says_so_in_adjustments(run_cell):
     """5 samples and batch_size 8: every batch holds 5, and the result says why instead of running
     them silently."""
-    code, result = run_cell(
-        scenario="loader",
-        dataset="memory",
-        model="mlp",
-        input_size=4,
-        num_samples=5,
-        batch_size=8,
-        steps=3,
-        warmup_steps=1,
-        device="cpu",
-    )
+    loader = dict(TINY_LOADER, dataset="memory", model="mlp", input_size=4, steps=3, warmup_steps=1)
+    code, result = run_cell(**loader, num_samples=5)
     assert code == 0, result["error"]
     assert result["metrics"]["samples"] == 3 * 5
     assert (
         "batch_size=8 ran as batches of 5: the dataset has fewer samples than one batch"
         in result["adjustments"]
     )
-    code, result = run_cell(
-        scenario="loader",
-        dataset="memory",
-        model="mlp",
-        input_size=4,
-        num_samples=20,
-        batch_size=8,
-        steps=3,
-        warmup_steps=1,
-        device="cpu",
-    )
+    code, result = run_cell(**loader, num_samples=20)
     assert code == 0 and result["metrics"]["samples"] == 3 * 8
     assert not [note for note in result["adjustments"] if "batch_size" in note]

@@ -62,52 +62,45 @@ def test_make_shards_is_deterministic_from_the_command_line(shards, tmp_path):
     ]
 
 
+def sharded(shards, dataset: str, count: int, **knobs) -> dict:
+    """A cell on the CPU reading the fixture's images as `count` shards of format `dataset`, 4 of
+    16 px a batch, `knobs` over it."""
+    read = dict(dataset=dataset, data_dir=str(shards / "out"), shards=count)
+    return dict(**read, device="cpu", image_size=16, batch_size=4, monitor_interval_s=5, **knobs)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_webdataset_loader_reads_its_shards_with_and_without_workers(shards, tmp_path, workers):
-    knobs = {
-        "scenario": "loader",
-        "dataset": "webdataset",
-        "data_dir": str(shards / "out"),
-        "shards": 2,
-        "device": "cpu",
-        "image_size": 16,
-        "batch_size": 4,
-        "num_workers": workers,
-        "steps": COUNT // 4,
-        "warmup_steps": 0,
-        "monitor_interval_s": 5,
-    }
+    knobs = sharded(
+        shards,
+        "webdataset",
+        2,
+        scenario="loader",
+        num_workers=workers,
+        steps=COUNT // 4,
+        warmup_steps=0,
+    )
     assert run(knobs, str(tmp_path)) == 0
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["metrics"]["samples"] == COUNT
 
 
 def test_parquet_trains(shards, tmp_path):
-    knobs = {
-        "dataset": "parquet",
-        "data_dir": str(shards / "out"),
-        "shards": 2,
-        "model": "resnet18",
-        "num_classes": 3,
-        "device": "cpu",
-        "image_size": 16,
-        "batch_size": 4,
-        "steps": 3,
-        "warmup_steps": 1,
-        "torch_threads": 1,
-        "monitor_interval_s": 5,
-    }
+    knobs = sharded(
+        shards,
+        "parquet",
+        2,
+        model="resnet18",
+        num_classes=3,
+        steps=3,
+        warmup_steps=1,
+        torch_threads=1,
+    )
     assert run(knobs, str(tmp_path)) == 0
 
 
 def test_a_shard_count_never_written_is_one_line(shards, tmp_path):
-    knobs = {
-        "scenario": "loader",
-        "dataset": "webdataset",
-        "data_dir": str(shards / "out"),
-        "shards": 3,
-        "device": "cpu",
-    }
+    knobs = sharded(shards, "webdataset", 3, scenario="loader")
     assert run(knobs, str(tmp_path)) == 2
     message = json.loads((tmp_path / "result.json").read_text())["error"]["message"]
     assert message.startswith("knob 'shards': no webdataset shards in ") and "--shards 3" in message

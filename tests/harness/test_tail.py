@@ -74,26 +74,26 @@ LOADER = {
 }
 
 
-def _run(tmp_path, name: str, **knobs) -> tuple[dict, dict]:
-    """The result.json of one cell run as the bench job runs it, and its summary row."""
-    out = tmp_path / "cells" / "tail" / name / "rep0"
-    run({**LOADER, **knobs}, str(out))
-    result = json.loads((out / "result.json").read_text())
-    assert result["status"] == "ok", result["error"]
-    jsonschema.validate(result, schema())
-    return result, result_row(record_of(result, str(out / "result.json")))
+@pytest.fixture
+def run_tail(user_module, tmp_path):
+    """run_tail(name, **knobs): the result.json of one loader cell over the user's tail_data, run as
+    the bench job runs it, and its summary row."""
+
+    def _run(name: str, **knobs) -> tuple[dict, dict]:
+        out = tmp_path / "cells" / "tail" / name / "rep0"
+        run({**LOADER, "python_path": [user_module], **knobs}, str(out))
+        result = json.loads((out / "result.json").read_text())
+        assert result["status"] == "ok", result["error"]
+        jsonschema.validate(result, schema())
+        return result, result_row(record_of(result, str(out / "result.json")))
+
+    return _run
 
 
-def test_without_persistent_workers_each_epoch_boundary_stalls(user_module, tmp_path):
-    knobs = dict(
-        dataset="tail_data:slow_start",
-        python_path=[user_module],
-        batch_size=4,
-        num_workers=1,
-        epochs=3,
-    )
-    _, kept = _run(tmp_path, "persistent", persistent_workers=True, **knobs)
-    result, restarted = _run(tmp_path, "restarted", persistent_workers=False, **knobs)
+def test_without_persistent_workers_each_epoch_boundary_stalls(run_tail):
+    knobs = dict(dataset="tail_data:slow_start", batch_size=4, num_workers=1, epochs=3)
+    _, kept = run_tail("persistent", persistent_workers=True, **knobs)
+    result, restarted = run_tail("restarted", persistent_workers=False, **knobs)
     # 4 batches an epoch, 1 warm-up step: the 12 measured steps cross 3 boundaries, each a new
     # worker's start-up
     assert restarted["epoch_boundaries"] == kept["epoch_boundaries"] == 3
@@ -132,17 +132,12 @@ def test_without_persistent_workers_each_epoch_boundary_stalls(user_module, tmp_
     "in_order" not in inspect.signature(DataLoader).parameters,
     reason="this torch's DataLoader has no in_order",
 )
-def test_out_of_order_delivery_lowers_the_p99_wait_behind_a_slow_sample(user_module, tmp_path):
+def test_out_of_order_delivery_lowers_the_p99_wait_behind_a_slow_sample(run_tail):
     knobs = dict(
-        dataset="tail_data:one_slow_in_20",
-        python_path=[user_module],
-        batch_size=1,
-        num_workers=2,
-        steps=60,
-        warmup_steps=2,
+        dataset="tail_data:one_slow_in_20", batch_size=1, num_workers=2, steps=60, warmup_steps=2
     )
-    _, ordered = _run(tmp_path, "in-order", in_order=True, **knobs)
-    _, unordered = _run(tmp_path, "out-of-order", in_order=False, **knobs)
+    _, ordered = run_tail("in-order", in_order=True, **knobs)
+    _, unordered = run_tail("out-of-order", in_order=False, **knobs)
     # in order, the step after a slow sample waits out most of its 500 ms; out of order the other
     # worker's batches pass it, and the wait stays near one sample's 25 ms
     assert ordered["wait_ms_p99"] >= 300
@@ -151,16 +146,10 @@ def test_out_of_order_delivery_lowers_the_p99_wait_behind_a_slow_sample(user_mod
     assert ordered["epoch_boundaries"] is None and ordered["epoch_stall_s"] is None
 
 
-def test_spawned_workers_start_later_than_forked_ones(user_module, tmp_path):
-    knobs = dict(
-        dataset="tail_data:one_slow_in_20",
-        python_path=[user_module],
-        batch_size=1,
-        num_workers=1,
-        steps=4,
-    )
-    _, forked = _run(tmp_path, "fork", multiprocessing_context="fork", **knobs)
-    _, spawned = _run(tmp_path, "spawn", multiprocessing_context="spawn", **knobs)
+def test_spawned_workers_start_later_than_forked_ones(run_tail):
+    knobs = dict(dataset="tail_data:one_slow_in_20", batch_size=1, num_workers=1, steps=4)
+    _, forked = run_tail("fork", multiprocessing_context="fork", **knobs)
+    _, spawned = run_tail("spawn", multiprocessing_context="spawn", **knobs)
     # a spawned worker imports torch and unpickles the dataset before its first sample; a forked one
     # has them
     assert spawned["time_to_first_batch_s"] > forked["time_to_first_batch_s"] + 0.2

@@ -6,8 +6,6 @@ run."""
 from __future__ import annotations
 
 import os
-import sys
-import textwrap
 
 import pytest
 from conftest import ROOT
@@ -18,6 +16,7 @@ from feedbench.core.target import PAGEABLE_SHARE, read_target
 from feedbench.harness.flops import estimate_cell
 from feedbench.harness.runner import run
 from feedbench.plan.matrix import build_cells
+from helpers.cells import user_package
 
 TARGET = {"gpu": "H100", "cores_per_gpu": 4, "cpu_speed": 1.0}
 SHAPES = os.path.join(ROOT, "examples", "own-pipeline", "src")
@@ -96,14 +95,9 @@ SHAPES_BATCH_BYTES = 16 * 3 * 56 * 56 * 4 + 16 * 8
 
 @pytest.fixture
 def text_project(tmp_path, monkeypatch):
-    src = tmp_path / "src" / "usertext"
-    src.mkdir(parents=True)
-    (src / "__init__.py").write_text("")
-    (src / "text.py").write_text(textwrap.dedent(TEXT))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    yield str(tmp_path / "src")
-    for name in [n for n in sys.modules if n.startswith(("usertext", "shapes"))]:
-        del sys.modules[name]
+    """The text classifier as usertext/text.py under tmp_path/src; the shapes example it is planned
+    beside is forgotten after the test too."""
+    yield from user_package(tmp_path, monkeypatch, "usertext", "text.py", TEXT, forget=("shapes",))
 
 
 @pytest.fixture

@@ -83,6 +83,12 @@ def column(table, name: str) -> list:
     return [r[table.columns.index(name)] for r in table.rows]
 
 
+def keyed(table, keys: tuple[str, ...], name: str) -> dict:
+    """The column `name` of `table` keyed by the tuple of its columns `keys`."""
+    key = zip(*(column(table, k) for k in keys), strict=True)
+    return dict(zip(key, column(table, name), strict=True))
+
+
 def find(tables, start: str):
     return next(t for t in tables if t.caption.startswith(start))
 

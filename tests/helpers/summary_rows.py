@@ -55,6 +55,13 @@ def row(experiment: str, cell: str, repeat: int = 0, status: str = "ok", **value
     return out
 
 
+def verdict_row(cell: str, repeat: int, baseline: bool, **values) -> dict:
+    """A row of one training experiment, "e", with only the columns a verdict reads, `values` over
+    them (tests/analysis/test_verdict_lines.py, test_verdict_wording.py)."""
+    row = {"experiment": "e", "cell": cell, "repeat": repeat, "status": "ok", "scenario": "train"}
+    return {**row, "baseline": baseline, **values}
+
+
 def summary(rows: list[dict]) -> pd.DataFrame:
     """Through a CSV and back, as the report reads results/summary.csv (aggregate.read_summary)."""
     return read_summary(io.StringIO(pd.DataFrame(rows).to_csv(index=False)))

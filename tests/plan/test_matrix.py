@@ -35,6 +35,13 @@ def config_error(config: dict, images_dir: str | None = None) -> str:
     return ""
 
 
+def file_error(path) -> str:
+    """The ConfigError read_config_file raises for the file `path`."""
+    with pytest.raises(ConfigError) as error:
+        read_config_file(str(path))
+    return str(error.value)
+
+
 def test_product_in_axis_order_with_readable_ids():
     exp = {
         "base": {"scenario": "loader"},
@@ -492,11 +499,8 @@ ALIAS_BOMB = "\n".join(
 def test_an_alias_bomb_is_refused_without_being_expanded(tmp_path):
     path = tmp_path / "bomb.yaml"
     path.write_text(ALIAS_BOMB)  # 10**10 values in 11 lines
-    with pytest.raises(ConfigError) as error:
-        read_config_file(str(path))
-    assert (
-        str(error.value)
-        == f"{path}: more than 100000 values (a YAML alias counts each time it is used); "
+    assert file_error(path) == (
+        f"{path}: more than 100000 values (a YAML alias counts each time it is used); "
         "allowed: at most 100000"
     )
 
@@ -504,18 +508,14 @@ def test_an_alias_bomb_is_refused_without_being_expanded(tmp_path):
 def test_yaml_errors_name_file_line_and_column(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("experiments:\n  w:\n    base: {steps: 5\n    title: x\n")
-    with pytest.raises(ConfigError) as error:
-        read_config_file(str(path))
-    assert str(error.value) == (
+    assert file_error(path) == (
         f"{path}, line 4, column 10: while parsing a flow mapping: expected ',' or '}}', but got "
         "':'; allowed: YAML (or JSON)"
     )
     path.write_text("[1, 2]")
-    with pytest.raises(
-        ConfigError,
-        match=r"value \[1, 2\] is not a mapping; allowed: a " r"mapping of config keys$",
-    ):
-        read_config_file(str(path))
+    assert file_error(path).endswith(
+        "value [1, 2] is not a mapping; allowed: a mapping of config keys"
+    )
 
 
 def test_yte_templates_are_refused_unrun(tmp_path):
@@ -525,11 +525,8 @@ def test_yte_templates_are_refused_unrun(tmp_path):
         "__use_yte__: true\nexperiments:\n  w:\n    title: ?__import__('os').system('touch "
         f"{marker}') or 'yte'\n"
     )
-    with pytest.raises(ConfigError) as error:
-        read_config_file(str(path))
-    assert (
-        str(error.value)
-        == f"{path}: __use_yte__: YTE templates run Python code in the config; allowed: "
+    assert file_error(path) == (
+        f"{path}: __use_yte__: YTE templates run Python code in the config; allowed: "
         "plain YAML without __use_yte__"
     )
     assert not marker.exists()

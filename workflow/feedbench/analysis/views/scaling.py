@@ -79,22 +79,11 @@ def _figure(
         set(cells["gpus"]) | (set(reference["gpus"]) if reference is not None else set()) | {1}
     )
     for parallel, group in cells.groupby("parallel", sort=False):
-        throughput.plot(
-            group["gpus"],
-            group["samples_per_s"],
-            marker="o",
-            label=f"measured, parallel={parallel}",
-        )
+        measured = dict(marker="o", label=f"measured, parallel={parallel}")
+        throughput.plot(group["gpus"], group["samples_per_s"], **measured)
         if base_label:
-            speedup.plot(
-                group["gpus"], group["speedup"], marker="o", label=f"measured, parallel={parallel}"
-            )
-            efficiency.plot(
-                group["gpus"],
-                group["efficiency"],
-                marker="o",
-                label=f"measured, parallel={parallel}",
-            )
+            speedup.plot(group["gpus"], group["speedup"], **measured)
+            efficiency.plot(group["gpus"], group["efficiency"], **measured)
     if base_label:
         base = cells.loc[cells["speedup"] == 1, "samples_per_s"].iloc[0]
         measured_gpus = sorted(set(cells["gpus"]))
@@ -105,20 +94,9 @@ def _figure(
             label="ideal (one-GPU cell x GPUs)",
         )
     if reference is not None:
-        speedup.plot(
-            reference["gpus"],
-            reference["speedup"],
-            marker="s",
-            linestyle=":",
-            label="published (K80)",
-        )
-        efficiency.plot(
-            reference["gpus"],
-            reference["speedup"] / reference["gpus"],
-            marker="s",
-            linestyle=":",
-            label="published (K80)",
-        )
+        published = dict(marker="s", linestyle=":", label="published (K80)")
+        speedup.plot(reference["gpus"], reference["speedup"], **published)
+        efficiency.plot(reference["gpus"], reference["speedup"] / reference["gpus"], **published)
     speedup.plot(gpus, gpus, "k--", label="ideal")
     efficiency.plot(gpus, [1.0] * len(gpus), "k--", label="ideal")
     throughput.set_title(plain(f"measured throughput on {ours}"), fontsize="medium")
