@@ -9,9 +9,10 @@ import pytest
 import torch
 from conftest import cli
 from feedbench.core.cell import parse_cell
+from feedbench.core.fit import NAIVE_ON_GPU
 from feedbench.core.knobs import KnobError
 from feedbench.core.result import schema
-from feedbench.harness.fit import NAIVE_ON_GPU, resolve
+from feedbench.harness.fit import resolve
 from helpers.cells import TINY_RESNET, jpeg_cell
 
 

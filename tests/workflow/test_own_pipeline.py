@@ -14,6 +14,7 @@ import sys
 import pytest
 import yaml
 from conftest import ROOT
+from feedbench.core.fit import cuda_possible
 from helpers.snakemake_run import copy_workflow, run_snakemake, snakemake_env
 
 pytestmark = [
@@ -58,6 +59,27 @@ def test_every_cell_measured_and_named_by_its_axes(example):
         for p in ("false", "true")
         for s in (1, 4)
     }
+
+
+def test_pinned_cells_take_their_twins_results_on_a_machine_without_cuda(example):
+    """pin_memory does nothing without CUDA, so each pinned cell's job took the result of its
+    unpinned twin (feedbench.plan.twins) instead of measuring the same loader again."""
+    if cuda_possible():
+        pytest.skip("this machine may have CUDA: every cell is measured")
+    _, workdir, _, _ = example
+    with open(workdir / "results" / "summary.csv") as f:
+        rows = {
+            (r["cell"], r["repeat"]): r for r in csv.DictReader(f) if r["experiment"] == "shapes"
+        }
+    pinned = [key for key in rows if "pin_memory-true" in key[0]]
+    assert len(pinned) == 4, rows.keys()
+    for cell, repeat in pinned:
+        twin = cell.replace("pin_memory-true", "pin_memory-false")
+        assert rows[(cell, repeat)]["adjustments"].endswith(
+            f"not measured again: cell {twin} runs alike on this machine (no CUDA), so its result "
+            "stands for this cell"
+        ), rows[(cell, repeat)]["adjustments"]
+        assert rows[(cell, repeat)]["samples_per_s"] == rows[(twin, repeat)]["samples_per_s"]
 
 
 def test_every_job_ran_though_path_lacks_the_venv(example):

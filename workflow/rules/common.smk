@@ -16,6 +16,7 @@ from feedbench.core import search as feedbench_search
 from feedbench.core.attempts import keep_earlier
 from feedbench.core import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
+from feedbench.plan import twins as feedbench_twins
 from feedbench.core.ceilings import ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
 from feedbench.core.cpu_speed import is_speed_file
@@ -88,6 +89,14 @@ SEARCHED = {
     for name, spec in config["experiments"].items()
     if spec.get("search") and feedbench_search.checkpointed(spec, config["defaults"])
 }
+
+# Cells this machine runs alike (a pin_memory twin, without CUDA): each job of one waits for the
+# other's and takes its result (feedbench.plan.twins). None where the machine may have CUDA.
+TWINS = (
+    {}
+    if feedbench_twins.cuda_here()
+    else feedbench_twins.twins(CELLS, skip=[*SEARCHED, MEASURED_EXPERIMENT])
+)
 
 
 def repeats_of(experiment, cell):
@@ -258,6 +267,9 @@ def cell_knobs(wildcards):
     )
     if knobs.get("python_path"):  # a change to the user's code reruns the cells that use it
         knobs["code"] = user_code(tuple(knobs["python_path"]))
+    twin = TWINS.get((wildcards.experiment, wildcards.cell))
+    if twin:
+        knobs[feedbench_twins.TWIN_LABEL] = twin
     return json.dumps(knobs, sort_keys=True, ensure_ascii=False)
 
 
@@ -275,7 +287,16 @@ def bench_inputs():
     inputs = {} if images == [] else {"images": images}
     if PREFLIGHTS:
         inputs["preflight"] = preflight_input()
+    if TWINS:
+        inputs["twin"] = twin_result
     return inputs
+
+
+def twin_result(wildcards):
+    """The result of the cell measured for this one (TWINS), else nothing: rule bench's input
+    `twin`."""
+    twin = TWINS.get((wildcards.experiment, wildcards.cell))
+    return [] if twin is None else result_path(wildcards.experiment, twin, wildcards.repeat)
 
 
 def preflight_input():

@@ -37,6 +37,7 @@ import time
 
 from ..core.attempts import ATTEMPTS, keep_earlier, numbers
 from ..core.result import CELL_DIR, CELL_LOG
+from .twins import TWIN_LABEL, took_twins_result
 
 # The variable the shell rules' commands run Python from ("$FEEDBENCH_PYTHON" -m feedbench ...): the
 # Snakefile sets it to job_python(), and every job inherits it, on a Slurm node too, where the job
@@ -192,10 +193,23 @@ def run_job(
     # (core.attempts).
     keep_earlier(out_dir, log)
     os.makedirs(out_dir, exist_ok=True)
+    try:
+        raw = json.loads(cell_json)
+    except ValueError:
+        raw = None
+    twin = raw.pop(TWIN_LABEL, None) if isinstance(raw, dict) else None
     cell = os.path.join(out_dir, "cell.yaml")
     # JSON is YAML too; the harness reads it back as JSON
     with open(cell, "w", encoding="utf-8") as f:
-        f.write(cell_json + "\n")
+        f.write((json.dumps(raw, sort_keys=True, ensure_ascii=False) if twin else cell_json) + "\n")
+    if twin and took_twins_result(out_dir, raw, twin):
+        os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+        with open(log, "w", encoding="utf-8") as out:
+            out.write(
+                f"not run: cell {twin} runs alike on this machine (no CUDA); its result taken\n"
+            )
+        _finished(out_dir)
+        return 0
     command = [
         sys.executable,
         "-m",
@@ -242,10 +256,15 @@ def run_job(
             str(code),
         ]
         status = subprocess.run([*record, "--cell", cell, "--log", log]).returncode
-    # A record that this cell was stopped by its experiment's preflight (core.preflight) says
-    # nothing once it ran: it measured nothing, so it goes (an earlier attempt's measured files
-    # moved to attempts/ before the run).
-    stopped = os.path.join(out_dir, "stopped.json")
-    if os.path.exists(result) and os.path.exists(stopped):
-        os.remove(stopped)
+    if os.path.exists(result):
+        _finished(out_dir)
     return status
+
+
+def _finished(out_dir: str) -> None:
+    """A record that this cell was stopped by its experiment's preflight (core.preflight) says
+    nothing once it ran: it measured nothing, so it goes (an earlier attempt's measured files moved
+    to attempts/ before the run)."""
+    stopped = os.path.join(out_dir, "stopped.json")
+    if os.path.exists(stopped):
+        os.remove(stopped)
