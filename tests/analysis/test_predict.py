@@ -101,7 +101,7 @@ def test_calibration_predicted_within_5_percent(calibration):
 
 
 @pytest.mark.slow
-@pytest.mark.timing  # the measured bound, and the calibration fixture runs once in the quiet session
+@pytest.mark.timing  # the measured bound; the calibration fixture runs once, in the quiet session
 @pytest.mark.quiet
 def test_calibration_bounds(calibration):
     train = (
