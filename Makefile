@@ -42,8 +42,8 @@ lint: setup
 # (three keep two cores busy; --dist loadgroup keeps each xdist_group on one worker), in Linux's idle scheduling class
 # (chrt --idle: it runs only when nothing else wants the CPU and gives way the moment anything does; nice 19 where
 # chrt is missing), its output in $(PARALLEL_LOG). Once the Slurm tests end, the tests marked `timing`, beside only the
-# idle-class tests. Last, alone, those marked `quiet`: the calibration, whose 5 % margins a neighbour on both cores
-# breaks. Any session failing fails `make test` (5: it selected no test). docs/performance.md has the figures.
+# idle-class tests. Last, alone, those marked `quiet`: the calibration and the stage what-ifs, whose 5 and 10 %
+# margins a neighbour on both cores breaks. Any session failing fails `make test` (5: it selected no test). docs/performance.md has the figures.
 TEST_WORKERS ?= 3
 SLURM_LOG ?= .pytest-slurm.log
 PARALLEL_LOG ?= .pytest-parallel.log
