@@ -37,30 +37,23 @@ lint: setup
 	$(BINPATH) snakemake --lint
 	$(PY) -m pytest -q -n 0 -p no:cacheprovider tests/workflow/test_house.py
 
-# Four sessions. The Slurm tests (marked `slurm`: one cluster, mostly waiting on Slurm) in a pytest of their own, its
-# output in $(SLURM_LOG). Beside them every test that is neither slurm nor timing, on TEST_WORKERS pytest-xdist workers
-# (three keep two cores busy; --dist loadgroup keeps each xdist_group on one worker), in Linux's idle scheduling class
-# (chrt --idle: it runs only when nothing else wants the CPU and gives way the moment anything does; nice 19 where
-# chrt is missing), its output in $(PARALLEL_LOG). Once the Slurm tests end, the tests marked `timing`, beside only the
-# idle-class tests. Last, alone, those marked `quiet`: the calibration and the stage what-ifs, whose 5 and 10 %
-# margins a neighbour on both cores breaks. Any session failing fails `make test` (5: it selected no test). docs/performance.md has the figures.
+# Three sessions. The Slurm tests (marked `slurm`: one cluster, mostly waiting on Slurm) start first, in a pytest of
+# their own in the background, its output in $(SLURM_LOG), printed when it ends. Beside them, every other test but
+# the timing ones on TEST_WORKERS pytest-xdist workers (three keep two cores busy; --dist loadgroup keeps each
+# xdist_group on one worker); then the tests marked `timing`, with nothing running but what is left of the Slurm
+# tests (sleeps, mostly). Any session failing fails `make test` (5: it selected no test). docs/performance.md has
+# the figures.
 TEST_WORKERS ?= 3
 SLURM_LOG ?= .pytest-slurm.log
-PARALLEL_LOG ?= .pytest-parallel.log
-IDLE ?= $(shell command -v chrt >/dev/null && echo chrt --idle 0 || echo nice -n 19)
 test: setup system-deps lint
-	@echo "make test: the Slurm tests and the parallel ones run beside each other (their output: $(SLURM_LOG), $(PARALLEL_LOG)), then the timing tests, then the quiet ones alone"
 	$(PY) -m pytest -m "slurm and not timing" -n 0 --durations=8 $(PYTEST_ARGS) >$(SLURM_LOG) 2>&1 & slurm_pid=$$!; \
-	$(IDLE) $(PY) -m pytest -m "not timing and not slurm" -n $(TEST_WORKERS) --dist loadgroup --durations=8 $(PYTEST_ARGS) >$(PARALLEL_LOG) 2>&1 & parallel_pid=$$!; \
+	$(PY) -m pytest -m "not timing and not slurm" -n $(TEST_WORKERS) --dist loadgroup --durations=8 $(PYTEST_ARGS); parallel=$$?; \
+	$(PY) -m pytest -m timing --durations=8 $(PYTEST_ARGS); timing=$$?; \
 	wait $$slurm_pid; slurm=$$?; \
 	echo "make test: the Slurm tests ($(SLURM_LOG)):"; cat $(SLURM_LOG); \
-	$(PY) -m pytest -m "timing and not quiet" --durations=8 $(PYTEST_ARGS); timing=$$?; \
-	wait $$parallel_pid; parallel=$$?; \
-	echo "make test: the parallel tests ($(PARALLEL_LOG)):"; cat $(PARALLEL_LOG); \
-	$(PY) -m pytest -m quiet --durations=8 $(PYTEST_ARGS); quiet=$$?; \
-	echo "make test: parallel exit $$parallel, timing exit $$timing, quiet exit $$quiet, Slurm exit $$slurm"; \
-	[ "$$parallel$$timing$$quiet$$slurm" != 5555 ] && \
-	for code in $$parallel $$timing $$quiet $$slurm; do [ $$code = 0 ] || [ $$code = 5 ] || exit 1; done
+	echo "make test: parallel exit $$parallel, timing exit $$timing, Slurm exit $$slurm"; \
+	[ "$$parallel$$timing$$slurm" != 555 ] && \
+	for code in $$parallel $$timing $$slurm; do [ $$code = 0 ] || [ $$code = 5 ] || exit 1; done
 
 # Chromium for the browser test: Debian's package, never a downloaded browser.
 # Installed only when missing and we are root; otherwise one line says what to install.

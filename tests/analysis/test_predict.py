@@ -88,7 +88,6 @@ def calibration(calibration_runs):
 # 54 runs of 1-4 s, one at a time (tests/helpers/calibration.py): about two minutes
 @pytest.mark.slow
 @pytest.mark.timing  # predicted vs measured samples/s within 5 %
-@pytest.mark.quiet
 def test_calibration_predicted_within_5_percent(calibration):
     train = calibration[calibration["scenario"] == "train"]
     assert len(train) == 27 and train["predicted_samples_per_s"].notna().all(), train[
@@ -101,8 +100,7 @@ def test_calibration_predicted_within_5_percent(calibration):
 
 
 @pytest.mark.slow
-@pytest.mark.timing  # the measured bound; the calibration fixture runs once, in the quiet session
-@pytest.mark.quiet
+@pytest.mark.timing  # the measured bound, and the calibration fixture runs once in the timing phase
 def test_calibration_bounds(calibration):
     train = (
         calibration[calibration["scenario"] == "train"]
@@ -116,7 +114,6 @@ def test_calibration_bounds(calibration):
 
 @pytest.mark.slow
 @pytest.mark.timing  # no assertion on time, but it shares the timed calibration fixture
-@pytest.mark.quiet
 def test_report_shows_predicted_beside_measured(calibration, tmp_path):
     from feedbench.analysis.accuracy import error_summary, predicted_cells
     from feedbench.analysis.aggregate import write_summary

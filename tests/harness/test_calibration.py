@@ -16,8 +16,7 @@ from __future__ import annotations
 import pytest
 from helpers.calibration import BATCH, CASES, REPEATS, WORKERS, compute_ms, expected
 
-# samples/s within 5 %: run last and alone (make test's quiet session)
-pytestmark = [pytest.mark.timing, pytest.mark.quiet]
+pytestmark = pytest.mark.timing  # samples/s within 5 %: run alone (make test's timing phase)
 
 
 @pytest.fixture(scope="module")

@@ -155,9 +155,7 @@ USER_CODE = textwrap.dedent(V1_CODE) + V2_CODE  # the user_module fixture's (tes
 
 
 @pytest.mark.slow  # one real Snakemake run: 5 training cells and the 2 ceilings they share
-# the predictions hold within 10 %: run alone (beside the idle-class tests one was 18 % off)
-@pytest.mark.timing
-@pytest.mark.quiet
+@pytest.mark.timing  # the predictions hold within 10 %: no other run beside it
 def test_each_what_if_runs_through_snakemake_and_its_prediction_holds(tmp_path):
     workflow, workdir = workflow_copy(tmp_path)
     project = tmp_path / "project"
