@@ -39,6 +39,19 @@ def test_a_pinned_cell_runs_as_its_unpinned_twin_without_cuda():
     }
 
 
+def test_with_cuda_only_cells_kept_on_the_cpu_are_twins():
+    base = {**LOADER, "num_workers": 2}
+    cells = cells_of(
+        {
+            "auto": {"base": base, "matrix": {"pin_memory": [False, True]}},
+            "cpu": {"base": {**base, "device": "cpu"}, "matrix": {"pin_memory": [False, True]}},
+        }
+    )
+    assert twins.twins(cells, cuda_available=True) == {
+        ("cpu", "pin_memory-true"): "pin_memory-false"
+    }
+
+
 def test_knobs_that_need_workers_are_twins_at_zero_workers():
     cells = cells_of(
         {"p": {"base": LOADER, "matrix": {"num_workers": [0, 2], "prefetch_factor": [2, 4]}}}
@@ -46,6 +59,23 @@ def test_knobs_that_need_workers_are_twins_at_zero_workers():
     assert twins.twins(cells) == {
         ("p", "num_workers-0_prefetch_factor-4"): "num_workers-0_prefetch_factor-2"
     }
+
+
+def test_a_cell_that_cannot_run_has_no_twin():
+    """An unchecked cell the harness would refuse (images without a data_dir) is left to its job,
+    which says why in one line."""
+    unchecked = build_cells(
+        {
+            "experiments": {
+                "i": {
+                    "base": {**LOADER, "dataset": "images"},
+                    "matrix": {"pin_memory": [False, True]},
+                }
+            }
+        },
+        check=False,
+    )
+    assert twins.twins({(c.experiment, c.id): c for c in unchecked}) == {}
 
 
 def test_the_default_matrix_measures_its_pinned_workers_cells_once():

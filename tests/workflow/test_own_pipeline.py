@@ -76,7 +76,7 @@ def test_pinned_cells_take_their_twins_results_on_a_machine_without_cuda(example
     for cell, repeat in pinned:
         twin = cell.replace("pin_memory-true", "pin_memory-false")
         assert rows[(cell, repeat)]["adjustments"].endswith(
-            f"not measured again: cell {twin} runs alike on this machine (no CUDA), so its result "
+            f"not measured again: cell {twin} runs alike here, on the CPU, so its result "
             "stands for this cell"
         ), rows[(cell, repeat)]["adjustments"]
         assert rows[(cell, repeat)]["samples_per_s"] == rows[(twin, repeat)]["samples_per_s"]

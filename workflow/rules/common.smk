@@ -90,12 +90,10 @@ SEARCHED = {
     if spec.get("search") and feedbench_search.checkpointed(spec, config["defaults"])
 }
 
-# Cells this machine runs alike (a pin_memory twin, without CUDA): each job of one waits for the
-# other's and takes its result (feedbench.plan.twins). None where the machine may have CUDA.
-TWINS = (
-    {}
-    if feedbench_twins.cuda_here()
-    else feedbench_twins.twins(CELLS, skip=[*SEARCHED, MEASURED_EXPERIMENT])
+# Cells this machine runs alike (a pin_memory twin, without CUDA or with `device: cpu`): each job of
+# one waits for the other's and takes its result (feedbench.plan.twins).
+TWINS = feedbench_twins.twins(
+    CELLS, feedbench_twins.cuda_here(), skip=[*SEARCHED, MEASURED_EXPERIMENT]
 )
 
 

@@ -205,9 +205,7 @@ def run_job(
     if twin and took_twins_result(out_dir, raw, twin):
         os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
         with open(log, "w", encoding="utf-8") as out:
-            out.write(
-                f"not run: cell {twin} runs alike on this machine (no CUDA); its result taken\n"
-            )
+            out.write(f"not run: cell {twin} runs alike here, on the CPU; its result taken\n")
         _finished(out_dir)
         return 0
     command = [

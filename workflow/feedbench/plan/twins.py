@@ -2,11 +2,11 @@
 
 On such a machine PyTorch's DataLoader ignores pin_memory, so a `pin_memory: true` cell runs the
 very loader its `false` twin runs (core.fit resets it, as it resets knobs that need workers at 0
-workers). Measuring both doubles the time and reports noise as an effect of pinning. Where the
-machine that parses the workflow may have no CUDA (no device file a CUDA runtime needs:
-core.fit.cuda_possible), each such cell's job waits for its twin's and takes its result as its
-own, with a note; the job checks that the twin really ran on a machine without CUDA, and measures
-the cell itself where it did not (a cluster's GPU node, say). Elsewhere nothing changes.
+workers). Measuring both doubles the time and reports noise as an effect of pinning. Each such
+cell's job waits for its twin's and takes its result as its own, with a note; the job checks that
+the twin really ran on the CPU, and measures the cell itself where it did not (a cluster's GPU node,
+say). Where the machine that parses the workflow may have CUDA (a device file a CUDA runtime needs:
+core.fit.cuda_possible), only cells kept on the CPU by `device: cpu` are twins.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from ..core.cell import parse_cell
 from ..core.fit import cuda_possible, runs_as
-from ..core.knobs import LABELS
+from ..core.knobs import LABELS, KnobError
 from ..core.planned_cell import PlannedCell
 
 # Set by the run's own parse and inherited by every job, so that the Snakemake a cluster job starts
@@ -35,19 +35,24 @@ def cuda_here(environ=os.environ) -> bool:
 
 
 def twins(
-    cells: Mapping[tuple[str, str], PlannedCell], skip: Iterable[str] = ()
+    cells: Mapping[tuple[str, str], PlannedCell],
+    cuda_available: bool = False,
+    skip: Iterable[str] = (),
 ) -> dict[tuple[str, str], str]:
     """(experiment, cell) -> the id of the cell of the same experiment measured for it, for every
-    cell that runs as another on a machine without CUDA. The one measured is the first of its group
-    whose fit notes least (the cell as planned: `pin_memory: false` rather than `true`). Experiments
-    in `skip` (a search's, the target's measured cells) are left alone."""
+    cell that runs as another on such a machine (with CUDA, only cells kept on the CPU by `device:
+    cpu` can be). The one measured is the first of its group whose fit notes least (the cell as
+    planned: `pin_memory: false` rather than `true`). Experiments in `skip` (a search's, the
+    target's measured cells) are left alone."""
     groups: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     skip = set(skip)
     for (experiment, cell_id), planned in cells.items():
         if experiment in skip:
             continue
-        # checked cells carry their parse (plan.matrix.check_cell)
-        ran = runs_as(planned.parsed or parse_cell(planned.labelled(1)), cuda_available=False)
+        try:  # checked cells carry their parse (plan.matrix.check_cell)
+            ran = runs_as(planned.parsed or parse_cell(planned.labelled(1)), cuda_available)
+        except KnobError:  # a cell that cannot run has no twin: its job says why
+            continue
         if ran is not None:
             key, notes = ran
             groups[(experiment, key)].append((len(notes), cell_id))
@@ -90,7 +95,7 @@ def took_twins_result(out_dir: str, raw: dict, twin_id: str) -> bool:
         return False
     labels = {k: raw[k] for k in LABELS if k in raw}
     note = (
-        f"not measured again: cell {twin_id} runs alike on this machine (no CUDA), so its result "
+        f"not measured again: cell {twin_id} runs alike here, on the CPU, so its result "
         "stands for this cell"
     )
     write_result(
