@@ -15,8 +15,9 @@ from feedbench.analysis.verdict import summarize_experiment
 from helpers.real_results import run_matrix
 from helpers.reports import make_report
 
-# one worker: fixture `paths` measures its cells once
-pytestmark = pytest.mark.xdist_group("stage_report")
+# one worker: fixture `paths` measures its cells once. Timing: the ms per sample must stay under
+# twice the 2 ms delay, which a loaded machine broke (4.7 ms in a fresh clone's parallel phase).
+pytestmark = [pytest.mark.xdist_group("stage_report"), pytest.mark.timing]
 
 DELAY_MS = 2.0
 # One experiment of data-bound cells (a 2 ms sample delay, no workers): the same cell with stage
