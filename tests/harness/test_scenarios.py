@@ -195,7 +195,6 @@ def test_a_cell_without_torchvision_transforms_does_not_import_torchvision(tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-@pytest.mark.timing  # monitor samples counted over a window of 0.2 s
 def test_monitor_samples_and_notes_missing_gpu(run_cell):
     # >= 3 samples of a 0.02 s monitor over 10 sleeps of 20 ms (~10 expected): a busy core only
     # lengthens the window.
@@ -307,7 +306,6 @@ def test_a_worker_dead_mid_hand_over_is_named_in_one_line():
     assert error_record(EOFError())["message"] == "EOFError"
 
 
-@pytest.mark.timing  # a worker killed 2 s after it started: steps measured by then
 def test_killed_worker_writes_failed_result(tmp_path):
     import psutil
 

@@ -13,11 +13,11 @@ import time
 
 import jsonschema
 import psutil
-import pytest
 from feedbench.core.result import schema
 from helpers.cells import ENDLESS_SLEEP, run_cell_process
 
-pytestmark = pytest.mark.timing  # wall-time bounds and steps measured before a limit of seconds
+# Not timing tests: their bounds (a limit of seconds, a start-up of up to 30 s) hold beside the
+# other tests on a busy 2-core machine, where the Slurm tests run them too.
 
 
 def _run(out, limit: float, **knobs) -> tuple[int, dict, float]:

@@ -195,9 +195,10 @@ def test_a_sigterm_to_the_job_is_passed_to_its_harness_and_the_job_ends_after_it
     )
 
 
-@pytest.mark.timing  # --stop-at 3 s ahead, and the run takes < 120 s
 def test_stop_at_is_counted_once_the_harness_has_started(tmp_path):
-    """--stop-at 3 s ahead of a cell of minutes: it stops itself with the steps it measured."""
+    """--stop-at 3 s ahead of a cell of minutes: it stops itself with the steps it measured. A
+    start-up slower than 3 s (a busy machine) leaves it the least limit, 1 s (`feedbench run`), the
+    same stop."""
     out = tmp_path / "rep1"
     start = time.time()
     cell = dict(ENDLESS_SLEEP, compute_ms=100, dataset="memory")
