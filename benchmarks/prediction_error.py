@@ -2,11 +2,14 @@
 
     .venv/bin/python benchmarks/prediction_error.py            # rewrites docs/results/prediction-error.md
     .venv/bin/python benchmarks/prediction_error.py --print    # prints it instead
+    .venv/bin/python benchmarks/prediction_error.py --write-counts  # recounts the published cells
 
 Compute: every published GPU throughput of the scaling, nmt and prefetch studies
 (report/references/) against the compute estimate (feedbench.core.estimate: counted FLOPs and bytes,
 the GPU's roofline, an efficiency per model family), leave one study out; about 30 s, most of it
-counting the LSTMs on the meta device. Copy: the batch's bytes over the link against this machine's
+counting the LSTMs on the meta device (the published cells' counts are read from
+feedbench/harness/published_counts.json, which --write-counts rewrites after a change to the
+counting, a preset or a reference). Copy: the batch's bytes over the link against this machine's
 transfer probe (a host memcpy without a GPU), and against the one copy a GPU of ours has published
 (docs/results/gpu-validation.md). tests/core/test_estimate.py checks the summary in the doc is what
 feedbench.harness.flops.published_error gives.
@@ -41,7 +44,7 @@ from feedbench.core.target import (
     find_gpu,
     link_seconds,
 )
-from feedbench.harness.flops import count_once, published_error
+from feedbench.harness.flops import count_once, published_error, write_published_counts
 from feedbench.harness.transfer import probe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -528,7 +531,14 @@ HEADER = [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--print", action="store_true", help="print the page instead of writing it")
+    parser.add_argument(
+        "--write-counts",
+        action="store_true",
+        help="count every published cell afresh into feedbench/harness/published_counts.json first",
+    )
     torch.set_num_threads(1)
+    if parser.parse_args().write_counts:
+        write_published_counts(ROOT)
     text = "\n".join(HEADER + compute_section() + copy_section())
     if parser.parse_args().print:
         sys.stdout.write(text)

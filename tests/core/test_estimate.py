@@ -3,6 +3,7 @@ published."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -30,6 +31,7 @@ from feedbench.core.knobs import ConfigError
 from feedbench.core.target import Target, dtype, find_gpu, roofline_seconds
 from feedbench.harness.flops import (
     PARAMETER_PASSES,
+    PUBLISHED_COUNTS,
     StepCount,
     count_once,
     count_step,
@@ -37,11 +39,12 @@ from feedbench.harness.flops import (
     estimate_range,
     memory_error,
     published_error,
+    stored_counts,
 )
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
-# One worker for the module: published_error counts the nmt study's LSTMs (about 12 s of CPU), once
-# a process (harness.flops.count_once), and three tests here read it.
+# One worker for the module: the published cells are counted afresh once (about 12 s of CPU, most of
+# it the nmt study's LSTMs) to check the stored counts that published_error reads.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("published_error")]
 
 
@@ -86,6 +89,23 @@ def test_every_published_gpu_throughput_is_a_cell_with_its_bound():
     prefetch = by_study["prefetch"][0]
     assert prefetch.published_step_s == pytest.approx(2.52 / 50) and prefetch.overlapped
     assert prefetch.copy_bytes == 4096 * (4096 * 4 + 8)
+
+
+def test_the_stored_published_counts_are_what_counting_gives_now():
+    """harness/published_counts.json, which every run with a target reads instead of counting the
+    published cells (count_once), is what count_step gives each of them in this checkout: a change
+    to the counting, a preset or a reference shows here."""
+    cells = published_cells(
+        os.path.join(ROOT, "config", "presets"), os.path.join(ROOT, "report", "references")
+    )
+    keys = {json.dumps(cell.knobs, sort_keys=True) for cell in cells}
+    fresh = {key: count_step(json.loads(key)) for key in keys}
+    stale = sorted(key for key in fresh if stored_counts().get(key) != fresh[key])
+    assert not stale and set(stored_counts()) == set(fresh), (
+        f"{PUBLISHED_COUNTS} is stale for {stale or 'cells no longer published'}: rerun "
+        "benchmarks/prediction_error.py --write-counts"
+    )
+    assert count_once(cells[1].knobs) is stored_counts()[json.dumps(cells[1].knobs, sort_keys=True)]
 
 
 def test_the_leave_one_study_out_error_is_deterministic_and_is_the_published_one():
