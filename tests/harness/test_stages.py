@@ -17,6 +17,11 @@ from helpers.known_costs import COSTS, USER_CODE, USER_MODULE  # noqa: F401 (USE
 from torch import nn
 
 
+# Timing: a time slice taken from a worker between the harness's sample timer and the user's own
+# lands in `unattributed` on one side only; beside the other tests, with a CPU hog in a session of
+# its own (half a core, always), the 2-worker cell's unattributed mean read 6.1 ms, more than 5 %
+# off what the pipeline itself recorded (2026-11-29).
+@pytest.mark.timing
 @pytest.mark.parametrize("workers", [0, 2])
 def test_each_stage_and_the_unattributed_rest_come_back_within_5_percent(
     user_module, workers, tmp_path
