@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results, read_summary
 from feedbench.analysis.verdict import (
@@ -177,3 +178,45 @@ def test_scaling_efficiency_against_the_one_gpu_cell(tmp_path):
     two = cells.loc["gpus_per_node-2"]
     assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
     assert two["speedup"] == pytest.approx(two["median"] / cells.loc["gpus_per_node-1", "median"])
+
+
+def test_a_cell_that_took_its_twins_result_is_named_once_among_the_slower_cells():
+    """On a machine without CUDA a pinned cell takes the result of its unpinned twin (plan.twins):
+    the slower cells' epoch stalls name the measured one, not the same figures twice."""
+    from feedbench.core.fit import TWIN_NOTE, twin_of
+
+    def cell(name, workers, pinned, rate, baseline=False, stall_s=0.0, note=None):
+        return {
+            "experiment": "workers",
+            "cell": name,
+            "repeat": 1,
+            "baseline": baseline,
+            "status": "ok",
+            "scenario": "loader",
+            "num_workers": workers,
+            "pin_memory": pinned,
+            "samples_per_s": rate,
+            "window_s": 1.0,
+            "time_to_first_batch_s": 0.01,
+            "epoch_boundaries": 2,
+            "epoch_stall_ms": 1000 * stall_s / 2,
+            "epoch_stall_s": stall_s,
+            "adjustments": note,
+        }
+
+    note = f"pin_memory: no CUDA, not pinned; {TWIN_NOTE.format(twin='w1-unpinned')}"
+    assert twin_of(note) == "w1-unpinned" and twin_of("pin_memory: no CUDA") is None
+    rows = pd.DataFrame(
+        [
+            cell("w0", 0, False, 100.0, baseline=True),
+            cell("w1-unpinned", 1, False, 80.0, stall_s=0.2),
+            cell("w1-pinned", 1, True, 80.0, stall_s=0.2, note=note),
+            cell("w2", 2, False, 120.0),
+        ]
+    )
+    found = summarize_experiment(rows, {"num_workers": [0, 1, 2], "pin_memory": [False, True]})
+    table = found["cells"].set_index("cell")
+    assert table.loc["w1-pinned", "measured_as"] == "w1-unpinned"
+    assert table["measured_as"].isna().sum() == 3
+    assert "w1-unpinned (2 boundaries at 100 ms" in found["time_lost"]
+    assert "w1-pinned" not in found["time_lost"], found["time_lost"]

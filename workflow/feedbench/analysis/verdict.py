@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.ceilings import LOADER_REACHES
+from ..core.fit import twin_of
 from ..core.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, stages
 from .aggregate import is_true, knob_value
@@ -325,6 +326,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "ceiling_loader": in_unit(ok, metric, "ceiling_loader_samples_per_s"),
                 "ceiling_compute": in_unit(ok, metric, "ceiling_compute_samples_per_s"),
                 "culprit": culprit,
+                # the cell whose result this one took, where this machine runs both alike
+                "measured_as": twin_of(first.get("adjustments")),
                 "bound": bound if stats.n else "failed",
                 "why": why if stats.n else "no repeat of this cell finished",
             }
@@ -611,7 +614,8 @@ def slower_at_boundaries(
     """The cells slower than the baseline whose epoch stalls cost more than LOST_SHARE of their run
     (largest first, at most `most`): a short window that crosses a boundary restarts the workers, so
     more workers can measure slower than none for that alone, and `No measured cell is faster` would
-    hide why."""
+    hide why. A cell that took another's result (measured_as) is left out: its figures are that
+    cell's, named once."""
     if cells is None or base is None or _number(base.get("median")) is None:
         return None
     named = {c["cell"] for c in (best, base) if c is not None}
@@ -619,7 +623,13 @@ def slower_at_boundaries(
     for cell in cells.to_dict("records"):
         window, stalls = _number(cell.get("window_s")), _number(cell.get("epoch_stall_s")) or 0.0
         median = _number(cell.get("median"))
-        if cell["cell"] in named or not window or median is None or median >= float(base["median"]):
+        if (
+            cell["cell"] in named
+            or _text(cell.get("measured_as"))
+            or not window
+            or median is None
+            or median >= float(base["median"])
+        ):
             continue
         share = stalls / (window + (_number(cell.get("first_batch_s")) or 0.0))
         if share > LOST_SHARE:

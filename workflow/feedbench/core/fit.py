@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import re
 from typing import Any
 
 from .cell import Cell
@@ -111,6 +112,22 @@ def _no_page_cache(cell: Cell) -> str:
     if cell.dataset in ("webdataset", "parquet"):
         return f"dataset '{cell.dataset}': page_cache is implemented for images only"
     return f"dataset '{cell.dataset}' reads no files"
+
+
+# The note of a cell that took the result of a cell that runs alike (plan.twins), among its
+# adjustments; twin_of reads it back (the verdict names such a cell's figures once, as its twin's).
+TWIN_NOTE = (
+    "not measured again: cell {twin} runs alike here, on the CPU, so its result stands for this "
+    "cell"
+)
+_TWIN_NOTE = re.compile(re.escape(TWIN_NOTE).replace(r"\{twin\}", r"(\S+)"))
+
+
+def twin_of(adjustments: str | None) -> str | None:
+    """The cell whose result this one took (TWIN_NOTE among its adjustments, as the summary joins
+    them), or None."""
+    found = _TWIN_NOTE.search(adjustments) if isinstance(adjustments, str) else None
+    return found[1] if found else None
 
 
 def runs_as(cell: Cell, cuda_available: bool) -> tuple[str, list[str]] | None:

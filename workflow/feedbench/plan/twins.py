@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from ..core.cell import parse_cell
-from ..core.fit import cuda_possible, runs_as
+from ..core.fit import TWIN_NOTE, cuda_possible, runs_as
 from ..core.knobs import LABELS, KnobError
 from ..core.planned_cell import PlannedCell
 
@@ -94,10 +94,7 @@ def took_twins_result(out_dir: str, raw: dict, twin_id: str) -> bool:
     except OSError:
         return False
     labels = {k: raw[k] for k in LABELS if k in raw}
-    note = (
-        f"not measured again: cell {twin_id} runs alike here, on the CPU, so its result "
-        "stands for this cell"
-    )
+    note = TWIN_NOTE.format(twin=twin_id)
     write_result(
         out_dir,
         {
