@@ -536,11 +536,12 @@ def main() -> None:
         action="store_true",
         help="count every published cell afresh into feedbench/harness/published_counts.json first",
     )
+    args = parser.parse_args()
     torch.set_num_threads(1)
-    if parser.parse_args().write_counts:
+    if args.write_counts:
         write_published_counts(ROOT)
     text = "\n".join(HEADER + compute_section() + copy_section())
-    if parser.parse_args().print:
+    if args.print:
         sys.stdout.write(text)
         return
     with open(DOC, "w", encoding="utf-8") as f:

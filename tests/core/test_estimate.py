@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -22,7 +23,6 @@ from feedbench.core.estimate import (
     compute_seconds,
     kernel_table,
     launch_seconds,
-    published_cells,
     split_seconds,
     step_on,
     summary_table,
@@ -33,6 +33,7 @@ from feedbench.harness.flops import (
     PARAMETER_PASSES,
     PUBLISHED_COUNTS,
     StepCount,
+    checkout_cells,
     count_once,
     count_step,
     estimate_cell,
@@ -40,6 +41,7 @@ from feedbench.harness.flops import (
     memory_error,
     published_error,
     stored_counts,
+    write_published_counts,
 )
 
 DOC = os.path.join(ROOT, "docs", "results", "prediction-error.md")
@@ -78,9 +80,7 @@ def test_a_users_model_has_no_estimate():
 
 
 def test_every_published_gpu_throughput_is_a_cell_with_its_bound():
-    cells = published_cells(
-        os.path.join(ROOT, "config", "presets"), os.path.join(ROOT, "report", "references")
-    )
+    cells = checkout_cells(ROOT)
     by_study = {s: [c for c in cells if c.study == s] for s in PUBLISHED_BOUND}
     assert {s: len(c) for s, c in by_study.items()} == {"scaling": 8, "nmt": 79, "prefetch": 18}
     k80 = by_study["scaling"][0]
@@ -91,21 +91,20 @@ def test_every_published_gpu_throughput_is_a_cell_with_its_bound():
     assert prefetch.copy_bytes == 4096 * (4096 * 4 + 8)
 
 
-def test_the_stored_published_counts_are_what_counting_gives_now():
+def test_the_stored_published_counts_are_what_counting_gives_now(tmp_path):
     """harness/published_counts.json, which every run with a target reads instead of counting the
-    published cells (count_once), is what count_step gives each of them in this checkout: a change
-    to the counting, a preset or a reference shows here."""
-    cells = published_cells(
-        os.path.join(ROOT, "config", "presets"), os.path.join(ROOT, "report", "references")
-    )
-    keys = {json.dumps(cell.knobs, sort_keys=True) for cell in cells}
-    fresh = {key: count_step(json.loads(key)) for key in keys}
+    published cells (count_once), is what count_step gives each of them in this checkout, written as
+    --write-counts writes it: a change to the counting, a preset or a reference shows here."""
+    written = tmp_path / "published_counts.json"
+    fresh = write_published_counts(ROOT, str(written))
     stale = sorted(key for key in fresh if stored_counts().get(key) != fresh[key])
     assert not stale and set(stored_counts()) == set(fresh), (
         f"{PUBLISHED_COUNTS} is stale for {stale or 'cells no longer published'}: rerun "
         "benchmarks/prediction_error.py --write-counts"
     )
-    assert count_once(cells[1].knobs) is stored_counts()[json.dumps(cells[1].knobs, sort_keys=True)]
+    assert written.read_text() == Path(PUBLISHED_COUNTS).read_text()
+    knobs = checkout_cells(ROOT)[1].knobs
+    assert count_once(knobs) is stored_counts()[json.dumps(knobs, sort_keys=True)]
 
 
 def test_the_leave_one_study_out_error_is_deterministic_and_is_the_published_one():

@@ -481,13 +481,19 @@ def stored_counts() -> dict[str, StepCount]:
     }
 
 
-def write_published_counts(root: str, path: str = PUBLISHED_COUNTS) -> dict[str, StepCount]:
-    """Count every published cell afresh and write PUBLISHED_COUNTS; the counts, by knobs."""
-    cells = published_cells(
+def checkout_cells(root: str) -> list:
+    """core.estimate.published_cells of the checkout at `root` (its config/presets/ and
+    report/references/)."""
+    return published_cells(
         os.path.join(root, "config", "presets"), os.path.join(root, "report", "references")
     )
+
+
+def write_published_counts(root: str, path: str = PUBLISHED_COUNTS) -> dict[str, StepCount]:
+    """Count every published cell afresh and write them to `path`; the counts, by knobs."""
     # a distinct count per distinct knobs: many published rows share them
-    counts = {key: count_step(json.loads(key)) for key in {_knobs_key(c.knobs) for c in cells}}
+    keys = {_knobs_key(cell.knobs) for cell in checkout_cells(root)}
+    counts = {key: count_step(json.loads(key)) for key in keys}
     counts = dict(sorted(counts.items()))
     text = json.dumps({k: dataclasses.asdict(c) for k, c in counts.items()}, indent=1)
     atomic_write(path, text + "\n")
@@ -506,9 +512,7 @@ def published_error(root: str, per_op: bool = False) -> tuple[list[Prediction], 
     efficiencies fitted to all studies (what a target's prediction uses):
     docs/results/prediction-error.md. `root`: the checkout, whose config/presets/ and
     report/references/ are read. `per_op`: the per-operation estimate (core.estimate)."""
-    cells = published_cells(
-        os.path.join(root, "config", "presets"), os.path.join(root, "report", "references")
-    )
+    cells = checkout_cells(root)
     return leave_one_study_out(cells, count_once, per_op), fit_efficiencies(
         cells, count_once, per_op
     )
