@@ -35,7 +35,7 @@ ELSEWHERE = {
     "prediction_error.py": "tests/core/test_estimate.py (its page against "
     "docs/results/prediction-error.md)",
     "stage_profile.py": "tests/harness/test_stage_profile.py (the benchmark at its smallest size)",
-    "suite_cpu.py": "test_suite_cpu_records_a_small_suite below",
+    "suite_cpu.py": "test_suite_cpu_records_a_small_suite and the process log test below",
     "gpu_check.sh": "test_the_gpu_check_runs_dry_without_cuda below",
     "gpu_check.py": "test_the_gpu_check_runs_dry_without_cuda below (gpu_check.sh runs it)",
 }
@@ -104,6 +104,34 @@ def test_suite_cpu_records_a_small_suite(tmp_path):
     summary = run("suite_cpu.py", str(tmp_path))
     assert summary.returncode == 0, summary.stderr[-2000:]
     assert "tests/analysis/test_knee.py" in summary.stdout and " tests, " in summary.stdout
+
+
+def test_suite_cpu_sums_the_logged_processes_by_kind_and_their_start_up(tmp_path):
+    """benchmarks/process_log logs a Snakemake command line and a harness cell; --processes names
+    each kind and, with --starts, the CPU each kind takes to start and the floor they sum to."""
+    log = tmp_path / "log"
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [os.path.join(BENCHMARKS, "process_log"), os.path.join(ROOT, "workflow")]
+        ),
+        SUITE_PROCESS_LOG=str(log),
+        **ONE_THREAD,
+    )
+    cell = ["-s", "scenario=loader", "-s", "dataset=memory", "-s", "steps=1", "-s", "device=cpu"]
+    for command in (
+        ["-m", "snakemake", "--version"],
+        ["-m", "feedbench", "run", *cell, "--out", str(tmp_path / "cell")],
+    ):
+        done = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+    summary = run("suite_cpu.py", "--processes", str(log), "--starts", "--rounds", "1")
+    assert summary.returncode == 0, summary.stderr[-2000:]
+    lines = summary.stdout.splitlines()
+    assert lines[0].startswith("2 processes, ")
+    assert any("Snakemake command line  (start-up " in line for line in lines), lines
+    assert any("harness cell  (start-up " in line for line in lines), lines
+    assert lines[-1].startswith("start-up floor of those kinds: ")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is the GPU check without CUDA")
