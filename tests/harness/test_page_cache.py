@@ -87,10 +87,17 @@ def test_mincore_counts_the_pages_fincore_counts(images):
     _, paths = images
     cold(paths, drop_caches="/nonexistent/drop_caches")
     warm(paths[: len(paths) // 2])
+    fraction = resident_fraction(paths)
+    assert 0.3 < fraction < 0.7
+    # A cold cell as root elsewhere in the suite drops the machine's whole page cache at any moment
+    # (drop_caches): pages may leave between two reads, and none come back, since nothing reads
+    # these files. So fincore's count lies between ours before it and ours after it.
     for path in paths:
-        assert mincore_pages(path) == (resident_pages([path]), total_pages([path]))
-    assert resident_fraction(paths) == pytest.approx(resident_pages(paths) / total_pages(paths))
-    assert 0.3 < resident_fraction(paths) < 0.7
+        before = mincore_pages(path)
+        counted = resident_pages([path])
+        assert before[1] == total_pages([path]) and before[0] >= counted >= mincore_pages(path)[0]
+    counted = resident_pages(paths) / total_pages(paths)
+    assert fraction >= counted >= resident_fraction(paths)
 
 
 def test_warm_and_cold_record_the_residency_they_reached(images):
