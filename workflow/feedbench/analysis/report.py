@@ -37,6 +37,7 @@ from . import (
     glossary,
     headline,
     knee,
+    other_load,
     served,
     stages,
     target_view,
@@ -282,6 +283,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "has_memory_growth": False,
         "whatifs": [],
         "has_workers_kind": False,
+        "other_load": [],
         "search": None,
         "worker_count": [],
         "ceilings": [],
@@ -376,6 +378,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         # the top stages' what-ifs, predicted (whatifs)
         whatifs=whatifs.experiment_table(rows, found["metric"]),
         has_workers_kind=_has_values(found["cells"], "workers_kind"),
+        # its cells measured beside other load, for the run's one sentence (analysis.other_load)
+        other_load=other_load.disturbed(found["cells"]),
     )
     labels = {cell["cell"]: cell["label"] for cell in cells}
     for row in context["whatifs"]:
@@ -685,8 +689,12 @@ def build(
         summary = summary.assign(host=None)
     read = {name: reader(inputs.get(name)) for name, reader in INPUTS.items()}
     page = Page(summary, _by_name(svgs), as_records(results), config, read, disclosure)
+    sections = {section.name: section.context(page) for section in SECTIONS}
     return {
-        **{section.name: section.context(page) for section in SECTIONS},
+        **sections,
+        "other_load": other_load.note(
+            [(e["name"], cell) for e in sections["experiments"] for cell in e["other_load"]]
+        ),
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
         "config_hash": config_hash,
@@ -694,6 +702,8 @@ def build(
         "rule": {
             "stall_pct": verdict.DATA_STALL_PCT,
             "transfer_pct": 100 * verdict.TRANSFER_SHARE,
+            "other_load_pct": 100 * other_load.SHARE,
+            "other_load_cores": other_load.LEAST,
             "cpu_bound_share": CPU_BOUND_SHARE,
             "whatifs_shown": whatifs.SHOWN,
         },
@@ -751,13 +761,14 @@ def write_report(
     atomic_write(html, render(context, templates))
     # the rule's plain-text verdicts, which the run's end prints (the Snakefile's onsuccess)
     if verdict:
-        atomic_write(verdict, verdict_text(context["experiments"]))
+        atomic_write(verdict, verdict_text(context["experiments"], context["other_load"]))
 
 
-def verdict_text(experiments: list[dict]) -> str:
+def verdict_text(experiments: list[dict], shared: str | None = None) -> str:
     """Each experiment's three verdict lines (analysis.headline), as the report's top shows them,
     and the time its best cell, baseline or slower cells lost to the first batch or epoch
-    boundaries: read in a terminal, on a machine with no browser."""
+    boundaries, then the run's other load (`shared`, analysis.other_load): read in a terminal, on a
+    machine with no browser."""
     blocks = []
     for e in experiments:
         if e["headline"]:
@@ -770,4 +781,6 @@ def verdict_text(experiments: list[dict]) -> str:
             )
         elif e["note"]:
             blocks.append(f"{e['name']}\n  {e['note']}")
+    if shared:
+        blocks.append(shared)
     return "\n".join(blocks) + "\n" if blocks else ""

@@ -566,6 +566,23 @@ METRICS: dict[str, Metric] = {
             **RATE,
         ),
         Metric(
+            "other_load_cores",
+            "monitor.cpu_offered.other_cores",
+            "number",
+            "cores",
+            "other processes' work on the cell's CPUs over the window (their busy time less the "
+            "cell's own), in cores",
+            minimum=0,
+        ),
+        Metric(
+            "affinity_cores",
+            "monitor.cpu_offered.cores",
+            "integer",
+            "cores",
+            "the CPUs of the cell's affinity mask, which other_load_cores is read on",
+            minimum=1,
+        ),
+        Metric(
             "stage_ms",
             f"{_STAGE}.median_ms",
             "number",

@@ -124,7 +124,9 @@ def _busy_s(cpus: list[int]) -> float:
 
 
 def _cell_cpu_s(process: psutil.Process) -> float:
-    """The CPU seconds of this process (all its threads) and of its workers so far."""
+    """The CPU seconds of this process (all its threads), of its live workers and of the children it
+    has reaped, so far: a worker that ends inside the window (at an epoch boundary, without
+    persistent_workers) moves from the live to the reaped, and is never read as other load."""
     total = 0.0
     for proc in (process, *_workers(process)):
         try:
@@ -132,6 +134,8 @@ def _cell_cpu_s(process: psutil.Process) -> float:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         total += times.user + times.system
+        if proc is process:
+            total += times.children_user + times.children_system
     return total
 
 
@@ -153,7 +157,8 @@ class Offered:
     def summary(self, monitor_cpu_s: float) -> dict | None:
         """`cores` (the mask's), `wall_s`, `busy_s` (the mask's CPUs, all work), `cell_cpu_s` (this
         process and its workers, the monitor included), `monitor_cpu_s` (the monitor's thread),
-        `offered_cores`; None where the mask or the CPU times cannot be read."""
+        `offered_cores`, and `other_cores` (other processes' work on those CPUs, in cores: what the
+        verdict warns of); None where the mask or the CPU times cannot be read."""
         if not self.cpus:
             return None
         (t0, busy0, cell0), (t1, busy1, cell1) = self.start, self._snapshot()
@@ -168,6 +173,7 @@ class Offered:
             "cell_cpu_s": round(cell, 3),
             "monitor_cpu_s": round(monitor_cpu_s, 3),
             "offered_cores": round(len(self.cpus) - others / wall, 3),
+            "other_cores": round(max(busy - cell, 0.0) / wall, 3),
         }
 
 
