@@ -11,46 +11,50 @@ import sys
 import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results, write_summary
-from feedbench.analysis.other_load import disturbed, note
+from feedbench.analysis.other_load import cells, disturbed, note
 from feedbench.analysis.report import write_report
-from feedbench.analysis.verdict import cell_table
+from feedbench.core.fit import TWIN_NOTE
 from helpers.browser import without_tags
-from helpers.cells import run_cell_process
+from helpers.cells import ENDLESS_SLEEP, cell_command
 
 
-def cells(*rows: dict) -> pd.DataFrame:
-    """A cell table, a cell per row: its name, other load and CPUs, one rank unless given."""
-    return pd.DataFrame([{"world_size": 1, "measured_as": None, **row} for row in rows])
+def summary(*rows: dict) -> pd.DataFrame:
+    """Summary rows of finished single-process repeats on 2 CPUs over 2 s windows, `rows` over
+    them."""
+    base = {"experiment": "loader", "status": "ok", "window_s": 2.0, "affinity_cores": 2}
+    return pd.DataFrame([{**base, "world_size": None, "adjustments": None, **row} for row in rows])
 
 
 def test_a_tenth_of_the_cpus_and_a_fifth_of_a_core_is_other_load():
-    table = cells(
-        {"cell": "quiet", "other_load_cores": 0.1, "affinity_cores": 2},
+    rows = summary(
+        {"cell": "quiet", "other_load_cores": 0.1},
         # a fifth of a core is a tenth of 2 CPUs; 1.5 of 32 CPUs is under a tenth
-        {"cell": "edge", "other_load_cores": 0.2, "affinity_cores": 2},
+        {"cell": "edge", "other_load_cores": 0.2},
         {"cell": "big", "other_load_cores": 1.5, "affinity_cores": 32},
-        {"cell": "unread", "other_load_cores": None, "affinity_cores": None},
+        # the medians of the repeats, as the report's figures: one disturbed repeat of three is not
+        *[{"cell": "once", "other_load_cores": load} for load in (0.0, 0.0, 1.0)],
+        {"cell": "busy", "experiment": "train", "other_load_cores": 0.9},
     )
-    assert [c["cell"] for c in disturbed(table)] == ["edge"]
-    busy = disturbed(cells({"cell": "busy", "other_load_cores": 0.9, "affinity_cores": 2}))
-    # the run's one sentence, the largest share first, whichever experiment it is in
-    found = [("loader", c) for c in disturbed(table)] + [("train", c) for c in busy]
-    assert note(found) == (
-        "Measured beside other load: other processes took 0.9 of the 2 CPUs cell busy of train ran "
-        "on (45 %); 1 more cell also ran beside other load. Those figures are lower than a quiet "
+    assert [c["cell"] for c in disturbed(cells(rows))] == ["busy", "edge"]  # largest share first
+    assert note(rows) == (
+        "Measured beside other load: other work took 0.9 of the 2 CPUs cell busy of train ran on "
+        "(45 %); 1 more cell also ran beside other load. Those figures are lower than a quiet "
         "machine gives; rerun them alone before comparing them."
     )
 
 
-def test_ranks_of_one_cell_and_a_cell_that_took_anothers_result_are_not_other_load():
+def test_what_is_not_other_load_or_cannot_be_read_as_it():
     """Rank 0's monitor counts the cell's other ranks on the host as other work; a twin repeats the
-    cell it took its result from."""
-    table = cells(
-        {"cell": "ddp", "other_load_cores": 1.0, "affinity_cores": 2, "world_size": 2},
-        {"cell": "pinned", "other_load_cores": 1.0, "affinity_cores": 2, "measured_as": "plain"},
-        {"cell": "quiet", "other_load_cores": 0.0, "affinity_cores": 2},
+    cell it took its result from; a window under a second is read in too few clock ticks; a failed
+    repeat measured nothing; results before the harness read it have no column."""
+    rows = summary(
+        {"cell": "ddp", "other_load_cores": 1.0, "world_size": 2},
+        {"cell": "pinned", "other_load_cores": 1.0, "adjustments": TWIN_NOTE.format(twin="plain")},
+        {"cell": "fast", "other_load_cores": 1.4, "window_s": 0.02},
+        {"cell": "broken", "other_load_cores": 1.0, "status": "failed"},
     )
-    assert disturbed(table) == [] and note([]) is None
+    assert disturbed(cells(rows)) == [] and note(rows) is None
+    assert note(rows.drop(columns=["other_load_cores"])) is None
 
 
 @pytest.mark.slow
@@ -64,24 +68,12 @@ def test_a_cell_beside_a_spinning_process_on_its_cpu_says_so_in_the_verdict(tmp_
     spinner = subprocess.Popen(
         [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"]
     )
-    knobs = dict(
-        experiment="shared",
-        cell="sleep",
-        repeat=1,
-        baseline=True,
-        model="sleep",
-        compute_ms=50.0,
-        image_size=8,
-        batch_size=2,
-        steps=20,
-        warmup_steps=2,
-        torch_threads=1,
-        device="cpu",
-    )
+    # sleep steps on tiny images, one thread (helpers.cells): 30 of 50 ms, over MIN_WINDOW_S
+    knobs = dict(ENDLESS_SLEEP, steps=30, warmup_steps=2, compute_ms=50.0, device="cpu")
+    knobs.update(experiment="shared", cell="sleep", repeat=1, baseline=True)
     try:
-        done = run_cell_process(
-            tmp_path / "cell", knobs, preexec_fn=lambda: os.sched_setaffinity(0, {cpu})
-        )
+        command = ["taskset", "-c", str(cpu), *cell_command(tmp_path / "cell", knobs)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     finally:
         spinner.kill()
         spinner.wait()
@@ -93,17 +85,16 @@ def test_a_cell_beside_a_spinning_process_on_its_cpu_says_so_in_the_verdict(tmp_
 
     rows = load_results([path])
     assert rows.loc[0, "other_load_cores"] == offered["other_cores"]
-    (cell,) = disturbed(cell_table(rows))
-    sentence = note([("shared", cell)])
+    sentence = note(rows)
     assert sentence.startswith(
-        f"Measured beside other load: other processes took {offered['other_cores']:.1f} of the 1 "
-        "CPU cell sleep of shared ran on ("
+        f"Measured beside other load: other work took {offered['other_cores']:.1f} of the 1 CPU "
+        "cell sleep of shared ran on ("
     ), sentence
-    summary, html = tmp_path / "summary.csv", tmp_path / "report" / "index.html"
-    write_summary(rows, str(summary))
+    written, html = tmp_path / "summary.csv", tmp_path / "report" / "index.html"
+    write_summary(rows, str(written))
     config = {"experiments": {"shared": {"title": "A cell on a shared CPU"}}}
     verdict = tmp_path / "report" / "verdict.txt"
-    write_report(str(summary), [], [path], config, "c0ffee42", str(html), verdict=str(verdict))
+    write_report(str(written), [], [path], config, "c0ffee42", str(html), verdict=str(verdict))
     # under the experiments' lines, once for the run, in the page and the terminal's text
     page = html.read_text()
     shown = page[page.index('<p class="other-load">') :]

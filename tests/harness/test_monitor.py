@@ -8,6 +8,8 @@ import sys
 import psutil
 from feedbench.harness.monitor import _cell_cpu_s
 
+BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+
 
 def test_a_child_that_ended_and_was_reaped_stays_the_cells_cpu():
     """A loader worker that ends inside the window (an epoch boundary without persistent_workers)
@@ -15,6 +17,20 @@ def test_a_child_that_ended_and_was_reaped_stays_the_cells_cpu():
     load."""
     process = psutil.Process()
     before = _cell_cpu_s(process)
-    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
-    subprocess.run([sys.executable, "-c", burn], check=True)  # waited for: reaped
+    subprocess.run([sys.executable, "-c", BURN], check=True)  # waited for: reaped
     assert _cell_cpu_s(process) - before >= 0.3
+
+
+def test_a_worker_reaped_by_a_server_the_cell_started_stays_the_cells_cpu():
+    """With forkserver a worker is the server's child, and the server reaps it: the live server's
+    reaped children count too."""
+    process = psutil.Process()
+    before = _cell_cpu_s(process)
+    server = f"import subprocess, sys, time\nsubprocess.run([sys.executable, '-c', {BURN!r}])\n"
+    server += "print('reaped', flush=True)\ntime.sleep(60)"
+    with subprocess.Popen([sys.executable, "-c", server], stdout=subprocess.PIPE, text=True) as it:
+        try:
+            assert it.stdout.readline().strip() == "reaped"
+            assert _cell_cpu_s(process) - before >= 0.3
+        finally:
+            it.kill()

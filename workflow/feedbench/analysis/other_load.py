@@ -1,79 +1,94 @@
-"""Whether other work shared the CPUs a cell was measured on: the verdict's other-load sentence.
+"""Whether other work shared the CPUs the cells were measured on: the verdict's other-load sentence.
 
-Over each cell's window the harness reads the CPU time other processes took on the CPUs of its
-affinity mask (harness.monitor.Offered: the summary's `other_load_cores`, in cores, beside
-`affinity_cores`). A cell measured beside other load reads slower than on a quiet machine: its
-loader workers wait for a core, and PyTorch's intra-op threads wait at each parallel region for the
-one whose core is busy (a training cell measured a seventh of its quiet throughput beside one
-spinning process on a 2-core machine, docs/performance.md). The verdict says so once for the run,
-so that a figure taken on a shared login node, or beside another job, is not read as the
-pipeline's own.
+Over each cell's window the harness reads the CPU time other work took on the CPUs of its affinity
+mask (harness.monitor.Offered: the summary's `other_load_cores`, in cores, beside
+`affinity_cores`): other processes, the kernel's threads, a hypervisor's steal. A cell measured
+beside other load reads slower than on a quiet machine: its loader workers wait for a core, and
+PyTorch's intra-op threads wait at each parallel region for the one whose core is busy (a training
+cell measured a seventh of its quiet throughput beside one spinning process on a 2-core machine,
+docs/performance.md). Other load is the machine's, not one experiment's: the verdict says it once
+for the run, ceilings included, so that a figure taken on a shared login node, or beside another
+job, is not read as the pipeline's own.
 
 Left out: a cell of several processes (`world_size` over 1), whose other ranks on the host are its
-own work that rank 0's monitor counts as other, and a cell that took another's result
-(`measured_as`), named once as that cell.
+own work that rank 0's monitor counts as other; a cell that took another's result (core.fit's
+twin), named once as that cell; and a window under MIN_WINDOW_S, too short for the kernel's 10 ms
+clock ticks in which every CPU time is read.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ..core.fit import twin_of
+
 # Other load worth a sentence: a tenth of the cell's CPUs, and at least a fifth of one (below it,
 # the machine's own daemons).
 SHARE, LEAST = 0.10, 0.2
+# Each CPU time is read in 10 ms ticks, a mask's CPUs and each process of the cell at both ends of
+# the window: over a 1 s window with 2 CPUs and 3 processes the reading may be 0.1 core off; over
+# the 20 ms of a fast loader ceiling, several cores.
+MIN_WINDOW_S = 1.0
 
 
-def _numbers(ok: pd.DataFrame, column: str) -> pd.Series:
-    if column not in ok:
-        return pd.Series(dtype=float)
-    return pd.to_numeric(ok[column], errors="coerce").dropna()
+def _median(rows: pd.DataFrame, column: str) -> float | None:
+    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else ()
+    return float(values.median()) if len(values) else None
 
 
-def figures(ok: pd.DataFrame) -> dict:
-    """A cell's other load over its finished repeats: the most of any repeat (one disturbed repeat
-    is enough to move a median of three), its mask's CPUs and its ranks; None each where the
-    summary has no value."""
-    other, cores, ranks = (
-        _numbers(ok, c) for c in ("other_load_cores", "affinity_cores", "world_size")
-    )
-    return {
-        "other_load_cores": float(other.max()) if len(other) else None,
-        "affinity_cores": int(cores.max()) if len(cores) else None,
-        "world_size": int(ranks.max()) if len(ranks) else None,
-    }
-
-
-def disturbed(cells: pd.DataFrame) -> list[dict]:
-    """The cells measured beside other load (SHARE of their CPUs and at least LEAST cores), the
-    most disturbed first."""
+def cells(summary: pd.DataFrame) -> list[dict]:
+    """Each single-process cell of the run that measured its other load over a long enough window:
+    its experiment, cell, and the medians over its finished repeats (the figures the report shows
+    are medians too) of its other load, its mask's CPUs and its window."""
+    if "other_load_cores" not in summary or "affinity_cores" not in summary:
+        return []  # results written before the harness read it
     found = []
-    for cell in cells.to_dict("records"):
-        other, cores = cell.get("other_load_cores"), cell.get("affinity_cores")
-        if other is None or pd.isna(other) or not cores or pd.isna(cores):
+    ok = summary[summary["status"] == "ok"]
+    for (experiment, cell), rows in ok.groupby(["experiment", "cell"], sort=False):
+        ranks = _median(rows, "world_size")
+        if twin_of(rows["adjustments"].iloc[0] if "adjustments" in rows else None):
             continue
-        if (cell.get("world_size") or 1) > 1 or isinstance(cell.get("measured_as"), str):
-            continue
-        if other >= max(LEAST, SHARE * cores):
-            found.append(cell)
+        figures = {
+            "experiment": experiment,
+            "cell": cell,
+            "other_load_cores": _median(rows, "other_load_cores"),
+            "affinity_cores": _median(rows, "affinity_cores"),
+            "window_s": _median(rows, "window_s"),
+        }
+        if (ranks or 1) <= 1 and None not in figures.values():
+            found.append(figures)
     return found
 
 
-def note(found: list[tuple[str, dict]]) -> str | None:
-    """The run's sentence, from every experiment's disturbed cells ((experiment, cell) pairs): the
-    most disturbed cell's other load, how many more had some, and what it means for their figures;
-    None when no cell was measured beside other load. Other load is the machine's, not one
-    experiment's: the verdict says it once, under every experiment's lines."""
+def disturbed(found: list[dict]) -> list[dict]:
+    """The cells measured beside other load (SHARE of their CPUs and at least LEAST cores, over at
+    least MIN_WINDOW_S), the largest share first."""
+    return sorted(
+        (
+            c
+            for c in found
+            if c["window_s"] >= MIN_WINDOW_S
+            and c["other_load_cores"] >= max(LEAST, SHARE * c["affinity_cores"])
+        ),
+        key=lambda c: -c["other_load_cores"] / c["affinity_cores"],
+    )
+
+
+def note(summary: pd.DataFrame) -> str | None:
+    """The run's sentence: the most disturbed cell's other load, how many more had some, and what
+    it means for their figures; None when no cell was measured beside other load."""
+    found = disturbed(cells(summary))
     if not found:
         return None
-    found = sorted(found, key=lambda pair: -pair[1]["other_load_cores"] / pair[1]["affinity_cores"])
-    (experiment, worst), more = found[0], len(found) - 1
+    worst, more = found[0], len(found) - 1
     other, cores = worst["other_load_cores"], int(worst["affinity_cores"])
     besides = (
         f"; {more} more cell{'' if more == 1 else 's'} also ran beside other load" if more else ""
     )
     cpus = f"{cores} CPU{'' if cores == 1 else 's'}"
     return (
-        f"Measured beside other load: other processes took {other:.1f} of the {cpus} cell "
-        f"{worst['cell']} of {experiment} ran on ({100 * other / cores:.0f} %){besides}. Those "
-        "figures are lower than a quiet machine gives; rerun them alone before comparing them."
+        f"Measured beside other load: other work took {other:.1f} of the {cpus} cell "
+        f"{worst['cell']} of {worst['experiment']} ran on ({100 * other / cores:.0f} %){besides}. "
+        "Those figures are lower than a quiet machine gives; rerun them alone before comparing "
+        "them."
     )

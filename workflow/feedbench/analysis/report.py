@@ -283,7 +283,6 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "has_memory_growth": False,
         "whatifs": [],
         "has_workers_kind": False,
-        "other_load": [],
         "search": None,
         "worker_count": [],
         "ceilings": [],
@@ -378,8 +377,6 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
         # the top stages' what-ifs, predicted (whatifs)
         whatifs=whatifs.experiment_table(rows, found["metric"]),
         has_workers_kind=_has_values(found["cells"], "workers_kind"),
-        # its cells measured beside other load, for the run's one sentence (analysis.other_load)
-        other_load=other_load.disturbed(found["cells"]),
     )
     labels = {cell["cell"]: cell["label"] for cell in cells}
     for row in context["whatifs"]:
@@ -689,12 +686,10 @@ def build(
         summary = summary.assign(host=None)
     read = {name: reader(inputs.get(name)) for name, reader in INPUTS.items()}
     page = Page(summary, _by_name(svgs), as_records(results), config, read, disclosure)
-    sections = {section.name: section.context(page) for section in SECTIONS}
     return {
-        **sections,
-        "other_load": other_load.note(
-            [(e["name"], cell) for e in sections["experiments"] for cell in e["other_load"]]
-        ),
+        **{section.name: section.context(page) for section in SECTIONS},
+        # once for the run, ceilings included (analysis.other_load)
+        "other_load": other_load.note(summary),
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
         "config_hash": config_hash,
@@ -704,6 +699,7 @@ def build(
             "transfer_pct": 100 * verdict.TRANSFER_SHARE,
             "other_load_pct": 100 * other_load.SHARE,
             "other_load_cores": other_load.LEAST,
+            "other_load_window_s": other_load.MIN_WINDOW_S,
             "cpu_bound_share": CPU_BOUND_SHARE,
             "whatifs_shown": whatifs.SHOWN,
         },

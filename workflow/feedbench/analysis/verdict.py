@@ -50,7 +50,7 @@ import pandas as pd
 from ..core.ceilings import LOADER_REACHES
 from ..core.fit import twin_of
 from ..core.knobs import KNOBS, PAYS_OFF
-from . import cores, growth, other_load, stages
+from . import cores, growth, stages
 from .aggregate import is_true, knob_value
 from .stages import column_median
 from .whatifs import changed_data
@@ -313,8 +313,6 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 **growth.figures(ok),
                 # which kind its workers are, and whether they outnumber the cores
                 **workers_cpu(ok),
-                # other processes' work on its CPUs, which slows what it measured
-                **other_load.figures(ok),
                 # analysis.predict's prediction from the cell's ceilings, when the summary has them
                 # (else None).
                 "predicted": in_unit(ok, metric, "predicted_samples_per_s"),

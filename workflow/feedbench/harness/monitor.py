@@ -114,28 +114,31 @@ def _workers_cpu(process: psutil.Process, seen: dict[tuple[int, float], dict]) -
 
 def _busy_s(cpus: list[int]) -> float:
     """The CPU seconds the given CPUs have spent on any work since boot (all but idle and iowait;
-    steal, the hypervisor's, counts as busy: it is not this cell's to use)."""
+    steal, the hypervisor's, counts as busy: it is not this cell's to use). Linux counts a guest's
+    time inside user and nice already: taken out once."""
     per_cpu = psutil.cpu_times(percpu=True)
     return sum(
-        sum(per_cpu[i]) - per_cpu[i].idle - getattr(per_cpu[i], "iowait", 0.0)
+        sum(per_cpu[i])
+        - per_cpu[i].idle
+        - sum(getattr(per_cpu[i], field, 0.0) for field in ("iowait", "guest", "guest_nice"))
         for i in cpus
         if i < len(per_cpu)
     )
 
 
 def _cell_cpu_s(process: psutil.Process) -> float:
-    """The CPU seconds of this process (all its threads), of its live workers and of the children it
-    has reaped, so far: a worker that ends inside the window (at an epoch boundary, without
-    persistent_workers) moves from the live to the reaped, and is never read as other load."""
+    """The CPU seconds of this process (all its threads) and of every process it started, so far:
+    each live one's own and what it has reaped of its children. A worker that ends inside the window
+    (an epoch boundary without persistent_workers) moves from the live to its reaper's, this process
+    or, with forkserver, the server: never read as other load. The helpers (resource tracker,
+    forkserver) are the cell's machinery, counted too."""
     total = 0.0
-    for proc in (process, *_workers(process)):
+    for proc in (process, *process.children(recursive=True)):
         try:
             times = proc.cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        total += times.user + times.system
-        if proc is process:
-            total += times.children_user + times.children_system
+        total += times.user + times.system + times.children_user + times.children_system
     return total
 
 
@@ -156,9 +159,9 @@ class Offered:
 
     def summary(self, monitor_cpu_s: float) -> dict | None:
         """`cores` (the mask's), `wall_s`, `busy_s` (the mask's CPUs, all work), `cell_cpu_s` (this
-        process and its workers, the monitor included), `monitor_cpu_s` (the monitor's thread),
-        `offered_cores`, and `other_cores` (other processes' work on those CPUs, in cores: what the
-        verdict warns of); None where the mask or the CPU times cannot be read."""
+        process and all it started, live or reaped, the monitor included), `monitor_cpu_s` (the
+        monitor's thread), `offered_cores`, and `other_cores` (other work on those CPUs, in cores:
+        what the verdict warns of); None where the mask or the CPU times cannot be read."""
         if not self.cpus:
             return None
         (t0, busy0, cell0), (t1, busy1, cell1) = self.start, self._snapshot()
