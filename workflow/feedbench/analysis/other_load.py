@@ -22,9 +22,11 @@ import pandas as pd
 
 from ..core.fit import twin_of
 
-# Other load worth a sentence: a tenth of the cell's CPUs, and at least a fifth of one (below it,
-# the machine's own daemons).
-SHARE, LEAST = 0.10, 0.2
+# Other load worth a sentence: a tenth of the cell's CPUs, and at least half of one. A default run
+# on a 2-core VM with nothing else running read up to 0.31 core (the median of a cell's repeats; the
+# candidates: the kernel's threads, the run's own Snakemake and its other jobs, a busy time the
+# kernel samples tick by tick); beside one CPU hog, 0.7 to 1.1 (docs/performance.md).
+SHARE, LEAST = 0.10, 0.5
 # Each CPU time is read in 10 ms ticks, a mask's CPUs and each process of the cell at both ends of
 # the window: over a 1 s window with 2 CPUs and 3 processes the reading may be 0.1 core off; over
 # the 20 ms of a fast loader ceiling, several cores.
