@@ -21,6 +21,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.fit import twin_of
+from .stages import column_median
 
 # Other load worth a sentence: a tenth of the cell's CPUs, and at least half of one. A default run
 # on a 2-core VM with nothing else running read up to 0.31 core (the median of a cell's repeats; the
@@ -33,11 +34,6 @@ SHARE, LEAST = 0.10, 0.5
 MIN_WINDOW_S = 1.0
 
 
-def _median(rows: pd.DataFrame, column: str) -> float | None:
-    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else ()
-    return float(values.median()) if len(values) else None
-
-
 def cells(summary: pd.DataFrame) -> list[dict]:
     """Each single-process cell of the run that measured its other load over a long enough window:
     its experiment, cell, and the medians over its finished repeats (the figures the report shows
@@ -47,15 +43,15 @@ def cells(summary: pd.DataFrame) -> list[dict]:
     found = []
     ok = summary[summary["status"] == "ok"]
     for (experiment, cell), rows in ok.groupby(["experiment", "cell"], sort=False):
-        ranks = _median(rows, "world_size")
+        ranks = column_median(rows, "world_size")
         if twin_of(rows["adjustments"].iloc[0] if "adjustments" in rows else None):
             continue
         figures = {
             "experiment": experiment,
             "cell": cell,
-            "other_load_cores": _median(rows, "other_load_cores"),
-            "affinity_cores": _median(rows, "affinity_cores"),
-            "window_s": _median(rows, "window_s"),
+            "other_load_cores": column_median(rows, "other_load_cores"),
+            "affinity_cores": column_median(rows, "affinity_cores"),
+            "window_s": column_median(rows, "window_s"),
         }
         if (ranks or 1) <= 1 and None not in figures.values():
             found.append(figures)

@@ -168,7 +168,8 @@ class Offered:
         wall, busy, cell = t1 - t0, busy1 - busy0, cell1 - cell0
         if wall <= 0:
             return None
-        others = min(max(busy - cell, 0.0) + monitor_cpu_s, len(self.cpus) * wall)
+        other = max(busy - cell, 0.0)  # the cell's own, its monitor included, taken out
+        others = min(other + monitor_cpu_s, len(self.cpus) * wall)
         return {
             "cores": len(self.cpus),
             "wall_s": round(wall, 3),
@@ -176,7 +177,7 @@ class Offered:
             "cell_cpu_s": round(cell, 3),
             "monitor_cpu_s": round(monitor_cpu_s, 3),
             "offered_cores": round(len(self.cpus) - others / wall, 3),
-            "other_cores": round(max(busy - cell, 0.0) / wall, 3),
+            "other_cores": round(other / wall, 3),
         }
 
 
