@@ -570,8 +570,8 @@ METRICS: dict[str, Metric] = {
             "monitor.cpu_offered.other_cores",
             "number",
             "cores",
-            "other processes' work on the cell's CPUs over the window (their busy time less the "
-            "cell's own), in cores",
+            "other work on the cell's CPUs over the window (their busy time less the cell's own: "
+            "other processes, the kernel's threads and interrupts, steal), in cores",
             minimum=0,
         ),
         Metric(
