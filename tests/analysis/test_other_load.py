@@ -41,6 +41,9 @@ def test_a_tenth_of_the_cpus_and_a_fifth_of_a_core_is_other_load():
         "(45 %); 1 more cell also ran beside other load. Those figures are lower than a quiet "
         "machine gives; rerun them alone before comparing them."
     )
+    # a long id as the report's tables cut it (report.short_id), as the page names the cell
+    long = summary({"cell": "x" * 80, "other_load_cores": 1.0})
+    assert "cell xxx…xxx of loader" in note(long, lambda cell: f"{cell[:3]}…{cell[-3:]}")
 
 
 def test_what_is_not_other_load_or_cannot_be_read_as_it():

@@ -18,6 +18,8 @@ clock ticks in which every CPU time is read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from ..core.fit import twin_of
@@ -72,9 +74,11 @@ def disturbed(found: list[dict]) -> list[dict]:
     )
 
 
-def note(summary: pd.DataFrame) -> str | None:
+def note(summary: pd.DataFrame, name: Callable[[str], str] = str) -> str | None:
     """The run's sentence: the most disturbed cell's other load, how many more had some, and what
-    it means for their figures; None when no cell was measured beside other load."""
+    it means for their figures; None when no cell was measured beside other load. `name`: a cell id
+    as the report shows it (its tables cut a long one, a ceiling's of a user's pipeline runs to 200
+    characters)."""
     found = disturbed(cells(summary))
     if not found:
         return None
@@ -83,10 +87,10 @@ def note(summary: pd.DataFrame) -> str | None:
     besides = (
         f"; {more} more cell{'' if more == 1 else 's'} also ran beside other load" if more else ""
     )
-    cpus = f"{cores} CPU{'' if cores == 1 else 's'}"
+    cpus, cell = f"{cores} CPU{'' if cores == 1 else 's'}", name(worst["cell"])
     return (
         f"Measured beside other load: other work took {other:.1f} of the {cpus} cell "
-        f"{worst['cell']} of {worst['experiment']} ran on ({100 * other / cores:.0f} %){besides}. "
+        f"{cell} of {worst['experiment']} ran on ({100 * other / cores:.0f} %){besides}. "
         "Those figures are lower than a quiet machine gives; rerun them alone before comparing "
         "them."
     )

@@ -689,7 +689,7 @@ def build(
     return {
         **{section.name: section.context(page) for section in SECTIONS},
         # once for the run, ceilings included (analysis.other_load)
-        "other_load": other_load.note(summary),
+        "other_load": other_load.note(summary, short_id),
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
         "config_hash": config_hash,
