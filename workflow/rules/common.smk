@@ -31,6 +31,7 @@ from feedbench.plan.matrix import (
     search_levels,
 )
 from feedbench.core.plugins import content_hash
+from feedbench.core.command import fingerprint as command_fingerprint
 from feedbench.core.references import reference_tables
 from feedbench.core.target import MEASURED_EXPERIMENT, measured_cells, measured_resources
 from feedbench.core.threads import launch_args
@@ -265,6 +266,8 @@ def cell_knobs(wildcards):
     )
     if knobs.get("python_path"):  # a change to the user's code reruns the cells that use it
         knobs["code"] = user_code(tuple(knobs["python_path"]))
+    if knobs.get("command"):  # and a change to a command's script
+        knobs["code"] = command_fingerprint(knobs)
     twin = TWINS.get((wildcards.experiment, wildcards.cell))
     if twin:
         knobs[feedbench_twins.TWIN_LABEL] = twin
@@ -460,10 +463,12 @@ def preflight_images(wildcards):
 
 
 def preflight_code(wildcards):
-    """Fingerprint of the experiment's python_path folders: a change to the user's code runs its
-    preflight again."""
-    paths = tuple(PREFLIGHTS[wildcards.experiment][0].knobs.get("python_path") or ())
-    return user_code(paths) if paths else None
+    """Fingerprint of the experiment's python_path folders, or of its commands' scripts: a change
+    to the user's code runs its preflight again."""
+    firsts = PREFLIGHTS[wildcards.experiment]
+    paths = tuple(firsts[0].knobs.get("python_path") or ())
+    scripts = [command_fingerprint(cell.knobs) for cell in firsts if cell.knobs.get("command")]
+    return "+".join(filter(None, [user_code(paths) if paths else None, *scripts])) or None
 
 
 def preflight_attempt(wildcards):

@@ -63,7 +63,7 @@ USER_BATCH_KNOBS = kept_by("transfer")
 PROBE_LABELS = ("steps", "warmup_steps", "torch_threads", "seed")
 # Knobs that say where the user's code lives, not what the cell does: left out of a ceiling's id, so
 # a checkout moved elsewhere keeps its ids (and its results).
-NOT_IN_IDS = ("python_path",)
+NOT_IN_IDS = ("python_path", "workdir")
 # A probed copy size within this ratio of a batch's bytes measures the batch's copy: the transfer
 # ceiling then shares that probe instead of adding its own.
 SAME_SIZE = 1.1
@@ -174,8 +174,9 @@ def ceiling_cells(config: dict, cells: list[PlannedCell]) -> list[PlannedCell]:
                 continue
             measured.add(key)
             derived[key] = ceiling_cell(scenario, ceiling, base, cell)
-        if knobs["device"] == "cpu":
-            continue  # a CPU copies nothing: no transfer ceiling
+        if knobs["device"] == "cpu" or knobs.get("command"):
+            # a CPU copies nothing; a command's copy is its own loop's, in its compute ceiling
+            continue
         if user_batch(knobs):
             probe = user_probe_knobs(knobs)
             probe.update({k: defaults[k] for k in PROBE_LABELS if k in defaults})
@@ -277,7 +278,7 @@ class Bounds:
             for s in CEILINGS
         }
         device = cell.knobs.get("device", KNOBS["device"].default)
-        if device == "cpu":
+        if device == "cpu" or cell.knobs.get("command"):
             probe = None
         elif user_batch(cell.knobs):  # the probe that times a real batch of the cell's own pipeline
             probe = self.by_probe.get(

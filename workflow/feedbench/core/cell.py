@@ -14,6 +14,7 @@ import functools
 from dataclasses import field, make_dataclass
 from typing import Any, Optional, Union
 
+from .command import check_knobs as check_command
 from .knobs import (
     BUILTIN_DATASETS,
     JPEG_DATASETS,
@@ -110,6 +111,7 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
             f"'{values['optimizer']}'; allowed: 0 (an optimizer's own arguments go in "
             "optimizer_args)"
         )
+    check_command(values)
     _check_model(values, own_data)
     _check_decoder(values)
     _check_stage_whatifs(values)

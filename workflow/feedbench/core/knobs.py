@@ -99,6 +99,11 @@ class Knob:
     pays_off: tuple[str, Any] | None = None
     # An axis `search` may walk (feedbench.core.search).
     searchable: bool = False
+    # What a command cell (knob `command`: the user's own script, harness.command) does with it:
+    # "loader", set on the script's DataLoader from outside (harness.inloop); "process", set in the
+    # script's process; "stages", on the training loader's dataset; "run", how the command is run
+    # and measured. None: the script decides it, and a command cell refuses it.
+    in_command: str | None = None
 
     def allowed(self) -> str:
         if self.choices is not None:
@@ -282,9 +287,10 @@ KNOBS: dict[str, Knob] = {
             "train | loader (loader alone) | compute (data resident on the device) | transfer "
             "(H2D GB/s)",
             SCENARIOS,
-            ceilings=(),  # each ceiling sets its own
+            ceilings=(),  # each ceiling sets its own,
+            in_command="run",
         ),
-        Knob("device", str, "auto", "auto picks cuda when available", DEVICES),
+        Knob("device", str, "auto", "auto picks cuda when available", DEVICES, in_command="run"),
         Knob(
             "steps",
             int,
@@ -292,6 +298,7 @@ KNOBS: dict[str, Knob] = {
             "measured steps (ignored when epochs is set)",
             minimum=1,
             maximum=1_000_000,
+            in_command="run",
         ),
         Knob(
             "epochs",
@@ -309,6 +316,7 @@ KNOBS: dict[str, Knob] = {
             "steps run before the measured window, excluded from every metric",
             minimum=0,
             maximum=100_000,
+            in_command="run",
         ),
         Knob(
             "seed",
@@ -317,6 +325,46 @@ KNOBS: dict[str, Knob] = {
             "seed of data generation, shuffling and model init",
             minimum=0,
             maximum=2**32 - 1,
+        ),
+        # Your own training command, run as it is (harness.command).
+        Knob(
+            "command",
+            str,
+            None,
+            "your training command as you type it after `python`: a script and its arguments "
+            "(train.py --max-steps 40) or -m package.module ...; run unmodified in workdir, its "
+            "DataLoader given the cell's loader knobs from outside, its steps timed in its own "
+            "loop (docs/own-pipeline.md)",
+            nullable=True,
+            in_command="run",
+        ),
+        Knob(
+            "python",
+            str,
+            None,
+            "command: the interpreter that runs it, a path or a name on PATH (null: the "
+            "workflow's own); its environment needs torch",
+            nullable=True,
+            in_command="run",
+        ),
+        Knob(
+            "workdir",
+            str,
+            None,
+            "command: the folder it runs in, relative to the config file's folder (null: that "
+            "folder)",
+            nullable=True,
+            in_command="run",
+        ),
+        Knob(
+            "fidelity",
+            bool,
+            True,
+            "command: its experiment's baseline, first repeat, runs the command plain (no "
+            "instrument) and then instrumented, both to its own end, so the report can say how "
+            "close the instrument stays to the job (false: skipped)",
+            ceilings=(),
+            in_command="run",
         ),
         # Data.
         Knob(
@@ -432,6 +480,7 @@ KNOBS: dict[str, Knob] = {
             maximum=256,
             ceilings=("loader",),
             searchable=True,
+            in_command="loader",
         ),
         Knob(
             "pin_memory",
@@ -440,6 +489,7 @@ KNOBS: dict[str, Knob] = {
             "DataLoader pins batches in page-locked memory",
             ceilings=("loader", "transfer"),
             pays_off=("pinning", True),
+            in_command="loader",
         ),
         # The copy knobs: the loader alone never copies, and a compute ceiling's data is already on
         # the device.
@@ -454,6 +504,7 @@ KNOBS: dict[str, Knob] = {
             nullable=True,
             needs_workers=True,
             ceilings=("loader",),
+            in_command="loader",
         ),
         Knob(
             "persistent_workers",
@@ -462,6 +513,7 @@ KNOBS: dict[str, Knob] = {
             "keep workers alive across epochs (needs workers)",
             needs_workers=True,
             ceilings=("loader",),
+            in_command="loader",
         ),
         Knob(
             "stage_timing",
@@ -471,6 +523,7 @@ KNOBS: dict[str, Knob] = {
             "spans, collate) inside the loader; off by default: it cost up to 2 % of a cheap "
             "pipeline's throughput (docs/performance.md)",
             ceilings=("loader",),
+            in_command="stages",
         ),
         Knob(
             "stage_functions",
@@ -482,6 +535,7 @@ KNOBS: dict[str, Knob] = {
             "by the function's qualified name (Class.method), which cache_after and skip_stages "
             "take",
             ceilings=("loader",),
+            in_command="stages",
         ),
         Knob(
             "cache_after",
@@ -494,6 +548,7 @@ KNOBS: dict[str, Knob] = {
             nullable=True,
             ceilings=(),
             whatif="cached after it",
+            in_command="stages",
         ),
         Knob(
             "cache_limit_mb",
@@ -504,6 +559,7 @@ KNOBS: dict[str, Knob] = {
             maximum=1_048_576,
             ceilings=(),
             tunes="cache_after",
+            in_command="stages",
         ),
         Knob(
             "cache_in",
@@ -514,6 +570,7 @@ KNOBS: dict[str, Knob] = {
             CACHE_IN,
             ceilings=(),
             tunes="cache_after",
+            in_command="stages",
         ),
         Knob(
             "skip_stages",
@@ -524,6 +581,7 @@ KNOBS: dict[str, Knob] = {
             "it unchanged",
             ceilings=(),
             whatif="costs nothing",
+            in_command="stages",
         ),
         Knob(
             "device_stages",
@@ -545,6 +603,7 @@ KNOBS: dict[str, Knob] = {
             nullable=True,
             needs_workers=True,
             ceilings=("loader",),
+            in_command="loader",
         ),
         Knob(
             "sharing_strategy",
@@ -556,6 +615,7 @@ KNOBS: dict[str, Knob] = {
             SHARING_STRATEGIES,
             needs_workers=True,
             ceilings=("loader",),
+            in_command="process",
         ),
         Knob(
             "in_order",
@@ -564,6 +624,7 @@ KNOBS: dict[str, Knob] = {
             "deliver batches in order (False lets fast workers go first)",
             needs_workers=True,
             ceilings=("loader",),
+            in_command="loader",
         ),
         Knob("shuffle", bool, True, "shuffle the dataset every epoch", ceilings=("loader",)),
         Knob(
@@ -591,6 +652,7 @@ KNOBS: dict[str, Knob] = {
             "compute: real batches of the loader copied to the device once and replayed",
             minimum=1,
             maximum=1024,
+            in_command="run",
         ),
         # Parallelism.
         Knob(
@@ -600,6 +662,7 @@ KNOBS: dict[str, Knob] = {
             "none | dp (nn.DataParallel) | ddp (DistributedDataParallel) | independent "
             "(replicas, no gradient exchange)",
             PARALLEL,
+            in_command="run",
         ),
         Knob(
             "gpus_per_node",
@@ -608,6 +671,7 @@ KNOBS: dict[str, Knob] = {
             "GPUs per node (processes on gloo without GPUs); batch_size is per GPU",
             minimum=1,
             maximum=64,
+            in_command="run",
         ),
         Knob(
             "nodes",
@@ -616,6 +680,7 @@ KNOBS: dict[str, Knob] = {
             "nodes (ddp, independent); emulated on localhost outside Slurm",
             minimum=1,
             maximum=4096,
+            in_command="run",
         ),
         Knob(
             "comm_probe_steps",
@@ -676,6 +741,7 @@ KNOBS: dict[str, Knob] = {
             [],
             "folders put first on sys.path before user code is imported (the config's python_path)",
             ceilings=MAKES_BATCH,
+            in_command="run",
         ),
         # The model's work per batch: a loader ceiling resets it (not `model`, whose kind shapes the
         # samples).
@@ -804,6 +870,7 @@ KNOBS: dict[str, Knob] = {
             "events",
             "events (CUDA events, no host sync) | sync (sync per phase) | naive (no sync)",
             TIMINGS,
+            in_command="run",
         ),
         Knob(
             "gc",
@@ -815,6 +882,7 @@ KNOBS: dict[str, Knob] = {
             "process runs) | disable (as freeze, and off from the window's start until it "
             "closes, as timeit does)",
             GC_MODES,
+            in_command="process",
         ),
         # Labels of the measurement, not of the work: no ceiling depends on them.
         Knob(
@@ -843,6 +911,7 @@ KNOBS: dict[str, Knob] = {
             minimum=1,
             maximum=1024,
             nullable=True,
+            in_command="process",
         ),
         Knob(
             "monitor_interval_s",
@@ -852,6 +921,7 @@ KNOBS: dict[str, Knob] = {
             minimum=0.01,
             maximum=3600,
             ceilings=(),
+            in_command="run",
         ),
         Knob(
             "transfer_sizes", list, DEFAULT_TRANSFER_SIZES, "transfer: bytes per copy", ceilings=()
@@ -893,6 +963,12 @@ PAYS_OFF = tuple(
 )
 
 
+# A command cell's knobs (Knob.in_command): those it sets on the script's DataLoader, and all it
+# takes.
+COMMAND_LOADER = tuple(name for name, k in KNOBS.items() if k.in_command == "loader")
+COMMAND_KNOBS = tuple(name for name, k in KNOBS.items() if k.in_command)
+
+
 def user_code(knob: str, value: Any) -> bool:
     """Whether knob `knob` set to `value` names the user's code: the one rule for it, wherever it is
     asked.
@@ -917,9 +993,11 @@ def user_code_of(knobs: Mapping[str, Any]) -> dict[str, str]:
 
 def user_batch(knobs: Mapping[str, Any]) -> bool:
     """Whether a cell's batch is the user's: a knob that makes the batch (one the transfer probe
-    keeps: dataset, collate, to_device) names user code. Its copy is timed on a real batch:
-    ceilings.batch_bytes cannot size it."""
-    return any("transfer" in KNOBS[name].ceilings for name in user_code_of(knobs))
+    keeps: dataset, collate, to_device) names user code, or the cell runs the user's command. Its
+    copy is timed on a real batch: ceilings.batch_bytes cannot size it."""
+    return bool(knobs.get("command")) or any(
+        "transfer" in KNOBS[name].ceilings for name in user_code_of(knobs)
+    )
 
 
 def dropped_by(ceiling: str) -> tuple[str, ...]:

@@ -170,6 +170,8 @@ def reason(found: dict) -> str:
     error = found.get("error") or {}
     if error.get("stage") == "process":  # no exception to name: how the process ended
         return f"{error.get('message')} (log: {found.get('log')})"
+    if error.get("stage") == "command":  # the command's own line says what happened
+        return f"{error.get('factory')}: {error.get('message')} (log: {found.get('log')})"
     what = ": ".join(part for part in (error.get("type"), error.get("message")) if part)
     return f"{error.get('factory', 'the preflight')} raised {what} (traceback: {found.get('log')})"
 

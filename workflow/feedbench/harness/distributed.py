@@ -135,3 +135,46 @@ def gather(obj) -> list:
 def finish() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def combine_ranks(own: dict, ranks: list[dict]) -> dict:
+    """Rank 0's metrics, plus the job-wide throughput and every rank's summary."""
+    metrics = dict(own)
+    per_rank = [
+        {
+            "rank": r["rank"],
+            "node": r["node"],
+            "samples": r["metrics"].get("samples", 0),
+            "window_s": r["metrics"].get("window_s"),
+            "samples_per_s": r["metrics"].get("samples_per_s"),
+            "step_ms_median": r["metrics"].get("step_ms", {}).get("median"),
+            "stall_pct": r["metrics"].get("stall_pct"),
+            "phases_median_ms": {
+                k: v["median_ms"] for k, v in r["metrics"].get("phases", {}).items()
+            },
+            "comm": r["comm"],
+            "torch_threads": r.get("torch_threads"),
+        }
+        for r in ranks
+    ]
+    slowest = max(per_rank, key=lambda r: r["window_s"] or 0)
+    window_s = slowest["window_s"]
+    metrics.update(
+        world_size=len(ranks),
+        samples=sum(r["samples"] for r in per_rank),
+        samples_per_s=sum(r["samples"] for r in per_rank) / window_s if window_s else None,
+        tokens_per_s=sum(r["metrics"]["tokens_per_s"] * r["metrics"]["window_s"] for r in ranks)
+        / window_s
+        if window_s and own.get("tokens_per_s") is not None
+        else None,
+        slowest_rank=slowest["rank"],
+        ranks=per_rank,
+    )
+    comms = [
+        r["comm"]["comm_share"]
+        for r in per_rank
+        if r["comm"] and r["comm"]["comm_share"] is not None
+    ]
+    if comms:
+        metrics["comm_share"] = max(comms)
+    return metrics

@@ -195,7 +195,8 @@ def _worker_record(worker: dict) -> dict:
 class Monitor(threading.Thread):
     """Samples until stop(); summary() gives mean and max of each series, and each process's memory
     against the samples delivered (`delivered`: the loader's samples so far; `start_method`: how its
-    workers started)."""
+    workers started). The trainer is this process, or the process `pid` (a command's:
+    harness.command)."""
 
     def __init__(
         self,
@@ -203,11 +204,12 @@ class Monitor(threading.Thread):
         device: torch.device | None,
         delivered: Callable[[], int] | None = None,
         start_method: str | None = None,
+        pid: int | None = None,
     ):
         super().__init__(daemon=True, name="feedbench-monitor")
         self.interval_s = interval_s
         self.nvml = NVML(device)
-        self.process = psutil.Process()
+        self.process = psutil.Process(pid)
         self.samples: list[dict[str, float]] = []
         self.workers: dict[tuple[int, float], dict] = {}
         self.delivered = delivered or (lambda: 0)

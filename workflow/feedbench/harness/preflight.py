@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import tempfile
 import time
 import traceback
 
@@ -22,6 +23,7 @@ import torch
 from ..core import preflight as shared
 from ..core.cell import parse_cell
 from ..core.plugins import plugins_of, resolve_all
+from . import command
 from .data import build_dataset, build_loader
 from .distributed import World, rank_device
 from .fit import resolve
@@ -77,6 +79,8 @@ def raised_in(error: BaseException, function) -> bool:
 def check(raw: dict) -> tuple[list[str], str]:
     """One combination: its first cell's knobs (labelled, as the bench job gets them). Returns the
     stages passed and the device; raises Failed."""
+    if raw.get("command"):
+        return check_command(raw)
     cell, _ = resolve(parse_cell({**raw, **ONE_PROCESS}), torch.cuda.is_available())
     device = rank_device(cell.device, World())
     torch.set_num_threads(cell.torch_threads or torch.get_num_threads())
@@ -136,6 +140,22 @@ def check(raw: dict) -> tuple[list[str], str]:
         step(moved, clock)
         synchronize(device)
     return done, str(device)
+
+
+def check_command(raw: dict) -> tuple[list[str], str]:
+    """A command's combination: the command run to the end of its first training step
+    (harness.command.preflight); the loader it trains on, printed."""
+    with tempfile.TemporaryDirectory(prefix="feedbench-preflight-") as out:
+        try:
+            found = command.preflight(raw, out)
+        except command.CommandError as error:
+            raise Failed("command", f"the command '{raw['command']}'", error) from error
+    loader = found["loader"]
+    print(
+        f"feedbench: preflight: the training loader is the one built at {loader['built_at']} "
+        f"({loader['dataset']}): {loader['why']}"
+    )
+    return ["command", "training loader", "step"], "as the command chose"
 
 
 def run(cells: list[dict], out: str, log: str, attempt: str = "first") -> int:

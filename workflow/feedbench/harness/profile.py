@@ -215,6 +215,15 @@ def is_library(filename: str) -> bool:
     return not path.startswith(packages) and path.startswith(stdlib)
 
 
+@functools.lru_cache(maxsize=4096)
+def is_installed(filename: str) -> bool:
+    """Code of the standard library, torch, feedbench or an installed package: not the user's own
+    script (where a command built its DataLoader: harness.inloop)."""
+    if not filename or filename.startswith("<"):
+        return True
+    return os.path.realpath(filename).startswith(tuple(p for f in _folders() for p in f))
+
+
 def is_user(code) -> bool:
     return not isinstance(code, str) and not is_library(code.co_filename)
 

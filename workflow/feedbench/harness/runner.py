@@ -33,15 +33,16 @@ from ..core.result import (
     write_result,
     write_rows,
 )
+from . import command
 from .data import decoder_facts, short_batch_note
-from .distributed import World, finish, gather, init, rank_device
+from .distributed import World, combine_ranks, finish, gather, init, rank_device
 from .fit import resolve
 from .launch import in_slurm_job
 from .loop import Measurement, cuda_init, first_batches, measure, original_estimators
 from .monitor import Monitor
 from .prefetch import to_device
 from .provenance import machine_facts
-from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm
+from .stop import Terminated, TimeLimit, clear, grace_s, on_sigterm, stop_reason
 from .timing import synchronize
 from .transfer import batch_probe, probe
 
@@ -155,49 +156,6 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
     return metrics, rows
 
 
-def _combine_ranks(own: dict, ranks: list[dict]) -> dict:
-    """Rank 0's metrics, plus the job-wide throughput and every rank's summary."""
-    metrics = dict(own)
-    per_rank = [
-        {
-            "rank": r["rank"],
-            "node": r["node"],
-            "samples": r["metrics"].get("samples", 0),
-            "window_s": r["metrics"].get("window_s"),
-            "samples_per_s": r["metrics"].get("samples_per_s"),
-            "step_ms_median": r["metrics"].get("step_ms", {}).get("median"),
-            "stall_pct": r["metrics"].get("stall_pct"),
-            "phases_median_ms": {
-                k: v["median_ms"] for k, v in r["metrics"].get("phases", {}).items()
-            },
-            "comm": r["comm"],
-            "torch_threads": r.get("torch_threads"),
-        }
-        for r in ranks
-    ]
-    slowest = max(per_rank, key=lambda r: r["window_s"] or 0)
-    window_s = slowest["window_s"]
-    metrics.update(
-        world_size=len(ranks),
-        samples=sum(r["samples"] for r in per_rank),
-        samples_per_s=sum(r["samples"] for r in per_rank) / window_s if window_s else None,
-        tokens_per_s=sum(r["metrics"]["tokens_per_s"] * r["metrics"]["window_s"] for r in ranks)
-        / window_s
-        if window_s and own.get("tokens_per_s") is not None
-        else None,
-        slowest_rank=slowest["rank"],
-        ranks=per_rank,
-    )
-    comms = [
-        r["comm"]["comm_share"]
-        for r in per_rank
-        if r["comm"] and r["comm"]["comm_share"] is not None
-    ]
-    if comms:
-        metrics["comm_share"] = max(comms)
-    return metrics
-
-
 def record_failure(out_dir: str, raw: dict, exit_code: int, log: str | None) -> None:
     """A result for a harness that died without writing one (SIGKILL, the OOM killer, a crash at
     import)."""
@@ -299,7 +257,10 @@ def run(
     _set_threads(r, cell)
     code, sigchld = 0, None
     try:
-        _run_scenario(r, cell, device, user)
+        if cell.command:
+            _run_command(r, cell, raw)
+        else:
+            _run_scenario(r, cell, device, user)
         r.result["status"] = "ok"
     except KnobError as error:  # found while building the cell (a dataset path, say)
         code = _bad_input(r, error)
@@ -310,7 +271,7 @@ def run(
         code = _failed(r, error)
     finally:
         _stop_monitor(r)
-        if cell.scenario != "transfer":
+        if cell.scenario != "transfer" and not cell.command:
             _record_loop(r, cell)
         r.stamp()
         _share_with_ranks(r, code)
@@ -387,6 +348,15 @@ def _run_scenario(r: CellRun, cell: Cell, device: torch.device, user: dict | Non
         measure(
             cell, device, r.m, r.out_dir if r.world.rank == 0 else None, r.monitor, r.world, user
         )
+
+
+def _run_command(r: CellRun, cell: Cell, raw: dict) -> None:
+    """The user's own command, measured in its own loop (harness.command); the steps it measured
+    kept when a stop (the time limit, SIGTERM) ended it."""
+    run, fidelity = command.measure(cell, raw, r.out_dir, r.time_limit)
+    r.rows = command.record(r.result, cell, run, fidelity)
+    if stop_reason() is not None:
+        raise Terminated(stop_reason())
 
 
 def _probe_transfer(r: CellRun, cell: Cell, device: torch.device, user: dict | None) -> None:
@@ -477,7 +447,7 @@ def _share_with_ranks(r: CellRun, code: int) -> None:
             "comm": r.m.comm,
         }
         ranks = gather({**mine, "torch_threads": result.get("torch_threads")})
-        result["metrics"] = _combine_ranks(result["metrics"], ranks)
+        result["metrics"] = combine_ranks(result["metrics"], ranks)
 
 
 def _write(r: CellRun, cell: Cell) -> None:

@@ -40,6 +40,11 @@ def clear() -> None:
     _reason[0] = SIGTERM_REASON
 
 
+def stop_reason() -> str | None:
+    """Why the cell was asked to stop, or None while it was not."""
+    return _reason[0] if STOP.is_set() else None
+
+
 def check_stop() -> None:
     if STOP.is_set():
         raise Terminated(_reason[0])

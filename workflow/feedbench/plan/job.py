@@ -36,6 +36,7 @@ import sys
 import time
 
 from ..core.attempts import ATTEMPTS, keep_earlier, numbers
+from ..core.children import end_with_parent
 from ..core.result import CELL_DIR, CELL_LOG
 from .twins import TWIN_LABEL, took_twins_result
 
@@ -150,19 +151,6 @@ def stop_at(runtime_min: float, now: float, environ=os.environ) -> float:
     return now + left - margin_s(runtime_s, left)
 
 
-def _end_with_parent() -> None:
-    """In the harness, before it starts: SIGTERM when this job process dies, even by SIGKILL
-    (Linux's PR_SET_PDEATHSIG), so that it records what it measured and ends rather than outlive its
-    job."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    # not Linux: the harness still gets the SIGTERM this process passes on
-    except (OSError, AttributeError):
-        pass
-
-
 class _Terminated(Exception):
     """This job process got SIGTERM."""
 
@@ -223,7 +211,7 @@ def run_job(
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
     with open(log, "w", encoding="utf-8") as out:
         harness = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_end_with_parent
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=end_with_parent
         )
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
         try:

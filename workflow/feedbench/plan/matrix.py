@@ -31,6 +31,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from ..core import command
 from ..core.ceilings import Bounds, ceiling_cells
 from ..core.columns import STAGE_COLUMN, SUMMARY_COLUMNS
 from ..core.cpu_speed import with_speed_file
@@ -260,6 +261,7 @@ def _planned(
                 f"{origin or where}: {what} cell '{ident}' ({first_origin}); "
                 "allowed: cells that differ"
             )
+        knobs, knob_sources = command.from_defaults_only(knobs, knob_sources)
         folded, folded_sources = fold_args(knobs, knob_sources)
         key = same_key(effective(folded))
         if key in same:
@@ -287,6 +289,7 @@ def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
         parsed = parse_cell(cell.labelled(1))
         # importing the user's code (the config names it): a target that does not import stops here
         resolve_all(parsed)
+        command.check_paths(cell.knobs)
     except KnobError as error:
         raise knob_error(error, cell.sources) from None
     data_dir = cell.knobs.get("data_dir")
@@ -313,10 +316,11 @@ def with_args_folder(cell: PlannedCell, folder: str | None) -> PlannedCell:
     """Paths written `./...` or `../...` in dataset_args and model_args made absolute against
     `folder` (the config file's), as python_path is: the jobs run in Snakemake's --directory,
     wherever that is. One that does not exist is a ConfigError naming its key, before any job. Other
-    strings are left as they are: an argument may be no path."""
+    strings are left as they are: an argument may be no path. A command's workdir and a relative
+    python likewise (core.command.with_folder)."""
     if folder is None:
         return cell
-    knobs = dict(cell.knobs)
+    knobs = dict(command.with_folder(cell.knobs, folder))
     for args_knob in ARG_KNOBS:
         args = dict(cell.knobs.get(args_knob) or {})
         for name, value in args.items():

@@ -1,0 +1,171 @@
+"""A command cell: the user's own training script run as it is, its DataLoader given the cell's
+knobs from outside, its steps timed in its own loop (harness.command, harness.inloop).
+
+The harness runs in this process; the command is a process of its own, as in a bench job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from feedbench.harness import command
+from feedbench.harness.runner import run
+from helpers.commands import command_cell, line_of, write_train
+
+
+def measured(tmp_path, knobs: dict, time_limit: float | None = None) -> dict:
+    out = tmp_path / "cell"
+    run(knobs, str(out), time_limit=time_limit)
+    with open(out / "result.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def log_of(tmp_path, name: str = "command.log") -> str:
+    return (tmp_path / "cell" / name).read_text()
+
+
+def test_the_training_loader_gets_the_cells_knobs_and_its_steps_are_timed(tmp_path):
+    """The script asks for no workers and iterates a validation loader first; the cell's two workers
+    reach the training loader (found by the backward pass after its batches), every step's phases
+    are timed in the script's own loop, and the stage profile names the script's costly
+    transform."""
+    workdir = write_train(tmp_path / "project", busy_ms=2.0)
+    knobs = command_cell(
+        workdir,
+        "train.py --steps 40",
+        num_workers=2,
+        stage_timing=True,
+        warmup_steps=3,
+        steps=6,
+    )
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    found = result["command"]
+    train_line = line_of(workdir, "train = DataLoader(")
+    assert found["loader"]["built_at"].endswith(f"train.py:{train_line} in <module>")
+    assert "backward" in found["loader"]["why"]
+    assert found["loader"]["asked"]["num_workers"] == 0
+    assert found["loader"]["ran"]["num_workers"] == 2
+    assert found["workers_in_window"] == 2  # two worker processes made the window's batches
+    validation = next(i for i in found["loaders"] if i["index"] != found["loader"]["index"])
+    assert validation["built_at"].endswith(
+        f"train.py:{line_of(workdir, 'validation =')} in <module>"
+    )
+    metrics = result["metrics"]
+    assert metrics["steps"] == 6 and metrics["samples"] == 48
+    assert set(metrics["phases"]) == {"wait", "h2d", "fwd", "bwd", "opt"}
+    assert found["forward_seen"] and found["window_closed_by"] == "steps"
+    stages = metrics["stages"]["stages"]
+    assert max(stages, key=lambda name: stages[name]["share"]) == "Busy"
+    # the window's end ended the script's loop: it never printed its last line
+    assert "trained" not in log_of(tmp_path)
+    assert (tmp_path / "cell" / "steps.csv").read_text().count("\n") == 7
+
+
+def test_a_baseline_runs_the_command_plain_then_whole_for_fidelity(tmp_path):
+    """The baseline's first repeat: the command alone with no instrument, then instrumented, both to
+    its own end (a command shorter than warm-up and steps is measured whole)."""
+    workdir = write_train(tmp_path / "project", busy_ms=0.2)
+    knobs = command_cell(workdir, "train.py --steps 8", baseline=True, warmup_steps=3, steps=20)
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    found = result["command"]
+    assert found["mode"] == "whole" and found["window_closed_by"] == "exit"
+    # the last step never reached the next request: 8 batches, 3 of warm-up, 4 measured
+    assert result["metrics"]["steps"] == 4
+    assert found["whole"] == {"batches": 8, "samples": 64}
+    fidelity = found["fidelity"]
+    assert fidelity["plain_exit_code"] == 0 and fidelity["samples"] == 64
+    assert fidelity["ratio"] == pytest.approx(
+        fidelity["instrumented_wall_s"] / fidelity["plain_wall_s"], rel=1e-3
+    )
+    assert "trained 8 steps" in log_of(tmp_path, "command-plain.log")
+    assert "trained 8 steps" in log_of(tmp_path)
+    # nothing of feedbench ran in the plain run
+    assert os.listdir(tmp_path / "cell" / "command" / "plain") == []
+
+
+def test_the_compute_ceiling_replays_the_warm_ups_batches(tmp_path):
+    """scenario compute: after the warm-up's batches, the training loader serves them again from
+    memory: the dataset makes no sample in the window, and the script's loop goes on as it is."""
+    workdir = write_train(tmp_path / "project")
+    knobs = command_cell(
+        workdir, "train.py --steps 9", scenario="compute", warmup_steps=3, steps=20
+    )
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    assert result["command"]["mode"] == "replay"
+    assert result["metrics"]["steps"] == 5  # 9 batches: 3 warm-up, 5 measured, the last open
+    # only the warm-up's 3 batches of 8 were made; the script ran to its end
+    assert "trained 9 steps; made 24 training samples here" in log_of(tmp_path)
+
+
+def test_the_loader_ceiling_drains_the_training_loader_alone(tmp_path):
+    """scenario loader: at the first backward pass the training loader is drained with the cell's
+    knobs, no step between its batches, and the command ends there."""
+    workdir = write_train(tmp_path / "project")
+    knobs = command_cell(
+        workdir, "train.py --steps 100", scenario="loader", warmup_steps=2, steps=5
+    )
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    assert result["command"]["mode"] == "drain"
+    assert result["metrics"]["steps"] == 5
+    assert set(result["metrics"]["phases"]) == {"wait"}
+    assert "trained" not in log_of(tmp_path)
+    assert "the loader ceiling was measured" in log_of(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "script, expected",
+    [
+        (
+            "import argparse\nimport torch\nargparse.ArgumentParser().parse_args()\n",
+            "exited with code 2 before its first training step; its last lines: "
+            "usage: train.py [-h] | train.py: error: unrecognized arguments: --max-stpes 40",
+        ),
+        (
+            "import torch\nprint(torch.ones(2).sum())\n",
+            "no torch DataLoader was iterated: feedbench measures loaders built on "
+            "torch.utils.data",
+        ),
+        (
+            "import torch\nfrom torch.utils.data import DataLoader\n"
+            "for batch in DataLoader(torch.arange(8.0), batch_size=4):\n    batch.sum()\n",
+            "no backward pass followed a batch of the 1 loaders the command iterated (built at ",
+        ),
+    ],
+    ids=["typo-in-its-arguments", "no-loader", "no-backward"],
+)
+def test_a_command_the_preflight_cannot_measure_is_one_line(tmp_path, script, expected):
+    (tmp_path / "train.py").write_text(script)
+    knobs = command_cell(str(tmp_path), "train.py --max-stpes 40")
+    with pytest.raises(command.CommandError) as error:
+        command.preflight(knobs, str(tmp_path / "out"))
+    assert expected in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_the_preflight_finds_the_training_loader_in_one_step(tmp_path):
+    workdir = write_train(tmp_path / "project", busy_ms=0.1)
+    found = command.preflight(command_cell(workdir, "train.py --steps 50"), str(tmp_path / "out"))
+    assert found["status"] == "ok"
+    assert found["loader"]["built_at"].endswith(
+        f"{line_of(workdir, 'train = DataLoader(')} in <module>"
+    )
+
+
+def test_a_command_stopped_before_its_warm_up_ends_says_so(tmp_path):
+    """The cell's time limit comes while the script is still in its warm-up (1.6 s a batch): the
+    command ends, and the error says how far it came."""
+    workdir = write_train(tmp_path / "project", busy_ms=0.1)
+    knobs = command_cell(workdir, "train.py --steps 100 --sleep 0.2", warmup_steps=50, steps=5)
+    result = measured(tmp_path, knobs, time_limit=8)
+    assert result["status"] == "failed"
+    message = result["error"]["message"]
+    assert message.startswith(
+        "did not finish its warm-up (50 training steps) before it was stopped"
+    )
+    assert "time limit of 8 s reached" in message

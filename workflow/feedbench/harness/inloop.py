@@ -1,0 +1,729 @@
+"""The instrument inside a command the cell runs (harness.command): the cell's loader knobs reach
+the script's own DataLoader from outside, its training loader is found, and its steps are timed in
+its own loop. Nothing of the script changes; nothing here changes what its loop computes.
+
+The bootstrap (harness/bootstrap/sitecustomize.py) calls install() as the command imports torch:
+
+* `DataLoader.__init__`: each loader is recorded as the script built it (what it asked for, where).
+* `DataLoader.__iter__`: the cell's loader knobs (knobs.COMMAND_LOADER) replace what the script
+  asked for on the loader that may be the training one: the training loader once it is known, and
+  before that every loader not yet shown to be another (a validation loader's sanity check). Others
+  get back what they asked for.
+* `_BaseDataLoaderIter.__next__`: whatever wraps the loader (Lightning's CombinedLoader,
+  accelerate's DataLoaderShard, timm's PrefetchLoader), its batches come through here: the wait for
+  each one is timed, and its stage timings (harness.stages) are taken off before the script sees it.
+* `torch.autograd.backward`: the loader whose batch came last when a backward pass starts is the
+  training loader (a loader whose batch is followed by another of its batches with no backward
+  between is not); backward's start and end are marks of the step.
+* The first module called after a training batch is the forward's start: a global forward pre-hook
+  finds that module in the first training steps, then a hook on it alone times it (a global hook
+  costs a call per module, every step).
+
+A step runs from one request of a training batch to the next, so it holds everything the loop does:
+the copy, forward, backward, the optimizer, the schedule, logging and callbacks. Its phases: wait
+(the request), h2d (the batch's arrival to the forward's start: the copy and the loop's work before
+forward), fwd (to backward's start), bwd (backward), opt (backward's end to the next request: the
+optimizer step and the loop's work after it). On a GPU with timing `events` the last four are the
+device's time between CUDA events recorded at those marks on the current stream, and gpu_idle the
+device's idle time while the host waited for the batch.
+
+What runs is the spec's `mode`: train (the window, then the training loader ends: StopIteration,
+and SystemExit at its next iter()), whole (the window, then the command runs on to its own end),
+replay (the compute ceiling: the warm-up's batches, at most `resident_batches`, kept and served
+again from memory by the training loader, with no worker and no read), drain (the loader ceiling:
+at the first backward, the training loader alone is drained, then the command ends), preflight
+(the first training step, then the command ends). Each process that trained writes
+<out>/rank<RANK>.json; one that iterated loaders but trained none, <out>/seen-<pid>.json.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import functools
+import itertools
+import json
+import os
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.optim import optimizer as optimizers
+from torch.utils.data import dataloader as torch_dataloader
+
+from ..core.cell import Cell, parse_cell
+from ..core.knobs import COMMAND_LOADER, KNOBS
+from ..core.metrics import CLOCKED_PHASES
+from .batches import batch_len, copied_bytes
+from .collector import Collector
+from .profile import is_installed
+from .stages import StagedBatch, TimedCollate, make_stages, timed
+from .stages import strip as strip_timings
+
+SPEC_VARIABLE = "FEEDBENCH_COMMAND_SPEC"
+MODES = ("train", "whole", "replay", "drain", "preflight")
+
+
+def _site() -> str:
+    """Where the script built a DataLoader: the first frame of its own code, outside the standard
+    library, torch, feedbench and installed packages (Lightning's and transformers' build it on the
+    script's behalf: the script's line that asked them is the one a user knows)."""
+    frame = sys._getframe(2)
+    while frame is not None and is_installed(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return "unknown"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _start_method(context) -> str | None:
+    if context is None:
+        return None
+    return context.get_start_method() if hasattr(context, "get_start_method") else str(context)
+
+
+def asked_of(loader) -> dict:
+    """The loader knobs as a DataLoader holds them."""
+    return {
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "prefetch_factor": loader.prefetch_factor,
+        "persistent_workers": loader.persistent_workers,
+        "in_order": getattr(loader, "in_order", True),
+        "multiprocessing_context": _start_method(loader.multiprocessing_context),
+    }
+
+
+def loader_values(asked: dict, wanted: dict) -> dict:
+    """What a loader runs with: what it asked for, the cell's knobs over it, then what DataLoader
+    itself requires (no prefetch, persistence or start method without workers; its default
+    prefetch of 2 with them)."""
+    ran = {**asked, **wanted}
+    if ran["num_workers"] == 0:
+        ran.update(prefetch_factor=None, persistent_workers=False, multiprocessing_context=None)
+    elif ran["prefetch_factor"] is None:
+        ran["prefetch_factor"] = 2
+    return ran
+
+
+def _set(loader, values: dict) -> None:
+    """A loader's knobs set after DataLoader.__init__ (which refuses persistent_workers later)."""
+    loader.num_workers = values["num_workers"]
+    loader.pin_memory = values["pin_memory"]
+    loader.prefetch_factor = values["prefetch_factor"]
+    object.__setattr__(loader, "persistent_workers", values["persistent_workers"])
+    if hasattr(loader, "in_order"):
+        loader.in_order = values["in_order"]
+    loader.multiprocessing_context = values["multiprocessing_context"]
+
+
+@dataclass
+class Loader:
+    """A DataLoader of the script's: how it was built, and what the instrument has seen of it."""
+
+    index: int
+    built_at: str
+    dataset: str
+    batch_size: Any
+    asked: dict
+    rebuilt_from: int | None = None  # a loader the framework built again from this one's dataset
+    ran: dict | None = None
+    iterators: int = 0
+    batches: int = 0
+    samples: int = 0
+    unanswered: bool = False  # its last batch has had no backward pass yet
+    ruled_out: bool = False  # a batch of it was followed by another with no backward between
+    first_iter_at: float | None = None
+    first_batch_at: float | None = None
+    stage_log: list = field(default_factory=list)
+    cached: list = field(default_factory=list)  # replay: its first batches, kept
+    last: Any = None  # its last batch (the first one, once it is found the training loader)
+
+    def facts(self) -> dict:
+        keep = ("index", "built_at", "dataset", "batch_size", "asked", "rebuilt_from", "ran")
+        keep += ("iterators", "batches", "samples")
+        return {k: getattr(self, k) for k in keep}
+
+
+@dataclass
+class Step:
+    """One training step's marks: host times, and CUDA events where the device is timed."""
+
+    request: float
+    delivered: float | None = None
+    end: float | None = None  # the next request, or the window's synchronised end
+    forward: float | None = None
+    backward: float | None = None
+    backward_end: float | None = None
+    optimizer_ms: float = 0.0
+    events: dict = field(default_factory=dict)
+    samples: int = 0
+    copied: int = 0
+
+
+class Instrument:
+    """The command's instrument: its spec, the loaders it has seen, the training loader and the
+    window."""
+
+    def __init__(self, spec: dict):
+        self.spec, self.mode, self.out = spec, spec["mode"], spec["out"]
+        self.cell: Cell = parse_cell(spec["cell"])
+        self.wanted = {k: spec["cell"][k] for k in COMMAND_LOADER if k in spec["cell"]}
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.loaders: list[Loader] = []
+        self.training: Loader | None = None
+        self.why = None
+        self.last: Loader | None = None  # the loader whose batch came last
+        self.delivered = 0  # training batches delivered, warm-up included
+        self.step: Step | None = None  # the open step
+        self.steps: list[Step] = []  # the measured steps, closed
+        self.window: dict = {}
+        self.closed = False
+        self.awaiting_forward = False  # a training batch came and no module has run since
+        self.roots: set = set()  # the modules first called after a training batch
+        self.root_hooks: list = []
+        self.global_hook = None
+        self.opt_started: float | None = None
+        self.notes: list[str] = []
+        # the collector's pauses in the window, recorded; its rule changed only where the cell says
+        self.collector = Collector(self.cell.gc if "gc" in spec["cell"] else "normal")
+        self.whole = {"batches": 0, "samples": 0}
+        self.launch_threads = torch.get_num_threads()
+        self.cuda = False
+        self.events = False
+
+    # -- the loaders ---------------------------------------------------------------------------
+
+    def built(self, loader) -> Loader:
+        dataset = loader.dataset
+        info = Loader(
+            len(self.loaders),
+            _site(),
+            f"{type(dataset).__module__}.{type(dataset).__qualname__}",
+            loader.batch_size,
+            asked_of(loader),
+        )
+        earlier = [o for o in _LIVE if o.dataset is dataset]
+        if earlier:  # Lightning and accelerate build the script's loader again around its dataset
+            first = earlier[0].__dict__["_feedbench_loader"]
+            info.rebuilt_from, info.built_at = first.index, first.built_at
+        self.loaders.append(info)
+        _LIVE.add(loader)
+        object.__setattr__(loader, "_feedbench_loader", info)
+        return info
+
+    def info(self, loader) -> Loader:
+        found = loader.__dict__.get("_feedbench_loader")
+        return found if found is not None else self.built(loader)
+
+    def candidate(self, info: Loader) -> bool:
+        """Whether the cell's knobs go to this loader: the training loader, or, before it is found,
+        any loader not shown to be another."""
+        return info is self.training or (self.training is None and not info.ruled_out)
+
+    def iterate(self, loader, original: Callable):
+        """An iterator of the loader, made with the knobs it gets (and, for the training loader
+        after its window, the end of the command)."""
+        info = self.info(loader)
+        if info is self.training and self.closed and self.mode != "whole":
+            self._end("the training loader was iterated again after the measured window")
+        if info.first_iter_at is None:
+            info.first_iter_at = time.perf_counter()
+        info.iterators += 1
+        wanted = self.candidate(info)
+        values = loader_values(info.asked, self.wanted if wanted else {})
+        _set(loader, values)
+        info.ran = values
+        if self.replaying(info):
+            iterator = ReplayIterator(loader, info)
+        else:
+            iterator = self._made(loader, original, wanted and self._stages_wanted(loader))
+        object.__setattr__(iterator, "_feedbench_loader", info)
+        return iterator
+
+    def _stages_wanted(self, loader) -> bool:
+        wanted = bool(self.cell.stage_timing or self.cell.stage_functions)
+        if wanted and hasattr(loader.dataset, "__getitems__"):
+            note = (
+                f"stage timing off for {type(loader.dataset).__qualname__}: it fetches a batch "
+                "whole (__getitems__), which a per-sample timer would change"
+            )
+            if note not in self.notes:
+                self.notes.append(note)
+            return False
+        return wanted
+
+    def _made(self, loader, original: Callable, staged: bool):
+        """original(loader), with the dataset and collate timed (harness.stages) while the iterator
+        is made (its workers take them), then given back."""
+        reused = loader.persistent_workers and getattr(loader, "_iterator", None) is not None
+        if not staged or reused:
+            return original(loader)
+        make_stages(self.cell.stage_functions)
+        dataset, collate, init = loader.dataset, loader.collate_fn, loader.worker_init_fn
+        object.__setattr__(loader, "dataset", timed(dataset, self._profile(loader)))
+        loader.collate_fn = TimedCollate(collate)
+        if self.cell.stage_functions:
+            loader.worker_init_fn = functools.partial(
+                _worker_stages, tuple(self.cell.stage_functions), init
+            )
+        try:
+            return original(loader)
+        finally:
+            object.__setattr__(loader, "dataset", dataset)
+            loader.collate_fn, loader.worker_init_fn = collate, init
+
+    def _profile(self, loader):
+        from .profile import sample_profile
+
+        cell = dataclasses.replace(
+            self.cell, num_workers=loader.num_workers, in_order=getattr(loader, "in_order", True)
+        )
+        return sample_profile(cell) if self.cell.stage_timing else None
+
+    # -- the batches ---------------------------------------------------------------------------
+
+    def next_batch(self, iterator, info: Loader, original: Callable):
+        training = info is self.training
+        if training:
+            self._request()
+        t0 = time.perf_counter()
+        a = self._event() if training and self.step is not None else None
+        batch = self._replayed(iterator, info) if self.replaying(info) else original(iterator)
+        t1 = time.perf_counter()
+        if isinstance(batch, StagedBatch):
+            batch = strip_timings(batch, info.stage_log)
+        self._delivered(info, batch)
+        if training:
+            self._arrived(batch, t0, t1, a)
+            if self.step is not None and "workers" not in self.window:
+                # the loader's processes that made the window's batches: proof of what ran
+                self.window["workers"] = len(getattr(iterator, "_workers", None) or ())
+        elif self.training is None:
+            info.last = batch
+        return batch
+
+    def _delivered(self, info: Loader, batch) -> None:
+        if info.unanswered and info is not self.training:
+            info.ruled_out = True
+        info.unanswered = True
+        info.batches += 1
+        info.samples += batch_len(batch)
+        info.first_batch_at = info.first_batch_at or time.perf_counter()
+        self.last = info
+        if self.replay_wanted(info) and len(info.cached) < self.resident():
+            info.cached.append(batch)
+
+    def replay_wanted(self, info: Loader) -> bool:
+        return self.mode == "replay" and (info is self.training or self.training is None)
+
+    def replaying(self, info: Loader) -> bool:
+        return (
+            self.mode == "replay" and info is self.training and len(info.cached) >= self.resident()
+        )
+
+    def _replayed(self, iterator, info: Loader):
+        """The next batch from memory; StopIteration where the real iterator would have ended (its
+        length, where it has one)."""
+        try:
+            length = len(iterator)
+        except TypeError:
+            length = None
+        if length is not None and iterator._num_yielded >= length:
+            raise StopIteration
+        iterator._num_yielded += 1
+        return info.cached[(self.delivered - len(info.cached)) % len(info.cached)]
+
+    def _arrived(self, batch, t0: float, t1: float, a) -> None:
+        self.delivered += 1
+        self.whole["batches"] += 1
+        samples = batch_len(batch)
+        self.whole["samples"] += samples
+        if self.step is not None:
+            self.step.delivered = t1
+            self.step.samples = samples
+            self.step.copied = copied_bytes(batch) if self.cuda else 0
+            self.step.events["request"], self.step.events["delivered"] = a, self._event()
+            self.step.request = t0
+        self.awaiting_forward = True
+
+    def _request(self) -> None:
+        """A training batch is asked for: the open step ends here; the window opens or closes."""
+        now = time.perf_counter()
+        if self.step is not None:
+            self._close_step(now)
+        if self.global_hook is not None and self.roots and self.delivered >= 2:
+            self._hook_roots()
+        if self.closed:
+            self._after_window()
+            return
+        if self.mode == "preflight":  # the step that found the training loader has run
+            self._end("the preflight's first training step ran")
+        stop = os.path.exists(self.spec["stop"])  # the harness asks: its time limit, SIGTERM
+        opened = self.window.get("opened") is not None
+        if stop or (opened and len(self.steps) >= self.cell.steps):
+            self._close("stop" if stop else "steps")
+            if stop:
+                self._end("feedbench asked the command to stop (its cell's time limit, or SIGTERM)")
+            self._after_window()
+            return
+        if not opened and self.delivered >= self.cell.warmup_steps:
+            self._open()
+        if self.window.get("opened") is not None:
+            self.step = Step(time.perf_counter())
+
+    def resident(self) -> int:
+        """replay: the batches kept and served again, the warm-up's own (at most resident_batches),
+        so the window starts where the other cells' does."""
+        return max(1, min(self.cell.resident_batches, self.cell.warmup_steps))
+
+    def _after_window(self) -> None:
+        if self.mode == "whole":
+            return
+        raise StopIteration
+
+    def _close_step(self, now: float) -> None:
+        step, self.step = self.step, None
+        step.events["next"] = self._event()
+        step.end = now
+        self.steps.append(step)
+
+    # -- the marks -----------------------------------------------------------------------------
+
+    def _event(self):
+        if not self.events:
+            if self.cuda and self.cell.timing == "sync":
+                torch.cuda.current_stream().synchronize()
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def module_called(self, module) -> None:
+        """A module's forward starts: the step's forward, where it is the first since the batch."""
+        if not getattr(self, "awaiting_forward", False):
+            return
+        self.awaiting_forward = False
+        if self.global_hook is not None and self.training is not None:
+            self.roots.add(module)
+        if self.step is not None:
+            self.step.forward = time.perf_counter()
+            self.step.events["forward"] = self._event()
+
+    def _hook_roots(self) -> None:
+        """The modules that start a step's forward found: hooks on them alone from now on."""
+        self.global_hook.remove()
+        self.global_hook = None
+        for module in self.roots:
+            self.root_hooks.append(
+                module.register_forward_pre_hook(lambda module, args: self.module_called(module))
+            )
+
+    def backward_starts(self) -> None:
+        if self.training is None and self.last is not None:
+            self._found(self.last)
+        if self.last is not None:
+            self.last.unanswered = False
+        if self.step is not None and self.step.backward is None:
+            self.step.backward = time.perf_counter()
+            self.step.events["backward"] = self._event()
+        if self.mode == "drain" and self.training is not None:
+            self._drain()
+        if self.mode == "preflight" and self.training is not None:
+            self._write("preflight.json", self._preflight_facts())
+
+    def backward_ends(self) -> None:
+        if self.step is not None and self.training is not None:
+            self.step.backward_end = time.perf_counter()
+            self.step.events["backward_end"] = self._event()
+
+    def optimizer_starts(self) -> None:
+        self.opt_started = time.perf_counter()
+
+    def optimizer_ends(self) -> None:
+        if self.step is not None and self.opt_started is not None:
+            self.step.optimizer_ms += (time.perf_counter() - self.opt_started) * 1000
+        self.opt_started = None
+
+    def _found(self, info: Loader) -> None:
+        """The training loader: the one whose batch a backward pass followed."""
+        self.training = info
+        self.why = (
+            f"its batch was followed by a backward pass ({len(self.loaders)} loader"
+            f"{'s' if len(self.loaders) != 1 else ''} built, "
+            f"{sum(1 for i in self.loaders if i.batches)} iterated)"
+        )
+        self.delivered = info.batches
+        self.whole = {"batches": info.batches, "samples": info.samples}
+        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.events = self.cuda and self.cell.timing == "events"
+        for other in self.loaders:  # a loader shown to be another gets back its own knobs
+            if other is not info:
+                other.cached = []
+        self.awaiting_forward = False
+
+    # -- the window ----------------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def _open(self) -> None:
+        self._sync()
+        self.collector.open()
+        self.window = {
+            "opened": time.perf_counter(),
+            # the stage timings of batches before the window: warm-up (harness.stages' log)
+            "stage_skip": len(self.training.stage_log),
+            "torch_threads": torch.get_num_threads(),
+            "global_hook": self.global_hook is not None,
+        }
+        # the harness's monitor starts on it (harness.command)
+        self._write(f"open-rank{self.rank}.json", {"pid": os.getpid()})
+
+    def _close(self, by: str) -> None:
+        """The window's end (synchronised), or, for a stop before it opened, what came so far."""
+        self._sync()
+        end = time.perf_counter()
+        self.collector.close()
+        if self.steps and self.window.get("opened") is not None:
+            self.steps[-1].end = end
+        self.window.update(closed=end, closed_by=by)
+        self.closed = True
+        self._write(f"rank{self.rank}.json", self.figures())
+
+    def figures(self) -> dict:
+        """What the window measured, for the harness (harness.command)."""
+        phases = () if self.mode == "drain" else CLOCKED_PHASES
+        table, samples, copied = step_table(self.steps, self.events, phases), [], 0
+        for step in self.steps:
+            samples.append(step.samples)
+            copied += step.copied
+        start = self.steps[0].request if self.steps else None
+        end = self.steps[-1].end if self.steps else None
+        info = self.training
+        first = (
+            info.first_batch_at - info.first_iter_at
+            if info and info.first_batch_at and info.first_iter_at
+            else None
+        )
+        return {
+            "mode": self.mode,
+            "pid": os.getpid(),
+            "rank": self.rank,
+            "table": table,
+            "samples": samples,
+            "h2d_bytes": copied,
+            "window_s": end - start if start is not None and end is not None else None,
+            "window": {
+                k: v for k, v in self.window.items() if k not in ("opened", "closed", "stage_skip")
+            },
+            "time_to_first_batch_s": first,
+            "device": f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu",
+            "timing": "events" if self.events else (self.cell.timing if self.cuda else "wall"),
+            "torch_threads": self.window.get("torch_threads", torch.get_num_threads()),
+            "launch_threads": self.launch_threads,
+            "loader": {**info.facts(), "why": self.why} if info else None,
+            "loaders": [i.facts() for i in self.loaders],
+            "forward_seen": bool(self.roots or self.root_hooks),
+            "optimizer_ms": [s.optimizer_ms for s in self.steps],
+            "stage_log": info.stage_log if info else [],
+            "stage_skip": self.window.get("stage_skip", 0),
+            "gc": self.collector.summary() if self.collector.opened else None,
+            "whole": self.whole,
+            "notes": self.notes,
+        }
+
+    def _preflight_facts(self) -> dict:
+        return {
+            "status": "ok",
+            "loader": {**self.training.facts(), "why": self.why},
+            "loaders": [i.facts() for i in self.loaders],
+        }
+
+    def _drain(self) -> None:
+        """The loader ceiling: the training loader alone, warm-up then `steps` batches, with no
+        training step; then the command ends."""
+        loader_object = self._object_of(self.training)
+        self.steps, self.window = [], {}
+        waits: list[tuple[float, float, int]] = []
+        batches = iter(loader_object)
+        self._sync()
+        for i in range(self.cell.warmup_steps + self.cell.steps):
+            if i == self.cell.warmup_steps:
+                self._open()
+            t0 = time.perf_counter()
+            try:
+                batch = _ORIGINAL["next"](batches)
+            except StopIteration:  # an epoch's end: a new one, as a training run goes on
+                batches = iter(loader_object)
+                batch = _ORIGINAL["next"](batches)
+            if isinstance(batch, StagedBatch):
+                batch = strip_timings(batch, self.training.stage_log)
+            if i >= self.cell.warmup_steps:
+                waits.append((t0, time.perf_counter(), batch_len(batch)))
+        for (t0, t1, n), following in zip(waits, [*waits[1:], None], strict=True):
+            step = Step(t0, delivered=t1, samples=n)
+            step.end = following[0] if following else None
+            self.steps.append(step)
+        self._close("steps")
+        del batches
+        self._end("the loader ceiling was measured")
+
+    def _object_of(self, info: Loader):
+        return next(o for o in _LIVE if o.__dict__.get("_feedbench_loader") is info)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def _end(self, why: str) -> None:
+        print(f"feedbench: {why}: the command was ended there", file=sys.stderr, flush=True)
+        raise SystemExit(0)
+
+    def at_exit(self) -> None:
+        """The command's end: the window closes with the steps that completed (a command shorter
+        than warm-up and steps), and a process that trained no loader says what it saw."""
+        if self.training is not None and not self.closed:
+            self.step = None  # the last one never reached its end
+            if self.window.get("opened") is not None:
+                self.closed = True
+                self.window.update(closed_by="exit")
+                self.collector.close()
+            self._write(f"rank{self.rank}.json", self.figures())
+        elif self.training is not None and self.mode == "whole":
+            self._write(f"rank{self.rank}.json", self.figures())
+        elif self.training is None and self.loaders:
+            self._write(f"seen-{os.getpid()}.json", {"loaders": [i.facts() for i in self.loaders]})
+
+    def _write(self, name: str, data: dict) -> None:
+        os.makedirs(self.out, exist_ok=True)
+        path = os.path.join(self.out, name)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(data, f, default=str)
+        os.replace(path + ".tmp", path)
+
+
+def step_table(
+    steps: list[Step], events: bool, phases: tuple[str, ...] = CLOCKED_PHASES
+) -> dict[str, list[float]]:
+    """Per measured step, ms of each phase and of the whole step (the harness's step table, as
+    harness.loop.Measurement.step_table gives it); `phases` () for the loader alone. A mark the
+    loop never reached (no module called, no backward) takes the one before it: its phase reads
+    zero."""
+    table: dict[str, list[float]] = {"wait": [], **{p: [] for p in phases}, "step": []}
+    if events and phases:
+        table["gpu_idle"] = []
+    for step in steps:
+        end = step.end if step.end is not None else step.delivered
+        marks = [step.delivered]
+        for name in ("forward", "backward", "backward_end"):
+            marks.append(getattr(step, name) or marks[-1])
+        marks.append(max(end, marks[-1]))
+        table["wait"].append((step.delivered - step.request) * 1000)
+        table["step"].append((end - step.request) * 1000)
+        if not phases:
+            continue
+        if events and step.events.get("delivered") is not None:
+            device = [step.events["delivered"]]
+            for name in ("forward", "backward", "backward_end", "next"):
+                device.append(step.events.get(name) or device[-1])
+            for phase, (a, b) in zip(CLOCKED_PHASES, itertools.pairwise(device), strict=True):
+                table[phase].append(a.elapsed_time(b))
+            table["gpu_idle"].append(step.events["request"].elapsed_time(step.events["delivered"]))
+        else:
+            for phase, (a, b) in zip(CLOCKED_PHASES, itertools.pairwise(marks), strict=True):
+                table[phase].append((b - a) * 1000)
+    return table
+
+
+def _worker_stages(stage_functions: tuple[str, ...], init: Callable | None, worker_id: int):
+    """A loader worker's start: the stage functions made stages (a spawned worker imports them
+    afresh), then the script's own worker_init_fn."""
+    make_stages(list(stage_functions))
+    if init is not None:
+        init(worker_id)
+
+
+class ReplayIterator(torch_dataloader._BaseDataLoaderIter):
+    """replay: the training loader's iterator once its first batches are kept: no workers, no
+    dataset read (Instrument.next_batch serves the kept batches in its place)."""
+
+    def __init__(self, loader, info: Loader):
+        super().__init__(loader)
+        self.info = info
+
+    def _next_data(self):
+        raise StopIteration
+
+
+_ORIGINAL: dict[str, Callable] = {}
+# the script's DataLoaders: an earlier one with the same dataset, the drain's loader object
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_instrument: Instrument | None = None
+
+
+def install() -> None:
+    """Patch torch for the spec in $FEEDBENCH_COMMAND_SPEC (once per process)."""
+    global _instrument
+    if _instrument is not None or not os.environ.get(SPEC_VARIABLE):
+        return
+    with open(os.environ[SPEC_VARIABLE], encoding="utf-8") as f:
+        spec = json.load(f)
+    _instrument = instrument = Instrument(spec)
+    loader_class, iterator_class = torch_dataloader.DataLoader, torch_dataloader._BaseDataLoaderIter
+    _ORIGINAL.update(
+        init=loader_class.__init__,
+        iter=loader_class.__iter__,
+        next=iterator_class.__next__,
+        backward=torch.autograd.backward,
+    )
+
+    @functools.wraps(_ORIGINAL["init"])
+    def __init__(self, *args, **kwargs):
+        _ORIGINAL["init"](self, *args, **kwargs)
+        if "_feedbench_loader" not in self.__dict__:
+            instrument.built(self)
+
+    @functools.wraps(_ORIGINAL["iter"])
+    def __iter__(self):
+        return instrument.iterate(self, _ORIGINAL["iter"])
+
+    @functools.wraps(_ORIGINAL["next"])
+    def __next__(self):
+        info = self.__dict__.get("_feedbench_loader")
+        if info is None:
+            return _ORIGINAL["next"](self)
+        return instrument.next_batch(self, info, _ORIGINAL["next"])
+
+    @functools.wraps(_ORIGINAL["backward"])
+    def backward(*args, **kwargs):
+        instrument.backward_starts()
+        try:
+            return _ORIGINAL["backward"](*args, **kwargs)
+        finally:
+            instrument.backward_ends()
+
+    loader_class.__init__, loader_class.__iter__ = __init__, __iter__
+    iterator_class.__next__ = __next__
+    torch.autograd.backward = backward
+    instrument.global_hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: instrument.module_called(module)
+    )
+    optimizers.register_optimizer_step_pre_hook(lambda *args: instrument.optimizer_starts())
+    optimizers.register_optimizer_step_post_hook(lambda *args: instrument.optimizer_ends())
+    _apply_process_knobs(instrument.cell, spec["cell"])
+    atexit.register(instrument.at_exit)
+
+
+def _apply_process_knobs(cell: Cell, raw: dict) -> None:
+    """The knobs of the whole process a command cell sets: the trainer's threads, the sharing
+    strategy."""
+    if raw.get("torch_threads") is not None:
+        torch.set_num_threads(cell.torch_threads)
+    if "sharing_strategy" in raw:
+        torch.multiprocessing.set_sharing_strategy(cell.sharing_strategy)
+
+
+assert set(COMMAND_LOADER) <= set(KNOBS)
