@@ -169,3 +169,25 @@ def test_a_command_stopped_before_its_warm_up_ends_says_so(tmp_path):
         "did not finish its warm-up (50 training steps) before it was stopped"
     )
     assert "time limit of 8 s reached" in message
+
+
+def test_a_stage_what_if_reaches_the_training_loader_alone(tmp_path):
+    """skip_stages names the script's costly transform: the training loader's dataset runs without
+    it from the first backward pass on, the window's stage profile has no time in it, and the
+    validation loader's own transforms are left as they are."""
+    workdir = write_train(tmp_path / "project", busy_ms=2.0)
+    knobs = command_cell(
+        workdir,
+        "train.py --steps 40",
+        stage_timing=True,
+        skip_stages=["Busy"],
+        warmup_steps=3,
+        steps=5,
+    )
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    whatif = result["metrics"]["whatif"]
+    assert whatif["skipped"] == ["Busy"]
+    stages = result["metrics"]["stages"]
+    assert stages["order"] == ["RandomHorizontalFlip", "Busy", "ToDtype"]
+    assert "Busy" not in stages["stages"]

@@ -34,6 +34,7 @@ from ..core.references import reference_name
 from ..core.result import atomic_write
 from . import (
     accuracy,
+    command,
     glossary,
     headline,
     knee,
@@ -286,6 +287,7 @@ def _empty_context(name: str, spec: dict, svg: Markup | None) -> dict:
         "search": None,
         "worker_count": [],
         "ceilings": [],
+        "command": [],
     }
 
 
@@ -384,6 +386,8 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     if best is not None:
         context["verdict"] = _verdict_context(found)
         context["headline"] = headline.lines(found, rows, context["unit"], context["whatifs"], fmt)
+    # a command experiment: the loader its loop trains on, and the instrument's fidelity
+    context["command"] = command.lines(rows, fmt)
     return context
 
 
@@ -772,9 +776,8 @@ def verdict_text(experiments: list[dict], shared: str | None = None) -> str:
             lines = [f"  {word.title()}: {found[word]}" for word in ("finding", "where", "fix")]
             # the first batch and epoch stalls, shown under the bound in the page
             lost = e["verdict"]["time_lost"]
-            blocks.append(
-                "\n".join([e["name"], *lines, *([f"  Time lost: {lost}"] if lost else [])])
-            )
+            lines += [f"  Time lost: {lost}"] if lost else []
+            blocks.append("\n".join([e["name"], *lines, *(f"  {line}" for line in e["command"])]))
         elif e["note"]:
             blocks.append(f"{e['name']}\n  {e['note']}")
     if shared:

@@ -317,8 +317,14 @@ def ceiling_map(cells: list[PlannedCell]) -> dict[str, dict[str, str | None]]:
 def training_cells(cells: list[PlannedCell]) -> dict[str, dict[str, Any]]:
     """`<experiment>/<cell>` -> knobs of every single-process training cell: those a target's
     estimate predicts (results/target.json, feedbench.harness.flops.target_estimates), as the
-    ceilings predict them here."""
-    return {f"{c.experiment}/{c.id}": dict(c.knobs) for c in cells if trains_alone(c.knobs)}
+    ceilings predict them here. Not a command's: the estimate counts a model feedbench builds, and
+    a command's is inside its script (its compute ceiling measured there: target compute
+    measured)."""
+    return {
+        f"{c.experiment}/{c.id}": dict(c.knobs)
+        for c in cells
+        if trains_alone(c.knobs) and not c.knobs.get("command")
+    }
 
 
 def write_map(path: str, links: dict[str, dict[str, str | None]]) -> None:

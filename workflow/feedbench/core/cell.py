@@ -206,7 +206,9 @@ def _check_stage_whatifs(values: dict[str, Any]) -> None:
     wanted = [name for name in STAGE_WHATIFS if values[name]]
     if not wanted:
         return
-    dataset, builtin = values["dataset"], BUILTIN_DATASETS.get(values["dataset"])
+    dataset = values["dataset"]
+    # a command's dataset is its script's own: the harness finds its stages there (harness.inloop)
+    builtin = None if values["command"] else BUILTIN_DATASETS.get(dataset)
     staged = ", ".join(name for name, d in BUILTIN_DATASETS.items() if d.staged)
     if builtin is not None and not builtin.staged:
         raise KnobError(

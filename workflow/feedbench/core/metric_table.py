@@ -582,6 +582,73 @@ METRICS: dict[str, Metric] = {
             "the CPUs of the cell's affinity mask, which other_load_cores is read on",
             minimum=1,
         ),
+        # A command cell's (knob command: harness.command).
+        Metric(
+            "training_loader",
+            "command.loader.built_at",
+            "string",
+            "",
+            "command: where its script built the loader it trains on (the one whose batches a "
+            "backward pass follows)",
+        ),
+        Metric(
+            "asked_num_workers",
+            "command.loader.asked.num_workers",
+            "integer",
+            "workers",
+            "command: the num_workers its script asked of its training loader (num_workers: what "
+            "ran)",
+            minimum=0,
+        ),
+        Metric(
+            "workers_in_window",
+            "command.workers_in_window",
+            "integer",
+            "workers",
+            "command: the training loader's worker processes that made the window's batches",
+            minimum=0,
+        ),
+        Metric(
+            "fidelity_ratio",
+            "command.fidelity.ratio",
+            "number",
+            "x",
+            "command, its experiment's baseline (first repeat): the instrumented command's whole "
+            "run's time over the plain one's, run alone just before (1.02: 2 % slower)",
+            minimum=0,
+        ),
+        Metric(
+            "plain_wall_s",
+            "command.fidelity.plain_wall_s",
+            "number",
+            "s",
+            "command, baseline: the command alone with no instrument, from its start to its end",
+            **RATE,
+        ),
+        Metric(
+            "plain_samples_per_s",
+            "command.fidelity.plain_samples_per_s",
+            "number",
+            "samples/s",
+            "command, baseline: the command alone with no instrument, its training samples over "
+            "its whole run's time",
+            **RATE,
+        ),
+        Metric(
+            "instrumented_samples_per_s",
+            "command.fidelity.instrumented_samples_per_s",
+            "number",
+            "samples/s",
+            "command, baseline: the same samples over the instrumented whole run's time",
+            **RATE,
+        ),
+        Metric(
+            "fidelity_note",
+            "command.fidelity.note",
+            "string",
+            "",
+            "command, baseline: why the two runs were not compared",
+        ),
         Metric(
             "stage_ms",
             f"{_STAGE}.median_ms",

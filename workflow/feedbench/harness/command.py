@@ -307,8 +307,11 @@ def metrics_of(figures: dict) -> tuple[dict, list[dict]]:
         metrics = summarize(table, figures["window_s"], sum(samples), None, figures["h2d_bytes"])
     log, skip = figures["stage_log"], figures["stage_skip"]
     stages = summarize_stages(log[skip : skip + n])
-    if stages is not None:
+    if stages is not None:  # as harness.loop.Measurement.stages gives a cell's
+        if figures["stage_order"]:
+            stages["order"] = figures["stage_order"]
         stages["profile"] = profile_found(log)
+        stages.update({key: names for key, names in figures["stage_probe"].items() if names})
     metrics.update(
         time_to_first_batch_s=figures["time_to_first_batch_s"],
         wait_ms=wait_tail(table["wait"]),
@@ -318,7 +321,7 @@ def metrics_of(figures: dict) -> tuple[dict, list[dict]]:
         original_estimators=None,
         first_batch_profile=None,
         stages=stages,
-        whatif=None,
+        whatif=figures["whatif"],
     )
     rows = step_rows(table, samples, [])
     for row, timings in zip(rows, log[skip : skip + n], strict=False):

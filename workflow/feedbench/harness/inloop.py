@@ -55,13 +55,15 @@ from torch.optim import optimizer as optimizers
 from torch.utils.data import dataloader as torch_dataloader
 
 from ..core.cell import Cell, parse_cell
-from ..core.knobs import COMMAND_LOADER, KNOBS
+from ..core.knobs import COMMAND_LOADER, KNOBS, STAGE_WHATIFS
 from ..core.metrics import CLOCKED_PHASES
 from .batches import batch_len, copied_bytes
 from .collector import Collector
 from .profile import is_installed
 from .stages import StagedBatch, TimedCollate, make_stages, timed
 from .stages import strip as strip_timings
+from .whatif import apply as apply_whatifs
+from .whatif import probe, stage_names
 
 SPEC_VARIABLE = "FEEDBENCH_COMMAND_SPEC"
 MODES = ("train", "whole", "replay", "drain", "preflight")
@@ -140,6 +142,11 @@ class Loader:
     first_batch_at: float | None = None
     stage_log: list = field(default_factory=list)
     cached: list = field(default_factory=list)  # replay: its first batches, kept
+    stage_order: list | None = None  # its dataset's stages in order (harness.whatif.stage_names)
+    stage_probe: dict = field(default_factory=dict)  # what a sampled call showed of them
+    whatif: tuple | None = None  # the training dataset with the cell's stage what-if, and its plan
+    # the training loader's iterator with the what-if, made when it was found: its batches from then
+    redirect: Any = None
     last: Any = None  # its last batch (the first one, once it is found the training loader)
 
     def facts(self) -> dict:
@@ -228,6 +235,7 @@ class Instrument:
         """An iterator of the loader, made with the knobs it gets (and, for the training loader
         after its window, the end of the command)."""
         info = self.info(loader)
+        info.redirect = None  # a new epoch's iterator: the what-if's own from now on
         if info is self.training and self.closed and self.mode != "whole":
             self._end("the training loader was iterated again after the measured window")
         if info.first_iter_at is None:
@@ -240,7 +248,7 @@ class Instrument:
         if self.replaying(info):
             iterator = ReplayIterator(loader, info)
         else:
-            iterator = self._made(loader, original, wanted and self._stages_wanted(loader))
+            iterator = self._made(loader, info, original, wanted and self._stages_wanted(loader))
         object.__setattr__(iterator, "_feedbench_loader", info)
         return iterator
 
@@ -256,16 +264,27 @@ class Instrument:
             return False
         return wanted
 
-    def _made(self, loader, original: Callable, staged: bool):
-        """original(loader), with the dataset and collate timed (harness.stages) while the iterator
-        is made (its workers take them), then given back."""
+    def _made(self, loader, info: Loader, original: Callable, staged: bool):
+        """original(loader) with the dataset the iterator's workers take: the training loader's with
+        the cell's stage what-if (harness.whatif, made once), and, where stages are timed, its
+        samples and collate timed (harness.stages). The loader's own are given back after."""
+        whatif = info is self.training and any(getattr(self.cell, k) for k in STAGE_WHATIFS)
         reused = loader.persistent_workers and getattr(loader, "_iterator", None) is not None
-        if not staged or reused:
+        if reused or not (staged or whatif):
             return original(loader)
         make_stages(self.cell.stage_functions)
         dataset, collate, init = loader.dataset, loader.collate_fn, loader.worker_init_fn
-        object.__setattr__(loader, "dataset", timed(dataset, self._profile(loader)))
-        loader.collate_fn = TimedCollate(collate)
+        if staged and info.stage_order is None:  # the stages a what-if may name, in order
+            info.stage_order, info.stage_probe = stage_names(dataset), probe(dataset).facts()
+        made = dataset
+        if whatif:
+            if info.whatif is None:
+                info.whatif = apply_whatifs(self.cell, dataset, self.out, None)
+            made = info.whatif[0]
+        if staged:
+            made = timed(made, self._profile(loader))
+            loader.collate_fn = TimedCollate(collate)
+        object.__setattr__(loader, "dataset", made)
         if self.cell.stage_functions:
             loader.worker_init_fn = functools.partial(
                 _worker_stages, tuple(self.cell.stage_functions), init
@@ -287,6 +306,8 @@ class Instrument:
     # -- the batches ---------------------------------------------------------------------------
 
     def next_batch(self, iterator, info: Loader, original: Callable):
+        if info.redirect is not None and iterator is not info.redirect:
+            iterator = info.redirect
         training = info is self.training
         if training:
             self._request()
@@ -464,6 +485,9 @@ class Instrument:
             if other is not info:
                 other.cached = []
         self.awaiting_forward = False
+        if any(getattr(self.cell, k) for k in STAGE_WHATIFS) and self.mode != "drain":
+            # the stage what-if, on the training loader alone: from its next batch on
+            info.redirect = iter(self._object_of(info))
 
     # -- the window ----------------------------------------------------------------------------
 
@@ -531,6 +555,9 @@ class Instrument:
             "forward_seen": bool(self.roots or self.root_hooks),
             "optimizer_ms": [s.optimizer_ms for s in self.steps],
             "stage_log": info.stage_log if info else [],
+            "stage_order": info.stage_order if info else None,
+            "stage_probe": info.stage_probe if info else {},
+            "whatif": (info.whatif[1].facts or None) if info and info.whatif else None,
             "stage_skip": self.window.get("stage_skip", 0),
             "gc": self.collector.summary() if self.collector.opened else None,
             "whole": self.whole,
