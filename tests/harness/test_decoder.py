@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jsonschema
 import numpy as np
 import pytest
 import torch
 from feedbench.core.cell import parse_cell
 from feedbench.core.knobs import JPEG_DATASETS
-from feedbench.core.result import schema
 from feedbench.harness import data
 from feedbench.harness.images import make_images
 from feedbench.harness.shards import make_shards
@@ -108,6 +106,10 @@ def test_the_batched_device_decode_gives_what_the_workers_decode(folders, monkey
 
 @pytest.mark.parametrize("decoder", ["pil", "torchvision"])
 def test_a_cell_runs_with_each_cpu_decoder_and_records_it(run_cell, folders, decoder):
+    # here, not at the top: the module's GPU tests run where jsonschema is missing (gpu_check.sh)
+    import jsonschema
+    from feedbench.core.result import schema
+
     code, result = run_cell(
         **decoder_cell(folders, decoder, model="sleep", compute_ms=1, image_size=16)
     )
