@@ -38,7 +38,7 @@ from .profile import sample_profile
 from .stages import make_stages, name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
-from .whatif import Plan, facts, on_device, probe, stage_names
+from .whatif import Plan, copied_in_prep, facts, on_device, probe, stage_names
 from .whatif import apply as apply_whatifs
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
@@ -111,6 +111,13 @@ class Measurement:
                 table["h2d"] = [start.elapsed_time(end) for start, end in self.copy_events[:n]]
         table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts[:n], ends, strict=True)]
         return table
+
+    def copies(self) -> tuple[int, int]:
+        """(bytes the measured steps copied to the device, those of them copied inside device_prep):
+        the loop's copies of each batch's host tensors, and device_stages' copy of the samples,
+        which the loop then finds on the device (N7, #50)."""
+        prep = copied_in_prep(self.whatif_loader, self.stage_skip, self.completed)
+        return self.h2d_bytes + prep, prep
 
     def stage_batches(self) -> list[dict]:
         """The stage timings of the measured steps' batches, one per step (none when not timed)."""

@@ -130,7 +130,7 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
             window_s,
             sum(m.samples[:n]),
             tokens,
-            m.h2d_bytes if m.window_end is not None else 0,
+            *(m.copies() if m.window_end is not None else (0, 0)),
         )
     metrics["time_to_first_batch_s"] = m.time_to_first_batch_s
     # the data wait's tail over the measured steps
