@@ -6,12 +6,14 @@ per batch, in the trainer, through the harness's loop."""
 from __future__ import annotations
 
 import csv
+import time
 
 import pytest
 import torch
 from feedbench.harness import whatif
 from feedbench.harness.batches import copied_bytes
 from feedbench.harness.loop import Measurement
+from feedbench.harness.timing import PhaseClock, device_work
 from helpers.cells import user_cell
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -172,3 +174,44 @@ def test_device_stages_run_on_the_gpu_and_their_copy_is_counted(run_cell, user_m
     metrics = result["metrics"]
     assert metrics["whatif"]["device_ms_per_batch"] > 0
     assert metrics["h2d_bytes"] == 3 * (4 * 4 * 4 + 4 * 4), metrics["h2d_bytes"]
+
+
+class HostEvent:
+    """torch.cuda.Event's interface on the host clock, for the events clock on a machine without
+    CUDA: record() reads perf_counter, elapsed_time() gives the ms from this event to another."""
+
+    def __init__(self, enable_timing: bool = False):
+        self.at: float | None = None
+
+    def record(self, stream=None) -> None:
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.at - self.at) * 1000
+
+
+def test_under_events_the_gpu_idle_between_steps_leaves_out_the_device_prep_in_the_gap(
+    monkeypatch,
+):
+    """N1's second half (#50): under events the gap between two steps holds the next batch's device
+    work; gpu_idle is the gap less that device_prep, or the GPU's own work reads as its idle time
+    and becomes stall_pct. A revert of the subtraction in PhaseClock.read passed every CPU test.
+    The events clock runs here on the host clock (HostEvent), driven as the loop drives it: each
+    fetch waits 2 ms for the loader and does 10 ms of device work, then the step marks its
+    phases."""
+    monkeypatch.setattr(torch.cuda, "Event", HostEvent)
+    clock = PhaseClock("events", torch.device("cuda", 0), ("h2d", "fwd"))
+    assert clock.effective_mode == "events"
+    for _ in range(3):
+        with clock.fetching():
+            time.sleep(0.002)  # the loader's wait: the GPU idles
+            with device_work():
+                time.sleep(0.01)
+        clock.start_step()
+        clock.mark()
+        clock.mark()
+    read = clock.read()
+    for i in (1, 2):
+        gap = clock.steps[i - 1][-1].elapsed_time(clock.steps[i][0])
+        assert read["device_prep"][i] >= 10 and gap >= read["device_prep"][i] + 2
+        assert read["gpu_idle"][i] == pytest.approx(gap - read["device_prep"][i]), read
