@@ -32,7 +32,7 @@ from .collector import Collector
 from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
-from .prefetch import StreamPrefetcher, to_device
+from .prefetch import StreamPrefetcher, pinned_held, to_device
 from .profile import found as profile_found
 from .profile import sample_profile
 from .stages import make_stages, name_transforms, strip, summarize_stages, timed, unwrap
@@ -88,6 +88,8 @@ class Measurement:
     # adjustments found while running (the loss rule, unpinned batches)
     notes: list[str] = field(default_factory=list)
     collector: Collector | None = None  # Python's collector in the window (knob gc): opened with it
+    # the pinned allocator's pool at the window's end, on a GPU (prefetch.pinned_held)
+    pinned_held: int | None = None
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -564,6 +566,8 @@ def _close_window(device: torch.device, m: Measurement, monitor, feed: Feed) -> 
     """The window ends synchronised; the monitor stops with it."""
     synchronize(device)
     m.window_end = time.perf_counter()
+    if device.type == "cuda":
+        m.pinned_held = pinned_held()
     if m.collector is not None:
         m.collector.close()
     if monitor is not None and monitor.is_alive():

@@ -444,6 +444,8 @@ def _record_loop(r: CellRun, cell: Cell) -> None:
         result["cpu"] = cpu_load(
             result["monitor"]["workers"], usable, ranks_sharing(cell), cell.num_workers, trainer
         )
+    if m.pinned_held is not None and "shm" in result:  # the pool measured beside the count
+        result["shm"]["pinned_held_bytes"] = m.pinned_held
     result["page_cache"] = m.page_cache
     if m.page_cache and m.page_cache["note"]:
         result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]
