@@ -18,14 +18,20 @@ from helpers import cuda_decode
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, str]:
-    """Six JPEGs of the project's generator, and the same as one shard of each format: each JPEG
-    dataset's data_dir."""
-    root = tmp_path_factory.mktemp("jpegs")
-    images = str(root / "images")
-    make_images(images, 6, 64, 2)
-    make_shards(images, str(root / "shards"), 1)
-    return {name: images if name == "images" else str(root / "shards") for name in JPEG_DATASETS}
+def images(tmp_path_factory) -> dict[str, str]:
+    """Six JPEGs of the project's generator: the data_dir of dataset images, all the GPU tests need
+    (a GPU machine may lack pyarrow, which the shards need)."""
+    folder = str(tmp_path_factory.mktemp("jpegs") / "images")
+    make_images(folder, 6, 64, 2)
+    return {"images": folder}
+
+
+@pytest.fixture(scope="module")
+def folders(images, tmp_path_factory) -> dict[str, str]:
+    """The six JPEGs, and the same as one shard of each format: each JPEG dataset's data_dir."""
+    shards = str(tmp_path_factory.mktemp("shards"))
+    make_shards(images["images"], shards, 1)
+    return {name: images["images"] if name == "images" else shards for name in JPEG_DATASETS}
 
 
 def first_batch(folders, decoder: str, dataset: str = "images", timed: bool = False, **knobs):
@@ -142,7 +148,7 @@ def test_a_node_without_gpu_refuses_the_cuda_decoder_in_one_line(run_cell, folde
 
 
 @pytest.mark.gpu
-def test_the_cuda_decode_never_writes_memory_the_callers_queued_work_still_reads(folders):
+def test_the_cuda_decode_never_writes_memory_the_callers_queued_work_still_reads(images):
     """pytorch/vision#9606: the batched decode allocates its outputs on the caller's stream and
     writes them from a stream of its own that does not wait for the caller's, so it can be handed a
     block that work queued on the caller's stream has yet to read, and overwrite it (134 of 200 runs
@@ -152,8 +158,8 @@ def test_the_cuda_decode_never_writes_memory_the_callers_queued_work_still_reads
     runs each way: decode_jpeg straight on the caller's stream (the old code) must corrupt at least
     once, else this GPU cannot show the race and the test says so; DeviceDecoded's ordered stream
     never; and its images within nvJPEG's rounding of the CPU decoder's."""
-    raws, cpu = cuda_decode.jpegs(folders["images"])
-    decode = cuda_decode.decoders(folders["images"])
+    raws, cpu = cuda_decode.jpegs(images["images"])
+    decode = cuda_decode.decoders(images["images"])
     ordered, images = cuda_decode.corrupted_runs(decode["ordered"], raws)
     straight, _ = cuda_decode.corrupted_runs(decode["straight"], raws)
     assert ordered == 0, (
@@ -166,10 +172,10 @@ def test_the_cuda_decode_never_writes_memory_the_callers_queued_work_still_reads
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scenario", ["train", "loader"])
-def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario):
+def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, images, scenario):
     """Batched decode_jpeg on the device: the same layout and dtype as the CPU decoders, on the GPU,
     pixels close (nvJPEG is a third decoder), in a cell."""
-    batches = {d: first_batch(folders, d)[1] for d in ("torchvision", "torchvision-cuda")}
+    batches = {d: first_batch(images, d)[1] for d in ("torchvision", "torchvision-cuda")}
     images, labels = batches["torchvision-cuda"]
     assert images.shape == (3, 3, 32, 32) and images.dtype == torch.float32 and images.is_cuda
     assert labels.equal(batches["torchvision"][1])
@@ -181,7 +187,7 @@ def test_the_cuda_decoder_gives_the_batch_on_the_gpu(run_cell, folders, scenario
     assert own < 0.06 and own < 0.25 * (cpu[0] - cpu[1]).abs().mean(), own
     knobs = dict(model="resnet18") if scenario == "train" else {}
     cell = decoder_cell(
-        folders, "torchvision-cuda", scenario=scenario, image_size=32, device="cuda", **knobs
+        images, "torchvision-cuda", scenario=scenario, image_size=32, device="cuda", **knobs
     )
     code, result = run_cell(**cell)
     assert code == 0, result["error"]

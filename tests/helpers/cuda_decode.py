@@ -14,10 +14,11 @@ from feedbench.harness import data
 SPIN_CYCLES = 50_000_000
 
 
-def jpegs(folder: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The JPEG files under `folder`, in order: their bytes as uint8 tensors (what decode_jpeg
-    takes), and each decoded by the CPU decoder (torchvision's libjpeg)."""
-    paths = sorted(Path(folder).rglob("*.JPEG"))
+def jpegs(folder: str, count: int | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The first `count` (default: all) JPEG files under `folder`, in order: their bytes as uint8
+    tensors (what decode_jpeg takes), and each decoded by the CPU decoder (torchvision's
+    libjpeg)."""
+    paths = sorted(Path(folder).rglob("*.JPEG"))[:count]
     raws = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8) for p in paths]
     return raws, [data.decode(p.read_bytes(), "torchvision") for p in paths]
 
