@@ -624,7 +624,7 @@ def test_a_device_error_reading_the_device_stages_time_still_writes_the_result(
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(whatif.DeviceStages, "ms_per_batch", unreadable)
-    code, result = _random_cell(run_cell, user_module, None)
+    code, result = _random_cell(run_cell, user_module)
     assert code == 0 and result["status"] == "ok", result["error"]
     assert result["metrics"]["steps"] == 3 and result["metrics"]["samples_per_s"] > 0
     found = result["metrics"]["whatif"]
