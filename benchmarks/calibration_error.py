@@ -21,6 +21,7 @@ import tempfile
 import time
 
 import _checkout  # noqa: F401  (this checkout's feedbench, not the venv's: benchmarks/_checkout.py)
+import jsonschema  # noqa: F401  (the summary validates each result: missing, fail now, not after the runs)
 from feedbench.analysis.aggregate import load_results
 from feedbench.core.metrics import PHASES as PHASE_COLUMNS
 from helpers.calibration import (

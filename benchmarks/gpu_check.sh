@@ -1,39 +1,30 @@
 #!/usr/bin/env bash
-# The GPU check (#35), made for a short loan of one GPU: at most 8 minutes on one H100 or H200.
+# The GPU check (#35, #50): the first command on a GPU lent for a few minutes, at most 8 minutes on
+# one H100 or H200, start-up included. It runs on the machine's own Python: PyTorch, torchvision,
+# numpy and pandas, plus benchmarks/gpu_check_requirements.txt (pytest, psutil, PyYAML, jsonschema);
+# no Snakemake, no Slurm plugin, no yte.
 #
-#     bash benchmarks/gpu_check.sh [OUT]        # OUT: default gpu-check/<UTC date and time>
-#     GPU_CHECK_GROUPS="pinned" bash benchmarks/gpu_check.sh OUT   # some groups of gpu_check.py only
+#     bash benchmarks/gpu_check.sh [OUT]          # OUT: default gpu-check/<UTC date and time>
+#     GPU_CHECK_BUDGET_S=300 bash benchmarks/gpu_check.sh OUT
+#     PYTHON=python3.12 bash benchmarks/gpu_check.sh OUT
 #
-# 1. every `-m gpu` test (at most 4 minutes);
-# 2. benchmarks/gpu_check.py: fresh-process cells in alternating order (the two open findings, N1 to N3);
-# 3. the calibration on the GPU, last, with what is left of the 8 minutes.
-# Writes OUT/gpu-check.md, the table for docs/results/gpu-validation.md, and each part's log beside it.
-# Without CUDA it runs dry: the GPU tests are skipped with their reasons, the cells run on the CPU at 2 steps or are
-# skipped where they need CUDA, the calibration is skipped; each says so.
+# The parts, their budgets and the table: benchmarks/gpu_check.py. Every finished row is kept in
+# OUT/gpu-check.md as it is measured. Without CUDA it runs dry, each part saying so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-OUT=${1:-gpu-check/$(date -u +%Y%m%dT%H%M)}
-BUDGET_S=${GPU_CHECK_BUDGET_S:-480}
-mkdir -p "$OUT"
-start=$(date +%s)
-left() { echo $((BUDGET_S - ($(date +%s) - start))); }
-cuda=$("$PY" -c 'import torch; print(int(torch.cuda.is_available()))')
-
-echo "gpu_check: 1/3 pytest -m gpu (log: $OUT/pytest-gpu.log)"
-PYTHONPATH=workflow:tests timeout 240 "$PY" -m pytest -m gpu -n 0 -q -rs -p no:cacheprovider tests >"$OUT/pytest-gpu.log" 2>&1
-echo "pytest -m gpu exit $?: $(tail -n 1 "$OUT/pytest-gpu.log")" | tee "$OUT/summary.txt"
-
-echo "gpu_check: 2/3 cells (log: $OUT/cells.log)"
-PYTHONPATH=workflow timeout "$(left)" "$PY" benchmarks/gpu_check.py --out "$OUT" ${GPU_CHECK_GROUPS:+--only $GPU_CHECK_GROUPS} >"$OUT/cells.log" 2>&1
-echo "cells exit $?" | tee -a "$OUT/summary.txt"
-
-if [ "$cuda" = 1 ] && [ "$(left)" -gt 60 ]; then
-	echo "gpu_check: 3/3 calibration on the GPU, $(left) s left (log: $OUT/calibration.log)"
-	PYTHONPATH=workflow:tests timeout "$(left)" "$PY" benchmarks/calibration_error.py --device cuda >"$OUT/calibration.log" 2>&1
-	echo "calibration exit $?: $(tail -n 1 "$OUT/calibration.log")" | tee -a "$OUT/summary.txt"
+# The files that hold the tests marked gpu, and none other: pytest collects only these, so a module
+# the machine cannot import (one that needs Snakemake) costs nothing. tests/workflow/test_benchmarks.py
+# fails while a file with a gpu test is missing here.
+GPU_TESTS="tests/analysis/test_predict.py tests/harness/test_decoder.py tests/harness/test_device_prep.py
+tests/harness/test_gpu.py tests/harness/test_gpu_paths.py tests/harness/test_own_pipeline_copies.py
+tests/harness/test_prefetch.py"
+if [ -n "${PYTHON:-}" ]; then
+	PY=$PYTHON
+elif [ -x .venv/bin/python ]; then
+	PY=.venv/bin/python
 else
-	echo "calibration skipped: $([ "$cuda" = 1 ] && echo "under 60 s of the budget left" || echo "no CUDA")" | tee -a "$OUT/summary.txt"
+	PY=python3 # a bare GPU machine: its own Python
 fi
-cat "$OUT/summary.txt" >>"$OUT/gpu-check.md"
-echo "gpu_check: $OUT/gpu-check.md ($(($(date +%s) - start)) s)"
+OUT=${1:-gpu-check/$(date -u +%Y%m%dT%H%M)}
+# shellcheck disable=SC2086  # the file list splits into its files
+exec "$PY" benchmarks/gpu_check.py --out "$OUT" --budget "${GPU_CHECK_BUDGET_S:-480}" --gpu-tests $GPU_TESTS

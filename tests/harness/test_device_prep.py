@@ -6,9 +6,16 @@ per batch, in the trainer, through the harness's loop."""
 from __future__ import annotations
 
 import csv
+import time
 
 import pytest
+import torch
+from feedbench.harness import whatif
+from feedbench.harness.batches import copied_bytes
+from feedbench.harness.loop import Measurement
+from feedbench.harness.timing import PhaseClock, device_work
 from helpers.cells import user_cell
+from torch.utils.data import DataLoader, TensorDataset
 
 USER_MODULE = "prep_costs"
 # the moved stage's cost per batch; a sample costs next to nothing, so no step waits on the loader
@@ -65,6 +72,7 @@ def model(ctx):
 
 
 def step(model, batch, ctx):
+    assert batch[0].device.type == ctx.device.type, batch[0].device  # the moved stage ran there
     return model(batch[0]).mean()
 """  # noqa: E501
 KNOBS = user_cell(
@@ -136,3 +144,74 @@ def test_device_prep_under_events_on_the_gpu_is_not_gpu_idle(run_cell, user_modu
     assert SLEEP_MS <= prep < 3 * SLEEP_MS, metrics["phases"]
     assert metrics["phases"]["gpu_idle"]["median_ms"] < SLEEP_MS / 4, metrics["phases"]
     assert metrics["stall_pct"] < 100 * metrics["phases"]["device_prep"]["share"] / 4, metrics
+
+
+def test_the_copy_device_stages_make_in_device_prep_is_counted_as_copied():
+    """N7 (#50): device_stages copies the samples inside device_prep; the loop then finds them on
+    the device and, by its rule for tensors already there, leaves them out of h2d_bytes, so the
+    target view priced that cell's copy at about zero. Here the device is PyTorch's meta device,
+    the one device apart from the host a CPU has: 4 batches of 8 samples of 6 float32 and 8 int64
+    labels, the first a warm-up, each measured step's labels counted as the loop counts them."""
+    data = TensorDataset(torch.ones(32, 6), torch.zeros(32, dtype=torch.int64))
+    loader = DataLoader(data, batch_size=8)
+    stages = whatif.DeviceStages(loader, torch.neg, torch.device("meta"), False, {})
+    m = Measurement(whatif_loader=stages, stage_skip=1)
+    for i, batch in enumerate(stages):
+        assert batch[0].device.type == "meta" and batch[1].device.type == "cpu"
+        if i >= m.stage_skip:  # as loop._record_step counts a measured step's batch
+            m.h2d_bytes += copied_bytes(batch)
+            m.completed += 1
+    assert m.h2d_bytes == 3 * 8 * 8  # the loop's copies: the labels
+    assert m.copies() == (3 * (8 * 6 * 4 + 8 * 8), 3 * 8 * 6 * 4)
+
+
+@pytest.mark.gpu
+def test_device_stages_run_on_the_gpu_and_their_copy_is_counted(run_cell, user_module):
+    """The moved stage runs on the batch on the GPU (the step asserts where its batch is), its time
+    read from CUDA events; the samples' copy it makes in device_prep is in h2d_bytes beside the
+    labels' (N7, #50): 4 samples of 4 float32 and 4 float32 labels a step."""
+    result = _cell(run_cell, user_module, device="cuda", timing="events", steps=3)
+    metrics = result["metrics"]
+    assert metrics["whatif"]["device_ms_per_batch"] > 0
+    assert metrics["h2d_bytes"] == 3 * (4 * 4 * 4 + 4 * 4), metrics["h2d_bytes"]
+
+
+class HostEvent:
+    """torch.cuda.Event's interface on the host clock, for the events clock on a machine without
+    CUDA: record() reads perf_counter, elapsed_time() gives the ms from this event to another."""
+
+    def __init__(self, enable_timing: bool = False):
+        self.at: float | None = None
+
+    def record(self, stream=None) -> None:
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.at - self.at) * 1000
+
+
+def test_under_events_the_gpu_idle_between_steps_leaves_out_the_device_prep_in_the_gap(
+    monkeypatch,
+):
+    """N1's second half (#50): under events the gap between two steps holds the next batch's device
+    work; gpu_idle is the gap less that device_prep, or the GPU's own work reads as its idle time
+    and becomes stall_pct. A revert of the subtraction in PhaseClock.read passed every CPU test.
+    The events clock runs here on the host clock (HostEvent), driven as the loop drives it: each
+    fetch waits 2 ms for the loader and does 10 ms of device work, then the step marks its
+    phases."""
+    monkeypatch.setattr(torch.cuda, "Event", HostEvent)
+    clock = PhaseClock("events", torch.device("cuda", 0), ("h2d", "fwd"))
+    assert clock.effective_mode == "events"
+    for _ in range(3):
+        with clock.fetching():
+            time.sleep(0.002)  # the loader's wait: the GPU idles
+            with device_work():
+                time.sleep(0.01)
+        clock.start_step()
+        clock.mark()
+        clock.mark()
+    read = clock.read()
+    for i in (1, 2):
+        gap = clock.steps[i - 1][-1].elapsed_time(clock.steps[i][0])
+        assert read["device_prep"][i] >= 10 and gap >= read["device_prep"][i] + 2
+        assert read["gpu_idle"][i] == pytest.approx(gap - read["device_prep"][i]), read

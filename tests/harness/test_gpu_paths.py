@@ -148,6 +148,25 @@ def test_each_emulated_node_gets_its_own_slice_of_the_visible_gpus(monkeypatch):
     assert launch._node_envs(cpu, {"MASTER_PORT": "1"}, 2) == [{"MASTER_PORT": "1"}] * 2
 
 
+def test_the_launcher_starts_each_emulated_node_with_its_own_slice_of_the_gpus(
+    tmp_path, monkeypatch
+):
+    """Bug 2 at its call site (#50): launch() must start each node's torchrun in the environment
+    _node_envs makes; a revert of that call (every node in the launcher's own environment) passed
+    every CPU test. The host's GPUs are patched in (4 named by UUID, none here), and each node's
+    command, in place of torchrun, prints the CUDA_VISIBLE_DEVICES it was started with, in its log:
+    the launcher's real processes, environments and logs."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b,GPU-c,GPU-d")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # torchrun per node, not srun
+    show = [sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"]
+    monkeypatch.setattr(launch, "torchrun_commands", lambda *args: [show, show])
+    raw = {"device": "cuda", "parallel": "ddp", "gpus_per_node": 2, "nodes": 2}
+    launch.launch(raw, parse_cell(raw), [], str(tmp_path), time_limit=60)
+    seen = [(tmp_path / "ranks" / f"node{node}.log").read_text().strip() for node in (0, 1)]
+    assert seen == ["GPU-a,GPU-b", "GPU-c,GPU-d"]
+
+
 def test_wrap_parallel_hands_dataparallel_the_replica_in_the_cells_autocast():
     """Bug 4 through wrap_parallel: what DataParallel replicates for a bf16 dp cell on 2 GPUs is
     dp_replica's Autocast (on a host without CUDA, DataParallel keeps its module and runs it as is),

@@ -208,7 +208,8 @@ METRICS: dict[str, Metric] = {
             "metrics.h2d_gb_per_s",
             "number",
             "GB/s",
-            "bytes copied to the device / time of the h2d phase",
+            "bytes the h2d phase copied to the device / its time (device_stages' copy, made in "
+            "device_prep, is not in it)",
             **RATE,
         ),
         Metric(
@@ -217,7 +218,7 @@ METRICS: dict[str, Metric] = {
             "integer",
             "bytes",
             "what the measured steps of a training cell copied to the device, every tensor of "
-            "each batch",
+            "each batch (device_stages' copy of the samples, made in device_prep, included)",
             nullable=False,
             column=None,
             **RATE,

@@ -41,10 +41,16 @@ def stall_phase(steps: dict[str, list[float]]) -> str:
 
 
 def summarize(
-    steps: dict[str, list[float]], window_s: float, samples: int, tokens: int | None, h2d_bytes: int
+    steps: dict[str, list[float]],
+    window_s: float,
+    samples: int,
+    tokens: int | None,
+    h2d_bytes: int,
+    prep_bytes: int = 0,
 ) -> dict:
     """steps: per-phase ms lists including 'step'; window_s: synchronised wall time of the
-    window."""
+    window; h2d_bytes: what the steps copied to the device, `prep_bytes` of it inside device_prep
+    (device_stages' copy), not in the h2d phase whose rate h2d_gb_per_s is."""
     step = steps["step"]
     total_step = sum(step)
     phases = {}
@@ -74,7 +80,9 @@ def summarize(
         "stall_pct": 100 * sum(steps.get(stall_phase(steps), [])) / total_step
         if total_step
         else None,
-        "h2d_gb_per_s": h2d_bytes / (h2d_ms / 1000) / 1e9 if h2d_ms > 0 and h2d_bytes else None,
+        "h2d_gb_per_s": (h2d_bytes - prep_bytes) / (h2d_ms / 1000) / 1e9
+        if h2d_ms > 0 and h2d_bytes > prep_bytes
+        else None,
         # what the measured steps of a training cell copied to the device, every tensor of each
         # batch (a target's copy is priced from it where the cell ran: docs/target.md, "The copy")
         "h2d_bytes": h2d_bytes,

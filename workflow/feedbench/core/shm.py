@@ -115,11 +115,27 @@ def pinned_batches(knobs: Mapping[str, Any] | Any) -> int:
     return held + (resources.knob(knobs, "prefetch_depth") if streamed else 0)
 
 
+def pinned_unknown(knobs: Mapping[str, Any] | Any) -> bool:
+    """Whether the batch a cell's loader pins is one the knobs do not shape: a user's batch; the
+    JPEG bytes torchvision-cuda's loader yields (a block for each file, of the file's size); the
+    samples device_stages takes before its moved stages (their shape is the pipeline's)."""
+    return bool(
+        user_batch(knobs)
+        or resources.knob(knobs, "decoder") == "torchvision-cuda"
+        or resources.knob(knobs, "device_stages")
+    )
+
+
 def pinned_pool(knobs: Mapping[str, Any] | Any, local: bool) -> int | None:
     """The page-locked host memory of a cell that pins its batches (pin_memory on a GPU) on this
     host: its loaders' pinned batches (pinned_batches), each tensor a power-of-two block
-    (pinned_block); None when the batch's size is unknown (a user's batch, tokens)."""
-    parts = None if user_batch(knobs) else batch_tensor_bytes(knobs)
+    (pinned_block); None when the pinned batch's size is unknown (pinned_unknown, tokens).
+
+    A floor where the host runs ahead of the GPU (non_blocking copies under events or naive timing):
+    a freed block whose copy is still queued is not reused until the copy has run, and how far
+    ahead the host gets is the GPU's pace, not the knobs'. The harness records what the allocator
+    really held beside it (shm.pinned_held_bytes, on a GPU)."""
+    parts = None if pinned_unknown(knobs) else batch_tensor_bytes(knobs)
     if parts is None:
         return None
     count, scale = loaders(knobs, local)

@@ -32,13 +32,13 @@ from .collector import Collector
 from .data import batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
-from .prefetch import StreamPrefetcher, to_device
+from .prefetch import StreamPrefetcher, pinned_held, to_device
 from .profile import found as profile_found
 from .profile import sample_profile
 from .stages import make_stages, name_transforms, strip, summarize_stages, timed, unwrap
 from .stop import check_stop
 from .timing import PhaseClock, synchronize
-from .whatif import Plan, facts, on_device, probe, stage_names
+from .whatif import Plan, copied_in_prep, facts, on_device, probe, stage_names
 from .whatif import apply as apply_whatifs
 
 # The clocked phases each scenario runs: a compute cell has no copy, a loader cell no model.
@@ -88,6 +88,8 @@ class Measurement:
     # adjustments found while running (the loss rule, unpinned batches)
     notes: list[str] = field(default_factory=list)
     collector: Collector | None = None  # Python's collector in the window (knob gc): opened with it
+    # the pinned allocator's pool at the window's end, on a GPU (prefetch.pinned_held)
+    pinned_held: int | None = None
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
         """Per-step ms of each phase and of the whole step, for completed steps only.
@@ -111,6 +113,13 @@ class Measurement:
                 table["h2d"] = [start.elapsed_time(end) for start, end in self.copy_events[:n]]
         table["step"] = [(b - a) * 1000 for a, b in zip(self.step_starts[:n], ends, strict=True)]
         return table
+
+    def copies(self) -> tuple[int, int]:
+        """(bytes the measured steps copied to the device, those of them copied inside device_prep):
+        the loop's copies of each batch's host tensors, and device_stages' copy of the samples,
+        which the loop then finds on the device (N7, #50)."""
+        prep = copied_in_prep(self.whatif_loader, self.stage_skip, self.completed)
+        return self.h2d_bytes + prep, prep
 
     def stage_batches(self) -> list[dict]:
         """The stage timings of the measured steps' batches, one per step (none when not timed)."""
@@ -557,6 +566,8 @@ def _close_window(device: torch.device, m: Measurement, monitor, feed: Feed) -> 
     """The window ends synchronised; the monitor stops with it."""
     synchronize(device)
     m.window_end = time.perf_counter()
+    if device.type == "cuda":
+        m.pinned_held = pinned_held()
     if m.collector is not None:
         m.collector.close()
     if monitor is not None and monitor.is_alive():

@@ -98,3 +98,15 @@ def streamed(device_batch) -> list[torch.Tensor]:
     a CPU tensor raises NotImplementedError; a custom batch type shows only the tensors it exposes.
     """
     return [tensor for tensor in batch_tensors(device_batch) if tensor.is_cuda]
+
+
+def pinned_held() -> int | None:
+    """The page-locked host memory PyTorch's pinned allocator holds in this process, in bytes
+    (torch.cuda.host_memory_stats' allocated_bytes: every block it made, in use or cached; it gives
+    none back unless asked to). Read after a cell's window it is the pool the cell needed, blocks
+    held by queued non_blocking copies included, plus what earlier cells of the process left
+    cached. None where this torch does not say, or CUDA never started."""
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None or not torch.cuda.is_initialized():
+        return None
+    return stats().get("allocated_bytes.current")

@@ -131,7 +131,7 @@ def _loop_metrics(m: Measurement, device_readable: bool = True) -> tuple[dict, l
             window_s,
             sum(m.samples[:n]),
             tokens,
-            m.h2d_bytes if m.window_end is not None else 0,
+            *(m.copies() if m.window_end is not None else (0, 0)),
         )
     metrics["time_to_first_batch_s"] = m.time_to_first_batch_s
     # the data wait's tail over the measured steps
@@ -414,6 +414,8 @@ def _record_loop(r: CellRun, cell: Cell) -> None:
         result["cpu"] = cpu_load(
             result["monitor"]["workers"], usable, ranks_sharing(cell), cell.num_workers, trainer
         )
+    if m.pinned_held is not None and "shm" in result:  # the pool measured beside the count
+        result["shm"]["pinned_held_bytes"] = m.pinned_held
     result["page_cache"] = m.page_cache
     if m.page_cache and m.page_cache["note"]:
         result["adjustments"] = result["adjustments"] + [m.page_cache["note"]]

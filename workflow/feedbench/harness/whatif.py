@@ -46,6 +46,7 @@ from torch.utils.data import Dataset, IterableDataset
 from ..core.cell import Cell
 from ..core.knobs import IMAGE_STAGES, KNOBS, STAGE_WHATIFS, KnobError
 from . import stages
+from .batches import copied_bytes
 from .stages import StagedBatch, first_line, named, pipeline
 from .timing import device_work
 
@@ -651,7 +652,11 @@ def _size(count: int) -> str:
 class DeviceStages:
     """device_stages: the loader's batches, their samples moved to the device and run through the
     moved stages in the training process (their time: ms per batch, in facts). The rest of the
-    loader (len, sampler) is the DataLoader's."""
+    loader (len, sampler) is the DataLoader's.
+
+    The samples' copy is made here, in device_prep: the loop then finds them on the device and, by
+    its rule for such tensors, leaves them out of the bytes it copied. So the bytes are kept here,
+    per batch (`copied`), and added to the window's (`copied_in_prep`)."""
 
     def __init__(
         self, loader, transform: Callable, device: torch.device, non_blocking: bool, facts: dict
@@ -663,6 +668,9 @@ class DeviceStages:
             non_blocking,
         )
         self.times: list = []  # per batch: seconds on a CPU, a pair of CUDA events on a GPU
+        # per batch: the host bytes its samples' copy moved (none on a CPU: they stay on the host,
+        # where the loop counts them)
+        self.copied: list[int] = []
         self.facts = facts
 
     def __len__(self) -> int:
@@ -674,6 +682,7 @@ class DeviceStages:
         return getattr(self.loader, name)
 
     def _run(self, x: torch.Tensor) -> torch.Tensor:
+        self.copied.append(copied_bytes(x) if self.device.type != "cpu" else 0)
         x = x.to(self.device, non_blocking=self.non_blocking)
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -724,6 +733,12 @@ def on_device(loader, plan: Plan, device: torch.device, cell: Cell):
         if plan.device is None
         else DeviceStages(loader, plan.device, device, cell.non_blocking, plan.facts)
     )
+
+
+def copied_in_prep(loader, skip: int, count: int) -> int:
+    """The bytes the device stages copied to the device for `count` batches past the first `skip`
+    (the measured steps'), inside device_prep; 0 without device stages."""
+    return sum(loader.copied[skip : skip + count]) if isinstance(loader, DeviceStages) else 0
 
 
 def facts(loader, plan: Plan, skip: int, device_readable: bool = True) -> dict | None:
