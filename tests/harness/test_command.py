@@ -191,3 +191,28 @@ def test_a_stage_what_if_reaches_the_training_loader_alone(tmp_path):
     stages = result["metrics"]["stages"]
     assert stages["order"] == ["RandomHorizontalFlip", "Busy", "ToDtype"]
     assert "Busy" not in stages["stages"]
+
+
+@pytest.mark.gpu
+def test_a_command_on_the_gpu_is_timed_by_cuda_events_on_its_stream(tmp_path):
+    """The script trains on CUDA with pinned batches: the instrument reads the device's phases and
+    its idle time at the loader boundary from CUDA events on the script's current stream, and
+    counts the bytes each batch copies."""
+    workdir = write_train(tmp_path / "project", busy_ms=1.0)
+    knobs = command_cell(
+        workdir,
+        "train.py --steps 40 --device cuda",
+        device="cuda",
+        pin_memory=True,
+        num_workers=1,
+        warmup_steps=3,
+        steps=10,
+    )
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    assert result["timing"]["effective"] == "events"
+    metrics = result["metrics"]
+    assert "gpu_idle" in metrics["phases"]
+    # a batch of 8 images of 3 x 16 x 16 float32 and 8 int64 labels, copied every step
+    assert metrics["h2d_bytes"] == 10 * (8 * 3 * 16 * 16 * 4 + 8 * 8)
+    assert result["command"]["loader"]["ran"]["pin_memory"] is True

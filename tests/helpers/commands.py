@@ -53,21 +53,23 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, required=True)
 parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--device", default="cpu")
 args = parser.parse_args()
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 4))
+model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 4)).to(args.device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 validation = DataLoader(Images(64), batch_size=8)
 train = DataLoader(Images(512, args.sleep), batch_size=8, shuffle=True, num_workers=args.workers)
 with torch.no_grad():
     for i, (x, y) in enumerate(validation):
-        model(x)
+        model(x.to(args.device))
         if i == 1:
             break
 MADE[0] = 0
 step = 0
 while step < args.steps:
     for x, y in train:
+        x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad()
         loss.backward()
