@@ -26,10 +26,17 @@ from ..core.knobs import KnobError
 from ..core.metrics import CLOCKED_PHASES
 from ..core.plugins import Context, resolve_all
 from ..core.target import AMP_DTYPES
-from .batches import batch_len, call_model, copied_bytes, default_loss, unpinned_note
+from .batches import (
+    batch_len,
+    call_model,
+    copied_bytes,
+    default_loss,
+    uncounted,
+    unpinned_note,
+)
 from .cache import prepare as prepare_page_cache
 from .collector import Collector
-from .data import batch_size_of, build_dataset, build_loader
+from .data import batch_fetch_note, batch_size_of, build_dataset, build_loader
 from .distributed import World
 from .models import build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, to_device
@@ -87,6 +94,8 @@ class Measurement:
     boundary_steps: list[int] = field(default_factory=list)
     # adjustments found while running (the loss rule, unpinned batches)
     notes: list[str] = field(default_factory=list)
+    # why the first measured batch with no sample counted had none (batches.uncounted)
+    uncounted: str | None = None
     collector: Collector | None = None  # Python's collector in the window (knob gc): opened with it
 
     def step_table(self, device_readable: bool = True) -> dict[str, list[float]]:
@@ -309,6 +318,8 @@ def measure(
     try:
         _window(cell, device, m, feed, step, steps, monitor, move)
         _close_window(device, m, monitor, feed)
+        if m.completed and not any(m.samples):  # 0 samples/s is no measurement: say why
+            raise KnobError(m.uncounted or "no samples counted")
     # a cell that fails mid-window leaves the next cell of the process its collector as it found it
     finally:
         if m.collector is not None:
@@ -328,7 +339,7 @@ def _loader(
     world, move, out_dir = where
     # before the dataset is built and probed, and before its workers fork
     make_stages(cell.stage_functions)
-    dataset = build_dataset(cell, user, ctx)
+    dataset = built = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     m.stage_order = stage_names(dataset)
     staged = cell.stage_timing and cell.scenario != "compute"
@@ -339,6 +350,9 @@ def _loader(
     # a transform that raises is named either way; with timing, the warm-up's first samples are
     # profiled too
     dataset = timed(dataset, sample_profile(cell)) if staged else name_transforms(dataset)
+    fetch = batch_fetch_note(built, dataset)
+    if fetch:
+        m.notes.append(fetch)
     loader = build_loader(
         cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged
     )
@@ -541,6 +555,8 @@ def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, wait: tuple, ho
     m.step_starts.append(t_start)
     m.waits_ms.append((t_ready - t_start) * 1000)
     m.samples.append(batch_len(host))
+    if not m.samples[-1] and m.uncounted is None:
+        m.uncounted = uncounted(host)
     if cell.dataset == "tokens":
         m.tokens.append(
             feed.resident_tokens[i % len(feed.residents)]

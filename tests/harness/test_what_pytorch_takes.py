@@ -1,0 +1,191 @@
+"""What the config path takes, as PyTorch does (issue #48, item 7): a dataset is anything the
+DataLoader takes (a Hugging Face `datasets.Dataset`, an object with __getitem__ and __len__, an
+object with __iter__ alone), a batch any Mapping (transformers' BatchEncoding), its samples counted
+right; a cell that counted none fails in one line. Each cell runs in this process on tiny data."""
+
+from __future__ import annotations
+
+import pytest
+
+USER_MODULE = "takes_user"
+USER_CODE = '''
+from collections import UserDict
+
+import torch
+from torch import nn
+
+ROWS = [{"input_ids": [i % 5, 1, 2, 3], "label": i % 2} for i in range(24)]
+
+
+class Rows:
+    """A map-style dataset as Hugging Face's datasets.Dataset behaves: no torch base class, an int
+    index gives a dict, and __getitems__ fetches a batch in one call (the DataLoader calls it)."""
+
+    def __init__(self, n=24):
+        self.n, self.batched = n, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        row = ROWS[i]
+        return {"input_ids": torch.tensor(row["input_ids"]), "label": torch.tensor(row["label"])}
+
+    def __getitems__(self, indices):
+        self.batched += 1
+        return [self[i] for i in indices]
+
+
+class TorchRows(Rows, torch.utils.data.Dataset):
+    """The same as a torch Dataset: the batch tests need no duck-typed dataset."""
+
+
+class Lines:
+    """Only iterable: what a generator-backed reader is."""
+
+    def __iter__(self):
+        for i in range(24):
+            yield torch.full((4,), float(i % 5)).long(), torch.tensor(i % 2)
+
+
+def hf_rows(n=24):
+    import datasets
+
+    return datasets.Dataset.from_dict({k: [r[k] for r in ROWS[:n]] for k in ROWS[0]}).with_format(
+        "torch"
+    )
+
+
+class Encoding(UserDict):
+    """A Mapping that is no dict, as transformers' BatchEncoding (a UserDict)."""
+
+
+def encode(samples):
+    ids = torch.stack([s["input_ids"] for s in samples])
+    return Encoding({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                     "labels": torch.stack([s["label"] for s in samples])})
+
+
+def batch_encoding(samples):
+    from transformers import BatchEncoding
+
+    return BatchEncoding(dict(encode(samples)))
+
+
+def forgot_return():
+    ROWS.copy()
+
+
+def words(samples):
+    return [str(s["label"]) for s in samples]
+
+
+class Bag(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(8, 2)
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.bag(input_ids)
+
+
+def step(model, batch, ctx):
+    return nn.functional.cross_entropy(model(batch["input_ids"]), batch["labels"])
+'''
+M = USER_MODULE
+STEPS, BATCH = 3, 4
+
+
+def knobs(src: str, **more) -> dict:
+    return {
+        "python_path": [src],
+        "model": f"{M}:Bag",
+        "steps": STEPS,
+        "warmup_steps": 1,
+        "batch_size": BATCH,
+        "torch_threads": 1,
+        "monitor_interval_s": 5,
+        **more,
+    }
+
+
+@pytest.mark.parametrize(
+    "dataset, more",
+    [
+        (f"{M}:Rows", {"forward_keys": ["input_ids"]}),
+        (f"{M}:Lines", {}),
+        pytest.param(
+            f"{M}:hf_rows",
+            {"forward_keys": ["input_ids"]},
+            marks=pytest.mark.skipif(
+                not __import__("importlib").util.find_spec("datasets"),
+                reason="needs Hugging Face datasets (not a dependency of feedbench)",
+            ),
+        ),
+    ],
+)
+def test_a_dataset_is_anything_the_dataloader_takes(run_cell, user_module, dataset, more):
+    """Stage timing on: the sample, its profile and the loss work on each; a dataset whose
+    __getitems__ the timing bypasses says so."""
+    code, result = run_cell(**knobs(user_module, dataset=dataset, stage_timing=True, **more))
+    assert code == 0 and result["status"] == "ok", result.get("error")
+    assert result["metrics"]["samples"] == STEPS * BATCH
+    assert result["metrics"]["stages"]["samples"] >= STEPS * BATCH
+    notes = " ".join(result["adjustments"])
+    assert ("__getitems__" in notes) == (dataset != f"{M}:Lines"), notes
+
+
+def test_what_no_dataloader_takes_is_one_line(run_cell, user_module):
+    code, result = run_cell(**knobs(user_module, dataset=f"{M}:forgot_return"))
+    assert code == 2 and result["error"]["message"].startswith(
+        f"knob 'dataset': '{M}:forgot_return' returned builtins.NoneType; allowed: what "
+        "torch.utils.data.DataLoader takes"
+    )
+
+
+@pytest.mark.parametrize(
+    "collate", ["encode", pytest.param("batch_encoding", id="transformers.BatchEncoding")]
+)
+def test_a_mapping_batch_is_counted_copied_and_fed_by_its_keys(run_cell, user_module, collate):
+    """A UserDict batch, and transformers' BatchEncoding where installed: with the user's step, and
+    with forward_keys and label_key for a model without one."""
+    if collate == "batch_encoding":
+        pytest.importorskip("transformers")
+    base = knobs(user_module, dataset=f"{M}:TorchRows", collate=f"{M}:{collate}")
+    code, result = run_cell(**base, step=f"{M}:step")
+    assert code == 0 and result["status"] == "ok", result.get("error")
+    assert result["metrics"]["samples"] == STEPS * BATCH
+    assert not any("fewer samples" in note for note in result["adjustments"])
+    # input_ids, attention_mask and labels: 4 + 4 + 1 int64 per sample, copied each step
+    assert result["metrics"]["h2d_bytes"] == STEPS * BATCH * 9 * 8
+    keyed = dict(base, forward_keys=["input_ids", "attention_mask"], label_key="labels")
+    code, result = run_cell(**keyed)
+    assert code == 0 and result["metrics"]["samples"] == STEPS * BATCH
+    assert "loss: cross-entropy against batch['labels'] (no step given)" in result["adjustments"]
+
+
+def test_a_mapping_batch_keeps_its_type_on_the_device(user_module):
+    """The copy rebuilds the batch as torch's pin_memory does: a BatchEncoding stays one."""
+    transformers = pytest.importorskip("transformers")
+    from feedbench.core.plugins import add_paths, load
+    from feedbench.harness.batches import move_batch
+
+    add_paths([user_module])
+    rows = load(f"{M}:TorchRows", "dataset")()
+    batch = load(f"{M}:batch_encoding", "collate")([rows[i] for i in range(BATCH)])
+    moved = move_batch(batch, "meta", False)
+    assert isinstance(moved, transformers.BatchEncoding) and moved is not batch
+    assert {k: v.device.type for k, v in moved.items()} == dict.fromkeys(batch, "meta")
+
+
+def test_a_cell_that_counts_no_samples_fails_in_one_line(run_cell, user_module):
+    code, result = run_cell(
+        **knobs(user_module, dataset=f"{M}:TorchRows", collate=f"{M}:words", scenario="loader")
+    )
+    assert code == 2 and result["status"] == "failed"
+    assert result["error"]["message"] == (
+        "no samples counted: the batch (a list) holds no tensor with a first dimension to count "
+        "its samples by; allowed: a batch whose samples lie along the first dimension of its "
+        "tensors (a tensor, or tensors in a Mapping, list, tuple, namedtuple or dataclass)"
+    )
+    assert not any("fewer samples" in note for note in result["adjustments"])
