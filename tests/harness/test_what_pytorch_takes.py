@@ -1,7 +1,8 @@
 """What the config path takes, as PyTorch does (issue #48, item 7): a dataset is anything the
 DataLoader takes (a Hugging Face `datasets.Dataset`, an object with __getitem__ and __len__, an
 object with __iter__ alone), a batch any Mapping (transformers' BatchEncoding), its samples counted
-right; a cell that counted none fails in one line. Each cell runs in this process on tiny data."""
+right, and a cell that counted none fails in one line; a loss may be a class, built with
+loss_args. Each cell runs in this process on tiny data."""
 
 from __future__ import annotations
 
@@ -87,6 +88,21 @@ class Bag(nn.Module):
 
     def forward(self, input_ids, attention_mask=None):
         return self.bag(input_ids)
+
+
+BUILT = []
+
+
+class Smoothed(nn.CrossEntropyLoss):
+    """A loss class as timm's LabelSmoothingCrossEntropy: built with its arguments, then called."""
+
+    def __init__(self, smoothing=0.0):
+        super().__init__(label_smoothing=smoothing)
+        BUILT.append(smoothing)
+
+
+def plain_loss(output, target):
+    return nn.functional.cross_entropy(output, target)
 
 
 def step(model, batch, ctx):
@@ -189,3 +205,50 @@ def test_a_cell_that_counts_no_samples_fails_in_one_line(run_cell, user_module):
         "tensors (a tensor, or tensors in a Mapping, list, tuple, namedtuple or dataclass)"
     )
     assert not any("fewer samples" in note for note in result["adjustments"])
+
+
+def test_a_loss_class_is_built_with_loss_args_then_called(run_cell, user_module):
+    import sys
+
+    base = knobs(user_module, dataset=f"{M}:TorchRows", forward_keys=["input_ids"])
+    code, result = run_cell(**base, loss=f"{M}:Smoothed", loss_args={"smoothing": 0.25})
+    assert code == 0 and result["status"] == "ok", result.get("error")
+    assert sys.modules[M].BUILT == [0.25]  # built once, with its arguments
+    assert f"loss: {M}:Smoothed against batch['label'] (no step given)" in result["adjustments"]
+    code, result = run_cell(**base, loss="torch.nn:CrossEntropyLoss")
+    assert code == 0 and result["status"] == "ok", result.get("error")
+
+
+@pytest.mark.parametrize(
+    "loss, loss_args, error",
+    [
+        (
+            f"{M}:Smoothed",
+            {"smothing": 0.1},
+            f"knob 'loss_args': key 'smothing' is not an argument of '{M}:Smoothed' (did you "
+            "mean 'smoothing'?); allowed: smoothing",
+        ),
+        (
+            f"{M}:plain_loss",
+            {"smoothing": 0.1},
+            f"knob 'loss_args': '{M}:plain_loss' is a function, called as f(output, target) with "
+            "no loss_args; allowed: {}, or a loss class (built as cls(**loss_args))",
+        ),
+        (
+            "mse",
+            {"smoothing": 0.1},
+            "knob 'loss_args': value {'smoothing': 0.1} is set but knob 'loss' is not user code; "
+            "allowed: {} or a package.module:attribute loss",
+        ),
+    ],
+)
+def test_the_plan_checks_loss_args_against_the_loss(user_module, loss, loss_args, error):
+    """Before any job, as the plan checks dataset_args and model_args (plan.matrix.check_cell)."""
+    from feedbench.core.cell import parse_cell
+    from feedbench.core.knobs import KnobError
+    from feedbench.core.plugins import resolve_all
+
+    raw = knobs(user_module, dataset=f"{M}:TorchRows", loss=loss, loss_args=loss_args)
+    with pytest.raises(KnobError) as raised:
+        resolve_all(parse_cell(raw))
+    assert str(raised.value) == error

@@ -38,7 +38,7 @@ from .cache import prepare as prepare_page_cache
 from .collector import Collector
 from .data import batch_fetch_note, batch_size_of, build_dataset, build_loader
 from .distributed import World
-from .models import build_model, build_optimizer, loss_function
+from .models import build_loss, build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, to_device
 from .profile import found as profile_found
 from .profile import sample_profile
@@ -377,6 +377,7 @@ class TrainStep:
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.loss_fn = None if "model" in user else loss_function(cell.model)
+        self.user_loss = build_loss(cell, user, device)
         # each DataParallel replica reduces its own output
         self.loss_inside = cell.parallel == "dp" and self.loss_fn is not None
         self.model = wrap_parallel(
@@ -423,9 +424,7 @@ class TrainStep:
         # a user model without a step: the default loss rule, said once in adjustments
         if self.loss_fn is None:
             output = call_model(model, batch, cell.forward_keys)
-            loss, rule = default_loss(
-                output, batch, cell.label_key, cell.loss, self.user.get("loss")
-            )
+            loss, rule = default_loss(output, batch, cell.label_key, cell.loss, self.user_loss)
             self._note_once(f"loss: {rule} (no step given)")
             return loss
         inputs = (
