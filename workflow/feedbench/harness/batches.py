@@ -147,9 +147,7 @@ def default_loss(output, batch, label_key: str = "label", loss: str = "auto", us
         own = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
         if isinstance(own, torch.Tensor) and own.dim() == 0:
             return own, "the model's own loss (its output's loss)"
-    target, label = _target(
-        batch, label_key, "cross-entropy" if loss in ("auto", "cross_entropy") else loss
-    )
+    target, label = _target(batch, label_key, _named(loss))
     if user_loss is not None:
         value = user_loss(output, target)
         if not isinstance(value, torch.Tensor) or value.dim() != 0:
@@ -175,7 +173,18 @@ REGRESSION_LOSSES = {
 }
 
 
-def _target(batch, label_key: str, what: str):
+def _named(loss: str) -> str:
+    """The loss (knob loss) as its rule and errors name it."""
+    return "cross-entropy" if loss in ("auto", "cross_entropy") else loss
+
+
+def label_target(batch, label_key: str, loss: str):
+    """(target, its name) of the loss `loss` in the batch, found without the model's output (the
+    preflight, where the model's forward failed); KnobError in one line as _target's."""
+    return _target(batch, label_key, _named(loss), because="")
+
+
+def _target(batch, label_key: str, what: str, because: str = "the model's output has no loss and "):
     """(target, its name in the loss's rule): batch[label_key] of a mapping batch, else batch[1];
     KnobError in one line where the batch has neither."""
     if isinstance(batch, Mapping) and label_key in batch:
@@ -186,7 +195,7 @@ def _target(batch, label_key: str, what: str):
 
         keys = [str(k) for k in batch]
         raise KnobError(
-            "knob 'label_key': the model's output has no loss and the batch has no key "
+            f"knob 'label_key': {because}the batch has no key "
             f"{label_key!r}{did_you_mean(label_key, keys)} to take {what} against; allowed: "
             f"{', '.join(keys) or 'none'}, or a step (package.module:train_step) returning the "
             "loss"

@@ -389,10 +389,19 @@ class TrainStep:
         self.autocast_dtype = AUTOCAST_DTYPES.get(AMP_DTYPES[cell.amp])
 
     def __call__(self, batch, clock: PhaseClock) -> None:
-        dtype = self.autocast_dtype
-        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+        with self.autocast():
             loss = self.loss(batch)
         clock.mark()
+        self.update(loss, clock)
+
+    def autocast(self):
+        """The cell's autocast (amp), which the forward phase runs in."""
+        dtype = self.autocast_dtype
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
+
+    def update(self, loss: torch.Tensor | None, clock: PhaseClock) -> None:
+        """The backward and optimizer phases, each closed by a clock mark; none after a step that
+        ran them itself."""
         if loss is None:  # the user's step did backward and the optimizer step itself
             self._note_once(
                 "step returned None (it ran backward and the optimizer itself): the forward "
@@ -423,10 +432,7 @@ class TrainStep:
             return loss
         # a user model without a step: the default loss rule, said once in adjustments
         if self.loss_fn is None:
-            output = call_model(model, batch, cell.forward_keys)
-            loss, rule = default_loss(output, batch, cell.label_key, cell.loss, self.user_loss)
-            self._note_once(f"loss: {rule} (no step given)")
-            return loss
+            return self.own_loss(self.forward(batch), batch)
         inputs = (
             batch[0].contiguous(memory_format=torch.channels_last)
             if cell.channels_last
@@ -437,6 +443,18 @@ class TrainStep:
             if self.loss_inside
             else self.loss_fn(model(inputs), batch)
         )
+
+    def forward(self, batch):
+        """A user model without a step, called on the batch (batches.call_model)."""
+        return call_model(self.model, batch, self.cell.forward_keys)
+
+    def own_loss(self, output, batch) -> torch.Tensor:
+        """The loss of a user model without a step (batches.default_loss), its rule said once in
+        adjustments."""
+        cell = self.cell
+        loss, rule = default_loss(output, batch, cell.label_key, cell.loss, self.user_loss)
+        self._note_once(f"loss: {rule} (no step given)")
+        return loss
 
     def _note_once(self, note: str) -> None:
         if note not in self.m.notes:
