@@ -6,7 +6,17 @@ loss_args. Each cell runs in this process on tiny data."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+
+
+def needs(*packages: str):
+    """Skipped where a package the test's real object comes from is not installed: Hugging Face's
+    datasets and transformers are no dependencies of feedbench."""
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)} (not installed)")
+
 
 USER_MODULE = "takes_user"
 USER_CODE = '''
@@ -133,10 +143,7 @@ def knobs(src: str, **more) -> dict:
         pytest.param(
             f"{M}:hf_rows",
             {"forward_keys": ["input_ids"]},
-            marks=pytest.mark.skipif(
-                not __import__("importlib").util.find_spec("datasets"),
-                reason="needs Hugging Face datasets (not a dependency of feedbench)",
-            ),
+            marks=needs("datasets"),
         ),
     ],
 )
@@ -160,13 +167,17 @@ def test_what_no_dataloader_takes_is_one_line(run_cell, user_module):
 
 
 @pytest.mark.parametrize(
-    "collate", ["encode", pytest.param("batch_encoding", id="transformers.BatchEncoding")]
+    "collate",
+    [
+        "encode",
+        pytest.param(
+            "batch_encoding", id="transformers.BatchEncoding", marks=needs("transformers")
+        ),
+    ],
 )
 def test_a_mapping_batch_is_counted_copied_and_fed_by_its_keys(run_cell, user_module, collate):
     """A UserDict batch, and transformers' BatchEncoding where installed: with the user's step, and
     with forward_keys and label_key for a model without one."""
-    if collate == "batch_encoding":
-        pytest.importorskip("transformers")
     base = knobs(user_module, dataset=f"{M}:TorchRows", collate=f"{M}:{collate}")
     code, result = run_cell(**base, step=f"{M}:step")
     assert code == 0 and result["status"] == "ok", result.get("error")
@@ -252,3 +263,43 @@ def test_the_plan_checks_loss_args_against_the_loss(user_module, loss, loss_args
     with pytest.raises(KnobError) as raised:
         resolve_all(parse_cell(raw))
     assert str(raised.value) == error
+
+
+@pytest.mark.parametrize(
+    "dataset, collate",
+    [
+        ("Rows", "encode"),
+        pytest.param(
+            "hf_rows",
+            "batch_encoding",
+            marks=needs("datasets", "transformers"),
+        ),
+    ],
+)
+def test_a_datasets_style_dataset_and_a_mapping_batch_pass_the_preflight(
+    user_module, tmp_path, dataset, collate
+):
+    """#48's Done-when, through the preflight's own check (feedbench.harness.preflight.run): a
+    training cell and its loader ceiling; a batch with no sample to count fails it, at the batch."""
+    import json
+
+    from feedbench.harness import preflight
+
+    cell = {
+        **knobs(user_module, dataset=f"{M}:{dataset}", collate=f"{M}:{collate}"),
+        "experiment": "e",
+        "cell": "base",
+        "device": "cpu",
+        "forward_keys": ["input_ids", "attention_mask"],
+        "label_key": "labels",
+    }
+    out = tmp_path / "preflight.json"
+    loader = dict(cell, cell="loader", scenario="loader")
+    assert preflight.run([cell, loader], str(out), str(tmp_path / "e.log")) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok", record["errors"]
+    assert [c["stages"][-1] for c in record["checked"]] == ["step", "batch"]
+    words = dict(loader, collate=f"{M}:words")
+    assert preflight.run([words], str(out), str(tmp_path / "e.log")) == 0
+    (error,) = json.loads(out.read_text())["errors"]
+    assert (error["stage"], error["message"].split(":")[0]) == ("batch", "no samples counted")
