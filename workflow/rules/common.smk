@@ -118,14 +118,19 @@ def stopped_records(experiment, cell=None):
 # stopped record.
 PREFLIGHTS = feedbench_preflight.combinations(CELLS.values())
 GATED = [name for name in PREFLIGHTS if name not in SEARCHED]
-# Of each ceiling experiment with a preflight, the cells that bound only cells of gated experiments
-# -> those experiments (feedbench.core.preflight.gates): its preflight waits for theirs, and a cell
-# all of whose experiments their preflight stopped is stopped with them (orphaned_cells).
-CEILING_GATES = (
-    feedbench_preflight.gates(CELLS.values(), GATED)
-    if any(name in CEILING_EXPERIMENTS.values() for name in PREFLIGHTS)
-    else {}
-)
+
+
+@functools.cache
+def ceiling_gates():
+    """Of each ceiling experiment with a preflight, the cells that bound only cells of gated
+    experiments -> those experiments (feedbench.core.preflight.gates): its preflight waits for
+    theirs, and a cell all of whose experiments their preflight stopped is stopped with them
+    (orphaned_cells). Made when first asked, not at every parse: it walks the ceiling map."""
+    if not any(name in CEILING_EXPERIMENTS.values() for name in PREFLIGHTS):
+        return {}
+    return feedbench_preflight.gates(CELLS.values(), GATED)
+
+
 # Every cell the matrix plans, less those of searched experiments (which wait for their checkpoint)
 # and those of gated experiments (which wait for their preflight: rules/preflight.smk,
 # gated_results).
@@ -157,10 +162,10 @@ def stopped_experiments():
 
 def orphaned_cells(stopped):
     """(ceiling experiment, cell) -> the experiment whose stopped preflight stops it: a ceiling cell
-    whose every experiment (CEILING_GATES) is among `stopped` (stopped_experiments)."""
+    whose every experiment (ceiling_gates) is among `stopped` (stopped_experiments)."""
     return {
         (name, cell): source
-        for name, gated in CEILING_GATES.items()
+        for name, gated in ceiling_gates().items()
         if name not in stopped
         for cell, source in feedbench_preflight.orphaned(gated, stopped).items()
     }
@@ -477,7 +482,7 @@ def preflight_cells(wildcards):
 def preflight_waits(experiment):
     """A ceiling experiment's: the first cell of each combination -> the preflight records of the
     experiments it bounds (feedbench.core.preflight.waits_for); none for another experiment."""
-    gated = CEILING_GATES.get(experiment)
+    gated = ceiling_gates().get(experiment)
     if not gated:
         return {}
     return {
@@ -541,7 +546,7 @@ def gated_results(experiment):
         if feedbench_preflight.failed(record):
             return [record]
         # a ceiling cell whose experiments were all stopped: their record, read as its stopped one
-        orphans = orphaned_cells(stopped_experiments()) if experiment in CEILING_GATES else {}
+        orphans = orphaned_cells(stopped_experiments()) if experiment in ceiling_gates() else {}
         paths = [
             path
             for (e, c) in CELLS
