@@ -111,6 +111,13 @@ class Smoothed(nn.CrossEntropyLoss):
         BUILT.append(smoothing)
 
 
+class Weighted(nn.CrossEntropyLoss):
+    """A loss class with a tensor of its own (a buffer): built on the host, used on the device."""
+
+    def __init__(self, weights=(1.0, 1.0)):
+        super().__init__(weight=torch.tensor(weights))
+
+
 def plain_loss(output, target):
     return nn.functional.cross_entropy(output, target)
 
@@ -228,6 +235,33 @@ def test_a_loss_class_is_built_with_loss_args_then_called(run_cell, user_module)
     assert f"loss: {M}:Smoothed against batch['label'] (no step given)" in result["adjustments"]
     code, result = run_cell(**base, loss="torch.nn:CrossEntropyLoss")
     assert code == 0 and result["status"] == "ok", result.get("error")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_mapping_batch_is_pinned_and_streamed_and_a_loss_class_moved(
+    run_cell, user_module
+):
+    """The DataLoader pins a UserDict batch; the stream prefetcher copies it (its tensors seen, so
+    no note that it cannot record their stream); the loss class's weight moves to the GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    code, result = run_cell(
+        **knobs(user_module, dataset=f"{M}:TorchRows", collate=f"{M}:encode"),
+        forward_keys=["input_ids"],
+        label_key="labels",
+        loss=f"{M}:Weighted",
+        loss_args={"weights": [1.0, 2.0]},
+        device="cuda",
+        pin_memory=True,
+        device_prefetch="stream",
+    )
+    assert code == 0 and result["status"] == "ok", result.get("error")
+    assert result["metrics"]["samples"] == STEPS * BATCH
+    assert not any("unpinned" in a or "record_stream" in a for a in result["adjustments"]), result[
+        "adjustments"
+    ]
 
 
 @pytest.mark.parametrize(
