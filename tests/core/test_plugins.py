@@ -151,7 +151,7 @@ def build_from(ctx, root, n=16):
 
 
 def not_a_dataset(ctx):
-    return [1, 2, 3]
+    return 3  # no __getitem__, no __iter__: nothing a DataLoader takes
 
 
 class Readings(Dataset):  # a regression: 8 readings and the next one, as a tuple
@@ -386,8 +386,10 @@ def test_wrong_return_type_is_one_line(project, tmp_path):
     knobs = cell(project, dataset="userproj.data:not_a_dataset", model="userproj.data:build_model")
     message = ran(knobs, tmp_path / "out", code=2)["error"]["message"]
     assert message == (
-        "knob 'dataset': 'userproj.data:not_a_dataset' returned builtins.list; "
-        "allowed: a torch.utils.data.Dataset or IterableDataset"
+        "knob 'dataset': 'userproj.data:not_a_dataset' returned builtins.int; allowed: what "
+        "torch.utils.data.DataLoader takes: an object with __getitem__ and __len__ (a torch "
+        "Dataset, a Hugging Face datasets.Dataset, a list) or with __iter__ (an IterableDataset, "
+        "a stream)"
     )
 
 

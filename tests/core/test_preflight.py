@@ -64,6 +64,15 @@ def too_wide():
 
 def bad_optimizer(params, lr=0.1):
     raise TypeError("betas must be a pair")
+
+
+def no_volume():
+    raise FileNotFoundError("no /data/text: is the volume mounted?")
+
+
+class Weighted(nn.CrossEntropyLoss):
+    def __init__(self, classes=2):
+        raise ValueError(f"weights for {classes} classes, got 3")
 """
 M = USER_MODULE
 
@@ -192,8 +201,9 @@ def test_a_failure_names_its_factory_and_the_exceptions_first_line(
     user_module, tmp_path, knobs, stage, factory, error
 ):
     record = run_check(tmp_path, [base(user_module, **knobs), base(user_module, cell="second")])
-    # the first failure stops the experiment
-    assert record["status"] == "failed" and record["checked"] == []
+    # a failure stops the experiment; the other combination is checked still
+    assert record["status"] == "failed" and [c["cell"] for c in record["checked"]] == ["second"]
+    assert record["errors"] == [record["error"]]
     found = record["error"]
     assert (found["stage"], found["factory"], f"{found['type']}: {found['message']}") == (
         stage,
@@ -241,4 +251,122 @@ def test_the_reports_failed_section_says_which_experiment_its_preflight_stopped(
     alone = summary.iloc[:1].assign(error_type=preflight.STOPPED_TYPE)
     assert failure_counts(pd.concat([alone, alone]))["experiments"] == [
         "Experiment a: stopped by its preflight, none of its 2 runs started."
+    ]
+
+
+def test_every_mismatch_of_a_combination_is_found_in_one_run(user_module, tmp_path):
+    """#49: a bad forward_keys, a bad label_key and a loss class that cannot be built, in one run;
+    a dataset that raises and a model that raises, in one run (the model is built though the data
+    failed); each named by its factory, and the run's end says each on a line of its own."""
+    record = run_check(
+        tmp_path,
+        [
+            base(
+                user_module,
+                forward_keys=["input_idz"],
+                label_key="labels",
+                loss=f"{M}:Weighted",
+            )
+        ],
+    )
+    assert record["status"] == "failed" and record["checked"] == []
+    assert [(e["stage"], e["message"]) for e in record["errors"]] == [
+        ("loss", "weights for 2 classes, got 3"),
+        (
+            "step",
+            "knob 'forward_keys': the batch has no key 'input_idz' (did you mean 'input_ids'?); "
+            "allowed: input_ids, label",
+        ),
+        (
+            "step",
+            "knob 'label_key': the batch has no key 'labels' (did you mean 'label'?) to take "
+            f"{M}:Weighted against; allowed: input_ids, label, or a step "
+            "(package.module:train_step) returning the loss",
+        ),
+    ]
+    out = tmp_path / "preflight.json"
+    assert preflight.stopped_line("e", str(out)).splitlines() == [
+        "feedbench: experiment e stopped by its preflight, none of its cells ran: 3 faults "
+        "(tracebacks: logs/preflight/e.log):",
+        f"  loss '{M}:Weighted' raised ValueError: weights for 2 classes, got 3",
+        *(f"  {line}" for line in preflight.faults(record)[1:]),
+    ]
+    record = run_check(
+        tmp_path, [base(user_module, dataset=f"{M}:no_volume", model=f"{M}:too_wide")]
+    )
+    assert [(e["stage"], e["type"]) for e in record["errors"]] == [
+        ("dataset", "FileNotFoundError"),
+        ("model", "MemoryError"),
+    ]
+
+
+def test_a_ceiling_experiment_waits_for_the_experiments_it_bounds(tmp_path):
+    """Its preflight waits for theirs; a combination that bounds only stopped experiments is not
+    checked (no process when none is left), and its cells are stopped with them, while a ceiling
+    cell another experiment still needs runs."""
+    from feedbench.plan.matrix import build_cells
+
+    base = {"dataset": f"{M}:Tokens", "model": f"{M}:Bag", "device": "cpu"}
+    config = {
+        "experiments": {
+            name: {"base": base, "matrix": {"num_workers": [workers]}, "ceilings": True}
+            for name, workers in (("a", 0), ("b", 1))
+        }
+    }
+    cells = build_cells(config, check=False)
+    gated = preflight.gates(cells, ["a", "b", "ceilings-loader", "ceilings-compute"])
+    loader, compute = gated["ceilings-loader"], gated["ceilings-compute"]
+    assert sorted(loader.values()) == [["a"], ["b"]] and list(compute.values()) == [["a", "b"]]
+    # the loader ceilings are one combination, which waits for both
+    waits = preflight.waits_for("ceilings-loader", cells, loader)
+    assert list(waits.values()) == [["a", "b"]]
+    assert preflight.orphaned(loader, {"a"}) == {
+        cell: "a" for cell, s in loader.items() if s == ["a"]
+    }
+    assert preflight.orphaned(compute, {"a"}) == {}
+    # an experiment without a preflight (b here) keeps every ceiling cell it needs
+    assert preflight.gates(cells, ["a", "ceilings-loader"]) == {
+        "ceilings-loader": {cell: ["a"] for cell, s in loader.items() if s == ["a"]}
+    }
+    records = {}
+    for name in ("a", "b"):
+        records[name] = str(tmp_path / f"{name}.json")
+        error = {"stage": "dataset", "factory": "dataset 'x:y'", "type": "OSError", "message": "no"}
+        preflight.write(records[name], preflight.record(name, f"{name}.log", [], [error]))
+    out, log = tmp_path / "loader.json", tmp_path / "loader.log"
+    first = next(iter(waits))
+    after = json.dumps({first: [records["a"], records["b"]]})
+    cell = {**base, "experiment": "ceilings-loader", "cell": first, "scenario": "loader"}
+    assert preflight.run(json.dumps([cell]), str(out), str(log), after=after) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and record["checked"] == []
+    assert record["skipped"] == [
+        {
+            "cell": first,
+            "why": "it bounds only cells of experiments their preflight stopped: a, b",
+        }
+    ]
+
+
+def test_a_fault_several_experiments_share_is_said_once(tmp_path):
+    def write(name: str, *messages: str) -> str:
+        path = str(tmp_path / f"{name}.json")
+        errors = [
+            {"stage": "dataset", "factory": "dataset 'x:y'", "type": "OSError", "message": m}
+            for m in messages
+        ]
+        preflight.write(path, preflight.record(name, f"logs/{name}.log", [], errors))
+        return path
+
+    records = {
+        "a": write("a", "no volume"),
+        "b": write("b", "no volume"),
+        "c": write("c", "no index"),
+        "d": str(tmp_path / "missing.json"),
+    }
+    assert preflight.stopped_lines(records) == [
+        "feedbench: experiments a, b stopped by their preflights (the same faults), none of "
+        "their cells ran: dataset 'x:y' raised OSError: no volume (traceback: logs/a.log)",
+        "feedbench: experiment c stopped by its preflight, none of its cells ran: dataset 'x:y' "
+        "raised OSError: no index (traceback: logs/c.log)",
     ]

@@ -4,8 +4,10 @@ names each failed cell in one line, and the other experiment's cell is measured.
 printed "steps (100%) done" and exited 0.
 
 In the same run, the preflight (feedbench.core.preflight): a dataset factory that raises stops its
-experiment before any of its cells is submitted, in one line (what else a preflight finds, and how
-it names it: test_preflight.py)."""
+experiment before any of its cells is submitted, in one line, said once for the two experiments
+that share it; the ceiling experiments derived from one of them wait for its preflight, check
+nothing, and stop the cells that bound it alone (what else a preflight finds, and how it names it:
+test_preflight.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,10 @@ class Shards(Dataset):  # reads in the main process (so its preflight passes), n
 def build(ctx, **args):
     raise RuntimeError("no index under /data/text: is the volume mounted?\\nsecond line nobody needs")
 
+
+def model():
+    return torch.nn.Linear(4, 2)
+
 """  # noqa: E501
 ERROR = (
     "RuntimeError: no shards under /data/text: is the volume mounted? (in DataLoader "
@@ -58,14 +64,21 @@ CONFIG = {
             "base": {"scenario": "loader", "dataset": "text_shards:build", "batch_size": 4},
             "matrix": {"num_workers": [0, 1]},
         },
+        # The same fault, in a training experiment with ceilings: said once for both.
+        "stopped-train": {
+            "base": {"dataset": "text_shards:build", "model": "text_shards:model", "batch_size": 4},
+            "ceilings": True,
+        },
     },
 }
 BROKEN = ["num_workers-1", "num_workers-2"]
 STOPPED = {
-    "stopped": "feedbench: experiment stopped stopped by its preflight, none of its cells "
-    "ran: dataset 'text_shards:build' raised RuntimeError: no index under "
-    "/data/text: is the volume mounted? (traceback: logs/preflight/stopped.log)",
+    ("stopped", "stopped-train"): "feedbench: experiments stopped, stopped-train stopped by their "
+    "preflights (the same faults), none of their cells ran: dataset 'text_shards:build' raised "
+    "RuntimeError: no index under /data/text: is the volume mounted? (traceback: "
+    "logs/preflight/stopped.log)",
 }
+CEILINGS = ("ceilings-loader", "ceilings-compute")
 
 
 def line(cell: str, where: str = "log: ") -> str:
@@ -117,13 +130,17 @@ def test_the_run_makes_its_report_names_each_failed_cell_in_one_line_and_exits_1
             for r in csv.DictReader(f)
         }
     stopped = ("failed", "StoppedByPreflight")
+    ceilings = {key: rows.pop(key) for key in list(rows) if key.startswith("ceilings-")}
     assert rows == {
         "broken/num_workers-1": ("failed", "RuntimeError"),
         "broken/num_workers-2": ("failed", "RuntimeError"),
         "fine/base": ("ok", ""),
         "stopped/num_workers-0": stopped,
         "stopped/num_workers-1": stopped,
+        "stopped-train/base": stopped,
     }
+    assert sorted(key.partition("/")[0] for key in ceilings) == sorted(CEILINGS)
+    assert set(ceilings.values()) == {stopped}
 
 
 @pytest.mark.slow
@@ -134,13 +151,28 @@ def test_a_preflight_that_fails_submits_no_cell_of_its_experiment_and_says_so_in
     of its cells has a stopped record."""
     _, workdir, run = failed
     output = run.stdout + run.stderr
-    for experiment, said in STOPPED.items():
+    for experiments, said in STOPPED.items():
         assert output.count(said) == 1, output[-4000:]
-        assert not (workdir / "logs" / "bench" / experiment).exists()
-        assert not list((workdir / "results" / "cells" / experiment).glob("*/rep1/result.json"))
-        assert (
-            "Traceback (most recent call last)"
-            in (workdir / "logs" / "preflight" / f"{experiment}.log").read_text()
+        for experiment in [*experiments, *CEILINGS]:
+            assert not (workdir / "logs" / "bench" / experiment).exists()
+            assert not list((workdir / "results" / "cells" / experiment).glob("*/rep1/result.json"))
+        for experiment in experiments:
+            assert (
+                "Traceback (most recent call last)"
+                in (workdir / "logs" / "preflight" / f"{experiment}.log").read_text()
+            )
+    # the ceilings' preflights waited for stopped-train's, and checked nothing: it was stopped
+    assert "experiment ceilings-" not in output
+    for experiment in CEILINGS:
+        record = json.loads((workdir / "results" / "preflight" / f"{experiment}.json").read_text())
+        assert record["status"] == "ok" and record["checked"] == [], record
+        assert [s["why"] for s in record["skipped"]] == [
+            "it bounds only cells of experiments their preflight stopped: stopped-train"
+        ]
+        (cell,) = (workdir / "results" / "cells" / experiment).glob("*/rep1/stopped.json")
+        assert json.loads(cell.read_text())["error"]["message"].startswith(
+            "stopped by the preflight of experiment stopped-train, whose cells it bounds, not "
+            "run: dataset 'text_shards:build' raised RuntimeError: no index"
         )
     record = json.loads((workdir / "results" / "preflight" / "stopped.json").read_text())
     assert (
@@ -172,10 +204,15 @@ def test_the_report_counts_the_failures_and_never_says_the_rest_completed(failed
     html = (workdir / "results" / "report" / "index.html").read_text()
     section = html[html.index('<section id="failed">') :]
     section = section[: section.index("</section>")]
+    text = without_tags(section)
     assert (
-        "4 of 5 runs failed, 1 completed. Experiment broken: all 2 runs failed. Experiment "
-        "stopped: stopped by its preflight, none of its 2 runs started."
-    ) in section, section[:1500]
+        "7 of 8 runs failed, 1 completed. Experiment broken: all 2 runs failed. Experiment "
+        "ceilings-compute: stopped by the preflight of the experiments it bounds, its only run "
+        "not started. Experiment ceilings-loader: stopped by the preflight of the experiments it "
+        "bounds, its only run not started. Experiment stopped: stopped by its preflight, none of "
+        "its 2 runs started. Experiment stopped-train: stopped by its preflight, its only run not "
+        "started."
+    ) in text, text[:1500]
     assert "stopped by its experiment&#39;s preflight, not run: dataset" in section, section[:3000]
     assert "rest of the matrix" not in html
     broken = html[html.index('id="exp-broken"') :]

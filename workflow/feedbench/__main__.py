@@ -142,6 +142,12 @@ def _add_preflight(sub) -> None:
         "--attempt", default="first", help="which attempt this is (the rule's params), recorded"
     )
     preflight.add_argument(
+        "--after",
+        default=None,
+        help="a ceiling experiment's, JSON: the first cell of a combination -> the preflight "
+        "records of the experiments it bounds; checked only where one of them passed",
+    )
+    preflight.add_argument(
         "--here", action="store_true", help="check in this process (the job runs it so)"
     )
 
@@ -254,7 +260,7 @@ def _preflight(args) -> int:
     if not args.here:
         from .core.preflight import run as run_preflight
 
-        return run_preflight(args.cells, args.out, args.log, args.attempt)
+        return run_preflight(args.cells, args.out, args.log, args.attempt, args.after)
     from .harness.preflight import run as check
 
     return check(json.loads(args.cells), args.out, args.log, args.attempt)

@@ -17,7 +17,7 @@ from feedbench.core.attempts import keep_earlier
 from feedbench.core import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan import twins as feedbench_twins
-from feedbench.core.ceilings import ceiling_map, training_cells
+from feedbench.core.ceilings import CEILING_EXPERIMENTS, ceiling_map, training_cells
 from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
 from feedbench.core.cpu_speed import is_speed_file
 from feedbench.plan.failures import failed_cells_message
@@ -119,6 +119,19 @@ def stopped_records(experiment, cell=None):
 # stopped record.
 PREFLIGHTS = feedbench_preflight.combinations(CELLS.values())
 GATED = [name for name in PREFLIGHTS if name not in SEARCHED]
+
+
+@functools.cache
+def ceiling_gates():
+    """Of each ceiling experiment with a preflight, the cells that bound only cells of gated
+    experiments -> those experiments (feedbench.core.preflight.gates): its preflight waits for
+    theirs, and a cell all of whose experiments their preflight stopped is stopped with them
+    (orphaned_cells). Made when first asked, not at every parse: it walks the ceiling map."""
+    if not any(name in CEILING_EXPERIMENTS.values() for name in PREFLIGHTS):
+        return {}
+    return feedbench_preflight.gates(CELLS.values(), GATED)
+
+
 # Every cell the matrix plans, less those of searched experiments (which wait for their checkpoint)
 # and those of gated experiments (which wait for their preflight: rules/preflight.smk,
 # gated_results).
@@ -148,10 +161,21 @@ def stopped_experiments():
     }
 
 
+def orphaned_cells(stopped):
+    """(ceiling experiment, cell) -> the experiment whose stopped preflight stops it: a ceiling cell
+    whose every experiment (ceiling_gates) is among `stopped` (stopped_experiments)."""
+    return {
+        (name, cell): source
+        for name, gated in ceiling_gates().items()
+        if name not in stopped
+        for cell, source in feedbench_preflight.orphaned(gated, stopped).items()
+    }
+
+
 def chosen_cells():
     """(experiment, cell) of every cell this run measures as far as is known now: a searched
     experiment's cells once its checkpoint has written its choice, none before; none of an
-    experiment its preflight stopped."""
+    experiment its preflight stopped, nor a ceiling cell of such experiments alone."""
     chosen = set()
     for name in SEARCHED:
         if os.path.exists(f"results/search/{name}.json"):
@@ -159,8 +183,13 @@ def chosen_cells():
                 (name, cell) for cell in feedbench_search.read(f"results/search/{name}.json")["run"]
             }
     stopped = stopped_experiments()
+    orphans = orphaned_cells(stopped)
     return [
-        key for key in CELLS if (key[0] not in SEARCHED or key in chosen) and key[0] not in stopped
+        key
+        for key in CELLS
+        if (key[0] not in SEARCHED or key in chosen)
+        and key[0] not in stopped
+        and key not in orphans
     ]
 
 
@@ -355,10 +384,11 @@ def report_lost_cells(log):
     paths, lost = feedbench_slurm.record_lost_cells(cells, log)
     if not lost:
         return
+    stopped = stopped_experiments()
     paths += [
         path
-        for name in stopped_experiments()
-        for path in stopped_records(name)
+        for name, cell in [*((name, None) for name in stopped), *orphaned_cells(stopped)]
+        for path in stopped_records(name, cell)
         if os.path.exists(path)
     ]
     from feedbench.analysis.publish import publish
@@ -434,13 +464,10 @@ def failed_cells(succeeded=True):
     # status and error without opening its result.json again.
     records = RECORDS if succeeded and any(job.rule.name == "aggregate" for job in jobs) else None
     preflights = sorted({job.wildcards.experiment for job in jobs if job.rule.name == "preflight"})
-    lines = [
-        feedbench_preflight.stopped_line(e, feedbench_preflight.PREFLIGHT.format(experiment=e))
-        for e in preflights
-    ]
-    return failed_cells_message(
-        sorted(cells), REPORT if made else None, [line for line in lines if line], records
+    lines = feedbench_preflight.stopped_lines(
+        {e: feedbench_preflight.PREFLIGHT.format(experiment=e) for e in preflights}
     )
+    return failed_cells_message(sorted(cells), REPORT if made else None, lines, records)
 
 
 # The preflight's input functions and params (rules/preflight.smk, feedbench.core.preflight).
@@ -452,6 +479,33 @@ def preflight_cells(wildcards):
         sort_keys=True,
         ensure_ascii=False,
     )
+
+
+@functools.cache
+def preflight_waits(experiment):
+    """A ceiling experiment's: the first cell of each combination -> the preflight records of the
+    experiments it bounds (feedbench.core.preflight.waits_for); none for another experiment."""
+    gated = ceiling_gates().get(experiment)
+    if not gated:
+        return {}
+    return {
+        first: [feedbench_preflight.PREFLIGHT.format(experiment=name) for name in served]
+        for first, served in feedbench_preflight.waits_for(
+            experiment, CELLS.values(), gated
+        ).items()
+    }
+
+
+def preflight_after(wildcards):
+    """The preflight records a ceiling experiment's preflight waits for (preflight_waits): it runs
+    once those of the experiments it bounds have."""
+    return sorted(
+        {path for paths in preflight_waits(wildcards.experiment).values() for path in paths}
+    )
+
+
+def preflight_after_json(wildcards):
+    return json.dumps(preflight_waits(wildcards.experiment), sort_keys=True)
 
 
 def preflight_images(wildcards):
@@ -496,7 +550,19 @@ def gated_results(experiment):
         record = checkpoints.preflight.get(experiment=experiment).output.record
         if feedbench_preflight.failed(record):
             return [record]
-        return [path for (e, c) in CELLS if e == experiment for path in repeats_of(e, c)]
+        # a ceiling cell whose experiments were all stopped: their record, read as its stopped one
+        orphans = orphaned_cells(stopped_experiments()) if experiment in ceiling_gates() else {}
+        paths = [
+            path
+            for (e, c) in CELLS
+            if e == experiment
+            for path in (
+                [feedbench_preflight.PREFLIGHT.format(experiment=orphans[(e, c)])]
+                if (e, c) in orphans
+                else repeats_of(e, c)
+            )
+        ]
+        return list(dict.fromkeys(paths))
 
     results.__name__ = f"results_of_{experiment.replace('-', '_')}"
     return results
@@ -510,13 +576,21 @@ def stopped_cells(wildcards):
     """Rule aggregate's params: of each experiment its preflight stopped, its record -> (each cell's
     stopped record, its labelled knobs), which the summary writes and reads in place of results
     (feedbench.core.preflight)."""
-    return {
+    stopped = stopped_experiments()
+    found = {
         feedbench_preflight.PREFLIGHT.format(experiment=name): [
             (path, CELLS[(name, cell)].labelled(repeat))
             for (e, cell) in CELLS
             if e == name
             for repeat, path in enumerate(stopped_records(name, cell), start=1)
         ]
-        for name in stopped_experiments()
+        for name in stopped
         if name in GATED
     }
+    # a ceiling cell of stopped experiments alone: stopped by the first one's record
+    for (name, cell), source in orphaned_cells(stopped).items():
+        found.setdefault(feedbench_preflight.PREFLIGHT.format(experiment=source), []).extend(
+            (path, CELLS[(name, cell)].labelled(repeat))
+            for repeat, path in enumerate(stopped_records(name, cell), start=1)
+        )
+    return found

@@ -1,5 +1,7 @@
 # The preflight (feedbench.core.preflight): an experiment whose cells run the user's code builds
-# each distinct combination of it once, in one light job, before any of its cells. Its record says
+# each distinct combination of it once, in one light job, before any of its cells. A ceiling
+# experiment's waits for the preflights of the experiments whose cells it bounds (input `after`),
+# and checks a combination only where one of them passed. Its record says
 # ok or the error; the summary's inputs of the experiment (gated_results) wait for it as a
 # checkpoint, so Snakemake plans the experiment's cells only once it passed; otherwise the summary
 # reads the record, and writes each cell a stopped record from it: no bench job of the experiment is
@@ -11,6 +13,7 @@
 checkpoint preflight:
     input:
         images=preflight_images,
+        after=preflight_after,
     output:
         record=feedbench_preflight.PREFLIGHT,
     log:
@@ -29,7 +32,8 @@ checkpoint preflight:
         cells=preflight_cells,
         code=preflight_code,
         attempt=preflight_attempt,
+        after=preflight_after_json,
         harness=HARNESS,
     shell:
         '"$FEEDBENCH_PYTHON" -m feedbench preflight --cells {params.cells:q} --out {output.record} --log {log}'
-        " --attempt {params.attempt:q}"
+        " --attempt {params.attempt:q} --after {params.after:q}"

@@ -28,7 +28,7 @@ from markupsafe import Markup, escape
 from ..core import attempts, search
 from ..core.ceilings import read_map
 from ..core.cores import CPU_BOUND_SHARE
-from ..core.preflight import STOPPED_TYPE
+from ..core.preflight import STOPPED_BY_BOUNDED, STOPPED_TYPE
 from ..core.records import Record, as_records
 from ..core.references import reference_name
 from ..core.result import atomic_write
@@ -519,11 +519,21 @@ def failure_counts(summary: pd.DataFrame) -> dict | None:
     stopped = (
         summary["error_type"].eq(STOPPED_TYPE).groupby(summary["experiment"], sort=False).all()
     )
+    # a ceiling experiment's cells stopped by the preflight of the experiments they bound
+    messages = summary.get("error_message", pd.Series("", index=summary.index)).fillna("")
+    bounded = (
+        messages.astype(str)
+        .str.startswith(STOPPED_BY_BOUNDED)
+        .groupby(summary["experiment"], sort=False)
+        .all()
+    )
     overall = _runs_failed(int(failed.sum()), len(summary))
     return {
         "overall": f"{overall[0].upper()}{overall[1:]}.",
         "experiments": [
-            f"Experiment {name}: stopped by its preflight, {_none_started(int(row['size']))}."
+            f"Experiment {name}: stopped by "
+            f"{'the preflight of the experiments it bounds' if bounded[name] else 'its preflight'}"
+            f", {_none_started(int(row['size']))}."
             if stopped[name]
             else f"Experiment {name}: {_runs_failed(int(row['sum']), int(row['size']))}."
             for name, row in by_experiment.iterrows()

@@ -83,7 +83,12 @@ def parse_cell(raw: dict[str, Any]) -> Cell:
         user_code("dataset", values["dataset"]),
         user_code("model", values["model"]),
     )
-    for name, own in (("dataset_args", own_data), ("model_args", own_model)):
+    own_loss = user_code("loss", values["loss"])
+    for name, own in (
+        ("dataset_args", own_data),
+        ("model_args", own_model),
+        ("loss_args", own_loss),
+    ):
         if values[name] and not own:
             raise KnobError(
                 f"knob '{name}': value {values[name]!r} is set but knob '{name[:-5]}' is not "

@@ -822,9 +822,19 @@ KNOBS: dict[str, Knob] = {
             "auto",
             "a user model without a step: its loss against batch[1] or batch[label_key]; auto: a "
             "scalar output or the output's own loss, else cross-entropy; cross_entropy, mse, l1, "
-            "smooth_l1 (torch.nn.functional's), or user code called as f(output, target)",
+            "smooth_l1 (torch.nn.functional's), or user code: a function called as f(output, "
+            "target), or a class (torch.nn:CrossEntropyLoss) built as cls(**loss_args), then "
+            "called so",
             LOSSES,
             user_code=True,
+            ceilings=("compute",),
+        ),
+        Knob(
+            "loss_args",
+            dict,
+            {},
+            "keyword arguments of a loss given as a class (label_smoothing, ...; axis: "
+            "loss_args.<name>)",
             ceilings=("compute",),
         ),
         Knob(

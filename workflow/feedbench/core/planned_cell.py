@@ -18,7 +18,7 @@ from .knobs import KNOBS
 NOT_KNOBS = ("repeats",)
 # Knobs whose entries vary like knobs: an axis `dataset_args.crop: [160, 224]` sets
 # dataset_args["crop"].
-ARG_KNOBS = ("dataset_args", "model_args", "optimizer_args")
+ARG_KNOBS = ("dataset_args", "model_args", "optimizer_args", "loss_args")
 MAX_ID_LENGTH = 200
 # Snakemake refuses a wildcard value that ends in a part repeated this often
 # (snakemake.io.PeriodicityDetector).
@@ -50,8 +50,8 @@ class PlannedCell:
 
 
 def arg_key(name: Any) -> bool:
-    """`dataset_args.<name>`, `model_args.<name>` or `optimizer_args.<name>`: one argument of a
-    factory, as an axis or a knob."""
+    """`dataset_args.<name>`, `model_args.<name>`, `optimizer_args.<name>` or `loss_args.<name>`:
+    one argument of a factory, as an axis or a knob."""
     return (
         isinstance(name, str)
         and name.partition(".")[0] in ARG_KNOBS

@@ -78,13 +78,28 @@ def resolve_all(cell) -> dict[str, Any]:
         load(target, "stage_functions")
     for args_knob in ARG_KNOBS:
         knob = args_knob.removesuffix("_args")
+        if knob == "loss" and knob in loaded:
+            check_loss_args(loaded[knob], getattr(cell, args_knob), getattr(cell, knob))
         # an optimizer's first argument is the parameters, as a factory's may be ctx
-        if knob in loaded:
+        elif knob in loaded:
             first = True if knob == "optimizer" else None
             check_args(
                 loaded[knob], getattr(cell, args_knob), getattr(cell, knob), args_knob, first
             )
     return loaded
+
+
+def check_loss_args(loss: Any, args: dict, target: str) -> None:
+    """loss_args against the user's loss: a class's constructor takes them (it is built as
+    cls(**loss_args), then called as f(output, target)); a function, called as f(output, target)
+    itself, takes none."""
+    if inspect.isclass(loss):
+        check_args(loss, args, target, "loss_args", first_taken=False)
+    elif args:
+        raise KnobError(
+            f"knob 'loss_args': '{target}' is a function, called as f(output, target) with no "
+            "loss_args; allowed: {}, or a loss class (built as cls(**loss_args))"
+        )
 
 
 def _parameters(factory: Any) -> list[inspect.Parameter] | None:

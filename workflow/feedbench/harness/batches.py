@@ -1,15 +1,19 @@
 """A batch as a tree of tensors, whatever its shape: the harness's own rules for the user's batches.
 
-A batch may be a tensor, or nested dicts, lists, tuples, namedtuples and dataclasses of them (a
-user's collate makes any of these). Here are how feedbench finds its tensors, moves them to the
-device, counts its samples and bytes, says when pinning did not reach them, and, for a user model
-without a step, what the model is called with (call_model) and which loss it gets (default_loss).
+A batch may be a tensor, or nested mappings (a dict, or any collections.abc.Mapping such as
+transformers' BatchEncoding), lists, tuples, namedtuples and dataclasses of them (a user's collate
+makes any of these), as the DataLoader's own collate and pinning walk them. Here are how
+feedbench finds its tensors, moves them to the device, counts its samples and bytes, says when
+pinning did not reach them, and, for a user model without a step, what the model is called with
+(call_model) and which loss it gets (default_loss).
 Harness layer: only torch-importing modules use it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from collections.abc import Mapping, MutableMapping
 
 import torch
 
@@ -17,10 +21,10 @@ from ..core.knobs import KnobError
 
 
 def batch_tensors(batch) -> list:
-    """Every tensor of a batch: nested dicts, lists, tuples and dataclasses."""
+    """Every tensor of a batch: nested mappings, lists, tuples and dataclasses."""
     if isinstance(batch, torch.Tensor):
         return [batch]
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):
         return [t for v in batch.values() for t in batch_tensors(v)]
     if isinstance(batch, (list, tuple)):
         return [t for v in batch for t in batch_tensors(v)]
@@ -30,12 +34,14 @@ def batch_tensors(batch) -> list:
 
 
 def move_batch(batch, device, non_blocking: bool):
-    """Every tensor of a batch on the device: nested dicts, lists, tuples, namedtuples and
+    """Every tensor of a batch on the device: nested mappings, lists, tuples, namedtuples and
     dataclasses."""
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return type(batch)((k, move_batch(v, device, non_blocking)) for k, v in batch.items())
+    if isinstance(batch, Mapping):
+        return same_mapping(
+            batch, {k: move_batch(v, device, non_blocking) for k, v in batch.items()}
+        )
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
         return type(batch)(*(move_batch(v, device, non_blocking) for v in batch))
     if isinstance(batch, (list, tuple)):
@@ -50,6 +56,20 @@ def move_batch(batch, device, non_blocking: bool):
             },
         )
     return batch
+
+
+def same_mapping(batch: Mapping, values: dict) -> Mapping:
+    """A mapping of the batch's type holding `values`, as torch's pin_memory rebuilds one: a
+    mutable one copied and updated (a BatchEncoding keeps its encodings, a defaultdict its
+    factory), another built from the values, or a dict where its type cannot be."""
+    try:
+        if isinstance(batch, MutableMapping):
+            clone = copy.copy(batch)
+            clone.update(values)
+            return clone
+        return type(batch)(values)
+    except TypeError:
+        return values
 
 
 def batch_bytes(batch) -> int:
@@ -75,6 +95,20 @@ def batch_len(batch) -> int:
     return int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
 
 
+def uncounted(batch) -> str | None:
+    """Why no sample of the batch can be counted (it holds no tensor with a first dimension), in one
+    line; None when batch_len counts them. A cell whose batches all say so measured nothing: it
+    fails rather than report 0 samples/s."""
+    if batch_len(batch):
+        return None
+    return (
+        f"no samples counted: the batch (a {type(batch).__name__}) holds no tensor with a "
+        "first dimension to count its samples by; allowed: a batch whose samples lie along the "
+        "first dimension of its tensors (a tensor, or tensors in a Mapping, list, tuple, "
+        "namedtuple or dataclass)"
+    )
+
+
 def unpinned_note(batch) -> str | None:
     """The adjustment when pin_memory was asked for and the first batch came back with unpinned host
     tensors (those already on the device are not the DataLoader's to pin)."""
@@ -97,7 +131,7 @@ def unpinned_note(batch) -> str | None:
 def _opaque(batch) -> bool:
     """A batch of a type none of feedbench's rules walks (batch_tensors): an object only the user's
     code reads."""
-    walked = (torch.Tensor, dict, list, tuple, str, bytes, int, float, bool, type(None))
+    walked = (torch.Tensor, Mapping, list, tuple, str, bytes, int, float, bool, type(None))
     return not isinstance(batch, walked) and not dataclasses.is_dataclass(batch)
 
 
@@ -106,16 +140,14 @@ def default_loss(output, batch, label_key: str = "label", loss: str = "auto", us
     when it is a scalar, or its `loss` (a mapping's key or an attribute, as a Hugging Face model
     returns it when its labels are among its inputs), else cross-entropy; cross_entropy, mse, l1,
     smooth_l1: torch.nn.functional's; or the user's `user_loss(output, target)`. The target is
-    batch[label_key] of a dict batch, else batch[1]."""
+    batch[label_key] of a mapping batch, else batch[1]."""
     if loss == "auto":
         if isinstance(output, torch.Tensor) and output.dim() == 0:
             return output, "the model's output (a scalar)"
-        own = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        own = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
         if isinstance(own, torch.Tensor) and own.dim() == 0:
             return own, "the model's own loss (its output's loss)"
-    target, label = _target(
-        batch, label_key, "cross-entropy" if loss in ("auto", "cross_entropy") else loss
-    )
+    target, label = _target(batch, label_key, _named(loss))
     if user_loss is not None:
         value = user_loss(output, target)
         if not isinstance(value, torch.Tensor) or value.dim() != 0:
@@ -125,7 +157,9 @@ def default_loss(output, batch, label_key: str = "label", loss: str = "auto", us
                 "scalar loss tensor"
             )
         return value, f"{loss} against {label}"
-    logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
+    logits = (
+        output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", output)
+    )
     if loss in REGRESSION_LOSSES:
         return _regression(loss, logits, target, label)
     return cross_entropy(logits, target, label)
@@ -139,18 +173,29 @@ REGRESSION_LOSSES = {
 }
 
 
-def _target(batch, label_key: str, what: str):
-    """(target, its name in the loss's rule): batch[label_key] of a dict batch, else batch[1];
+def _named(loss: str) -> str:
+    """The loss (knob loss) as its rule and errors name it."""
+    return "cross-entropy" if loss in ("auto", "cross_entropy") else loss
+
+
+def label_target(batch, label_key: str, loss: str):
+    """(target, its name) of the loss `loss` in the batch, found without the model's output (the
+    preflight, where the model's forward failed); KnobError in one line as _target's."""
+    return _target(batch, label_key, _named(loss), because="")
+
+
+def _target(batch, label_key: str, what: str, because: str = "the model's output has no loss and "):
+    """(target, its name in the loss's rule): batch[label_key] of a mapping batch, else batch[1];
     KnobError in one line where the batch has neither."""
-    if isinstance(batch, dict) and label_key in batch:
+    if isinstance(batch, Mapping) and label_key in batch:
         return batch[label_key], f"batch[{label_key!r}]"
-    # a dict batch: the label is a key of it, so a missing one is that knob's fault
-    if isinstance(batch, dict):
+    # a mapping batch: the label is a key of it, so a missing one is that knob's fault
+    if isinstance(batch, Mapping):
         from ..core.plugins import did_you_mean
 
         keys = [str(k) for k in batch]
         raise KnobError(
-            "knob 'label_key': the model's output has no loss and the batch has no key "
+            f"knob 'label_key': {because}the batch has no key "
             f"{label_key!r}{did_you_mean(label_key, keys)} to take {what} against; allowed: "
             f"{', '.join(keys) or 'none'}, or a step (package.module:train_step) returning the "
             "loss"
@@ -209,17 +254,18 @@ def call_model(model, batch, forward_keys: list[str] | None = None):
     """A user model without a step, called as PyTorch users write it: with `forward_keys`,
     model(**{key: batch[key]}) for those keys of a dict batch (several named inputs: input_ids,
     attention_mask, ...); else with batch[0] of a list or tuple, or the whole batch. A key the batch
-    lacks is one KnobError naming the keys it has."""
+    lacks is one KnobError naming the keys it has. Any Mapping is a dict batch here (a
+    BatchEncoding)."""
     if not forward_keys:
         return model(
             batch[0]
             if isinstance(batch, (list, tuple)) and not hasattr(batch, "_fields")
             else batch
         )
-    if not isinstance(batch, dict):
+    if not isinstance(batch, Mapping):
         raise KnobError(
-            f"knob 'forward_keys': the batch is a {type(batch).__name__}, not a dict; allowed: "
-            "forward_keys with a collate that returns a dict, or none"
+            f"knob 'forward_keys': the batch is a {type(batch).__name__}, not a mapping; "
+            "allowed: forward_keys with a collate that returns a dict (any Mapping), or none"
         )
     missing = [key for key in forward_keys if key not in batch]
     if missing:

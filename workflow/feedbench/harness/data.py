@@ -22,7 +22,7 @@ from torch.utils.data import (
 from ..core.cell import Cell
 from ..core.knobs import JPEG_DATASETS, KnobError
 from ..core.model_names import input_kind
-from ..core.plugins import call_factory, expect
+from ..core.plugins import call_factory
 from .collector import worker_init
 from .stages import StagedBatch, TimedCollate, make_stages, named, stage
 from .timing import device_work
@@ -317,17 +317,51 @@ DATASETS: dict[str, Callable] = {
 }
 
 
+class Stream(IterableDataset):
+    """A user's dataset that is only iterable (`__iter__`, no `__getitem__` with `__len__`), as a
+    torch IterableDataset: the DataLoader, and feedbench's stream paths after it (no sampler, no
+    index to cache by), take it as the stream it is. Its `dataset` is the user's object, where the
+    stage timing looks for its transforms."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __iter__(self):
+        return iter(self.dataset)
+
+
+# What a dataset factory may return, in words: what torch.utils.data.DataLoader takes.
+DATASET_KINDS = (
+    "what torch.utils.data.DataLoader takes: an object with __getitem__ and __len__ (a "
+    "torch Dataset, a Hugging Face datasets.Dataset, a list) or with __iter__ (an "
+    "IterableDataset, a stream)"
+)
+
+
+def as_dataset(value, target: str):
+    """What the user's dataset factory returned, as the DataLoader takes it: a torch Dataset or
+    IterableDataset, or any other object with __getitem__ and __len__ (map-style, as the DataLoader
+    reads every object that is no IterableDataset), as it is; an object with __iter__ alone as a
+    Stream; anything else one KnobError saying what came back."""
+    if isinstance(value, (Dataset, IterableDataset)):
+        return value
+    kind = type(value)
+    if callable(getattr(kind, "__getitem__", None)) and callable(getattr(kind, "__len__", None)):
+        return value
+    if callable(getattr(kind, "__iter__", None)):
+        return Stream(value)
+    has = " (it has __getitem__ but no __len__)" if hasattr(kind, "__getitem__") else ""
+    raise KnobError(
+        f"knob 'dataset': '{target}' returned {kind.__module__}.{kind.__qualname__}{has}; "
+        f"allowed: {DATASET_KINDS}"
+    )
+
+
 def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
     """The cell's dataset; `user` maps knobs to the user's imported callables
     (feedbench.core.plugins.resolve_all)."""
     if user and "dataset" in user:
-        dataset = expect(
-            call_factory(user["dataset"], ctx, cell.dataset_args),
-            (Dataset, IterableDataset),
-            "a torch.utils.data.Dataset or IterableDataset",
-            cell.dataset,
-            "dataset",
-        )
+        dataset = as_dataset(call_factory(user["dataset"], ctx, cell.dataset_args), cell.dataset)
         if cell.sample_delay_ms > 0 and isinstance(dataset, IterableDataset):
             raise KnobError(
                 "knob 'sample_delay_ms': an IterableDataset has no __getitem__ to delay; allowed: 0"
@@ -335,6 +369,19 @@ def build_dataset(cell: Cell, user: dict | None = None, ctx=None) -> Dataset:
     else:
         dataset = DATASETS[cell.dataset](cell)
     return Delayed(dataset, cell.sample_delay_ms) if cell.sample_delay_ms > 0 else dataset
+
+
+def batch_fetch_note(built, loaded) -> str | None:
+    """The adjustment when the dataset as built fetches a batch in one call (`__getitems__`, as a
+    Hugging Face datasets.Dataset does, which the DataLoader then calls) and the dataset the loader
+    reads, wrapped by feedbench (stage timing, a what-if, a delay), fetches sample by sample."""
+    if getattr(built, "__getitems__", None) is None or getattr(loaded, "__getitems__", None):
+        return None
+    return (
+        f"the dataset's {type(built).__name__}.__getitems__ (a batch fetched in one call) was "
+        "not called: feedbench's stage timing, what-if or delay reads it sample by sample "
+        "through __getitem__"
+    )
 
 
 def batch_size_of(cell: Cell) -> int:
@@ -349,8 +396,8 @@ def short_batch_note(cell: Cell, samples: list[int]) -> str | None:
     build_loader keeps the last, short batch (drop_last off) only then, rather than
     measure nothing; `samples` are this process's measured batch sizes.
     """
-    if not samples or max(samples) >= batch_size_of(cell):
-        return None
+    if not samples or not max(samples) or max(samples) >= batch_size_of(cell):
+        return None  # no sample counted at all: the cell failed, saying why (batches.uncounted)
     per_rank = " per rank" if cell.parallel in ("ddp", "independent") else ""
     return (
         f"batch_size={cell.batch_size} ran as batches of {max(samples)}: "

@@ -79,7 +79,7 @@ from ..core.target import (
 from . import batches
 from .cpu_speed import target_speed
 from .loop import context, first_batches
-from .models import BUILT_IN_OPTIMIZERS, build_model, build_optimizer, loss_function
+from .models import BUILT_IN_OPTIMIZERS, build_loss, build_model, build_optimizer, loss_function
 
 # Reads and writes of each parameter element in a step with SGD and momentum: read in forward, read
 # in backward, its gradient written; then the optimizer reads weight, gradient and momentum and
@@ -379,7 +379,7 @@ def _count_user(cell, batch) -> StepCount:
                 else:
                     output = batches.call_model(model, on_meta, cell.forward_keys)
                     loss = batches.default_loss(
-                        output, on_meta, cell.label_key, cell.loss, user.get("loss")
+                        output, on_meta, cell.label_key, cell.loss, build_loss(cell, user, meta)
                     )[0]
                 # None: the user's step ran backward (and its optimizer) itself
                 if loss is not None:

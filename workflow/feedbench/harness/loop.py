@@ -26,12 +26,19 @@ from ..core.knobs import KnobError
 from ..core.metrics import CLOCKED_PHASES
 from ..core.plugins import Context, resolve_all
 from ..core.target import AMP_DTYPES
-from .batches import batch_len, call_model, copied_bytes, default_loss, unpinned_note
+from .batches import (
+    batch_len,
+    call_model,
+    copied_bytes,
+    default_loss,
+    uncounted,
+    unpinned_note,
+)
 from .cache import prepare as prepare_page_cache
 from .collector import Collector
-from .data import batch_size_of, build_dataset, build_loader
+from .data import batch_fetch_note, batch_size_of, build_dataset, build_loader
 from .distributed import World
-from .models import build_model, build_optimizer, loss_function
+from .models import build_loss, build_model, build_optimizer, loss_function
 from .prefetch import StreamPrefetcher, pinned_held, to_device
 from .profile import found as profile_found
 from .profile import sample_profile
@@ -87,6 +94,8 @@ class Measurement:
     boundary_steps: list[int] = field(default_factory=list)
     # adjustments found while running (the loss rule, unpinned batches)
     notes: list[str] = field(default_factory=list)
+    # why the first measured batch with no sample counted had none (batches.uncounted)
+    uncounted: str | None = None
     collector: Collector | None = None  # Python's collector in the window (knob gc): opened with it
     # the pinned allocator's pool at the window's end, on a GPU (prefetch.pinned_held)
     pinned_held: int | None = None
@@ -318,6 +327,8 @@ def measure(
     try:
         _window(cell, device, m, feed, step, steps, monitor, move)
         _close_window(device, m, monitor, feed)
+        if m.completed and not any(m.samples):  # 0 samples/s is no measurement: say why
+            raise KnobError(m.uncounted or "no samples counted")
     # a cell that fails mid-window leaves the next cell of the process its collector as it found it
     finally:
         if m.collector is not None:
@@ -337,7 +348,7 @@ def _loader(
     world, move, out_dir = where
     # before the dataset is built and probed, and before its workers fork
     make_stages(cell.stage_functions)
-    dataset = build_dataset(cell, user, ctx)
+    dataset = built = build_dataset(cell, user, ctx)
     m.page_cache = prepare_page_cache(dataset, cell.page_cache)
     m.stage_order = stage_names(dataset)
     staged = cell.stage_timing and cell.scenario != "compute"
@@ -348,6 +359,9 @@ def _loader(
     # a transform that raises is named either way; with timing, the warm-up's first samples are
     # profiled too
     dataset = timed(dataset, sample_profile(cell)) if staged else name_transforms(dataset)
+    fetch = batch_fetch_note(built, dataset)
+    if fetch:
+        m.notes.append(fetch)
     loader = build_loader(
         cell, dataset, world.rank, world.world_size, collate=user.get("collate"), timed=staged
     )
@@ -372,6 +386,7 @@ class TrainStep:
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.loss_fn = None if "model" in user else loss_function(cell.model)
+        self.user_loss = build_loss(cell, user, device)
         # each DataParallel replica reduces its own output
         self.loss_inside = cell.parallel == "dp" and self.loss_fn is not None
         self.model = wrap_parallel(
@@ -383,10 +398,19 @@ class TrainStep:
         self.autocast_dtype = AUTOCAST_DTYPES.get(AMP_DTYPES[cell.amp])
 
     def __call__(self, batch, clock: PhaseClock) -> None:
-        dtype = self.autocast_dtype
-        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+        with self.autocast():
             loss = self.loss(batch)
         clock.mark()
+        self.update(loss, clock)
+
+    def autocast(self):
+        """The cell's autocast (amp), which the forward phase runs in."""
+        dtype = self.autocast_dtype
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
+
+    def update(self, loss: torch.Tensor | None, clock: PhaseClock) -> None:
+        """The backward and optimizer phases, each closed by a clock mark; none after a step that
+        ran them itself."""
         if loss is None:  # the user's step did backward and the optimizer step itself
             self._note_once(
                 "step returned None (it ran backward and the optimizer itself): the forward "
@@ -417,12 +441,7 @@ class TrainStep:
             return loss
         # a user model without a step: the default loss rule, said once in adjustments
         if self.loss_fn is None:
-            output = call_model(model, batch, cell.forward_keys)
-            loss, rule = default_loss(
-                output, batch, cell.label_key, cell.loss, self.user.get("loss")
-            )
-            self._note_once(f"loss: {rule} (no step given)")
-            return loss
+            return self.own_loss(self.forward(batch), batch)
         inputs = (
             batch[0].contiguous(memory_format=torch.channels_last)
             if cell.channels_last
@@ -433,6 +452,18 @@ class TrainStep:
             if self.loss_inside
             else self.loss_fn(model(inputs), batch)
         )
+
+    def forward(self, batch):
+        """A user model without a step, called on the batch (batches.call_model)."""
+        return call_model(self.model, batch, self.cell.forward_keys)
+
+    def own_loss(self, output, batch) -> torch.Tensor:
+        """The loss of a user model without a step (batches.default_loss), its rule said once in
+        adjustments."""
+        cell = self.cell
+        loss, rule = default_loss(output, batch, cell.label_key, cell.loss, self.user_loss)
+        self._note_once(f"loss: {rule} (no step given)")
+        return loss
 
     def _note_once(self, note: str) -> None:
         if note not in self.m.notes:
@@ -550,6 +581,8 @@ def _record_step(cell: Cell, m: Measurement, feed: Feed, i: int, wait: tuple, ho
     m.step_starts.append(t_start)
     m.waits_ms.append((t_ready - t_start) * 1000)
     m.samples.append(batch_len(host))
+    if not m.samples[-1] and m.uncounted is None:
+        m.uncounted = uncounted(host)
     if cell.dataset == "tokens":
         m.tokens.append(
             feed.resident_tokens[i % len(feed.residents)]

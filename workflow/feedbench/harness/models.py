@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 import sys
 import threading
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from ..core.cell import Cell
+from ..core.knobs import KnobError
 
 # Which names a cell may ask for is checked without torch: feedbench.core.model_names.
 
@@ -177,6 +179,23 @@ def build_model(cell: Cell, user: dict | None = None, ctx=None) -> nn.Module:
     import torchvision
 
     return torchvision.models.get_model(cell.model, weights=None, num_classes=cell.num_classes)
+
+
+def build_loss(cell: Cell, user: dict | None, device: torch.device | None = None):
+    """The user's loss (knob `loss`), built once: a class as cls(**loss_args), a module moved to the
+    device (a class weight is a buffer); a function as it is; None without one. The training loop
+    and the FLOP counter both take it from here."""
+    loss = (user or {}).get("loss")
+    if loss is None or not inspect.isclass(loss):
+        return loss
+    built = loss(**cell.loss_args)
+    if not callable(built):
+        raise KnobError(
+            f"knob 'loss': '{cell.loss}' built a {type(built).__module__}."
+            f"{type(built).__qualname__}, which is not callable; allowed: a loss class whose "
+            "instances are called as f(output, target), or such a function"
+        )
+    return built.to(device) if isinstance(built, nn.Module) and device is not None else built
 
 
 def loss_function(model: str) -> Callable[[torch.Tensor, tuple], torch.Tensor]:
