@@ -20,7 +20,7 @@ the target, the Slurm line for them (cpus_per_task: a rank and its workers,
 core.resources.cpus_per_rank; mem_mb from the cell's measured memory), and how much of the step
 waits on data with the site's default CPUs per GPU (`target.default_cpus_per_gpu`).
 
-Every figure is a prediction; the compute estimate's published error (leave one study out) comes
+Every figure is a prediction; the compute estimate's error on the studies' published cells comes
 from target.json, which the rule takes from the function the benchmark of
 docs/results/prediction-error.md uses.
 """

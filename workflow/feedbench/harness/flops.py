@@ -16,12 +16,14 @@ counted: _Dispatched), and the copy of the batch. A fused nn.LSTM runs PyTorch's
 fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2
 layers over 10 tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted
 with foreach=True, what PyTorch picks for CUDA tensors (on the meta device its default would loop
-over the parameters). core.estimate.compute_seconds turns the count into a floor on the step's time.
+over the parameters). core.estimate.compute_seconds turns the count into the host's time for the
+step (core.estimate.HOST_SECONDS a kernel), its floor.
 
 Operations: each kernel's class (op_class: matmul, convolution, recurrent, normalisation,
 elementwise), its FLOPs (what FlopCounterMode, the mode below, added over it) and the bytes it
-wrote, merged by kind (StepCount.ops): what core.estimate's per-operation estimate prices, each at
-its class's microbenchmarked efficiency.
+wrote, merged by kind (StepCount.ops): what core.kernels prices, each at what the GPU achieves for
+its class in its math path, or at the memory's achieved bandwidth. count_module counts any module a
+caller builds the same way (benchmarks/prediction_error.py's BERT-large).
 
 The user's own model (`model: package.module:attribute`) is counted the same way on a real batch:
 one batch drawn here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the
@@ -118,7 +120,7 @@ class StepCount:
     ops: tuple = ()
 
 
-# The operation classes of the per-operation estimate (core.estimate.OP_CLASSES), by the aten
+# The operation classes of the per-operation estimate (core.kernels.OP_CLASSES), by the aten
 # operator's name; any other kernel is elementwise. Every operation inside a fused RNN layer
 # (nn.LSTM, nn.GRU, nn.RNN: cuDNN's one kernel per layer on a GPU, what DeepBench's RNN benchmark
 # times) is recurrent; an LSTMCell loop is its matmuls and pointwise operations, each its own
