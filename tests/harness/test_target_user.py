@@ -149,7 +149,7 @@ def estimates(text_project, tmp_path):
         f"{key.split('/')[0]}/{knobs['model'].rsplit(':', 1)[1]}": knobs
         for key, knobs in cells.items()
     }
-    return {name: estimate_cell(knobs, target, {"pooled": 1.0}) for name, knobs in named.items()}
+    return {name: estimate_cell(knobs, target) for name, knobs in named.items()}
 
 
 def conv_flops(batch, out_channels, side, in_channels):
@@ -166,7 +166,7 @@ def test_the_users_model_is_counted_on_the_meta_device_on_its_own_batch(estimate
     assert shapes["flops"] == 2 * conv1 + 3 * conv2 + 3 * head
     assert (
         shapes["compute_s"] > 0
-        and shapes["efficiency_from"] == "pooled"
+        and shapes["efficiency_from"] == "kernels"
         and shapes["family"] is None
     )
     text = estimates["text/Text"]

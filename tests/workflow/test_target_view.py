@@ -163,7 +163,9 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
     estimates = json.loads((work / "results" / "target.json").read_text())
     (key,) = estimates["cells"]
     entry = estimates["cells"][key]
-    assert key.startswith("w/") and entry["family"] == "mlp" and entry["efficiency_from"] == "mlp"
+    assert (
+        key.startswith("w/") and entry["family"] == "mlp" and entry["efficiency_from"] == "kernels"
+    )
     assert entry["flops"] > 0 and entry["compute_s"] > 0 and entry["copy_s"] > 0
     assert entry["compute_from"] == "estimated" and entry["measured_cell"].startswith(
         "target-compute/"
@@ -188,15 +190,14 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
         and "the estimate is used" in section
     )
     assert "1.0x a core here (given in the config)" in section
-    # A width-64 MLP's roofline is far below its kernels' launches: the estimate is the floor, and
-    # says so.
-    assert entry["compute_s"] == entry["launch_s"]
-    assert f"the launch floor: {entry['kernels']} kernel launches" in section
-    # #38 item 5: the floor has no published error, so its range is open above and the section says
-    # measure there.
-    assert entry["compute_range_s"] == [entry["compute_s"], None] and entry["measure_there"]
+    # A width-64 MLP's roofline is far below the host's time for its kernels: the estimate is the
+    # host's time, host-bound, and says so.
+    assert entry["compute_s"] == entry["host_s"] and entry["host_bound"]
+    assert f"host-bound: {entry['kernels']} kernels" in section
+    # #51 item 3: a host-bound cell's range is open above, and the section says measure there.
+    assert entry["compute_range_s"][1] is None and entry["measure_there"]
     assert (
-        "a lower bound, no published error" in section
+        "is at least half the estimate, so it is open above" in section
         and "Too wide to plan on (over 1.5x): measure there" in section
     )
     assert "compute: measured, partition: &lt;its GPU partition&gt;" in section
@@ -214,7 +215,7 @@ def test_a_run_with_a_target_writes_its_estimates_and_the_section(tmp_path):
         assert_fits(page, f"the section 'On H100' at {width} px", width)
         seen = page.found["seen"]
         assert seen["range"] > 0 and seen["measure"] > 0, (width, seen)  # drawn, not hidden
-        assert seen["measureText"].startswith("compute range: the kernels' launch floor"), seen
+        assert seen["measureText"].startswith("compute range: host-bound"), seen
 
 
 def test_a_cell_without_a_count_or_a_loader_curve_says_why():

@@ -20,7 +20,7 @@ the target, the Slurm line for them (cpus_per_task: a rank and its workers,
 core.resources.cpus_per_rank; mem_mb from the cell's measured memory), and how much of the step
 waits on data with the site's default CPUs per GPU (`target.default_cpus_per_gpu`).
 
-Every figure is a prediction; the compute estimate's published error (leave one study out) comes
+Every figure is a prediction; the compute estimate's error on the studies' published cells comes
 from target.json, which the rule takes from the function the benchmark of
 docs/results/prediction-error.md uses.
 """
@@ -208,12 +208,9 @@ def cell_row(key: str, cell: dict, loaders: list, target: dict, records: list[Re
     row = {"cell": key, "family": cell.get("family"), "efficiency": cell.get("efficiency")}
     row["efficiency_from"] = cell.get("efficiency_from")
     row["compute_from"] = cell.get("compute_from", "estimated")
-    # The estimate is the kernels' launch floor, not the roofline over the efficiency
-    # (core.estimate.compute_seconds).
-    row["launch_floor"] = row["compute_from"] == "estimated" and cell.get(
-        "launch_s", 0
-    ) >= cell.get("compute_s", 1)
-    row["kernels"], row["launch_s"] = cell.get("kernels"), cell.get("launch_s")
+    # The GPU waits on the host (core.estimate.host_bound): its range is open above.
+    row["host_bound"] = row["compute_from"] == "estimated" and bool(cell.get("host_bound"))
+    row["kernels"], row["host_s"] = cell.get("kernels"), cell.get("host_s")
     # with `compute: measured`: how its cell on the target's GPU went
     row["measured"] = cell.get("measured")
     if "compute_s" not in cell:
@@ -315,7 +312,6 @@ def build(estimates: dict, records: list[Record]) -> dict:
     return {
         "target": target,
         "error": estimates["published_error"],
-        "efficiencies": estimates["efficiencies"],
         "measure_over": estimates.get("measure_over"),
         "rows": rows,
         "cpu_speed": cpu_speed_text(target),
@@ -356,16 +352,17 @@ def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, 
             row.append(r["on_target"])
     caption = (
         f"Predicted beside published on {entry['title']}: a prediction, not a measurement (the "
-        "step's FLOPs and bytes counted here, each operation's roofline over its class's "
-        "microbenchmarked efficiency or one fitted to the other studies alone); median error "
+        "step's FLOPs and bytes counted here, each operation priced at the GPU's public kernel "
+        "figures or its memory's achieved bandwidth, fitted to no published throughput); median "
+        "error "
         f"{100 * entry['median_error']:.1f} % (a factor of {entry['median_factor']:.2f}), worst "
         f"a factor of {entry['worst_factor']:.1f} "
         f"{'too fast' if entry['worst_too_fast'] else 'too slow'} ({ERROR_PAGE})"
     )
     notes = [
-        "The predictions beside the published figures never saw them: each is made with "
-        "efficiencies fitted to the other studies (leave one study out), so their error is what "
-        "a model family no public figure covers gets."
+        "The predictions beside the published figures never saw them: each is made from public "
+        "kernel-level figures alone (workflow/feedbench/core/kernels.yaml), so their error is "
+        "what a model whose throughput no one published gets."
     ]
     if any(r["gpus"] > 1 for r in entry["rows"]):
         notes.append(
@@ -376,7 +373,7 @@ def beside_published(estimates: dict | None, study: str) -> tuple[Table | None, 
     if elsewhere:
         notes.append(
             f"The target's GPU ({target['gpu']}) is not the study's ({entry['gpu']}): its column "
-            "predicts the study's protocol there with the efficiencies fitted to every study, "
-            "with no published figure to check it against."
+            "predicts the study's protocol there from that GPU's kernel figures, with no published "
+            "figure to check it against."
         )
     return Table(caption, columns, rows), notes

@@ -1,12 +1,15 @@
-"""The compute estimate for a target GPU, and its error against the published studies' GPU
-throughputs.
+"""The compute estimate for a target GPU, its range, and its error against the published studies'
+GPU throughputs.
 
-A step's time on a GPU is estimated as its roofline (feedbench.core.target.roofline_seconds: counted
-FLOPs at the dtype's peak, or counted bytes at the memory's peak, the longer) over an efficiency of
-its model family (model_names.FAMILIES): the share of the roofline such models reach; or, where it
-takes longer, the host's time to launch the step's counted kernels (compute_seconds,
-LAUNCH_SECONDS). The efficiencies are fitted only to public numbers, the GPU throughputs the studies
-published (report/references/, docs/studies.md), each on the model of the study's preset
+A target's estimate (compute_seconds with `per_op`) prices each counted operation of the step on
+its own, at what the GPU achieves in that operation's math path by public kernel-level measurements
+(core.kernels, core/kernels.yaml: each figure with its source and shapes), memory-bound operations
+at the memory's achieved bandwidth; the step takes that sum or the host's time to issue its kernels
+(host_seconds), the longer, and is host-bound where the host's time is near the GPU's (host_bound).
+Nothing in it is fitted to a model's throughput: the published throughputs are its check.
+
+Its range (compute_range) is the factor by which it missed the published one-GPU cells of the
+studies (report/references/, docs/studies.md), each counted on the model of the study's preset
 (config/presets/), so the work counted is the work feedbench would run:
 
     scaling   ResNet-50 on K80s, samples/s per row of GPUs (data already on the GPU)
@@ -14,18 +17,14 @@ published (report/references/, docs/studies.md), each on the model of the study'
     prefetch  a 4096-wide MLP on an RTX 2080 Ti, seconds of epochs x 50 batches per row, copies from
               pageable memory
 
-An efficiency is the geometric mean over a family's studies of each study's geometric mean of
-roofline / observed compute time, from its one-GPU rows (more GPUs add communication the estimate
-does not model); a family no study fits takes the pooled efficiency, the geometric mean of all
-studies'. Its error is published leave one study out (leave_one_study_out): each study predicted by
-efficiencies fitted to the others. docs/results/prediction-error.md holds it, written by
-benchmarks/prediction_error.py; tests/core/test_estimate.py checks the two agree.
-
-The per-operation estimate (`per_op`) sums each counted operation's roofline over the efficiency of
-its class (OP_CLASSES) on the GPU, from public microbenchmarks (core/kernels.yaml: each figure with
-its source and shapes); the operations of a class the table has no figure for keep the family
-efficiency, which is then fitted only to the time the figured classes leave unexplained. The launch
-floor stays as above.
+The family estimate (compute_seconds without `per_op`), kept beside it for comparison, is the step's
+roofline (feedbench.core.target.roofline_seconds) over an efficiency of its model family fitted to
+those studies: the geometric mean over a family's studies of each study's geometric mean of roofline
+/ observed compute time, from its one-GPU rows; a family no study fits takes the pooled efficiency,
+the geometric mean of all studies'. Its error is published leave one study out
+(leave_one_study_out): each study predicted by efficiencies fitted to the others.
+docs/results/prediction-error.md holds both, and the estimate against public single-GPU training
+results, written by benchmarks/prediction_error.py; tests/core/test_estimate.py checks they agree.
 
 Plain Python: the FLOPs and bytes come from a `count(knobs)` the caller passes
 (feedbench.harness.flops.count_step).
@@ -38,97 +37,44 @@ import math
 import os
 import statistics
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable
 
 import yaml
 
 from .ceilings import batch_bytes, trainer_seconds
-from .knobs import ConfigError
+from .kernels import kernel_seconds
 from .model_names import model_family
 from .target import Gpu, Target, copy_seconds, dtype, find_gpu, pinned, roofline_seconds
 
-# Seconds the host spends launching one kernel: the low end of "usually, the launch time on the CPU
-# side is between 5-20 microseconds" (Meta's Holistic Trace Analysis, docs "CUDA Kernel Launch
-# Statistics",
-# https://github.com/facebookresearch/HolisticTraceAnalysis/blob/main/docs/source/features/cuda_kernel_launch_stats.rst).
-# One figure for every GPU: it is the host's and the driver's time, and no public page gives it per
-# GPU. The low end, since it serves as a floor (compute_seconds); eager PyTorch adds its own
-# dispatch on top of it.
-LAUNCH_SECONDS = 5e-6
-# The per-operation classes (feedbench.harness.flops.op_class), and their public microbenchmark
-# figures per GPU.
-OP_CLASSES = ("matmul", "convolution", "recurrent", "elementwise", "normalisation")
-KERNELS = os.path.join(os.path.dirname(__file__), "kernels.yaml")
+# Seconds of the host's time per counted kernel of an eager PyTorch step (Python, the dispatcher,
+# autograd, the launch): our own H200 ran a ResNet-18 of 64 px at batch 64 at 7215 samples/s, 8.87
+# ms a step, where the GPU's work is a tenth of that and the count gives 164 kernels
+# (docs/results/gpu-validation.md, sync timing, 2026-11-26,
+# tests/harness/test_gpu.py::test_events_and_sync_agree_on_phase_times): 54 us each. Public
+# figures are lower for the launch alone ("usually, the launch time on the CPU side is between 5-20
+# microseconds": Meta's Holistic Trace Analysis, "CUDA Kernel Launch Statistics",
+# https://github.com/facebookresearch/HolisticTraceAnalysis/blob/main/docs/source/features/cuda_kernel_launch_stats.rst);
+# ours is a whole eager step's per kernel, on a cloud host's CPU. The step takes the longer of the
+# host's time and the GPU's (compute_seconds).
+HOST_SECONDS = 54e-6
+# That H200 step: its knobs (the count gives its kernels) and its measured seconds.
+HOST_SOURCE = {
+    "knobs": {"model": "resnet18", "image_size": 64, "num_classes": 100, "batch_size": 64},
+    "step_s": 64 / 7215,
+}
+# A cell whose host time is at least this share of its estimate is host-bound: the GPU waits on the
+# host, whose time per kernel varies with the CPU, so its range is open above (estimate_range).
+HOST_BOUND_SHARE = 0.5
 
 
-@lru_cache(maxsize=4)
-def _kernel_rows(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f) or {}
+def host_seconds(work) -> float:
+    """The host's time to issue the step's counted kernels (HOST_SECONDS each)."""
+    return work.kernels * HOST_SECONDS
 
 
-def gpu_figures(gpu: str, kind: str, name: str, path: str = KERNELS) -> dict:
-    """One figure of the table as written: its efficiency, source and shapes."""
-    return _kernel_rows(path)[gpu][kind][name]
-
-
-@lru_cache(maxsize=4)
-def kernel_table(path: str = KERNELS) -> dict[tuple[str, str], dict[str, float]]:
-    """(GPU, dtype) -> {class: efficiency} of the table, checked: ConfigError in one line for a
-    figure without its source or shapes, a class or dtype the estimate does not know, or an
-    efficiency outside (0, 1]."""
-    rows = _kernel_rows(path)
-    table: dict[tuple[str, str], dict[str, float]] = {}
-    for gpu, kinds in rows.items():
-        for kind, classes in (kinds or {}).items():
-            if kind not in ("fp32", "tf32", "fp16", "bf16"):
-                raise ConfigError(
-                    f"{path}: {gpu}.{kind}: unknown dtype; allowed: fp32, tf32, fp16, bf16"
-                )
-            for name, figure in (classes or {}).items():
-                where = f"{path}: {gpu}.{kind}.{name}"
-                if name not in OP_CLASSES:
-                    raise ConfigError(
-                        f"{where}: unknown operation class; allowed: {', '.join(OP_CLASSES)}"
-                    )
-                figure = figure if isinstance(figure, dict) else {"efficiency": figure}
-                for needed in ("source", "shapes"):
-                    if not figure.get(needed):
-                        raise ConfigError(
-                            f"{where}: efficiency without its {needed}; allowed: a figure with "
-                            "its public source and the kernel shapes it is derived from"
-                        )
-                value = figure.get("efficiency")
-                if not isinstance(value, (int, float)) or not 0 < value <= 1:
-                    raise ConfigError(
-                        f"{where}: efficiency {value!r}; allowed: a share of the peak in (0, 1]"
-                    )
-                table.setdefault((str(gpu), kind), {})[name] = float(value)
-    return table
-
-
-def class_efficiencies(gpu: Gpu, kind: str) -> dict[str, float]:
-    """The microbenchmarked efficiency of each operation class on `gpu` in dtype `kind` (none: the
-    family's)."""
-    return kernel_table().get((gpu.name, kind), {})
-
-
-def split_seconds(work, knobs: dict, gpu: Gpu, per_op: bool) -> tuple[float, float]:
-    """(seconds of the operations whose class has a microbenchmark figure on `gpu`, roofline seconds
-    of the rest at full efficiency). Without `per_op`: (0, the step's whole roofline), the family
-    estimate."""
-    kind = dtype(knobs, gpu)
-    if not per_op:
-        return 0.0, roofline_seconds(work.flops, work.bytes, gpu, kind)
-    figures, known, rest = class_efficiencies(gpu, kind), 0.0, 0.0
-    for op_class, flops, moved, count in work.ops:
-        seconds = count * roofline_seconds(flops, moved, gpu, kind)
-        if op_class in figures:
-            known += seconds / figures[op_class]
-        else:
-            rest += seconds
-    return known, rest
+def host_bound(work, seconds: float) -> bool:
+    """Whether the host's time is at least HOST_BOUND_SHARE of a step estimated at `seconds`."""
+    return host_seconds(work) >= HOST_BOUND_SHARE * seconds
 
 
 # The bound every published cell had, by study, and the published evidence for it.
@@ -269,23 +215,21 @@ def _geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def fit_efficiencies(
-    cells: list[PublishedCell], count: Callable, per_op: bool = False
-) -> dict[str, float]:
-    """Efficiency per family, and "pooled" over all studies, from the one-GPU cells (module
-    docstring); `per_op`: of the operations whose class has no microbenchmark figure, over the time
-    the others leave (split_seconds)."""
+def fit_efficiencies(cells: list[PublishedCell], count: Callable) -> dict[str, float]:
+    """The family estimate's efficiency per family, and "pooled" over all studies, from the one-GPU
+    cells (module docstring)."""
     by_study: dict[tuple[str, str], list[float]] = {}
     for cell in cells:
         if cell.gpus != 1:
             continue
         copy = copy_seconds(cell.copy_bytes, _target(cell), pinned(cell.knobs))
         observed = cell.published_step_s if cell.overlapped else cell.published_step_s - copy
-        known, rest = split_seconds(count(cell.knobs), cell.knobs, cell.gpu, per_op)
-        if observed - known <= 0 or rest <= 0:
+        work = count(cell.knobs)
+        if observed <= 0:
             continue
-        by_study.setdefault((count(cell.knobs).family, cell.study), []).append(
-            rest / (observed - known)
+        by_study.setdefault((work.family, cell.study), []).append(
+            roofline_seconds(work.flops, work.bytes, cell.gpu, dtype(cell.knobs, cell.gpu))
+            / observed
         )
     studies = {key: _geomean(values) for key, values in by_study.items()}
     fitted = {}
@@ -299,25 +243,30 @@ def fit_efficiencies(
 @dataclass(frozen=True)
 class Prediction:
     cell: PublishedCell
-    efficiency: float
-    efficiency_from: str  # the family's own fit, or "pooled"
+    efficiency: float  # the family's efficiency, or the share of the roofline the kernels reach
+    efficiency_from: str  # the family's own fit, "pooled", or "kernels" (core.kernels)
     compute_s: float
     copy_s: float
     step_s: float
     bound: str  # compute or data (the copy: the published cells have no loader figure)
     error: float  # |predicted - published| / published samples/s
+    host_bound: bool = False  # the host's time is at least half the compute (host_bound)
 
     @property
     def bound_right(self) -> bool:
         return self.bound == PUBLISHED_BOUND[self.cell.study][0]
 
     @property
+    def ratio(self) -> float:
+        """The published step over the predicted one: above 1, the prediction was too fast."""
+        return self.cell.published_step_s / self.step_s
+
+    @property
     def factor(self) -> float:
         """How far off, as a factor >= 1 whichever way (exp |ln predicted / published|): |predicted
         / published - 1| caps a prediction too slow at 100 % however slow, where a factor does not
         (2.3x too slow is 57 %)."""
-        ratio = self.cell.published_step_s / self.step_s  # predicted over published samples/s
-        return max(ratio, 1 / ratio)
+        return max(self.ratio, 1 / self.ratio)
 
     @property
     def too_fast(self) -> bool:
@@ -329,28 +278,21 @@ def compute_seconds(
     work, knobs: dict, gpu: Gpu, efficiencies: dict[str, float], per_op: bool = False
 ) -> tuple[float, str]:
     """A step's estimated compute seconds on `gpu` from its counted `work` (flops, bytes, kernels,
-    family: what feedbench.harness.flops.count_step gives), and which efficiency served: its
-    family's, else "pooled".
+    family, operations: what feedbench.harness.flops.count_step gives), and what priced it.
 
-    The roofline over the efficiency, or the step's kernel launches (work.kernels x LAUNCH_SECONDS),
-    the longer. The larger of the two, not their sum: CUDA launches are asynchronous, so the host
-    queues the next kernels while the GPU runs the earlier ones, and a step waits on the slower of
-    the two queues, not on both in turn. A sum would count the launches again in every step where
-    the GPU is the slower one, and the published cells are all such steps (the floor is at most 4 %
-    of their estimate: docs/results/prediction-error.md, "Small, fixed costs"), and there a sum
-    moves the median error from 22.3 to 22.4 % (the LSTM's from 17.7 to 19.3 %). The floor serves
-    the steps the roofline puts below it: a tiny model, whose step is its launches. `per_op`: the
-    operations of a class with a microbenchmark figure at that figure, the rest at the family's
-    efficiency (split_seconds).
+    `per_op` (a target's estimate): each counted operation at its GPU's public kernel figure, or the
+    memory-bound ones at the achieved bandwidth (core.kernels.kernel_seconds), summed: "kernels".
+    Else the family estimate: the roofline over the family's efficiency (its own, else "pooled").
+    Either way the host's time to issue the kernels (host_seconds) when it is longer: the larger of
+    the two, not their sum, since CUDA launches are asynchronous (the host queues the next kernels
+    while the GPU runs the earlier ones, and a step waits on the slower of the two queues). A cell
+    where the host's time is near the GPU's is host-bound (host_bound) and its range says so.
     """
+    if per_op:
+        return max(sum(kernel_seconds(work, knobs, gpu).values()), host_seconds(work)), "kernels"
     source = work.family if work.family in efficiencies else "pooled"
-    known, rest = split_seconds(work, knobs, gpu, per_op)
-    return max(known + rest / efficiencies[source], launch_seconds(work)), source
-
-
-def launch_seconds(work) -> float:
-    """The host's time to launch the step's kernels: the floor of compute_seconds."""
-    return work.kernels * LAUNCH_SECONDS
+    roofline = roofline_seconds(work.flops, work.bytes, gpu, dtype(knobs, gpu))
+    return max(roofline / efficiencies[source], host_seconds(work)), source
 
 
 def step_on(
@@ -360,7 +302,7 @@ def step_on(
     count: Callable,
     per_op: bool = False,
 ) -> tuple[float, float, float, str]:
-    """(compute, copy, step seconds, efficiency used) of the cell's step on `target`'s GPU and link:
+    """(compute, copy, step seconds, what priced it) of the cell's step on `target`'s GPU and link:
     compute and copy, overlapped as its knobs say."""
     compute, source = compute_seconds(
         count(cell.knobs), cell.knobs, target.gpu, efficiencies, per_op
@@ -372,23 +314,31 @@ def step_on(
 def predict(
     cell: PublishedCell, efficiencies: dict[str, float], count: Callable, per_op: bool = False
 ) -> Prediction:
-    """The cell's step on its own study's GPU with the given efficiencies, against the published
-    figure."""
+    """The cell's step on its own study's GPU, by the family estimate with the given efficiencies or
+    by the kernels (`per_op`), against the published figure."""
     compute, copy, step, source = step_on(cell, _target(cell), efficiencies, count, per_op)
     error = abs(cell.published_step_s / step - 1)
     bound = "compute" if compute >= copy else "data"
-    return Prediction(cell, efficiencies[source], source, compute, copy, step, bound, error)
+    work = count(cell.knobs)
+    efficiency = efficiencies.get(source) or (
+        roofline_seconds(work.flops, work.bytes, cell.gpu, dtype(cell.knobs, cell.gpu)) / compute
+    )
+    return Prediction(
+        cell, efficiency, source, compute, copy, step, bound, error, host_bound(work, compute)
+    )
 
 
 def leave_one_study_out(
     cells: list[PublishedCell], count: Callable, per_op: bool = False
 ) -> list[Prediction]:
-    """Every published cell predicted with efficiencies fitted to the other studies alone (the
-    microbenchmark figures of `per_op` are fitted to none of them)."""
+    """Every published cell predicted with efficiencies fitted to the other studies alone; by the
+    kernels (`per_op`), fitted to none of them: each cell is held out as it is."""
+    if per_op:
+        return [predict(c, {}, count, per_op=True) for c in cells]
     predictions = []
     for study in dict.fromkeys(c.study for c in cells):
-        fitted = fit_efficiencies([c for c in cells if c.study != study], count, per_op)
-        predictions += [predict(c, fitted, count, per_op) for c in cells if c.study == study]
+        fitted = fit_efficiencies([c for c in cells if c.study != study], count)
+        predictions += [predict(c, fitted, count) for c in cells if c.study == study]
     return predictions
 
 
@@ -512,6 +462,10 @@ def beside_published(
 # A compute range wider than this (its high end over its low end) is too wide to plan on: measure
 # there instead.
 MEASURE_OVER = 1.5
+# A range holds the factor by which the estimate missed this share of the published cells, from the
+# cells of at least RANGE_STUDIES studies (compute_range).
+RANGE_COVERAGE = 0.8
+RANGE_STUDIES = 2
 
 
 @dataclass(frozen=True)
@@ -526,17 +480,23 @@ class ComputeRange:
 
 
 def compute_range(predictions: list[Prediction], family: str | None) -> ComputeRange:
-    """How far a compute estimate may be off, from the published error of the method (leave one
-    study out, docs/results/prediction-error.md) on the nearest family: the one-GPU cells of the
-    studies of `family`, or of every study where none is of it (a user's model, a transformer). Each
-    such cell's published step over its held-out predicted step bounds the truth; the range spans
-    them and the estimate itself."""
+    """How far a compute estimate may be off, from the method's error on the published cells: the
+    factor by which it missed (Prediction.factor, whichever way) that RANGE_COVERAGE of the one-GPU
+    cells stay within, either way of the estimate. The cells are those of the studies of `family`
+    where they come from RANGE_STUDIES studies or more, else those of every study (a family one
+    study covers, such as the CNN's single K80 cell, a user's model, a transformer), so a range
+    never rests on one cell nor on one study. Two-sided whichever way those cells erred: on a GPU,
+    model or framework none of them had, the way the estimate errs is not known, only how far."""
     one_gpu = [p for p in predictions if p.cell.gpus == 1]
-    near = [p for p in one_gpu if model_family(p.cell.knobs.get("model")) == family] or one_gpu
-    ratios = [p.cell.published_step_s / p.step_s for p in near]
+    near = [p for p in one_gpu if model_family(p.cell.knobs.get("model")) == family]
+    if len({p.cell.study for p in near}) < RANGE_STUDIES:
+        near = one_gpu
+    factors = sorted(p.factor for p in near)
+    # the least of the cells' own factors that RANGE_COVERAGE of them are within
+    factor = factors[math.ceil(RANGE_COVERAGE * len(factors)) - 1]
     studies = ", ".join(dict.fromkeys(f"{p.cell.study} ({p.cell.gpu.name})" for p in near))
     source = (
-        f"the {len(near)} one-GPU published cell{'s' if len(near) > 1 else ''} of "
-        f"{studies}, each held out"
+        f"a factor of {factor:.2f} either way: at least {100 * RANGE_COVERAGE:.0f} % of the "
+        f"{len(near)} one-GPU published cells of {studies} were estimated within it"
     )
-    return ComputeRange(min(1.0, *ratios), max(1.0, *ratios), source)
+    return ComputeRange(1 / factor, factor, source)

@@ -240,6 +240,9 @@ GC_MODES = (
     # (harness.collector)
 )
 AMP = ("off", "bf16", "fp16")
+# torch.set_float32_matmul_precision: highest keeps float32 matmuls on CUDA cores (PyTorch's
+# default), high and medium let them use TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32).
+MATMUL_PRECISIONS = ("highest", "high", "medium")
 # torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
 OPTIMIZERS = ("sgd", "adam", "adamw")
 # A user model's loss without a step (harness.batches.model_loss): auto (the rule for a model that
@@ -866,6 +869,17 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob("momentum", float, 0.0, "SGD momentum", minimum=0, maximum=1, ceilings=("compute",)),
         Knob("amp", str, "off", "autocast dtype of forward", AMP, ceilings=("compute",)),
+        Knob(
+            "matmul_precision",
+            str,
+            "highest",
+            "float32 matmuls: highest (PyTorch's default: CUDA cores) | high or medium (TF32 "
+            "tensor cores where the GPU has them: torch.set_float32_matmul_precision, "
+            "torch.backends.cuda.matmul.allow_tf32); convolutions use TF32 either way "
+            "(torch.backends.cudnn.allow_tf32)",
+            MATMUL_PRECISIONS,
+            ceilings=("compute",),
+        ),
         Knob(
             "channels_last",
             bool,

@@ -236,13 +236,17 @@ def measured_resources(config: dict) -> dict[str, str]:
 
 
 def dtype(knobs: dict, gpu: Gpu) -> str:
-    """The dtype whose peak serves a cell's step: its autocast dtype, else tf32 for a CNN on a GPU
-    that has it (PyTorch lets cuDNN's convolutions use TF32 by default,
-    torch.backends.cudnn.allow_tf32), else fp32."""
+    """The dtype whose peak serves a cell's step as a whole (the family estimate's roofline; the
+    per-operation estimate takes each class's own, core.kernels.op_dtype): its autocast dtype, else
+    tf32 on a GPU that has it for a CNN (PyTorch lets cuDNN's convolutions use TF32 by default,
+    torch.backends.cudnn.allow_tf32) or where `matmul_precision` lets float32 matmuls use it, else
+    fp32."""
     amp = AMP_DTYPES[knobs.get("amp", KNOBS["amp"].default)]
-    if amp == "fp32" and model_family(knobs.get("model", KNOBS["model"].default)) == "cnn":
-        return "tf32" if gpu.peak_tflops["tf32"] is not None else "fp32"
-    return amp
+    if amp != "fp32" or gpu.peak_tflops["tf32"] is None:
+        return amp
+    cnn = model_family(knobs.get("model", KNOBS["model"].default)) == "cnn"
+    tf32 = knobs.get("matmul_precision", KNOBS["matmul_precision"].default) != "highest"
+    return "tf32" if cnn or tf32 else "fp32"
 
 
 def check_cells(target: Target, cells: list) -> None:

@@ -16,12 +16,14 @@ counted: _Dispatched), and the copy of the batch. A fused nn.LSTM runs PyTorch's
 fallback on the meta device, so it counts as many launches as the LSTMCell loop (748 and 778 for 2
 layers over 10 tokens), where cuDNN launches far fewer: an overcount for it. The SGD step is counted
 with foreach=True, what PyTorch picks for CUDA tensors (on the meta device its default would loop
-over the parameters). core.estimate.compute_seconds turns the count into a floor on the step's time.
+over the parameters). core.estimate.compute_seconds turns the count into the host's time for the
+step (core.estimate.HOST_SECONDS a kernel), its floor.
 
 Operations: each kernel's class (op_class: matmul, convolution, recurrent, normalisation,
 elementwise), its FLOPs (what FlopCounterMode, the mode below, added over it) and the bytes it
-wrote, merged by kind (StepCount.ops): what core.estimate's per-operation estimate prices, each at
-its class's microbenchmarked efficiency.
+wrote, merged by kind (StepCount.ops): what core.kernels prices, each at what the GPU achieves for
+its class in its math path, or at the memory's achieved bandwidth. count_module counts any module a
+caller builds the same way (benchmarks/prediction_error.py's BERT-large).
 
 The user's own model (`model: package.module:attribute`) is counted the same way on a real batch:
 one batch drawn here on the CPU from the cell's own dataset and collate (drawn_batch), moved to the
@@ -49,17 +51,20 @@ from torch.utils.module_tracker import ModuleTracker
 from ..core.ceilings import batch_bytes, ceiling_knobs
 from ..core.cell import parse_cell
 from ..core.estimate import (
+    HOST_SECONDS,
     MEASURE_OVER,
     Prediction,
     beside_published,
     compute_range,
     compute_seconds,
     fit_efficiencies,
-    launch_seconds,
+    host_bound,
+    host_seconds,
     leave_one_study_out,
     published_cells,
     summarize,
 )
+from ..core.kernels import kernel_seconds
 from ..core.knobs import KNOBS, user_batch, user_code
 from ..core.model_names import input_kind, model_family
 from ..core.plugins import resolve_all
@@ -75,6 +80,7 @@ from ..core.target import (
     measured_compute,
     pinned,
     read_target,
+    roofline_seconds,
 )
 from . import batches
 from .cpu_speed import target_speed
@@ -114,7 +120,7 @@ class StepCount:
     ops: tuple = ()
 
 
-# The operation classes of the per-operation estimate (core.estimate.OP_CLASSES), by the aten
+# The operation classes of the per-operation estimate (core.kernels.OP_CLASSES), by the aten
 # operator's name; any other kernel is elementwise. Every operation inside a fused RNN layer
 # (nn.LSTM, nn.GRU, nn.RNN: cuDNN's one kernel per layer on a GPU, what DeepBench's RNN benchmark
 # times) is recurrent; an LSTMCell loop is its matmuls and pointwise operations, each its own
@@ -418,20 +424,32 @@ def _reason(error: BaseException) -> str:
 def _count(cell) -> StepCount:
     """count_step's count: the cell's model built on the meta device, one step run under the
     counters."""
+    return count_module(
+        cell,
+        lambda: build_model(cell),
+        _batch(cell),
+        loss_function(cell.model),
+        model_family(cell.model),
+    )
+
+
+def count_module(cell, build, batch: tuple, loss, family: str | None) -> StepCount:
+    """One training step of the model `build()` makes on the meta device, on `batch` (inputs,
+    targets, on the meta device) with `loss(output, batch)`, under the counters, then a step of the
+    cell's optimizer: count_step's count of feedbench's own models, and of any module a caller
+    builds (benchmarks/prediction_error.py's BERT), of the model family `family`."""
     with torch.device("meta"):
-        model = build_model(cell)
-    inputs, targets = _batch(cell)
+        model = build()
     flops = FlopCounterMode(display=False)
     step = _Dispatched(
         cell.amp, [*model.parameters(), *model.buffers()], flops, _recurrent_names(model)
     )
     with flops, step, _Saved(model) as saved:
-        loss_function(cell.model)(model(inputs), (inputs, targets)).backward()
+        loss(model(batch[0]), batch).backward()
     parameters = sum(p.numel() for p in model.parameters())
     moved = ACTIVATION_PASSES * step.bytes + PARAMETER_PASSES * 4 * parameters
     kernels, optimizer = _optimizer_step(model, cell)
     memory = resident_bytes(model, optimizer, saved, step.low)
-    family = model_family(cell.model)
     return StepCount(
         float(flops.get_total_flops()), float(moved), parameters, family, step.kernels + kernels, memory,  # noqa: E501
         step.operations(parameters),
@@ -513,9 +531,7 @@ def published_error(root: str, per_op: bool = False) -> tuple[list[Prediction], 
     docs/results/prediction-error.md. `root`: the checkout, whose config/presets/ and
     report/references/ are read. `per_op`: the per-operation estimate (core.estimate)."""
     cells = checkout_cells(root)
-    return leave_one_study_out(cells, count_once, per_op), fit_efficiencies(
-        cells, count_once, per_op
-    )
+    return leave_one_study_out(cells, count_once, per_op), fit_efficiencies(cells, count_once)
 
 
 @lru_cache(maxsize=16)
@@ -591,12 +607,13 @@ def memory_error(spec: dict, cells: dict[str, dict]) -> str | None:
     return None
 
 
-def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -> dict:
+def estimate_cell(knobs: dict, target: Target) -> dict:
     """One training cell on the target (an entry of results/target.json's cells): its counted step
-    (_work), the estimated compute seconds (the per-operation estimate, core.estimate; and the
-    family efficiency that served the operations no microbenchmark figure covers), the copy's
-    seconds over the target's link for its batch's bytes and where they come from; `error` instead
-    of the compute for a model whose work is not counted."""
+    (_work), the estimated compute seconds (core.estimate.compute_seconds: each operation at the
+    GPU's public kernel figures, core.kernels; the host's time when longer), their split per
+    operation class, the host's time and whether the cell is host-bound, the share of the roofline
+    the estimate comes to; the copy's seconds over the target's link for its batch's bytes and where
+    they come from; `error` instead of the compute for a model whose work is not counted."""
     work, error, size, source = _work(knobs)
     copy = {
         "batch_size": int(knobs.get("batch_size", KNOBS["batch_size"].default)),
@@ -611,7 +628,8 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
     }
     if work is None:
         return {**copy, "error": error}
-    seconds, source = compute_seconds(work, knobs, target.gpu, efficiencies, per_op=True)
+    seconds, source = compute_seconds(work, knobs, target.gpu, {}, per_op=True)
+    kind = dtype(knobs, target.gpu)
     return {
         **copy,
         "flops": work.flops,
@@ -619,10 +637,12 @@ def estimate_cell(knobs: dict, target: Target, efficiencies: dict[str, float]) -
         "parameters": work.parameters,
         "kernels": work.kernels,
         "family": work.family,
-        "dtype": dtype(knobs, target.gpu),
-        "efficiency": efficiencies[source],
+        "dtype": kind,
+        "efficiency": roofline_seconds(work.flops, work.bytes, target.gpu, kind) / seconds,
         "efficiency_from": source,
-        "launch_s": launch_seconds(work),
+        "kernel_s": kernel_seconds(work, knobs, target.gpu),
+        "host_s": host_seconds(work),
+        "host_bound": host_bound(work, seconds),
         "compute_s": seconds,
         "memory_bytes": work.memory_bytes,
         "fits": too_big(knobs, work, target.gpu)
@@ -651,25 +671,26 @@ def _with_measured(entry: dict, cell: str, results: list[dict], target: Target) 
 
 
 def estimate_range(entry: dict, predictions: list[Prediction]) -> dict:
-    """A cell's estimated compute as a range (core.estimate.compute_range: the method's published
-    error on the nearest family), its span and whether it is too wide to plan on (MEASURE_OVER: then
-    measure there). The launch floor has no published error: a lower bound alone. Empty for a cell
-    with no estimate."""
+    """A cell's estimated compute as a range (core.estimate.compute_range: the method's error on the
+    published cells of several studies), its span and whether it is too wide to plan on
+    (MEASURE_OVER: then measure there). A host-bound cell (core.estimate.host_bound) keeps the fast
+    end and is open above: its host's time per kernel varies with the CPU and the code more than any
+    published cell tells. Empty for a cell with no estimate."""
     if "compute_s" not in entry:
         return {}
     seconds = entry["compute_s"]
-    if entry["launch_s"] >= seconds:
-        why = (
-            "the kernels' launch floor: a lower bound, no published error (eager PyTorch "
-            "spends more per operator)"
-        )
+    found = compute_range(predictions, entry["family"])
+    if entry["host_bound"]:
         return {
-            "compute_range_s": [seconds, None],
-            "range_from": why,
+            "compute_range_s": [seconds * found.low, None],
+            "range_from": (
+                f"host-bound: the host's {1e6 * HOST_SECONDS:.0f} us a kernel x "
+                f"{entry['kernels']} kernels is at least half the estimate, so it is open above "
+                f"(the fast end: {found.source})"
+            ),
             "range_span": None,
             "measure_there": True,
         }
-    found = compute_range(predictions, entry["family"])
     return {
         "compute_range_s": [seconds * found.low, seconds * found.high],
         "range_from": found.source,
@@ -686,15 +707,15 @@ def target_estimates(
     paths: list[str] = (),
 ) -> dict:
     """results/target.json: every training cell (`<experiment>/<cell>` -> knobs) estimated on the
-    config's target (`spec`: its `target:` block) by the per-operation estimate, its fallback
-    efficiencies fitted to every published study, the published error of the method (leave one study
-    out: what docs/results/prediction-error.md shows), every published cell of the studies predicted
+    config's target (`spec`: its `target:` block) by the per-operation estimate (public kernel
+    figures, fitted to no published throughput), its error on the published cells of the studies
+    (what docs/results/prediction-error.md shows), every published cell of the studies predicted
     beside its figure (core.estimate.beside_published, for the study views), and the target's CPU
     speed: given, or measured (the reference there from its file, and here, run now:
     harness.cpu_speed.target_speed)."""
     target = read_target(spec)
     speed = target_speed(target)
-    predictions, efficiencies = published_error(root, per_op=True)
+    predictions, _ = published_error(root, per_op=True)
     error = summarize(predictions)
     one_gpu = summarize([p for p in predictions if p.cell.gpus == 1])
     found = {
@@ -721,14 +742,13 @@ def target_estimates(
                 "worst_factor": one_gpu.worst_factor,
             },
         },
-        "efficiencies": efficiencies,
         "measure_over": MEASURE_OVER,
-        "published": beside_published(predictions, target, efficiencies, count_once, per_op=True),
+        "published": beside_published(predictions, target, {}, count_once, per_op=True),
         "cells": {},
     }
     measured, results = measured or {}, results_by_cell(list(paths))
     for key, knobs in cells.items():
-        entry = {**estimate_cell(knobs, target, efficiencies), "compute_from": "estimated"}
+        entry = {**estimate_cell(knobs, target), "compute_from": "estimated"}
         entry.update(estimate_range(entry, predictions))
         if key in measured:
             entry = _with_measured(entry, measured[key], results.get(measured[key], []), target)

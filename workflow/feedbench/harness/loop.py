@@ -375,13 +375,16 @@ class TrainStep:
     """One step of the cell's model: forward and loss, backward, optimizer step, each phase closed
     by a clock mark.
 
-    Built once per cell, before the loader starts: the model (channels_last, wrapped for ddp or dp),
+    Built once per cell, before the loader starts: float32 matmuls at the cell's `matmul_precision`,
+    the model (channels_last, wrapped for ddp or dp),
     the optimizer (knob `optimizer`: SGD by default) and the GradScaler; the optimizer is also the
     user's step's ctx.optimizer.
     """
 
     def __init__(self, cell: Cell, device: torch.device, m: Measurement, user: dict, ctx: Context):
         self.cell, self.device, self.m, self.user, self.ctx = cell, device, m, user, ctx
+        # TF32 for float32 matmuls or not (process-wide: set by every cell, the default included)
+        torch.set_float32_matmul_precision(cell.matmul_precision)
         model = build_model(cell, user, ctx).to(device)
         if cell.channels_last:
             model = model.to(memory_format=torch.channels_last)
