@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 # Nothing is downloaded: the model and the tokenizer are made here.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
 # The tokenizer is trained on all cores before the loader forks its workers; without this, every
 # worker warns that parallelism was disabled.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
