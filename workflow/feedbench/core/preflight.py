@@ -47,13 +47,25 @@ STOPPED_BY_BOUNDED = "stopped by the preflight of experiment "
 
 # What decides what the preflight builds, besides the user's code: cells equal on these are one
 # combination.
-KEYS = ("scenario", "device", "python_path", *ARG_KNOBS, "forward_keys", "label_key")
+KEYS = (
+    "scenario",
+    "device",
+    "python_path",
+    *ARG_KNOBS,
+    "forward_keys",
+    "label_key",
+    "command",
+    "python",
+    "workdir",
+)
 DATA_ONLY = ("loader", "transfer")  # scenarios with no model and no step
 
 
 def needs_preflight(knobs: dict) -> bool:
     """Whether a cell runs user code that its scenario uses: a loader or transfer cell only what
-    makes its batch."""
+    makes its batch; a command cell, its command (harness.command.preflight)."""
+    if knobs.get("command"):
+        return True
     if knob(knobs, "scenario") in DATA_ONLY:
         return user_batch(knobs)
     return bool(user_code_of(knobs))

@@ -95,10 +95,14 @@ def command_line(cell: Cell) -> list[str]:
     return [python, *args]
 
 
-def environment(spec: str | None) -> dict:
+def environment(spec: str | None, raw: dict) -> dict:
     """The command's environment: the user's (the harness's own, with the thread variables as the
-    workflow was launched: core.threads.restored); instrumented, the bootstrap first on its path."""
+    workflow was launched: core.threads.restored), its trainer's threads where the cell sets
+    torch_threads (OMP_NUM_THREADS, which torch reads as it starts: the plain run gets them too);
+    instrumented, the bootstrap first on its path."""
     env = dict(os.environ)
+    if raw.get("torch_threads") is not None:
+        env["OMP_NUM_THREADS"] = str(raw["torch_threads"])
     if spec is None:
         return env
     env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOTSTRAP, env.get("PYTHONPATH")) if p)
@@ -126,7 +130,7 @@ def run_once(
         process = subprocess.Popen(
             run.argv,
             cwd=cell.workdir or None,
-            env=environment(spec),
+            env=environment(spec, raw),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its loader workers and ranks: one group to end
