@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+from conftest import ROOT
 from feedbench.harness import command
 from feedbench.harness.runner import run
 from helpers.commands import command_cell, line_of, write_train
@@ -216,3 +217,29 @@ def test_a_command_on_the_gpu_is_timed_by_cuda_events_on_its_stream(tmp_path):
     # a batch of 8 images of 3 x 16 x 16 float32 and 8 int64 labels, copied every step
     assert metrics["h2d_bytes"] == 10 * (8 * 3 * 16 * 16 * 4 + 8 * 8)
     assert result["command"]["loader"]["ran"]["pin_memory"] is True
+
+
+def test_a_ddp_command_runs_its_ranks_under_torchrun(tmp_path):
+    """parallel ddp, 2 ranks on the CPU: examples/plain-loop under torchrun, which sets up gloo and
+    DDP itself as its users run it; each rank's loop is measured and the job's throughput is both
+    ranks' samples over the slowest window."""
+    knobs = command_cell(
+        os.path.join(ROOT, "examples", "plain-loop"),
+        "train.py --max-steps 12 --workers 0",
+        parallel="ddp",
+        gpus_per_node=2,
+        warmup_steps=3,
+        steps=4,
+    )
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    assert result["command"]["argv"][1:5] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+    ]
+    metrics = result["metrics"]
+    assert metrics["world_size"] == 2 and result["command"]["ranks"] == 2
+    assert [(r["rank"], r["samples"]) for r in metrics["ranks"]] == [(0, 128), (1, 128)]
+    assert metrics["samples"] == 256

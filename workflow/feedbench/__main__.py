@@ -371,7 +371,7 @@ def run_or_launch(
         cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError:
         return run(raw, out_dir)  # writes the failed result and prints the one line
-    if ranks(cell) > 1:
+    if ranks(cell) > 1 and not cell.command:  # a command's ranks are torchrun's (harness.command)
         return launch(raw, cell, notes, out_dir, time_limit)
     return run(raw, out_dir, time_limit=time_limit)
 
