@@ -243,3 +243,37 @@ def test_a_ddp_command_runs_its_ranks_under_torchrun(tmp_path):
     assert metrics["world_size"] == 2 and result["command"]["ranks"] == 2
     assert [(r["rank"], r["samples"]) for r in metrics["ranks"]] == [(0, 128), (1, 128)]
     assert metrics["samples"] == 256
+
+
+STREAM = """
+import sys
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        if "--sharded" in sys.argv:
+            info = get_worker_info()
+            start, step = (info.id, info.num_workers) if info else (0, 1)
+            return iter(torch.arange(start, 4096, step, dtype=torch.float32))
+        return iter(torch.arange(4096, dtype=torch.float32))
+
+
+model = torch.nn.Linear(1, 1)
+for batch in DataLoader(Stream(), batch_size=16):
+    model(batch[:, None]).sum().backward()
+"""
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["unsharded", "sharded"])
+def test_workers_on_a_stream_that_does_not_shard_say_what_became_of_its_samples(tmp_path, sharded):
+    (tmp_path / "train.py").write_text(STREAM)
+    command_line = "train.py --sharded" if sharded else "train.py"
+    knobs = command_cell(str(tmp_path), command_line, num_workers=2, warmup_steps=2, steps=4)
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    said = [note for note in result["adjustments"] if "yielded the whole stream" in note]
+    assert bool(said) is not sharded
+    if said:
+        assert "its samples came 2 times each" in said[0]

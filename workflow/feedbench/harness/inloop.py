@@ -66,6 +66,8 @@ from .whatif import apply as apply_whatifs
 from .whatif import probe, stage_names
 
 SPEC_VARIABLE = "FEEDBENCH_COMMAND_SPEC"
+SHARDED = "sharded"  # a file a loader worker writes the first time its stream asks who it is
+TORCH_FOLDER = os.path.dirname(torch.__file__) + os.sep
 MODES = ("train", "whole", "replay", "drain", "preflight")
 
 
@@ -132,6 +134,7 @@ class Loader:
     batch_size: Any
     asked: dict
     rebuilt_from: int | None = None  # a loader the framework built again from this one's dataset
+    iterable: bool = False  # its dataset is a stream (IterableDataset): each worker runs it all
     ran: dict | None = None
     iterators: int = 0
     batches: int = 0
@@ -212,6 +215,7 @@ class Instrument:
             f"{type(dataset).__module__}.{type(dataset).__qualname__}",
             loader.batch_size,
             asked_of(loader),
+            iterable=isinstance(dataset, torch.utils.data.IterableDataset),
         )
         earlier = [o for o in _LIVE if o.dataset is dataset]
         if earlier:  # Lightning and accelerate build the script's loader again around its dataset
@@ -561,8 +565,26 @@ class Instrument:
             "stage_skip": self.window.get("stage_skip", 0),
             "gc": self.collector.summary() if self.collector.opened else None,
             "whole": self.whole,
-            "notes": self.notes,
+            "notes": self.notes + self._stream_notes(),
         }
+
+    def _stream_notes(self) -> list[str]:
+        """What happened to the samples of a stream given workers it does not shard over: every
+        worker runs the whole stream (torch's rule), so each sample came as often as there were
+        workers. A stream that shards asks torch.utils.data.get_worker_info() in its workers
+        (_sharded marks it)."""
+        info = self.training
+        workers = ((info.ran or {}).get("num_workers") or 0) if info else 0
+        if not info or not info.iterable or workers < 2:
+            return []
+        if os.path.exists(os.path.join(self.out, SHARDED)):
+            return []
+        return [
+            f"num_workers={workers} on the stream {info.dataset} (an IterableDataset), which never "
+            "asked torch.utils.data.get_worker_info() in a worker: each of the "
+            f"{workers} workers yielded the whole stream, so its samples came {workers} times "
+            "each; shard it by worker (get_worker_info) to compare worker counts"
+        ]
 
     def _preflight_facts(self) -> dict:
         return {
@@ -686,6 +708,7 @@ class ReplayIterator(torch_dataloader._BaseDataLoaderIter):
 
 
 _ORIGINAL: dict[str, Callable] = {}
+_MARKED: list = []  # this process (a loader worker) has marked its stream sharded
 # the script's DataLoaders: an earlier one with the same dataset, the drain's loader object
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _instrument: Instrument | None = None
@@ -732,6 +755,20 @@ def install() -> None:
         finally:
             instrument.backward_ends()
 
+    asked_who = torch.utils.data.get_worker_info
+
+    @functools.wraps(asked_who)
+    def get_worker_info():
+        found = asked_who()
+        # a loader worker's stream asks who it is (torch's own collate asks too: not counted)
+        caller = sys._getframe(1).f_code.co_filename
+        if found is not None and not _MARKED and not caller.startswith(TORCH_FOLDER):
+            _MARKED.append(True)
+            open(os.path.join(instrument.out, SHARDED), "a").close()
+        return found
+
+    torch.utils.data.get_worker_info = get_worker_info
+    torch.utils.data._utils.worker.get_worker_info = get_worker_info
     loader_class.__init__, loader_class.__iter__ = __init__, __iter__
     iterator_class.__next__ = __next__
     torch.autograd.backward = backward
