@@ -277,3 +277,28 @@ def test_workers_on_a_stream_that_does_not_shard_say_what_became_of_its_samples(
     assert bool(said) is not sharded
     if said:
         assert "its samples came 2 times each" in said[0]
+
+
+@pytest.mark.timing
+def test_a_commands_samples_per_s_is_its_own_at_its_own_settings(tmp_path):
+    """The truth a user checks feedbench against: the script's own throughput printout, run alone
+    just before, at the same settings (0 workers, one thread). examples/plain-loop prints its
+    samples/s over its steps after its first 5; the cell measures the same steps in its loop:
+    within 15 %."""
+    import subprocess
+    import sys
+
+    example = os.path.join(ROOT, "examples", "plain-loop")
+    own = subprocess.run(
+        [sys.executable, "train.py", "--max-steps", "45", "--workers", "0"],
+        cwd=example,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        timeout=300,
+    )
+    rate = float(own.stdout.split("train: ")[1].split(" samples/s")[0])
+    knobs = command_cell(example, "train.py --max-steps 45 --workers 0", warmup_steps=5, steps=40)
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    assert result["metrics"]["samples_per_s"] == pytest.approx(rate, rel=0.15)
