@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from . import cores, stages
-from .verdict import device_prep_note, headspace
+from . import cores, other_load, stages
+from .verdict import device_prep_note, free_data, other_load_apart
 
 
 def _value(cell: dict | None, key: str) -> float | None:
@@ -51,34 +51,51 @@ def changed(best: dict, base: dict, knobs: list[str]) -> str:
     return ", ".join(parts) or "another cell"
 
 
+def _free_data(subject: dict) -> str:
+    """The finding's free-data clause: the factor its wait share allows (verdict.free_data), or why
+    none is given."""
+    factor, rest = free_data(subject)
+    if other_load_apart(subject):
+        ran = (
+            "ran beside other load and the cell did not"
+            if subject.get("ceilings_disturbed")
+            else "ran on a quiet machine and the cell beside other load"
+        )
+        return f"; no free-data factor: its compute ceiling {ran} (rerun both alone)"
+    if factor is None or round(factor, 1) <= 1.0:
+        return ""
+    return f"; with free data it could run {factor:.1f}x faster" + (f"; {rest}" if rest else "")
+
+
 def finding(subject: dict, found: dict, scenario: str, unit: str, number: Callable) -> str:
-    """Is the step starved, and by how much (the baseline's bound; a ceiling's most)."""
+    """Is the step starved, and by how much (the baseline's bound; a ceiling's most), from the same
+    repeats of the same cell; and how many of them ran beside other load."""
     bound, stall = subject["bound"], _value(subject, "stall_pct")
-    room = headspace(subject)
-    faster = (
-        f"; with free data it could run {1 + room:.1f}x faster"
-        if room is not None and room > 0.005
-        else ""
-    )
+    name = "the baseline" if subject is found.get("baseline") else "the best cell"
+    load = other_load.words(subject, name)
+    load = f"; {load}" if load else ""
+    faster = _free_data(subject)
     if bound == "data":
-        return f"Training waits for data {stall:.0f} % of each step{faster}."
+        return f"Training waits for data {stall:.0f} % of each step{faster}{load}."
     if bound == "transfer":
         share = 100 * (_value(subject, "h2d_share") or 0)
-        return f"Training waits for the host-to-device copy {share:.0f} % of each step{faster}."
+        return (
+            f"Training waits for the host-to-device copy {share:.0f} % of each step{faster}{load}."
+        )
     if bound == "compute":
         data = (
             f"data costs {stall:.0f} % of each step"
             if stall is not None
             else "the data wait is not measured"
         )
-        return f"Training is limited by compute; {data}{faster}."
+        return f"Training is limited by compute; {data}{faster}{load}."
     best = found["best"]
     what = {
         "loader": "The loader alone delivers up to",
         "compute": "The model alone, its data already on the device, trains at up to",
         "transfer": "The host-to-device copy peaks at",
     }.get(scenario, "The best cell measures")
-    return f"{what} {number(best['median'])} {unit} (a ceiling, not a training run)."
+    return f"{what} {number(best['median'])} {unit} (a ceiling, not a training run){load}."
 
 
 def where(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number: Callable) -> str:
@@ -158,6 +175,11 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
         figures = f"{number(best['median'])} {unit}{_interval(best, number)}"
         gain = (
             f"measured {found['speedup']:.2f}x ({figures}){_against_prediction(best, unit, number)}"
+        )
+        gain += "".join(
+            f"; {said}"
+            for said in (other_load.words(base, "the baseline"), other_load.words(best, what))
+            if said
         )
         if found["clear"]:
             return f"{what}: {gain}."

@@ -50,7 +50,7 @@ import pandas as pd
 from ..core.ceilings import LOADER_REACHES
 from ..core.fit import twin_of
 from ..core.knobs import KNOBS, PAYS_OFF
-from . import cores, growth, stages
+from . import cores, growth, other_load, stages
 from .aggregate import is_true, knob_value
 from .stages import column_median
 from .whatifs import changed_data
@@ -277,7 +277,9 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
     knobs = varying_knobs(rows, axes)
     table = []
     for cell, group in rows.groupby("cell", sort=False):
-        ok = group[group["status"] == "ok"]
+        # its quiet repeats where it has any: every figure of the row stands on the same ones
+        quiet = other_load.kept(group[group["status"] == "ok"])
+        ok = quiet.rows
         first = group.iloc[0]
         stats = interval(ok[metric]) if len(ok) else Interval(0, None, None, None, None)
         bound, why = classify(
@@ -303,6 +305,9 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "low": stats.low,
                 "high": stats.high,
                 "n": stats.n,
+                "left_out": quiet.left_out,
+                "disturbed": quiet.disturbed if stats.n else None,
+                "ceilings_disturbed": _any_flag(ok, "ceilings_disturbed"),
                 "step_ms": column_median(ok, "step_ms_median"),
                 "stall_pct": column_median(ok, "stall_pct"),
                 "h2d_share": column_median(ok, "h2d_share"),
@@ -338,6 +343,12 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         if knobs
         else table
     )
+
+
+def _any_flag(ok: pd.DataFrame, column: str) -> bool | None:
+    """Whether any of the rows sets a yes/no column; None where none holds a value."""
+    flags = ok[column].dropna() if column in ok else ()
+    return bool(flags.astype(bool).any()) if len(flags) else None
 
 
 def in_unit(ok: pd.DataFrame, metric: str, column: str) -> float | None:
@@ -654,21 +665,61 @@ def _boundaries(cell: dict) -> str:
     return f"{count} boundary" if count == 1 else f"{count} boundaries"
 
 
+def other_load_apart(cell: dict | None) -> bool:
+    """Whether a cell's figures and its ceilings' ran under another load: one beside other load, the
+    other not (analysis.other_load). A ceiling is never divided by such a figure."""
+    mine, theirs = (cell or {}).get("disturbed"), (cell or {}).get("ceilings_disturbed")
+    known = all(v is not None and not pd.isna(v) for v in (mine, theirs))
+    return known and bool(mine) != bool(theirs)
+
+
 def headspace(cell: dict | None) -> float | None:
-    """How much faster the cell would train with free data: compute ceiling / measured - 1 (SPDL's
-    headspace)."""
-    if not cell:
+    """How much faster the cell would train with free data by its compute ceiling: ceiling /
+    measured - 1 (SPDL's headspace); None where the two ran under another load
+    (other_load_apart)."""
+    if not cell or other_load_apart(cell):
         return None
     ceiling, measured = _number(cell.get("ceiling_compute")), _number(cell.get("median"))
     return ceiling / measured - 1 if ceiling and measured else None
 
 
-def headspace_text(value: float) -> str:
-    """A headspace in plain words: how many times faster training could run with free data. A
-    negative one is no headspace: the cell measured above its compute ceiling (noise, or a ceiling
-    measured under other load), so the ceiling does not bound it and the sentence says so."""
+def wait_allows(cell: dict | None) -> float | None:
+    """The most a cell could gain with free data by its own wait share: 1 / (1 - stall), the step
+    without its wait; None where the wait was not measured."""
+    stall = _number((cell or {}).get("stall_pct"))
+    return 100 / (100 - stall) if stall is not None and 0 <= stall < 100 else None
+
+
+def free_data(cell: dict | None) -> tuple[float | None, str | None]:
+    """How many times faster the cell could train with free data, from the same repeats as its wait
+    share: the compute ceiling over its median, never above what its wait share allows
+    (wait_allows); and, where the ceiling reaches further, why the rest is not the data's. (None,
+    None) without a headspace."""
+    room = headspace(cell)
+    if room is None:
+        return None, None
+    factor, allows = 1 + room, wait_allows(cell)
+    if allows is None or factor <= allows:
+        return factor, None
+    return allows, (
+        f"its compute ceiling runs {factor:.1f}x its speed, but the rest is the step's own "
+        "compute, slower in training than alone (other load, or loader workers on its cores)"
+    )
+
+
+def headspace_text(cell: dict) -> str | None:
+    """A cell's headspace in plain words: how many times faster training could run with free data
+    (free_data). A negative one is no headspace: the cell measured above its compute ceiling (noise,
+    or a ceiling measured under other load), so the ceiling does not bound it and the sentence says
+    so. None without a headspace."""
+    value = headspace(cell)
+    if value is None:
+        return None
     if value >= 0:
-        return f"with free data, training could run {1 + value:.1f}x faster"
+        factor, rest = free_data(cell)
+        return f"with free data, training could run {factor:.1f}x faster" + (
+            f"; {rest}" if rest else ""
+        )
     above = 1 / (1 + value) - 1  # measured / ceiling - 1
     return (
         f"measured above its compute ceiling by {100 * above:.0f} %: the ceiling is not a bound "
@@ -743,8 +794,8 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     # a data-bound cell's costliest stage (stage timing)
     culprit = subject.get("culprit") if subject else None
     details = [culprit] if isinstance(culprit, str) else []
-    if found["headspace_baseline"] is not None:
-        details.append(headspace_text(found["headspace_baseline"]))
+    room = headspace_text(base) if base else None
+    details += [room] if room else []
     lead += f": {'; '.join(details)}" if details else ""
     if reaching.empty:
         found["gains"] = pays_off(cells, best) if best else []
