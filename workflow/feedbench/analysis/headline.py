@@ -154,7 +154,12 @@ def _predicted_fix(found: dict, whatifs: list[dict], unit: str, number: Callable
     # the baseline as it is: no fix
     if recommendation.get("fix") and recommendation.get("cell") != base["cell"]:
         return f"Predicted, not measured: {recommendation['fix']}."
-    own = [w for w in whatifs if w["cell"] == base["cell"] and w.get("predicted")]
+    # a cache that freezes a random stage changes the augmentation: never the fix
+    own = [
+        w
+        for w in whatifs
+        if w["cell"] == base["cell"] and w.get("predicted") and not w.get("frozen")
+    ]
     if own:
         top = max(own, key=lambda w: w["predicted"])
         gain = top["predicted"] / float(base["median"]) if base.get("median") else None

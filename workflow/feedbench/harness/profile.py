@@ -30,6 +30,7 @@ calls counted for the first.
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import functools
 import math
@@ -61,6 +62,10 @@ class SampleProfile:
         self.made = [0, 0]  # and how many
         self.counted = 0  # samples made when the last batch was collated
         self.profiler: cProfile.Profile | None = None
+        # a sample being made and timed on the CPU alone, not profiled: feedbench's own checks of it
+        # (harness.stages' random-stage check) run there, aside (their CPU time not counted)
+        self.timed_only = False
+        self.aside_s = 0.0
 
     def __getstate__(self) -> dict:  # a spawned worker starts its own profiler
         return {**self.__dict__, "profiler": None}
@@ -88,13 +93,25 @@ class SampleProfile:
             except ValueError:  # another profiler holds the interpreter (Python 3.12+): no profile
                 self.batches, _active = 0, None
                 return make()
+        aside, self.timed_only = self.aside_s, not profiled
         try:
             return make()
         finally:
             if profiled:
                 self.profiler.disable()
-            self.cpu_s[profiled] += time.thread_time() - start
+            self.timed_only = False
+            self.cpu_s[profiled] += time.thread_time() - start - (self.aside_s - aside)
             self.made[profiled] += 1
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Work of feedbench's own inside a sample timed on the CPU alone: its CPU time is not the
+        sample's."""
+        start = time.thread_time()
+        try:
+            yield
+        finally:
+            self.aside_s += time.thread_time() - start
 
     def batch_made(self) -> dict | None:
         """A batch was collated: the profile's result when that was its last batch, else None."""
@@ -153,6 +170,13 @@ def profiled(profile: SampleProfile | None, make: Callable[[], Any]) -> Callable
     """make, under the profile where this process profiles it (SampleProfile.wrap); make itself
     otherwise."""
     return make if profile is None else profile.wrap(make)
+
+
+def checking() -> SampleProfile | None:
+    """This process's profile while it makes a warm-up sample timed on the CPU alone (every other
+    one: never a profiled one, whose profile a second call would skew), else None: the samples
+    harness.stages checks its stages' randomness on, aside (SampleProfile.aside)."""
+    return _active if _active is not None and _active.timed_only else None
 
 
 def batch_made() -> dict | None:
