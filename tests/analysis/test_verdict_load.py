@@ -191,3 +191,79 @@ def test_no_factor_of_the_stored_default_run_is_above_its_baselines_wait_share()
         assert all(f <= round(allowed, 1) for f in printed_factors(experiment)), experiment["name"]
         checked += 1
     assert checked >= 2
+
+
+def lightning_rows() -> tuple[list[dict], dict]:
+    """The Lightning job of #49 in small: 0 workers at 250 samples/s, 2 workers measured slower
+    (190) yet predicted at the compute ceiling (409) by a loader ceiling that reaches it; each with
+    its loader ceiling, one compute ceiling."""
+    rows = [
+        *[
+            train_row("num_workers-0", k, True, 250.0 + k, QUIET, num_workers=0, stall_pct=20.0)
+            for k in range(3)
+        ],
+        *[
+            train_row("num_workers-2", k, False, 190.0 + k, QUIET, num_workers=2, stall_pct=3.0)
+            for k in range(3)
+        ],
+    ]
+    for experiment, cell, rate in (
+        ("ceilings-loader", "w0", 300.0),
+        ("ceilings-loader", "w2", 2000.0),
+        ("ceilings-compute", "c", 409.0),
+    ):
+        scenario = experiment.split("-")[1]
+        rows += [
+            {**train_row(cell, k, False, rate, QUIET, scenario=scenario), "experiment": experiment}
+            for k in range(3)
+        ]
+    links = {
+        f"e/num_workers-{w}": {"loader": f"ceilings-loader/w{w}", "compute": "ceilings-compute/c"}
+        for w in (0, 2)
+    }
+    return rows, links
+
+
+def test_a_measured_cell_is_never_called_predicted_in_verdict_txt():
+    """The ceilings pick 2 workers, which measured half its prediction: the Fix line does not call
+    it predicted, the terminal's text says what it measured (the page's why, now in verdict.txt),
+    and the report's recommendation gives the measured figure beside the prediction."""
+    rows, links = lightning_rows()
+    experiment, text = report(rows, links)
+    recommendation = experiment["verdict"]["recommendation"]
+    assert recommendation["cell"] == "num_workers-2" and recommendation["measured"] == 191.0
+    block = text[: text.index("\nceilings-")]
+    assert "Predicted, not measured" not in block and "should reach" not in block
+    assert "  Fix: No measured cell is faster than the baseline.\n" in block
+    assert (
+        "  Why: Not the ceilings' pick, 2 workers per GPU: it measured 191 samples/s, 53 % below "
+        "its prediction (409)." in block
+    )
+    assert recommendation["fix"] == (
+        "2 workers per GPU measured 191 samples/s, 47 % of the compute ceiling (predicted 409 "
+        "samples/s)"
+    )
+
+
+def test_a_prediction_above_its_ceiling_is_never_printed_above_it():
+    """A stage what-if's prediction is scaled on its baseline's measured rate, and once read 134 %
+    of the compute ceiling: the recommendation caps it at the ceiling."""
+    from feedbench.analysis.verdict import recommend
+
+    cells = pd.DataFrame(
+        {
+            "cell": ["w0", "w2"],
+            "num_workers": [0, 2],
+            "median": [100.0, None],
+            "bound": ["data", "failed"],
+            "ceiling_loader": [100.0, 900.0],
+            "ceiling_compute": [300.0, 300.0],
+            "predicted": [75.0, 402.0],
+        }
+    )
+    records = cells.to_dict("records")
+    found = recommend(cells, records[0], records[0])
+    assert found["share"] == 1.0 and found["predicted"] == 300.0
+    assert found["fix"] == (
+        "2 workers per GPU should reach 100 % of the compute ceiling (predicted 300 samples/s)"
+    )

@@ -19,6 +19,7 @@ report's fmt).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pandas as pd
@@ -147,18 +148,38 @@ def _against_prediction(cell: dict, unit: str, number: Callable) -> str:
     return f", {abs(error):.1f} % {side} its prediction ({number(predicted)} {unit} predicted)"
 
 
+def _measured_whatif(found: dict, whatif: dict, base: str) -> bool:
+    """Whether a cell of the experiment measured the what-if `whatif` of the baseline `base`: its
+    figure then wins over the prediction."""
+    cells, knob = found.get("cells"), whatif.get("knob")
+    if cells is None or knob not in cells or "predicted_from" not in cells:
+        return False
+    wanted = json.dumps([whatif["stage"]]) if knob == "skip_stages" else whatif["stage"]
+    return any(
+        str(cell.get(knob)) == wanted
+        and _value(cell, "median") is not None
+        and cell.get("predicted_from") == f"stage what-if of {base}"
+        for cell in cells.to_dict("records")
+    )
+
+
 def _predicted_fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str | None:
-    """The ceilings' fix, else the baseline's fastest stage what-if: predicted, never measured."""
+    """The ceilings' fix, else the baseline's fastest stage what-if: predicted, never measured (a
+    measured one is said by why_not, or is among the measured cells)."""
     recommendation = found.get("recommendation") or {}
     base = found.get("baseline") or found["best"]
     # the baseline as it is: no fix
-    if recommendation.get("fix") and recommendation.get("cell") != base["cell"]:
+    picked = recommendation.get("fix") and recommendation.get("cell") != base["cell"]
+    if picked and recommendation.get("measured") is None:
         return f"Predicted, not measured: {recommendation['fix']}."
     # a cache that freezes a random stage changes the augmentation: never the fix
     own = [
         w
         for w in whatifs
-        if w["cell"] == base["cell"] and w.get("predicted") and not w.get("frozen")
+        if w["cell"] == base["cell"]
+        and w.get("predicted")
+        and not w.get("frozen")
+        and not _measured_whatif(found, w, base["cell"])
     ]
     if own:
         top = max(own, key=lambda w: w["predicted"])
@@ -204,6 +225,8 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
         return f"None in the input pipeline: a faster step needs a faster model or device{gains}."
     if best["bound"] == "ceiling":
         return "None to make: a ceiling bounds the training cells predicted from it."
+    if found.get("recommendation"):
+        return "No measured cell is faster than the baseline."
     return "No measured cell is faster than the baseline, and none was predicted."
 
 

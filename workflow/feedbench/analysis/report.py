@@ -761,15 +761,17 @@ def write_report(
 
 
 def verdict_text(experiments: list[dict], shared: str | None = None) -> str:
-    """Each experiment's three verdict lines (analysis.headline), as the report's top shows them,
-    and the time its best cell, baseline or slower cells lost to the first batch or epoch
-    boundaries, then the run's other load (`shared`, analysis.other_load): read in a terminal, on a
-    machine with no browser."""
+    """Each experiment's three verdict lines (analysis.headline) and their why, as the report's top
+    shows them, and the time its best cell, baseline or slower cells lost to the first batch or
+    epoch boundaries, then the run's other load (`shared`, analysis.other_load): read in a terminal,
+    on a machine with no browser."""
     blocks = []
     for e in experiments:
         if e["headline"]:
             found = e["headline"]
             lines = [f"  {word.title()}: {found[word]}" for word in ("finding", "where", "fix")]
+            # why the ceilings' pick is not the fix, measured: as the page shows it under the Fix
+            lines += [f"  Why: {found['why']}"] if found.get("why") else []
             # the first batch and epoch stalls, shown under the bound in the page
             lost = e["verdict"]["time_lost"]
             blocks.append(

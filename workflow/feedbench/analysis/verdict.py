@@ -699,8 +699,8 @@ def free_data(cell: dict | None) -> tuple[float | None, str | None]:
     if room is None:
         return None, None
     factor, allows = 1 + room, wait_allows(cell)
-    if allows is None or factor <= allows:
-        return factor, None
+    if allows is None or round(factor, 1) <= round(allows, 1):
+        return min(factor, allows or factor), None
     return allows, (
         f"its compute ceiling runs {factor:.1f}x its speed, but the rest is the step's own "
         "compute, slower in training than alone (other load, or loader workers on its cores)"
@@ -812,25 +812,29 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
         .sort_values(["_w", "_p"])
         .iloc[0]
     )
-    share = float(pick["predicted"]) / float(pick["ceiling_compute"])
+    # a prediction never above its ceiling (the what-ifs' model is scaled on a measured figure)
+    predicted = min(float(pick["predicted"]), float(pick["ceiling_compute"]))
+    share = predicted / float(pick["ceiling_compute"])
     has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
     count = int(pick["num_workers"]) if has_workers else None
     how = [f"{count} worker{'' if count == 1 else 's'} per GPU"] if has_workers else []
     how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
-    found.update(
-        cell=pick["cell"],
-        predicted=float(pick["predicted"]),
-        share=share,
-        how=how[0] if how else None,
-    )
+    found.update(cell=pick["cell"], predicted=predicted, share=share, how=how[0] if how else None)
     fix = how[0] if how else f"cell {pick['cell']}"
     fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
     found["gains"] = pays_off(cells, pick.drop(["_w", "_p"]).to_dict())
     unit = UNITS.get(str(pick.get("metric")), "samples/s")
+    # a measured cell is said measured: its figure wins over the prediction
+    measured = _number(pick.get("median"))
+    found["measured"] = measured
+    reached = 100 * (measured or 0.0) / float(pick["ceiling_compute"])
     found["fix"] = (
-        f"{fix} should reach {100 * share:.0f} % of the compute ceiling (predicted "
-        f"{pick['predicted']:,.0f} {unit})"
+        f"{fix} measured {measured:,.0f} {unit}, {reached:.0f} % of the compute ceiling "
+        f"(predicted {predicted:,.0f} {unit})"
+        if measured is not None
+        else f"{fix} should reach {100 * share:.0f} % of the compute ceiling (predicted "
+        f"{predicted:,.0f} {unit})"
     )
     found["sentence"] = f"{lead}; {found['fix']}" + "".join(f"; {gain}" for gain in found["gains"])
     return found

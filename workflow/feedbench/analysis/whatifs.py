@@ -103,9 +103,10 @@ def predict_cell(
     )
     as_is = predict_whatif(rates, workers, batch, profile["worker_ms"], 0.0, 0.0, copy, stream)[0]
     measured = column_median(baseline, "samples_per_s")
-    # the model's ratio, on the baseline as it was measured
+    # the model's ratio, on the baseline as it was measured, never above the what-if's compute
+    # ceiling (its trainer's side: the ceiling plus the stages it moves there)
     if predicted is not None and as_is and measured:
-        predicted = measured * predicted / as_is
+        predicted = min(measured * predicted / as_is, 1000 / terms["compute"])
     return predicted, bound, terms
 
 
@@ -151,6 +152,7 @@ def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[di
             found.append(
                 {
                     "stage": name,
+                    "knob": kind,
                     "what": KNOBS[kind].whatif,
                     "loader_per_s": terms["loader_per_s"],
                     "predicted": predicted,
