@@ -86,14 +86,24 @@ def test_a_measured_cache_is_the_fix_measured_with_its_prediction_error(default)
     )
 
 
-def test_the_ceilings_pick_that_is_not_the_fastest_cell_says_why(default):
+def test_a_cell_that_oversubscribes_its_cores_is_not_predicted_at_the_compute_ceiling(default):
+    """#49: the decode experiment's 1 and 2 workers reach the compute ceiling by their loader
+    ceilings, but beside the trainer's 2 threads they ask for 3 and 4 of the 2 cores (and measured
+    18 % under the prediction that ignores it): neither is the ceilings' pick, and the sentence says
+    why no prediction is given."""
     _, experiments = default
     decode = experiments["decode"]
-    pick = decode["verdict"]["recommendation"]["cell"]
-    assert pick != decode["best_id"]  # the ceilings pick 1 worker; the cache measured faster
-    why = decode["headline"]["why"]
-    assert why.startswith("Not the ceilings' pick, 1 worker per GPU: it measured ")
-    assert f"cell {pick} is oversubscribed" in why and "cores" in why
+    cells = {c["cell"]: c for c in decode["cells"]}
+    assert cells["num_workers-1"]["oversubscribed"] and cells["num_workers-2"]["oversubscribed"]
+    recommendation = decode["verdict"]["recommendation"]
+    assert recommendation["cell"] is None and "should reach" not in recommendation["sentence"]
+    assert recommendation["sentence"].endswith(
+        "no measured loader configuration reaches the compute ceiling and leaves the trainer its "
+        "cores (cell num_workers-1 is oversubscribed: its 1 CPU-bound worker and the trainer's 2 "
+        "intra-op threads ask for 3 cores of the 2 usable: no prediction is given for it, the "
+        "trainer's threads wait for the cores its workers take)"
+    )
+    assert decode["headline"]["why"] is None  # no pick to explain
 
 
 def test_a_pick_that_is_the_baseline_says_the_ceilings_saw_no_change_beat_it():

@@ -267,3 +267,31 @@ def test_a_prediction_above_its_ceiling_is_never_printed_above_it():
     assert found["fix"] == (
         "2 workers per GPU should reach 100 % of the compute ceiling (predicted 300 samples/s)"
     )
+
+
+def test_waiting_workers_that_take_the_trainers_cores_are_oversubscribed_and_not_predicted():
+    """The Lightning job again, as its 2-worker cell ran: its workers waited on a full queue
+    (runnable a fifth of the time), yet used 0.4 of a core each beside a trainer of 2 threads on 2
+    cores: oversubscribed by the CPU they used (core.cores.crowded), so the ceilings predict no cell
+    at the compute ceiling."""
+    rows, links = lightning_rows()
+    load = {
+        "demand_cores": 4,
+        "usable_cores": 2,
+        "trainer_cores": 2,
+        "workers_runnable_share": 0.2,
+        "workers_cpu_share": 0.4,
+        "workers_kind": "waiting",
+        "oversubscribed": False,  # as the harness marked it before it counted the CPU
+    }
+    rows = [{**r, **load} if r["cell"] == "num_workers-2" else r for r in rows]
+    experiment, text = report(rows, links)
+    cell = next(c for c in experiment["cells"] if c["cell"] == "num_workers-2")
+    assert cell["oversubscribed"] is True
+    recommendation = experiment["verdict"]["recommendation"]
+    assert recommendation["cell"] is None
+    assert (
+        "cell num_workers-2 is oversubscribed: its 2 workers and the trainer's 2 intra-op "
+        in (recommendation["sentence"])
+    )
+    assert "compute ceiling" not in text.split("\n  Fix: ")[1].split("\n")[0]

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.ceilings import LOADER_REACHES
+from ..core.cores import crowded
 from ..core.fit import twin_of
 from ..core.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, other_load, stages
@@ -541,14 +542,28 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
     column or value."""
     kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)
     flags = ok["oversubscribed"].dropna() if "oversubscribed" in ok else pd.Series(dtype=object)
-    return {
-        "workers_kind": str(kinds.mode().iloc[0]) if len(kinds) else None,
+    load = {
         "cpu_share": column_median(ok, "workers_cpu_share"),
         "runnable_share": column_median(ok, "workers_runnable_share"),
         "demand_cores": column_median(ok, "demand_cores"),
         "usable_cores": column_median(ok, "usable_cores"),
         "trainer_cores": column_median(ok, "trainer_cores"),
-        "oversubscribed": bool(flags.astype(bool).any()) if len(flags) else None,
+    }
+    # core.cores' rule on the medians too: results written before it counted the workers' CPU
+    workers = column_median(ok, "num_workers") or 0
+    again = crowded(
+        load["demand_cores"],
+        load["usable_cores"],
+        load["runnable_share"],
+        load["cpu_share"],
+        int(workers),
+        int(load["trainer_cores"] or 1),
+    )
+    marked = bool(flags.astype(bool).any()) if len(flags) else None
+    return {
+        "workers_kind": str(kinds.mode().iloc[0]) if len(kinds) else None,
+        **load,
+        "oversubscribed": None if marked is None and again is None else bool(marked or again),
     }
 
 
@@ -767,15 +782,9 @@ def pays_off(cells: pd.DataFrame, cell: dict) -> list[str]:
     return found
 
 
-def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict | None:
-    """The headspace of the baseline and the best cell, and the fix: of the cells whose loader
-    ceiling reaches the compute ceiling (within 5 %), the one with the fewest workers (then the
-    highest prediction), with its predicted samples/s, and whether pinning and stream prefetch pay
-    for themselves there (pays_off); one sentence for the top of the verdict. None when no cell of
-    the experiment was predicted."""
-    if "predicted" not in cells or not cells["predicted"].notna().any():
-        return None
-    found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
+def _reaching(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The predicted cells whose loader keeps the model fed at its compute ceiling, and those that
+    would but are oversubscribed (given no prediction)."""
     reaching = cells[
         cells["predicted"].notna()
         & cells["ceiling_loader"].notna()
@@ -789,6 +798,26 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     reaching = reaching[
         ~serial | (reaching["predicted"] >= LOADER_REACHES * reaching["ceiling_compute"])
     ]
+    # Workers and a trainer's threads that ask for more cores than the cell has slow the trainer
+    # below its compute ceiling, which the prediction does not count: no prediction for them.
+    over = (
+        reaching["oversubscribed"].map(lambda flag: flag is True or flag == 1.0)
+        if "oversubscribed" in reaching
+        else pd.Series(False, index=reaching.index)
+    )
+    return reaching[~over], reaching[over]
+
+
+def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict | None:
+    """The headspace of the baseline and the best cell, and the fix: of the cells whose loader
+    ceiling reaches the compute ceiling (within 5 %), the one with the fewest workers (then the
+    highest prediction), with its predicted samples/s, and whether pinning and stream prefetch pay
+    for themselves there (pays_off); one sentence for the top of the verdict. None when no cell of
+    the experiment was predicted."""
+    if "predicted" not in cells or not cells["predicted"].notna().any():
+        return None
+    found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
+    reaching, crowded_out = _reaching(cells)
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
     # a data-bound cell's costliest stage (stage timing)
@@ -800,6 +829,12 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     if reaching.empty:
         found["gains"] = pays_off(cells, best) if best else []
         found["sentence"] = f"{lead}; no measured loader configuration reaches the compute ceiling"
+        if len(crowded_out):
+            first = crowded_out.iloc[0].to_dict()
+            found["sentence"] += (
+                f" and leaves the trainer its cores ({cores.sentence(first)}: no prediction is "
+                "given for it, the trainer's threads wait for the cores its workers take)"
+            )
         found["sentence"] += "".join(f"; {gain}" for gain in found["gains"])
         return found
     workers = (
