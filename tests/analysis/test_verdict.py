@@ -218,5 +218,6 @@ def test_a_cell_that_took_its_twins_result_is_named_once_among_the_slower_cells(
     table = found["cells"].set_index("cell")
     assert table.loc["w1-pinned", "measured_as"] == "w1-unpinned"
     assert table["measured_as"].isna().sum() == 3
-    assert "w1-unpinned (2 boundaries at 100 ms" in found["time_lost"]
-    assert "w1-pinned" not in found["time_lost"], found["time_lost"]
+    # named by its label, in words (#49), once
+    assert "num_workers=1 pin_memory=false (2 boundaries at 100 ms" in found["time_lost"]
+    assert "pin_memory=true" not in found["time_lost"], found["time_lost"]

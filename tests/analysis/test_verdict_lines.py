@@ -99,9 +99,9 @@ def test_a_cell_that_oversubscribes_its_cores_is_not_predicted_at_the_compute_ce
     assert recommendation["cell"] is None and "should reach" not in recommendation["sentence"]
     assert recommendation["sentence"].endswith(
         "no measured loader configuration reaches the compute ceiling and leaves the trainer its "
-        "cores (cell num_workers-1 is oversubscribed: its 1 CPU-bound worker and the trainer's 2 "
-        "intra-op threads ask for 3 cores of the 2 usable: no prediction is given for it, the "
-        "trainer's threads wait for the cores its workers take)"
+        "cores (cell num_workers=1 cache_after=none is oversubscribed: its 1 CPU-bound worker "
+        "and the trainer's 2 intra-op threads ask for 3 cores of the 2 usable: no prediction is "
+        "given for it, the trainer's threads wait for the cores its workers take)"
     )
     assert decode["headline"]["why"] is None  # no pick to explain
 
@@ -161,7 +161,7 @@ def test_a_fastest_cell_that_is_oversubscribed_is_the_fix_and_the_verdict_says_s
     assert found["best"]["cell"] == "num_workers-2"
     assert lines["fix"].startswith("num_workers=2: measured 1.90x (190 samples/s")
     assert lines["why"] == (
-        "The fastest cell is oversubscribed (cell num_workers-2 is oversubscribed: its 2 "
+        "The fastest cell is oversubscribed (cell num_workers=2 is oversubscribed: its 2 "
         "CPU-bound workers and the trainer's main process ask for 3 cores of the 2 usable): it "
         "holds only while nothing else needs those cores."
     )
@@ -305,3 +305,21 @@ def test_the_trainers_device_work_is_named_with_its_fix_where_it_is_large():
         "help; move the stages back to the loader's workers, or overlap them with the step on a "
         "side stream."
     )
+
+
+def test_the_terminals_verdict_names_cells_in_words_never_by_folder_id(default):
+    """#49: verdict.txt (the Time lost line, the why, the recommendation) names each cell by its
+    report label (`num_workers=2 pin_memory=false`), never by its folder id
+    (`num_workers-2_pin_memory-false`), ceilings included."""
+    from feedbench.analysis.report import verdict_text
+
+    summary, experiments = default
+    text = verdict_text(list(experiments.values()))
+    recommendations = " ".join(
+        (e["verdict"]["recommendation"] or {}).get("sentence") or ""
+        for e in experiments.values()
+        if e["verdict"]
+    )
+    ids = {cell for cell in summary["cell"].unique() if "-" in cell}
+    assert ids and not [cell for cell in ids if cell in text or cell in recommendations]
+    assert "best cell num_workers=2 pin_memory=false: the first batch" in text

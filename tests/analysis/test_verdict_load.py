@@ -96,9 +96,8 @@ def test_an_experiment_whose_baseline_repeats_are_all_disturbed_says_so_on_its_f
     )
     assert f"  Finding: {finding}\n" in text
     # and the run's sentence below the lines still names the cell
-    assert "Measured beside other load: other work took 1.4 of the 2 CPUs cell num_workers-0" in (
-        text
-    )
+    said = "Measured beside other load: other work took 1.4 of the 2 CPUs cell num_workers=0 of e"
+    assert said in text
 
 
 def ceiling_rows(compute_other: float) -> list[dict]:
@@ -291,7 +290,7 @@ def test_waiting_workers_that_take_the_trainers_cores_are_oversubscribed_and_not
     recommendation = experiment["verdict"]["recommendation"]
     assert recommendation["cell"] is None
     assert (
-        "cell num_workers-2 is oversubscribed: its 2 workers and the trainer's 2 intra-op "
+        "cell num_workers=2 is oversubscribed: its 2 workers and the trainer's 2 intra-op "
         in (recommendation["sentence"])
     )
     assert "compute ceiling" not in text.split("\n  Fix: ")[1].split("\n")[0]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .labels import words
+
 
 def _count(value) -> int | None:
     return None if value is None or pd.isna(value) else int(round(float(value)))
@@ -35,7 +37,7 @@ def sentence(cell: dict) -> str:
         else " (per rank, on every rank)"
     )
     return (
-        f"cell {cell['cell']} is oversubscribed: {asked} and the trainer's {beside}{ranks} ask "
+        f"cell {words(cell)} is oversubscribed: {asked} and the trainer's {beside}{ranks} ask "
         f"for {demand} cores of the {usable} usable"
     )
 

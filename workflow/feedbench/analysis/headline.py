@@ -25,6 +25,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from . import cores, other_load, stages
+from .labels import words
 from .verdict import device_prep_note, free_data, other_load_apart
 
 
@@ -237,7 +238,7 @@ def why_not(found: dict, unit: str, number: Callable) -> str | None:
     pick = (found.get("recommendation") or {}).get("cell")
     if pick and pick != best["cell"]:
         cell = cells[cells["cell"] == pick].iloc[0].to_dict()
-        how = found["recommendation"].get("how") or f"cell {pick}"
+        how = found["recommendation"].get("how") or f"cell {words(cell)}"
         error, predicted = _value(cell, "error_pct"), number(found["recommendation"]["predicted"])
         measured = (
             f": it measured {number(cell['median'])} {unit}"

@@ -119,11 +119,13 @@ def kept(rows: pd.DataFrame) -> Kept:
     return Kept(rows[~beside], int(beside.sum()), False)
 
 
-def note(summary: pd.DataFrame, name: Callable[[str], str] = str) -> str | None:
+def note(
+    summary: pd.DataFrame, name: Callable[[str, str], str] = lambda _e, cell: f"cell {cell}"
+) -> str | None:
     """The run's sentence: the most disturbed cell's other load, how many more had some, and what
-    it means for their figures; None when no cell was measured beside other load. `name`: a cell id
-    as the report shows it (its tables cut a long one, a ceiling's of a user's pipeline runs to 200
-    characters)."""
+    it means for their figures; None when no cell was measured beside other load. `name`: a cell
+    of an experiment in words, as the report names it ("cell num_workers=2"; a ceiling's id of a
+    user's pipeline runs to 200 characters)."""
     found = disturbed(cells(summary))
     if not found:
         return None
@@ -132,10 +134,11 @@ def note(summary: pd.DataFrame, name: Callable[[str], str] = str) -> str | None:
     besides = (
         f"; {more} more cell{'' if more == 1 else 's'} also ran beside other load" if more else ""
     )
-    cpus, cell = f"{cores} CPU{'' if cores == 1 else 's'}", name(worst["cell"])
+    cpus = f"{cores} CPU{'' if cores == 1 else 's'}"
+    cell = name(worst["experiment"], worst["cell"])
     return (
-        f"Measured beside other load: other work took {other:.1f} of the {cpus} cell "
-        f"{cell} of {worst['experiment']} ran on ({100 * other / cores:.0f} %){besides}. "
+        f"Measured beside other load: other work took {other:.1f} of the {cpus} {cell} of "
+        f"{worst['experiment']} ran on ({100 * other / cores:.0f} %){besides}. "
         "Those figures are lower than a quiet machine gives; rerun them alone before comparing "
         "them."
     )

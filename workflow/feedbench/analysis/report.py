@@ -46,9 +46,9 @@ from . import (
     views,
     whatifs,
 )
-from .aggregate import as_requested, read_summary, requested
+from .aggregate import read_summary, requested
 from .disclosure import Disclosure
-from .labels import cell_labels
+from .labels import ONE_CELL
 from .plots import plain_text, stage_figure, svg_text
 
 TEMPLATES = os.path.join(
@@ -342,16 +342,9 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     # the cells.
     matrix = (spec or {}).get("matrix") or {}
     columns = [k for k in matrix if k in rows] + [k for k in found["knobs"] if k not in matrix]
+    # each with its label (verdict.label_cells), as the verdict's sentences name it
     cells = _records(found["cells"])
     axis_values(rows, cells, columns)
-    # Labels name knobs as the matrix asked for them: two cells that differ only in an adjusted knob
-    # (pin_memory on a CPU) keep different labels, as they keep their own bars in the plot.
-    asked = as_requested(rows, columns)
-    labelled = verdict.varying_knobs(asked, list(matrix))
-    asked = asked.drop_duplicates("cell").set_index("cell")
-    sources = [asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell for cell in cells]
-    for cell, label in zip(cells, cell_labels(sources, labelled), strict=True):
-        cell["label"] = label
     context.update(
         cells=cells,
         metric=found["metric"],
@@ -667,6 +660,28 @@ SECTIONS = (
 )
 
 
+def cell_words(summary: pd.DataFrame, config: dict) -> Callable[[str, str], str]:
+    """(experiment, cell id) -> the cell in words, by its label in its experiment (a derived
+    ceiling experiment's too): "cell num_workers=2", "the only cell"; a cell the summary lacks by
+    its id as the tables cut it."""
+    specs = (config or {}).get("experiments") or {}
+    labels = {
+        (experiment, cell): label
+        for experiment, rows in summary.groupby("experiment", sort=False)
+        for cell, label in verdict.labels_of(
+            rows, (specs.get(experiment) or {}).get("matrix")
+        ).items()
+    }
+
+    def named(experiment: str, cell: str) -> str:
+        label = labels.get((experiment, cell))
+        if label is None:
+            return f"cell {short_id(cell)}"
+        return "the only cell" if label == ONE_CELL else f"cell {label}"
+
+    return named
+
+
 def build(
     summary: pd.DataFrame, svgs: list[str], results: list, config: dict, config_hash: str, **inputs
 ) -> dict:
@@ -688,8 +703,8 @@ def build(
     page = Page(summary, _by_name(svgs), as_records(results), config, read, disclosure)
     return {
         **{section.name: section.context(page) for section in SECTIONS},
-        # once for the run, ceilings included (analysis.other_load)
-        "other_load": other_load.note(summary, short_id),
+        # once for the run, ceilings included (analysis.other_load), each cell in words
+        "other_load": other_load.note(summary, cell_words(summary, config)),
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
         "config_hash": config_hash,

@@ -52,7 +52,8 @@ from ..core.cores import crowded
 from ..core.fit import twin_of
 from ..core.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, other_load, stages
-from .aggregate import is_true, knob_value
+from .aggregate import as_requested, is_true, knob_value
+from .labels import cell_labels, words
 from .stages import column_median
 from .whatifs import changed_data
 
@@ -449,6 +450,31 @@ def natural_order(column: pd.Series) -> pd.Series:
     return numbers if numbers.notna().all() else column.astype(str)
 
 
+def label_cells(rows: pd.DataFrame, cells: pd.DataFrame, axes: list[str]) -> list[str]:
+    """The label of each cell of the cell table `cells` (analysis.labels): its matrix axes, then any
+    other knob that varies, each as the matrix asked for it, so that two cells that differ only in
+    a knob the harness adjusted (pin_memory on a CPU) keep different labels, as they keep their own
+    bars in the plot."""
+    knobs = varying_knobs(rows, axes)
+    columns = [k for k in axes if k in rows] + [k for k in knobs if k not in axes]
+    asked = as_requested(rows, columns)
+    labelled = varying_knobs(asked, axes)
+    asked = asked.drop_duplicates("cell").set_index("cell")
+    sources = [
+        asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell
+        for cell in cells.to_dict("records")
+    ]
+    return cell_labels(sources, labelled)
+
+
+def labels_of(rows: pd.DataFrame, axes: dict | list | None = None) -> dict[str, str]:
+    """Cell id -> its label, for an experiment's rows (a ceiling experiment's too)."""
+    if rows.empty:
+        return {}
+    cells = rows.drop_duplicates("cell")
+    return dict(zip(cells["cell"], label_cells(rows, cells, list(axes or [])), strict=True))
+
+
 def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) -> dict:
     """The verdict of one experiment: its best cell, the speedup over the baseline, and what bounds
     the best cell.
@@ -458,6 +484,8 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     """
     axes = list(axes or [])
     cells = cell_table(rows, axes)
+    # each cell in words (analysis.labels), as every sentence and the report name it
+    cells["label"] = label_cells(rows, cells, axes)
     measured = cells[cells["median"].notna()]
     base_id = baseline_cell(rows)
     verdict = {
@@ -489,7 +517,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     if base_id is None:
         verdict["note"] = _no_baseline(rows)
     elif base["median"].isna().all():
-        verdict["note"] = f"no speedup: the baseline cell {base_id} did not finish"
+        verdict["note"] = f"no speedup: the baseline, cell {words(base.iloc[0])}, did not finish"
     else:
         base = base.iloc[0]
         verdict["baseline"] = base.to_dict()
@@ -627,7 +655,7 @@ def time_lost_note(
             continue
         parts = time_lost_parts(cell)
         if parts:
-            notes.append(f"{name} {cell['cell']}: " + "; ".join(parts))
+            notes.append(f"{name} {words(cell)}: " + "; ".join(parts))
     slower = slower_at_boundaries(cells, best, base)
     if slower:
         notes.append(slower)
@@ -664,7 +692,7 @@ def slower_at_boundaries(
         return None
     lost.sort(key=lambda found: -found[0])
     each = ", ".join(
-        f"{c['cell']} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms "
+        f"{words(c)} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms "
         f"(median), {100 * share:.0f} % of the run)"
         for share, c in lost[:most]
     )
@@ -856,7 +884,7 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
     found.update(cell=pick["cell"], predicted=predicted, share=share, how=how[0] if how else None)
-    fix = how[0] if how else f"cell {pick['cell']}"
+    fix = how[0] if how else f"cell {words(pick)}"
     fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
     found["gains"] = pays_off(cells, pick.drop(["_w", "_p"]).to_dict())
     unit = UNITS.get(str(pick.get("metric")), "samples/s")
