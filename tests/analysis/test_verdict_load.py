@@ -294,3 +294,27 @@ def test_waiting_workers_that_take_the_trainers_cores_are_oversubscribed_and_not
         in (recommendation["sentence"])
     )
     assert "compute ceiling" not in text.split("\n  Fix: ")[1].split("\n")[0]
+
+
+def test_an_interval_never_goes_below_zero_and_says_why_where_it_is_cut():
+    """Three repeats of which one ran far slower: the t interval of their mean reaches below zero
+    samples/s; the cell table's is cut at 0 and the Fix line says why."""
+    rows = [
+        *[
+            train_row("num_workers-0", k, True, rate, QUIET, num_workers=0, stall_pct=40.0)
+            for k, rate in enumerate((100.0, 101.0, 99.0))
+        ],
+        *[
+            train_row("num_workers-2", k, False, rate, QUIET, num_workers=2, stall_pct=5.0)
+            for k, rate in enumerate((300.0, 290.0, 12.0))
+        ],
+    ]
+    experiment, text = report(rows)
+    best = next(c for c in experiment["cells"] if c["cell"] == "num_workers-2")
+    assert best["low"] == 0.0 and best["low_cut"] and best["high"] > 300
+    assert min(c["low"] for c in experiment["cells"]) >= 0
+    assert (
+        "95 % interval 0–" in experiment["headline"]["fix"]
+        and "(cut at 0: its repeats spread wider than their mean, so the interval says little)"
+        in text
+    )

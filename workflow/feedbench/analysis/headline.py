@@ -132,12 +132,16 @@ def _part(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number:
 
 
 def _interval(cell: dict, number: Callable) -> str:
+    """The cell's 95 % interval; one cut at zero says why (verdict.interval)."""
     low, high = _value(cell, "low"), _value(cell, "high")
-    return (
-        f", 95 % interval {number(low)}–{number(high)}"
-        if low is not None and high is not None
+    if low is None or high is None:
+        return ""
+    why = (
+        " (cut at 0: its repeats spread wider than their mean, so the interval says little)"
+        if _flag(cell.get("low_cut"))
         else ""
     )
+    return f", 95 % interval {number(low)}–{number(high)}{why}"
 
 
 def _against_prediction(cell: dict, unit: str, number: Callable) -> str:

@@ -121,6 +121,8 @@ class Interval:
     mean: float | None
     low: float | None
     high: float | None
+    # the t interval reached below zero for values that cannot (a throughput, a time): cut at 0
+    cut: bool = False
 
     @property
     def below(self) -> float:
@@ -136,7 +138,10 @@ class Interval:
 
 
 def interval(values) -> Interval:
-    """Median, mean and 95 % t interval of the mean over the finite values given."""
+    """Median, mean and 95 % t interval of the mean over the finite values given. Of values none of
+    which is negative (a throughput, a time), the interval never goes below zero: where the t
+    interval's spread would take it there (3 repeats of which one ran far slower), it is cut at 0
+    and says so (`cut`)."""
     finite = [
         float(v) for v in values if v is not None and not pd.isna(v) and math.isfinite(float(v))
     ]
@@ -147,7 +152,9 @@ def interval(values) -> Interval:
     if n == 1:
         return Interval(1, finite[0], mean, None, None)
     half = t975(n - 1) * statistics.stdev(finite) / math.sqrt(n)
-    return Interval(n, statistics.median(finite), mean, mean - half, mean + half)
+    cut = min(finite) >= 0 and mean - half < 0
+    low = 0.0 if cut else mean - half
+    return Interval(n, statistics.median(finite), mean, low, mean + half, cut)
 
 
 def classify(
@@ -306,6 +313,7 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "mean": stats.mean,
                 "low": stats.low,
                 "high": stats.high,
+                "low_cut": stats.cut,
                 "n": stats.n,
                 "left_out": quiet.left_out,
                 "disturbed": quiet.disturbed if stats.n else None,
@@ -393,12 +401,12 @@ MOST_REPEATS = 1000  # above this the estimate says "more than 1,000"
 
 
 def _sd(cell: dict) -> float | None:
-    """The standard deviation over a cell's repeats, recovered from its t interval (half = t sd /
-    sqrt(n))."""
-    n, low, high = cell.get("n"), cell.get("low"), cell.get("high")
-    if not n or n < 2 or low is None or high is None or pd.isna(low) or pd.isna(high):
+    """The standard deviation over a cell's repeats, recovered from its t interval's upper half
+    (half = t sd / sqrt(n); the lower one may be cut at 0)."""
+    n, mean, high = cell.get("n"), cell.get("mean"), cell.get("high")
+    if not n or n < 2 or mean is None or high is None or pd.isna(mean) or pd.isna(high):
         return None
-    return (float(high) - float(low)) / 2 / t975(int(n) - 1) * math.sqrt(int(n))
+    return (float(high) - float(mean)) / t975(int(n) - 1) * math.sqrt(int(n))
 
 
 def repeats_to_separate(best: dict, base: dict) -> int | None:
