@@ -323,3 +323,14 @@ def test_the_terminals_verdict_names_cells_in_words_never_by_folder_id(default):
     ids = {cell for cell in summary["cell"].unique() if "-" in cell}
     assert ids and not [cell for cell in ids if cell in text or cell in recommendations]
     assert "best cell num_workers=2 pin_memory=false: the first batch" in text
+
+
+def test_a_first_batch_without_workers_is_not_blamed_on_worker_start_up(default):
+    """#49: the workers experiment's baseline runs 0 workers: its first batch is the main process
+    making it; its best cell's, 2 workers', is their start-up."""
+    _, experiments = default
+    lost = experiments["workers"]["verdict"]["time_lost"]
+    assert "baseline num_workers=0 pin_memory=false: the first batch took " in lost
+    assert "% of the run (the main process making it)" in lost
+    assert "best cell num_workers=2 pin_memory=false: the first batch took " in lost
+    assert lost.count("(worker start-up)") == 1

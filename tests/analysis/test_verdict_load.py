@@ -318,3 +318,18 @@ def test_an_interval_never_goes_below_zero_and_says_why_where_it_is_cut():
         and "(cut at 0: its repeats spread wider than their mean, so the interval says little)"
         in text
     )
+
+
+def test_a_gain_of_one_run_says_in_plain_words_what_to_rerun():
+    """The README's example runs 1 repeat a cell (a minute on 2 cores): its Fix line cannot judge a
+    gain, and says what to rerun to judge it."""
+    rows = [
+        train_row("num_workers-0", 0, True, 100.0, QUIET, num_workers=0, stall_pct=40.0),
+        train_row("num_workers-2", 0, False, 169.0, QUIET, num_workers=2, stall_pct=5.0),
+    ]
+    experiment, text = report(rows)
+    assert experiment["headline"]["fix"] == (
+        "No change is clearly faster: the best, num_workers=2, measured 1.69x (169 samples/s), "
+        "cannot be judged from one run; set repeats: 3 and rerun to judge 1.69x."
+    )
+    assert "set repeats: 3 and rerun to judge 1.69x" in text

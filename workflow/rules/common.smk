@@ -18,7 +18,14 @@ from feedbench.core import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan import twins as feedbench_twins
 from feedbench.core.ceilings import ceiling_map, training_cells
-from feedbench.plan.config import ConfigError, config_hash, one_line, stop, typed_overrides
+from feedbench.plan.config import (
+    ConfigError,
+    config_dir,
+    config_hash,
+    one_line,
+    stop,
+    typed_overrides,
+)
 from feedbench.core.cpu_speed import is_speed_file
 from feedbench.plan.failures import failed_cells_message
 from feedbench.plan.job import CELL_DIR, CELL_LOG, PYTHON_VARIABLE, attempt, job_python, result_path
@@ -55,12 +62,18 @@ wildcard_constraints:
     repeat=r"\d+",
 
 
+CONFIG_FILES = workflow.overwrite_configfiles or [
+    os.path.join(workflow.basedir, "config", "config.yaml")
+]
+# the folder of the config that names the experiments: the report shows paths under it relative to
+# it, as the config writes them (python_path: [src])
+CONFIG_DIR = config_dir("experiments", CONFIG_FILES)
+
+
 def validated_config(config):
     """Every cell of the config, checked (feedbench.plan.matrix.planned_cells); one line on
     error."""
-    configfiles = workflow.overwrite_configfiles or [
-        os.path.join(workflow.basedir, "config", "config.yaml")
-    ]
+    configfiles = CONFIG_FILES
     try:
         typed_overrides(config, workflow.config_settings.config)
         cells = planned_cells(

@@ -207,16 +207,19 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
         gain = (
             f"measured {found['speedup']:.2f}x ({figures}){_against_prediction(best, unit, number)}"
         )
-        gain += "".join(
+        # the repeats beside other load, last: they bear on every figure before them
+        load = "".join(
             f"; {said}"
             for said in (other_load.words(base, "the baseline"), other_load.words(best, what))
             if said
         )
         if found["clear"]:
-            return f"{what}: {gain}."
+            return f"{what}: {gain}{load}."
         predicted = _predicted_fix(found, whatifs, unit, number)
         noise = found["wording"].split(":")[0]  # within noise, cannot be judged ...
-        return f"No change is clearly faster: the best, {what}, {gain}, {noise}." + (
+        if noise.startswith("cannot be judged"):  # in plain words, what to rerun
+            noise += f"; set repeats: 3 and rerun to judge {found['speedup']:.2f}x"
+        return f"No change is clearly faster: the best, {what}, {gain}, {noise}{load}." + (
             f" {predicted}" if predicted else ""
         )
     predicted = _predicted_fix(found, whatifs, unit, number)

@@ -683,7 +683,13 @@ def cell_words(summary: pd.DataFrame, config: dict) -> Callable[[str, str], str]
 
 
 def build(
-    summary: pd.DataFrame, svgs: list[str], results: list, config: dict, config_hash: str, **inputs
+    summary: pd.DataFrame,
+    svgs: list[str],
+    results: list,
+    config: dict,
+    config_hash: str,
+    config_dir: str | None = None,
+    **inputs,
 ) -> dict:
     """The template's context: each section of SECTIONS under its name, from the summary, the plots,
     the results' records (core.records; result files are read here, once each) and the inputs of
@@ -696,7 +702,9 @@ def build(
     unknown = sorted(set(inputs) - set(INPUTS))
     if unknown:
         raise TypeError(f"report input {unknown[0]!r} is not known; allowed: {', '.join(INPUTS)}")
-    disclosure = Disclosure.of(config, hosts=summary["host"] if "host" in summary else ())
+    disclosure = Disclosure.of(
+        config, hosts=summary["host"] if "host" in summary else (), config_dir=config_dir
+    )
     if disclosure.anonymize and "host" in summary:
         summary = summary.assign(host=None)
     read = {name: reader(inputs.get(name)) for name, reader in INPUTS.items()}
@@ -761,6 +769,7 @@ def write_report(
     html: str,
     templates: str = TEMPLATES,
     verdict: str | None = None,
+    config_dir: str | None = None,
     **inputs,
 ) -> None:
     """The report rule's work: summary + plots + the results' records (or result files, read once
@@ -768,7 +777,7 @@ def write_report(
     map of ceilings, a target's estimates) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    context = build(summary, svgs, results, config, config_hash, **inputs)
+    context = build(summary, svgs, results, config, config_hash, config_dir, **inputs)
     atomic_write(html, render(context, templates))
     # the rule's plain-text verdicts, which the run's end prints (the Snakefile's onsuccess)
     if verdict:

@@ -323,6 +323,8 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "h2d_share": column_median(ok, "h2d_share"),
                 "device_prep_share": column_median(ok, "device_prep_share"),
                 "gpus": gpu_count(first),
+                # its loader workers, whether or not they vary (the time lost's first batch)
+                "workers_ran": knob_value(first, "num_workers"),
                 **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
                 # the workers' memory growth and the samples to the cell's memory limit
                 **growth.figures(ok),
@@ -632,9 +634,11 @@ def time_lost_parts(cell: dict | None) -> list[str]:
     run = first + window
     parts = []
     if first > LOST_SHARE * run:
+        workers = _number(cell.get("workers_ran"))
+        # without workers no worker starts: the main process makes the first batch itself
+        why = "the main process making it" if workers == 0 else "worker start-up"
         parts.append(
-            f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the "
-            "run (worker start-up)"
+            f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the run ({why})"
         )
     if stalls > LOST_SHARE * run:
         count, each = (
