@@ -333,3 +333,19 @@ def test_a_gain_of_one_run_says_in_plain_words_what_to_rerun():
         "cannot be judged from one run; set repeats: 3 and rerun to judge 1.69x."
     )
     assert "set repeats: 3 and rerun to judge 1.69x" in text
+
+
+def test_cells_with_no_quiet_repeat_are_said_once_together_on_the_fix_line():
+    rows = [
+        train_row("num_workers-0", k, True, 100.0 + k, BUSY, num_workers=0, stall_pct=40.0)
+        for k in range(3)
+    ] + [
+        train_row("num_workers-2", k, False, 102.0 + k, BUSY, num_workers=2, stall_pct=30.0)
+        for k in range(3)
+    ]
+    experiment, _ = report(rows)
+    fix = experiment["headline"]["fix"]
+    assert fix.count("no quiet repeat") == 1 and fix.endswith(
+        "; the baseline and num_workers=2 have no quiet repeat (every repeat of theirs ran beside "
+        "other load), so their figures are lower than a quiet machine gives."
+    )

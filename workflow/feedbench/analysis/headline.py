@@ -177,12 +177,14 @@ def _predicted_fix(found: dict, whatifs: list[dict], unit: str, number: Callable
     picked = recommendation.get("fix") and recommendation.get("cell") != base["cell"]
     if picked and recommendation.get("measured") is None:
         return f"Predicted, not measured: {recommendation['fix']}."
-    # a cache that freezes a random stage changes the augmentation: never the fix
+    # a cache that freezes a random stage changes the augmentation, and a what-if predicted at or
+    # below the baseline's measured rate gains nothing: never the fix
+    measured = _value(base, "median") or 0.0
     own = [
         w
         for w in whatifs
         if w["cell"] == base["cell"]
-        and w.get("predicted")
+        and (w.get("predicted") or 0.0) > measured
         and not w.get("frozen")
         and not _measured_whatif(found, w, base["cell"])
     ]
@@ -208,11 +210,8 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
             f"measured {found['speedup']:.2f}x ({figures}){_against_prediction(best, unit, number)}"
         )
         # the repeats beside other load, last: they bear on every figure before them
-        load = "".join(
-            f"; {said}"
-            for said in (other_load.words(base, "the baseline"), other_load.words(best, what))
-            if said
-        )
+        load = other_load.words_of([(base, "the baseline"), (best, what)])
+        load = f"; {load}" if load else ""
         if found["clear"]:
             return f"{what}: {gain}{load}."
         predicted = _predicted_fix(found, whatifs, unit, number)

@@ -144,6 +144,22 @@ def note(
     )
 
 
+def words_of(cells: list[tuple[dict | None, str]]) -> str | None:
+    """What a verdict line says of the repeats beside other load of the cells it stands on, each
+    (cell-table row, name): each one's left out (words), and those with no quiet repeat together;
+    None where none ran beside other load."""
+    left = [said for cell, name in cells if (said := words(cell, name)) and " left out" in said]
+    none = [name for cell, name in cells if (said := words(cell, name)) and " left out" not in said]
+    if len(none) > 1:
+        left.append(
+            f"{' and '.join(none)} have no quiet repeat (every repeat of theirs ran beside other "
+            "load), so their figures are lower than a quiet machine gives"
+        )
+    else:
+        left += [words(cell, name) for cell, name in cells if name in none]
+    return "; ".join(left) or None
+
+
 def words(cell: dict | None, name: str) -> str | None:
     """What a verdict line says of a cell's repeats beside other load (its cell-table row: Kept's
     left_out and disturbed, n its repeats used), named `name`; None where none was."""
