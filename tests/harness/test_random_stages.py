@@ -57,9 +57,10 @@ class Images(Dataset):
 def timm_images():
     from timm.data import create_transform
 
-    return Images(
-        create_transform(24, is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25)
-    )
+    # the issue's policy less `inc1`: its increasing posterize keeps 0 bits where the sampled
+    # magnitude reaches 10, which Pillow 13 refuses (timm 1.0.31), one sample in a few hundred
+    policy = "rand-m9-mstd0.5"
+    return Images(create_transform(24, is_training=True, auto_augment=policy, re_prob=0.25))
 
 
 def v2_images():
@@ -87,10 +88,12 @@ def step(model, batch, ctx):
 """
 
 FUNCTIONS = [f"{USER_MODULE}:jitter", f"{USER_MODULE}:scale"]
+# 4 warm-up batches of 8: 32 samples profiled, 16 of them checked; random erasing (p 0.25) gives
+# the same output twice 56 % of the time, so the check misses it once in about 10,000 runs
 TINY = dict(
     batch_size=8,
     steps=2,
-    warmup_steps=2,
+    warmup_steps=4,
     num_workers=0,
     stage_timing=True,
     stage_functions=FUNCTIONS,
