@@ -6,7 +6,6 @@ import gc
 import os
 import sys
 
-from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -28,7 +27,7 @@ if PACKAGE_ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
     )
 
-from feedbench.plan.config import ConfigError, one_line, read_config_file
+from feedbench.plan.config import ConfigError, one_line, read_config_file, stop
 from feedbench.plan import slurm as feedbench_slurm
 
 # Before Snakemake builds its scheduler, here and in every Slurm job's Snakemake: its SIGTERM
@@ -47,7 +46,7 @@ try:
     for path in workflow.overwrite_configfiles or ["config/config.yaml"]:
         read_config_file(str(path), read_by_snakemake=bool(workflow.overwrite_configfiles))
 except ConfigError as error:
-    raise WorkflowError(one_line(error)) from None
+    stop(one_line(error))
 
 
 # The default matrix, unless configfiles are given (`--configfile

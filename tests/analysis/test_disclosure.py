@@ -43,6 +43,16 @@ def test_paths_are_relative_or_from_home(text, shown):
     assert Disclosure(cwd="/work/run", home="/home/me").text(text) == shown
 
 
+def test_paths_under_the_configs_folder_read_as_the_config_writes_them():
+    """#49: a project run with --directory elsewhere printed its python_path absolute; under the
+    config's folder a path is shown relative to it, after the working directory's."""
+    d = Disclosure(cwd="/work/run", home="/home/me", config_dir="/proj/feedbench")
+    assert d.text("python_path: [/proj/feedbench/src]") == "python_path: [./src]"
+    assert d.text('File "/proj/feedbench/src/reviews/data.py"') == 'File "./src/reviews/data.py"'
+    assert d.text("/proj/feedbench and /proj/other") == "./ and /proj/other"
+    assert d.text("/work/run/results/x.json") == "results/x.json"
+
+
 def test_anonymize_cuts_other_paths_and_withholds_hosts():
     d = Disclosure.of({"report": {"anonymize": True}}, hosts=["gpu7.cluster.example.org", None])
     d = Disclosure(anonymize=True, cwd="/work/run", home="/home/me", hosts=d.hosts)

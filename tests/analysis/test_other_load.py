@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import load_results, write_summary
 from feedbench.analysis.other_load import cells, disturbed, note
-from feedbench.analysis.report import write_report
+from feedbench.analysis.report import cell_words, write_report
 from feedbench.core.fit import TWIN_NOTE
 from helpers.browser import without_tags
 from helpers.cells import ENDLESS_SLEEP, cell_command
@@ -41,9 +41,11 @@ def test_a_tenth_of_the_cpus_and_a_fifth_of_a_core_is_other_load():
         "(45 %); 1 more cell also ran beside other load. Those figures are lower than a quiet "
         "machine gives; rerun them alone before comparing them."
     )
-    # a long id as the report's tables cut it (report.short_id), as the page names the cell
+    # the cell in words, as the page names it (report.cell_words): a ceiling's id runs to 200
     long = summary({"cell": "x" * 80, "other_load_cores": 1.0})
-    assert "cell xxx…xxx of loader" in note(long, lambda cell: f"{cell[:3]}…{cell[-3:]}")
+    assert "2 CPUs cell num_workers=2 of loader ran on" in note(
+        long, lambda experiment, cell: "cell num_workers=2" if cell == "x" * 80 else cell
+    )
 
 
 def test_what_is_not_other_load_or_cannot_be_read_as_it():
@@ -96,6 +98,9 @@ def test_a_cell_beside_a_spinning_process_on_its_cpu_says_so_in_the_verdict(tmp_
     written, html = tmp_path / "summary.csv", tmp_path / "report" / "index.html"
     write_summary(rows, str(written))
     config = {"experiments": {"shared": {"title": "A cell on a shared CPU"}}}
+    # the page names the cell in words: its experiment's only cell
+    sentence = note(rows, cell_words(rows, config))
+    assert "of the 1 CPU the only cell of shared ran on (" in sentence, sentence
     verdict = tmp_path / "report" / "verdict.txt"
     write_report(str(written), [], [path], config, "c0ffee42", str(html), verdict=str(verdict))
     # under the experiments' lines, once for the run, in the page and the terminal's text

@@ -28,11 +28,16 @@ def summary(real_matrix):  # noqa: F811
 
 
 def test_t_interval_of_known_values():
-    # Crafted values: mean 2, sd 1, n 3 -> half width t(0.975, 2) / sqrt(3).
-    stats = interval([1.0, 3.0, 2.0])
-    assert (stats.n, stats.median, stats.mean) == (3, 2.0, 2.0)
+    # Crafted values: mean 12, sd 1, n 3 -> half width t(0.975, 2) / sqrt(3).
+    stats = interval([11.0, 13.0, 12.0])
+    assert (stats.n, stats.median, stats.mean) == (3, 12.0, 12.0)
     assert stats.high - stats.mean == pytest.approx(4.303 / math.sqrt(3), rel=1e-4)
-    assert stats.mean - stats.low == pytest.approx(stats.high - stats.mean)
+    assert stats.mean - stats.low == pytest.approx(stats.high - stats.mean) and not stats.cut
+    # mean 2: the half width reaches below zero, where no throughput goes; values that may be
+    # negative keep theirs
+    low = interval([1.0, 3.0, 2.0])
+    assert low.low == 0.0 and low.cut and low.high == pytest.approx(stats.high - 10)
+    assert interval([-1.0, 1.0, 0.0]).low == pytest.approx(-4.303 / math.sqrt(3), rel=1e-4)
 
 
 def test_interval_ignores_missing_values_and_needs_two():
@@ -218,5 +223,6 @@ def test_a_cell_that_took_its_twins_result_is_named_once_among_the_slower_cells(
     table = found["cells"].set_index("cell")
     assert table.loc["w1-pinned", "measured_as"] == "w1-unpinned"
     assert table["measured_as"].isna().sum() == 3
-    assert "w1-unpinned (2 boundaries at 100 ms" in found["time_lost"]
-    assert "w1-pinned" not in found["time_lost"], found["time_lost"]
+    # named by its label, in words (#49), once
+    assert "num_workers=1 pin_memory=false (2 boundaries at 100 ms" in found["time_lost"]
+    assert "pin_memory=true" not in found["time_lost"], found["time_lost"]

@@ -180,7 +180,7 @@ def test_oversubscribed_workers_are_named_as_why_more_workers_do_not_help():
     assert found["best"]["cell"] == "num_workers-0"
     assert found["cores"] == (
         "more loader workers than the best cell's 0 do not help here, the cores are "
-        "oversubscribed: cell num_workers-2 is oversubscribed: its 2 CPU-bound workers and the "
+        "oversubscribed: cell num_workers=2 is oversubscribed: its 2 CPU-bound workers and the "
         "trainer's 2 intra-op threads ask for 4 cores of the 2 usable; the workers take the "
         "cores the trainer's threads compute on."
     )

@@ -536,3 +536,27 @@ def test_yte_templates_are_refused_unrun(tmp_path):
     assert (
         read_config_file(str(path))["experiments"]["w"]["title"] == "?not code without __use_yte__"
     )
+
+
+def test_words_yaml_reads_otherwise_are_read_as_their_author_wrote_them():
+    """#49: `amp: off`, as the error message allows, is YAML's false; `cache_after: [none,
+    Normalize]` meant no cache for its first level. Both are read as written, before any job, in
+    the cells' ids and knobs alike; a boolean no word stands for still fails in one line that says
+    how to quote."""
+    config = yaml.safe_load(
+        "experiments:\n"
+        "  e:\n"
+        "    base: {amp: off, stage_timing: true}\n"
+        "    matrix: {cache_after: [none, Normalize]}\n"
+    )
+    cells = expand_experiment("e", config["experiments"]["e"], {})
+    assert config["experiments"]["e"]["base"]["amp"] is False  # as YAML read it
+    assert ids(cells) == ["cache_after-none", "cache_after-Normalize"]
+    assert [c.knobs["amp"] for c in cells] == ["off", "off"]
+    assert [c.knobs["cache_after"] for c in cells] == [None, "Normalize"]
+    with pytest.raises(ConfigError) as error:
+        expand_experiment("e", yaml.safe_load("base: {amp: on}"), {})
+    assert str(error.value) == (
+        "experiments.e.base.amp: value True has the wrong type; allowed: off, bf16, fp16 (YAML "
+        "reads on, off, yes and no as booleans: quote a word, 'on')"
+    )

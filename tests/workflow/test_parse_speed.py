@@ -91,6 +91,12 @@ def test_a_bad_model_name_is_one_line_before_any_job(tmp_path):
         "bad config: experiments.tiny.base.model: value 'resnet19' is not known; allowed: none, mlp"
         in run.stdout + run.stderr
     )
+    # one line, with no Snakemake frame around it that reads like a crash (#49)
+    said = run.stdout + run.stderr
+    assert "WorkflowError" not in said and "common.smk" not in said and 'File "' not in said, said
+    assert [line for line in run.stderr.splitlines() if "bad config" in line] == [
+        run.stderr.strip().splitlines()[-1]
+    ]
 
 
 def test_the_cached_model_list_is_the_installed_torchvisions():

@@ -118,3 +118,14 @@ def test_the_function_the_profile_named_is_cached_by_its_name_predicted_and_meas
     assert cached["status"] == "ok" and float(cached["stage_BPETokenizer.encode_ms"]) < 0.1
     report = (workdir / "results" / "report" / "index.html").read_text()
     assert "cache_after-BPETokenizer.encode" in report and "predicted" in report
+
+
+def test_the_examples_verdict_can_be_judged_or_names_what_to_rerun(example):
+    """The example runs 1 repeat a cell (README, #49): a gain it cannot judge from one run says in
+    plain words what to rerun to judge it, in the terminal's verdict too."""
+    _, workdir = example
+    text = (workdir / "results" / "report" / "verdict.txt").read_text()
+    fixes = [line for line in text.splitlines() if line.startswith("  Fix: ")]
+    assert fixes, text
+    for line in fixes:
+        assert "cannot be judged" not in line or "set repeats: 3 and rerun to judge " in line, line

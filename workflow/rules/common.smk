@@ -18,7 +18,14 @@ from feedbench.core import shm as feedbench_shm
 from feedbench.plan import slurm as feedbench_slurm
 from feedbench.plan import twins as feedbench_twins
 from feedbench.core.ceilings import CEILING_EXPERIMENTS, ceiling_map, training_cells
-from feedbench.plan.config import ConfigError, config_hash, one_line, typed_overrides
+from feedbench.plan.config import (
+    ConfigError,
+    config_dir,
+    config_hash,
+    one_line,
+    stop,
+    typed_overrides,
+)
 from feedbench.core.cpu_speed import is_speed_file
 from feedbench.plan.failures import failed_cells_message
 from feedbench.plan.job import CELL_DIR, CELL_LOG, PYTHON_VARIABLE, attempt, job_python, result_path
@@ -56,19 +63,25 @@ wildcard_constraints:
     repeat=r"\d+",
 
 
+CONFIG_FILES = workflow.overwrite_configfiles or [
+    os.path.join(workflow.basedir, "config", "config.yaml")
+]
+# the folder of the config that names the experiments: the report shows paths under it relative to
+# it, as the config writes them (python_path: [src])
+CONFIG_DIR = config_dir("experiments", CONFIG_FILES)
+
+
 def validated_config(config):
     """Every cell of the config, checked (feedbench.plan.matrix.planned_cells); one line on
     error."""
-    configfiles = workflow.overwrite_configfiles or [
-        os.path.join(workflow.basedir, "config", "config.yaml")
-    ]
-    typed_overrides(config, workflow.config_settings.config)
+    configfiles = CONFIG_FILES
     try:
+        typed_overrides(config, workflow.config_settings.config)
         cells = planned_cells(
             config, os.path.join(workflow.basedir, "config", "schema.yaml"), configfiles, IMAGES_DIR
         )
     except ConfigError as error:
-        raise WorkflowError(one_line(error)) from None
+        stop(one_line(error))
     return {(cell.experiment, cell.id): cell for cell in cells}
 
 
@@ -244,7 +257,7 @@ REFERENCES_DIR = os.path.join(workflow.basedir, "report", "references")
 try:
     REFERENCES = reference_tables(config["experiments"], REFERENCES_DIR)
 except ValueError as error:
-    raise WorkflowError(str(error)) from None
+    stop(str(error))
 
 # Rule report's inputs beside the summary and the plots, by the names
 # feedbench.analysis.report.INPUTS reads them under: a new one is a line here and one there.
@@ -432,11 +445,9 @@ def keep_earlier_attempts():
 
 def end_run(message):
     """End the run from one of its handlers (onstart, onsuccess) with `message` alone on stderr and
-    exit status 1: a WorkflowError raised there prints the Snakefile's path and line and a traceback
-    line around the message. SystemExit passes through Snakemake's clean-up, so its lock is released
-    as after a WorkflowError."""
-    print(message, file=sys.stderr)
-    sys.exit(1)
+    exit status 1 (feedbench.plan.config.stop): a WorkflowError raised there prints the Snakefile's
+    path and line and a traceback line around the message."""
+    stop(message)
 
 
 def print_verdict():

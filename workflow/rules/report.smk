@@ -96,5 +96,6 @@ rule report:
     params:
         config=config,
         config_hash=config_hash(config),
+        config_dir=CONFIG_DIR,
     script:
         "../scripts/report.py"

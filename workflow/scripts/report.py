@@ -25,5 +25,7 @@ publish.report(
     str(snakemake.params.config_hash),
     snakemake.output.html,
     snakemake.output.verdict,  # the verdicts as text, printed at the run's end
+    # paths under the config's folder shown relative to it
+    config_dir=snakemake.params.get("config_dir"),
     **{name: snakemake.input.get(name, []) for name in INPUTS},  # the rule's other inputs, by name
 )

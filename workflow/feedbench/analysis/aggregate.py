@@ -37,6 +37,7 @@ from ..core.knobs import LABELS as CELL_LABELS
 from ..core.planned_cell import PlannedCell, effective
 from ..core.records import Record, as_records
 from ..core.result import atomic_write
+from . import other_load
 from .predict import predict
 from .whatifs import predict_cell, whatifs_of
 
@@ -195,10 +196,13 @@ def _planned(ok: pd.DataFrame, links: dict):
     def find(row, knobs: dict):
         bounds = links.get(f"{row.get('experiment')}/{row.get('cell')}") or {}
         rows = {s: by_cell.get(bounds.get(s)) for s in (*CEILINGS, "transfer")}
+        # each ceiling's quiet repeats where it has any (analysis.other_load.kept)
+        kept = {s: other_load.kept(rows[s]) for s in CEILINGS if rows[s] is not None}
         loader, compute = (
-            _median(rows[s]["samples_per_s"]) if rows[s] is not None else None for s in CEILINGS
+            _median(kept[s].rows["samples_per_s"]) if s in kept else None for s in CEILINGS
         )
-        return loader, compute, rows["transfer"]
+        disturbed = any(k.disturbed for k in kept.values()) if kept else None
+        return loader, compute, rows["transfer"], disturbed
 
     return find
 
@@ -312,7 +316,7 @@ def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataF
         if row["scenario"] != "train" or python_value(row.get("parallel")) not in (None, "none"):
             continue
         knobs = {k: python_value(row.get(k)) for k in KNOBS if python_value(row.get(k)) is not None}
-        loader, compute, probe = find(row, knobs)
+        loader, compute, probe, disturbed = find(row, knobs)
         pinned, size, copy, source = bool(knobs.get("pin_memory")), None, None, None
         if knobs.get("device") not in (None, "cpu") and probe is not None:
             if user_batch(knobs):  # a user batch: its real copy, timed by its own probe
@@ -329,6 +333,7 @@ def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataF
         frame.at[index, "ceiling_compute_samples_per_s"] = compute
         frame.at[index, "ceiling_copy_gb_per_s"] = copy
         frame.at[index, "ceiling_copy_from"] = source
+        frame.at[index, "ceilings_disturbed"] = disturbed
         if predicted is None:
             continue
         frame.at[index, "predicted_samples_per_s"] = predicted
@@ -340,7 +345,7 @@ def with_predictions(frame: pd.DataFrame, links: dict | None = None) -> pd.DataF
     numbers = [
         c
         for c in PREDICTION_COLUMNS
-        if c not in ("predicted_bound", "ceiling_copy_from", "predicted_from")
+        if c not in ("predicted_bound", "ceiling_copy_from", "predicted_from", "ceilings_disturbed")
     ]
     frame[numbers] = frame[numbers].apply(pd.to_numeric)
     return frame
@@ -380,7 +385,7 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
     the cell asked for."""
     knobs = [name for name, knob in KNOBS.items() if name in frame and knob.type in _DTYPES]
     columns = {name: _typed(frame[name], _DTYPES[KNOBS[name].type]) for name in knobs}
-    for name in ("baseline", "oversubscribed"):
+    for name in ("baseline", "oversubscribed", "ceilings_disturbed"):
         if name in frame:
             columns[name] = _typed(frame[name], "boolean")
     if "requested" in frame:

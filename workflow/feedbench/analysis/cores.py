@@ -1,7 +1,8 @@
 """Why more loader workers do not help: the verdict's cores sentence (core.cores.cpu_load).
 
-A cell is oversubscribed when its CPU-bound loader workers and its trainer (its intra-op threads
-where the model computes on the CPU, else its main process) ask for more cores than it may use.
+A cell is oversubscribed when its loader workers and its trainer (its intra-op threads where the
+model computes on the CPU, else its main process) ask for more cores than it may use, and its
+workers are CPU-bound or use, beside the trainer, more CPU than it has (core.cores.crowded).
 Workers added beyond that take the cores the trainer's threads need, so a cell with more workers
 than the best one that is oversubscribed names the reason they did not make it faster: on 2 cores, a
 trainer of 2 threads and 2 CPU-bound workers ask for 4.
@@ -10,6 +11,8 @@ trainer of 2 threads and 2 CPU-bound workers ask for 4.
 from __future__ import annotations
 
 import pandas as pd
+
+from .labels import words
 
 
 def _count(value) -> int | None:
@@ -24,11 +27,9 @@ def sentence(cell: dict) -> str:
     """What an oversubscribed cell's workers and trainer asked of its cores."""
     workers, trainer = _count(cell.get("num_workers")), _count(cell.get("trainer_cores")) or 1
     demand, usable = _count(cell.get("demand_cores")), _count(cell.get("usable_cores"))
-    asked = (
-        f"its {_plural(workers, 'CPU-bound worker')}"
-        if workers is not None
-        else "its CPU-bound workers"
-    )
+    # workers that mostly wait (a full queue) crowd the cores by the CPU they do use
+    kind = "worker" if cell.get("workers_kind") == "waiting" else "CPU-bound worker"
+    asked = f"its {_plural(workers, kind)}" if workers is not None else f"its {kind}s"
     beside = f"{_plural(trainer, 'intra-op thread')}" if trainer > 1 else "main process"
     ranks = (
         ""
@@ -36,7 +37,7 @@ def sentence(cell: dict) -> str:
         else " (per rank, on every rank)"
     )
     return (
-        f"cell {cell['cell']} is oversubscribed: {asked} and the trainer's {beside}{ranks} ask "
+        f"cell {words(cell)} is oversubscribed: {asked} and the trainer's {beside}{ranks} ask "
         f"for {demand} cores of the {usable} usable"
     )
 

@@ -3,9 +3,10 @@
 Every string the report prints passes through `Disclosure.text` at render time (Jinja's `finalize`),
 so results measured before this existed are covered too:
 
-* always: an absolute path under the working directory becomes relative to it, one under a home
-  folder (`$HOME`, `/home/<user>`, `/Users/<user>`) starts with `~`, so a traceback does not give
-  away a user name;
+* always: an absolute path under the working directory becomes relative to it, then one under the
+  config's folder relative to that, as the config writes it (`./src` for `python_path: [src]`; a
+  project run with `--directory` elsewhere), one under a home folder (`$HOME`, `/home/<user>`,
+  `/Users/<user>`) starts with `~`, so a traceback does not give away a user name;
 * with `report: {anonymize: true}`: every other absolute path is cut to its last part
   (`…/module.py`), and the host names of the results become `[host]` (the report's provenance and
   the views then name no host).
@@ -40,15 +41,21 @@ class Disclosure:
     cwd: str = field(default_factory=os.getcwd)
     home: str = field(default_factory=lambda: os.path.expanduser("~"))
     hosts: tuple[str, ...] = ()
+    config_dir: str | None = None
 
     @classmethod
-    def of(cls, config: dict | None, hosts=()) -> "Disclosure":
-        """From the config's `report.anonymize` and the host names the results carry."""
+    def of(cls, config: dict | None, hosts=(), config_dir: str | None = None) -> "Disclosure":
+        """From the config's `report.anonymize`, the host names the results carry and the config's
+        folder."""
         anonymize = bool(((config or {}).get("report") or {}).get("anonymize", False))
         names = {str(h) for h in hosts if h is not None and str(h) not in ("", "nan")}
         # a node's short name too
         names |= {h.split(".")[0] for h in names if len(h.split(".")[0]) >= 3}
-        return cls(anonymize=anonymize, hosts=tuple(sorted(names, key=len, reverse=True)))
+        return cls(
+            anonymize=anonymize,
+            hosts=tuple(sorted(names, key=len, reverse=True)),
+            config_dir=config_dir,
+        )
 
     def path(self, path: str) -> str:
         """One absolute path as the report shows it."""
@@ -56,6 +63,9 @@ class Disclosure:
         path = path.rstrip("/") or "/"
         if _under(path, self.cwd):
             return (os.path.relpath(path, self.cwd) + trailing) if path != self.cwd else "."
+        if self.config_dir and _under(path, self.config_dir):
+            inside = os.path.relpath(path, self.config_dir)
+            return "./" + (inside + trailing if inside != "." else "")
         if _under(path, self.home):
             return "~" + path[len(self.home.rstrip("/")) :] + trailing
         if SOMEONES_HOME.match(path):

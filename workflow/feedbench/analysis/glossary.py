@@ -114,8 +114,9 @@ TERMS = [
         "oversubscribed",
         "oversubscribed",
         Markup(
-            "the cell's busy loader workers and trainer ask for more CPU cores than it may use, "
-            "so they wait for each other."
+            "the cell's loader workers and trainer ask for more CPU cores than it may use, and "
+            "the workers are busy or use enough CPU to take the trainer's cores, so they wait "
+            "for each other."
         ),
         r"\boversubscri\w*",
     ),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.memory import growing
+from .labels import words
 
 COLUMNS = {
     "growth_mb_per_1k": "workers_uss_growth_mb_per_1k",
@@ -86,7 +87,7 @@ def note(cells: pd.DataFrame) -> str | None:
     """The verdict's memory note: a sentence for each cell whose workers grow; None when none
     does."""
     found = (
-        [(c["cell"], sentence(c)) for c in cells.to_dict("records")] if "grown_mb" in cells else []
+        [(words(c), sentence(c)) for c in cells.to_dict("records")] if "grown_mb" in cells else []
     )
     parts = [f"cell {cell}: {text}" for cell, text in found if text]
     return ". ".join(parts) + "." if parts else None

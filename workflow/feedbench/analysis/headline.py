@@ -19,12 +19,14 @@ report's fmt).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pandas as pd
 
-from . import cores, stages
-from .verdict import device_prep_note, headspace
+from . import cores, other_load, stages
+from .labels import words
+from .verdict import device_prep_note, free_data, other_load_apart
 
 
 def _value(cell: dict | None, key: str) -> float | None:
@@ -51,34 +53,51 @@ def changed(best: dict, base: dict, knobs: list[str]) -> str:
     return ", ".join(parts) or "another cell"
 
 
+def _free_data(subject: dict) -> str:
+    """The finding's free-data clause: the factor its wait share allows (verdict.free_data), or why
+    none is given."""
+    factor, rest = free_data(subject)
+    if other_load_apart(subject):
+        ran = (
+            "ran beside other load and the cell did not"
+            if subject.get("ceilings_disturbed")
+            else "ran on a quiet machine and the cell beside other load"
+        )
+        return f"; no free-data factor: its compute ceiling {ran} (rerun both alone)"
+    if factor is None or round(factor, 1) <= 1.0:
+        return ""
+    return f"; with free data it could run {factor:.1f}x faster" + (f"; {rest}" if rest else "")
+
+
 def finding(subject: dict, found: dict, scenario: str, unit: str, number: Callable) -> str:
-    """Is the step starved, and by how much (the baseline's bound; a ceiling's most)."""
+    """Is the step starved, and by how much (the baseline's bound; a ceiling's most), from the same
+    repeats of the same cell; and how many of them ran beside other load."""
     bound, stall = subject["bound"], _value(subject, "stall_pct")
-    room = headspace(subject)
-    faster = (
-        f"; with free data it could run {1 + room:.1f}x faster"
-        if room is not None and room > 0.005
-        else ""
-    )
+    name = "the baseline" if subject is found.get("baseline") else "the best cell"
+    load = other_load.words(subject, name)
+    load = f"; {load}" if load else ""
+    faster = _free_data(subject)
     if bound == "data":
-        return f"Training waits for data {stall:.0f} % of each step{faster}."
+        return f"Training waits for data {stall:.0f} % of each step{faster}{load}."
     if bound == "transfer":
         share = 100 * (_value(subject, "h2d_share") or 0)
-        return f"Training waits for the host-to-device copy {share:.0f} % of each step{faster}."
+        return (
+            f"Training waits for the host-to-device copy {share:.0f} % of each step{faster}{load}."
+        )
     if bound == "compute":
         data = (
             f"data costs {stall:.0f} % of each step"
             if stall is not None
             else "the data wait is not measured"
         )
-        return f"Training is limited by compute; {data}{faster}."
+        return f"Training is limited by compute; {data}{faster}{load}."
     best = found["best"]
     what = {
         "loader": "The loader alone delivers up to",
         "compute": "The model alone, its data already on the device, trains at up to",
         "transfer": "The host-to-device copy peaks at",
     }.get(scenario, "The best cell measures")
-    return f"{what} {number(best['median'])} {unit} (a ceiling, not a training run)."
+    return f"{what} {number(best['median'])} {unit} (a ceiling, not a training run){load}."
 
 
 def where(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number: Callable) -> str:
@@ -113,12 +132,16 @@ def _part(subject: dict, found: dict, rows: pd.DataFrame, scenario: str, number:
 
 
 def _interval(cell: dict, number: Callable) -> str:
+    """The cell's 95 % interval; one cut at zero says why (verdict.interval)."""
     low, high = _value(cell, "low"), _value(cell, "high")
-    return (
-        f", 95 % interval {number(low)}–{number(high)}"
-        if low is not None and high is not None
+    if low is None or high is None:
+        return ""
+    why = (
+        " (cut at 0: its repeats spread wider than their mean, so the interval says little)"
+        if _flag(cell.get("low_cut"))
         else ""
     )
+    return f", 95 % interval {number(low)}–{number(high)}{why}"
 
 
 def _against_prediction(cell: dict, unit: str, number: Callable) -> str:
@@ -130,14 +153,41 @@ def _against_prediction(cell: dict, unit: str, number: Callable) -> str:
     return f", {abs(error):.1f} % {side} its prediction ({number(predicted)} {unit} predicted)"
 
 
+def _measured_whatif(found: dict, whatif: dict, base: str) -> bool:
+    """Whether a cell of the experiment measured the what-if `whatif` of the baseline `base`: its
+    figure then wins over the prediction."""
+    cells, knob = found.get("cells"), whatif.get("knob")
+    if cells is None or knob not in cells or "predicted_from" not in cells:
+        return False
+    wanted = json.dumps([whatif["stage"]]) if knob == "skip_stages" else whatif["stage"]
+    return any(
+        str(cell.get(knob)) == wanted
+        and _value(cell, "median") is not None
+        and cell.get("predicted_from") == f"stage what-if of {base}"
+        for cell in cells.to_dict("records")
+    )
+
+
 def _predicted_fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str | None:
-    """The ceilings' fix, else the baseline's fastest stage what-if: predicted, never measured."""
+    """The ceilings' fix, else the baseline's fastest stage what-if: predicted, never measured (a
+    measured one is said by why_not, or is among the measured cells)."""
     recommendation = found.get("recommendation") or {}
     base = found.get("baseline") or found["best"]
     # the baseline as it is: no fix
-    if recommendation.get("fix") and recommendation.get("cell") != base["cell"]:
+    picked = recommendation.get("fix") and recommendation.get("cell") != base["cell"]
+    if picked and recommendation.get("measured") is None:
         return f"Predicted, not measured: {recommendation['fix']}."
-    own = [w for w in whatifs if w["cell"] == base["cell"] and w.get("predicted")]
+    # a cache that freezes a random stage changes the augmentation, and a what-if predicted at or
+    # below the baseline's measured rate gains nothing: never the fix
+    measured = _value(base, "median") or 0.0
+    own = [
+        w
+        for w in whatifs
+        if w["cell"] == base["cell"]
+        and (w.get("predicted") or 0.0) > measured
+        and not w.get("frozen")
+        and not _measured_whatif(found, w, base["cell"])
+    ]
     if own:
         top = max(own, key=lambda w: w["predicted"])
         gain = top["predicted"] / float(base["median"]) if base.get("median") else None
@@ -159,11 +209,16 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
         gain = (
             f"measured {found['speedup']:.2f}x ({figures}){_against_prediction(best, unit, number)}"
         )
+        # the repeats beside other load, last: they bear on every figure before them
+        load = other_load.words_of([(base, "the baseline"), (best, what)])
+        load = f"; {load}" if load else ""
         if found["clear"]:
-            return f"{what}: {gain}."
+            return f"{what}: {gain}{load}."
         predicted = _predicted_fix(found, whatifs, unit, number)
         noise = found["wording"].split(":")[0]  # within noise, cannot be judged ...
-        return f"No change is clearly faster: the best, {what}, {gain}, {noise}." + (
+        if noise.startswith("cannot be judged"):  # in plain words, what to rerun
+            noise += f"; set repeats: 3 and rerun to judge {found['speedup']:.2f}x"
+        return f"No change is clearly faster: the best, {what}, {gain}, {noise}{load}." + (
             f" {predicted}" if predicted else ""
         )
     predicted = _predicted_fix(found, whatifs, unit, number)
@@ -177,6 +232,8 @@ def fix(found: dict, whatifs: list[dict], unit: str, number: Callable) -> str:
         return f"None in the input pipeline: a faster step needs a faster model or device{gains}."
     if best["bound"] == "ceiling":
         return "None to make: a ceiling bounds the training cells predicted from it."
+    if found.get("recommendation"):
+        return "No measured cell is faster than the baseline."
     return "No measured cell is faster than the baseline, and none was predicted."
 
 
@@ -187,7 +244,7 @@ def why_not(found: dict, unit: str, number: Callable) -> str | None:
     pick = (found.get("recommendation") or {}).get("cell")
     if pick and pick != best["cell"]:
         cell = cells[cells["cell"] == pick].iloc[0].to_dict()
-        how = found["recommendation"].get("how") or f"cell {pick}"
+        how = found["recommendation"].get("how") or f"cell {words(cell)}"
         error, predicted = _value(cell, "error_pct"), number(found["recommendation"]["predicted"])
         measured = (
             f": it measured {number(cell['median'])} {unit}"

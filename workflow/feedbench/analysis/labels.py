@@ -57,7 +57,7 @@ def cell_labels(cells, knobs: list[str]) -> list[str]:
     cells = list(cells)
     shown = {k: shown_values(value_text(cell[k]) for cell in cells) for k in knobs}
     return [
-        " ".join(f"{k}={shown[k][value_text(cell[k])]}" for k in knobs) or "(one cell)"
+        " ".join(f"{k}={shown[k][value_text(cell[k])]}" for k in knobs) or ONE_CELL
         for cell in cells
     ]
 
@@ -65,3 +65,15 @@ def cell_labels(cells, knobs: list[str]) -> list[str]:
 def cell_label(cell, knobs: list[str]) -> str:
     """One cell's label on its own (a panel's title, say): as cell_labels gives it."""
     return cell_labels([cell], knobs)[0]
+
+
+ONE_CELL = "(one cell)"
+
+
+def words(cell) -> str:
+    """A cell of a verdict's sentence in words: its label (`label`, as cell_labels gives it), its
+    id only where it has none; an experiment's only cell is "its only cell"."""
+    label = cell.get("label") if hasattr(cell, "get") else None
+    if label == ONE_CELL:
+        return "its only cell"
+    return label if isinstance(label, str) and label else str(cell.get("cell"))

@@ -14,11 +14,16 @@ Left out: a cell of several processes (`world_size` over 1), whose other ranks o
 own work that rank 0's monitor counts as other; a cell that took another's result (core.fit's
 twin), named once as that cell; and a window under MIN_WINDOW_S, too short for the kernel's 10 ms
 clock ticks in which every CPU time is read.
+
+The same rule, read repeat by repeat (`disturbed_rows`, `kept`), keeps a repeat measured beside
+other load out of every verdict figure where quiet repeats of its cell exist (analysis.verdict): the
+verdict's lines then say how many they left out, or, where every repeat was disturbed, say so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -60,25 +65,67 @@ def cells(summary: pd.DataFrame) -> list[dict]:
     return found
 
 
+def beside_other_load(other_cores: float, affinity_cores: float, window_s: float) -> bool:
+    """The one rule: other work took SHARE of the CPUs and at least LEAST cores, over a window of at
+    least MIN_WINDOW_S."""
+    return window_s >= MIN_WINDOW_S and other_cores >= max(LEAST, SHARE * affinity_cores)
+
+
 def disturbed(found: list[dict]) -> list[dict]:
-    """The cells measured beside other load (SHARE of their CPUs and at least LEAST cores, over at
-    least MIN_WINDOW_S), the largest share first."""
+    """The cells measured beside other load (beside_other_load, on the medians of their repeats),
+    the largest share first."""
     return sorted(
         (
             c
             for c in found
-            if c["window_s"] >= MIN_WINDOW_S
-            and c["other_load_cores"] >= max(LEAST, SHARE * c["affinity_cores"])
+            if beside_other_load(c["other_load_cores"], c["affinity_cores"], c["window_s"])
         ),
         key=lambda c: -c["other_load_cores"] / c["affinity_cores"],
     )
 
 
-def note(summary: pd.DataFrame, name: Callable[[str], str] = str) -> str | None:
+def disturbed_rows(rows: pd.DataFrame) -> pd.Series:
+    """Per summary row, whether that repeat ran beside other load (beside_other_load on its own
+    readings); False where it cannot be read as such: a cell of several processes, a row without
+    the readings (results written before the harness read them)."""
+    columns = ("other_load_cores", "affinity_cores", "window_s")
+    if any(c not in rows for c in columns):
+        return pd.Series(False, index=rows.index)
+    other, cores, window = (pd.to_numeric(rows[c], errors="coerce") for c in columns)
+    ranks = pd.to_numeric(rows.get("world_size", pd.Series(1, index=rows.index)), errors="coerce")
+    read = other.notna() & cores.notna() & window.notna() & (ranks.fillna(1) <= 1)
+    beside = (window >= MIN_WINDOW_S) & (other >= (SHARE * cores).clip(lower=LEAST))
+    return read & beside
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The repeats of one cell that its verdict figures stand on (`rows`): its quiet ones where any
+    exist, else all of them; how many disturbed ones it `left_out`; whether every repeat it has ran
+    beside other load (`disturbed`)."""
+
+    rows: pd.DataFrame
+    left_out: int
+    disturbed: bool
+
+
+def kept(rows: pd.DataFrame) -> Kept:
+    """The finished repeats of one cell (`rows`) a verdict figure may stand on (Kept)."""
+    beside = disturbed_rows(rows)
+    if not beside.any():
+        return Kept(rows, 0, False)
+    if beside.all():
+        return Kept(rows, 0, True)
+    return Kept(rows[~beside], int(beside.sum()), False)
+
+
+def note(
+    summary: pd.DataFrame, name: Callable[[str, str], str] = lambda _e, cell: f"cell {cell}"
+) -> str | None:
     """The run's sentence: the most disturbed cell's other load, how many more had some, and what
-    it means for their figures; None when no cell was measured beside other load. `name`: a cell id
-    as the report shows it (its tables cut a long one, a ceiling's of a user's pipeline runs to 200
-    characters)."""
+    it means for their figures; None when no cell was measured beside other load. `name`: a cell
+    of an experiment in words, as the report names it ("cell num_workers=2"; a ceiling's id of a
+    user's pipeline runs to 200 characters)."""
     found = disturbed(cells(summary))
     if not found:
         return None
@@ -87,10 +134,46 @@ def note(summary: pd.DataFrame, name: Callable[[str], str] = str) -> str | None:
     besides = (
         f"; {more} more cell{'' if more == 1 else 's'} also ran beside other load" if more else ""
     )
-    cpus, cell = f"{cores} CPU{'' if cores == 1 else 's'}", name(worst["cell"])
+    cpus = f"{cores} CPU{'' if cores == 1 else 's'}"
+    cell = name(worst["experiment"], worst["cell"])
     return (
-        f"Measured beside other load: other work took {other:.1f} of the {cpus} cell "
-        f"{cell} of {worst['experiment']} ran on ({100 * other / cores:.0f} %){besides}. "
+        f"Measured beside other load: other work took {other:.1f} of the {cpus} {cell} of "
+        f"{worst['experiment']} ran on ({100 * other / cores:.0f} %){besides}. "
         "Those figures are lower than a quiet machine gives; rerun them alone before comparing "
         "them."
     )
+
+
+def words_of(cells: list[tuple[dict | None, str]]) -> str | None:
+    """What a verdict line says of the repeats beside other load of the cells it stands on, each
+    (cell-table row, name): each one's left out (words), and those with no quiet repeat together;
+    None where none ran beside other load."""
+    left = [said for cell, name in cells if (said := words(cell, name)) and " left out" in said]
+    none = [name for cell, name in cells if (said := words(cell, name)) and " left out" not in said]
+    if len(none) > 1:
+        left.append(
+            f"{' and '.join(none)} have no quiet repeat (every repeat of theirs ran beside other "
+            "load), so their figures are lower than a quiet machine gives"
+        )
+    else:
+        left += [words(cell, name) for cell, name in cells if name in none]
+    return "; ".join(left) or None
+
+
+def words(cell: dict | None, name: str) -> str | None:
+    """What a verdict line says of a cell's repeats beside other load (its cell-table row: Kept's
+    left_out and disturbed, n its repeats used), named `name`; None where none was."""
+    if not cell:
+        return None
+    left, used = int(cell.get("left_out") or 0), int(cell.get("n") or 0)
+    if left:
+        verb = "is" if left == 1 else "are"
+        return f"{left} of {name}'s {left + used} repeats ran beside other load and {verb} left out"
+    flag = cell.get("disturbed")
+    if flag is not None and not pd.isna(flag) and bool(flag):
+        every = "its only repeat" if used == 1 else f"all {used} of its repeats"
+        return (
+            f"{name} has no quiet repeat ({every} ran beside other load), so its figures are lower "
+            "than a quiet machine gives"
+        )
+    return None

@@ -41,13 +41,17 @@ def plot(summary: str, experiment: str, spec: dict, svg: str) -> None:
 
 
 def report(summary: str, plots: list[str], results: list, config: dict, config_hash: str, html: str,
-           verdict: str | None = None, **inputs) -> None:  # fmt: skip
+           verdict: str | None = None, config_dir: str | None = None,
+           **inputs) -> None:  # fmt: skip
     """Rule report: summary, plots, the results' records (core.records; or result files, read here)
     and the report's other inputs by name (analysis.report.INPUTS: published tables, searches'
     choices, the planner's map of ceilings, which folds the ceiling cells under the experiments they
     serve, a target's estimates) -> one HTML file (analysis.report), and its verdicts as text at
-    `verdict`."""
-    write_report(summary, plots, results, config, config_hash, html, verdict=verdict, **inputs)
+    `verdict`; `config_dir`: the config's folder, paths under which it shows relative to it."""
+    write_report(
+        summary, plots, results, config, config_hash, html, verdict=verdict, config_dir=config_dir,
+        **inputs
+    )  # fmt: skip
 
 
 def publish(results: list[str], plots: dict[str, str], config: dict, config_hash: str, summary: str, html: str,  # noqa: E501

@@ -47,9 +47,9 @@ from . import (
     views,
     whatifs,
 )
-from .aggregate import as_requested, read_summary, requested
+from .aggregate import read_summary, requested
 from .disclosure import Disclosure
-from .labels import cell_labels
+from .labels import ONE_CELL
 from .plots import plain_text, stage_figure, svg_text
 
 TEMPLATES = os.path.join(
@@ -344,16 +344,9 @@ def experiment_context(name: str, spec: dict, rows: pd.DataFrame, svg: Markup | 
     # the cells.
     matrix = (spec or {}).get("matrix") or {}
     columns = [k for k in matrix if k in rows] + [k for k in found["knobs"] if k not in matrix]
+    # each with its label (verdict.label_cells), as the verdict's sentences name it
     cells = _records(found["cells"])
     axis_values(rows, cells, columns)
-    # Labels name knobs as the matrix asked for them: two cells that differ only in an adjusted knob
-    # (pin_memory on a CPU) keep different labels, as they keep their own bars in the plot.
-    asked = as_requested(rows, columns)
-    labelled = verdict.varying_knobs(asked, list(matrix))
-    asked = asked.drop_duplicates("cell").set_index("cell")
-    sources = [asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell for cell in cells]
-    for cell, label in zip(cells, cell_labels(sources, labelled), strict=True):
-        cell["label"] = label
     context.update(
         cells=cells,
         metric=found["metric"],
@@ -681,8 +674,36 @@ SECTIONS = (
 )
 
 
+def cell_words(summary: pd.DataFrame, config: dict) -> Callable[[str, str], str]:
+    """(experiment, cell id) -> the cell in words, by its label in its experiment (a derived
+    ceiling experiment's too): "cell num_workers=2", "the only cell"; a cell the summary lacks by
+    its id as the tables cut it."""
+    specs = (config or {}).get("experiments") or {}
+    labels = {
+        (experiment, cell): label
+        for experiment, rows in summary.groupby("experiment", sort=False)
+        for cell, label in verdict.labels_of(
+            rows, (specs.get(experiment) or {}).get("matrix")
+        ).items()
+    }
+
+    def named(experiment: str, cell: str) -> str:
+        label = labels.get((experiment, cell))
+        if label is None:
+            return f"cell {short_id(cell)}"
+        return "the only cell" if label == ONE_CELL else f"cell {label}"
+
+    return named
+
+
 def build(
-    summary: pd.DataFrame, svgs: list[str], results: list, config: dict, config_hash: str, **inputs
+    summary: pd.DataFrame,
+    svgs: list[str],
+    results: list,
+    config: dict,
+    config_hash: str,
+    config_dir: str | None = None,
+    **inputs,
 ) -> dict:
     """The template's context: each section of SECTIONS under its name, from the summary, the plots,
     the results' records (core.records; result files are read here, once each) and the inputs of
@@ -695,15 +716,17 @@ def build(
     unknown = sorted(set(inputs) - set(INPUTS))
     if unknown:
         raise TypeError(f"report input {unknown[0]!r} is not known; allowed: {', '.join(INPUTS)}")
-    disclosure = Disclosure.of(config, hosts=summary["host"] if "host" in summary else ())
+    disclosure = Disclosure.of(
+        config, hosts=summary["host"] if "host" in summary else (), config_dir=config_dir
+    )
     if disclosure.anonymize and "host" in summary:
         summary = summary.assign(host=None)
     read = {name: reader(inputs.get(name)) for name, reader in INPUTS.items()}
     page = Page(summary, _by_name(svgs), as_records(results), config, read, disclosure)
     return {
         **{section.name: section.context(page) for section in SECTIONS},
-        # once for the run, ceilings included (analysis.other_load)
-        "other_load": other_load.note(summary, short_id),
+        # once for the run, ceilings included (analysis.other_load), each cell in words
+        "other_load": other_load.note(summary, cell_words(summary, config)),
         "anonymized": disclosure.anonymize,
         "disclosure": disclosure,
         "config_hash": config_hash,
@@ -760,6 +783,7 @@ def write_report(
     html: str,
     templates: str = TEMPLATES,
     verdict: str | None = None,
+    config_dir: str | None = None,
     **inputs,
 ) -> None:
     """The report rule's work: summary + plots + the results' records (or result files, read once
@@ -767,7 +791,7 @@ def write_report(
     map of ceilings, a target's estimates) -> one HTML file, written atomically."""
     summary = read_summary(summary_csv)
     os.makedirs(os.path.dirname(html) or ".", exist_ok=True)
-    context = build(summary, svgs, results, config, config_hash, **inputs)
+    context = build(summary, svgs, results, config, config_hash, config_dir, **inputs)
     atomic_write(html, render(context, templates))
     # the rule's plain-text verdicts, which the run's end prints (the Snakefile's onsuccess)
     if verdict:
@@ -775,15 +799,17 @@ def write_report(
 
 
 def verdict_text(experiments: list[dict], shared: str | None = None) -> str:
-    """Each experiment's three verdict lines (analysis.headline), as the report's top shows them,
-    and the time its best cell, baseline or slower cells lost to the first batch or epoch
-    boundaries, then the run's other load (`shared`, analysis.other_load): read in a terminal, on a
-    machine with no browser."""
+    """Each experiment's three verdict lines (analysis.headline) and their why, as the report's top
+    shows them, and the time its best cell, baseline or slower cells lost to the first batch or
+    epoch boundaries, then the run's other load (`shared`, analysis.other_load): read in a terminal,
+    on a machine with no browser."""
     blocks = []
     for e in experiments:
         if e["headline"]:
             found = e["headline"]
             lines = [f"  {word.title()}: {found[word]}" for word in ("finding", "where", "fix")]
+            # why the ceilings' pick is not the fix, measured: as the page shows it under the Fix
+            lines += [f"  Why: {found['why']}"] if found.get("why") else []
             # the first batch and epoch stalls, shown under the bound in the page
             lost = e["verdict"]["time_lost"]
             lines += [f"  Time lost: {lost}"] if lost else []

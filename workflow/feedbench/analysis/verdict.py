@@ -48,10 +48,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.ceilings import LOADER_REACHES
+from ..core.cores import crowded
 from ..core.fit import twin_of
 from ..core.knobs import KNOBS, PAYS_OFF
-from . import cores, growth, stages
-from .aggregate import is_true, knob_value
+from . import cores, growth, other_load, stages
+from .aggregate import as_requested, is_true, knob_value
+from .labels import cell_labels, words
 from .stages import column_median
 from .whatifs import changed_data
 
@@ -119,6 +121,8 @@ class Interval:
     mean: float | None
     low: float | None
     high: float | None
+    # the t interval reached below zero for values that cannot (a throughput, a time): cut at 0
+    cut: bool = False
 
     @property
     def below(self) -> float:
@@ -134,7 +138,10 @@ class Interval:
 
 
 def interval(values) -> Interval:
-    """Median, mean and 95 % t interval of the mean over the finite values given."""
+    """Median, mean and 95 % t interval of the mean over the finite values given. Of values none of
+    which is negative (a throughput, a time), the interval never goes below zero: where the t
+    interval's spread would take it there (3 repeats of which one ran far slower), it is cut at 0
+    and says so (`cut`)."""
     finite = [
         float(v) for v in values if v is not None and not pd.isna(v) and math.isfinite(float(v))
     ]
@@ -145,7 +152,9 @@ def interval(values) -> Interval:
     if n == 1:
         return Interval(1, finite[0], mean, None, None)
     half = t975(n - 1) * statistics.stdev(finite) / math.sqrt(n)
-    return Interval(n, statistics.median(finite), mean, mean - half, mean + half)
+    cut = min(finite) >= 0 and mean - half < 0
+    low = 0.0 if cut else mean - half
+    return Interval(n, statistics.median(finite), mean, low, mean + half, cut)
 
 
 def classify(
@@ -277,7 +286,9 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
     knobs = varying_knobs(rows, axes)
     table = []
     for cell, group in rows.groupby("cell", sort=False):
-        ok = group[group["status"] == "ok"]
+        # its quiet repeats where it has any: every figure of the row stands on the same ones
+        quiet = other_load.kept(group[group["status"] == "ok"])
+        ok = quiet.rows
         first = group.iloc[0]
         stats = interval(ok[metric]) if len(ok) else Interval(0, None, None, None, None)
         bound, why = classify(
@@ -302,12 +313,18 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 "mean": stats.mean,
                 "low": stats.low,
                 "high": stats.high,
+                "low_cut": stats.cut,
                 "n": stats.n,
+                "left_out": quiet.left_out,
+                "disturbed": quiet.disturbed if stats.n else None,
+                "ceilings_disturbed": _any_flag(ok, "ceilings_disturbed"),
                 "step_ms": column_median(ok, "step_ms_median"),
                 "stall_pct": column_median(ok, "stall_pct"),
                 "h2d_share": column_median(ok, "h2d_share"),
                 "device_prep_share": column_median(ok, "device_prep_share"),
                 "gpus": gpu_count(first),
+                # its loader workers, whether or not they vary (the time lost's first batch)
+                "workers_ran": knob_value(first, "num_workers"),
                 **time_lost(ok),  # the first batch, the epoch boundaries and the wait's tail
                 # the workers' memory growth and the samples to the cell's memory limit
                 **growth.figures(ok),
@@ -338,6 +355,12 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
         if knobs
         else table
     )
+
+
+def _any_flag(ok: pd.DataFrame, column: str) -> bool | None:
+    """Whether any of the rows sets a yes/no column; None where none holds a value."""
+    flags = ok[column].dropna() if column in ok else ()
+    return bool(flags.astype(bool).any()) if len(flags) else None
 
 
 def in_unit(ok: pd.DataFrame, metric: str, column: str) -> float | None:
@@ -380,12 +403,12 @@ MOST_REPEATS = 1000  # above this the estimate says "more than 1,000"
 
 
 def _sd(cell: dict) -> float | None:
-    """The standard deviation over a cell's repeats, recovered from its t interval (half = t sd /
-    sqrt(n))."""
-    n, low, high = cell.get("n"), cell.get("low"), cell.get("high")
-    if not n or n < 2 or low is None or high is None or pd.isna(low) or pd.isna(high):
+    """The standard deviation over a cell's repeats, recovered from its t interval's upper half
+    (half = t sd / sqrt(n); the lower one may be cut at 0)."""
+    n, mean, high = cell.get("n"), cell.get("mean"), cell.get("high")
+    if not n or n < 2 or mean is None or high is None or pd.isna(mean) or pd.isna(high):
         return None
-    return (float(high) - float(low)) / 2 / t975(int(n) - 1) * math.sqrt(int(n))
+    return (float(high) - float(mean)) / t975(int(n) - 1) * math.sqrt(int(n))
 
 
 def repeats_to_separate(best: dict, base: dict) -> int | None:
@@ -437,6 +460,31 @@ def natural_order(column: pd.Series) -> pd.Series:
     return numbers if numbers.notna().all() else column.astype(str)
 
 
+def label_cells(rows: pd.DataFrame, cells: pd.DataFrame, axes: list[str]) -> list[str]:
+    """The label of each cell of the cell table `cells` (analysis.labels): its matrix axes, then any
+    other knob that varies, each as the matrix asked for it, so that two cells that differ only in
+    a knob the harness adjusted (pin_memory on a CPU) keep different labels, as they keep their own
+    bars in the plot."""
+    knobs = varying_knobs(rows, axes)
+    columns = [k for k in axes if k in rows] + [k for k in knobs if k not in axes]
+    asked = as_requested(rows, columns)
+    labelled = varying_knobs(asked, axes)
+    asked = asked.drop_duplicates("cell").set_index("cell")
+    sources = [
+        asked.loc[cell["cell"]] if cell["cell"] in asked.index else cell
+        for cell in cells.to_dict("records")
+    ]
+    return cell_labels(sources, labelled)
+
+
+def labels_of(rows: pd.DataFrame, axes: dict | list | None = None) -> dict[str, str]:
+    """Cell id -> its label, for an experiment's rows (a ceiling experiment's too)."""
+    if rows.empty:
+        return {}
+    cells = rows.drop_duplicates("cell")
+    return dict(zip(cells["cell"], label_cells(rows, cells, list(axes or [])), strict=True))
+
+
 def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) -> dict:
     """The verdict of one experiment: its best cell, the speedup over the baseline, and what bounds
     the best cell.
@@ -446,6 +494,8 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     """
     axes = list(axes or [])
     cells = cell_table(rows, axes)
+    # each cell in words (analysis.labels), as every sentence and the report name it
+    cells["label"] = label_cells(rows, cells, axes)
     measured = cells[cells["median"].notna()]
     base_id = baseline_cell(rows)
     verdict = {
@@ -477,7 +527,7 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     if base_id is None:
         verdict["note"] = _no_baseline(rows)
     elif base["median"].isna().all():
-        verdict["note"] = f"no speedup: the baseline cell {base_id} did not finish"
+        verdict["note"] = f"no speedup: the baseline, cell {words(base.iloc[0])}, did not finish"
     else:
         base = base.iloc[0]
         verdict["baseline"] = base.to_dict()
@@ -530,14 +580,28 @@ def workers_cpu(ok: pd.DataFrame) -> dict:
     column or value."""
     kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)
     flags = ok["oversubscribed"].dropna() if "oversubscribed" in ok else pd.Series(dtype=object)
-    return {
-        "workers_kind": str(kinds.mode().iloc[0]) if len(kinds) else None,
+    load = {
         "cpu_share": column_median(ok, "workers_cpu_share"),
         "runnable_share": column_median(ok, "workers_runnable_share"),
         "demand_cores": column_median(ok, "demand_cores"),
         "usable_cores": column_median(ok, "usable_cores"),
         "trainer_cores": column_median(ok, "trainer_cores"),
-        "oversubscribed": bool(flags.astype(bool).any()) if len(flags) else None,
+    }
+    # core.cores' rule on the medians too: results written before it counted the workers' CPU
+    workers = column_median(ok, "num_workers") or 0
+    again = crowded(
+        load["demand_cores"],
+        load["usable_cores"],
+        load["runnable_share"],
+        load["cpu_share"],
+        int(workers),
+        int(load["trainer_cores"] or 1),
+    )
+    marked = bool(flags.astype(bool).any()) if len(flags) else None
+    return {
+        "workers_kind": str(kinds.mode().iloc[0]) if len(kinds) else None,
+        **load,
+        "oversubscribed": None if marked is None and again is None else bool(marked or again),
     }
 
 
@@ -570,9 +634,11 @@ def time_lost_parts(cell: dict | None) -> list[str]:
     run = first + window
     parts = []
     if first > LOST_SHARE * run:
+        workers = _number(cell.get("workers_ran"))
+        # without workers no worker starts: the main process makes the first batch itself
+        why = "the main process making it" if workers == 0 else "worker start-up"
         parts.append(
-            f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the "
-            "run (worker start-up)"
+            f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the run ({why})"
         )
     if stalls > LOST_SHARE * run:
         count, each = (
@@ -601,7 +667,7 @@ def time_lost_note(
             continue
         parts = time_lost_parts(cell)
         if parts:
-            notes.append(f"{name} {cell['cell']}: " + "; ".join(parts))
+            notes.append(f"{name} {words(cell)}: " + "; ".join(parts))
     slower = slower_at_boundaries(cells, best, base)
     if slower:
         notes.append(slower)
@@ -638,7 +704,7 @@ def slower_at_boundaries(
         return None
     lost.sort(key=lambda found: -found[0])
     each = ", ".join(
-        f"{c['cell']} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms "
+        f"{words(c)} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms "
         f"(median), {100 * share:.0f} % of the run)"
         for share, c in lost[:most]
     )
@@ -654,21 +720,61 @@ def _boundaries(cell: dict) -> str:
     return f"{count} boundary" if count == 1 else f"{count} boundaries"
 
 
+def other_load_apart(cell: dict | None) -> bool:
+    """Whether a cell's figures and its ceilings' ran under another load: one beside other load, the
+    other not (analysis.other_load). A ceiling is never divided by such a figure."""
+    mine, theirs = (cell or {}).get("disturbed"), (cell or {}).get("ceilings_disturbed")
+    known = all(v is not None and not pd.isna(v) for v in (mine, theirs))
+    return known and bool(mine) != bool(theirs)
+
+
 def headspace(cell: dict | None) -> float | None:
-    """How much faster the cell would train with free data: compute ceiling / measured - 1 (SPDL's
-    headspace)."""
-    if not cell:
+    """How much faster the cell would train with free data by its compute ceiling: ceiling /
+    measured - 1 (SPDL's headspace); None where the two ran under another load
+    (other_load_apart)."""
+    if not cell or other_load_apart(cell):
         return None
     ceiling, measured = _number(cell.get("ceiling_compute")), _number(cell.get("median"))
     return ceiling / measured - 1 if ceiling and measured else None
 
 
-def headspace_text(value: float) -> str:
-    """A headspace in plain words: how many times faster training could run with free data. A
-    negative one is no headspace: the cell measured above its compute ceiling (noise, or a ceiling
-    measured under other load), so the ceiling does not bound it and the sentence says so."""
+def wait_allows(cell: dict | None) -> float | None:
+    """The most a cell could gain with free data by its own wait share: 1 / (1 - stall), the step
+    without its wait; None where the wait was not measured."""
+    stall = _number((cell or {}).get("stall_pct"))
+    return 100 / (100 - stall) if stall is not None and 0 <= stall < 100 else None
+
+
+def free_data(cell: dict | None) -> tuple[float | None, str | None]:
+    """How many times faster the cell could train with free data, from the same repeats as its wait
+    share: the compute ceiling over its median, never above what its wait share allows
+    (wait_allows); and, where the ceiling reaches further, why the rest is not the data's. (None,
+    None) without a headspace."""
+    room = headspace(cell)
+    if room is None:
+        return None, None
+    factor, allows = 1 + room, wait_allows(cell)
+    if allows is None or round(factor, 1) <= round(allows, 1):
+        return min(factor, allows or factor), None
+    return allows, (
+        f"its compute ceiling runs {factor:.1f}x its speed, but the rest is the step's own "
+        "compute, slower in training than alone (other load, or loader workers on its cores)"
+    )
+
+
+def headspace_text(cell: dict) -> str | None:
+    """A cell's headspace in plain words: how many times faster training could run with free data
+    (free_data). A negative one is no headspace: the cell measured above its compute ceiling (noise,
+    or a ceiling measured under other load), so the ceiling does not bound it and the sentence says
+    so. None without a headspace."""
+    value = headspace(cell)
+    if value is None:
+        return None
     if value >= 0:
-        return f"with free data, training could run {1 + value:.1f}x faster"
+        factor, rest = free_data(cell)
+        return f"with free data, training could run {factor:.1f}x faster" + (
+            f"; {rest}" if rest else ""
+        )
     above = 1 / (1 + value) - 1  # measured / ceiling - 1
     return (
         f"measured above its compute ceiling by {100 * above:.0f} %: the ceiling is not a bound "
@@ -716,15 +822,9 @@ def pays_off(cells: pd.DataFrame, cell: dict) -> list[str]:
     return found
 
 
-def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict | None:
-    """The headspace of the baseline and the best cell, and the fix: of the cells whose loader
-    ceiling reaches the compute ceiling (within 5 %), the one with the fewest workers (then the
-    highest prediction), with its predicted samples/s, and whether pinning and stream prefetch pay
-    for themselves there (pays_off); one sentence for the top of the verdict. None when no cell of
-    the experiment was predicted."""
-    if "predicted" not in cells or not cells["predicted"].notna().any():
-        return None
-    found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
+def _reaching(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The predicted cells whose loader keeps the model fed at its compute ceiling, and those that
+    would but are oversubscribed (given no prediction)."""
     reaching = cells[
         cells["predicted"].notna()
         & cells["ceiling_loader"].notna()
@@ -738,17 +838,43 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     reaching = reaching[
         ~serial | (reaching["predicted"] >= LOADER_REACHES * reaching["ceiling_compute"])
     ]
+    # Workers and a trainer's threads that ask for more cores than the cell has slow the trainer
+    # below its compute ceiling, which the prediction does not count: no prediction for them.
+    over = (
+        reaching["oversubscribed"].map(lambda flag: flag is True or flag == 1.0)
+        if "oversubscribed" in reaching
+        else pd.Series(False, index=reaching.index)
+    )
+    return reaching[~over], reaching[over]
+
+
+def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict | None:
+    """The headspace of the baseline and the best cell, and the fix: of the cells whose loader
+    ceiling reaches the compute ceiling (within 5 %), the one with the fewest workers (then the
+    highest prediction), with its predicted samples/s, and whether pinning and stream prefetch pay
+    for themselves there (pays_off); one sentence for the top of the verdict. None when no cell of
+    the experiment was predicted."""
+    if "predicted" not in cells or not cells["predicted"].notna().any():
+        return None
+    found = {"headspace_baseline": headspace(base), "headspace_best": headspace(best), "cell": None}
+    reaching, crowded_out = _reaching(cells)
     subject = base or best
     lead = f"{subject['bound']}-bound" if subject else "predicted"
     # a data-bound cell's costliest stage (stage timing)
     culprit = subject.get("culprit") if subject else None
     details = [culprit] if isinstance(culprit, str) else []
-    if found["headspace_baseline"] is not None:
-        details.append(headspace_text(found["headspace_baseline"]))
+    room = headspace_text(base) if base else None
+    details += [room] if room else []
     lead += f": {'; '.join(details)}" if details else ""
     if reaching.empty:
         found["gains"] = pays_off(cells, best) if best else []
         found["sentence"] = f"{lead}; no measured loader configuration reaches the compute ceiling"
+        if len(crowded_out):
+            first = crowded_out.iloc[0].to_dict()
+            found["sentence"] += (
+                f" and leaves the trainer its cores ({cores.sentence(first)}: no prediction is "
+                "given for it, the trainer's threads wait for the cores its workers take)"
+            )
         found["sentence"] += "".join(f"; {gain}" for gain in found["gains"])
         return found
     workers = (
@@ -761,25 +887,29 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
         .sort_values(["_w", "_p"])
         .iloc[0]
     )
-    share = float(pick["predicted"]) / float(pick["ceiling_compute"])
+    # a prediction never above its ceiling (the what-ifs' model is scaled on a measured figure)
+    predicted = min(float(pick["predicted"]), float(pick["ceiling_compute"]))
+    share = predicted / float(pick["ceiling_compute"])
     has_workers = "num_workers" in pick and not pd.isna(pick["num_workers"])
     count = int(pick["num_workers"]) if has_workers else None
     how = [f"{count} worker{'' if count == 1 else 's'} per GPU"] if has_workers else []
     how += ["pinned memory"] if is_true(pick.get("pin_memory")) else []
     how += ["stream prefetch"] if pick.get("device_prefetch") == "stream" else []
-    found.update(
-        cell=pick["cell"],
-        predicted=float(pick["predicted"]),
-        share=share,
-        how=how[0] if how else None,
-    )
-    fix = how[0] if how else f"cell {pick['cell']}"
+    found.update(cell=pick["cell"], predicted=predicted, share=share, how=how[0] if how else None)
+    fix = how[0] if how else f"cell {words(pick)}"
     fix += f" with {' and '.join(how[1:])}" if how[1:] else ""
     found["gains"] = pays_off(cells, pick.drop(["_w", "_p"]).to_dict())
     unit = UNITS.get(str(pick.get("metric")), "samples/s")
+    # a measured cell is said measured: its figure wins over the prediction
+    measured = _number(pick.get("median"))
+    found["measured"] = measured
+    reached = 100 * (measured or 0.0) / float(pick["ceiling_compute"])
     found["fix"] = (
-        f"{fix} should reach {100 * share:.0f} % of the compute ceiling (predicted "
-        f"{pick['predicted']:,.0f} {unit})"
+        f"{fix} measured {measured:,.0f} {unit}, {reached:.0f} % of the compute ceiling "
+        f"(predicted {predicted:,.0f} {unit})"
+        if measured is not None
+        else f"{fix} should reach {100 * share:.0f} % of the compute ceiling (predicted "
+        f"{predicted:,.0f} {unit})"
     )
     found["sentence"] = f"{lead}; {found['fix']}" + "".join(f"; {gain}" for gain in found["gains"])
     return found

@@ -42,13 +42,33 @@ def whatifs_of(knobs: dict) -> dict:
 
 
 def changed_data(rows: pd.DataFrame) -> set:
-    """The cells among the summary's rows that skipped stages (skip_stages): they measured other
-    data."""
-    if "skip_stages" not in rows:
-        return set()
+    """The cells among the summary's rows that measured other data: they skipped stages
+    (skip_stages), or their cache froze a random stage's draws (whatif_frozen, found by what the
+    stage does: harness.stages.differs)."""
     return {
-        cell for cell, value in zip(rows["cell"], rows["skip_stages"], strict=True) if _set(value)
+        cell
+        for column in ("skip_stages", "whatif_frozen")
+        if column in rows
+        for cell, value in zip(rows["cell"], rows[column], strict=True)
+        if _set(value)
     }
+
+
+def random_stages(rows: pd.DataFrame) -> list[str]:
+    """The stages a cell's warm-up found random (summary column stage_random: their output on the
+    same input differed between two calls), over its repeats."""
+    found = rows["stage_random"].dropna() if "stage_random" in rows else ()
+    return sorted({name for text in found for name in str(text).split(" > ") if name})
+
+
+def frozen_by(kind: str, stage, rows: pd.DataFrame) -> list[str]:
+    """The random stages (random_stages) whose draws a what-if on a cell would freeze: those it
+    caches (cache_after at or after them), in the pipeline's order; [] for any other what-if."""
+    if kind != "cache_after":
+        return []
+    drawn = random_stages(rows)
+    taken = taken_out(order_of(rows), kind, stage, order_of(rows, "stage_decorated"))
+    return [name for name in taken if name in drawn]
 
 
 def predict_cell(
@@ -83,9 +103,10 @@ def predict_cell(
     )
     as_is = predict_whatif(rates, workers, batch, profile["worker_ms"], 0.0, 0.0, copy, stream)[0]
     measured = column_median(baseline, "samples_per_s")
-    # the model's ratio, on the baseline as it was measured
+    # the model's ratio, on the baseline as it was measured, never above the what-if's compute
+    # ceiling (its trainer's side: the ceiling plus the stages it moves there)
     if predicted is not None and as_is and measured:
-        predicted = measured * predicted / as_is
+        predicted = min(measured * predicted / as_is, 1000 / terms["compute"])
     return predicted, bound, terms
 
 
@@ -127,13 +148,20 @@ def table(rows: pd.DataFrame, knobs: dict, rates: tuple, copy: tuple) -> list[di
             predicted, bound, terms = predict_cell({**knobs, kind: value}, rows, rates, copy)
             if predicted is None:
                 return []
+            frozen = frozen_by(kind, name, rows)
             found.append(
                 {
                     "stage": name,
+                    "knob": kind,
                     "what": KNOBS[kind].whatif,
                     "loader_per_s": terms["loader_per_s"],
                     "predicted": predicted,
                     "bound": bound,
+                    # never a fix: it changes the augmentation
+                    "frozen": frozen,
+                    "changes": f"changes your augmentation: freezes {', '.join(frozen)}"
+                    if frozen
+                    else None,
                 }
             )
     return found

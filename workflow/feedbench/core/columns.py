@@ -62,6 +62,9 @@ PREDICTION_COLUMNS = [
     "predicted_bound",
     "prediction_error_pct",
     "predicted_from",  # "ceilings", or "stage what-if of <baseline cell>" (analysis.whatifs)
+    # whether a ceiling it was predicted from had only repeats measured beside other load
+    # (analysis.other_load): its figures are not divided by a quiet cell's, nor the reverse
+    "ceilings_disturbed",
 ]
 # Every column that is not a knob, in the summary's order; monitor means (<name>_mean) and transfer
 # sizes vary.

@@ -95,6 +95,12 @@ def usable_cores(
 # share 0.33) and are runnable all of it (harness.monitor).
 CPU_BOUND_SHARE = 0.5
 KINDS = {True: "CPU-bound", False: "waiting"}
+# Workers that mostly wait (a full prefetch queue) still crowd the cores by the CPU they use: a cell
+# is oversubscribed when that CPU and its trainer's cores exceed its usable cores by this many. The
+# Lightning job of issue #49 (2 workers beside a trainer of 2 threads on 2 cores, its workers
+# waiting on a full queue) measured half its 0-worker rate; 8 sleeping workers at 2 % of a core
+# each beside a main process on 1 core take 0.16, which crowds nothing.
+CROWDED_CORES = 0.5
 
 
 def ranks_sharing(knobs, env: Mapping[str, str] = os.environ) -> int:
@@ -117,28 +123,43 @@ def cpu_load(
     workers: list[dict], usable: int | None, ranks: int, num_workers: int, trainer: int = 1
 ) -> dict | None:
     """A cell's CPU demand against its usable cores, for its result's `cpu`: the cores it asks for
-    (ranks x (workers
-    + the trainer's cores, trainer_cores)), the median worker's CPU and runnable shares, which kind
-      its workers are
-    (KINDS, by CPU_BOUND_SHARE) and whether it is oversubscribed (more demand than cores, and
-    CPU-bound workers). None without loader workers; kind and oversubscribed None when no worker was
+    (ranks x (workers + the trainer's cores, trainer_cores)), the median worker's CPU and runnable
+    shares, which kind its workers are (KINDS, by CPU_BOUND_SHARE) and whether it is oversubscribed
+    (crowded). None without loader workers; kind and oversubscribed None when no worker was
     sampled."""
     if num_workers == 0:
         return None
     runnable = median_of_known([w.get("runnable_share") for w in workers])
+    cpu = median_of_known([w.get("cpu_share") for w in workers])
     bound = None if runnable is None else runnable >= CPU_BOUND_SHARE
     demand = ranks * (num_workers + trainer)
     return {
         "demand_cores": demand,
         "usable_cores": usable,
         "trainer_cores": trainer,
-        "cpu_share": median_of_known([w.get("cpu_share") for w in workers]),
+        "cpu_share": cpu,
         "runnable_share": runnable,
         "kind": None if bound is None else KINDS[bound],
-        "oversubscribed": None
-        if bound is None or usable is None
-        else bool(bound and demand > usable),
+        "oversubscribed": crowded(demand, usable, runnable, cpu, num_workers, trainer),
     }
+
+
+def crowded(demand, usable, runnable, cpu_share, workers: int, trainer: int) -> bool | None:
+    """Whether a cell is oversubscribed: it asks for more cores than it may use (`demand`, ranks x
+    (workers + the trainer's cores)), and its workers are CPU-bound (the median one `runnable` at
+    least CPU_BOUND_SHARE) or the CPU they use (`cpu_share` each, in cores) beside the trainer's
+    cores exceeds it by CROWDED_CORES: workers that wait on a full queue still take a trainer's
+    thread's core while they work. None where it cannot tell (no worker sampled, no usable
+    count)."""
+    if usable is None or demand is None or (runnable is None and cpu_share is None):
+        return None
+    if demand <= usable:
+        return False
+    if runnable is not None and runnable >= CPU_BOUND_SHARE:
+        return True
+    ranks = demand / (workers + trainer) if workers + trainer else 1
+    used = None if cpu_share is None else ranks * (workers * cpu_share + trainer)
+    return used is not None and used - usable >= CROWDED_CORES
 
 
 def most_workers(usable: int, ranks: int, trainer: int = 1) -> int:

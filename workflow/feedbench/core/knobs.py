@@ -131,8 +131,20 @@ class Knob:
         text = kind + (" " + " and ".join(bounds) if bounds else "")
         return text + (" or null" if self.nullable else "")
 
+    def as_written(self, value: Any) -> Any:
+        """A value as the config's author wrote it, where YAML read it otherwise: a boolean as the
+        knob's word (YAML 1.1 reads `amp: off` as false, `on` as true), `none` as null for a stage
+        what-if (`cache_after: [none, Normalize]`: no cache); the value itself otherwise."""
+        if isinstance(value, bool) and self.type is str and self.choices:
+            word = "on" if value else "off"
+            return word if word in self.choices else value
+        if self.whatif and self.nullable and isinstance(value, str) and value.lower() == "none":
+            return None
+        return value
+
     def check(self, value: Any) -> Any:
         """Return the value, normalised, or raise KnobError."""
+        value = self.as_written(value)
         if value is None:
             if self.nullable:
                 return None
@@ -151,9 +163,14 @@ class Knob:
                 )
             value, ok = float(value), True
         if not ok:
+            quote = (
+                " (YAML reads on, off, yes and no as booleans: quote a word, 'on')"
+                if isinstance(value, bool) and self.choices
+                else ""
+            )
             raise KnobError(
                 f"knob '{self.name}': value {shown(value)} has the wrong type; "
-                f"allowed: {self.allowed()}"
+                f"allowed: {self.allowed()}{quote}"
             )
         if self.user_code and user_code(self.name, value):
             return value

@@ -540,6 +540,16 @@ METRICS: dict[str, Metric] = {
             convert=_profile_text,
         ),
         Metric(
+            "stage_random",
+            "metrics.stages.profile.random",
+            "array",
+            "",
+            "the stages found random in the warm-up's samples (their output on the same input "
+            "differed between two calls), joined by ' > '",
+            nullable=False,
+            convert=_joined(" > "),
+        ),
+        Metric(
             "whatif_trades",
             "metrics.whatif.trades",
             "array",
@@ -547,6 +557,16 @@ METRICS: dict[str, Metric] = {
             "what the cell's stage what-if traded, joined by '; '",
             nullable=False,
             convert=_joined("; "),
+        ),
+        Metric(
+            "whatif_frozen",
+            "metrics.whatif.frozen",
+            "array",
+            "",
+            "cache_after: the cached stages its first pass found random, whose draws the cache "
+            "froze, joined by ' > '",
+            nullable=False,
+            convert=_joined(" > "),
         ),
         Metric(
             "whatif_cache_mb",

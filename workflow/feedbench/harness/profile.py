@@ -26,10 +26,17 @@ through library code only, is named with its cumulative time; a root is named wi
 own (its own lines and the library calls it makes itself). Built from cProfile's caller -> callee
 times: a library function reached both from a root and from a named function below it (rare) has its
 calls counted for the first.
+
+A root of a package (a `datasets` or WebDataset `__getitem__`, a framework's wrapper) is seen
+through: the user's own functions it reaches through its package's code and the library's (the
+transform `with_transform` calls) become roots themselves, named and walked as above, and the
+package root keeps only the rest of its time. The user's own code is the code under the cell's
+`python_path` folders; without them, any code outside the installed packages' folders.
 """
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import functools
 import math
@@ -55,12 +62,18 @@ class SampleProfile:
     between timed on the CPU only; `worker`: the loader worker that profiles (0), or None for the
     main process (no workers)."""
 
-    def __init__(self, batches: int, worker: int | None):
+    def __init__(self, batches: int, worker: int | None, own: tuple[str, ...] = ()):
         self.batches, self.worker = batches, worker
+        # the user's own folders (python_path), where a package root is seen through (attribute)
+        self.own = tuple(os.path.realpath(path) + os.sep for path in own)
         self.cpu_s = [0.0, 0.0]  # CPU seconds of the samples made [as they are, under the profiler]
         self.made = [0, 0]  # and how many
         self.counted = 0  # samples made when the last batch was collated
         self.profiler: cProfile.Profile | None = None
+        # a sample being made and timed on the CPU alone, not profiled: feedbench's own checks of it
+        # (harness.stages' random-stage check) run there, aside (their CPU time not counted)
+        self.timed_only = False
+        self.aside_s = 0.0
 
     def __getstate__(self) -> dict:  # a spawned worker starts its own profiler
         return {**self.__dict__, "profiler": None}
@@ -88,13 +101,25 @@ class SampleProfile:
             except ValueError:  # another profiler holds the interpreter (Python 3.12+): no profile
                 self.batches, _active = 0, None
                 return make()
+        aside, self.timed_only = self.aside_s, not profiled
         try:
             return make()
         finally:
             if profiled:
                 self.profiler.disable()
-            self.cpu_s[profiled] += time.thread_time() - start
+            self.timed_only = False
+            self.cpu_s[profiled] += time.thread_time() - start - (self.aside_s - aside)
             self.made[profiled] += 1
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Work of feedbench's own inside a sample timed on the CPU alone: its CPU time is not the
+        sample's."""
+        start = time.thread_time()
+        try:
+            yield
+        finally:
+            self.aside_s += time.thread_time() - start
 
     def batch_made(self) -> dict | None:
         """A batch was collated: the profile's result when that was its last batch, else None."""
@@ -116,7 +141,7 @@ class SampleProfile:
         Python runs every line slower (1.6 times a busy loop's on Python 3.11), not only each call,
         so the profile's own times overstate.
         """
-        times, total = attribute(self.profiler.getstats())
+        times, total = attribute(self.profiler.getstats(), self.own)
         self.profiler = None
         profiled_ms = self.cpu_s[True] / self.made[True] * 1000
         plain_ms = self.cpu_s[False] / self.made[False] * 1000 if self.made[False] else profiled_ms
@@ -144,7 +169,9 @@ def sample_profile(cell) -> SampleProfile | None:
     if cell.warmup_steps < 1 or not cell.in_order:
         return None
     _armed = SampleProfile(
-        math.ceil(cell.warmup_steps / max(1, cell.num_workers)), 0 if cell.num_workers else None
+        math.ceil(cell.warmup_steps / max(1, cell.num_workers)),
+        0 if cell.num_workers else None,
+        tuple(cell.python_path or ()),
     )
     return _armed
 
@@ -153,6 +180,13 @@ def profiled(profile: SampleProfile | None, make: Callable[[], Any]) -> Callable
     """make, under the profile where this process profiles it (SampleProfile.wrap); make itself
     otherwise."""
     return make if profile is None else profile.wrap(make)
+
+
+def checking() -> SampleProfile | None:
+    """This process's profile while it makes a warm-up sample timed on the CPU alone (every other
+    one: never a profiled one, whose profile a second call would skew), else None: the samples
+    harness.stages checks its stages' randomness on, aside (SampleProfile.aside)."""
+    return _active if _active is not None and _active.timed_only else None
 
 
 def batch_made() -> dict | None:
@@ -228,9 +262,38 @@ def is_user(code) -> bool:
     return not isinstance(code, str) and not is_library(code.co_filename)
 
 
-def attribute(stats: list) -> tuple[dict[str, float], float]:
+def is_own(code, own: tuple[str, ...]) -> bool:
+    """The user's own code, not a package's: under the `own` folders (python_path), or, without
+    them, user code outside the installed packages' folders."""
+    if not is_user(code):
+        return False
+    path = os.path.realpath(code.co_filename)
+    return path.startswith(own) if own else not path.startswith(_folders()[1])
+
+
+def _through_packages(roots: dict, calls: dict, own: tuple[str, ...]) -> tuple[dict, set]:
+    """The roots with each package root seen through: the user's own functions it reaches through
+    package and library code become roots of their own, and it keeps the rest of its time; and the
+    package roots so seen through."""
+    found: dict = {}
+    seen = set()
+    for root, root_time in roots.items():
+        below = (
+            []
+            if is_own(root, own)
+            else _reached([root], calls, set(), set(), lambda code: is_own(code, own))
+        )
+        for code, t in below:
+            found[code] = found.get(code, 0.0) + t
+        seen.update([root] if below else [])
+        rest = root_time - sum(t for _, t in below)
+        found[root] = found.get(root, 0.0) + max(rest, 0.0)
+    return found, seen
+
+
+def attribute(stats: list, own: tuple[str, ...] = ()) -> tuple[dict[str, float], float]:
     """{module:qualname: CPU seconds} of the named functions (see the module's docstring), and the
-    profiled total."""
+    profiled total; `own`: the user's own folders."""
     calls = {e.code: [(s.code, s.totaltime) for s in (e.calls or ())] for e in stats}
     callees = {code for edges in calls.values() for code, _ in edges}
     # the profiled samples' outermost calls: feedbench's
@@ -239,9 +302,14 @@ def attribute(stats: list) -> tuple[dict[str, float], float]:
     roots: dict = {}
     for code, t in _reached(tops, calls, set(), set()):
         roots[code] = roots.get(code, 0.0) + t
+    roots, seen_through = _through_packages(roots, calls, own)
     times: dict = {}
     visited: set = set()  # library code reached from one root is not walked again from another
     for root, root_time in sorted(roots.items(), key=lambda item: -item[1]):
+        # a package root seen through keeps its rest: its package callees are not walked again
+        if root in seen_through:
+            times[root] = times.get(root, 0.0) + root_time
+            continue
         below = _reached([root], calls, set(roots), visited)
         for code, t in below:
             times[code] = times.get(code, 0.0) + t
@@ -254,14 +322,17 @@ def attribute(stats: list) -> tuple[dict[str, float], float]:
     return named, total
 
 
-def _reached(starts: list, calls: dict, roots: set, visited: set) -> list[tuple[Any, float]]:
+def _reached(
+    starts: list, calls: dict, roots: set, visited: set, stop: Callable = is_user
+) -> list[tuple[Any, float]]:
     """The calls into user code (not a root) from `starts`, directly or through library code only
-    (each library function walked once: `visited` grows), as (code, cumulative seconds)."""
+    (each library function walked once: `visited` grows), as (code, cumulative seconds); `stop`:
+    what counts as the user code it stops at (is_own: the user's own, through packages too)."""
     reached, stack = [], list(starts)
     visited.update(starts)
     while stack:
         for code, t in calls.get(stack.pop(), ()):
-            if is_user(code):
+            if stop(code):
                 if code not in roots:
                     reached.append((code, t))
             elif code not in visited:

@@ -27,19 +27,16 @@ Each cell records what its what-if did and what it traded (metrics.whatif).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import inspect
 import os
-import random
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
@@ -57,10 +54,10 @@ _index: int | None = None  # the index of the sample this process is making (Cac
 _calls: dict[str, int] = {}
 
 
-def _random(names: list[str]) -> list[str]:
-    """The stages among `names` that draw at random, by torchvision's naming (Random...): a user's
-    own random transform under another name is not known to be one."""
-    return [n for n in names if n.startswith("Random")]
+# The first samples of a cache's first pass on which its cached stages are checked for randomness
+# (stages.differs): a stage that draws with a probability (a flip, random erasing) may give the same
+# output twice on one sample.
+CHECKED_SAMPLES = 8
 
 
 def nbytes(item: Any) -> int:
@@ -131,13 +128,21 @@ class Store:
 class Capture:
     """The first pass: runs the cached stages and keeps what they give for the sample being made,
     then the stages after them, so that what the Compose returns is what the dataset's own code
-    after it expects."""
+    after it expects. On its first CHECKED_SAMPLES samples it finds which cached stages (`names`)
+    are random, by what they do (stages.differs): `random`."""
 
-    def __init__(self, steps: list, store: Store, after: list):
-        self.steps, self.store, self.after = steps, store, after
+    def __init__(self, steps: list, store: Store, after: list, names: list[str] = ()):
+        self.steps, self.store, self.after, self.names = steps, store, after, list(names)
+        self.random: set[str] = set()
+        self.checked = 0
 
     def __call__(self, x):
-        for step in self.steps:
+        check = self.checked < CHECKED_SAMPLES
+        self.checked += 1
+        for name, step in zip(self.names or [None] * len(self.steps), self.steps, strict=True):
+            due = check and name is not None and name not in self.random
+            if due and stages.differs(step, (x,)):
+                self.random.add(name)
             x = step(x)
         self.store.put(x)
         for step in self.after:
@@ -208,6 +213,7 @@ class FunctionCache:
 
     def __init__(self, store: Store, name: str):
         self.store, self.name, self.filling = store, name, True
+        self.random, self.checked = False, 0  # whether its function was found random (Capture)
 
     def __call__(self, function: Callable, *args, **kwargs):
         if _index is None:
@@ -215,6 +221,9 @@ class FunctionCache:
         call = _calls.get(self.name, 0)
         _calls[self.name] = call + 1
         if self.filling:
+            if not self.random and self.checked < CHECKED_SAMPLES and not kwargs:
+                self.checked += 1
+                self.random = bool(stages.differs(function, args, stages.takes_self(function)))
             output = function(*args, **kwargs)
             self.store.put(output, (_index, call))
             return output
@@ -296,12 +305,16 @@ def stage_names(dataset) -> list[str]:
 
 class Tap:
     """A Compose stage on the sampled call (probe), run as it is: whether it took one tensor and
-    gave one."""
+    gave one, and whether it is random (stages.differs, over up to RANDOM_TRIES more calls: a
+    random flip gives the same output as the first call half the time)."""
+
+    RANDOM_TRIES = 8
 
     def __init__(self, transform: Callable):
-        self.transform, self.tensor = transform, False
+        self.transform, self.tensor, self.random = transform, False, False
 
     def __call__(self, *args):
+        self.random = bool(stages.differs(self.transform, args, tries=self.RANDOM_TRIES))
         output = self.transform(*args)
         self.tensor = (
             len(args) == 1
@@ -320,6 +333,8 @@ class Probed:
     spans: list = field(default_factory=list)  # the `with feedbench.stage` spans that ran
     # the first Compose's stages from which on all took and gave tensors
     on_device: list = field(default_factory=list)
+    # the first Compose's stages found random on the sampled call (Tap)
+    random: list = field(default_factory=list)
     # whether a sample was drawn: not from a stream, nor where the first sample failed
     sampled: bool = False
 
@@ -327,19 +342,6 @@ class Probed:
         """metrics.stages' `functions` and `on_device` (the summary's stage_decorated,
         stage_on_device)."""
         return {"functions": list(self.functions), "on_device": list(self.on_device)}
-
-
-@contextlib.contextmanager
-def _random_state_kept():
-    """Python's, NumPy's and torch's CPU random state as they were before: the sampled call draws
-    none of the cell's."""
-    state, numpy_state = random.getstate(), numpy.random.get_state()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            yield
-    finally:
-        random.setstate(state)
-        numpy.random.set_state(numpy_state)
 
 
 def probe(dataset) -> Probed:
@@ -372,7 +374,7 @@ def probe(dataset) -> Probed:
         if first is not None:
             first.transforms = taps
         stages.REPLACED.update({name: functools.partial(ran, name) for name in stages.FUNCTIONS})
-        with _random_state_kept():
+        with stages.random_state_kept():
             seen = stages.sample_stages(lambda: sampled[0])
     except Exception:
         return Probed()
@@ -385,6 +387,7 @@ def probe(dataset) -> Probed:
     found.spans = [
         n for n in seen if n not in found.functions and n not in names and n != stages.UNATTRIBUTED
     ]
+    found.random = [name for name in inside if taps[composes[name][1]].random]
     # a tensor stage after one that is not: the move would take that one along
     for name in reversed(inside):
         if not taps[composes[name][1]].tensor:
@@ -502,7 +505,7 @@ def apply(
     plan = Plan(facts={"trades": []})
     _skip(cell, composes, plan)
     if cell.device_stages:
-        _to_device(cell, first, own, plan)
+        _to_device(cell, first, own, plan, probed.random)
     if cell.cache_after:
         dataset = CachedSamples(dataset)
         _cache(cell, dataset, (first, own, images, list(probed.functions)), out_dir, plan)
@@ -526,9 +529,9 @@ def _skip(cell: Cell, composes: dict, plan: Plan) -> None:
         plan.facts["trades"].append(f"changes the data: {', '.join(cell.skip_stages)} skipped")
 
 
-def _to_device(cell: Cell, compose, names: list[str], plan: Plan) -> None:
+def _to_device(cell: Cell, compose, names: list[str], plan: Plan, drawing: list[str]) -> None:
     """device_stages: the first Compose's transforms from the stage on leave it, for a v2 Compose of
-    them."""
+    them; `drawing`: the stages the sampled call found random (probe)."""
     from torchvision.transforms import v2
 
     moved = [n for n in names[names.index(cell.device_stages) :] if n not in (READ, DECODE)]
@@ -545,27 +548,30 @@ def _to_device(cell: Cell, compose, names: list[str], plan: Plan) -> None:
     _assign(compose, compose.transforms[:start])
     plan.facts["device_stages"] = moved
     plan.facts["trades"].append(f"{', '.join(moved)} run on the batch after the copy")
-    if _random(moved):
+    drawn = [name for name in moved if name in drawing]
+    if drawn:
         plan.facts["trades"].append(
-            f"per-sample random transform applied per batch ({', '.join(_random(moved))})"
+            f"per-sample random transform applied per batch ({', '.join(drawn)})"
         )
 
 
 def _capture(
     stage: str, store: Store, compose, names: list[str], images
-) -> Callable[[], list[str]]:
+) -> Callable[[], tuple[list[str], list[str]]]:
     """cache_after a Compose stage (or read, decode): the first pass set to fill `store`; returns
-    what then replays it, which gives the stages cached."""
+    what then replays it, which gives the stages cached and those of them the first pass found
+    random."""
     kept = [n for n in names if n not in (READ, DECODE)]
     cut = kept.index(stage) + 1 if stage in kept else 0
     steps = list(compose.transforms) if compose is not None else []
     loader = images.loader if images is not None else None
+    capture = Capture(steps[:cut], store, steps[cut:], kept[:cut])
     if stage == READ:
         images.loader, compose.transforms = ReadCapture(store), [Passthrough()]
     else:
-        compose.transforms = [Capture(steps[:cut], store, steps[cut:])]
+        compose.transforms = [capture]
 
-    def replay() -> list[str]:
+    def replay() -> tuple[list[str], list[str]]:
         if stage == READ:
             images.loader, compose.transforms = (
                 DecodeCached(store, loader.keywords.get("decoder", "pil")),
@@ -575,19 +581,20 @@ def _capture(
             compose.transforms = [Cached(store), *steps[cut:]]
             if images is not None:
                 images.loader = Nothing()
-        return names[: names.index(stage) + 1]
+        cached = names[: names.index(stage) + 1]
+        return cached, [name for name in cached if name in capture.random]
 
     return replay
 
 
-def _capture_function(stage: str, store: Store) -> Callable[[], list[str]]:
+def _capture_function(stage: str, store: Store) -> Callable[[], tuple[list[str], list[str]]]:
     """cache_after a decorated stage: its functions' calls kept in the first pass, replayed after
-    it."""
+    it (and whether the first pass found it random)."""
     cache = stages.REPLACED[stage] = FunctionCache(store, stage)
 
-    def replay() -> list[str]:
+    def replay() -> tuple[list[str], list[str]]:
         cache.filling = False
-        return [stage]
+        return [stage], [stage] if cache.random else []
 
     return replay
 
@@ -624,7 +631,7 @@ def _cache(cell: Cell, dataset: CachedSamples, where: tuple, out_dir, plan: Plan
     build_s = _first_pass(dataset, stage)
     if cell.cache_in == "file":
         store.save(os.path.join(out_dir or os.getcwd(), CACHE_FILE))
-    cached = replay()
+    cached, frozen = replay()
     kept_in = f"on disk ({CACHE_FILE})" if cell.cache_in == "file" else "in memory, per process"
     plan.facts.update(
         cached=cached,
@@ -636,9 +643,10 @@ def _cache(cell: Cell, dataset: CachedSamples, where: tuple, out_dir, plan: Plan
         },
     )
     plan.facts["trades"].append(f"cache of {_size(store.bytes)} {kept_in}")
-    if _random(cached):
+    if frozen:
+        plan.facts["frozen"] = frozen
         plan.facts["trades"].append(
-            f"random stage cached: augmentation fixed ({', '.join(_random(cached))})"
+            f"random stage cached: augmentation fixed ({', '.join(frozen)})"
         )
 
 

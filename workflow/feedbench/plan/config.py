@@ -18,6 +18,8 @@ import copy
 import hashlib
 import json
 import os
+import sys
+from typing import NoReturn
 
 import yaml
 from jsonschema import Draft202012Validator, validators
@@ -243,6 +245,16 @@ def one_line(error: Exception) -> str:
     """`bad config: <message>`, on one line and at most MAX_MESSAGE characters long."""
     text = " ".join(str(error).split("\n"))
     return "bad config: " + (text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "...")
+
+
+def stop(message: str) -> NoReturn:
+    """End the run with `message` alone on stderr and exit status 1, before any job: a
+    WorkflowError raised while Snakemake reads the Snakefile prints it inside `WorkflowError in
+    file .../common.smk, line 70:` and two `File` lines, so that a config error read like a crash.
+    SystemExit passes through Snakemake's clean-up, so its lock is released as after a
+    WorkflowError."""
+    print(message, file=sys.stderr)
+    sys.exit(1)
 
 
 def sized(config: dict) -> dict:

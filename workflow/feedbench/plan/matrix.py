@@ -163,10 +163,38 @@ def check_size(experiments: dict, limit: int) -> None:
         )
 
 
+def as_written(mapping: dict) -> dict:
+    """A knob mapping with each value as its author wrote it (Knob.as_written: `amp: off`, which
+    YAML reads as false; `cache_after: none`, no cache), matrix levels too, so that the cells' ids
+    and the harness read the same value."""
+    return {
+        k: [KNOBS[k].as_written(v) for v in value]
+        if isinstance(value, list) and k in KNOBS and KNOBS[k].type is not list
+        else KNOBS[k].as_written(value)
+        if k in KNOBS
+        else value
+        for k, value in mapping.items()
+    }
+
+
+def experiment_as_written(experiment: dict) -> dict:
+    """An experiment's base, matrix, exclusions and inclusions as_written."""
+    return {
+        **experiment,
+        **{k: as_written(experiment[k]) for k in ("base", "matrix") if experiment.get(k)},
+        **{
+            k: [as_written(m) if isinstance(m, dict) else m for m in experiment[k]]
+            for k in ("exclude", "include")
+            if isinstance(experiment.get(k), list)
+        },
+    }
+
+
 def expand_experiment(
     name: str, experiment: dict, defaults: dict, images_dir: str | None = None
 ) -> list[PlannedCell]:
     """The cells of one experiment, in order: the product (less exclusions), then the includes."""
+    defaults, experiment = as_written(defaults), experiment_as_written(experiment)
     where = key_path("experiments", name)
     check_names(defaults, "defaults", NOT_KNOBS)
     check_values(defaults, "defaults")
