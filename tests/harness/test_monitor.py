@@ -34,3 +34,22 @@ def test_a_worker_reaped_by_a_server_the_cell_started_stays_the_cells_cpu():
             assert _cell_cpu_s(process) - before >= 0.3
         finally:
             it.kill()
+
+
+def test_a_monitored_process_that_ends_leaves_a_summary_not_a_crash():
+    """A command's process may end as its window closes, before its monitor stops
+    (harness.command): the monitor stops sampling, and stop() still gives a summary."""
+    import subprocess
+    import sys
+    import time
+
+    from feedbench.harness.monitor import Monitor
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    monitor = Monitor(0.05, None, pid=child.pid)
+    monitor.start()
+    child.wait()
+    time.sleep(0.2)
+    monitor.stop()
+    assert monitor.cpu_offered is None  # its CPU time could not be read at the end
+    assert monitor.summary()["interval_s"] == 0.05

@@ -154,8 +154,14 @@ class Offered:
         self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.start = self._snapshot()
 
-    def _snapshot(self) -> tuple[float, float, float]:
-        return time.perf_counter(), _busy_s(self.cpus), _cell_cpu_s(self.process)
+    def _snapshot(self) -> tuple[float, float, float | None]:
+        """Now, the CPUs' busy time, the cell's CPU time (None once its process is gone: a command
+        that ended as its window closed, harness.command)."""
+        try:
+            cell = _cell_cpu_s(self.process)
+        except psutil.NoSuchProcess:
+            cell = None
+        return time.perf_counter(), _busy_s(self.cpus), cell
 
     def summary(self, monitor_cpu_s: float) -> dict | None:
         """`cores` (the mask's), `wall_s`, `busy_s` (the mask's CPUs, all work), `cell_cpu_s` (this
@@ -165,6 +171,8 @@ class Offered:
         if not self.cpus:
             return None
         (t0, busy0, cell0), (t1, busy1, cell1) = self.start, self._snapshot()
+        if cell0 is None or cell1 is None:
+            return None
         wall, busy, cell = t1 - t0, busy1 - busy0, cell1 - cell0
         if wall <= 0:
             return None
@@ -222,22 +230,27 @@ class Monitor(threading.Thread):
 
     def run(self) -> None:
         psutil.cpu_percent(None)
-        self.process.cpu_percent(None)
         self.offered = Offered(self.process)
         start = time.thread_time()
-        while not self._halt.wait(self.interval_s):
-            sample = {
-                "host_cpu_pct": psutil.cpu_percent(None),
-                "trainer_cpu_pct": self.process.cpu_percent(None),
-                "trainer_rss_mb": self.process.memory_info().rss / 2**20,
-            }
-            sample.update(
-                self.memory.record(self.delivered(), self.process, _workers(self.process))
-            )
-            _workers_cpu(self.process, self.workers)
-            sample.update(self.nvml.sample())
-            self.samples.append(sample)
-            self.own_cpu_s = time.thread_time() - start
+        try:
+            self.process.cpu_percent(None)
+            while not self._halt.wait(self.interval_s):
+                self._sample()
+                self.own_cpu_s = time.thread_time() - start
+        except psutil.NoSuchProcess:  # a command's process that ended as its window closed
+            pass
+
+    def _sample(self) -> None:
+        """One sample of the host, the trainer and its workers, and the GPU."""
+        sample = {
+            "host_cpu_pct": psutil.cpu_percent(None),
+            "trainer_cpu_pct": self.process.cpu_percent(None),
+            "trainer_rss_mb": self.process.memory_info().rss / 2**20,
+        }
+        sample.update(self.memory.record(self.delivered(), self.process, _workers(self.process)))
+        _workers_cpu(self.process, self.workers)
+        sample.update(self.nvml.sample())
+        self.samples.append(sample)
 
     def stop(self) -> None:
         self._halt.set()
