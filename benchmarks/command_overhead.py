@@ -57,8 +57,11 @@ def pair(example: str, workers: int, steps: int, out: str) -> dict:
         runs[mode] = run_once(cell, raw, out, mode, log)
         runs[mode].rate = own_rate(log)
     plain, whole = runs["plain"], runs["whole"]
-    if plain.exit_code or whole.exit_code:
-        raise SystemExit(f"{example}: the command failed (see {out})")
+    for run in (plain, whole):
+        if run.exit_code:
+            raise SystemExit(
+                f"{example}, {run.mode}: exit code {run.exit_code}: {run.last_lines()}"
+            )
     return {
         "whole": whole.wall_s / plain.wall_s,
         "loop": plain.rate / whole.rate if plain.rate and whole.rate else None,

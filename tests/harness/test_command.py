@@ -302,3 +302,16 @@ def test_a_commands_samples_per_s_is_its_own_at_its_own_settings(tmp_path):
     result = measured(tmp_path, knobs)
     assert result["status"] == "ok", result["error"]
     assert result["metrics"]["samples_per_s"] == pytest.approx(rate, rel=0.15)
+
+
+def test_a_step_across_the_epochs_end_holds_it_in_its_wait(tmp_path):
+    """The training loader's epoch (64 batches) ends inside the window: the step whose request met
+    the end goes on to the next epoch's first batch, and its wait is counted as an epoch
+    boundary, as a cell of feedbench's own loop counts it."""
+    workdir = write_train(tmp_path / "project", busy_ms=0.1)
+    knobs = command_cell(workdir, "train.py --steps 80", num_workers=1, warmup_steps=60, steps=8)
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    metrics = result["metrics"]
+    assert metrics["steps"] == 8 and metrics["samples"] == 64
+    assert metrics["epoch_boundaries"]["count"] == 1

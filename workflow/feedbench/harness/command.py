@@ -319,7 +319,7 @@ def metrics_of(figures: dict) -> tuple[dict, list[dict]]:
     metrics.update(
         time_to_first_batch_s=figures["time_to_first_batch_s"],
         wait_ms=wait_tail(table["wait"]),
-        epoch_boundaries=epoch_boundaries(table["wait"], []),
+        epoch_boundaries=epoch_boundaries(table["wait"], figures["boundary_steps"]),
         cuda_init_s=None,
         gc=figures["gc"],
         original_estimators=None,

@@ -165,6 +165,7 @@ class Step:
     request: float
     delivered: float | None = None
     end: float | None = None  # the next request, or the window's synchronised end
+    boundary: bool = False  # its wait met its epoch's end
     forward: float | None = None
     backward: float | None = None
     backward_end: float | None = None
@@ -317,7 +318,12 @@ class Instrument:
             self._request()
         t0 = time.perf_counter()
         a = self._event() if training and self.step is not None else None
-        batch = self._replayed(iterator, info) if self.replaying(info) else original(iterator)
+        try:
+            batch = self._replayed(iterator, info) if self.replaying(info) else original(iterator)
+        except StopIteration:
+            if training and self.step is not None:  # the epoch's end, in this step's wait
+                self.step.boundary = True
+            raise
         t1 = time.perf_counter()
         if isinstance(batch, StagedBatch):
             batch = strip_timings(batch, info.stage_log)
@@ -367,16 +373,21 @@ class Instrument:
         self.whole["batches"] += 1
         samples = batch_len(batch)
         self.whole["samples"] += samples
-        if self.step is not None:
-            self.step.delivered = t1
-            self.step.samples = samples
-            self.step.copied = copied_bytes(batch) if self.cuda else 0
-            self.step.events["request"], self.step.events["delivered"] = a, self._event()
-            self.step.request = t0
+        step = self.step
+        if step is not None:
+            step.delivered, step.samples = t1, samples
+            step.copied = copied_bytes(batch) if self.cuda else 0
+            step.events["delivered"] = self._event()
+            if not step.boundary:  # a step across an epoch's end waits from its first request
+                step.events["request"], step.request = a, t0
         self.awaiting_forward = True
 
     def _request(self) -> None:
-        """A training batch is asked for: the open step ends here; the window opens or closes."""
+        """A training batch is asked for: the open step ends here; the window opens or closes. A
+        step whose request met the epoch's end goes on: the next epoch's first batch is its own (its
+        wait holds the epoch's end, as harness.loop counts a boundary)."""
+        if self.step is not None and self.step.boundary and self.step.delivered is None:
+            return
         now = time.perf_counter()
         if self.step is not None:
             self._close_step(now)
@@ -558,6 +569,7 @@ class Instrument:
             "loaders": [i.facts() for i in self.loaders],
             "forward_seen": bool(self.roots or self.root_hooks),
             "optimizer_ms": [s.optimizer_ms for s in self.steps],
+            "boundary_steps": [i for i, s in enumerate(self.steps) if s.boundary],
             "stage_log": info.stage_log if info else [],
             "stage_order": info.stage_order if info else None,
             "stage_probe": info.stage_probe if info else {},
