@@ -2,7 +2,8 @@
 the script's own DataLoader from outside, its training loader is found, and its steps are timed in
 its own loop. Nothing of the script changes; nothing here changes what its loop computes.
 
-The bootstrap (harness/bootstrap/sitecustomize.py) calls install() as the command imports torch:
+The bootstrap (harness/bootstrap/sitecustomize.py) installs it as the command imports torch
+(harness.patches), and these patches call it:
 
 * `DataLoader.__init__`: each loader is recorded as the script built it (what it asked for, where).
 * `DataLoader.__iter__`: the cell's loader knobs (knobs.COMMAND_LOADER) replace what the script
@@ -38,28 +39,32 @@ at the first backward, the training loader alone is drained, then the command en
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import functools
-import itertools
 import json
 import os
 import sys
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
-from torch.optim import optimizer as optimizers
-from torch.utils.data import dataloader as torch_dataloader
 
 from ..core.cell import Cell, parse_cell
-from ..core.knobs import COMMAND_LOADER, KNOBS, STAGE_WHATIFS
+from ..core.knobs import COMMAND_LOADER, STAGE_WHATIFS
 from ..core.metrics import CLOCKED_PHASES
 from .batches import batch_len, copied_bytes
 from .collector import Collector
-from .profile import is_installed
+from .script_loaders import (
+    Loader,
+    ReplayIterator,
+    asked_of,
+    built_at,
+    loader_values,
+    set_knobs,
+    worker_stages,
+)
+from .script_steps import Step, step_table
 from .stages import StagedBatch, TimedCollate, make_stages, timed
 from .stages import strip as strip_timings
 from .whatif import apply as apply_whatifs
@@ -69,110 +74,6 @@ SPEC_VARIABLE = "FEEDBENCH_COMMAND_SPEC"
 SHARDED = "sharded"  # a file a loader worker writes the first time its stream asks who it is
 TORCH_FOLDER = os.path.dirname(torch.__file__) + os.sep
 MODES = ("train", "whole", "replay", "drain", "preflight")
-
-
-def _site() -> str:
-    """Where the script built a DataLoader: the first frame of its own code, outside the standard
-    library, torch, feedbench and installed packages (Lightning's and transformers' build it on the
-    script's behalf: the script's line that asked them is the one a user knows)."""
-    frame = sys._getframe(2)
-    while frame is not None and is_installed(frame.f_code.co_filename):
-        frame = frame.f_back
-    if frame is None:
-        return "unknown"
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-
-
-def _start_method(context) -> str | None:
-    if context is None:
-        return None
-    return context.get_start_method() if hasattr(context, "get_start_method") else str(context)
-
-
-def asked_of(loader) -> dict:
-    """The loader knobs as a DataLoader holds them."""
-    return {
-        "num_workers": loader.num_workers,
-        "pin_memory": loader.pin_memory,
-        "prefetch_factor": loader.prefetch_factor,
-        "persistent_workers": loader.persistent_workers,
-        "in_order": getattr(loader, "in_order", True),
-        "multiprocessing_context": _start_method(loader.multiprocessing_context),
-    }
-
-
-def loader_values(asked: dict, wanted: dict) -> dict:
-    """What a loader runs with: what it asked for, the cell's knobs over it, then what DataLoader
-    itself requires (no prefetch, persistence or start method without workers; its default
-    prefetch of 2 with them)."""
-    ran = {**asked, **wanted}
-    if ran["num_workers"] == 0:
-        ran.update(prefetch_factor=None, persistent_workers=False, multiprocessing_context=None)
-    elif ran["prefetch_factor"] is None:
-        ran["prefetch_factor"] = 2
-    return ran
-
-
-def _set(loader, values: dict) -> None:
-    """A loader's knobs set after DataLoader.__init__ (which refuses persistent_workers later)."""
-    loader.num_workers = values["num_workers"]
-    loader.pin_memory = values["pin_memory"]
-    loader.prefetch_factor = values["prefetch_factor"]
-    object.__setattr__(loader, "persistent_workers", values["persistent_workers"])
-    if hasattr(loader, "in_order"):
-        loader.in_order = values["in_order"]
-    loader.multiprocessing_context = values["multiprocessing_context"]
-
-
-@dataclass
-class Loader:
-    """A DataLoader of the script's: how it was built, and what the instrument has seen of it."""
-
-    index: int
-    built_at: str
-    dataset: str
-    batch_size: Any
-    asked: dict
-    rebuilt_from: int | None = None  # a loader the framework built again from this one's dataset
-    iterable: bool = False  # its dataset is a stream (IterableDataset): each worker runs it all
-    ran: dict | None = None
-    iterators: int = 0
-    batches: int = 0
-    samples: int = 0
-    unanswered: bool = False  # its last batch has had no backward pass yet
-    ruled_out: bool = False  # a batch of it was followed by another with no backward between
-    first_iter_at: float | None = None
-    first_batch_at: float | None = None
-    stage_log: list = field(default_factory=list)
-    cached: list = field(default_factory=list)  # replay: its first batches, kept
-    stage_order: list | None = None  # its dataset's stages in order (harness.whatif.stage_names)
-    stage_probe: dict = field(default_factory=dict)  # what a sampled call showed of them
-    whatif: tuple | None = None  # the training dataset with the cell's stage what-if, and its plan
-    # the training loader's iterator with the what-if, made when it was found: its batches from then
-    redirect: Any = None
-    last: Any = None  # its last batch (the first one, once it is found the training loader)
-
-    def facts(self) -> dict:
-        keep = ("index", "built_at", "dataset", "batch_size", "asked", "rebuilt_from", "ran")
-        keep += ("iterators", "batches", "samples")
-        return {k: getattr(self, k) for k in keep}
-
-
-@dataclass
-class Step:
-    """One training step's marks: host times, and CUDA events where the device is timed."""
-
-    request: float
-    delivered: float | None = None
-    end: float | None = None  # the next request, or the window's synchronised end
-    boundary: bool = False  # its wait met its epoch's end
-    forward: float | None = None
-    backward: float | None = None
-    backward_end: float | None = None
-    optimizer_ms: float = 0.0
-    events: dict = field(default_factory=dict)
-    samples: int = 0
-    copied: int = 0
 
 
 class Instrument:
@@ -203,6 +104,10 @@ class Instrument:
         self.collector = Collector(self.cell.gc if "gc" in spec["cell"] else "normal")
         self.whole = {"batches": 0, "samples": 0}
         self.launch_threads = torch.get_num_threads()
+        # the script's DataLoaders (an earlier one with the same dataset; the drain's loader), and
+        # torch's own functions the patches replaced (harness.patches)
+        self.live: weakref.WeakSet = weakref.WeakSet()
+        self.original: dict[str, Callable] = {}
         self.cuda = False
         self.events = False
 
@@ -212,18 +117,18 @@ class Instrument:
         dataset = loader.dataset
         info = Loader(
             len(self.loaders),
-            _site(),
+            built_at(),
             f"{type(dataset).__module__}.{type(dataset).__qualname__}",
             loader.batch_size,
             asked_of(loader),
             iterable=isinstance(dataset, torch.utils.data.IterableDataset),
         )
-        earlier = [o for o in _LIVE if o.dataset is dataset]
+        earlier = [o for o in self.live if o.dataset is dataset]
         if earlier:  # Lightning and accelerate build the script's loader again around its dataset
             first = earlier[0].__dict__["_feedbench_loader"]
             info.rebuilt_from, info.built_at = first.index, first.built_at
         self.loaders.append(info)
-        _LIVE.add(loader)
+        self.live.add(loader)
         object.__setattr__(loader, "_feedbench_loader", info)
         return info
 
@@ -248,7 +153,7 @@ class Instrument:
         info.iterators += 1
         wanted = self.candidate(info)
         values = loader_values(info.asked, self.wanted if wanted else {})
-        _set(loader, values)
+        set_knobs(loader, values)
         info.ran = values
         if self.replaying(info):
             iterator = ReplayIterator(loader, info)
@@ -292,7 +197,7 @@ class Instrument:
         object.__setattr__(loader, "dataset", made)
         if self.cell.stage_functions:
             loader.worker_init_fn = functools.partial(
-                _worker_stages, tuple(self.cell.stage_functions), init
+                worker_stages, tuple(self.cell.stage_functions), init
             )
         try:
             return original(loader)
@@ -618,10 +523,10 @@ class Instrument:
                 self._open()
             t0 = time.perf_counter()
             try:
-                batch = _ORIGINAL["next"](batches)
+                batch = self.original["next"](batches)
             except StopIteration:  # an epoch's end: a new one, as a training run goes on
                 batches = iter(loader_object)
-                batch = _ORIGINAL["next"](batches)
+                batch = self.original["next"](batches)
             if isinstance(batch, StagedBatch):
                 batch = strip_timings(batch, self.training.stage_log)
             if i >= self.cell.warmup_steps:
@@ -635,7 +540,7 @@ class Instrument:
         self._end("the loader ceiling was measured")
 
     def _object_of(self, info: Loader):
-        return next(o for o in _LIVE if o.__dict__.get("_feedbench_loader") is info)
+        return next(o for o in self.live if o.__dict__.get("_feedbench_loader") is info)
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -664,142 +569,3 @@ class Instrument:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(data, f, default=str)
         os.replace(path + ".tmp", path)
-
-
-def step_table(
-    steps: list[Step], events: bool, phases: tuple[str, ...] = CLOCKED_PHASES
-) -> dict[str, list[float]]:
-    """Per measured step, ms of each phase and of the whole step (the harness's step table, as
-    harness.loop.Measurement.step_table gives it); `phases` () for the loader alone. A mark the
-    loop never reached (no module called, no backward) takes the one before it: its phase reads
-    zero."""
-    table: dict[str, list[float]] = {"wait": [], **{p: [] for p in phases}, "step": []}
-    if events and phases:
-        table["gpu_idle"] = []
-    for step in steps:
-        end = step.end if step.end is not None else step.delivered
-        marks = [step.delivered]
-        for name in ("forward", "backward", "backward_end"):
-            marks.append(getattr(step, name) or marks[-1])
-        marks.append(max(end, marks[-1]))
-        table["wait"].append((step.delivered - step.request) * 1000)
-        table["step"].append((end - step.request) * 1000)
-        if not phases:
-            continue
-        if events and step.events.get("delivered") is not None:
-            device = [step.events["delivered"]]
-            for name in ("forward", "backward", "backward_end", "next"):
-                device.append(step.events.get(name) or device[-1])
-            for phase, (a, b) in zip(CLOCKED_PHASES, itertools.pairwise(device), strict=True):
-                table[phase].append(a.elapsed_time(b))
-            table["gpu_idle"].append(step.events["request"].elapsed_time(step.events["delivered"]))
-        else:
-            for phase, (a, b) in zip(CLOCKED_PHASES, itertools.pairwise(marks), strict=True):
-                table[phase].append((b - a) * 1000)
-    return table
-
-
-def _worker_stages(stage_functions: tuple[str, ...], init: Callable | None, worker_id: int):
-    """A loader worker's start: the stage functions made stages (a spawned worker imports them
-    afresh), then the script's own worker_init_fn."""
-    make_stages(list(stage_functions))
-    if init is not None:
-        init(worker_id)
-
-
-class ReplayIterator(torch_dataloader._BaseDataLoaderIter):
-    """replay: the training loader's iterator once its first batches are kept: no workers, no
-    dataset read (Instrument.next_batch serves the kept batches in its place)."""
-
-    def __init__(self, loader, info: Loader):
-        super().__init__(loader)
-        self.info = info
-
-    def _next_data(self):
-        raise StopIteration
-
-
-_ORIGINAL: dict[str, Callable] = {}
-_MARKED: list = []  # this process (a loader worker) has marked its stream sharded
-# the script's DataLoaders: an earlier one with the same dataset, the drain's loader object
-_LIVE: weakref.WeakSet = weakref.WeakSet()
-_instrument: Instrument | None = None
-
-
-def install() -> None:
-    """Patch torch for the spec in $FEEDBENCH_COMMAND_SPEC (once per process)."""
-    global _instrument
-    if _instrument is not None or not os.environ.get(SPEC_VARIABLE):
-        return
-    with open(os.environ[SPEC_VARIABLE], encoding="utf-8") as f:
-        spec = json.load(f)
-    _instrument = instrument = Instrument(spec)
-    loader_class, iterator_class = torch_dataloader.DataLoader, torch_dataloader._BaseDataLoaderIter
-    _ORIGINAL.update(
-        init=loader_class.__init__,
-        iter=loader_class.__iter__,
-        next=iterator_class.__next__,
-        backward=torch.autograd.backward,
-    )
-
-    @functools.wraps(_ORIGINAL["init"])
-    def __init__(self, *args, **kwargs):
-        _ORIGINAL["init"](self, *args, **kwargs)
-        if "_feedbench_loader" not in self.__dict__:
-            instrument.built(self)
-
-    @functools.wraps(_ORIGINAL["iter"])
-    def __iter__(self):
-        return instrument.iterate(self, _ORIGINAL["iter"])
-
-    @functools.wraps(_ORIGINAL["next"])
-    def __next__(self):
-        info = self.__dict__.get("_feedbench_loader")
-        if info is None:
-            return _ORIGINAL["next"](self)
-        return instrument.next_batch(self, info, _ORIGINAL["next"])
-
-    @functools.wraps(_ORIGINAL["backward"])
-    def backward(*args, **kwargs):
-        instrument.backward_starts()
-        try:
-            return _ORIGINAL["backward"](*args, **kwargs)
-        finally:
-            instrument.backward_ends()
-
-    asked_who = torch.utils.data.get_worker_info
-
-    @functools.wraps(asked_who)
-    def get_worker_info():
-        found = asked_who()
-        # a loader worker's stream asks who it is (torch's own collate asks too: not counted)
-        caller = sys._getframe(1).f_code.co_filename
-        if found is not None and not _MARKED and not caller.startswith(TORCH_FOLDER):
-            _MARKED.append(True)
-            open(os.path.join(instrument.out, SHARDED), "a").close()
-        return found
-
-    torch.utils.data.get_worker_info = get_worker_info
-    torch.utils.data._utils.worker.get_worker_info = get_worker_info
-    loader_class.__init__, loader_class.__iter__ = __init__, __iter__
-    iterator_class.__next__ = __next__
-    torch.autograd.backward = backward
-    instrument.global_hook = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda module, args: instrument.module_called(module)
-    )
-    optimizers.register_optimizer_step_pre_hook(lambda *args: instrument.optimizer_starts())
-    optimizers.register_optimizer_step_post_hook(lambda *args: instrument.optimizer_ends())
-    _apply_process_knobs(instrument.cell, spec["cell"])
-    atexit.register(instrument.at_exit)
-
-
-def _apply_process_knobs(cell: Cell, raw: dict) -> None:
-    """The knobs of the whole process a command cell sets: the trainer's threads, the sharing
-    strategy."""
-    if raw.get("torch_threads") is not None:
-        torch.set_num_threads(cell.torch_threads)
-    if "sharing_strategy" in raw:
-        torch.multiprocessing.set_sharing_strategy(cell.sharing_strategy)
-
-
-assert set(COMMAND_LOADER) <= set(KNOBS)

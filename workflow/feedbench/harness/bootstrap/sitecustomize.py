@@ -35,7 +35,7 @@ class _Feedbench(importlib.abc.MetaPathFinder):
 
 
 class _AfterTorch(importlib.abc.MetaPathFinder):
-    """Runs feedbench.harness.inloop.install() once `torch` has been imported."""
+    """Runs feedbench.harness.patches.install() once `torch` has been imported."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
@@ -48,9 +48,9 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            import feedbench.harness.inloop
+            import feedbench.harness.patches
 
-            feedbench.harness.inloop.install()
+            feedbench.harness.patches.install()
 
         spec.loader.exec_module = exec_module
         return spec
