@@ -12,7 +12,7 @@ the id of an existing cell. The experiment's baseline is its first cell: the
 first level of every axis (or the first include when there is no matrix).
 
 Every value is checked against the knob table (feedbench.core.knobs) before the
-product is formed, and every expanded cell by the harness itself
+product is formed, and every expanded cell by the parse the harness runs too
 (feedbench.core.cell.parse_cell), so the workflow and the harness cannot disagree;
 errors come back as one line naming the config key path the value came from.
 The size of the matrix (`max_cells`) and the columns plots name are checked
@@ -306,11 +306,11 @@ def _planned(
 
 
 def check_cell(cell: PlannedCell, images_dir: str | None = None) -> PlannedCell:
-    """Knob-level checks by the harness, plus: a data_dir the user gave must exist.
+    """Knob-level checks by the parse the harness runs too (core.cell.parse_cell), plus: a data_dir
+    the user gave must exist.
 
-    Returns the cell with `parsed` set: the harness's cell, so the workflow never parses it
-    again."""
-    from ..core.cell import parse_cell  # imports torch: only when cells are checked
+    Returns the cell with `parsed` set: its Cell, so the workflow never parses it again."""
+    from ..core.cell import parse_cell  # plain Python, no torch (the user's code may import it)
     from ..core.plugins import resolve_all
 
     try:
