@@ -5,7 +5,7 @@ whether it takes user code, whether it needs loader workers, and which
 ceilings keep it. Everything else is derived from it: the command line, the
 validation of a cell, the documentation, the `Cell` type (feedbench.core.cell),
 and the knobs each ceiling keeps
-(feedbench.analysis.predict). So adding a knob is one declaration here plus the code
+(feedbench.core.ceilings). So adding a knob is one declaration here plus the code
 that reads it. Torch- and pandas-free: the Snakefile plans with it.
 """
 
@@ -79,9 +79,9 @@ class Knob:
     # (model).
     names: Callable[[str], None] | None = None
     # Means nothing without loader workers: a cell with num_workers 0 resets it to its default
-    # (harness.fit.resolve).
+    # (core.fit.fit, which the harness's fit.resolve runs).
     needs_workers: bool = False
-    # The ceilings whose cells keep this knob of the training cell they bound (analysis.predict):
+    # The ceilings whose cells keep this knob of the training cell they bound (core.ceilings):
     # loader (the loader alone), compute (data resident on the device), transfer (the probe timing a
     # real batch of the user's pipeline). A ceiling resets the knobs it does not keep to their
     # defaults, so cells that differ only there share it.
@@ -220,8 +220,8 @@ class BuiltinDataset:
     data_dir_hint: str | None = None
     # Its samples are JPEG files decoded per sample: the knob `decoder` picks how.
     jpeg: bool = False
-    # Its samples pass a torchvision Compose a map-style dataset holds (harness.whatif finds it):
-    # the stage what-ifs (STAGE_WHATIFS) can cache after, skip or move its stages.
+    # Its samples pass a torchvision Compose a map-style dataset holds (harness.stages.pipeline
+    # finds it): the stage what-ifs (STAGE_WHATIFS) can cache after, skip or move its stages.
     staged: bool = False
 
 
@@ -262,7 +262,7 @@ AMP = ("off", "bf16", "fp16")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 # torch.optim's SGD, Adam, AdamW (harness.models.build_optimizer)
 OPTIMIZERS = ("sgd", "adam", "adamw")
-# A user model's loss without a step (harness.batches.model_loss): auto (the rule for a model that
+# A user model's loss without a step (harness.batches.default_loss): auto (the rule for a model that
 # says nothing), or torch.nn.functional's loss of that name against the batch's target.
 LOSSES = ("auto", "cross_entropy", "mse", "l1", "smooth_l1")
 DEVICES = ("auto", "cpu", "cuda")
