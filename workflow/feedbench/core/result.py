@@ -1,5 +1,5 @@
 """The result of one cell: written atomically as result.json (+ steps.csv), versioned by a JSON
-schema."""
+schema, and read back against it (read_result)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ from importlib import resources
 from .metric_table import with_metrics
 
 SCHEMA_VERSION = 1
-# With this variable set to a file, every result read and validated (read_result) appends its path
-# there: how a test counts the reads of a real run, across its processes
-# (tests/workflow/test_workflow.py).
+# With this variable set to a file, every result.json read_result reads appends its path there
+# (before it is parsed and validated): how a test counts the reads of a real run, across its
+# processes (tests/workflow/test_workflow.py, tests/workflow/test_failed_run.py).
 READ_LOG = "FEEDBENCH_READ_LOG"
 
-# A bench job's folder and log (plan.job), where the preflight's record and the report find a cell's
-# too: rule bench's output, log and benchmark are made from these (workflow/rules/bench.smk), and
-# the job finds its own from the cell's labels. So the rule's shell command has two fields, not
-# four: Snakemake formats it three times per job in a dry run (docs/performance.md, "Workflow DAG").
+# A bench job's folder and log (plan.job), where the preflight's record (core.preflight), a twin's
+# copy (plan.twins) and the run's end (plan.failures) find a cell's too: rule bench's output, log
+# and benchmark are made from these (workflow/rules/bench.smk), and the job finds its own from the
+# cell's labels. So the rule's shell command has two fields, not four: Snakemake formats it three
+# times per job in a dry run (docs/performance.md, "Workflow DAG").
 CELL_DIR = "results/cells/{experiment}/{cell}/rep{repeat}"
 CELL_LOG = "logs/bench/{experiment}/{cell}/rep{repeat}.log"
 
@@ -97,8 +98,8 @@ class UnusableResult(ValueError):
     """A result.json that cannot be read, is not a mapping, or does not validate: its cell counts as
     failed.
 
-    `tag` names the damage (a digest of the bytes found), so the retry it asks
-    for has a name that stays the same until the file changes.
+    `tag` names the damage (a digest of the bytes found, or `unreadable`), so the
+    retry it asks for (plan.job) has a name that stays the same until the file changes.
     """
 
     def __init__(self, path: str, reason: str, tag: str):
@@ -161,7 +162,8 @@ def read_result(path: str) -> dict:
 
 def results_by_cell(paths: list[str]) -> dict[str, list[dict]]:
     """`<experiment>/<cell>` -> its results that can be trusted (read_result), the others left out:
-    what rule target's measured cells and the report's section "On <target>" read."""
+    what rule target reads of the compute ceilings measured on the target's GPU
+    (harness.flops.target_estimates). The report reads the run's records (core.records)."""
     found: dict[str, list[dict]] = {}
     for path in paths:
         try:
@@ -232,8 +234,8 @@ def write_result(out_dir: str, result: dict, name: str = "result.json") -> str:
 def write_refusal(
     out_dir: str, result: dict, error: Exception, provenance: dict, started: str
 ) -> int:
-    """A cell refused before it ran (bad input): its failed result and one line on stderr; exit code
-    2."""
+    """A cell refused before it ran (a KnobError: bad knobs, or a GPU this node lacks): its failed
+    result and one line on stderr; exit code 2."""
     result.update(
         error={"type": "KnobError", "message": str(error)},
         provenance=provenance,
