@@ -178,7 +178,7 @@ def _monitor(cell: Cell, opened: str) -> Monitor:
     with open(opened, encoding="utf-8") as f:
         pid = json.load(f)["pid"]
     start = (cell.multiprocessing_context or "fork") if cell.num_workers else None
-    monitor = Monitor(cell.monitor_interval_s, None, start_method=start, pid=pid)
+    monitor = Monitor(cell.monitor_interval_s, None, start_method=start, pid=pid, low_priority=True)
     monitor.start()
     return monitor
 

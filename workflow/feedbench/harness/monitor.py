@@ -213,9 +213,10 @@ class Monitor(threading.Thread):
         delivered: Callable[[], int] | None = None,
         start_method: str | None = None,
         pid: int | None = None,
+        low_priority: bool = False,
     ):
         super().__init__(daemon=True, name="feedbench-monitor")
-        self.interval_s = interval_s
+        self.interval_s, self.low_priority = interval_s, low_priority
         self.nvml = NVML(device)
         self.process = psutil.Process(pid)
         self.samples: list[dict[str, float]] = []
@@ -229,6 +230,9 @@ class Monitor(threading.Thread):
         self.own_cpu_s = 0.0  # the sampling thread's CPU time over the window
 
     def run(self) -> None:
+        if self.low_priority and hasattr(os, "setpriority"):
+            # this thread alone (Linux: a thread is a task of its own), below the cell's processes
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         psutil.cpu_percent(None)
         self.offered = Offered(self.process)
         start = time.thread_time()
