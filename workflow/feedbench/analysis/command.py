@@ -39,10 +39,12 @@ def lines(rows: pd.DataFrame, number: Callable) -> list[str]:
     baseline = ok[ok["baseline"] == True] if "baseline" in ok else ok  # noqa: E712 (a column)
     baseline = baseline if len(baseline) else ok
     asked = _first(baseline, "asked_num_workers")
+    own = _first(baseline, "instrument_ms_per_step")
     found = [
         f"Your loop: it trains on the loader built at {where(built_at, _first(ok, 'workdir'))}, "
         "the one whose batches a backward pass follows"
         + (f"; that loader asks for num_workers={int(asked)}" if asked is not None else "")
+        + (f"; feedbench's own code took {number(own)} ms of each step" if own is not None else "")
         + "."
     ]
     fidelity = fidelity_line(baseline, number)

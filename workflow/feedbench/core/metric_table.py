@@ -630,6 +630,15 @@ METRICS: dict[str, Metric] = {
             minimum=0,
         ),
         Metric(
+            "instrument_ms_per_step",
+            "command.instrument_ms_per_step",
+            "number",
+            "ms",
+            "command: the instrument's own time in each measured step of the script's loop (its "
+            "hooks, less the loader's and backward's own work)",
+            minimum=0,
+        ),
+        Metric(
             "fidelity_ratio",
             "command.fidelity.ratio",
             "number",

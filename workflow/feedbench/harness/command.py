@@ -39,6 +39,7 @@ from .monitor import Monitor
 from .profile import found as profile_found
 from .stages import summarize_stages
 from .stop import grace_s, stop_reason
+from .window import WindowFigures
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,13 +66,13 @@ class Run:
     exit_code: int | None = None
     wall_s: float | None = None
     stopped_by: str | None = None  # why feedbench ended it, if it did
-    ranks: list[dict] = field(default_factory=list)  # rank<k>.json, rank 0 first
+    ranks: list[WindowFigures] = field(default_factory=list)  # rank<k>.json, rank 0 first
     seen: list[dict] = field(default_factory=list)  # the loaders of processes that trained none
     preflight: dict | None = None
     monitor: Monitor | None = None
 
     @property
-    def figures(self) -> dict | None:
+    def figures(self) -> WindowFigures | None:
         return self.ranks[0] if self.ranks else None
 
     def last_lines(self, count: int = 3) -> str:
@@ -203,8 +204,8 @@ def _read(run: Run, folder: str) -> None:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
 
-    ranks = [load(p) for p in glob.glob(os.path.join(folder, "rank*.json"))]
-    run.ranks = sorted(ranks, key=lambda r: r["rank"])
+    ranks = [WindowFigures.read(p) for p in glob.glob(os.path.join(folder, "rank*.json"))]
+    run.ranks = sorted(ranks, key=lambda r: r.rank)
     run.seen = [load(p) for p in sorted(glob.glob(os.path.join(folder, "seen-*.json")))]
     path = os.path.join(folder, "preflight.json")
     run.preflight = load(path) if os.path.exists(path) else None
@@ -214,8 +215,8 @@ def failure(run: Run, cell: Cell) -> str | None:
     """Why a run measured nothing, in one line; None when it measured its window."""
     figures = run.figures
     code = f"code {run.exit_code}"
-    if run.stopped_by and (figures is None or not figures["table"]["step"]):
-        steps = figures["whole"]["batches"] if figures else 0
+    if run.stopped_by and (figures is None or not figures.steps):
+        steps = figures.whole.batches if figures else 0
         return (
             f"did not finish its warm-up ({cell.warmup_steps} training steps) before "
             f"it was stopped ({run.stopped_by}): {steps} training batches came; its last lines: "
@@ -239,13 +240,13 @@ def failure(run: Run, cell: Cell) -> str | None:
             f"(built at {built}): the training loader is the one whose batches a backward pass "
             "follows"
         )
-    if not figures["table"]["step"] and run.mode != "preflight":
+    if not figures.steps and run.mode != "preflight":
         return (
-            f"ended (exit {code}) after {figures['whole']['batches']} training "
+            f"ended (exit {code}) after {figures.whole.batches} training "
             f"batches, before its warm-up of {cell.warmup_steps} steps and a measured step: give "
             "it more steps (its own arguments) or lower warmup_steps"
         )
-    if figures["table"]["step"] and not sum(figures["samples"]):
+    if figures.steps and not sum(figures.samples):
         return (
             "the training batches held no tensor to count samples in: a batch is counted by the "
             "first dimension of its first tensor"
@@ -282,7 +283,7 @@ def measure(
 def fidelity(plain: Run, instrumented: Run) -> dict:
     """How close the instrumented command stays to the plain one: both run to their own end, so
     their times hold the same work (the training samples the instrumented run counted)."""
-    samples = sum(r["whole"]["samples"] for r in instrumented.ranks)
+    samples = sum(r.whole.samples for r in instrumented.ranks)
     ended = plain.exit_code == 0 and instrumented.stopped_by is None
     return {
         "plain_wall_s": round(plain.wall_s, 3),
@@ -301,31 +302,31 @@ def fidelity(plain: Run, instrumented: Run) -> dict:
     }
 
 
-def metrics_of(figures: dict) -> tuple[dict, list[dict]]:
+def metrics_of(figures: WindowFigures) -> tuple[dict, list[dict]]:
     """A rank's metrics and step rows from its instrument's figures, as harness.runner gives a
     cell's."""
-    table, samples = figures["table"], figures["samples"]
+    table, samples = figures.table, figures.samples
     n = len(table["step"])
     metrics: dict = {"steps": n}
     if n:
-        metrics = summarize(table, figures["window_s"], sum(samples), None, figures["h2d_bytes"])
-    log, skip = figures["stage_log"], figures["stage_skip"]
+        metrics = summarize(table, figures.window_s, sum(samples), None, figures.h2d_bytes)
+    log, skip = figures.stage_log, figures.stage_skip
     stages = summarize_stages(log[skip : skip + n])
     if stages is not None:  # as harness.loop.Measurement.stages gives a cell's
-        if figures["stage_order"]:
-            stages["order"] = figures["stage_order"]
+        if figures.stage_order:
+            stages["order"] = figures.stage_order
         stages["profile"] = profile_found(log)
-        stages.update({key: names for key, names in figures["stage_probe"].items() if names})
+        stages.update({key: names for key, names in figures.stage_probe.items() if names})
     metrics.update(
-        time_to_first_batch_s=figures["time_to_first_batch_s"],
+        time_to_first_batch_s=figures.time_to_first_batch_s,
         wait_ms=wait_tail(table["wait"]),
-        epoch_boundaries=epoch_boundaries(table["wait"], figures["boundary_steps"]),
+        epoch_boundaries=epoch_boundaries(table["wait"], figures.boundary_steps),
         cuda_init_s=None,
-        gc=figures["gc"],
+        gc=figures.gc,
         original_estimators=None,
         first_batch_profile=None,
         stages=stages,
-        whatif=figures["whatif"],
+        whatif=figures.whatif,
     )
     rows = step_rows(table, samples, [])
     for row, timings in zip(rows, log[skip : skip + n], strict=False):
@@ -337,7 +338,7 @@ def facts(cell: Cell, run: Run, fidelity_figures: dict | None) -> dict:
     """The result's `command`: what ran, how it ended, the loaders it saw and the training one's
     knobs as asked and as run, and the fidelity figures of a baseline's first repeat."""
     figures = run.figures
-    optimizer = [ms for ms in figures["optimizer_ms"] if ms > 0]
+    optimizer = [ms for ms in figures.optimizer_ms if ms > 0]
     return {
         "argv": run.argv,
         "workdir": cell.workdir,
@@ -345,17 +346,18 @@ def facts(cell: Cell, run: Run, fidelity_figures: dict | None) -> dict:
         "exit_code": run.exit_code,
         "wall_s": round(run.wall_s, 3),
         "stopped_by": run.stopped_by,
-        "window_closed_by": figures["window"].get("closed_by"),
-        "loader": figures["loader"],
-        "loaders": figures["loaders"],
-        "forward_seen": figures["forward_seen"],
+        "window_closed_by": figures.window.get("closed_by"),
+        "loader": figures.loader,
+        "loaders": figures.loaders,
+        "forward_seen": figures.forward_seen,
+        "instrument_ms_per_step": figures.instrument_ms_per_step,
         "optimizer_step_ms": statistics.median(optimizer) if optimizer else None,
         "whole": {
-            "batches": sum(r["whole"]["batches"] for r in run.ranks),
-            "samples": sum(r["whole"]["samples"] for r in run.ranks),
+            "batches": sum(r.whole.batches for r in run.ranks),
+            "samples": sum(r.whole.samples for r in run.ranks),
         },
         "ranks": len(run.ranks),
-        "workers_in_window": figures["window"].get("workers"),
+        "workers_in_window": figures.window.get("workers"),
         "fidelity": fidelity_figures,
     }
 
@@ -364,27 +366,27 @@ def notes(cell: Cell, run: Run) -> list[str]:
     """What the result's adjustments say of the command's run."""
     figures, found = run.figures, []
     if run.mode == "drain":  # the loader alone: no step to see inside
-        return found + figures["notes"]
-    if not figures["forward_seen"]:
+        return found + figures.notes
+    if not figures.forward_seen:
         found.append(
             "no module's forward was seen after a training batch: phase h2d holds the forward, "
             "fwd reads zero (the step is measured whole)"
         )
-    if figures["window"].get("global_hook"):
+    if figures.window.get("global_hook"):
         found.append(
             "the window opened before the forward's module was found (warm-up under 2 steps): "
             "its first steps carry a hook on every module"
         )
-    if run.stopped_by and run.figures["table"]["step"]:
+    if run.stopped_by and figures.steps:
         found.append(f"feedbench ended the command after its window: {run.stopped_by}")
     elif run.exit_code not in (0, None):
         found.append(f"the command exited with code {run.exit_code} after its window was measured")
-    if figures["window"].get("closed_by") == "exit":
+    if figures.window.get("closed_by") == "exit":
         found.append(
-            f"the command ended by itself after {len(figures['table']['step'])} measured steps "
+            f"the command ended by itself after {figures.steps} measured steps "
             f"(of {cell.steps} asked): its whole run is measured"
         )
-    return found + figures["notes"]
+    return found + figures.notes
 
 
 def record(result: dict, cell: Cell, run: Run, fidelity_figures: dict | None) -> list[dict]:
@@ -394,21 +396,21 @@ def record(result: dict, cell: Cell, run: Run, fidelity_figures: dict | None) ->
     metrics, rows = metrics_of(figures)
     if len(run.ranks) > 1:
         ranks = [
-            {"rank": f["rank"], "node": 0, "metrics": metrics_of(f)[0], "comm": None}
+            {"rank": f.rank, "node": 0, "metrics": metrics_of(f)[0], "comm": None}
             for f in run.ranks
         ]
         metrics = combine_ranks(metrics, ranks)
     result["metrics"] = metrics
-    result["timing"]["effective"] = figures["timing"]
-    result["torch_threads"] = figures["torch_threads"]
-    result["launch_threads"] = figures["launch_threads"]
+    result["timing"]["effective"] = figures.timing
+    result["torch_threads"] = figures.torch_threads
+    result["launch_threads"] = figures.launch_threads
     result["torch_threads_source"] = threads.source(cell.torch_threads, os.environ)
     monitor = run.monitor.summary() if run.monitor is not None else None
     result["monitor"] = monitor
-    ran = (figures["loader"] or {}).get("ran") or {}
+    ran = (figures.loader or {}).get("ran") or {}
     if monitor is not None:
         usable = (result["provenance"].get("cores") or {}).get("usable")
-        trainer = trainer_cores(cell.scenario, figures["device"].split(":")[0], cell.torch_threads)
+        trainer = trainer_cores(cell.scenario, figures.device.split(":")[0], cell.torch_threads)
         workers = ran.get("num_workers", cell.num_workers)
         result["cpu"] = cpu_load(monitor["workers"], usable, ranks_sharing(cell), workers, trainer)
     result["command"] = facts(cell, run, fidelity_figures)

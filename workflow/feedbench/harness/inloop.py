@@ -69,8 +69,10 @@ from .stages import StagedBatch, TimedCollate, make_stages, timed
 from .stages import strip as strip_timings
 from .whatif import apply as apply_whatifs
 from .whatif import probe, stage_names
+from .window import Whole, WindowFigures
 
 SPEC_VARIABLE = "FEEDBENCH_COMMAND_SPEC"
+STOP_CHECK_S = 0.2  # how often a training batch's request looks for the harness's stop file
 SHARDED = "sharded"  # a file a loader worker writes the first time its stream asks who it is
 TORCH_FOLDER = os.path.dirname(torch.__file__) + os.sep
 MODES = ("train", "whole", "replay", "drain", "preflight")
@@ -104,6 +106,10 @@ class Instrument:
         self.collector = Collector(self.cell.gc if "gc" in spec["cell"] else "normal")
         self.whole = {"batches": 0, "samples": 0}
         self.launch_threads = torch.get_num_threads()
+        # the instrument's own time in the script's process (its hooks, less the loader's and
+        # backward's own work), and the loader's call inside the current next()
+        self.own_s, self._t0, self._t1 = 0.0, 0.0, 0.0
+        self.stop_checked = 0.0  # when the stop file was last looked for
         # the script's DataLoaders (an earlier one with the same dataset; the drain's loader), and
         # torch's own functions the patches replaced (harness.patches)
         self.live: weakref.WeakSet = weakref.WeakSet()
@@ -216,20 +222,28 @@ class Instrument:
     # -- the batches ---------------------------------------------------------------------------
 
     def next_batch(self, iterator, info: Loader, original: Callable):
+        entered = self._t0 = self._t1 = time.perf_counter()
+        try:
+            return self._next_batch(iterator, info, original)
+        finally:  # the instrument's own time: all but the loader's
+            self.own_s += time.perf_counter() - entered - (self._t1 - self._t0)
+
+    def _next_batch(self, iterator, info: Loader, original: Callable):
         if info.redirect is not None and iterator is not info.redirect:
             iterator = info.redirect
         training = info is self.training
         if training:
             self._request()
-        t0 = time.perf_counter()
         a = self._event() if training and self.step is not None else None
+        t0 = self._t0 = self._t1 = time.perf_counter()
         try:
             batch = self._replayed(iterator, info) if self.replaying(info) else original(iterator)
         except StopIteration:
+            self._t1 = time.perf_counter()
             if training and self.step is not None:  # the epoch's end, in this step's wait
                 self.step.boundary = True
             raise
-        t1 = time.perf_counter()
+        t1 = self._t1 = time.perf_counter()
         if isinstance(batch, StagedBatch):
             batch = strip_timings(batch, info.stage_log)
         self._delivered(info, batch)
@@ -303,7 +317,7 @@ class Instrument:
             return
         if self.mode == "preflight":  # the step that found the training loader has run
             self._end("the preflight's first training step ran")
-        stop = os.path.exists(self.spec["stop"])  # the harness asks: its time limit, SIGTERM
+        stop = self._stop_asked(now)  # the harness asks: its time limit, SIGTERM
         opened = self.window.get("opened") is not None
         if stop or (opened and len(self.steps) >= self.cell.steps):
             self._close("stop" if stop else "steps")
@@ -315,6 +329,13 @@ class Instrument:
             self._open()
         if self.window.get("opened") is not None:
             self.step = Step(time.perf_counter())
+
+    def _stop_asked(self, now: float) -> bool:
+        """Whether the harness's stop file is there, looked for at most every STOP_CHECK_S."""
+        if now - self.stop_checked < STOP_CHECK_S:
+            return False
+        self.stop_checked = now
+        return os.path.exists(self.spec["stop"])
 
     def resident(self) -> int:
         """replay: the batches kept and served again, the warm-up's own (at most resident_batches),
@@ -343,6 +364,14 @@ class Instrument:
         event.record()
         return event
 
+    def timed(self, hook: Callable, *args) -> None:
+        """A hook of the instrument's, its time counted as the instrument's own."""
+        start = time.perf_counter()
+        try:
+            hook(*args)
+        finally:
+            self.own_s += time.perf_counter() - start
+
     def module_called(self, module) -> None:
         """A module's forward starts: the step's forward, where it is the first since the batch."""
         if not getattr(self, "awaiting_forward", False):
@@ -360,7 +389,9 @@ class Instrument:
         self.global_hook = None
         for module in self.roots:
             self.root_hooks.append(
-                module.register_forward_pre_hook(lambda module, args: self.module_called(module))
+                module.register_forward_pre_hook(
+                    lambda module, args: self.timed(self.module_called, module)
+                )
             )
 
     def backward_starts(self) -> None:
@@ -424,6 +455,7 @@ class Instrument:
             "stage_skip": len(self.training.stage_log),
             "torch_threads": torch.get_num_threads(),
             "global_hook": self.global_hook is not None,
+            "own_at_open": self.own_s,
         }
         # the harness's monitor starts on it (harness.command)
         self._write(f"open-rank{self.rank}.json", {"pid": os.getpid()})
@@ -436,16 +468,13 @@ class Instrument:
         if self.steps and self.window.get("opened") is not None:
             self.steps[-1].end = end
         self.window.update(closed=end, closed_by=by)
+        self.window["own_s"] = self.own_s - self.window.get("own_at_open", self.own_s)
         self.closed = True
-        self._write(f"rank{self.rank}.json", self.figures())
+        self.figures().write(os.path.join(self.out, f"rank{self.rank}.json"))
 
-    def figures(self) -> dict:
-        """What the window measured, for the harness (harness.command)."""
+    def figures(self) -> WindowFigures:
+        """What the window measured, for the harness (harness.window, harness.command)."""
         phases = () if self.mode == "drain" else CLOCKED_PHASES
-        table, samples, copied = step_table(self.steps, self.events, phases), [], 0
-        for step in self.steps:
-            samples.append(step.samples)
-            copied += step.copied
         start = self.steps[0].request if self.steps else None
         end = self.steps[-1].end if self.steps else None
         info = self.training
@@ -454,36 +483,35 @@ class Instrument:
             if info and info.first_batch_at and info.first_iter_at
             else None
         )
-        return {
-            "mode": self.mode,
-            "pid": os.getpid(),
-            "rank": self.rank,
-            "table": table,
-            "samples": samples,
-            "h2d_bytes": copied,
-            "window_s": end - start if start is not None and end is not None else None,
-            "window": {
-                k: v for k, v in self.window.items() if k not in ("opened", "closed", "stage_skip")
-            },
-            "time_to_first_batch_s": first,
-            "device": f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu",
-            "timing": "events" if self.events else (self.cell.timing if self.cuda else "wall"),
-            "torch_threads": self.window.get("torch_threads", torch.get_num_threads()),
-            "launch_threads": self.launch_threads,
-            "loader": {**info.facts(), "why": self.why} if info else None,
-            "loaders": [i.facts() for i in self.loaders],
-            "forward_seen": bool(self.roots or self.root_hooks),
-            "optimizer_ms": [s.optimizer_ms for s in self.steps],
-            "boundary_steps": [i for i, s in enumerate(self.steps) if s.boundary],
-            "stage_log": info.stage_log if info else [],
-            "stage_order": info.stage_order if info else None,
-            "stage_probe": info.stage_probe if info else {},
-            "whatif": (info.whatif[1].facts or None) if info and info.whatif else None,
-            "stage_skip": self.window.get("stage_skip", 0),
-            "gc": self.collector.summary() if self.collector.opened else None,
-            "whole": self.whole,
-            "notes": self.notes + self._stream_notes(),
-        }
+        hidden = ("opened", "closed", "stage_skip", "own_at_open")
+        return WindowFigures(
+            mode=self.mode,
+            pid=os.getpid(),
+            rank=self.rank,
+            table=step_table(self.steps, self.events, phases),
+            samples=[step.samples for step in self.steps],
+            h2d_bytes=sum(step.copied for step in self.steps),
+            window_s=end - start if start is not None and end is not None else None,
+            window={k: v for k, v in self.window.items() if k not in hidden},
+            time_to_first_batch_s=first,
+            device=f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu",
+            timing="events" if self.events else (self.cell.timing if self.cuda else "wall"),
+            torch_threads=self.window.get("torch_threads", torch.get_num_threads()),
+            launch_threads=self.launch_threads,
+            loader={**info.facts(), "why": self.why} if info else None,
+            loaders=[i.facts() for i in self.loaders],
+            forward_seen=bool(self.roots or self.root_hooks),
+            optimizer_ms=[s.optimizer_ms for s in self.steps],
+            boundary_steps=[i for i, s in enumerate(self.steps) if s.boundary],
+            stage_log=info.stage_log if info else [],
+            stage_skip=self.window.get("stage_skip", 0),
+            stage_order=info.stage_order if info else None,
+            stage_probe=info.stage_probe if info else {},
+            whatif=(info.whatif[1].facts or None) if info and info.whatif else None,
+            gc=self.collector.summary() if self.collector.opened else None,
+            whole=Whole(**self.whole),
+            notes=self.notes + self._stream_notes(),
+        )
 
     def _stream_notes(self) -> list[str]:
         """What happened to the samples of a stream given workers it does not shard over: every
@@ -557,9 +585,9 @@ class Instrument:
                 self.closed = True
                 self.window.update(closed_by="exit")
                 self.collector.close()
-            self._write(f"rank{self.rank}.json", self.figures())
+            self.figures().write(os.path.join(self.out, f"rank{self.rank}.json"))
         elif self.training is not None and self.mode == "whole":
-            self._write(f"rank{self.rank}.json", self.figures())
+            self.figures().write(os.path.join(self.out, f"rank{self.rank}.json"))
         elif self.training is None and self.loaders:
             self._write(f"seen-{os.getpid()}.json", {"loaders": [i.facts() for i in self.loaders]})
 

@@ -63,11 +63,11 @@ def install() -> None:
 
     @functools.wraps(_ORIGINAL["backward"])
     def backward(*args, **kwargs):
-        instrument.backward_starts()
+        instrument.timed(instrument.backward_starts)
         try:
             return _ORIGINAL["backward"](*args, **kwargs)
         finally:
-            instrument.backward_ends()
+            instrument.timed(instrument.backward_ends)
 
     asked_who = torch.utils.data.get_worker_info
 
@@ -87,10 +87,14 @@ def install() -> None:
     iterator_class.__next__ = __next__
     torch.autograd.backward = backward
     instrument.global_hook = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda module, args: instrument.module_called(module)
+        lambda module, args: instrument.timed(instrument.module_called, module)
     )
-    optimizers.register_optimizer_step_pre_hook(lambda *args: instrument.optimizer_starts())
-    optimizers.register_optimizer_step_post_hook(lambda *args: instrument.optimizer_ends())
+    optimizers.register_optimizer_step_pre_hook(
+        lambda *args: instrument.timed(instrument.optimizer_starts)
+    )
+    optimizers.register_optimizer_step_post_hook(
+        lambda *args: instrument.timed(instrument.optimizer_ends)
+    )
     _apply_process_knobs(instrument.cell, spec["cell"])
     atexit.register(instrument.at_exit)
 
