@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 # fails while a file with a gpu test is missing here.
 GPU_TESTS="tests/analysis/test_predict.py tests/harness/test_decoder.py tests/harness/test_device_prep.py
 tests/harness/test_gpu.py tests/harness/test_gpu_paths.py tests/harness/test_own_pipeline_copies.py
-tests/harness/test_prefetch.py tests/harness/test_command.py"
+tests/harness/test_prefetch.py tests/harness/test_command.py tests/harness/test_what_pytorch_takes.py"
 if [ -n "${PYTHON:-}" ]; then
 	PY=$PYTHON
 elif [ -x .venv/bin/python ]; then

@@ -100,5 +100,7 @@ def test_a_cell_failing_mid_window_leaves_the_collector_as_it_found_it():
 
 
 def test_a_gc_mode_not_allowed_is_one_line_naming_the_allowed():
-    with pytest.raises(KnobError, match=r"^knob 'gc'.*allowed: normal, freeze, disable$"):
+    # the allowed words, then how to quote one YAML reads as a boolean (#49)
+    allowed = r"allowed: normal, freeze, disable \(YAML reads on, off, yes and no as booleans"
+    with pytest.raises(KnobError, match=r"^knob 'gc'.*" + allowed):
         parse_cell({"gc": False})  # `gc: off` as YAML reads it

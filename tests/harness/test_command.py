@@ -281,27 +281,38 @@ def test_workers_on_a_stream_that_does_not_shard_say_what_became_of_its_samples(
 
 @pytest.mark.timing
 def test_a_commands_samples_per_s_is_its_own_at_its_own_settings(tmp_path):
-    """The truth a user checks feedbench against: the script's own throughput printout, run alone
-    just before, at the same settings (0 workers, one thread). examples/plain-loop prints its
-    samples/s over its steps after its first 5; the cell measures the same steps in its loop:
-    within 15 %."""
+    """The truth a user checks feedbench against: the script's own throughput printout at the same
+    settings (0 workers, one thread), run alone just before, and just after (a shared machine's
+    rate drifts 5 to 10 % from one run to the next: the cell is held to the two).
+    examples/plain-loop prints its samples/s over its steps after its first 5; the cell measures the
+    same steps in its loop, within 15 %, and within 5 % of the printout of its own run."""
     import subprocess
     import sys
 
     example = os.path.join(ROOT, "examples", "plain-loop")
-    own = subprocess.run(
-        [sys.executable, "train.py", "--max-steps", "45", "--workers", "0"],
-        cwd=example,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-        timeout=300,
-    )
-    rate = float(own.stdout.split("train: ")[1].split(" samples/s")[0])
+
+    def alone() -> float:
+        own = subprocess.run(
+            [sys.executable, "train.py", "--max-steps", "45", "--workers", "0"],
+            cwd=example,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"),
+            timeout=300,
+        )
+        return printed(own.stdout)
+
+    def printed(text: str) -> float:
+        return float(text.split("train: ")[1].split(" samples/s")[0])
+
+    before = alone()
     knobs = command_cell(example, "train.py --max-steps 45 --workers 0", warmup_steps=5, steps=40)
     result = measured(tmp_path, knobs)
+    after = alone()
     assert result["status"] == "ok", result["error"]
-    assert result["metrics"]["samples_per_s"] == pytest.approx(rate, rel=0.15)
+    rate = result["metrics"]["samples_per_s"]
+    assert 0.85 * min(before, after) <= rate <= 1.15 * max(before, after), (before, rate, after)
+    assert rate == pytest.approx(printed(log_of(tmp_path)), rel=0.05)
 
 
 def test_a_step_across_the_epochs_end_holds_it_in_its_wait(tmp_path):

@@ -109,12 +109,13 @@ def test_without_persistent_workers_each_epoch_boundary_stalls(run_tail):
     rows = pd.DataFrame([{**kept, "baseline": False}, {**restarted, "baseline": True}])
     note = summarize_experiment(rows, {"persistent_workers": [False, True]})["time_lost"]
     assert (
-        "baseline restarted: " in note
+        "baseline persistent_workers=false: " in note
         and "3 epoch boundaries stalled" in note
         and "persistent_workers" in note
     )
     assert (
-        "best cell persistent: the first batch took" in note and "persistent: 3 epoch" not in note
+        "best cell persistent_workers=true: the first batch took" in note
+        and "persistent_workers=true: 3 epoch" not in note
     )
     # the other way round the restarted cell is neither best nor baseline, only slower: its stalls
     # are still named, so a worker count that lost to its boundaries alone is not left unexplained
@@ -122,8 +123,8 @@ def test_without_persistent_workers_each_epoch_boundary_stalls(run_tail):
     rows = pd.DataFrame([{**kept, "baseline": True}, {**restarted, "baseline": False}])
     note = summarize_experiment(rows, {"persistent_workers": [True, False]})["time_lost"]
     assert (
-        "Slower than the baseline, with epoch boundaries over 5 % of their run: restarted "
-        "(3 boundaries at" in note
+        "Slower than the baseline, with epoch boundaries over 5 % of their run: "
+        "persistent_workers=false (3 boundaries at" in note
     )
     assert note.endswith("their workers started again at each; persistent_workers keeps them.")
 

@@ -243,8 +243,8 @@ def _type_text(types) -> str:
 
 def one_line(error: Exception) -> str:
     """`bad config: <message>`, on one line and at most MAX_MESSAGE characters long."""
-    text = " ".join(str(error).split("\n"))
-    return "bad config: " + (text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "...")
+    line = "bad config: " + " ".join(str(error).split("\n"))
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 3] + "..."
 
 
 def stop(message: str) -> NoReturn:
