@@ -15,6 +15,7 @@ workers, rounds interleaved so a shared machine's drift hits both. Two figures p
 Medians over the rounds; 1.00 is no cost, 1.02 is 2 % slower.
 
     .venv/bin/python benchmarks/command_overhead.py [--rounds 5] [--steps 60] [--example lightning]
+        [--workers 0 2]
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60, help="the command's own --max-steps")
     parser.add_argument("--example", default="plain-loop")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     args = parser.parse_args()
-    found: dict[int, list[dict]] = {0: [], 2: []}
+    found: dict[int, list[dict]] = {workers: [] for workers in args.workers}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(args.rounds):
             for workers in found:

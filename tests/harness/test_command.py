@@ -68,7 +68,7 @@ def test_the_training_loader_gets_the_cells_knobs_and_its_steps_are_timed(tmp_pa
 def test_a_baseline_runs_the_command_plain_then_whole_for_fidelity(tmp_path):
     """The baseline's first repeat: the command alone with no instrument, then instrumented, both to
     its own end (a command shorter than warm-up and steps is measured whole)."""
-    workdir = write_train(tmp_path / "project", busy_ms=0.2)
+    workdir = write_train(tmp_path / "project", busy_ms=0.2, stages=False)
     knobs = command_cell(workdir, "train.py --steps 8", baseline=True, warmup_steps=3, steps=20)
     result = measured(tmp_path, knobs)
     assert result["status"] == "ok", result["error"]
@@ -91,7 +91,7 @@ def test_a_baseline_runs_the_command_plain_then_whole_for_fidelity(tmp_path):
 def test_the_compute_ceiling_replays_the_warm_ups_batches(tmp_path):
     """scenario compute: after the warm-up's batches, the training loader serves them again from
     memory: the dataset makes no sample in the window, and the script's loop goes on as it is."""
-    workdir = write_train(tmp_path / "project")
+    workdir = write_train(tmp_path / "project", stages=False)
     knobs = command_cell(
         workdir, "train.py --steps 9", scenario="compute", warmup_steps=3, steps=20
     )
@@ -106,7 +106,7 @@ def test_the_compute_ceiling_replays_the_warm_ups_batches(tmp_path):
 def test_the_loader_ceiling_drains_the_training_loader_alone(tmp_path):
     """scenario loader: at the first backward pass the training loader is drained with the cell's
     knobs, no step between its batches, and the command ends there."""
-    workdir = write_train(tmp_path / "project")
+    workdir = write_train(tmp_path / "project", stages=False)
     knobs = command_cell(
         workdir, "train.py --steps 100", scenario="loader", warmup_steps=2, steps=5
     )
@@ -150,7 +150,7 @@ def test_a_command_the_preflight_cannot_measure_is_one_line(tmp_path, script, ex
 
 
 def test_the_preflight_finds_the_training_loader_in_one_step(tmp_path):
-    workdir = write_train(tmp_path / "project", busy_ms=0.1)
+    workdir = write_train(tmp_path / "project", busy_ms=0.1, stages=False)
     found = command.preflight(command_cell(workdir, "train.py --steps 50"), str(tmp_path / "out"))
     assert found["status"] == "ok"
     assert found["loader"]["built_at"].endswith(
@@ -161,7 +161,7 @@ def test_the_preflight_finds_the_training_loader_in_one_step(tmp_path):
 def test_a_command_stopped_before_its_warm_up_ends_says_so(tmp_path):
     """The cell's time limit comes while the script is still in its warm-up (1.6 s a batch): the
     command ends, and the error says how far it came."""
-    workdir = write_train(tmp_path / "project", busy_ms=0.1)
+    workdir = write_train(tmp_path / "project", busy_ms=0.1, stages=False)
     knobs = command_cell(workdir, "train.py --steps 100 --sleep 0.2", warmup_steps=50, steps=5)
     result = measured(tmp_path, knobs, time_limit=8)
     assert result["status"] == "failed"
@@ -199,7 +199,7 @@ def test_a_command_on_the_gpu_is_timed_by_cuda_events_on_its_stream(tmp_path):
     """The script trains on CUDA with pinned batches: the instrument reads the device's phases and
     its idle time at the loader boundary from CUDA events on the script's current stream, and
     counts the bytes each batch copies."""
-    workdir = write_train(tmp_path / "project", busy_ms=1.0)
+    workdir = write_train(tmp_path / "project", busy_ms=1.0, stages=False)
     knobs = command_cell(
         workdir,
         "train.py --steps 40 --device cuda",
@@ -319,7 +319,7 @@ def test_a_step_across_the_epochs_end_holds_it_in_its_wait(tmp_path):
     """The training loader's epoch (64 batches) ends inside the window: the step whose request met
     the end goes on to the next epoch's first batch, and its wait is counted as an epoch
     boundary, as a cell of feedbench's own loop counts it."""
-    workdir = write_train(tmp_path / "project", busy_ms=0.1)
+    workdir = write_train(tmp_path / "project", busy_ms=0.1, stages=False)
     knobs = command_cell(workdir, "train.py --steps 80", num_workers=1, warmup_steps=60, steps=8)
     result = measured(tmp_path, knobs)
     assert result["status"] == "ok", result["error"]

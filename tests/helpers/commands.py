@@ -17,7 +17,7 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torchvision.transforms import v2
+{imports}
 
 MADE = [0]
 
@@ -35,7 +35,7 @@ class Busy:
 class Images(Dataset):
     def __init__(self, n, sleep_s=0.0):
         self.n, self.sleep_s = n, sleep_s
-        self.transform = v2.Compose([v2.RandomHorizontalFlip(), Busy(), v2.ToDtype(torch.float32)])
+        self.transform = {transform}
 
     def __len__(self):
         return self.n
@@ -81,11 +81,23 @@ print(f"trained {{step}} steps; made {{MADE[0]}} training samples here")
 '''
 
 
-def write_train(folder, busy_ms: float = 1.0) -> str:
-    """TRAIN as `train.py` in `folder`; the folder (the cell's workdir)."""
+# The dataset's transform: a torchvision v2 Compose, whose stages feedbench times; or, where a test
+# times no stage, the same work without torchvision (its import costs a second of CPU a run).
+COMPOSE = "v2.Compose([v2.RandomHorizontalFlip(), Busy(), v2.ToDtype(torch.float32)])"
+PLAIN = "lambda image: Busy()(image).flip(-1).to(torch.float32)"
+
+
+def write_train(folder, busy_ms: float = 1.0, stages: bool = True) -> str:
+    """TRAIN as `train.py` in `folder` (its transform a torchvision Compose where `stages`); the
+    folder (the cell's workdir)."""
     os.makedirs(folder, exist_ok=True)
+    text = TRAIN.format(
+        busy_ms=busy_ms,
+        imports="from torchvision.transforms import v2" if stages else "",
+        transform=COMPOSE if stages else PLAIN,
+    )
     with open(os.path.join(folder, "train.py"), "w", encoding="utf-8") as f:
-        f.write(textwrap.dedent(TRAIN.format(busy_ms=busy_ms)))
+        f.write(textwrap.dedent(text))
     return str(folder)
 
 

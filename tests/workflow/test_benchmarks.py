@@ -23,7 +23,7 @@ BENCHMARKS = os.path.join(ROOT, "benchmarks")
 # script -> its smallest run's arguments
 SMALLEST = {
     "calibration_error.py": ["--repeats", "1", "--cases", "balanced", "--workers", "0"],
-    "command_overhead.py": ["--rounds", "1", "--steps", "6"],
+    "command_overhead.py": ["--rounds", "1", "--steps", "6", "--workers", "0"],
     "dag_dry_run.py": ["50"],
     "gc_window.py": ["--rounds", "1", "--steps", "3"],
     "instrument_overhead.py": ["--rounds", "1", "--steps", "3"],
