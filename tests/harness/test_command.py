@@ -65,6 +65,35 @@ def test_the_training_loader_gets_the_cells_knobs_and_its_steps_are_timed(tmp_pa
     assert (tmp_path / "cell" / "steps.csv").read_text().count("\n") == 7
 
 
+def test_a_command_run_by_another_environments_python_records_that_environments_software(tmp_path):
+    """`python:` names another environment's interpreter (here: a wrapper whose environment holds a
+    torchvision 0.0.1 the harness's lacks): the result's torch, torchvision and Python are those
+    that ran the steps, read by the instrument in the command's own process, and say so."""
+    import importlib.metadata
+    import sys
+
+    import torch
+
+    site = tmp_path / "other-env"
+    (site / "torchvision-0.0.1.dist-info").mkdir(parents=True)
+    (site / "torchvision-0.0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.0.1\n"
+    )
+    python = tmp_path / "other-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    workdir = write_train(tmp_path / "project", stages=False)
+    knobs = command_cell(
+        workdir, "train.py --steps 20", python=str(python), warmup_steps=2, steps=3
+    )
+    result = measured(tmp_path, knobs)
+    assert result["status"] == "ok", result["error"]
+    provenance = result["provenance"]
+    assert provenance["software_of"] == "command"
+    assert provenance["torchvision"] == "0.0.1" != importlib.metadata.version("torchvision")
+    assert provenance["torch"] == torch.__version__ and provenance["gpu"] is None
+
+
 def test_a_baseline_runs_the_command_plain_then_whole_for_fidelity(tmp_path):
     """The baseline's first repeat: the command alone with no instrument, then instrumented, both to
     its own end (a command shorter than warm-up and steps is measured whole)."""

@@ -71,6 +71,7 @@ PROVENANCE_FIELDS = [
     "torch",
     "torchvision",
     "python",
+    "software_of",
     "feedbench",
     "git_commit",
     "slurm_job_id",

@@ -168,7 +168,7 @@ def results_by_cell(paths: list[str]) -> dict[str, list[dict]]:
     for path in paths:
         try:
             result = read_result(path)
-        except (UnusableResult, OSError):
+        except UnusableResult:  # read_result turns an unreadable file into one too
             continue
         labels = knobs_of(result)
         found.setdefault(f"{labels.get('experiment')}/{labels.get('cell')}", []).append(result)

@@ -401,6 +401,8 @@ def record(result: dict, cell: Cell, run: Run, fidelity_figures: dict | None) ->
         ]
         metrics = combine_ranks(metrics, ranks)
     result["metrics"] = metrics
+    if figures.software:  # the software that ran the steps: the command's interpreter's
+        result["provenance"].update(figures.software, software_of="command")
     result["timing"]["effective"] = figures.timing
     result["torch_threads"] = figures.torch_threads
     result["launch_threads"] = figures.launch_threads

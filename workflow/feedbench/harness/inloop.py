@@ -55,6 +55,7 @@ from ..core.knobs import COMMAND_LOADER, STAGE_WHATIFS
 from ..core.metrics import CLOCKED_PHASES
 from .batches import batch_len, copied_bytes
 from .collector import Collector
+from .provenance import software_facts
 from .script_loaders import (
     Loader,
     ReplayIterator,
@@ -484,6 +485,7 @@ class Instrument:
             else None
         )
         hidden = ("opened", "closed", "stage_skip", "own_at_open")
+        device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
         return WindowFigures(
             mode=self.mode,
             pid=os.getpid(),
@@ -494,7 +496,7 @@ class Instrument:
             window_s=end - start if start is not None and end is not None else None,
             window={k: v for k, v in self.window.items() if k not in hidden},
             time_to_first_batch_s=first,
-            device=f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu",
+            device=device,
             timing="events" if self.events else (self.cell.timing if self.cuda else "wall"),
             torch_threads=self.window.get("torch_threads", torch.get_num_threads()),
             launch_threads=self.launch_threads,
@@ -511,6 +513,7 @@ class Instrument:
             gc=self.collector.summary() if self.collector.opened else None,
             whole=Whole(**self.whole),
             notes=self.notes + self._stream_notes(),
+            software=software_facts(torch.device(device)),
         )
 
     def _stream_notes(self) -> list[str]:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from typing import Callable
 
-import psutil
 import torch
 
 from ..core.cores import usable_cores
@@ -82,26 +81,43 @@ def _gpu(device: torch.device) -> dict:
     return info
 
 
-def machine_facts(device: torch.device) -> dict:
-    """This machine and its software for one result's `provenance` (the allow-list above; the report
-    reads it back)."""
+def software_facts(device: torch.device) -> dict:
+    """The GPU and the software that ran the cell's steps: this interpreter's torch, CUDA, cuDNN,
+    torchvision and Python. A command cell's instrument reads them in the user's own interpreter
+    (harness.inloop: `python:` may name another environment), which may lack psutil and
+    torchvision: so this needs neither."""
+    try:
+        # From the installed distribution's metadata: importing torchvision for its __version__
+        # pulls in torch._dynamo, about 1.1 s of CPU in every cell that does not need torchvision
+        # otherwise.
+        torchvision = importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        torchvision = None
     return {
-        "host": socket.gethostname(),
-        "os": platform.platform(),
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
         **_gpu(device),
         "cuda": torch.version.cuda,
         "cudnn": _cuda_read(torch.backends.cudnn.version)
         if torch.backends.cudnn.is_available()
         else None,
         "torch": torch.__version__,
-        # From the installed distribution's metadata: importing torchvision for its __version__
-        # pulls in torch._dynamo, about 1.1 s of CPU in every cell that does not need torchvision
-        # otherwise.
-        "torchvision": importlib.metadata.version("torchvision"),
+        "torchvision": torchvision,
         "python": sys.version.split()[0],
+    }
+
+
+def machine_facts(device: torch.device) -> dict:
+    """This machine and its software for one result's `provenance` (the allow-list above; the report
+    reads it back)."""
+    import psutil
+
+    return {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        **software_facts(device),
+        "software_of": "harness",
         "feedbench": __version__,
         "git_commit": git_commit(os.path.dirname(os.path.abspath(__file__))),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),

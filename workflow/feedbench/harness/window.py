@@ -57,6 +57,8 @@ class WindowFigures:
     gc: dict | None = None  # the collector in the window (harness.collector)
     whole: Whole = field(default_factory=Whole)
     notes: list[str] = field(default_factory=list)
+    # the GPU, torch, CUDA and Python of the command's own interpreter (provenance.software_facts)
+    software: dict = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
