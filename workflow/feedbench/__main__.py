@@ -373,7 +373,7 @@ def run_or_launch(
         return run(raw, out_dir)  # writes the failed result and prints the one line
     if ranks(cell) > 1 and not cell.command:  # a command's ranks are torchrun's (harness.command)
         return launch(raw, cell, notes, out_dir, time_limit)
-    return run(raw, out_dir, time_limit=time_limit)
+    return run(raw, out_dir, time_limit=time_limit, fitted=(cell, notes))
 
 
 if __name__ == "__main__":

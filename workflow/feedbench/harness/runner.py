@@ -232,12 +232,14 @@ def run(
     world: World | None = None,
     time_limit: float | None = None,
     user: dict | None = None,
+    fitted: tuple[Cell, list[str]] | None = None,
 ) -> int:
     """Run the cell in this process (or as one rank of a multi-process cell) and write its result.
 
     Rank 0 writes result.json; any rank that fails also writes ranks/rank<k>.json
     with its error, for the launcher to name the rank that brought the cell down.
-    With a time limit (seconds) the cell stops itself then, as on SIGTERM.
+    With a time limit (seconds) the cell stops itself then, as on SIGTERM. `fitted`: the cell
+    already parsed and fitted to this machine (harness.fit.resolve), as the CLI has it.
     """
     world = World() if world is None else world
     clear()
@@ -248,7 +250,7 @@ def run(
     )
     limit = TimeLimit(time_limit, on_stuck=r.stuck)
     try:
-        cell, notes = resolve(parse_cell(raw), torch.cuda.is_available())
+        cell, notes = fitted or resolve(parse_cell(raw), torch.cuda.is_available())
     except KnobError as error:
         limit.cancel()
         return _refuse(r, error)
