@@ -327,7 +327,7 @@ def test_the_search_stops_at_the_cores_it_has(tmp_path):
     at the level that fits one core (0 workers: the main process alone), runs the one above to show
     it, and says why; beyond_cores lifts the stop."""
     from feedbench.analysis.aggregate import load_results
-    from feedbench.analysis.verdict import loader_cpu
+    from feedbench.analysis.worker_load import loader_cpu
     from feedbench.core import search
 
     (tmp_path / "project").mkdir()

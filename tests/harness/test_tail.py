@@ -14,7 +14,8 @@ import jsonschema
 import pandas as pd
 import pytest
 from feedbench.analysis.aggregate import result_row
-from feedbench.analysis.verdict import summarize_experiment, time_lost_parts
+from feedbench.analysis.time_lost import time_lost_parts
+from feedbench.analysis.verdict import summarize_experiment
 from feedbench.core.metrics import epoch_boundaries, wait_tail
 from feedbench.core.records import record_of
 from feedbench.core.result import schema

@@ -7,7 +7,7 @@ import sys
 
 import pandas as pd
 from feedbench.analysis.aggregate import load_results, planned_row, python_value, with_predictions
-from feedbench.analysis.verdict import loader_cpu
+from feedbench.analysis.worker_load import loader_cpu
 from feedbench.core.result import atomic_write
 from feedbench.core.search import plan
 

@@ -48,14 +48,16 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.ceilings import LOADER_REACHES
-from ..core.cores import crowded
 from ..core.fit import twin_of
 from ..core.knobs import KNOBS, PAYS_OFF
 from . import cores, growth, other_load, stages
 from .aggregate import as_requested, is_true, knob_value
 from .labels import cell_labels, words
 from .stages import column_median
+from .time_lost import time_lost, time_lost_note
+from .values import number, text
 from .whatifs import changed_data
+from .worker_load import workers_cpu
 
 # by objective
 UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "transfer_peak_gb_per_s": "GB/s"}
@@ -63,8 +65,6 @@ DATA_STALL_PCT = 10.0
 TRANSFER_SHARE = 0.10
 # the trainer's device work while it fetches a batch is named from this share of the step
 DEVICE_PREP_SHARE = 0.10
-# the first batch or the epoch stalls are named in the verdict above this share of the run
-LOST_SHARE = 0.05
 
 # Two-sided 95 % critical values of Student's t, t(0.975, df), from the standard table.
 _T975 = {
@@ -274,10 +274,6 @@ def _no_baseline(rows: pd.DataFrame) -> str:
     return "no baseline: no cell of this experiment is labelled as its baseline"
 
 
-def _text(value) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame:
     """One row per cell of one experiment: its knobs that vary, repeats, the objective's interval,
     phases and bound."""
@@ -337,9 +333,9 @@ def cell_table(rows: pd.DataFrame, axes: list[str] | tuple = ()) -> pd.DataFrame
                 if isinstance(first.get("predicted_bound"), str)
                 else None,
                 "error_pct": column_median(ok, "prediction_error_pct"),
-                "predicted_from": _text(first.get("predicted_from")),
+                "predicted_from": text(first.get("predicted_from")),
                 # what a stage what-if traded (harness.whatif)
-                "trades": _text(first.get("whatif_trades")),
+                "trades": text(first.get("whatif_trades")),
                 "ceiling_loader": in_unit(ok, metric, "ceiling_loader_samples_per_s"),
                 "ceiling_compute": in_unit(ok, metric, "ceiling_compute_samples_per_s"),
                 "culprit": culprit,
@@ -554,172 +550,6 @@ def summarize_experiment(rows: pd.DataFrame, axes: dict | list | None = None) ->
     return verdict
 
 
-def _number(value) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)
-
-
-def time_lost(ok: pd.DataFrame) -> dict:
-    """What a cell's finished repeats lost outside their steady state (medians): the first batch,
-    the epoch boundaries' stalls and the data wait's p99; window_s, the measured window they are set
-    against."""
-    columns = {
-        "first_batch_s": "time_to_first_batch_s",
-        "wait_p99_ms": "wait_ms_p99",
-        "epoch_stall_ms": "epoch_stall_ms",
-        "epoch_stall_s": "epoch_stall_s",
-        "epoch_boundaries": "epoch_boundaries",
-        "window_s": "window_s",
-    }
-    return {key: column_median(ok, column) for key, column in columns.items()}
-
-
-def workers_cpu(ok: pd.DataFrame) -> dict:
-    """The kind of a cell's loader workers over its finished repeats (core.cores.cpu_load: CPU-bound
-    or waiting, the most frequent), their median CPU and runnable shares, its cores asked and
-    usable, and whether any repeat was oversubscribed; None each where the summary has no such
-    column or value."""
-    kinds = ok["workers_kind"].dropna() if "workers_kind" in ok else pd.Series(dtype=object)
-    flags = ok["oversubscribed"].dropna() if "oversubscribed" in ok else pd.Series(dtype=object)
-    load = {
-        "cpu_share": column_median(ok, "workers_cpu_share"),
-        "runnable_share": column_median(ok, "workers_runnable_share"),
-        "demand_cores": column_median(ok, "demand_cores"),
-        "usable_cores": column_median(ok, "usable_cores"),
-        "trainer_cores": column_median(ok, "trainer_cores"),
-    }
-    # core.cores' rule on the medians too: results written before it counted the workers' CPU
-    workers = column_median(ok, "num_workers") or 0
-    again = crowded(
-        load["demand_cores"],
-        load["usable_cores"],
-        load["runnable_share"],
-        load["cpu_share"],
-        int(workers),
-        int(load["trainer_cores"] or 1),
-    )
-    marked = bool(flags.astype(bool).any()) if len(flags) else None
-    return {
-        "workers_kind": str(kinds.mode().iloc[0]) if len(kinds) else None,
-        **load,
-        "oversubscribed": None if marked is None and again is None else bool(marked or again),
-    }
-
-
-def loader_cpu(ceilings: pd.DataFrame, paths: list[str]) -> dict:
-    """The CPU load of the results at `paths` (a searched level's loader ceiling, for core.search)
-    over their finished repeats, as workers_cpu gives it, with whole core counts (a loader cell's
-    trainer is always one core: not repeated)."""
-    rows = (
-        ceilings[ceilings["result"].isin(paths) & (ceilings["status"] == "ok")]
-        if len(ceilings)
-        else ceilings
-    )
-    load = {k: v for k, v in workers_cpu(rows).items() if k != "trainer_cores"}
-    return {k: (int(v) if k.endswith("_cores") and v is not None else v) for k, v in load.items()}
-
-
-def time_lost_parts(cell: dict | None) -> list[str]:
-    """The first batch and the epoch boundaries, each named when it costs more than LOST_SHARE of
-    the run.
-
-    The run is what a training run of this length waits through: the first batch, then the measured
-    window (which holds the epoch boundaries' stalls; their cost is what they waited beyond the
-    median wait).
-    """
-    window = _number((cell or {}).get("window_s"))
-    if not window:
-        return []
-    first = _number(cell.get("first_batch_s")) or 0.0
-    stalls = _number(cell.get("epoch_stall_s")) or 0.0
-    run = first + window
-    parts = []
-    if first > LOST_SHARE * run:
-        workers = _number(cell.get("workers_ran"))
-        # without workers no worker starts: the main process makes the first batch itself
-        why = "the main process making it" if workers == 0 else "worker start-up"
-        parts.append(
-            f"the first batch took {first:.2f} s, {100 * first / run:.0f} % of the run ({why})"
-        )
-    if stalls > LOST_SHARE * run:
-        count, each = (
-            int(_number(cell.get("epoch_boundaries")) or 0),
-            _number(cell.get("epoch_stall_ms")) or 0.0,
-        )
-        parts.append(
-            f"{count} epoch boundaries stalled {each:.0f} ms each (median), "
-            f"{100 * stalls / run:.0f} % of the run; persistent_workers keeps the workers across "
-            "epochs"
-        )
-    return parts
-
-
-def time_lost_note(
-    best: dict | None, base: dict | None, cells: pd.DataFrame | None = None
-) -> str | None:
-    """The verdict's note on time lost to the first batch or to epoch boundaries: the best cell's,
-    then the baseline's when it is another cell, then the slower cells' epoch stalls
-    (slower_at_boundaries); None when none costs more than LOST_SHARE of its run."""
-    notes = []
-    for name, cell in (("best cell", best), ("baseline", base)):
-        if cell is None or (
-            name == "baseline" and best is not None and cell["cell"] == best["cell"]
-        ):
-            continue
-        parts = time_lost_parts(cell)
-        if parts:
-            notes.append(f"{name} {words(cell)}: " + "; ".join(parts))
-    slower = slower_at_boundaries(cells, best, base)
-    if slower:
-        notes.append(slower)
-    return ". ".join(notes) + "." if notes else None
-
-
-def slower_at_boundaries(
-    cells: pd.DataFrame | None, best: dict | None, base: dict | None, most: int = 3
-) -> str | None:
-    """The cells slower than the baseline whose epoch stalls cost more than LOST_SHARE of their run
-    (largest first, at most `most`): a short window that crosses a boundary restarts the workers, so
-    more workers can measure slower than none for that alone, and `No measured cell is faster` would
-    hide why. A cell that took another's result (measured_as) is left out: its figures are that
-    cell's, named once."""
-    if cells is None or base is None or _number(base.get("median")) is None:
-        return None
-    named = {c["cell"] for c in (best, base) if c is not None}
-    lost = []
-    for cell in cells.to_dict("records"):
-        window, stalls = _number(cell.get("window_s")), _number(cell.get("epoch_stall_s")) or 0.0
-        median = _number(cell.get("median"))
-        if (
-            cell["cell"] in named
-            or _text(cell.get("measured_as"))
-            or not window
-            or median is None
-            or median >= float(base["median"])
-        ):
-            continue
-        share = stalls / (window + (_number(cell.get("first_batch_s")) or 0.0))
-        if share > LOST_SHARE:
-            lost.append((share, cell))
-    if not lost:
-        return None
-    lost.sort(key=lambda found: -found[0])
-    each = ", ".join(
-        f"{words(c)} ({_boundaries(c)} at {_number(c.get('epoch_stall_ms')) or 0.0:.0f} ms "
-        f"(median), {100 * share:.0f} % of the run)"
-        for share, c in lost[:most]
-    )
-    more = f" and {len(lost) - most} more" if len(lost) > most else ""
-    return (
-        f"Slower than the baseline, with epoch boundaries over {100 * LOST_SHARE:.0f} % of their "
-        f"run: {each}{more}: their workers started again at each; persistent_workers keeps them"
-    )
-
-
-def _boundaries(cell: dict) -> str:
-    count = int(_number(cell.get("epoch_boundaries")) or 0)
-    return f"{count} boundary" if count == 1 else f"{count} boundaries"
-
-
 def other_load_apart(cell: dict | None) -> bool:
     """Whether a cell's figures and its ceilings' ran under another load: one beside other load, the
     other not (analysis.other_load). A ceiling is never divided by such a figure."""
@@ -734,14 +564,14 @@ def headspace(cell: dict | None) -> float | None:
     (other_load_apart)."""
     if not cell or other_load_apart(cell):
         return None
-    ceiling, measured = _number(cell.get("ceiling_compute")), _number(cell.get("median"))
+    ceiling, measured = number(cell.get("ceiling_compute")), number(cell.get("median"))
     return ceiling / measured - 1 if ceiling and measured else None
 
 
 def wait_allows(cell: dict | None) -> float | None:
     """The most a cell could gain with free data by its own wait share: 1 / (1 - stall), the step
     without its wait; None where the wait was not measured."""
-    stall = _number((cell or {}).get("stall_pct"))
+    stall = number((cell or {}).get("stall_pct"))
     return 100 / (100 - stall) if stall is not None and 0 <= stall < 100 else None
 
 
@@ -809,7 +639,7 @@ def pays_off(cells: pd.DataFrame, cell: dict) -> list[str]:
         with_it, without = sorted(pair, key=lambda c: str(c.get(knob)).lower() != on)
         if str(with_it.get(knob)).lower() != on or not without.get("median"):
             continue
-        spans = [_number(c.get(k)) for c in (with_it, without) for k in ("low", "high")]
+        spans = [number(c.get(k)) for c in (with_it, without) for k in ("low", "high")]
         # the intervals do not overlap
         clear = None not in spans and (spans[0] > spans[3] or spans[1] < spans[2])
         gain = float(with_it["median"]) / float(without["median"]) - 1
@@ -901,7 +731,7 @@ def recommend(cells: pd.DataFrame, base: dict | None, best: dict | None) -> dict
     found["gains"] = pays_off(cells, pick.drop(["_w", "_p"]).to_dict())
     unit = UNITS.get(str(pick.get("metric")), "samples/s")
     # a measured cell is said measured: its figure wins over the prediction
-    measured = _number(pick.get("median"))
+    measured = number(pick.get("median"))
     found["measured"] = measured
     reached = 100 * (measured or 0.0) / float(pick["ceiling_compute"])
     found["fix"] = (
