@@ -479,11 +479,6 @@ class Instrument:
         start = self.steps[0].request if self.steps else None
         end = self.steps[-1].end if self.steps else None
         info = self.training
-        first = (
-            info.first_batch_at - info.first_iter_at
-            if info and info.first_batch_at and info.first_iter_at
-            else None
-        )
         hidden = ("opened", "closed", "stage_skip", "own_at_open")
         device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
         return WindowFigures(
@@ -495,7 +490,7 @@ class Instrument:
             h2d_bytes=sum(step.copied for step in self.steps),
             window_s=end - start if start is not None and end is not None else None,
             window={k: v for k, v in self.window.items() if k not in hidden},
-            time_to_first_batch_s=first,
+            time_to_first_batch_s=info.time_to_first_batch_s if info else None,
             device=device,
             timing="events" if self.events else (self.cell.timing if self.cuda else "wall"),
             torch_threads=self.window.get("torch_threads", torch.get_num_threads()),

@@ -95,6 +95,14 @@ class Loader:
     redirect: Any = None
     last: Any = None  # its last batch (the first one, once it is found the training loader)
 
+    @property
+    def time_to_first_batch_s(self) -> float | None:
+        """From its first iter() to its first batch: the workers' start-up, or the main process
+        making the batch."""
+        if self.first_batch_at and self.first_iter_at:
+            return self.first_batch_at - self.first_iter_at
+        return None
+
     def facts(self) -> dict:
         keep = ("index", "built_at", "dataset", "batch_size", "asked", "rebuilt_from", "ran")
         keep += ("iterators", "batches", "samples")
