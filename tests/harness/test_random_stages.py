@@ -1,6 +1,7 @@
 """Random stages found by what they do, not by their names (#49): a stage is random when its output
 on the same input differs between two calls, checked in the stage profile's warm-up samples under
-the harness's own seed (harness.stages.RandomCheck), and a cache at or after one is never the fix.
+the harness's own seed (harness.randomness.RandomCheck), and a cache at or after one is never the
+fix.
 
 timm's own training pipeline (create_transform with RandAugment and random erasing: a torchvision
 Compose of timm's transforms, none named Random... but the crop and the flip), a torchvision v2
@@ -16,7 +17,7 @@ import pytest
 from feedbench.analysis.aggregate import load_results
 from feedbench.analysis.report import build
 from feedbench.core.ceilings import ceiling_knobs
-from feedbench.harness import stages
+from feedbench.harness import randomness
 from feedbench.harness.runner import run
 from helpers.cells import user_cell
 
@@ -179,12 +180,12 @@ def test_a_deterministic_stage_is_not_random_and_the_check_draws_none_of_the_cel
         def __init__(self, ids):
             self.ids = ids
 
-    assert stages.same(Encoding([1, 2]), Encoding([1, 2])) is True
-    assert stages.same(Encoding([1, 2]), Encoding([1, 3])) is False
-    assert stages.same({"a": torch.ones(2)}, {"a": torch.ones(2)}) is True
+    assert randomness.same(Encoding([1, 2]), Encoding([1, 2])) is True
+    assert randomness.same(Encoding([1, 2]), Encoding([1, 3])) is False
+    assert randomness.same({"a": torch.ones(2)}, {"a": torch.ones(2)}) is True
     random.seed(3)
     expected = random.random()
     random.seed(3)
-    assert stages.differs(lambda x: x + random.random(), (1.0,)) is True
+    assert randomness.differs(lambda x: x + random.random(), (1.0,)) is True
     assert random.random() == expected
-    assert stages.differs(lambda x: x * 2, (torch.ones(3),)) is False
+    assert randomness.differs(lambda x: x * 2, (torch.ones(3),)) is False

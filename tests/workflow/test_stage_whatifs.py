@@ -490,7 +490,7 @@ def test_the_built_in_images_cache_after_read_decode_or_a_transform(tmp_path, st
     assert (
         "random stage cached: augmentation fixed (RandomResizedCrop)" in plan.facts["trades"]
     ) == (stage == "RandomResizedCrop")
-    # found random by what it does on the first pass (harness.stages.differs), not by its name
+    # found random by what it does on the first pass (harness.randomness.differs), not by its name
     assert plan.facts.get("frozen") == (["RandomResizedCrop"] if stage[0] == "R" else None)
     for index in range(len(cached)):
         x, label = cached[index]

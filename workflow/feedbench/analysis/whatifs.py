@@ -44,7 +44,7 @@ def whatifs_of(knobs: dict) -> dict:
 def changed_data(rows: pd.DataFrame) -> set:
     """The cells among the summary's rows that measured other data: they skipped stages
     (skip_stages), or their cache froze a random stage's draws (whatif_frozen, found by what the
-    stage does: harness.stages.differs)."""
+    stage does: harness.randomness.differs)."""
     return {
         cell
         for column in ("skip_stages", "whatif_frozen")

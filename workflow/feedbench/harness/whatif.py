@@ -42,7 +42,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from ..core.cell import Cell
 from ..core.knobs import IMAGE_STAGES, KNOBS, STAGE_WHATIFS, KnobError
-from . import stages
+from . import randomness, stages
 from .batches import copied_bytes
 from .stages import StagedBatch, first_line, named, pipeline
 from .timing import device_work
@@ -55,8 +55,8 @@ _calls: dict[str, int] = {}
 
 
 # The first samples of a cache's first pass on which its cached stages are checked for randomness
-# (stages.differs): a stage that draws with a probability (a flip, random erasing) may give the same
-# output twice on one sample.
+# (randomness.differs): a stage that draws with a probability (a flip, random erasing) may give the
+# same output twice on one sample.
 CHECKED_SAMPLES = 8
 
 
@@ -129,7 +129,7 @@ class Capture:
     """The first pass: runs the cached stages and keeps what they give for the sample being made,
     then the stages after them, so that what the Compose returns is what the dataset's own code
     after it expects. On its first CHECKED_SAMPLES samples it finds which cached stages (`names`)
-    are random, by what they do (stages.differs): `random`."""
+    are random, by what they do (randomness.differs): `random`."""
 
     def __init__(self, steps: list, store: Store, after: list, names: list[str] = ()):
         self.steps, self.store, self.after, self.names = steps, store, after, list(names)
@@ -141,7 +141,7 @@ class Capture:
         self.checked += 1
         for name, step in zip(self.names or [None] * len(self.steps), self.steps, strict=True):
             due = check and name is not None and name not in self.random
-            if due and stages.differs(step, (x,)):
+            if due and randomness.differs(step, (x,)):
                 self.random.add(name)
             x = step(x)
         self.store.put(x)
@@ -223,7 +223,9 @@ class FunctionCache:
         if self.filling:
             if not self.random and self.checked < CHECKED_SAMPLES and not kwargs:
                 self.checked += 1
-                self.random = bool(stages.differs(function, args, stages.takes_self(function)))
+                self.random = bool(
+                    randomness.differs(function, args, randomness.takes_self(function))
+                )
             output = function(*args, **kwargs)
             self.store.put(output, (_index, call))
             return output
@@ -305,7 +307,7 @@ def stage_names(dataset) -> list[str]:
 
 class Tap:
     """A Compose stage on the sampled call (probe), run as it is: whether it took one tensor and
-    gave one, and whether it is random (stages.differs, over up to RANDOM_TRIES more calls: a
+    gave one, and whether it is random (randomness.differs, over up to RANDOM_TRIES more calls: a
     random flip gives the same output as the first call half the time)."""
 
     RANDOM_TRIES = 8
@@ -314,7 +316,7 @@ class Tap:
         self.transform, self.tensor, self.random = transform, False, False
 
     def __call__(self, *args):
-        self.random = bool(stages.differs(self.transform, args, tries=self.RANDOM_TRIES))
+        self.random = bool(randomness.differs(self.transform, args, tries=self.RANDOM_TRIES))
         output = self.transform(*args)
         self.tensor = (
             len(args) == 1
@@ -374,7 +376,7 @@ def probe(dataset) -> Probed:
         if first is not None:
             first.transforms = taps
         stages.REPLACED.update({name: functools.partial(ran, name) for name in stages.FUNCTIONS})
-        with stages.random_state_kept():
+        with randomness.random_state_kept():
             seen = stages.sample_stages(lambda: sampled[0])
     except Exception:
         return Probed()
