@@ -26,12 +26,12 @@ import pandas as pd
 
 from . import cores, other_load, stages
 from .labels import words
+from .values import number
 from .verdict import device_prep_note, free_data, other_load_apart
 
 
 def _value(cell: dict | None, key: str) -> float | None:
-    value = (cell or {}).get(key)
-    return None if value is None or pd.isna(value) else float(value)
+    return number((cell or {}).get(key))
 
 
 def _flag(value) -> bool:
